@@ -1,0 +1,224 @@
+/* The guest's only door to the host.
+ *
+ * This file is linked with CPython's static libraries into a WASI *reactor*
+ * module. It provides:
+ *   - the built-in module `_wasmrun`, whose functions are wasm imports from
+ *     the host module "wasmrun" (request/response, blobs, log);
+ *   - two exports: `wasmrun_init` (start the interpreter and import the hot
+ *     modules; this is the state the snapshot captures) and `wasmrun_run`
+ *     (serve exactly one request; a fresh instance is used for every run).
+ *
+ * Every pointer/length pair crosses to the host, which bounds-checks it
+ * against linear memory; nothing here trusts the host either: lengths the
+ * host returns are checked against the buffer we offered.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#define WASMRUN_IMPORT(name) \
+    __attribute__((import_module("wasmrun"), import_name(name)))
+
+WASMRUN_IMPORT("request_len") extern int32_t host_request_len(void);
+WASMRUN_IMPORT("request_read") extern int32_t host_request_read(uint8_t *buf, int32_t cap);
+WASMRUN_IMPORT("respond") extern void host_respond(const uint8_t *buf, int32_t len);
+WASMRUN_IMPORT("blob_size") extern int64_t host_blob_size(const uint8_t *id, int32_t id_len);
+WASMRUN_IMPORT("blob_read") extern int64_t host_blob_read(const uint8_t *id, int32_t id_len,
+                                                          int64_t offset, uint8_t *buf, int32_t cap);
+WASMRUN_IMPORT("blob_write") extern int32_t host_blob_write(const uint8_t *data, int32_t len,
+                                                            const uint8_t *kind, int32_t kind_len,
+                                                            uint8_t *id_out, int32_t id_cap);
+WASMRUN_IMPORT("log") extern void host_log(int32_t level, const uint8_t *msg, int32_t len);
+
+/* wasi-libc caches the preopened directories on first use. The snapshot
+ * was taken with the build's preopens; each run has its own (/skills/...,
+ * /workspace), so the table is scanned afresh at the start of every run. */
+extern void __wasilibc_reset_preopens(void);
+
+/* Negative results from the host, mirrored in wasmrun/sandbox/hostcalls.py. */
+#define HOST_ENOENT (-1)  /* no such blob, or not granted to this run */
+#define HOST_EBUDGET (-2) /* the run's blob byte budget is spent */
+#define HOST_EINVAL (-3)  /* bad argument (e.g. range, kind) */
+
+static PyObject *host_error(int64_t code) {
+    switch (code) {
+    case HOST_ENOENT:
+        PyErr_SetString(PyExc_KeyError, "blob not found or not mounted in this run");
+        break;
+    case HOST_EBUDGET:
+        PyErr_SetString(PyExc_OSError, "blob transfer budget for this run exceeded");
+        break;
+    default:
+        PyErr_Format(PyExc_ValueError, "host call failed (code %lld)", (long long)code);
+    }
+    return NULL;
+}
+
+static PyObject *wr_request(PyObject *self, PyObject *noargs) {
+    int32_t len = host_request_len();
+    if (len < 0) return host_error(len);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, len);
+    if (out == NULL) return NULL;
+    int32_t got = host_request_read((uint8_t *)PyBytes_AS_STRING(out), len);
+    if (got != len) {
+        Py_DECREF(out);
+        return host_error(got < 0 ? got : HOST_EINVAL);
+    }
+    return out;
+}
+
+static PyObject *wr_respond(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (view.len > INT32_MAX) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_OverflowError, "response too large");
+        return NULL;
+    }
+    host_respond(view.buf, (int32_t)view.len);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+static PyObject *wr_blob_size(PyObject *self, PyObject *args) {
+    const char *id;
+    Py_ssize_t id_len;
+    if (!PyArg_ParseTuple(args, "s#", &id, &id_len)) return NULL;
+    int64_t size = host_blob_size((const uint8_t *)id, (int32_t)id_len);
+    if (size < 0) return host_error(size);
+    return PyLong_FromLongLong(size);
+}
+
+static PyObject *wr_blob_read(PyObject *self, PyObject *args) {
+    const char *id;
+    Py_ssize_t id_len;
+    long long offset;
+    Py_ssize_t cap;
+    if (!PyArg_ParseTuple(args, "s#Ln", &id, &id_len, &offset, &cap)) return NULL;
+    if (offset < 0 || cap < 0 || cap > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "offset and length must be non-negative");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, cap);
+    if (out == NULL) return NULL;
+    int64_t got;
+    Py_BEGIN_ALLOW_THREADS
+    got = host_blob_read((const uint8_t *)id, (int32_t)id_len, offset,
+                         (uint8_t *)PyBytes_AS_STRING(out), (int32_t)cap);
+    Py_END_ALLOW_THREADS
+    if (got < 0 || got > cap) {
+        Py_DECREF(out);
+        return host_error(got < 0 ? got : HOST_EINVAL);
+    }
+    if (got != cap && _PyBytes_Resize(&out, (Py_ssize_t)got) < 0) return NULL;
+    return out;
+}
+
+static PyObject *wr_blob_write(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    const char *kind;
+    Py_ssize_t kind_len;
+    if (!PyArg_ParseTuple(args, "y*s#", &data, &kind, &kind_len)) return NULL;
+    if (data.len > INT32_MAX) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_OverflowError, "blob too large for one write");
+        return NULL;
+    }
+    uint8_t id[128];
+    int32_t n = host_blob_write(data.buf, (int32_t)data.len, (const uint8_t *)kind,
+                                (int32_t)kind_len, id, (int32_t)sizeof id);
+    PyBuffer_Release(&data);
+    if (n < 0 || n > (int32_t)sizeof id) return host_error(n < 0 ? n : HOST_EINVAL);
+    return PyUnicode_DecodeUTF8((const char *)id, n, "strict");
+}
+
+static PyObject *wr_log(PyObject *self, PyObject *args) {
+    int level;
+    const char *msg;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "is#", &level, &msg, &len)) return NULL;
+    host_log(level, (const uint8_t *)msg, len > INT32_MAX ? INT32_MAX : (int32_t)len);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef wr_methods[] = {
+    {"request", wr_request, METH_NOARGS, "request() -> bytes: this run's request."},
+    {"respond", wr_respond, METH_O, "respond(bytes): hand the run's result to the host."},
+    {"blob_size", wr_blob_size, METH_VARARGS, "blob_size(id) -> int"},
+    {"blob_read", wr_blob_read, METH_VARARGS, "blob_read(id, offset, length) -> bytes"},
+    {"blob_write", wr_blob_write, METH_VARARGS, "blob_write(data, kind) -> blob id"},
+    {"log", wr_log, METH_VARARGS, "log(level, message)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef wr_module = {
+    PyModuleDef_HEAD_INIT, "_wasmrun", "Host calls of the wasmrun sandbox.", -1, wr_methods,
+};
+
+static PyObject *PyInit__wasmrun(void) {
+    PyObject *m = PyModule_Create(&wr_module);
+    if (m == NULL) return NULL;
+    PyModule_AddIntConstant(m, "ENOENT", HOST_ENOENT);
+    PyModule_AddIntConstant(m, "EBUDGET", HOST_EBUDGET);
+    return m;
+}
+
+static PyObject *boot_module;
+
+static int fail(PyStatus status) {
+    if (PyStatus_Exception(status)) fprintf(stderr, "wasmrun: init failed: %s\n",
+                                            status.err_msg ? status.err_msg : "?");
+    return 1;
+}
+
+/* Guest paths fixed at build time: the stdlib+runtime zip is preopened
+ * read-only at /lib for the snapshot and for every run. */
+__attribute__((export_name("wasmrun_init"))) int32_t wasmrun_init(void) {
+    if (PyImport_AppendInittab("_wasmrun", PyInit__wasmrun) < 0) return 1;
+
+    PyConfig config;
+    PyConfig_InitIsolatedConfig(&config);
+    config.site_import = 0;
+    config.write_bytecode = 0;
+    config.buffered_stdio = 0;          /* every print reaches the host log in order */
+    config.install_signal_handlers = 0;
+    config.pathconfig_warnings = 0;
+    config.user_site_directory = 0;
+    config.module_search_paths_set = 1;
+    PyStatus status = PyWideStringList_Append(&config.module_search_paths, L"/lib/wasmrun-guest.zip");
+    if (PyStatus_Exception(status)) return fail(status);
+    status = PyConfig_SetString(&config, &config.home, L"/lib");
+    if (PyStatus_Exception(status)) return fail(status);
+    status = PyConfig_SetString(&config, &config.program_name, L"python");
+    if (PyStatus_Exception(status)) return fail(status);
+    status = Py_InitializeFromConfig(&config);
+    PyConfig_Clear(&config);
+    if (PyStatus_Exception(status)) return fail(status);
+
+    boot_module = PyImport_ImportModule("runtime._boot");
+    if (boot_module == NULL) {
+        PyErr_Print();
+        return 1;
+    }
+    PyObject *r = PyObject_CallMethod(boot_module, "init", NULL);
+    if (r == NULL) {
+        PyErr_Print();
+        return 1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+/* Serve one request. The Python side reads the request and responds
+ * through `_wasmrun`; a non-zero return means it could not even do that. */
+__attribute__((export_name("wasmrun_run"))) int32_t wasmrun_run(void) {
+    __wasilibc_reset_preopens();
+    if (boot_module == NULL) return 2;
+    PyObject *r = PyObject_CallMethod(boot_module, "run", NULL);
+    if (r == NULL) {
+        PyErr_Print();
+        return 1;
+    }
+    Py_DECREF(r);
+    return 0;
+}

@@ -1,0 +1,150 @@
+"""The guest's main loop, in two halves.
+
+`init()` runs once, at build time, before the interpreter's memory is
+snapshotted: everything it imports is free for every later run.
+`run()` runs once per fresh instance: it reads the request from the host,
+calls the entrypoint and hands back a JSON response.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import _wasmrun
+
+# Commonly used modules, imported before the snapshot so runs get them free.
+HOT_MODULES = (
+    "base64", "bisect", "calendar", "collections", "copy", "csv", "dataclasses",
+    "datetime", "decimal", "difflib", "enum", "fnmatch", "fractions", "functools",
+    "hashlib", "heapq", "html", "io", "itertools", "json", "linecache", "math",
+    "operator", "os", "pathlib", "pprint", "random", "re", "shlex", "statistics",
+    "string", "struct", "textwrap", "time", "traceback", "types", "typing",
+    "unicodedata", "urllib.parse", "uuid", "zoneinfo",
+    "runtime", "runtime.blobs", "runtime.log", "runtime._skills",
+)
+RUN_MODULE = "run_code"
+RUN_FILENAME = "<run_code>"
+
+
+def init() -> None:
+    import importlib
+
+    for name in HOT_MODULES:
+        importlib.import_module(name)
+    from runtime import _skills
+
+    _skills.install()
+    # Regex compile caches and the like are part of the snapshot too.
+    import re
+
+    re.compile(r"\s+")
+
+
+class _Failure(Exception):
+    def __init__(self, type_: str, message: str) -> None:
+        super().__init__(message)
+        self.type = type_
+        self.message = message
+
+
+def _format_exception(exc: BaseException) -> str:
+    import traceback
+
+    tb = exc.__traceback__
+    # Drop our own frames: users should see their code, not the harness.
+    while tb is not None and tb.tb_frame.f_globals.get("__name__") == __name__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
+
+
+def _error_type(exc: BaseException) -> str:
+    if isinstance(exc, MemoryError):
+        return "MemoryLimitExceeded"
+    return type(exc).__name__
+
+
+def _prepare(request: dict) -> None:
+    import os
+    import random
+
+    from runtime import _skills
+
+    os.environ.clear()
+    os.environ.update(request.get("env") or {})
+    # The snapshot baked in one random state; every run gets its own seed from the host.
+    random.seed()
+    _skills.FINDER.mount(request.get("skills") or {})
+    for folder in request.get("sys_path") or ():
+        sys.path.append(folder)
+    try:
+        os.chdir("/workspace")
+    except OSError:
+        pass
+
+
+def _load_entrypoint(request: dict):
+    import importlib
+    import linecache
+    import types
+
+    if request["kind"] == "code":
+        source = request["code"]
+        module = types.ModuleType(RUN_MODULE)
+        module.__file__ = RUN_FILENAME
+        sys.modules[RUN_MODULE] = module
+        linecache.cache[RUN_FILENAME] = (len(source), None, source.splitlines(True), RUN_FILENAME)
+        code = compile(source, RUN_FILENAME, "exec", dont_inherit=True)
+        exec(code, module.__dict__)
+    else:
+        module = importlib.import_module("skills." + request["skill"])
+    name = request["function"]
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        where = "the code" if request["kind"] == "code" else f"skill {request['skill']!r}"
+        raise _Failure("EntrypointNotFound", f"{where} defines no function {name!r}")
+    return fn
+
+
+def _serialise(value) -> str:
+    import json
+
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise _Failure(
+            "InvalidOutput",
+            f"the return value is not JSON-serialisable: {exc}",
+        ) from None
+
+
+def _execute(request: dict) -> dict:
+    try:
+        _prepare(request)
+        fn = _load_entrypoint(request)
+        value = fn(request.get("args") or {})
+        return {"status": "completed", "output": _serialise(value)}
+    except _Failure as f:
+        return {"status": "failed", "error": {"type": f.type, "message": f.message}}
+    except SystemExit as exc:
+        return {
+            "status": "failed",
+            "error": {"type": "SystemExit", "message": f"the code called exit({exc.code!r})"},
+        }
+    except BaseException as exc:  # the user's own exception, whatever it is
+        return {
+            "status": "failed",
+            "error": {"type": _error_type(exc), "message": _format_exception(exc)},
+        }
+
+
+def run() -> None:
+    import json
+
+    request = json.loads(_wasmrun.request())
+    response = _execute(request)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    _wasmrun.respond(json.dumps(response).encode("utf-8"))

@@ -1,0 +1,53 @@
+"""`import skills.<skill name>`: the skills mounted in this run, as modules.
+
+A skill named `salesforce.leads.sync` mounted at `/skills/salesforce.leads.sync/`
+is imported as `skills.salesforce.leads.sync`; that module is the skill's
+`runtime.entrypoint` file. Every prefix (`skills`, `skills.salesforce`, ...)
+is an empty package. The entrypoint module is itself a package whose path is
+the entrypoint's folder, so `from . import helpers` works inside a skill.
+A skill that is not mounted is not importable.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import sys
+
+ROOT = "skills"
+
+
+class SkillFinder:
+    def __init__(self) -> None:
+        # dotted skill name -> entrypoint path inside the guest
+        self.entrypoints: dict[str, str] = {}
+
+    def mount(self, entrypoints: dict[str, str]) -> None:
+        self.entrypoints = dict(entrypoints)
+
+    def _is_prefix(self, dotted: str) -> bool:
+        return any(name.startswith(dotted + ".") for name in self.entrypoints)
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == ROOT:
+            return importlib.machinery.ModuleSpec(fullname, None, is_package=True)
+        if not fullname.startswith(ROOT + "."):
+            return None
+        dotted = fullname[len(ROOT) + 1 :]
+        entry = self.entrypoints.get(dotted)
+        if entry is not None:
+            folder = entry.rsplit("/", 1)[0]
+            return importlib.util.spec_from_file_location(
+                fullname, entry, submodule_search_locations=[folder]
+            )
+        if self._is_prefix(dotted):
+            return importlib.machinery.ModuleSpec(fullname, None, is_package=True)
+        return None
+
+
+FINDER = SkillFinder()
+
+
+def install() -> None:
+    if FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, FINDER)

@@ -1,0 +1,273 @@
+"""The sandbox engine: one wasmtime Engine per process, a fresh instance per run.
+
+    engine = SandboxEngine(blobs=store)
+    result = engine.run(RunRequest(kind="code", code="def main(args): return 1"))
+
+Every run instantiates the pre-initialised guest (see python_wasm/snapshot.py)
+into a new Store with its own WASI context, limits and workspace, calls
+`wasmrun_run` once and throws the Store away. Nothing here knows HTTP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import secrets
+import stat
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+import wasmtime
+
+from python_wasm import build as guest_build
+from wasmrun.sandbox import errors
+from wasmrun.sandbox.blobaccess import BlobAccess
+from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, RunContext, set_current
+from wasmrun.sandbox.limits import Limits
+from wasmrun.sandbox.types import RunError, RunRequest, RunResult, Usage
+from wasmrun.sandbox.wasi_guard import Workspace, define_guarded_wasi
+
+EPOCH_TICK_S = 0.005
+GUEST_LIB = "/lib"
+SKILLS_ROOT = "/skills"
+WORKSPACE = "/workspace"
+
+
+def new_run_id() -> str:
+    return "run_" + secrets.token_hex(8)
+
+
+class EpochTicker:
+    """Advances the engine's epoch so that deadlines fire while wasm runs."""
+
+    def __init__(self, engine: wasmtime.Engine, interval: float = EPOCH_TICK_S) -> None:
+        self._engine = engine
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="wasmrun-epoch", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._engine.increment_epoch()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _engine_config() -> wasmtime.Config:
+    config = wasmtime.Config()
+    config.consume_fuel = True
+    config.epoch_interruption = True
+    return config
+
+
+ENGINE_SETTINGS = "fuel=1;epoch=1"
+
+
+def _private_cache_dir() -> Path:
+    path = guest_build.cache_root() / "compiled"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = path.stat()
+    # Deserialising trusts its input: only load files from a folder no one else can write.
+    if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise PermissionError(f"compiled-module cache {path} is writable by others")
+    return path
+
+
+def load_module(engine: wasmtime.Engine, wasm: Path) -> wasmtime.Module:
+    """Compile `wasm`, or load it from the private cache of compiled modules,
+    keyed by wasmtime's version, the engine settings and the module's hash."""
+    digest = hashlib.sha256(wasm.read_bytes()).hexdigest()
+    key = hashlib.sha256(f"{_wasmtime_version()}|{ENGINE_SETTINGS}|{digest}".encode()).hexdigest()[:32]
+    folder = _private_cache_dir()
+    cached = folder / f"{key}.cwasm"
+    if cached.exists():
+        return wasmtime.Module.deserialize_file(engine, str(cached))
+    module = wasmtime.Module.from_file(engine, str(wasm))
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(module.serialize())
+    os.replace(tmp, cached)
+    return module
+
+
+def _wasmtime_version() -> str:
+    from importlib.metadata import version
+
+    return version("wasmtime")
+
+
+class SandboxEngine:
+    """Owns the wasmtime Engine, the compiled guest and the epoch ticker."""
+
+    def __init__(
+        self,
+        blobs: BlobAccess,
+        guest: guest_build.Guest | None = None,
+        workspace_root: Path | None = None,
+    ) -> None:
+        self.guest = guest or guest_build.build(quiet=True)
+        self.blobs = blobs
+        self.engine = wasmtime.Engine(_engine_config())
+        self.module = load_module(self.engine, self.guest.snapshot_wasm)
+        linker = wasmtime.Linker(self.engine)
+        define_guarded_wasi(self.engine, linker, self.module)
+        for imp in self.module.imports:
+            if imp.module == "wasmrun":
+                linker.define_func(imp.module, imp.name, imp.type, HOST_FUNCTIONS[imp.name],
+                                   access_caller=True)
+        self._pre = linker.instantiate_pre(self.module)
+        self._linker = linker
+        root = workspace_root or Path(tempfile.gettempdir())
+        self.workspace_root = Path(tempfile.mkdtemp(prefix="wasmrun-", dir=root))
+        os.chmod(self.workspace_root, 0o700)
+        self._ticker = EpochTicker(self.engine)
+
+    def close(self) -> None:
+        self._ticker.close()
+        try:
+            os.rmdir(self.workspace_root)
+        except OSError:
+            pass
+
+    def __enter__(self) -> "SandboxEngine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- one run --------------------------------------------------------------
+
+    def _guest_request(self, request: RunRequest) -> bytes:
+        skills = {
+            s.name: f"{SKILLS_ROOT}/{s.name}/{s.entrypoint}"
+            for s in request.skills
+            if s.entrypoint
+        }
+        sys_path = []
+        if request.kind == "skill" and request.skill in skills:
+            sys_path.append(skills[request.skill].rsplit("/", 1)[0])
+        return json.dumps({
+            "kind": request.kind,
+            "code": request.code,
+            "skill": request.skill,
+            "function": request.function,
+            "args": request.args,
+            "skills": skills,
+            "sys_path": sys_path,
+            "env": request.env,
+        }).encode()
+
+    def _wasi(self, request: RunRequest, ctx: RunContext, workspace: Workspace) -> wasmtime.WasiConfig:
+        wasi = wasmtime.WasiConfig()
+        # Order matters only for fd numbers; the guest re-scans preopens every run.
+        wasi.preopen_dir(str(self.guest.lib_dir), GUEST_LIB, fs_mutable=False)
+        for skill in request.skills:
+            wasi.preopen_dir(skill.root, f"{SKILLS_ROOT}/{skill.name}", fs_mutable=False)
+        wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
+        wasi.stdout_custom = ctx.write_output
+        wasi.stderr_custom = ctx.write_output
+        return wasi
+
+    def run(self, request: RunRequest) -> RunResult:
+        t0 = time.perf_counter()
+        run_id = request.run_id or new_run_id()
+        limits = request.limits
+        ctx = RunContext(run_id, self._guest_request(request), limits, self.blobs, request.input_blobs)
+        workspace = Workspace(self.workspace_root, limits.workspace_bytes, limits.workspace_files)
+        ctx.workspace = workspace
+        store = wasmtime.Store(self.engine)
+        usage = Usage()
+        error: RunError | None = None
+        try:
+            store.set_limits(memory_size=limits.memory_bytes)
+            store.set_fuel(limits.fuel)
+            store.set_epoch_deadline(max(1, math.ceil(limits.timeout_ms / 1000 / EPOCH_TICK_S)))
+            store.set_wasi(self._wasi(request, ctx, workspace))
+            instance = self._pre.instantiate(store)
+            run_export = instance.exports(store)["wasmrun_run"]
+            memory = instance.exports(store)["memory"]
+            t1 = time.perf_counter()
+            ctx.deadline = time.monotonic() + limits.timeout_ms / 1000
+            set_current(ctx)
+            try:
+                status = run_export(store)
+                if status != 0 or ctx.response is None:
+                    error = RunError(errors.GUEST_CRASH, "the interpreter failed to run the request")
+            except errors.RunAborted as exc:
+                error = RunError(exc.error_type, exc.message)
+            except wasmtime.Trap as trap:
+                error = _classify_trap(trap, ctx, memory.data_len(store), limits)
+            except wasmtime.WasmtimeError as exc:
+                error = RunError(errors.GUEST_CRASH, f"the sandbox failed: {_first_line(str(exc))}")
+            finally:
+                set_current(None)
+            t2 = time.perf_counter()
+            usage.fuel_used = limits.fuel - store.get_fuel()
+            usage.peak_memory_bytes = memory.data_len(store)
+            usage.instantiate_ms = round((t1 - t0) * 1000, 3)
+            usage.run_ms = round((t2 - t1) * 1000, 3)
+        finally:
+            workspace.remove()
+            ctx.wasi_funcs.clear()
+            store.close()
+        usage.blob_io_bytes = ctx.blob_io
+        result = RunResult(run_id=run_id, status="completed", output_blobs=ctx.output_blobs, usage=usage)
+        if error is None:
+            _apply_response(result, ctx.response)
+        else:
+            result.status = "failed"
+            result.error = error
+        result.logs = ctx.logs.text()
+        result.logs_cut_bytes = ctx.logs.cut
+        usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
+        return result
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "unknown error"
+
+
+def _apply_response(result: RunResult, response: bytes | None) -> None:
+    try:
+        reply = json.loads(response or b"")
+    except ValueError:
+        result.status = "failed"
+        result.error = RunError(errors.GUEST_CRASH, "the interpreter sent a malformed reply")
+        return
+    if reply.get("status") == "completed":
+        result.output_json = reply["output"]
+        result.output = json.loads(reply["output"])
+    else:
+        result.status = "failed"
+        err = reply.get("error") or {}
+        result.error = RunError(str(err.get("type", errors.GUEST_CRASH)), str(err.get("message", "")))
+
+
+def _classify_trap(trap: wasmtime.Trap, ctx: RunContext, memory_len: int, limits: Limits) -> RunError:
+    code = trap.trap_code
+    if code == wasmtime.TrapCode.INTERRUPT:
+        return RunError(errors.TIMEOUT, f"the run exceeded its time limit of {limits.timeout_ms} ms")
+    if code == wasmtime.TrapCode.OUT_OF_FUEL:
+        return RunError(errors.CPU_LIMIT, f"the run used up its CPU budget ({limits.fuel} fuel)")
+    if code == wasmtime.TrapCode.STACK_OVERFLOW:
+        return RunError(errors.STACK_OVERFLOW, "the guest's call stack overflowed")
+    logs = ctx.logs.text()
+    if "stack overflow" in logs.lower():
+        return RunError(errors.STACK_OVERFLOW, "the guest's call stack overflowed")
+    # The interpreter aborts when an allocation fails that it cannot turn into MemoryError.
+    if memory_len + (1 << 20) >= limits.memory_bytes or "MemoryError" in logs:
+        return RunError(errors.MEMORY_LIMIT, f"the run exceeded its memory limit of {limits.memory_bytes} bytes")
+    name = code.name.lower().replace("_", " ") if code is not None else "trap"
+    return RunError(errors.GUEST_CRASH, f"the interpreter stopped: {name}")
+
+
+def encode_result(result: RunResult) -> bytes:
+    return msgspec.json.encode(result)

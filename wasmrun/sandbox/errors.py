@@ -1,0 +1,27 @@
+"""How a run can end badly: the `error.type` values a result may carry.
+
+Besides these, a run that raised in the guest carries the exception's own
+type name (`ValueError`, `SyntaxError`, ...) and its guest traceback.
+"""
+
+TIMEOUT = "Timeout"  # wall-clock limit (timeout_ms)
+CPU_LIMIT = "CPULimitExceeded"  # fuel spent
+MEMORY_LIMIT = "MemoryLimitExceeded"  # linear memory cap
+STACK_OVERFLOW = "StackOverflow"
+WORKSPACE_QUOTA = "WorkspaceQuotaExceeded"  # /workspace bytes or files
+BLOB_BUDGET = "BlobBudgetExceeded"  # bytes through blob host calls
+ENTRYPOINT_NOT_FOUND = "EntrypointNotFound"
+INVALID_OUTPUT = "InvalidOutput"  # return value not JSON, or too large
+SYSTEM_EXIT = "SystemExit"
+HOST_CALL_ERROR = "InvalidHostCall"  # the guest passed a bad pointer/length
+GUEST_CRASH = "GuestCrashed"  # the interpreter trapped for another reason
+WORKER_CRASHED = "WorkerCrashed"  # the process running the sandbox died
+
+
+class RunAborted(Exception):
+    """Raised inside a host call to stop the guest with a given error type."""
+
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.message = message

@@ -1,0 +1,213 @@
+"""The host side of the guest's `wasmrun` imports, and the per-run state they use.
+
+Host functions are defined once per engine (store-independent, so that an
+`InstancePre` can be reused); each call finds its run through `current()`,
+set by the engine around the call into the guest. A worker runs one guest
+at a time per thread.
+
+Nothing the guest passes is trusted: every pointer/length is checked
+against linear memory and a bad one stops the run (`InvalidHostCall`),
+never the host.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Callable
+
+import wasmtime
+
+from wasmrun.sandbox import errors
+from wasmrun.sandbox.blobaccess import BlobAccess
+from wasmrun.sandbox.capture import HeadTail, log_line
+from wasmrun.sandbox.limits import Limits
+
+if TYPE_CHECKING:
+    from wasmrun.sandbox.wasi_guard import Workspace
+
+# Mirrored in python_wasm/bridge.c.
+ENOENT, EBUDGET, EINVAL = -1, -2, -3
+MAX_BLOB_ID = 128
+MAX_KIND = 255
+U32 = 0xFFFFFFFF
+
+_local = threading.local()
+
+
+class RunContext:
+    """Everything one run's host calls may touch."""
+
+    def __init__(
+        self,
+        run_id: str,
+        request_bytes: bytes,
+        limits: Limits,
+        blobs: BlobAccess,
+        input_blobs: list[str],
+    ) -> None:
+        self.run_id = run_id
+        self.request_bytes = request_bytes
+        self.limits = limits
+        self.blobs = blobs
+        self.readable = set(input_blobs)
+        self.output_blobs: list[str] = []
+        self.logs = HeadTail(limits.output_bytes)
+        self.response: bytes | None = None
+        self.blob_io = 0
+        self.deadline = 0.0  # time.monotonic() when the run must stop
+        self.workspace: Workspace | None = None  # set by the engine
+        self.wasi_funcs: dict[str, wasmtime.Func] = {}  # the real WASI calls, per store
+
+    def charge_blob_io(self, n: int) -> None:
+        self.blob_io += n
+        if self.blob_io > self.limits.blob_io_bytes:
+            raise errors.RunAborted(
+                errors.BLOB_BUDGET,
+                f"the run moved more than {self.limits.blob_io_bytes} bytes through blob calls",
+            )
+
+    def write_output(self, data: bytes) -> None:
+        self.logs.write(data)
+
+
+def current() -> RunContext:
+    ctx = getattr(_local, "ctx", None)
+    if ctx is None:  # a guest calling in outside a run: cannot happen through the engine
+        raise errors.RunAborted(errors.HOST_CALL_ERROR, "host call outside a run")
+    return ctx
+
+
+def set_current(ctx: RunContext | None) -> None:
+    _local.ctx = ctx
+
+
+# --- guest memory access, bounds-checked ----------------------------------
+
+def _memory(caller: wasmtime.Caller) -> wasmtime.Memory:
+    mem = caller.get("memory")
+    if not isinstance(mem, wasmtime.Memory):
+        raise errors.RunAborted(errors.HOST_CALL_ERROR, "guest has no memory export")
+    return mem
+
+
+def _span(caller: wasmtime.Caller, ptr: int, length: int) -> tuple[wasmtime.Memory, int, int]:
+    mem = _memory(caller)
+    ptr &= U32
+    length &= U32
+    if ptr + length > mem.data_len(caller):
+        raise errors.RunAborted(
+            errors.HOST_CALL_ERROR, "the guest passed a buffer outside its memory"
+        )
+    return mem, ptr, length
+
+
+def read_guest(caller: wasmtime.Caller, ptr: int, length: int) -> bytes:
+    mem, ptr, length = _span(caller, ptr, length)
+    return bytes(mem.read(caller, ptr, ptr + length)) if length else b""
+
+
+def write_guest(caller: wasmtime.Caller, ptr: int, cap: int, data: bytes) -> None:
+    mem, ptr, cap = _span(caller, ptr, cap)
+    if len(data) > cap:
+        raise errors.RunAborted(errors.HOST_CALL_ERROR, "host reply larger than the guest buffer")
+    if data:
+        mem.write(caller, data, ptr)
+
+
+def _text(caller: wasmtime.Caller, ptr: int, length: int, limit: int) -> str | None:
+    if length & U32 > limit:
+        return None
+    try:
+        return read_guest(caller, ptr, length).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+# --- the `wasmrun` import module --------------------------------------------
+
+def request_len(caller: wasmtime.Caller) -> int:
+    return len(current().request_bytes)
+
+
+def request_read(caller: wasmtime.Caller, ptr: int, cap: int) -> int:
+    data = current().request_bytes
+    write_guest(caller, ptr, cap, data)
+    return len(data)
+
+
+def respond(caller: wasmtime.Caller, ptr: int, length: int) -> None:
+    ctx = current()
+    if length & U32 > ctx.limits.result_bytes:
+        raise errors.RunAborted(
+            errors.INVALID_OUTPUT,
+            f"the result is larger than {ctx.limits.result_bytes} bytes; write large data to blobs",
+        )
+    ctx.response = read_guest(caller, ptr, length)
+
+
+def blob_size(caller: wasmtime.Caller, id_ptr: int, id_len: int) -> int:
+    ctx = current()
+    blob_id = _text(caller, id_ptr, id_len, MAX_BLOB_ID)
+    if blob_id is None or blob_id not in ctx.readable:
+        return ENOENT
+    size = ctx.blobs.size(blob_id)
+    return ENOENT if size is None else size
+
+
+def blob_read(
+    caller: wasmtime.Caller, id_ptr: int, id_len: int, offset: int, buf: int, cap: int
+) -> int:
+    ctx = current()
+    blob_id = _text(caller, id_ptr, id_len, MAX_BLOB_ID)
+    if blob_id is None or blob_id not in ctx.readable:
+        return ENOENT
+    if offset < 0:
+        return EINVAL
+    _span(caller, buf, cap)  # check before doing any I/O
+    ctx.charge_blob_io(cap & U32)
+    data = ctx.blobs.read(blob_id, offset, cap & U32)
+    write_guest(caller, buf, cap, data)
+    return len(data)
+
+
+def blob_write(
+    caller: wasmtime.Caller,
+    ptr: int,
+    length: int,
+    kind_ptr: int,
+    kind_len: int,
+    out_ptr: int,
+    out_cap: int,
+) -> int:
+    ctx = current()
+    kind = _text(caller, kind_ptr, kind_len, MAX_KIND)
+    if not kind or "/" not in kind:
+        return EINVAL
+    _span(caller, out_ptr, out_cap)
+    ctx.charge_blob_io(length & U32)
+    data = read_guest(caller, ptr, length)
+    blob_id = ctx.blobs.create(data, kind, run_id=ctx.run_id)
+    ctx.output_blobs.append(blob_id)
+    ctx.readable.add(blob_id)
+    encoded = blob_id.encode()
+    write_guest(caller, out_ptr, out_cap, encoded)
+    return len(encoded)
+
+
+def log(caller: wasmtime.Caller, level: int, ptr: int, length: int) -> None:
+    ctx = current()
+    # Read at most what the capture could keep; a huge message is cut, not copied.
+    keep = min(length & U32, ctx.limits.output_bytes)
+    message = read_guest(caller, ptr, keep).decode("utf-8", "replace")
+    ctx.write_output(log_line(level, message))
+
+
+HOST_FUNCTIONS: dict[str, Callable[..., object]] = {
+    "request_len": request_len,
+    "request_read": request_read,
+    "respond": respond,
+    "blob_size": blob_size,
+    "blob_read": blob_read,
+    "blob_write": blob_write,
+    "log": log,
+}

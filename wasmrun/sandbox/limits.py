@@ -1,0 +1,59 @@
+"""What a run may use, with the server's defaults and ceilings.
+
+A request may ask for any value up to the ceiling; omitted values take the
+default. Each limit, when hit, ends the run with its own error type
+(see `errors.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout_ms: int = 30_000  # wall clock, enforced by epoch interruption
+    fuel: int = 20_000_000_000  # wasm instructions, roughly: the CPU budget
+    memory_bytes: int = 256 * MiB  # guest linear memory
+    output_bytes: int = 64 * 1024  # captured stdout+stderr+log kept (head and tail)
+    workspace_bytes: int = 64 * MiB  # /workspace total file size
+    workspace_files: int = 1_000  # /workspace entries (files, dirs, links)
+    blob_io_bytes: int = 256 * MiB  # bytes moved through blob host calls
+    result_bytes: int = 32 * MiB  # the JSON of the return value
+
+
+DEFAULT_LIMITS = Limits()
+CEILING_LIMITS = Limits(
+    timeout_ms=15 * 60_000,
+    fuel=1_000_000_000_000,
+    memory_bytes=2048 * MiB,
+    output_bytes=1 * MiB,
+    workspace_bytes=1024 * MiB,
+    workspace_files=100_000,
+    blob_io_bytes=4096 * MiB,
+    result_bytes=256 * MiB,
+)
+# The snapshot's memory alone is about 21 MiB; below this no run can start.
+MIN_MEMORY_BYTES = 48 * MiB
+
+
+@dataclass(frozen=True)
+class LimitPolicy:
+    defaults: Limits = DEFAULT_LIMITS
+    ceilings: Limits = CEILING_LIMITS
+
+    def resolve(self, **requested: int | None) -> Limits:
+        """Defaults overlaid with the requested values, each clamped to [1, ceiling]."""
+        values = {}
+        for field in dataclasses.fields(Limits):
+            asked = requested.pop(field.name, None)
+            ceiling = getattr(self.ceilings, field.name)
+            value = getattr(self.defaults, field.name) if asked is None else asked
+            values[field.name] = max(1, min(int(value), ceiling))
+        if requested:
+            raise TypeError(f"unknown limits: {sorted(requested)}")
+        values["memory_bytes"] = max(values["memory_bytes"], MIN_MEMORY_BYTES)
+        return Limits(**values)

@@ -1,0 +1,58 @@
+"""The sandbox's request and result: what `SandboxEngine.run` takes and gives.
+
+These know nothing of JSON-RPC; the protocol layer maps its params onto a
+`RunRequest` and a `RunResult` onto the spec's run result.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from wasmrun.sandbox.limits import Limits
+
+
+class MountedSkill(msgspec.Struct, frozen=True):
+    name: str  # dotted skill name, mounted read-only at /skills/<name>/
+    root: str  # the skill's folder on the host
+    entrypoint: str | None = None  # e.g. "code/main.py"; None for instruction skills
+
+
+class RunRequest(msgspec.Struct, kw_only=True):
+    kind: Literal["code", "skill"]
+    code: str | None = None  # kind == "code": the module source
+    skill: str | None = None  # kind == "skill": the name of one of `skills`
+    function: str = "main"  # entrypoint / export to call with `args`
+    args: dict[str, Any] = {}
+    skills: list[MountedSkill] = []
+    input_blobs: list[str] = []  # blob ids the run may read
+    env: dict[str, str] = {}  # the run's whole environment (e.g. granted secrets)
+    limits: Limits = msgspec.field(default_factory=Limits)
+    run_id: str = ""
+
+
+class RunError(msgspec.Struct):
+    type: str
+    message: str
+
+
+class Usage(msgspec.Struct):
+    fuel_used: int = 0
+    peak_memory_bytes: int = 0
+    blob_io_bytes: int = 0
+    instantiate_ms: float = 0.0
+    run_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+class RunResult(msgspec.Struct):
+    run_id: str
+    status: Literal["completed", "failed"]
+    output: Any = None  # the entrypoint's return value (decoded JSON)
+    output_json: str | None = None  # the same, as the guest serialised it
+    output_blobs: list[str] = []
+    logs: str = ""
+    logs_cut_bytes: int = 0
+    error: RunError | None = None
+    usage: Usage = msgspec.field(default_factory=Usage)

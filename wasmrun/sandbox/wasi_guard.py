@@ -1,0 +1,245 @@
+"""WASI calls the host intercepts: the /workspace quota and sleeping past the deadline.
+
+wasmtime's WASI has no disk quota, and a guest blocked in `poll_oneoff`
+(`time.sleep`) is in host code where epoch interruption cannot reach it.
+So the linker shadows a few `wasi_snapshot_preview1` functions with Python
+wrappers that check first and then call the real implementation.
+
+Quota accounting is conservative: every byte a write call may add counts
+against an estimate; when the estimate would pass the quota, the workspace
+is measured for real, and only a real excess stops the run
+(`WorkspaceQuotaExceeded`). Only /workspace is writable, so every write to a
+descriptor other than stdout/stderr is a workspace write.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import wasmtime
+
+from wasmrun.sandbox import errors
+from wasmrun.sandbox.hostcalls import current, read_guest, write_guest
+
+WASI = "wasi_snapshot_preview1"
+O_CREAT = 1
+SUBSCRIPTION_SIZE = 48
+EVENTTYPE_CLOCK = 0
+SUBCLOCK_ABSTIME = 1
+
+
+class Workspace:
+    """A fresh host directory for one run's /workspace, and its quota."""
+
+    def __init__(self, parent: Path, max_bytes: int, max_files: int) -> None:
+        self.path = Path(tempfile.mkdtemp(prefix="ws-", dir=parent))
+        self.max_bytes = max_bytes
+        self.max_files = max_files
+        self.est_bytes = 0
+        self.est_files = 0
+
+    def measure(self) -> tuple[int, int]:
+        total = files = 0
+        for root, dirs, names in os.walk(self.path):
+            for name in names + dirs:
+                files += 1
+                try:
+                    st = os.lstat(os.path.join(root, name))
+                except OSError:
+                    continue
+                total += st.st_size
+        return total, files
+
+    def charge(self, nbytes: int = 0, nfiles: int = 0) -> None:
+        if self.est_bytes + nbytes <= self.max_bytes and self.est_files + nfiles <= self.max_files:
+            self.est_bytes += nbytes
+            self.est_files += nfiles
+            return
+        used_bytes, used_files = self.measure()
+        if used_bytes + nbytes > self.max_bytes:
+            raise errors.RunAborted(
+                errors.WORKSPACE_QUOTA,
+                f"/workspace would exceed its quota of {self.max_bytes} bytes",
+            )
+        if used_files + nfiles > self.max_files:
+            raise errors.RunAborted(
+                errors.WORKSPACE_QUOTA,
+                f"/workspace would exceed its quota of {self.max_files} files",
+            )
+        self.est_bytes = used_bytes + nbytes
+        self.est_files = used_files + nfiles
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _iov_total(caller: wasmtime.Caller, iovs: int, count: int) -> int:
+    count &= 0xFFFFFFFF
+    if count > 1024:  # WASI's IOV_MAX; the real call will refuse it
+        return 0
+    raw = read_guest(caller, iovs, 8 * count)
+    return sum(length for _, length in struct.iter_unpack("<II", raw))
+
+
+def _iov_data(caller: wasmtime.Caller, iovs: int, count: int) -> bytes:
+    count &= 0xFFFFFFFF
+    if count > 1024:
+        raise errors.RunAborted(errors.HOST_CALL_ERROR, "too many buffers in one write")
+    raw = read_guest(caller, iovs, 8 * count)
+    return b"".join(read_guest(caller, ptr, n) for ptr, n in struct.iter_unpack("<II", raw))
+
+
+def _sleep_ns(caller: wasmtime.Caller, subs: int, count: int, now: Callable[[int], int]) -> int | None:
+    """The shortest clock timeout among the subscriptions, in ns from now.
+
+    `now(clock_id)` reads the guest's own clock: absolute timeouts (CPython's
+    sleep uses them) are on WASI's clocks, not the host's."""
+    count &= 0xFFFFFFFF
+    if count == 0 or count > 4096:
+        return None
+    raw = read_guest(caller, subs, SUBSCRIPTION_SIZE * count)
+    shortest = None
+    for i in range(count):
+        base = i * SUBSCRIPTION_SIZE
+        if raw[base + 8] != EVENTTYPE_CLOCK:
+            continue
+        clock_id, timeout, _precision, flags = struct.unpack_from("<I4xQQH", raw, base + 16)
+        if flags & SUBCLOCK_ABSTIME:
+            timeout = max(0, timeout - now(clock_id))
+        shortest = timeout if shortest is None else min(shortest, timeout)
+    return shortest
+
+
+_VALTYPES = {"i32": "i32", "i64": "i64", "f32": "f32", "f64": "f64"}
+
+
+def _trampoline_wat(types: dict[str, wasmtime.FuncType]) -> str:
+    """A module that re-exports real WASI functions, with the guest's memory.
+
+    WASI's host functions find the memory through the *calling instance's*
+    "memory" export, so Python cannot call them directly. Called through this
+    module, which imports the guest's memory and exports it again, they work
+    on the guest's memory as if the guest had called them.
+    """
+    imports = ['(module', '  (import "env" "memory" (memory 0))']
+    funcs = []
+    for i, (name, ty) in enumerate(types.items()):
+        params = " ".join(_VALTYPES[str(p)] for p in ty.params)
+        results = " ".join(_VALTYPES[str(r)] for r in ty.results)
+        sig = f"(param {params}) (result {results})" if results else f"(param {params})"
+        imports.append(f'  (import "{WASI}" "{name}" (func $real{i} {sig}))')
+        gets = " ".join(f"(local.get {j})" for j in range(len(ty.params)))
+        funcs.append(f'  (func (export "{name}") {sig} (call $real{i} {gets}))')
+    lines = imports + funcs + ['  (export "memory" (memory 0)))']
+    return "\n".join(lines)
+
+
+class _Wrappers:
+    """Shadowing functions; each checks, then calls the real WASI function."""
+
+    def __init__(self, engine: wasmtime.Engine, types: dict[str, wasmtime.FuncType]) -> None:
+        self.real = wasmtime.Linker(engine)
+        self.real.define_wasi()
+        self.names = list(types)
+        self.trampoline = wasmtime.Module(engine, _trampoline_wat(types))
+
+    def _call(self, caller: wasmtime.Caller, name: str, *args: int) -> int:
+        ctx = current()
+        funcs = ctx.wasi_funcs
+        if not funcs:
+            memory = caller.get("memory")
+            imports = [memory] + [self.real.get(caller, WASI, n) for n in self.names]
+            instance = wasmtime.Instance(caller, self.trampoline, imports)
+            exports = instance.exports(caller)
+            funcs.update((n, exports[n]) for n in self.names)
+        return funcs[name](caller, *args)
+
+    def fd_write(self, caller, fd, iovs, iovs_len, nwritten):  # type: ignore[no-untyped-def]
+        if fd in (1, 2):
+            # stdout/stderr go straight to the run's capture: no file behind them.
+            data = _iov_data(caller, iovs, iovs_len)
+            current().write_output(data)
+            write_guest(caller, nwritten, 4, struct.pack("<I", len(data)))
+            return 0
+        current().workspace.charge(_iov_total(caller, iovs, iovs_len))
+        return self._call(caller, "fd_write", fd, iovs, iovs_len, nwritten)
+
+    def fd_pwrite(self, caller, fd, iovs, iovs_len, offset, nwritten):  # type: ignore[no-untyped-def]
+        # Writing past the end makes the file that long: count the offset too.
+        current().workspace.charge(max(0, offset) + _iov_total(caller, iovs, iovs_len))
+        return self._call(caller, "fd_pwrite", fd, iovs, iovs_len, offset, nwritten)
+
+    def fd_allocate(self, caller, fd, offset, length):  # type: ignore[no-untyped-def]
+        current().workspace.charge(max(0, offset) + max(0, length))
+        return self._call(caller, "fd_allocate", fd, offset, length)
+
+    def fd_filestat_set_size(self, caller, fd, size):  # type: ignore[no-untyped-def]
+        current().workspace.charge(max(0, size))
+        return self._call(caller, "fd_filestat_set_size", fd, size)
+
+    def path_open(self, caller, fd, dirflags, path, path_len, oflags, base, inheriting, fdflags, out):  # type: ignore[no-untyped-def]
+        if oflags & O_CREAT:
+            current().workspace.charge(nfiles=1)
+        return self._call(
+            caller, "path_open", fd, dirflags, path, path_len, oflags, base, inheriting, fdflags, out
+        )
+
+    def path_create_directory(self, caller, fd, path, path_len):  # type: ignore[no-untyped-def]
+        current().workspace.charge(nfiles=1)
+        return self._call(caller, "path_create_directory", fd, path, path_len)
+
+    def path_symlink(self, caller, old, old_len, fd, new, new_len):  # type: ignore[no-untyped-def]
+        current().workspace.charge(nfiles=1)
+        return self._call(caller, "path_symlink", old, old_len, fd, new, new_len)
+
+    def path_link(self, caller, old_fd, flags, old, old_len, new_fd, new, new_len):  # type: ignore[no-untyped-def]
+        current().workspace.charge(nfiles=1)
+        return self._call(caller, "path_link", old_fd, flags, old, old_len, new_fd, new, new_len)
+
+    def poll_oneoff(self, caller, subs, events, count, nevents):  # type: ignore[no-untyped-def]
+        ctx = current()
+
+        def guest_clock(clock_id: int) -> int:
+            # The events buffer (32 bytes a subscription) is scratch until the real call.
+            if self._call(caller, "clock_time_get", clock_id, 1, events) != 0:
+                return 0
+            return struct.unpack("<Q", read_guest(caller, events, 8))[0]
+
+        wait = _sleep_ns(caller, subs, count, guest_clock)
+        if wait is not None:
+            remaining = ctx.deadline - time.monotonic()
+            if wait / 1e9 >= remaining:
+                # Sleep only until the deadline, then stop the run as the epoch would.
+                if remaining > 0:
+                    time.sleep(remaining)
+                raise errors.RunAborted(errors.TIMEOUT, "the run exceeded its time limit")
+        return self._call(caller, "poll_oneoff", subs, events, count, nevents)
+
+
+GUARDED = (
+    "fd_write", "fd_pwrite", "fd_allocate", "fd_filestat_set_size", "path_open",
+    "path_create_directory", "path_symlink", "path_link", "poll_oneoff",
+)
+# Real WASI calls the wrappers need but do not shadow.
+PASSED_THROUGH = ("clock_time_get",)
+
+
+def define_guarded_wasi(engine: wasmtime.Engine, linker: wasmtime.Linker, module: wasmtime.Module) -> None:
+    """Define WASI in `linker`, with the GUARDED functions shadowed."""
+    linker.define_wasi()
+    imported = {imp.name: imp.type for imp in module.imports if imp.module == WASI}
+    types = {name: imported[name] for name in GUARDED + PASSED_THROUGH if name in imported}
+    wrappers = _Wrappers(engine, types)
+    linker.allow_shadowing = True
+    for name in GUARDED:
+        if name not in types:
+            continue
+        ty = types[name]
+        linker.define_func(WASI, name, ty, getattr(wrappers, name), access_caller=True)
+    linker.allow_shadowing = False
