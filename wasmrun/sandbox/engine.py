@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import secrets
@@ -33,6 +34,7 @@ from wasmrun.sandbox.types import RunError, RunRequest, RunResult, Usage
 from wasmrun.sandbox.wasi_guard import Workspace, define_guarded_wasi
 
 EPOCH_TICK_S = 0.005
+logger = logging.getLogger("wasmrun.sandbox")
 GUEST_LIB = "/lib"
 SKILLS_ROOT = "/skills"
 WORKSPACE = "/workspace"
@@ -207,6 +209,10 @@ class SandboxEngine:
                 error = _classify_trap(trap, ctx, memory.data_len(store), limits)
             except wasmtime.WasmtimeError as exc:
                 error = RunError(errors.GUEST_CRASH, f"the sandbox failed: {_first_line(str(exc))}")
+            except Exception:
+                # A bug on our side of a host call: keep the details in the server log only.
+                logger.exception("host call failed in run %s", run_id)
+                error = RunError(errors.INTERNAL, "the sandbox host failed; the run was stopped")
             finally:
                 set_current(None)
             t2 = time.perf_counter()

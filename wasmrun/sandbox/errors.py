@@ -16,6 +16,7 @@ SYSTEM_EXIT = "SystemExit"
 HOST_CALL_ERROR = "InvalidHostCall"  # the guest passed a bad pointer/length
 GUEST_CRASH = "GuestCrashed"  # the interpreter trapped for another reason
 WORKER_CRASHED = "WorkerCrashed"  # the process running the sandbox died
+INTERNAL = "SandboxError"  # a fault on the host side; details only in the server log
 
 
 class RunAborted(Exception):

@@ -1,0 +1,75 @@
+"""Running sandboxes off the event loop, with a bound on how many at once.
+
+The protocol layer holds one `Executor` and awaits `run()`. Past the bound a
+request waits up to `queue_timeout` seconds for a slot and then gets `Busy`,
+never an unbounded queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Protocol
+
+from wasmrun.sandbox.blobaccess import BlobAccess
+from wasmrun.sandbox.types import RunRequest, RunResult
+
+
+class Busy(Exception):
+    """Every sandbox slot stayed taken for the whole wait."""
+
+
+class Executor(Protocol):
+    async def run(self, request: RunRequest) -> RunResult: ...
+
+    def close(self) -> None: ...
+
+
+class _Slots:
+    def __init__(self, slots: int, queue_timeout: float) -> None:
+        self.slots = slots
+        self.queue_timeout = queue_timeout
+        self._sem: asyncio.Semaphore | None = None
+
+    async def acquire(self) -> None:
+        # Created lazily: the semaphore belongs to the running event loop.
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.slots)
+        try:
+            await asyncio.wait_for(self._sem.acquire(), self.queue_timeout)
+        except asyncio.TimeoutError:
+            raise Busy(f"all {self.slots} sandboxes are busy; try again shortly") from None
+
+    def release(self) -> None:
+        assert self._sem is not None
+        self._sem.release()
+
+
+class InProcessExecutor:
+    """Sandboxes in this process, on worker threads (one engine, shared).
+
+    Simple and used by tests and `wasmrun run`; the server uses worker
+    processes (see pool.py), which scale across cores.
+    """
+
+    def __init__(
+        self,
+        blobs: BlobAccess,
+        slots: int = 1,
+        queue_timeout: float = 5.0,
+        workspace_root: Path | None = None,
+    ) -> None:
+        from wasmrun.sandbox.engine import SandboxEngine
+
+        self.engine = SandboxEngine(blobs, workspace_root=workspace_root)
+        self._slots = _Slots(slots, queue_timeout)
+
+    async def run(self, request: RunRequest) -> RunResult:
+        await self._slots.acquire()
+        try:
+            return await asyncio.to_thread(self.engine.run, request)
+        finally:
+            self._slots.release()
+
+    def close(self) -> None:
+        self.engine.close()
