@@ -26,8 +26,30 @@ RUN_MODULE = "run_code"
 RUN_FILENAME = "<run_code>"
 
 
+def _install_stdio() -> None:
+    """stdout and stderr as text layers over ONE buffered writer on fd 1.
+
+    Each write to fd 1 is a host call; unbuffered, a print loop is dominated
+    by them. Sharing one buffer keeps prints and tracebacks in order, and
+    runtime.log flushes it before logging, so the run's log reads in order.
+    """
+    import io
+
+    shared = io.BufferedWriter(io.FileIO(1, "w", closefd=False), buffer_size=1 << 16)
+    sys.stdout = io.TextIOWrapper(shared, encoding="utf-8", errors="backslashreplace", write_through=True)
+    sys.stderr = io.TextIOWrapper(shared, encoding="utf-8", errors="backslashreplace", write_through=True)
+
+
 def init() -> None:
     import importlib
+
+    _install_stdio()
+    # `site` is not imported (isolated start-up), but users call exit()/quit().
+    import _sitebuiltins
+    import builtins
+
+    builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
+    builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
 
     for name in HOT_MODULES:
         importlib.import_module(name)

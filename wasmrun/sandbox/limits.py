@@ -16,7 +16,7 @@ MiB = 1 << 20
 @dataclass(frozen=True)
 class Limits:
     timeout_ms: int = 30_000  # wall clock, enforced by epoch interruption
-    fuel: int = 20_000_000_000  # wasm instructions, roughly: the CPU budget
+    fuel: int = 200_000_000_000  # the CPU budget; about 10^10 fuel a second here
     memory_bytes: int = 256 * MiB  # guest linear memory
     output_bytes: int = 64 * 1024  # captured stdout+stderr+log kept (head and tail)
     workspace_bytes: int = 64 * MiB  # /workspace total file size
@@ -28,7 +28,7 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 CEILING_LIMITS = Limits(
     timeout_ms=15 * 60_000,
-    fuel=1_000_000_000_000,
+    fuel=10_000_000_000_000,
     memory_bytes=2048 * MiB,
     output_bytes=1 * MiB,
     workspace_bytes=1024 * MiB,

@@ -1,0 +1,89 @@
+"""Fixtures for the sandbox tests: one real engine (real guest, real wasmtime)
+for the whole session, and a small in-memory blob store behind it."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.limits import LimitPolicy
+from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
+
+
+class MemoryBlobs:
+    """The sandbox's BlobAccess over a dict, so tests can look inside."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, tuple[bytes, str]] = {}
+
+    def add(self, data: bytes, kind: str = "text/plain") -> str:
+        return self.create(data, kind)
+
+    def size(self, blob_id: str) -> int | None:
+        item = self.data.get(blob_id)
+        return None if item is None else len(item[0])
+
+    def read(self, blob_id: str, offset: int, length: int) -> bytes:
+        return self.data[blob_id][0][offset : offset + length]
+
+    def create(self, data: bytes, kind: str, run_id: str | None = None) -> str:
+        blob_id = "blob:" + secrets.token_hex(16)
+        self.data[blob_id] = (bytes(data), kind)
+        return blob_id
+
+
+@pytest.fixture(scope="session")
+def blobs() -> MemoryBlobs:
+    return MemoryBlobs()
+
+
+@pytest.fixture(scope="session")
+def engine(blobs: MemoryBlobs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxEngine]:
+    with SandboxEngine(blobs, workspace_root=tmp_path_factory.mktemp("workspaces")) as eng:
+        yield eng
+
+
+POLICY = LimitPolicy()
+
+
+@pytest.fixture()
+def run_code(engine: SandboxEngine):
+    """run_code(source, args=..., skills=..., input_blobs=..., env=..., **limits) -> RunResult"""
+
+    def run(
+        code: str,
+        args: dict | None = None,
+        skills: list[MountedSkill] | None = None,
+        input_blobs: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        function: str = "main",
+        **limits: int,
+    ) -> RunResult:
+        return engine.run(
+            RunRequest(
+                kind="code",
+                code=code,
+                function=function,
+                args=args or {},
+                skills=skills or [],
+                input_blobs=input_blobs or [],
+                env=env or {},
+                limits=POLICY.resolve(**limits),
+            )
+        )
+
+    return run
+
+
+def make_skill(root: Path, name: str, files: dict[str, str], entrypoint: str = "code/main.py") -> MountedSkill:
+    """A skill folder on disk with `files` (relative path -> text)."""
+    folder = root / name
+    for rel, text in files.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return MountedSkill(name=name, root=str(folder), entrypoint=entrypoint)

@@ -1,0 +1,99 @@
+"""The guest sees /lib (read-only), its skills (read-only) and /workspace; nothing else."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        pytest.param("open('/etc/passwd').read()", id="absolute-host-path"),
+        pytest.param("open('/workspace/../etc/passwd').read()", id="dotdot-from-workspace"),
+        pytest.param("import os; os.listdir('/workspace/..')", id="list-parent"),
+        pytest.param("open('../../../../etc/passwd').read()", id="relative-dotdot"),
+        pytest.param("open('/lib/../etc/passwd').read()", id="dotdot-from-lib"),
+        pytest.param("open('/lib/wasmrun-guest.zip', 'r+b')", id="write-stdlib"),
+        pytest.param("open('/lib/new', 'w')", id="create-in-lib"),
+    ],
+)
+def test_escapes_fail(run_code, snippet):
+    result = run_code(f"def main(args):\n    {snippet}\n    return 'escaped'")
+    assert result.status == "failed"
+    assert result.error.type in ("PermissionError", "FileNotFoundError", "OSError")
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        pytest.param("/etc/passwd", id="absolute"),
+        pytest.param("../../../../../../etc/passwd", id="relative-up"),
+        pytest.param("/proc/self/environ", id="proc"),
+    ],
+)
+def test_symlinks_out_of_workspace_fail(run_code, target):
+    code = (
+        "import os\n"
+        "def main(args):\n"
+        f"    try:\n        os.symlink({target!r}, '/workspace/link')\n"
+        "    except OSError:\n        return 'refused at creation'\n"
+        "    return open('/workspace/link').read()\n"
+    )
+    result = run_code(code)
+    assert result.output == "refused at creation" or result.status == "failed"
+    assert "root:" not in (result.output or "")
+
+
+def test_symlink_within_workspace_works(run_code):
+    code = (
+        "import os\n"
+        "def main(args):\n"
+        "    open('/workspace/a.txt', 'w').write('inside')\n"
+        "    os.symlink('a.txt', '/workspace/b.txt')\n"
+        "    return open('/workspace/b.txt').read()\n"
+    )
+    assert run_code(code).output == "inside"
+
+
+def test_workspace_is_the_working_directory(run_code):
+    code = (
+        "import os, tempfile\n"
+        "def main(args):\n"
+        "    open('rel.txt', 'w').write('x')\n"
+        "    with tempfile.NamedTemporaryFile() as f:\n"
+        "        tmp = f.name\n"
+        "    return [os.getcwd(), os.path.exists('/workspace/rel.txt'), tmp.startswith('/workspace/')]\n"
+    )
+    assert run_code(code).output == ["/workspace", True, True]
+
+
+def test_environment_is_empty_unless_granted(run_code):
+    code = "import os\ndef main(args):\n    return dict(os.environ)"
+    assert run_code(code).output == {}
+    assert run_code(code, env={"API_KEY": "s3cret"}).output == {"API_KEY": "s3cret"}
+
+
+def test_no_network(run_code):
+    code = (
+        "import socket\n"
+        "def main(args):\n"
+        "    try:\n"
+        "        socket.create_connection(('127.0.0.1', 80), timeout=1)\n"
+        "    except Exception as exc:  # WASI has no sockets: OSError or a missing function\n"
+        "        return 'no network: ' + type(exc).__name__\n"
+    )
+    assert run_code(code).output.startswith("no network")
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        pytest.param("import subprocess; subprocess.run(['ls'])", id="subprocess"),
+        pytest.param("import os; os.system('ls')", id="os-system"),
+        pytest.param("import ctypes", id="ctypes"),
+        pytest.param("import threading; threading.Thread(target=print).start()", id="threads"),
+    ],
+)
+def test_no_processes_threads_or_ffi(run_code, snippet):
+    result = run_code(f"def main(args):\n    {snippet}\n    return 'ran'")
+    assert result.status == "failed"

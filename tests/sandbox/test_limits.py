@@ -1,0 +1,120 @@
+"""Each limit stops a run with its own error type, and the host keeps serving."""
+
+from __future__ import annotations
+
+import time
+
+
+def test_timeout_busy_loop(run_code):
+    start = time.monotonic()
+    result = run_code("def main(args):\n    while True:\n        pass", timeout_ms=200)
+    elapsed = time.monotonic() - start
+    assert result.error.type == "Timeout"
+    assert "200 ms" in result.error.message
+    assert elapsed < 5  # generous: the exact bound is measured by the benchmark
+
+
+def test_timeout_while_sleeping(run_code):
+    start = time.monotonic()
+    result = run_code("import time\ndef main(args):\n    time.sleep(30)", timeout_ms=300)
+    assert result.error.type == "Timeout"
+    assert time.monotonic() - start < 10
+
+
+def test_short_sleep_completes(run_code):
+    result = run_code("import time\ndef main(args):\n    time.sleep(0.05)\n    return 'awake'", timeout_ms=5000)
+    assert result.output == "awake"
+
+
+def test_cpu_budget(run_code):
+    result = run_code("def main(args):\n    i = 0\n    while True:\n        i += 1", fuel=500_000_000, timeout_ms=60_000)
+    assert result.error.type == "CPULimitExceeded"
+    assert result.usage.fuel_used >= 500_000_000 - 1
+
+
+def test_memory_cap_single_allocation(run_code):
+    result = run_code("def main(args):\n    return len(bytearray(200 * 1024 * 1024))", memory_bytes=64 << 20)
+    assert result.error.type == "MemoryLimitExceeded"
+
+
+def test_memory_cap_gradual(run_code):
+    code = "def main(args):\n    xs = []\n    while True:\n        xs.append('x' * 1_000_000)"
+    result = run_code(code, memory_bytes=96 << 20)
+    assert result.error.type == "MemoryLimitExceeded"
+    assert result.usage.peak_memory_bytes <= 96 << 20
+
+
+def test_memory_under_cap_is_fine(run_code):
+    result = run_code("def main(args):\n    return len(bytearray(20 * 1024 * 1024))", memory_bytes=128 << 20)
+    assert result.output == 20 * 1024 * 1024
+
+
+def test_stack_overflow(run_code):
+    code = (
+        "import sys\n"
+        "def main(args):\n"
+        "    sys.setrecursionlimit(10 ** 7)\n"
+        "    nested = []\n"
+        "    for _ in range(10 ** 6):\n"
+        "        nested = [nested]\n"
+        "    return len(repr(nested))\n"
+    )
+    result = run_code(code)
+    assert result.error.type == "StackOverflow"
+
+
+def test_plain_recursion_is_a_python_error(run_code):
+    result = run_code("def f(n):\n    return f(n + 1)\ndef main(args):\n    f(0)")
+    assert result.error.type == "RecursionError"
+
+
+def test_workspace_byte_quota(run_code):
+    code = (
+        "def main(args):\n"
+        "    with open('/workspace/big', 'wb') as f:\n"
+        "        for _ in range(64):\n"
+        "            f.write(b'x' * (1 << 20))\n"
+    )
+    result = run_code(code, workspace_bytes=8 << 20)
+    assert result.error.type == "WorkspaceQuotaExceeded"
+
+
+def test_workspace_quota_counts_real_usage_not_rewrites(run_code):
+    code = (
+        "def main(args):\n"
+        "    for _ in range(50):\n"
+        "        with open('/workspace/same', 'wb') as f:\n"
+        "            f.write(b'x' * (1 << 20))\n"
+        "    return 'ok'\n"
+    )
+    result = run_code(code, workspace_bytes=8 << 20)
+    assert result.output == "ok"
+
+
+def test_workspace_sparse_file_is_refused(run_code):
+    code = (
+        "import os\n"
+        "def main(args):\n"
+        "    with open('/workspace/sparse', 'wb') as f:\n"
+        "        f.truncate(10 ** 12)\n"
+    )
+    result = run_code(code, workspace_bytes=8 << 20)
+    assert result.error.type == "WorkspaceQuotaExceeded"
+
+
+def test_workspace_file_count_quota(run_code):
+    code = "def main(args):\n    for i in range(500):\n        open(f'/workspace/f{i}', 'w').close()"
+    result = run_code(code, workspace_files=100)
+    assert result.error.type == "WorkspaceQuotaExceeded"
+
+
+def test_workspace_directories_count(run_code):
+    code = "import os\ndef main(args):\n    for i in range(500):\n        os.mkdir(f'/workspace/d{i}')"
+    result = run_code(code, workspace_files=100)
+    assert result.error.type == "WorkspaceQuotaExceeded"
+
+
+def test_engine_keeps_serving_after_limits(run_code):
+    run_code("def main(args):\n    while True: pass", timeout_ms=100)
+    run_code("def main(args):\n    return len(bytearray(500 << 20))", memory_bytes=64 << 20)
+    assert run_code("def main(args):\n    return 'still here'").output == "still here"

@@ -1,0 +1,32 @@
+"""Many runs leave the host as they found it: descriptors, threads, workspaces."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_two_hundred_runs_leak_nothing(run_code, engine):
+    code = (
+        "import os\n"
+        "def main(args):\n"
+        "    open('/workspace/f.txt', 'w').write('x' * 1000)\n"
+        "    os.mkdir('/workspace/d')\n"
+        "    print('hello')\n"
+        "    if args['i'] % 3 == 0:\n"
+        "        raise ValueError('some fail')\n"
+        "    return args['i']\n"
+    )
+    run_code(code, args={"i": 1})  # warm up lazily created state
+    fds, threads = _open_fds(), threading.active_count()
+    for i in range(200):
+        result = run_code(code, args={"i": i})
+        assert result.status == ("failed" if i % 3 == 0 else "completed")
+    run_code("def main(args):\n    while True: pass", timeout_ms=50)
+    assert _open_fds() <= fds
+    assert threading.active_count() <= threads
+    assert os.listdir(engine.workspace_root) == []
