@@ -15,7 +15,6 @@ import json
 import logging
 import math
 import os
-import secrets
 import stat
 import tempfile
 import threading
@@ -28,6 +27,7 @@ import wasmtime
 from python_wasm import build as guest_build
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.blobaccess import BlobAccess
+from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, RunContext, set_current
 from wasmrun.sandbox.limits import Limits
 from wasmrun.sandbox.types import RunError, RunRequest, RunResult, Usage
@@ -38,10 +38,6 @@ logger = logging.getLogger("wasmrun.sandbox")
 GUEST_LIB = "/lib"
 SKILLS_ROOT = "/skills"
 WORKSPACE = "/workspace"
-
-
-def new_run_id() -> str:
-    return "run_" + secrets.token_hex(8)
 
 
 class EpochTicker:

@@ -1,0 +1,233 @@
+"""A pool of worker processes, each with its own engine and compiled guest.
+
+Threads in one process scale badly for short runs (the GIL is taken for
+every host call), so the server spreads runs over processes: one per core
+by default. Each worker loads the compiled snapshot once (about 0.1 s from
+the cache) and then serves runs one at a time over a pipe.
+
+A worker that dies mid-run (killed, out of host memory, a wasmtime crash)
+fails that run with `WorkerCrashed` and is replaced; a worker that does not
+answer well past the run's own timeout is killed the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import json
+import multiprocessing.connection
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import msgspec
+
+from wasmrun.sandbox import errors
+from wasmrun.sandbox.executor import Busy
+from wasmrun.sandbox.ids import new_run_id
+from wasmrun.sandbox.types import RunError, RunRequest, RunResult
+
+logger = logging.getLogger("wasmrun.pool")
+
+# Past the run's own timeout, how long a silent worker is given before it is killed.
+WATCHDOG_GRACE_S = 10.0
+READY = b"ready"
+
+_encoder = msgspec.msgpack.Encoder()
+_request_decoder = msgspec.msgpack.Decoder(RunRequest)
+_result_decoder = msgspec.msgpack.Decoder(RunResult)
+
+
+def _worker_main(argv: list[str] | None = None) -> None:
+    """Entry point of a worker process (`python -m wasmrun.sandbox.pool ...`)."""
+    import argparse
+    import importlib
+    import json
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fd-in", type=int, required=True)
+    parser.add_argument("--fd-out", type=int, required=True)
+    parser.add_argument("--blobs", required=True, help="module:callable that opens the blob store")
+    parser.add_argument("--blobs-args", default="[]", help="JSON list of arguments for it")
+    args = parser.parse_args(argv)
+    # The parent handles Ctrl-C and shuts workers down by closing the pipe.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from wasmrun.sandbox.engine import SandboxEngine
+
+    module, _, name = args.blobs.partition(":")
+    open_blobs = getattr(importlib.import_module(module), name)
+    engine = SandboxEngine(open_blobs(*json.loads(args.blobs_args)))
+    inbox = multiprocessing.connection.Connection(args.fd_in, writable=False)
+    outbox = multiprocessing.connection.Connection(args.fd_out, readable=False)
+    outbox.send_bytes(READY)
+    try:
+        while True:
+            try:
+                raw = inbox.recv_bytes()
+            except (EOFError, OSError):
+                return
+            result = engine.run(_request_decoder.decode(raw))
+            outbox.send_bytes(_encoder.encode(result))
+    finally:
+        engine.close()
+
+
+class BlobOpener(msgspec.Struct, frozen=True):
+    """How a worker process opens the blob store: `module:callable` and its
+    (JSON) arguments. A spec, not an object, because it crosses a process."""
+
+    target: str
+    args: list[str] = []
+
+
+class _Worker:
+    def __init__(self, opener: BlobOpener) -> None:
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        cmd = [
+            sys.executable, "-m", "wasmrun.sandbox.pool",
+            "--fd-in", str(to_child_r), "--fd-out", str(from_child_w),
+            "--blobs", opener.target, "--blobs-args", json.dumps(opener.args),
+        ]
+        # A fresh interpreter, not fork: the server process has threads
+        # (uvicorn, the epoch ticker) and forking those is unsafe.
+        self.process = subprocess.Popen(cmd, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.to_child = multiprocessing.connection.Connection(to_child_w, readable=False)
+        self.from_child = multiprocessing.connection.Connection(from_child_r, writable=False)
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        if not self.from_child.poll(timeout) or self.from_child.recv_bytes() != READY:
+            raise RuntimeError("worker did not start")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close_pipes(self) -> None:
+        self.to_child.close()
+        self.from_child.close()
+
+    def kill(self) -> None:
+        if self.alive():
+            self.process.kill()
+        self.process.wait(timeout=5)
+        self.close_pipes()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+class WorkerPool:
+    """The `Executor` the server uses: runs spread over worker processes."""
+
+    def __init__(
+        self,
+        open_blobs: BlobOpener,
+        workers: int | None = None,
+        queue_timeout: float = 5.0,
+    ) -> None:
+        self.size = max(1, workers or os.cpu_count() or 1)
+        self.queue_timeout = queue_timeout
+        self._open_blobs = open_blobs
+        self._workers: list[_Worker] = []
+        self._idle: asyncio.Queue[_Worker] | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+        starting = [_Worker(open_blobs) for _ in range(self.size)]
+        try:
+            for worker in starting:
+                worker.wait_ready()
+        except BaseException:
+            for worker in starting:
+                worker.kill()
+            raise
+        self._workers = starting
+
+    def _idle_queue(self) -> asyncio.Queue[_Worker]:
+        # Bound to the event loop that first uses the pool.
+        if self._idle is None:
+            self._idle = asyncio.Queue()
+            for worker in self._workers:
+                self._idle.put_nowait(worker)
+        return self._idle
+
+    def worker_pids(self) -> list[int]:
+        return [w.pid for w in self._workers]
+
+    async def run(self, request: RunRequest) -> RunResult:
+        if self._closed:
+            raise Busy("the sandbox pool is shutting down")
+        if not request.run_id:  # named here so that even a lost run has an id
+            request.run_id = new_run_id()
+        idle = self._idle_queue()
+        try:
+            worker = await asyncio.wait_for(idle.get(), self.queue_timeout)
+        except asyncio.TimeoutError:
+            raise Busy(f"all {self.size} sandbox workers are busy; try again shortly") from None
+        if not worker.alive():  # died while idle: replace it before use
+            worker = await self._replace(worker)
+            if worker is None:
+                raise Busy("no sandbox worker could be started")
+        payload = _encoder.encode(request)
+        deadline = request.limits.timeout_ms / 1000 + WATCHDOG_GRACE_S
+        try:
+            raw = await asyncio.to_thread(self._exchange, worker, payload, deadline)
+        except (EOFError, OSError, TimeoutError) as exc:
+            logger.warning("worker %s lost during run %s: %r", worker.pid, request.run_id, exc)
+            fresh = await self._replace(worker)
+            if fresh is not None:
+                idle.put_nowait(fresh)
+            return RunResult(
+                run_id=request.run_id,
+                status="failed",
+                error=RunError(errors.WORKER_CRASHED, "the process running this sandbox died; the run was lost"),
+            )
+        idle.put_nowait(worker)
+        return _result_decoder.decode(raw)
+
+    @staticmethod
+    def _exchange(worker: _Worker, payload: bytes, deadline: float) -> bytes:
+        worker.to_child.send_bytes(payload)
+        if not worker.from_child.poll(deadline):
+            raise TimeoutError("worker did not answer")
+        return worker.from_child.recv_bytes()
+
+    async def _replace(self, dead: _Worker) -> _Worker | None:
+        return await asyncio.to_thread(self._replace_blocking, dead)
+
+    def _replace_blocking(self, dead: _Worker) -> _Worker | None:
+        dead.kill()
+        with self._lock:
+            if self._closed:
+                return None
+            fresh = _Worker(self._open_blobs)
+            try:
+                fresh.wait_ready()
+            except (EOFError, OSError, RuntimeError):
+                fresh.kill()
+                logger.error("could not start a replacement worker")
+                self._workers.remove(dead)
+                return None
+            self._workers[self._workers.index(dead)] = fresh
+            return fresh
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for worker in self._workers:
+                worker.to_child.close()  # the worker sees EOF and exits
+            for worker in self._workers:
+                try:
+                    worker.process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    worker.process.kill()
+                    worker.process.wait(timeout=5)
+                worker.from_child.close()
+
+
+if __name__ == "__main__":
+    _worker_main()
