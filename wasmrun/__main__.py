@@ -1,0 +1,5 @@
+import sys
+
+from wasmrun.cli import main
+
+sys.exit(main())

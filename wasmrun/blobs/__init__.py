@@ -1,0 +1,1 @@
+"""Blob storage: opaque `blob:<id>` handles to bytes, shared with the sandbox."""

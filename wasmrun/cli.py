@@ -1,0 +1,163 @@
+"""The `wasmrun` command.
+
+    wasmrun serve [--host H] [--port P] [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F]
+    wasmrun skills list [--data-dir D] [--skills-dir S]...
+    wasmrun skills check DIR...
+    wasmrun run FILE.py [--mount SKILL]... [--arg KEY=VALUE]... [--entrypoint NAME] [--timeout-ms N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import msgspec
+
+from wasmrun.settings import Settings
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", type=Path, help="where blobs and created skills live (WASMRUN_DATA_DIR)")
+    parser.add_argument(
+        "--skills-dir", type=Path, action="append",
+        help="another read-only folder of skills; repeatable (WASMRUN_SKILLS_DIRS)",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="wasmrun", description="A Skills Protocol runtime.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve the Skills Protocol (JSON-RPC at /rpc)")
+    serve.add_argument("--host", help="address to listen on (WASMRUN_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (WASMRUN_PORT, default 8080)")
+    _common(serve)
+    serve.add_argument("--workers", type=int, help="sandboxes running at once (WASMRUN_WORKERS)")
+    serve.add_argument("--secrets-file", type=Path, help="TOML file of NAME = \"value\" secrets (WASMRUN_SECRETS_FILE)")
+
+    skills = commands.add_parser("skills", help="list or check skills")
+    skill_commands = skills.add_subparsers(dest="skills_command", required=True)
+    listing = skill_commands.add_parser("list", help="list the skills the server would load")
+    _common(listing)
+    check = skill_commands.add_parser("check", help="say what is wrong with each skill under DIR")
+    check.add_argument("dirs", type=Path, nargs="+", metavar="DIR")
+
+    run = commands.add_parser("run", help="run a Python file in the sandbox and print the result")
+    run.add_argument("file", type=Path, metavar="FILE.py")
+    run.add_argument("--mount", action="append", default=[], metavar="SKILL", help="mount a skill; repeatable")
+    run.add_argument(
+        "--arg", action="append", default=[], metavar="KEY=VALUE",
+        help="an entry of args; VALUE is parsed as JSON when it can be, else taken as a string",
+    )
+    run.add_argument("--entrypoint", default="main", help="function to call (default main)")
+    run.add_argument("--timeout-ms", type=int)
+    _common(run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "run":
+            return _run(args)
+        if args.skills_command == "list":
+            return _skills_list(args)
+        return _skills_check(args)
+    except (ValueError, OSError) as exc:
+        print(f"wasmrun: {exc}", file=sys.stderr)
+        return 2
+
+
+def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
+    return Settings.load(data_dir=args.data_dir, skills_dirs=args.skills_dir, **extra)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from wasmrun.server import serve
+
+    serve(_settings(
+        args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file
+    ))
+    return 0
+
+
+def _skills_list(args: argparse.Namespace) -> int:
+    from wasmrun.registry.store import DirectoryRegistry
+
+    settings = _settings(args)
+    registry = DirectoryRegistry(settings.skills_dirs, settings.skills_home)
+    rows = [(s.name, s.version, s.manifest.kind, s.manifest.description) for s in registry.skills()]
+    width = [max([len(r[i]) for r in rows] + [len(h)]) for i, h in enumerate(("NAME", "VERSION", "KIND"))]
+    print(f"{'NAME':<{width[0]}}  {'VERSION':<{width[1]}}  {'KIND':<{width[2]}}  DESCRIPTION")
+    for name, version, kind, description in rows:
+        print(f"{name:<{width[0]}}  {version:<{width[1]}}  {kind:<{width[2]}}  {description}")
+    return 0
+
+
+def _skills_check(args: argparse.Namespace) -> int:
+    from wasmrun.registry.store import check_folder
+
+    bad = 0
+    for top in args.dirs:
+        if not top.is_dir():
+            print(f"{top}: not a folder")
+            bad += 1
+            continue
+        report = check_folder(top)
+        if not report:
+            print(f"{top}: no skills (no folder holds a skill.toml)")
+        for folder, problems in report:
+            if problems:
+                bad += 1
+                print(f"INVALID  {folder}")
+                for problem in problems:
+                    print(f"         - {problem}")
+            else:
+                print(f"ok       {folder}")
+    return 1 if bad else 0
+
+
+def _arg_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _run(args: argparse.Namespace) -> int:
+    from wasmrun.protocol.errors import RPCError
+    from wasmrun.protocol.runs import run_code
+    from wasmrun.protocol.types import RunCodeParams, RunLimits
+    from wasmrun.server import build_context
+
+    run_args = {}
+    for item in args.arg:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--arg takes KEY=VALUE, not {item!r}")
+        run_args[key] = _arg_value(value)
+    params = RunCodeParams(
+        language="python",
+        code=args.file.read_text(encoding="utf-8"),
+        entrypoint=args.entrypoint,
+        args=run_args,
+        mount_skills=args.mount,
+        limits=RunLimits(timeout_ms=args.timeout_ms),
+    )
+    settings = _settings(args, workers=1)
+    context = build_context(settings)
+    try:
+        result = asyncio.run(run_code(context, params))
+    except RPCError as exc:
+        print(f"wasmrun: {exc.message}", file=sys.stderr)
+        return 2
+    finally:
+        context.executor.close()
+    print(msgspec.json.format(msgspec.json.encode(result), indent=2).decode())
+    return 0 if result.status == "completed" else 1

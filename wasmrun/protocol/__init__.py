@@ -1,0 +1,1 @@
+"""The Skills Protocol v0.1 methods, independent of transport."""

@@ -1,0 +1,82 @@
+"""create_blob and read_blob.
+
+Text goes both ways as a plain string. Binary content travels as base64 with
+`"encoding": "base64"`: create_blob takes it that way, and read_blob answers
+that way for any blob whose kind is not textual or whose bytes are not UTF-8.
+For base64 answers, `max_bytes` counts the raw bytes before encoding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import re
+
+from wasmrun.blobs.sampling import is_text_kind, utf8_head, utf8_tail
+from wasmrun.blobs.store import BlobInfo, is_blob_id
+from wasmrun.protocol.context import Context
+from wasmrun.protocol.errors import BlobNotFound, ContentTooLarge, InvalidParams
+from wasmrun.protocol.types import CreateBlobParams, CreateBlobResult, ReadBlobParams, ReadBlobResult
+
+# type/subtype with optional parameters, e.g. "text/csv; charset=utf-8"
+MIME = re.compile(r"[A-Za-z0-9][\w!#$&^.+-]*/[A-Za-z0-9][\w!#$&^.+-]*(\s*;\s*[\w!#$&^.+-]+=\S+)*")
+MAX_KIND = 255
+
+
+def blob_info(ctx: Context, blob_id: str, field: str) -> BlobInfo:
+    info = ctx.blobs.info(blob_id) if is_blob_id(blob_id) else None
+    if info is None:
+        raise BlobNotFound(f"blob {blob_id!r} does not exist", field=field)
+    return info
+
+
+async def create_blob(ctx: Context, p: CreateBlobParams) -> CreateBlobResult:
+    if len(p.kind) > MAX_KIND or not MIME.fullmatch(p.kind):
+        raise InvalidParams(
+            f"kind {p.kind!r} is not a MIME type such as 'text/plain' or 'application/json'",
+            field="kind",
+        )
+    if p.encoding == "base64":
+        try:
+            data = base64.b64decode(p.content, validate=True)
+        except binascii.Error:
+            raise InvalidParams("content is not valid base64", field="content") from None
+    else:
+        data = p.content.encode("utf-8")
+    blob_id = await asyncio.to_thread(ctx.blobs.create, data, p.kind)
+    return CreateBlobResult(blob_id=blob_id, size_bytes=len(data))
+
+
+async def read_blob(ctx: Context, p: ReadBlobParams) -> ReadBlobResult:
+    return await asyncio.to_thread(_read_blob, ctx, p)
+
+
+def _read_blob(ctx: Context, p: ReadBlobParams) -> ReadBlobResult:
+    info = blob_info(ctx, p.blob_id, "blob_id")
+    size = info.size_bytes
+    text = info.utf8 and is_text_kind(info.kind)
+    if p.mode == "full":
+        if size > ctx.max_full_read_bytes:
+            raise ContentTooLarge(
+                f"blob is {size} bytes, above the {ctx.max_full_read_bytes}-byte limit for"
+                " mode 'full'; read it with 'sample_head' or 'sample_tail'",
+                field="mode",
+            )
+        data = ctx.blobs.read(p.blob_id, 0, size)
+    else:
+        n = min(p.max_bytes, size, ctx.max_full_read_bytes)
+        if p.mode == "sample_head":
+            data = ctx.blobs.read(p.blob_id, 0, n)
+            data = utf8_head(data) if text else data
+        else:
+            data = ctx.blobs.read(p.blob_id, size - n, n)
+            data = utf8_tail(data) if text else data
+    content = data.decode("utf-8") if text else base64.b64encode(data).decode("ascii")
+    return ReadBlobResult(
+        content=content,
+        truncated=len(data) < size,
+        kind=info.kind,
+        encoding="utf-8" if text else "base64",
+        size_bytes=size,
+    )

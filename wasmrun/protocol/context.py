@@ -1,0 +1,21 @@
+"""What the methods work with: one `Context` per server, built in wasmrun/server.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from wasmrun.blobs.store import BlobStore
+from wasmrun.registry.store import SkillRegistry
+from wasmrun.sandbox.executor import Executor
+from wasmrun.sandbox.limits import LimitPolicy
+
+
+@dataclass(frozen=True)
+class Context:
+    registry: SkillRegistry
+    blobs: BlobStore
+    executor: Executor
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    limits: LimitPolicy = field(default_factory=LimitPolicy)
+    max_full_read_bytes: int = 10 * 1024 * 1024

@@ -1,0 +1,95 @@
+"""Everything a call can fail with at the protocol level, each with its JSON-RPC code.
+
+    RPCError
+    ├── ParseError            -32700  the body is not JSON
+    ├── InvalidRequest        -32600  not a JSON-RPC 2.0 request (or batch)
+    │   └── RequestTooLarge           the body or batch is over the server's limit
+    ├── MethodNotFound        -32601
+    ├── InvalidParams         -32602  `data.field` names the offending param
+    │   ├── SkillNotFound
+    │   ├── BlobNotFound
+    │   ├── InvalidSkill              a manifest, SKILL.md or file list fails validation
+    │   ├── SkillExists               create_skill for a name+version already stored
+    │   ├── UnsafePath                a path that could leave the skill's folder
+    │   ├── NotExecutable             execute_skill on an instruction skill
+    │   └── ContentTooLarge           a full read above the configured limit
+    ├── InternalError         -32603  a bug on our side; details only in the server log
+    └── ServerBusy            -32000  every sandbox stayed busy for the whole wait
+
+Anything that goes wrong *inside* a run is not here: it is reported in-band,
+as a run result with `status: "failed"`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RPCError(Exception):
+    code: int = -32603
+
+    def __init__(self, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+
+class ParseError(RPCError):
+    code = -32700
+
+
+class InvalidRequest(RPCError):
+    code = -32600
+
+
+class RequestTooLarge(InvalidRequest):
+    pass
+
+
+class MethodNotFound(RPCError):
+    code = -32601
+
+
+class InvalidParams(RPCError):
+    code = -32602
+
+    def __init__(self, message: str, field: str | None = None, **data: Any) -> None:
+        if field is not None:
+            data = {"field": field, **data}
+        super().__init__(message, data or None)
+
+
+class SkillNotFound(InvalidParams):
+    pass
+
+
+class BlobNotFound(InvalidParams):
+    pass
+
+
+class InvalidSkill(InvalidParams):
+    pass
+
+
+class SkillExists(InvalidParams):
+    pass
+
+
+class UnsafePath(InvalidParams):
+    pass
+
+
+class NotExecutable(InvalidParams):
+    pass
+
+
+class ContentTooLarge(InvalidParams):
+    pass
+
+
+class InternalError(RPCError):
+    code = -32603
+
+
+class ServerBusy(RPCError):
+    code = -32000

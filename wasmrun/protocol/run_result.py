@@ -1,0 +1,145 @@
+"""Turning the sandbox's `RunResult` into the spec's run result.
+
+- `output` stays under 4 KB serialized. A larger return value is stored as a
+  blob (compact JSON, kind application/json) listed first in `output_blobs`,
+  and `output` becomes this pointer:
+      {"output_blob": "blob:…", "size_bytes": 51234,
+       "kind": "application/json", "preview": "<first ~1 KB of the JSON>"}
+- `logs_preview` stays under 2 KB: the head and the tail of the logs around a
+  "[... N bytes of logs cut ...]" line.
+- `summary` is the return value's own `summary` when it is a short one-line
+  string; otherwise the runtime writes one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from wasmrun.blobs.sampling import text_head, text_tail
+from wasmrun.blobs.store import BlobStore
+from wasmrun.protocol.types import RunError, RunResult, RunUsage
+from wasmrun.sandbox import types as sandbox
+
+MAX_OUTPUT_BYTES = 4096
+OUTPUT_PREVIEW_BYTES = 1000
+MAX_LOGS_PREVIEW_BYTES = 2048
+LOGS_HEAD_BYTES = 1000
+MAX_ERROR_BYTES = 4096
+ERROR_HEAD_BYTES = 1000
+MAX_SUMMARY_CHARS = 200
+
+
+def to_spec_result(result: sandbox.RunResult, blobs: BlobStore) -> RunResult:
+    usage = RunUsage(**msgspec.structs.asdict(result.usage))
+    logs = logs_preview(result.logs, result.logs_cut_bytes)
+    if result.status == "failed" or result.error is not None:
+        error = result.error or sandbox.RunError("SandboxError", "the run failed")
+        return RunResult(
+            status="failed",
+            run_id=result.run_id,
+            summary=failure_summary(error.type, error.message),
+            output_blobs=list(result.output_blobs),
+            logs_preview=logs,
+            error=RunError(type=error.type, message=cut_middle(error.message, MAX_ERROR_BYTES, ERROR_HEAD_BYTES)),
+            usage=usage,
+        )
+    output: Any = result.output
+    output_blobs = list(result.output_blobs)
+    encoded = msgspec.json.encode(output)
+    stored = len(encoded) > MAX_OUTPUT_BYTES
+    if stored:
+        pointer = blobs.create(encoded, "application/json", run_id=result.run_id)
+        output_blobs.insert(0, pointer)
+        output = {
+            "output_blob": pointer,
+            "size_bytes": len(encoded),
+            "kind": "application/json",
+            "preview": text_head(encoded.decode("utf-8"), OUTPUT_PREVIEW_BYTES),
+        }
+    summary = own_summary(result.output) or completed_summary(
+        result.output, len(encoded), output_blobs, usage.total_ms, stored=stored
+    )
+    return RunResult(
+        status="completed",
+        run_id=result.run_id,
+        summary=summary,
+        output=output,
+        output_blobs=output_blobs,
+        logs_preview=logs,
+        usage=usage,
+    )
+
+
+def own_summary(output: Any) -> str | None:
+    if not isinstance(output, dict):
+        return None
+    summary = output.get("summary")
+    if isinstance(summary, str) and 0 < len(summary.strip()) <= MAX_SUMMARY_CHARS:
+        if "\n" not in summary.strip():
+            return summary.strip()
+    return None
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "returned null"
+    if isinstance(value, bool):
+        return f"returned {'true' if value else 'false'}"
+    if isinstance(value, dict):
+        n = len(value)
+        return f"returned an object with {n} key{'s' if n != 1 else ''}"
+    if isinstance(value, list):
+        n = len(value)
+        return f"returned a list of {n} item{'s' if n != 1 else ''}"
+    if isinstance(value, str):
+        n = len(value)
+        return f"returned a string of {n} character{'s' if n != 1 else ''}"
+    text = repr(value)
+    return f"returned {text}" if len(text) <= 40 else "returned a number"
+
+
+def completed_summary(
+    output: Any, size: int, output_blobs: list[str], total_ms: float, *, stored: bool
+) -> str:
+    parts = [f"Completed in {_ms(total_ms)}", _describe(output)]
+    if stored:
+        parts.append(f"the {size}-byte output was stored in {output_blobs[0]}")
+        written = len(output_blobs) - 1
+    else:
+        written = len(output_blobs)
+    if written:
+        parts.append(f"wrote {written} blob{'s' if written != 1 else ''}")
+    return "; ".join(parts) + "."
+
+
+def failure_summary(error_type: str, message: str) -> str:
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    reason = last if last.startswith(error_type) else f"{error_type}: {last}" if last else error_type
+    summary = f"Failed: {reason}"
+    return summary if len(summary) <= MAX_SUMMARY_CHARS else summary[: MAX_SUMMARY_CHARS - 1] + "…"
+
+
+def _ms(ms: float) -> str:
+    return f"{ms:.1f} ms" if ms < 10 else f"{ms:.0f} ms"
+
+
+def logs_preview(logs: str, cut_bytes: int = 0) -> str:
+    return cut_middle(logs, MAX_LOGS_PREVIEW_BYTES, LOGS_HEAD_BYTES, already_cut=cut_bytes, what="logs")
+
+
+def cut_middle(
+    text: str, max_bytes: int, head_bytes: int, *, already_cut: int = 0, what: str = "text"
+) -> str:
+    """`text` if it fits in `max_bytes` (UTF-8), else its head and tail around a marker."""
+    size = len(text.encode("utf-8"))
+    if size <= max_bytes:
+        return text
+    head = text_head(text, head_bytes)
+    # The marker's length depends on the count; 20 digits is more than any count here.
+    marker_room = len(f"\n[... {'9' * 20} bytes of {what} cut ...]\n")
+    tail = text_tail(text, max_bytes - len(head.encode("utf-8")) - marker_room)
+    omitted = size - len(head.encode("utf-8")) - len(tail.encode("utf-8")) + already_cut
+    return f"{head}\n[... {omitted} bytes of {what} cut ...]\n{tail}"

@@ -1,0 +1,158 @@
+"""list_skills, describe_skill, read_skill_file, load_skills_protocol_guide, create_skill."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+
+import frontmatter
+
+from wasmrun.protocol.context import Context
+from wasmrun.protocol.errors import InternalError, InvalidParams, SkillNotFound
+from wasmrun.protocol.types import (
+    CreateSkillParams,
+    CreateSkillResult,
+    DescribeSkillParams,
+    DescribeSkillResult,
+    ListSkillsParams,
+    ListSkillsResult,
+    LoadGuideParams,
+    LoadGuideResult,
+    ReadSkillFileParams,
+    ReadSkillFileResult,
+    SkillDescription,
+    SkillEntry,
+)
+from wasmrun.registry.store import DOC_FILE, ListingKey, NewFile, Skill, listing_key
+
+GUIDE_SKILL = "skills.protocol.guide"
+MAX_LIST_LIMIT = 200
+MAX_NEW_FILES = 1000
+
+
+def find_skill(ctx: Context, name: str, version: str | None, field: str = "name") -> Skill:
+    skill = ctx.registry.find(name, version)
+    if skill is not None:
+        return skill
+    if version is not None and ctx.registry.find(name) is not None:
+        known = ", ".join(s.version for s in ctx.registry.skills() if s.name == name)
+        raise SkillNotFound(
+            f"skill {name!r} has no version {version!r} (available: {known})", field="version"
+        )
+    raise SkillNotFound(f"no skill named {name!r}", field=field)
+
+
+# -- list_skills --------------------------------------------------------------
+
+def _in_namespace(skill: Skill, namespace: str) -> bool:
+    ns = skill.manifest.effective_namespace
+    return ns == namespace or ns.startswith(namespace + ".")
+
+
+def _encode_cursor(skill: Skill) -> str:
+    key = [skill.manifest.effective_namespace, skill.name, skill.version]
+    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> ListingKey:
+    try:
+        ns, name, version = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if not (isinstance(ns, str) and isinstance(name, str) and isinstance(version, str)):
+            raise ValueError
+        return listing_key(ns, name, version)
+    except (ValueError, TypeError, binascii.Error):
+        raise InvalidParams("cursor is not one this server gave out", field="cursor") from None
+
+
+def _entry(skill: Skill, detail: str) -> SkillEntry:
+    m = skill.manifest
+    entry = SkillEntry(
+        name=m.name,
+        version=m.version,
+        description=m.description,
+        namespace=m.effective_namespace,
+        kind=m.kind,
+    )
+    if detail == "summary":
+        entry.tags = list(m.tags)
+        fm = skill.frontmatter
+        if isinstance(fm.get("name"), str):
+            entry.title = fm["name"]
+        if isinstance(fm.get("short_description"), str):
+            entry.short_description = fm["short_description"]
+    return entry
+
+
+async def list_skills(ctx: Context, p: ListSkillsParams) -> ListSkillsResult:
+    skills = ctx.registry.skills()
+    if p.namespace:
+        skills = [s for s in skills if _in_namespace(s, p.namespace)]
+    start = 0
+    if p.cursor:
+        after = _decode_cursor(p.cursor)
+        while start < len(skills) and not after < skills[start].sort_key():
+            start += 1
+    limit = min(p.limit, MAX_LIST_LIMIT)
+    page = skills[start : start + limit]
+    more = start + limit < len(skills)
+    return ListSkillsResult(
+        skills=[_entry(s, p.detail) for s in page],
+        next_cursor=_encode_cursor(page[-1]) if more and page else None,
+    )
+
+
+# -- describe_skill, read_skill_file ------------------------------------------
+
+async def describe_skill(ctx: Context, p: DescribeSkillParams) -> DescribeSkillResult:
+    skill = find_skill(ctx, p.name, p.version)
+    description = SkillDescription(manifest=skill.raw_manifest)
+    if p.detail in ("summary", "full"):
+        description.skill_md_frontmatter = skill.frontmatter
+    if p.detail == "full":
+        data = await asyncio.to_thread(ctx.registry.read_file, skill, DOC_FILE, ctx.max_full_read_bytes)
+        description.skill_md = data.decode("utf-8", "replace")
+        description.files = await asyncio.to_thread(ctx.registry.list_files, skill)
+    return DescribeSkillResult(skill=description)
+
+
+async def read_skill_file(ctx: Context, p: ReadSkillFileParams) -> ReadSkillFileResult:
+    skill = find_skill(ctx, p.name, p.version)
+    data = await asyncio.to_thread(ctx.registry.read_file, skill, p.path, ctx.max_full_read_bytes)
+    try:
+        return ReadSkillFileResult(content=data.decode("utf-8"), encoding="utf-8", size_bytes=len(data))
+    except UnicodeDecodeError:
+        return ReadSkillFileResult(
+            content=base64.b64encode(data).decode("ascii"), encoding="base64", size_bytes=len(data)
+        )
+
+
+async def load_skills_protocol_guide(ctx: Context, p: LoadGuideParams) -> LoadGuideResult:
+    skill = ctx.registry.find(GUIDE_SKILL)
+    if skill is None:
+        raise InternalError(f"the canonical {GUIDE_SKILL} skill is not installed on this server")
+    data = await asyncio.to_thread(ctx.registry.read_file, skill, DOC_FILE, ctx.max_full_read_bytes)
+    body = frontmatter.loads(data.decode("utf-8")).content
+    return LoadGuideResult(content=body, name=skill.name, version=skill.version)
+
+
+# -- create_skill -------------------------------------------------------------
+
+async def create_skill(ctx: Context, p: CreateSkillParams) -> CreateSkillResult:
+    if len(p.files) > MAX_NEW_FILES:
+        raise InvalidParams(f"a skill may have at most {MAX_NEW_FILES} files", field="files")
+    files = []
+    for i, f in enumerate(p.files):
+        if f.encoding == "base64":
+            try:
+                content = base64.b64decode(f.content, validate=True)
+            except binascii.Error:
+                raise InvalidParams(
+                    f"files[{i}].content is not valid base64", field=f"files[{i}].content"
+                ) from None
+        else:
+            content = f.content.encode("utf-8")
+        files.append(NewFile(path=f.path, content=content))
+    skill = await asyncio.to_thread(ctx.registry.create, p.manifest, p.skill_md, files)
+    return CreateSkillResult(name=skill.name, version=skill.version)

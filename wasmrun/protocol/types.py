@@ -1,0 +1,181 @@
+"""Params and results of every method, as in the spec; `null` in params means "omitted".
+
+Extensions beyond the spec's shapes are marked; they only add fields.
+Fields set to UNSET are left out of the JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+
+class Params(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+PositiveInt = Annotated[int, Meta(ge=1)]
+Encoding = Literal["utf-8", "base64"]
+
+# -- skills -------------------------------------------------------------------
+
+
+class ListSkillsParams(Params):
+    namespace: str | None = None
+    detail: Literal["names", "summary"] = "names"
+    limit: PositiveInt = 50
+    cursor: str | None = None
+
+
+class SkillEntry(msgspec.Struct):
+    name: str
+    version: str
+    description: str
+    namespace: str
+    kind: str
+    # detail = "summary" adds these:
+    tags: list[str] | UnsetType = UNSET
+    title: str | UnsetType = UNSET  # SKILL.md frontmatter `name`
+    short_description: str | UnsetType = UNSET  # SKILL.md frontmatter `short_description`
+
+
+class ListSkillsResult(msgspec.Struct):
+    skills: list[SkillEntry]
+    next_cursor: str | None
+
+
+class DescribeSkillParams(Params):
+    name: str
+    version: str | None = None
+    detail: Literal["manifest", "summary", "full"] = "summary"
+
+
+class SkillDescription(msgspec.Struct):
+    manifest: dict[str, Any]
+    skill_md_frontmatter: dict[str, Any] | UnsetType = UNSET
+    # detail = "full" adds the whole SKILL.md and the skill's file list (extension).
+    skill_md: str | UnsetType = UNSET
+    files: list[str] | UnsetType = UNSET
+
+
+class DescribeSkillResult(msgspec.Struct):
+    skill: SkillDescription
+
+
+class ReadSkillFileParams(Params):
+    name: str
+    path: str
+    version: str | None = None
+
+
+class ReadSkillFileResult(msgspec.Struct):
+    content: str
+    encoding: Encoding  # extension: "base64" when the file is not UTF-8 text
+    size_bytes: int  # extension
+
+
+class LoadGuideParams(Params):
+    pass
+
+
+class LoadGuideResult(msgspec.Struct):
+    content: str  # SKILL.md of skills.protocol.guide, without its frontmatter
+    name: str  # extension
+    version: str  # extension
+
+
+class SkillFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    path: str
+    content: str
+    encoding: Encoding = "utf-8"
+
+
+class CreateSkillParams(Params):
+    manifest: dict[str, Any]
+    skill_md: str
+    files: list[SkillFile] = []
+
+
+class CreateSkillResult(msgspec.Struct):
+    name: str
+    version: str
+
+
+# -- runs ---------------------------------------------------------------------
+
+
+class ExecuteSkillParams(Params):
+    name: str
+    version: str | None = None
+    args: dict[str, Any] = {}
+    input_blobs: list[str] = []
+    timeout_ms: PositiveInt | None = None
+
+
+class RunLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    timeout_ms: PositiveInt | None = None
+
+
+class RunCodeParams(Params):
+    language: Literal["python"]
+    code: str
+    entrypoint: str = "main"
+    args: dict[str, Any] = {}
+    mount_skills: list[str] = []
+    input_blobs: list[str] = []
+    limits: RunLimits = RunLimits()
+
+
+class RunError(msgspec.Struct):
+    type: str
+    message: str
+
+
+class RunUsage(msgspec.Struct):
+    fuel_used: int
+    peak_memory_bytes: int
+    blob_io_bytes: int
+    instantiate_ms: float
+    run_ms: float
+    total_ms: float
+
+
+class RunResult(msgspec.Struct, kw_only=True):
+    status: Literal["completed", "failed"]
+    run_id: str
+    summary: str
+    output: Any | UnsetType = UNSET  # absent when the run failed
+    output_blobs: list[str]
+    logs_preview: str
+    error: RunError | UnsetType = UNSET  # present only when the run failed
+    usage: RunUsage | UnsetType = UNSET  # extension: what the run cost
+
+
+# -- blobs --------------------------------------------------------------------
+
+
+class CreateBlobParams(Params):
+    content: str
+    kind: str
+    encoding: Encoding = "utf-8"  # extension: "base64" for binary content
+
+
+class CreateBlobResult(msgspec.Struct):
+    blob_id: str
+    size_bytes: int
+
+
+class ReadBlobParams(Params):
+    blob_id: str
+    mode: Literal["sample_head", "sample_tail", "full"] = "sample_head"
+    max_bytes: Annotated[int, Meta(ge=0)] = 2000
+
+
+class ReadBlobResult(msgspec.Struct):
+    content: str
+    truncated: bool
+    kind: str
+    encoding: Encoding  # extension: "base64" for binary blobs
+    size_bytes: int  # extension: the whole blob's size

@@ -1,0 +1,397 @@
+"""Skills in folders: read-only folders (the bundled skills/, --skills-dir) and one
+writable folder (`<data_dir>/skills`) where create_skill puts new skills.
+
+Any folder holding a skill.toml is a skill, so both `skills/<name>/` and
+`skills/<name>/<version>/` layouts work; create_skill writes the latter.
+A skill that fails validation is logged and skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterator, Protocol, Sequence
+
+import frontmatter
+import msgspec
+import tomli
+
+from wasmrun.protocol.errors import (
+    ContentTooLarge,
+    InvalidParams,
+    InvalidSkill,
+    SkillExists,
+    UnsafePath,
+)
+from wasmrun.registry import tomlwriter
+from wasmrun.registry.manifest import Manifest, ManifestError, SemVer, validate_manifest
+
+MANIFEST_FILE = "skill.toml"
+DOC_FILE = "SKILL.md"
+STAGING = ".staging"
+STALE_STAGING_S = 3600
+MAX_LISTED_FILES = 500
+
+logger = logging.getLogger("wasmrun.registry")
+
+
+ListingKey = tuple[str, str, "_Descending"]
+
+
+@dataclass(frozen=True)
+class Skill:
+    manifest: Manifest
+    raw_manifest: dict[str, Any]  # skill.toml exactly as parsed
+    frontmatter: dict[str, Any]
+    root: Path
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def version(self) -> str:
+        return self.manifest.version
+
+    @property
+    def semver(self) -> SemVer:
+        return SemVer(self.manifest.version)
+
+    def sort_key(self) -> ListingKey:
+        return listing_key(self.manifest.effective_namespace, self.name, self.version)
+
+
+def listing_key(namespace: str, name: str, version: str) -> ListingKey:
+    """The registry's order: namespace, name, then the highest version first."""
+    return (namespace, name, _Descending(SemVer(version)))
+
+
+class _Descending:
+    __slots__ = ("value",)
+
+    def __init__(self, value: SemVer) -> None:
+        self.value = value
+
+    def __lt__(self, other: _Descending) -> bool:
+        return other.value < self.value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Descending) and self.value == other.value
+
+
+@dataclass(frozen=True)
+class NewFile:
+    path: str
+    content: bytes
+
+
+class SkillRegistry(Protocol):
+    def skills(self) -> list[Skill]:
+        """Every skill version, sorted by (namespace, name, version descending)."""
+
+    def find(self, name: str, version: str | None = None) -> Skill | None:
+        """That version, or the highest one when `version` is None."""
+
+    def read_file(self, skill: Skill, path: str, max_bytes: int) -> bytes: ...
+
+    def list_files(self, skill: Skill) -> list[str]: ...
+
+    def create(self, manifest: dict[str, Any], skill_md: str, files: list[NewFile]) -> Skill: ...
+
+
+class SkillProblems(Exception):
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def load_skill(root: Path) -> Skill:
+    """Read and validate one skill folder; raises SkillProblems listing what is wrong."""
+    problems: list[str] = []
+    raw: dict[str, Any] = {}
+    manifest: Manifest | None = None
+    try:
+        with open(root / MANIFEST_FILE, "rb") as f:
+            raw = tomli.load(f)
+        manifest = validate_manifest(raw)
+    except FileNotFoundError:
+        problems.append(f"{MANIFEST_FILE} is missing")
+    except tomli.TOMLDecodeError as exc:
+        problems.append(f"{MANIFEST_FILE} is not valid TOML: {exc}")
+    except ManifestError as exc:
+        problems.extend(f"{MANIFEST_FILE}: {p}" for p in exc.problems)
+    meta: dict[str, Any] = {}
+    try:
+        meta = parse_frontmatter((root / DOC_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        problems.append(f"{DOC_FILE} is missing")
+    except UnicodeDecodeError:
+        problems.append(f"{DOC_FILE} is not UTF-8")
+    except ValueError as exc:
+        problems.append(f"{DOC_FILE}: {exc}")
+    if manifest is not None and manifest.runtime is not None:
+        entry = root / manifest.runtime.entrypoint
+        if not _inside(root, entry) or not entry.is_file():
+            problems.append(
+                f"runtime.entrypoint {manifest.runtime.entrypoint!r} is not a file inside the skill"
+            )
+    if problems or manifest is None:
+        raise SkillProblems(problems)
+    return Skill(manifest=manifest, raw_manifest=raw, frontmatter=meta, root=root)
+
+
+def parse_frontmatter(text: str) -> dict[str, Any]:
+    try:
+        metadata = frontmatter.loads(text).metadata
+    except Exception as exc:  # yaml raises many kinds
+        raise ValueError(f"the YAML frontmatter does not parse: {_first_line(str(exc))}") from None
+    if not isinstance(metadata, dict):
+        raise ValueError("the frontmatter must be a mapping")
+    try:
+        converted = msgspec.to_builtins(metadata, str_keys=True)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise ValueError(f"the frontmatter holds a value JSON cannot carry: {exc}") from None
+    assert isinstance(converted, dict)
+    return converted
+
+
+def skill_folders(top: Path) -> Iterator[Path]:
+    """Every folder under `top` (itself included) that holds a skill.toml."""
+    for folder, dirs, files in os.walk(top):
+        if MANIFEST_FILE in files:
+            dirs.clear()
+            yield Path(folder)
+        else:
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+
+
+def check_folder(top: Path) -> list[tuple[Path, list[str]]]:
+    """Each skill folder under `top` with its problems (an empty list when it is valid)."""
+    report = []
+    for folder in skill_folders(top):
+        try:
+            load_skill(folder)
+            report.append((folder, []))
+        except SkillProblems as exc:
+            report.append((folder, exc.problems))
+    return report
+
+
+def check_relative_path(path: str, field: str) -> PurePosixPath:
+    """A relative path with no way out of its folder, or UnsafePath."""
+    problem = None
+    if not path:
+        problem = "is empty"
+    elif "\0" in path:
+        problem = "contains a NUL byte"
+    elif "\\" in path:
+        problem = "contains a backslash; use '/'"
+    elif path.startswith("/"):
+        problem = "is absolute; give it relative to the skill's folder"
+    elif any(part == ".." for part in path.split("/")):
+        problem = "contains '..'"
+    elif any(part in ("", ".") for part in path.split("/")):
+        problem = "has an empty or '.' segment"
+    if problem is not None:
+        raise UnsafePath(f"path {path!r} {problem}", field=field)
+    return PurePosixPath(path)
+
+
+def _inside(root: Path, path: Path) -> bool:
+    return path.resolve().is_relative_to(root.resolve())
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "unknown error"
+
+
+class DirectoryRegistry:
+    def __init__(self, read_only: Sequence[Path], writable: Path) -> None:
+        self.read_only = [Path(p) for p in read_only]
+        self.writable = Path(writable)
+        self.writable.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._index: dict[tuple[str, str], Skill] = {}
+        self._sorted: list[Skill] = []
+        self._clean_staging()
+        self.reload()
+
+    def reload(self) -> None:
+        index: dict[tuple[str, str], Skill] = {}
+        for top in [*self.read_only, self.writable]:
+            if not top.is_dir():
+                if top != self.writable:
+                    logger.warning("skills folder %s does not exist", top)
+                continue
+            for folder in skill_folders(top):
+                try:
+                    skill = load_skill(folder)
+                except SkillProblems as exc:
+                    logger.warning("skipping invalid skill in %s: %s", folder, exc)
+                    continue
+                key = (skill.name, skill.version)
+                if key in index:
+                    logger.warning(
+                        "skipping %s %s in %s: already loaded from %s",
+                        skill.name, skill.version, folder, index[key].root,
+                    )
+                    continue
+                index[key] = skill
+        with self._lock:
+            self._set_index(index)
+
+    def _set_index(self, index: dict[tuple[str, str], Skill]) -> None:
+        self._index = index
+        self._sorted = sorted(index.values(), key=Skill.sort_key)
+
+    def skills(self) -> list[Skill]:
+        return self._sorted
+
+    def find(self, name: str, version: str | None = None) -> Skill | None:
+        if version is not None:
+            return self._index.get((name, version))
+        candidates = [s for s in self._sorted if s.name == name]
+        return max(candidates, key=lambda s: s.semver) if candidates else None
+
+    def read_file(self, skill: Skill, path: str, max_bytes: int) -> bytes:
+        check_relative_path(path, "path")
+        target = skill.root / path
+        if not _inside(skill.root, target):
+            raise UnsafePath(f"path {path!r} leads outside the skill's folder", field="path")
+        try:
+            with open(target.resolve(), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size > max_bytes:
+                    raise ContentTooLarge(
+                        f"{path!r} is {size} bytes, above the {max_bytes}-byte read limit",
+                        field="path",
+                    )
+                return f.read(max_bytes + 1)[:max_bytes]
+        except (FileNotFoundError, NotADirectoryError):
+            raise InvalidParams(
+                f"skill {skill.name} {skill.version} has no file {path!r}", field="path"
+            ) from None
+        except IsADirectoryError:
+            raise InvalidParams(f"{path!r} is a folder, not a file", field="path") from None
+
+    def list_files(self, skill: Skill) -> list[str]:
+        found = []
+        for folder, dirs, files in os.walk(skill.root):
+            dirs.sort()
+            for name in sorted(files):
+                full = Path(folder) / name
+                if _inside(skill.root, full):
+                    found.append(full.relative_to(skill.root).as_posix())
+                if len(found) >= MAX_LISTED_FILES:
+                    return found
+        return found
+
+    # -- create_skill ---------------------------------------------------------
+
+    def create(self, manifest: dict[str, Any], skill_md: str, files: list[NewFile]) -> Skill:
+        try:
+            parsed = validate_manifest(manifest)
+        except ManifestError as exc:
+            raise InvalidSkill(f"invalid manifest: {exc}", field="manifest", problems=exc.problems) from None
+        if (parsed.name, parsed.version) in self._index:
+            raise SkillExists(f"skill {parsed.name} {parsed.version} already exists", field="manifest")
+        seen = set()
+        for i, f in enumerate(files):
+            rel = check_relative_path(f.path, f"files[{i}].path")
+            if rel.as_posix() in (MANIFEST_FILE, DOC_FILE):
+                raise InvalidSkill(
+                    f"files[{i}]: {f.path} comes from the `manifest` / `skill_md` params",
+                    field=f"files[{i}].path",
+                )
+            if rel.as_posix() in seen:
+                raise InvalidSkill(f"files[{i}]: {f.path} is listed twice", field=f"files[{i}].path")
+            seen.add(rel.as_posix())
+        toml_text = _manifest_toml(manifest)
+
+        staging = self.writable / STAGING
+        staging.mkdir(exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{parsed.name}-", dir=staging))
+        try:
+            _write_file(tmp / MANIFEST_FILE, toml_text.encode("utf-8"))
+            _write_file(tmp / DOC_FILE, skill_md.encode("utf-8"))
+            for f in files:
+                target = tmp / f.path
+                # A path that names a folder of another file ("a" and "a/b") fails here.
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    _write_file(target, f.content)
+                except (FileExistsError, NotADirectoryError, IsADirectoryError):
+                    raise InvalidSkill(
+                        f"{f.path!r} clashes with another file's folder", field="files"
+                    ) from None
+            try:
+                load_skill(tmp)
+            except SkillProblems as exc:
+                raise InvalidSkill(f"invalid skill: {exc}", field="manifest", problems=exc.problems) from None
+            dest = self.writable / parsed.name / parsed.version
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with self._lock:
+                if (parsed.name, parsed.version) in self._index:
+                    raise SkillExists(
+                        f"skill {parsed.name} {parsed.version} already exists", field="manifest"
+                    )
+                try:
+                    # Atomic, and refused when another process got there first.
+                    os.rename(tmp, dest)
+                except OSError as exc:
+                    if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                        raise SkillExists(
+                            f"skill {parsed.name} {parsed.version} already exists", field="manifest"
+                        ) from None
+                    raise
+                _fsync_dir(dest.parent)
+                skill = load_skill(dest)
+                self._set_index({**self._index, (skill.name, skill.version): skill})
+            return skill
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def _clean_staging(self) -> None:
+        staging = self.writable / STAGING
+        if not staging.is_dir():
+            return
+        for leftover in staging.iterdir():
+            try:
+                if time.time() - leftover.stat().st_mtime > STALE_STAGING_S:
+                    shutil.rmtree(leftover, ignore_errors=True)
+            except OSError:
+                pass
+
+
+def _manifest_toml(manifest: dict[str, Any]) -> str:
+    try:
+        text = tomlwriter.dumps(manifest)
+        same = tomli.loads(text) == manifest
+    except (ValueError, tomli.TOMLDecodeError) as exc:
+        raise InvalidSkill(f"manifest cannot be written as TOML: {exc}", field="manifest") from None
+    if not same:
+        raise InvalidSkill("manifest cannot be written as TOML faithfully", field="manifest")
+    return text
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    with open(path, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,146 @@
+"""One `Settings` object, from command-line flags over `WASMRUN_*` variables over defaults.
+
+    flag              variable                      default
+    --host            WASMRUN_HOST                  127.0.0.1
+    --port            WASMRUN_PORT                  8080
+    --data-dir        WASMRUN_DATA_DIR              $XDG_DATA_HOME/wasmrun (~/.local/share/wasmrun)
+    --skills-dir      WASMRUN_SKILLS_DIRS           (none; os.pathsep-separated; the bundled skills/ always load)
+    --workers         WASMRUN_WORKERS               number of CPUs
+    --secrets-file    WASMRUN_SECRETS_FILE          (none)
+                      WASMRUN_SECRET_<NAME>         the secret <NAME>
+                      WASMRUN_QUEUE_TIMEOUT         5 (seconds a call waits for a free sandbox)
+                      WASMRUN_MAX_BODY_BYTES        33554432
+                      WASMRUN_MAX_FULL_READ_BYTES   10485760
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import tomli
+
+import wasmrun
+
+ENV_PREFIX = "WASMRUN_"
+SECRET_PREFIX = "WASMRUN_SECRET_"
+BUNDLED_SKILLS = Path(wasmrun.__file__).resolve().parent.parent / "skills"
+
+logger = logging.getLogger("wasmrun.settings")
+
+
+def default_data_dir(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "wasmrun"
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    data_dir: Path = field(default_factory=lambda: default_data_dir(os.environ))
+    # Read-only skill folders; the bundled one is always first, `skills_home` is writable.
+    skills_dirs: tuple[Path, ...] = (BUNDLED_SKILLS,)
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    queue_timeout: float = 5.0
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_full_read_bytes: int = 10 * 1024 * 1024
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def skills_home(self) -> Path:
+        return self.data_dir / "skills"
+
+    @property
+    def blobs_dir(self) -> Path:
+        return self.data_dir / "blobs"
+
+    @classmethod
+    def load(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        host: str | None = None,
+        port: int | None = None,
+        data_dir: Path | None = None,
+        skills_dirs: list[Path] | None = None,
+        workers: int | None = None,
+        secrets_file: Path | None = None,
+    ) -> Settings:
+        """Flags (the keyword arguments, None when not given) over `env` over defaults."""
+        env = os.environ if env is None else env
+
+        def pick(flag: object, name: str) -> str | None:
+            return str(flag) if flag is not None else env.get(ENV_PREFIX + name) or None
+
+        extra_dirs = skills_dirs
+        if extra_dirs is None and env.get(ENV_PREFIX + "SKILLS_DIRS"):
+            extra_dirs = [Path(p) for p in env[ENV_PREFIX + "SKILLS_DIRS"].split(os.pathsep) if p]
+        dirs = [BUNDLED_SKILLS] + [d.expanduser() for d in extra_dirs or [] if d.expanduser() != BUNDLED_SKILLS]
+
+        secrets_path = pick(secrets_file, "SECRETS_FILE")
+        values = {
+            "host": pick(host, "HOST"),
+            "port": _int(pick(port, "PORT"), "port"),
+            "data_dir": Path(p).expanduser() if (p := pick(data_dir, "DATA_DIR")) else None,
+            "workers": _int(pick(workers, "WORKERS"), "workers"),
+            "queue_timeout": _float(env.get(ENV_PREFIX + "QUEUE_TIMEOUT"), "queue timeout"),
+            "max_body_bytes": _int(env.get(ENV_PREFIX + "MAX_BODY_BYTES"), "max body bytes"),
+            "max_full_read_bytes": _int(
+                env.get(ENV_PREFIX + "MAX_FULL_READ_BYTES"), "max full read bytes"
+            ),
+        }
+        chosen = {k: v for k, v in values.items() if v is not None}
+        if "data_dir" not in chosen:
+            chosen["data_dir"] = default_data_dir(env)
+        return cls(
+            skills_dirs=tuple(dirs),
+            secrets=load_secrets(env, Path(secrets_path).expanduser() if secrets_path else None),
+            **chosen,
+        )
+
+
+def load_secrets(env: Mapping[str, str], secrets_file: Path | None) -> dict[str, str]:
+    """Secrets from a TOML file of `NAME = "value"` lines, then `WASMRUN_SECRET_<NAME>` variables."""
+    found: dict[str, str] = {}
+    if secrets_file is not None:
+        with open(secrets_file, "rb") as f:
+            table = tomli.load(f)
+        if secrets_file.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            logger.warning("secrets file %s is readable by other users", secrets_file)
+        for name, value in table.items():
+            if not isinstance(value, str):
+                raise ValueError(f"secret {name!r} in {secrets_file} is not a string")
+            found[name] = value
+    for key, value in env.items():
+        if key.startswith(SECRET_PREFIX) and len(key) > len(SECRET_PREFIX):
+            found[key[len(SECRET_PREFIX):]] = value
+    return found
+
+
+def _int(value: str | None, what: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"{what} must be an integer, not {value!r}") from None
+    if number < 1:
+        raise ValueError(f"{what} must be at least 1, not {number}")
+    return number
+
+
+def _float(value: str | None, what: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"{what} must be a number, not {value!r}") from None
+    if number < 0:
+        raise ValueError(f"{what} must not be negative")
+    return number
