@@ -134,7 +134,8 @@ def _run(args: argparse.Namespace) -> int:
     from wasmrun.protocol.errors import RPCError
     from wasmrun.protocol.runs import run_code
     from wasmrun.protocol.types import RunCodeParams, RunLimits
-    from wasmrun.server import build_context
+    from wasmrun.blobs.store import FileBlobStore
+    from wasmrun.server import build_context, make_local_executor
 
     run_args = {}
     for item in args.arg:
@@ -151,7 +152,8 @@ def _run(args: argparse.Namespace) -> int:
         limits=RunLimits(timeout_ms=args.timeout_ms),
     )
     settings = _settings(args, workers=1)
-    context = build_context(settings)
+    blobs = FileBlobStore(settings.blobs_dir)
+    context = build_context(settings, blobs=blobs, executor=make_local_executor(settings, blobs))
     try:
         result = asyncio.run(run_code(context, params))
     except RPCError as exc:

@@ -1,6 +1,6 @@
 """Putting the runtime together: settings → blob store, skill registry, executor → app.
 
-`make_executor` is the one place that decides how sandboxes run.
+`make_executor` is the one place that decides how the server runs sandboxes.
 """
 
 from __future__ import annotations
@@ -15,12 +15,19 @@ from wasmrun.protocol.context import Context
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox.executor import Executor, InProcessExecutor
+from wasmrun.sandbox.pool import BlobOpener, WorkerPool
 from wasmrun.settings import Settings
 from wasmrun.wire.app import create_app as create_wire_app
 
 
-def make_executor(settings: Settings, blobs: BlobStore) -> Executor:
-    # The worker-process pool (sandbox/pool.py: WorkerPool(settings.blobs_dir, ...)) slots in here.
+def make_executor(settings: Settings) -> Executor:
+    """Worker processes, each opening the blob store at `settings.blobs_dir` itself."""
+    opener = BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(settings.blobs_dir)])
+    return WorkerPool(opener, workers=settings.workers, queue_timeout=settings.queue_timeout)
+
+
+def make_local_executor(settings: Settings, blobs: BlobStore) -> Executor:
+    """Sandboxes on threads of this process: quicker to start, for one-off runs (`wasmrun run`)."""
     return InProcessExecutor(blobs, slots=settings.workers, queue_timeout=settings.queue_timeout)
 
 
@@ -32,7 +39,7 @@ def build_context(
     return Context(
         registry=DirectoryRegistry(settings.skills_dirs, settings.skills_home),
         blobs=blobs,
-        executor=executor if executor is not None else make_executor(settings, blobs),
+        executor=executor if executor is not None else make_executor(settings),
         secrets=settings.secrets,
         max_full_read_bytes=settings.max_full_read_bytes,
     )
