@@ -15,6 +15,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #define WASMRUN_IMPORT(name) \
     __attribute__((import_module("wasmrun"), import_name(name)))
@@ -54,7 +55,26 @@ static PyObject *host_error(int64_t code) {
     return NULL;
 }
 
+/* Small requests and responses travel through this buffer instead of host
+ * calls: the host writes the request here before calling `wasmrun_run` and
+ * reads the response from here after it returns. Each host call costs more
+ * than the whole copy. Larger ones fall back to the host calls. */
+#define IO_CAPACITY (64 * 1024)
+static uint8_t io_buffer[IO_CAPACITY];
+static int32_t io_request_len = -1;   /* set by wasmrun_run; -1: ask the host */
+static int32_t io_response_len = -1;  /* set by respond(); -1: sent by host call */
+
+__attribute__((export_name("wasmrun_io_buffer"))) uint8_t *wasmrun_io_buffer(void) {
+    return io_buffer;
+}
+
+__attribute__((export_name("wasmrun_io_capacity"))) int32_t wasmrun_io_capacity(void) {
+    return IO_CAPACITY;
+}
+
 static PyObject *wr_request(PyObject *self, PyObject *noargs) {
+    if (io_request_len >= 0 && io_request_len <= IO_CAPACITY)
+        return PyBytes_FromStringAndSize((const char *)io_buffer, io_request_len);
     int32_t len = host_request_len();
     if (len < 0) return host_error(len);
     PyObject *out = PyBytes_FromStringAndSize(NULL, len);
@@ -75,7 +95,13 @@ static PyObject *wr_respond(PyObject *self, PyObject *arg) {
         PyErr_SetString(PyExc_OverflowError, "response too large");
         return NULL;
     }
-    host_respond(view.buf, (int32_t)view.len);
+    if (view.len <= IO_CAPACITY) {
+        memcpy(io_buffer, view.buf, view.len);
+        io_response_len = (int32_t)view.len;
+    } else {
+        host_respond(view.buf, (int32_t)view.len);
+        io_response_len = -1;
+    }
     PyBuffer_Release(&view);
     Py_RETURN_NONE;
 }
@@ -209,16 +235,19 @@ __attribute__((export_name("wasmrun_init"))) int32_t wasmrun_init(void) {
     return 0;
 }
 
-/* Serve one request. The Python side reads the request and responds
- * through `_wasmrun`; a non-zero return means it could not even do that. */
-__attribute__((export_name("wasmrun_run"))) int32_t wasmrun_run(void) {
+/* Serve one request. `request_len` >= 0: the request is in io_buffer;
+ * -1: fetch it with host calls. Returns the response's length in io_buffer,
+ * -1 if it went through the `respond` host call, -2 if there is none. */
+__attribute__((export_name("wasmrun_run"))) int32_t wasmrun_run(int32_t request_len) {
     __wasilibc_reset_preopens();
-    if (boot_module == NULL) return 2;
+    io_request_len = request_len;
+    io_response_len = -2;
+    if (boot_module == NULL) return -2;
     PyObject *r = PyObject_CallMethod(boot_module, "run", NULL);
     if (r == NULL) {
         PyErr_Print();
-        return 1;
+        return -2;
     }
     Py_DECREF(r);
-    return 0;
+    return io_response_len;
 }

@@ -20,30 +20,18 @@ HOT_MODULES = (
     "operator", "os", "pathlib", "pprint", "random", "re", "shlex", "statistics",
     "string", "struct", "textwrap", "time", "traceback", "types", "typing",
     "unicodedata", "urllib.parse", "uuid", "zoneinfo",
-    "runtime", "runtime.blobs", "runtime.log", "runtime._skills",
+    "runtime", "runtime.blobs", "runtime.log", "runtime._skills", "runtime._stdio",
 )
 RUN_MODULE = "run_code"
 RUN_FILENAME = "<run_code>"
 
 
-def _install_stdio() -> None:
-    """stdout and stderr as text layers over ONE buffered writer on fd 1.
-
-    Each write to fd 1 is a host call; unbuffered, a print loop is dominated
-    by them. Sharing one buffer keeps prints and tracebacks in order, and
-    runtime.log flushes it before logging, so the run's log reads in order.
-    """
-    import io
-
-    shared = io.BufferedWriter(io.FileIO(1, "w", closefd=False), buffer_size=1 << 16)
-    sys.stdout = io.TextIOWrapper(shared, encoding="utf-8", errors="backslashreplace", write_through=True)
-    sys.stderr = io.TextIOWrapper(shared, encoding="utf-8", errors="backslashreplace", write_through=True)
-
-
 def init() -> None:
     import importlib
 
-    _install_stdio()
+    from runtime import _stdio
+
+    _stdio.install()
     # `site` is not imported (isolated start-up), but users call exit()/quit().
     import _sitebuiltins
     import builtins
@@ -69,8 +57,17 @@ class _Failure(Exception):
         self.message = message
 
 
+# Sources without a file, registered with linecache only when a traceback
+# needs them (keeping the common path from touching linecache at all).
+_SOURCES: dict[str, str] = {}
+
+
 def _format_exception(exc: BaseException) -> str:
+    import linecache
     import traceback
+
+    for filename, source in _SOURCES.items():
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
 
     tb = exc.__traceback__
     # Drop our own frames: users should see their code, not the harness.
@@ -91,8 +88,11 @@ def _prepare(request: dict) -> None:
 
     from runtime import _skills
 
-    os.environ.clear()
-    os.environ.update(request.get("env") or {})
+    # The snapshot's environment is empty; touching os.environ costs a run
+    # dozens of page faults, so only do it when there is something to set.
+    env = request.get("env")
+    if env:
+        os.environ.update(env)
     # The snapshot baked in one random state; every run gets its own seed from the host.
     random.seed()
     _skills.FINDER.mount(request.get("skills") or {})
@@ -106,7 +106,6 @@ def _prepare(request: dict) -> None:
 
 def _load_entrypoint(request: dict):
     import importlib
-    import linecache
     import types
 
     if request["kind"] == "code":
@@ -114,7 +113,7 @@ def _load_entrypoint(request: dict):
         module = types.ModuleType(RUN_MODULE)
         module.__file__ = RUN_FILENAME
         sys.modules[RUN_MODULE] = module
-        linecache.cache[RUN_FILENAME] = (len(source), None, source.splitlines(True), RUN_FILENAME)
+        _SOURCES[RUN_FILENAME] = source
         code = compile(source, RUN_FILENAME, "exec", dont_inherit=True)
         exec(code, module.__dict__)
     else:
@@ -139,34 +138,32 @@ def _serialise(value) -> str:
         ) from None
 
 
-def _execute(request: dict) -> dict:
+def _failed(type_: str, message: str) -> bytes:
+    import json
+
+    return b"F" + json.dumps({"type": type_, "message": message}).encode("utf-8")
+
+
+def _execute(request: dict) -> bytes:
+    """The response: b"C" + the output's JSON, or b"F" + {"type", "message"} as JSON."""
     try:
         _prepare(request)
         fn = _load_entrypoint(request)
         value = fn(request.get("args") or {})
-        return {"status": "completed", "output": _serialise(value)}
+        return b"C" + _serialise(value).encode("utf-8")
     except _Failure as f:
-        return {"status": "failed", "error": {"type": f.type, "message": f.message}}
+        return _failed(f.type, f.message)
     except SystemExit as exc:
-        return {
-            "status": "failed",
-            "error": {"type": "SystemExit", "message": f"the code called exit({exc.code!r})"},
-        }
+        return _failed("SystemExit", f"the code called exit({exc.code!r})")
     except BaseException as exc:  # the user's own exception, whatever it is
-        return {
-            "status": "failed",
-            "error": {"type": _error_type(exc), "message": _format_exception(exc)},
-        }
+        return _failed(_error_type(exc), _format_exception(exc))
 
 
 def run() -> None:
     import json
 
-    request = json.loads(_wasmrun.request())
-    response = _execute(request)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except Exception:
-        pass
-    _wasmrun.respond(json.dumps(response).encode("utf-8"))
+    from runtime import _stdio
+
+    response = _execute(json.loads(_wasmrun.request()))
+    _stdio.flush()
+    _wasmrun.respond(response)

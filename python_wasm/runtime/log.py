@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import _wasmrun
+
+from runtime import _stdio
 
 __all__ = ["debug", "error", "info", "warning"]
 
@@ -13,8 +13,7 @@ DEBUG, INFO, WARNING, ERROR = 10, 20, 30, 40
 
 def _log(level: int, msg: object) -> None:
     # Flush first so a log line lands after the prints that preceded it.
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _stdio.flush()
     _wasmrun.log(level, str(msg))
 
 

@@ -123,10 +123,23 @@ class SandboxEngine:
                                    access_caller=True)
         self._pre = linker.instantiate_pre(self.module)
         self._linker = linker
+        self._io_buffer, self._io_capacity = self._probe_io_buffer()
         root = workspace_root or Path(tempfile.gettempdir())
         self.workspace_root = Path(tempfile.mkdtemp(prefix="wasmrun-", dir=root))
         os.chmod(self.workspace_root, 0o700)
         self._ticker = EpochTicker(self.engine)
+
+    def _probe_io_buffer(self) -> tuple[int, int]:
+        """Where the guest's request/response buffer lives: a static array, so
+        the same address in every instance of this module."""
+        store = wasmtime.Store(self.engine)
+        store.set_fuel(10_000_000)
+        store.set_epoch_deadline(1 << 30)
+        store.set_wasi(wasmtime.WasiConfig())
+        exports = self._pre.instantiate(store).exports(store)
+        found = exports["wasmrun_io_buffer"](store), exports["wasmrun_io_capacity"](store)
+        store.close()
+        return found
 
     def close(self) -> None:
         self._ticker.close()
@@ -170,8 +183,8 @@ class SandboxEngine:
         for skill in request.skills:
             wasi.preopen_dir(skill.root, f"{SKILLS_ROOT}/{skill.name}", fs_mutable=False)
         wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
-        wasi.stdout_custom = ctx.write_output
-        wasi.stderr_custom = ctx.write_output
+        # No stdout/stderr here: the fd_write guard captures fds 1 and 2 itself
+        # (wasmtime-py's custom-output callbacks also panic at interpreter exit).
         return wasi
 
     def run(self, request: RunRequest) -> RunResult:
@@ -190,15 +203,24 @@ class SandboxEngine:
             store.set_epoch_deadline(max(1, math.ceil(limits.timeout_ms / 1000 / EPOCH_TICK_S)))
             store.set_wasi(self._wasi(request, ctx, workspace))
             instance = self._pre.instantiate(store)
-            run_export = instance.exports(store)["wasmrun_run"]
-            memory = instance.exports(store)["memory"]
+            exports = instance.exports(store)
+            run_export = exports["wasmrun_run"]
+            memory = exports["memory"]
+            request_len = -1  # too large for the buffer: the guest asks by host call
+            if len(ctx.request_bytes) <= self._io_capacity:
+                memory.write(store, ctx.request_bytes, self._io_buffer)
+                request_len = len(ctx.request_bytes)
             t1 = time.perf_counter()
             ctx.deadline = time.monotonic() + limits.timeout_ms / 1000
             set_current(ctx)
             try:
-                status = run_export(store)
-                if status != 0 or ctx.response is None:
+                response_len = run_export(store, request_len)
+                if 0 <= response_len <= self._io_capacity:
+                    ctx.response = bytes(memory.read(store, self._io_buffer, self._io_buffer + response_len))
+                if ctx.response is None:
                     error = RunError(errors.GUEST_CRASH, "the interpreter failed to run the request")
+                elif len(ctx.response) > limits.result_bytes:
+                    error = RunError(errors.INVALID_OUTPUT, errors.result_too_large(limits.result_bytes))
             except errors.RunAborted as exc:
                 error = RunError(exc.error_type, exc.message)
             except wasmtime.Trap as trap:
@@ -223,6 +245,7 @@ class SandboxEngine:
         usage.blob_io_bytes = ctx.blob_io
         result = RunResult(run_id=run_id, status="completed", output_blobs=ctx.output_blobs, usage=usage)
         if error is None:
+            assert ctx.response is not None
             _apply_response(result, ctx.response)
         else:
             result.status = "failed"
@@ -237,26 +260,30 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "unknown error"
 
 
-def _apply_response(result: RunResult, response: bytes | None) -> None:
+def _apply_response(result: RunResult, response: bytes) -> None:
+    """Decode the guest's reply: b"C" + output JSON, or b"F" + error JSON.
+    The guest is untrusted: anything else is a crash, never a host error."""
     try:
-        reply = json.loads(response or b"")
-    except ValueError:
-        result.status = "failed"
-        result.error = RunError(errors.GUEST_CRASH, "the interpreter sent a malformed reply")
-        return
-    if reply.get("status") == "completed":
-        result.output_json = reply["output"]
-        result.output = json.loads(reply["output"])
-    else:
-        result.status = "failed"
-        err = reply.get("error") or {}
-        result.error = RunError(str(err.get("type", errors.GUEST_CRASH)), str(err.get("message", "")))
+        if response[:1] == b"C":
+            result.output_json = response[1:].decode("utf-8")
+            result.output = json.loads(result.output_json)
+            return
+        if response[:1] == b"F":
+            err = json.loads(response[1:])
+            result.status = "failed"
+            result.error = RunError(str(err["type"])[:200], str(err["message"]))
+            return
+    except (ValueError, KeyError, TypeError):
+        pass
+    result.status = "failed"
+    result.output_json = result.output = None
+    result.error = RunError(errors.GUEST_CRASH, "the interpreter sent a malformed reply")
 
 
 def _classify_trap(trap: wasmtime.Trap, ctx: RunContext, memory_len: int, limits: Limits) -> RunError:
     code = trap.trap_code
     if code == wasmtime.TrapCode.INTERRUPT:
-        return RunError(errors.TIMEOUT, f"the run exceeded its time limit of {limits.timeout_ms} ms")
+        return RunError(errors.TIMEOUT, errors.timed_out(limits.timeout_ms))
     if code == wasmtime.TrapCode.OUT_OF_FUEL:
         return RunError(errors.CPU_LIMIT, f"the run used up its CPU budget ({limits.fuel} fuel)")
     if code == wasmtime.TrapCode.STACK_OVERFLOW:

@@ -26,3 +26,11 @@ class RunAborted(Exception):
         super().__init__(message)
         self.error_type = error_type
         self.message = message
+
+
+def result_too_large(limit: int) -> str:
+    return f"the return value is larger than {limit} bytes as JSON; write large data to blobs"
+
+
+def timed_out(timeout_ms: int) -> str:
+    return f"the run exceeded its time limit of {timeout_ms} ms"

@@ -138,10 +138,7 @@ def request_read(caller: wasmtime.Caller, ptr: int, cap: int) -> int:
 def respond(caller: wasmtime.Caller, ptr: int, length: int) -> None:
     ctx = current()
     if length & U32 > ctx.limits.result_bytes:
-        raise errors.RunAborted(
-            errors.INVALID_OUTPUT,
-            f"the result is larger than {ctx.limits.result_bytes} bytes; write large data to blobs",
-        )
+        raise errors.RunAborted(errors.INVALID_OUTPUT, errors.result_too_large(ctx.limits.result_bytes))
     ctx.response = read_guest(caller, ptr, length)
 
 

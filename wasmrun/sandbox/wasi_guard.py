@@ -218,7 +218,7 @@ class _Wrappers:
                 # Sleep only until the deadline, then stop the run as the epoch would.
                 if remaining > 0:
                     time.sleep(remaining)
-                raise errors.RunAborted(errors.TIMEOUT, "the run exceeded its time limit")
+                raise errors.RunAborted(errors.TIMEOUT, errors.timed_out(ctx.limits.timeout_ms))
         return self._call(caller, "poll_oneoff", subs, events, count, nevents)
 
 
