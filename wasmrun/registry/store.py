@@ -290,8 +290,8 @@ class DirectoryRegistry:
                 if _inside(skill.root, full):
                     found.append(full.relative_to(skill.root).as_posix())
                 if len(found) >= MAX_LISTED_FILES:
-                    return found
-        return found
+                    return sorted(found)
+        return sorted(found)
 
     # -- create_skill ---------------------------------------------------------
 

@@ -1,0 +1,77 @@
+"""Shared fixtures for the protocol-server tests: one real sandbox executor for
+the session, and per test a fresh data dir, an extra skills folder and an app."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+from starlette.testclient import TestClient
+
+from wasmrun.blobs.store import FileBlobStore
+from wasmrun.protocol.context import Context
+from wasmrun.sandbox.executor import InProcessExecutor
+from wasmrun.server import build_context, create_app
+from wasmrun.settings import BUNDLED_SKILLS, Settings
+
+
+@pytest.fixture(scope="session")
+def blob_store(tmp_path_factory: pytest.TempPathFactory) -> FileBlobStore:
+    return FileBlobStore(tmp_path_factory.mktemp("blobs"))
+
+
+@pytest.fixture(scope="session")
+def executor(blob_store: FileBlobStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessExecutor]:
+    ex = InProcessExecutor(blob_store, slots=2, queue_timeout=5.0, workspace_root=tmp_path_factory.mktemp("ws"))
+    yield ex
+    ex.close()
+
+
+@pytest.fixture()
+def skills_dir(tmp_path: Path) -> Path:
+    """A read-only skills folder loaded next to the bundled one. To fill it before the
+    app loads it, override this fixture in the test module (see skillfiles.write_skill)."""
+    path = tmp_path / "extra-skills"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture()
+def settings(tmp_path: Path, skills_dir: Path) -> Settings:
+    return Settings(
+        data_dir=tmp_path / "data",
+        skills_dirs=(BUNDLED_SKILLS, skills_dir),
+        workers=2,
+        secrets={"DEMO_TOKEN": "s3cret", "OTHER_TOKEN": "not-for-you"},
+    )
+
+
+@pytest.fixture()
+def context(settings: Settings, blob_store: FileBlobStore, executor: InProcessExecutor) -> Context:
+    return build_context(settings, blobs=blob_store, executor=executor)
+
+
+@pytest.fixture()
+def client(settings: Settings, context: Context) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, context)) as c:
+        yield c
+
+
+_ids = itertools.count(1)
+
+
+@pytest.fixture()
+def rpc(client: TestClient) -> Callable[..., dict[str, Any]]:
+    """rpc(method, params) -> the whole JSON-RPC response object."""
+
+    def call(method: str, params: Any = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": next(_ids), "method": method}
+        if params is not None:
+            body["params"] = params
+        response = client.post("/rpc", json=body)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    return call
