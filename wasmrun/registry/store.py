@@ -148,10 +148,21 @@ def load_skill(root: Path) -> Skill:
 
 
 def parse_frontmatter(text: str) -> dict[str, Any]:
+    """SKILL.md's frontmatter (python-frontmatter), which must be a mapping if present."""
+    handler = frontmatter.detect_format(text.strip(), frontmatter.handlers)
+    if handler is None:
+        return {}
     try:
-        metadata = frontmatter.loads(text).metadata
+        fm, _ = handler.split(text.strip())
+    except ValueError:
+        return {}
+    try:
+        # frontmatter.parse() would drop a non-mapping silently; load it to say so.
+        metadata = handler.load(fm)
     except Exception as exc:  # yaml raises many kinds
-        raise ValueError(f"the YAML frontmatter does not parse: {_first_line(str(exc))}") from None
+        raise ValueError(f"the frontmatter does not parse: {_first_line(str(exc))}") from None
+    if metadata is None:
+        return {}
     if not isinstance(metadata, dict):
         raise ValueError("the frontmatter must be a mapping")
     try:
