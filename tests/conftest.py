@@ -4,8 +4,9 @@ the session, and per test a fresh data dir, an extra skills folder and an app.""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -23,8 +24,12 @@ def blob_store(tmp_path_factory: pytest.TempPathFactory) -> FileBlobStore:
 
 
 @pytest.fixture(scope="session")
-def executor(blob_store: FileBlobStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessExecutor]:
-    ex = InProcessExecutor(blob_store, slots=2, queue_timeout=5.0, workspace_root=tmp_path_factory.mktemp("ws"))
+def executor(
+    blob_store: FileBlobStore, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[InProcessExecutor]:
+    ex = InProcessExecutor(
+        blob_store, slots=2, queue_timeout=5.0, workspace_root=tmp_path_factory.mktemp("ws")
+    )
     yield ex
     ex.close()
 

@@ -22,7 +22,12 @@ def write_skill(
     """A skill folder `top/<name>/<version>/`; `code` becomes code/main.py (None: no runtime)."""
     root = top / name / version
     (root / "code").mkdir(parents=True)
-    doc: dict[str, Any] = {"name": name, "version": version, "description": f"The {name} skill.", "kind": kind}
+    doc: dict[str, Any] = {
+        "name": name,
+        "version": version,
+        "description": f"The {name} skill.",
+        "kind": kind,
+    }
     doc.update(manifest)
     if code is not None:
         doc.setdefault("runtime", {"language": "python", "entrypoint": "code/main.py", "export": "main"})

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,7 @@ def read(rpc: Rpc, blob_id: str, **params: Any) -> dict[str, Any]:
 
 # -- create_blob ----------------------------------------------------------------
 
+
 def test_create_returns_id_and_stored_size(rpc: Rpc) -> None:
     result = rpc("create_blob", {"content": "naïve ☃", "kind": "text/plain"})["result"]
     assert result["size_bytes"] == len("naïve ☃".encode())
@@ -40,8 +42,14 @@ def test_ids_are_unique(rpc: Rpc) -> None:
 
 def test_binary_round_trip_as_base64(rpc: Rpc) -> None:
     data = bytes(range(256))
-    blob = rpc("create_blob", {"content": base64.b64encode(data).decode(), "kind": "application/octet-stream",
-                               "encoding": "base64"})["result"]
+    blob = rpc(
+        "create_blob",
+        {
+            "content": base64.b64encode(data).decode(),
+            "kind": "application/octet-stream",
+            "encoding": "base64",
+        },
+    )["result"]
     assert blob["size_bytes"] == 256
     result = read(rpc, blob["blob_id"], mode="full")
     assert result["encoding"] == "base64" and result["truncated"] is False
@@ -54,8 +62,12 @@ def test_binary_round_trip_as_base64(rpc: Rpc) -> None:
         pytest.param({"content": "x", "kind": "plain"}, "kind", id="kind-not-mime"),
         pytest.param({"content": "x", "kind": ""}, "kind", id="kind-empty"),
         pytest.param({"content": "x", "kind": "text/" + "a" * 300}, "kind", id="kind-too-long"),
-        pytest.param({"content": "not base64!", "kind": "image/png", "encoding": "base64"}, "content", id="bad-base64"),
-        pytest.param({"content": "x", "kind": "text/plain", "encoding": "latin-1"}, "encoding", id="bad-encoding"),
+        pytest.param(
+            {"content": "not base64!", "kind": "image/png", "encoding": "base64"}, "content", id="bad-base64"
+        ),
+        pytest.param(
+            {"content": "x", "kind": "text/plain", "encoding": "latin-1"}, "encoding", id="bad-encoding"
+        ),
         pytest.param({"kind": "text/plain"}, "content", id="no-content"),
         pytest.param({"content": "x"}, "kind", id="no-kind"),
     ],
@@ -72,11 +84,16 @@ def test_kind_with_parameters(rpc: Rpc) -> None:
 
 # -- read_blob -------------------------------------------------------------------
 
+
 def test_read_like_the_spec(rpc: Rpc) -> None:
     csv = "name,email,company\nJohn Doe,john@example.com,Acme Corp\nJane Smith,jane@example.com,Tech Inc"
     blob = create(rpc, csv, kind="text/csv")
     assert read(rpc, blob, mode="sample_head", max_bytes=2000) == {
-        "content": csv, "truncated": False, "kind": "text/csv", "encoding": "utf-8", "size_bytes": len(csv),
+        "content": csv,
+        "truncated": False,
+        "kind": "text/csv",
+        "encoding": "utf-8",
+        "size_bytes": len(csv),
     }
 
 
@@ -99,7 +116,9 @@ def test_empty_blob(rpc: Rpc, mode: str) -> None:
 def test_boundaries(rpc: Rpc, mode: str, size: int, max_bytes: int, truncated: bool) -> None:
     text = "".join(chr(ord("a") + i % 26) for i in range(size))
     result = read(rpc, create(rpc, text), mode=mode, max_bytes=max_bytes)
-    expected = text[:max_bytes] if mode == "sample_head" else text[max(0, size - max_bytes):] if max_bytes else ""
+    expected = (
+        text[:max_bytes] if mode == "sample_head" else text[max(0, size - max_bytes) :] if max_bytes else ""
+    )
     assert result["content"] == expected
     assert result["truncated"] is truncated
 
@@ -124,7 +143,7 @@ def test_tail_never_splits_a_character(rpc: Rpc, max_bytes: int) -> None:
     assert MIXED.endswith(content)
     assert len(content.encode()) <= max_bytes
     if content != MIXED:
-        assert len(MIXED[len(MIXED) - len(content) - 1:].encode()) > max_bytes
+        assert len(MIXED[len(MIXED) - len(content) - 1 :].encode()) > max_bytes
 
 
 def test_full_reads_everything(rpc: Rpc) -> None:
@@ -185,7 +204,10 @@ def test_read_missing_blob(rpc: Rpc, blob_id: str) -> None:
 
 @pytest.mark.parametrize(
     "params, field",
-    [pytest.param({"mode": "middle"}, "mode", id="bad-mode"), pytest.param({"max_bytes": -1}, "max_bytes", id="negative")],
+    [
+        pytest.param({"mode": "middle"}, "mode", id="bad-mode"),
+        pytest.param({"max_bytes": -1}, "max_bytes", id="negative"),
+    ],
 )
 def test_read_invalid_params(rpc: Rpc, params: dict[str, Any], field: str) -> None:
     blob = create(rpc, "x")
@@ -194,6 +216,7 @@ def test_read_invalid_params(rpc: Rpc, params: dict[str, Any], field: str) -> No
 
 
 # -- the store itself --------------------------------------------------------------
+
 
 def test_store_survives_a_restart_and_keeps_metadata(tmp_path: Path) -> None:
     blob_id = FileBlobStore(tmp_path).create(b"hello", "text/plain", run_id="run_1")

@@ -25,6 +25,7 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 # -- settings ----------------------------------------------------------------------
 
+
 def test_defaults(isolated: Path) -> None:
     s = Settings.load()
     assert (s.host, s.port) == ("127.0.0.1", 8080)
@@ -36,9 +37,14 @@ def test_defaults(isolated: Path) -> None:
 
 def test_environment_then_flags(isolated: Path) -> None:
     env = {
-        "WASMRUN_HOST": "0.0.0.0", "WASMRUN_PORT": "9000", "WASMRUN_DATA_DIR": "/srv/wr",
-        "WASMRUN_SKILLS_DIRS": os.pathsep.join(["/a", "/b"]), "WASMRUN_WORKERS": "3",
-        "WASMRUN_QUEUE_TIMEOUT": "0.5", "WASMRUN_MAX_BODY_BYTES": "1000", "WASMRUN_MAX_FULL_READ_BYTES": "10",
+        "WASMRUN_HOST": "0.0.0.0",
+        "WASMRUN_PORT": "9000",
+        "WASMRUN_DATA_DIR": "/srv/wr",
+        "WASMRUN_SKILLS_DIRS": os.pathsep.join(["/a", "/b"]),
+        "WASMRUN_WORKERS": "3",
+        "WASMRUN_QUEUE_TIMEOUT": "0.5",
+        "WASMRUN_MAX_BODY_BYTES": "1000",
+        "WASMRUN_MAX_FULL_READ_BYTES": "10",
     }
     s = Settings.load(env)
     assert (s.host, s.port, s.data_dir, s.workers) == ("0.0.0.0", 9000, Path("/srv/wr"), 3)
@@ -51,7 +57,10 @@ def test_environment_then_flags(isolated: Path) -> None:
 
 @pytest.mark.parametrize(
     "env",
-    [pytest.param({"WASMRUN_PORT": "http"}, id="port-not-int"), pytest.param({"WASMRUN_WORKERS": "0"}, id="no-workers")],
+    [
+        pytest.param({"WASMRUN_PORT": "http"}, id="port-not-int"),
+        pytest.param({"WASMRUN_WORKERS": "0"}, id="no-workers"),
+    ],
 )
 def test_bad_settings_are_reported(env: dict[str, str]) -> None:
     with pytest.raises(ValueError):
@@ -69,11 +78,24 @@ def test_secrets_from_file_and_environment(tmp_path: Path) -> None:
 
 # -- wasmrun run ---------------------------------------------------------------------
 
+
 def test_run_prints_the_result(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = isolated / "job.py"
     script.write_text("def main(args):\n    print('working')\n    return {'got': args}\n")
-    code = main(["run", str(script), "--arg", "n=3", "--arg", "name=ann", "--arg", 'j={"a": [1]}',
-                 "--data-dir", str(isolated / "data")])
+    code = main(
+        [
+            "run",
+            str(script),
+            "--arg",
+            "n=3",
+            "--arg",
+            "name=ann",
+            "--arg",
+            'j={"a": [1]}',
+            "--data-dir",
+            str(isolated / "data"),
+        ]
+    )
     result = json.loads(capsys.readouterr().out)
     assert code == 0
     assert result["status"] == "completed"
@@ -85,9 +107,23 @@ def test_run_with_a_mounted_skill(isolated: Path, capsys: pytest.CaptureFixture[
     extra = isolated / "skills"
     write_skill(extra, "demo.add", code="def main(args):\n    return args['a'] + args['b']\n")
     script = isolated / "job.py"
-    script.write_text("from skills.demo.add import main as add\ndef go(args):\n    return add({'a': 2, 'b': 5})\n")
-    code = main(["run", str(script), "--mount", "demo.add", "--entrypoint", "go",
-                 "--skills-dir", str(extra), "--data-dir", str(isolated / "data")])
+    script.write_text(
+        "from skills.demo.add import main as add\ndef go(args):\n    return add({'a': 2, 'b': 5})\n"
+    )
+    code = main(
+        [
+            "run",
+            str(script),
+            "--mount",
+            "demo.add",
+            "--entrypoint",
+            "go",
+            "--skills-dir",
+            str(extra),
+            "--data-dir",
+            str(isolated / "data"),
+        ]
+    )
     assert code == 0
     assert json.loads(capsys.readouterr().out)["output"] == 7
 
@@ -106,7 +142,9 @@ def test_run_failure_exits_1(isolated: Path, capsys: pytest.CaptureFixture[str])
         pytest.param(["--arg", "novalue"], "KEY=VALUE", id="bad-arg"),
     ],
 )
-def test_run_usage_errors_exit_2(isolated: Path, capsys: pytest.CaptureFixture[str], argv: list[str], words: str) -> None:
+def test_run_usage_errors_exit_2(
+    isolated: Path, capsys: pytest.CaptureFixture[str], argv: list[str], words: str
+) -> None:
     script = isolated / "job.py"
     script.write_text("def main(args): pass\n")
     assert main(["run", str(script), "--data-dir", str(isolated / "data"), *argv]) == 2
@@ -119,6 +157,7 @@ def test_run_missing_file_exits_2(isolated: Path, capsys: pytest.CaptureFixture[
 
 
 # -- wasmrun skills ------------------------------------------------------------------
+
 
 def test_skills_list(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
     extra = isolated / "skills"
@@ -139,8 +178,9 @@ def test_skills_check_bundled_is_clean(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_skills_check_lists_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_skill(tmp_path, "demo.good")
-    bad = write_skill(tmp_path, "demo.bad", runtime={"language": "python", "entrypoint": "code/gone.py"},
-                      version="1.0")
+    bad = write_skill(
+        tmp_path, "demo.bad", runtime={"language": "python", "entrypoint": "code/gone.py"}, version="1.0"
+    )
     (bad / "SKILL.md").unlink()
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "skill.toml").write_text("this is [not toml")

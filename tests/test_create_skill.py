@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import base64
 import threading
-from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import tomli
@@ -33,7 +33,10 @@ def manifest(**changes: Any) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if v is not None}
 
 
-MAIN = {"path": "code/main.py", "content": "from . import helper\n\ndef main(args):\n    return helper.saved(args)\n"}
+MAIN = {
+    "path": "code/main.py",
+    "content": "from . import helper\n\ndef main(args):\n    return helper.saved(args)\n",
+}
 HELPER = {"path": "code/helper.py", "content": "def saved(args):\n    return {'saved': args}\n"}
 
 
@@ -44,13 +47,19 @@ def params(**changes: Any) -> dict[str, Any]:
 
 
 def test_create_then_use(rpc: Rpc, settings: Settings) -> None:
-    assert rpc("create_skill", params())["result"] == {"name": "user.julaiti.save_sheet_as_csv", "version": "0.1.0"}
+    assert rpc("create_skill", params())["result"] == {
+        "name": "user.julaiti.save_sheet_as_csv",
+        "version": "0.1.0",
+    }
     listed = rpc("list_skills", {"namespace": "user"})["result"]["skills"]
     assert [s["name"] for s in listed] == ["user.julaiti.save_sheet_as_csv"]
     described = rpc("describe_skill", {"name": "user.julaiti.save_sheet_as_csv"})["result"]["skill"]
     assert described["manifest"] == manifest()
-    assert described["skill_md_frontmatter"] == {"name": "Sheet saver", "short_description": "Save a sheet as CSV.",
-                                                 "tags": ["csv"]}
+    assert described["skill_md_frontmatter"] == {
+        "name": "Sheet saver",
+        "short_description": "Save a sheet as CSV.",
+        "tags": ["csv"],
+    }
     result = rpc("execute_skill", {"name": "user.julaiti.save_sheet_as_csv", "args": {"a": 1}})["result"]
     assert result["output"] == {"saved": {"a": 1}}
     root = settings.skills_home / "user.julaiti.save_sheet_as_csv" / "0.1.0"
@@ -79,11 +88,15 @@ def test_bundled_skill_cannot_be_shadowed(rpc: Rpc) -> None:
 
 def test_new_version_becomes_latest(rpc: Rpc) -> None:
     rpc("create_skill", params())
-    newer = params(manifest=manifest(version="0.2.0"),
-                   files=[{"path": "code/main.py", "content": "def main(args):\n    return 2\n"}])
+    newer = params(
+        manifest=manifest(version="0.2.0"),
+        files=[{"path": "code/main.py", "content": "def main(args):\n    return 2\n"}],
+    )
     assert rpc("create_skill", newer)["result"]["version"] == "0.2.0"
     assert rpc("execute_skill", {"name": "user.julaiti.save_sheet_as_csv"})["result"]["output"] == 2
-    assert rpc("execute_skill", {"name": "user.julaiti.save_sheet_as_csv", "version": "0.1.0"})["result"]["output"] == {"saved": {}}
+    assert rpc("execute_skill", {"name": "user.julaiti.save_sheet_as_csv", "version": "0.1.0"})["result"][
+        "output"
+    ] == {"saved": {}}
 
 
 def test_instruction_skill_needs_no_files(rpc: Rpc) -> None:
@@ -94,9 +107,15 @@ def test_instruction_skill_needs_no_files(rpc: Rpc) -> None:
 
 def test_binary_file_as_base64(rpc: Rpc) -> None:
     png = b"\x89PNG\r\n\x1a\n\x00\x01"
-    files = [MAIN, HELPER, {"path": "resources/logo.png", "content": base64.b64encode(png).decode(), "encoding": "base64"}]
+    files = [
+        MAIN,
+        HELPER,
+        {"path": "resources/logo.png", "content": base64.b64encode(png).decode(), "encoding": "base64"},
+    ]
     rpc("create_skill", params(files=files))
-    result = rpc("read_skill_file", {"name": "user.julaiti.save_sheet_as_csv", "path": "resources/logo.png"})["result"]
+    result = rpc("read_skill_file", {"name": "user.julaiti.save_sheet_as_csv", "path": "resources/logo.png"})[
+        "result"
+    ]
     assert base64.b64decode(result["content"]) == png
 
 
@@ -110,9 +129,13 @@ def test_binary_file_as_base64(rpc: Rpc) -> None:
     ],
 )
 def test_manifest_round_trips_through_toml(rpc: Rpc, description: str) -> None:
-    m = manifest(description=description, inputs={"weird key": {"type": "string", "default": 1.5, "n": [1, "a"]}})
+    m = manifest(
+        description=description, inputs={"weird key": {"type": "string", "default": 1.5, "n": [1, "a"]}}
+    )
     rpc("create_skill", params(manifest=m))
-    assert rpc("describe_skill", {"name": m["name"], "detail": "manifest"})["result"]["skill"]["manifest"] == m
+    assert (
+        rpc("describe_skill", {"name": m["name"], "detail": "manifest"})["result"]["skill"]["manifest"] == m
+    )
 
 
 @pytest.mark.parametrize(
@@ -121,35 +144,94 @@ def test_manifest_round_trips_through_toml(rpc: Rpc, description: str) -> None:
         pytest.param({"manifest": manifest(name=None)}, "manifest", "name", id="no-name"),
         pytest.param({"manifest": manifest(name="Bad-Name")}, "manifest", "dotted lower-case", id="bad-name"),
         pytest.param({"manifest": manifest(version="1.0")}, "manifest", "semantic version", id="bad-version"),
-        pytest.param({"manifest": manifest(description="")}, "manifest", "description", id="empty-description"),
+        pytest.param(
+            {"manifest": manifest(description="")}, "manifest", "description", id="empty-description"
+        ),
         pytest.param({"manifest": manifest(kind="macro")}, "manifest", "kind", id="bad-kind"),
-        pytest.param({"manifest": manifest(runtime=None)}, "manifest", "[runtime]", id="action-without-runtime"),
-        pytest.param({"manifest": manifest(runtime={"language": "ruby", "entrypoint": "code/main.py"})},
-                     "manifest", "language", id="not-python"),
-        pytest.param({"manifest": manifest(runtime={"language": "python", "entrypoint": "../main.py"})},
-                     "manifest", "entrypoint", id="entrypoint-escapes"),
-        pytest.param({"manifest": manifest(runtime={"language": "python", "entrypoint": "code/other.py"})},
-                     "manifest", "not a file inside the skill", id="entrypoint-missing"),
-        pytest.param({"manifest": manifest(runtime={"language": "python", "entrypoint": "code/main.py",
-                                                    "export": "not a name"})}, "manifest", "export", id="bad-export"),
-        pytest.param({"manifest": manifest(permissions={"secrets": ["bad name"]})}, "manifest", "secrets", id="bad-secret"),
-        pytest.param({"manifest": manifest(author="me")}, "manifest", "unknown field `author`", id="unknown-field"),
-        pytest.param({"manifest": manifest(inputs={"x": {"default": None}})}, "manifest", "null", id="null-in-toml"),
-        pytest.param({"skill_md": "---\nname: [unclosed\n---\n"}, "manifest", "frontmatter", id="bad-frontmatter"),
-        pytest.param({"skill_md": "---\n- a list\n---\n"}, "manifest", "mapping", id="frontmatter-not-mapping"),
-        pytest.param({"files": [MAIN, {"path": "../evil.py", "content": ""}]}, "files[1].path", "..", id="dotdot"),
-        pytest.param({"files": [MAIN, {"path": "/tmp/evil.py", "content": ""}]}, "files[1].path", "absolute",
-                     id="absolute"),
-        pytest.param({"files": [MAIN, {"path": "code\\evil.py", "content": ""}]}, "files[1].path", "backslash",
-                     id="backslash"),
+        pytest.param(
+            {"manifest": manifest(runtime=None)}, "manifest", "[runtime]", id="action-without-runtime"
+        ),
+        pytest.param(
+            {"manifest": manifest(runtime={"language": "ruby", "entrypoint": "code/main.py"})},
+            "manifest",
+            "language",
+            id="not-python",
+        ),
+        pytest.param(
+            {"manifest": manifest(runtime={"language": "python", "entrypoint": "../main.py"})},
+            "manifest",
+            "entrypoint",
+            id="entrypoint-escapes",
+        ),
+        pytest.param(
+            {"manifest": manifest(runtime={"language": "python", "entrypoint": "code/other.py"})},
+            "manifest",
+            "not a file inside the skill",
+            id="entrypoint-missing",
+        ),
+        pytest.param(
+            {
+                "manifest": manifest(
+                    runtime={"language": "python", "entrypoint": "code/main.py", "export": "not a name"}
+                )
+            },
+            "manifest",
+            "export",
+            id="bad-export",
+        ),
+        pytest.param(
+            {"manifest": manifest(permissions={"secrets": ["bad name"]})},
+            "manifest",
+            "secrets",
+            id="bad-secret",
+        ),
+        pytest.param(
+            {"manifest": manifest(author="me")}, "manifest", "unknown field `author`", id="unknown-field"
+        ),
+        pytest.param(
+            {"manifest": manifest(inputs={"x": {"default": None}})}, "manifest", "null", id="null-in-toml"
+        ),
+        pytest.param(
+            {"skill_md": "---\nname: [unclosed\n---\n"}, "manifest", "frontmatter", id="bad-frontmatter"
+        ),
+        pytest.param(
+            {"skill_md": "---\n- a list\n---\n"}, "manifest", "mapping", id="frontmatter-not-mapping"
+        ),
+        pytest.param(
+            {"files": [MAIN, {"path": "../evil.py", "content": ""}]}, "files[1].path", "..", id="dotdot"
+        ),
+        pytest.param(
+            {"files": [MAIN, {"path": "/tmp/evil.py", "content": ""}]},
+            "files[1].path",
+            "absolute",
+            id="absolute",
+        ),
+        pytest.param(
+            {"files": [MAIN, {"path": "code\\evil.py", "content": ""}]},
+            "files[1].path",
+            "backslash",
+            id="backslash",
+        ),
         pytest.param({"files": [MAIN, {"path": "a\x00b", "content": ""}]}, "files[1].path", "NUL", id="nul"),
-        pytest.param({"files": [MAIN, {"path": "code//x.py", "content": ""}]}, "files[1].path", "empty", id="empty-seg"),
-        pytest.param({"files": [MAIN, {"path": "skill.toml", "content": ""}]}, "files[1].path", "manifest",
-                     id="overrides-manifest"),
+        pytest.param(
+            {"files": [MAIN, {"path": "code//x.py", "content": ""}]}, "files[1].path", "empty", id="empty-seg"
+        ),
+        pytest.param(
+            {"files": [MAIN, {"path": "skill.toml", "content": ""}]},
+            "files[1].path",
+            "manifest",
+            id="overrides-manifest",
+        ),
         pytest.param({"files": [MAIN, MAIN]}, "files[1].path", "twice", id="duplicate"),
-        pytest.param({"files": [MAIN, {"path": "code/main.py/x", "content": ""}]}, "files", "clashes", id="file-as-dir"),
-        pytest.param({"files": [MAIN, {"path": "a.bin", "content": "@@", "encoding": "base64"}]},
-                     "files[1].content", "base64", id="bad-base64"),
+        pytest.param(
+            {"files": [MAIN, {"path": "code/main.py/x", "content": ""}]}, "files", "clashes", id="file-as-dir"
+        ),
+        pytest.param(
+            {"files": [MAIN, {"path": "a.bin", "content": "@@", "encoding": "base64"}]},
+            "files[1].content",
+            "base64",
+            id="bad-base64",
+        ),
         pytest.param({"manifest": "name = 'x'"}, "manifest", "", id="manifest-not-object"),
     ],
 )
@@ -196,7 +278,9 @@ def test_concurrent_creates_of_one_version_store_exactly_one(settings: Settings)
     def create(registry: DirectoryRegistry, n: int) -> None:
         barrier.wait()
         try:
-            registry.create(manifest(), SKILL_MD, [NewFile("code/main.py", f"def main(a): return {n}\n".encode())])
+            registry.create(
+                manifest(), SKILL_MD, [NewFile("code/main.py", f"def main(a): return {n}\n".encode())]
+            )
             outcomes.append("created")
         except SkillExists:
             outcomes.append("exists")

@@ -13,9 +13,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import requests
@@ -126,7 +126,9 @@ class Server:
         env["PYTHONPATH"] = str(REPO)
         cmd = [sys.executable, "-m", "wasmrun", "serve", "--port", str(self.port),
                "--data-dir", str(data_dir), "--workers", "2"]
-        self.process = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -260,7 +262,9 @@ def test_blobs_and_skills_survive_a_restart(data_dir: Path, tmp_path: Path) -> N
         client = SkillsRuntimeClient(endpoint=first.endpoint)
         blob = client.create_blob("kept", kind="text/plain")["blob_id"]
         client._call("create_skill", {
-            "manifest": {"name": "user.kept", "version": "1.0.0", "description": "Kept.", "kind": "instruction"},
+            "manifest": {
+                "name": "user.kept", "version": "1.0.0", "description": "Kept.", "kind": "instruction",
+            },
             "skill_md": "# Kept\n",
         })
     finally:
@@ -272,3 +276,15 @@ def test_blobs_and_skills_survive_a_restart(data_dir: Path, tmp_path: Path) -> N
         assert client.describe_skill("user.kept")["skill"]["manifest"]["version"] == "1.0.0"
     finally:
         second.stop()
+
+
+SPEC = Path("/work/shared/spec/skills-protocol-v0.1.txt")
+
+
+@pytest.mark.skipif(not SPEC.exists(), reason="spec text not available")
+def test_client_above_is_the_spec_text_verbatim() -> None:
+    spec = SPEC.read_text()
+    expected = spec[spec.index("class SkillsRuntimeClient:") : spec.index("# Example usage")].rstrip()
+    here = Path(__file__).read_text()
+    ours = here[here.index("class SkillsRuntimeClient:") : here.index("# ---- end of the spec's client")].rstrip()
+    assert ours == expected

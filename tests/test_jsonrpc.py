@@ -84,8 +84,12 @@ def test_parse_error(client: TestClient, body: bytes) -> None:
         pytest.param({"jsonrpc": "2.0", "method": "list_skills", "id": {"a": 1}}, None, id="id-object"),
         pytest.param({"jsonrpc": "2.0", "method": "list_skills", "id": [1]}, None, id="id-array"),
         pytest.param({"jsonrpc": "2.0", "method": "list_skills", "id": True}, None, id="id-bool"),
-        pytest.param({"jsonrpc": "2.0", "method": "list_skills", "params": "x", "id": 4}, 4, id="params-string"),
-        pytest.param({"jsonrpc": "2.0", "method": "list_skills", "params": 1, "id": 5}, 5, id="params-number"),
+        pytest.param(
+            {"jsonrpc": "2.0", "method": "list_skills", "params": "x", "id": 4}, 4, id="params-string"
+        ),
+        pytest.param(
+            {"jsonrpc": "2.0", "method": "list_skills", "params": 1, "id": 5}, 5, id="params-number"
+        ),
         pytest.param(1, None, id="number"),
         pytest.param("call", None, id="string"),
         pytest.param(None, None, id="null"),
@@ -159,12 +163,24 @@ def test_method_not_found(client: TestClient) -> None:
         pytest.param("list_skills", {"detail": "everything"}, "detail", id="bad-enum"),
         pytest.param("list_skills", {"namspace": "data"}, "namspace", id="unknown-field"),
         pytest.param("describe_skill", {}, "name", id="missing-field"),
-        pytest.param("run_code", {"language": "python", "code": "", "limits": {"timeout_ms": -1}},
-                     "limits.timeout_ms", id="nested"),
-        pytest.param("run_code", {"language": "python", "code": "", "limits": {"memory": 1}},
-                     "limits.memory", id="nested-unknown"),
-        pytest.param("run_code", {"language": "python", "code": "", "mount_skills": ["a", 3]},
-                     "mount_skills[1]", id="array-item"),
+        pytest.param(
+            "run_code",
+            {"language": "python", "code": "", "limits": {"timeout_ms": -1}},
+            "limits.timeout_ms",
+            id="nested",
+        ),
+        pytest.param(
+            "run_code",
+            {"language": "python", "code": "", "limits": {"memory": 1}},
+            "limits.memory",
+            id="nested-unknown",
+        ),
+        pytest.param(
+            "run_code",
+            {"language": "python", "code": "", "mount_skills": ["a", 3]},
+            "mount_skills[1]",
+            id="array-item",
+        ),
         pytest.param("list_skills", [1, 2], "params", id="positional"),
     ],
 )
@@ -177,7 +193,11 @@ def test_invalid_params_names_the_field(client: TestClient, method: str, params:
 
 @pytest.mark.parametrize(
     "params",
-    [pytest.param(None, id="absent"), pytest.param({}, id="empty"), pytest.param({"namespace": None, "cursor": None}, id="nulls")],
+    [
+        pytest.param(None, id="absent"),
+        pytest.param({}, id="empty"),
+        pytest.param({"namespace": None, "cursor": None}, id="nulls"),
+    ],
 )
 def test_absent_params_and_nulls_mean_defaults(client: TestClient, params: Any) -> None:
     body: dict[str, Any] = {"jsonrpc": "2.0", "method": "list_skills", "id": 1}
@@ -219,12 +239,18 @@ def test_http_misuse_is_4xx(client: TestClient, method: str, path: str) -> None:
     [
         pytest.param(b"\x00" * 100, id="nul-bytes"),
         pytest.param(b"[" * 10000, id="deep-nesting"),
-        pytest.param(b'{"jsonrpc":"2.0","method":"read_blob","params":{"blob_id":"../../etc/passwd"},"id":1}',
-                     id="path-as-blob-id"),
+        pytest.param(
+            b'{"jsonrpc":"2.0","method":"read_blob","params":{"blob_id":"../../etc/passwd"},"id":1}',
+            id="path-as-blob-id",
+        ),
         pytest.param(b'{"jsonrpc":"2.0","method":"' + b"m" * 100000 + b'","id":1}', id="huge-method"),
-        pytest.param(b'{"jsonrpc":"2.0","method":"list_skills","params":{"limit":1e400},"id":1}', id="huge-number"),
-        pytest.param(b'{"jsonrpc":"2.0","method":"list_skills","params":{"limit":99999999999999999999999},"id":1}',
-                     id="bigint"),
+        pytest.param(
+            b'{"jsonrpc":"2.0","method":"list_skills","params":{"limit":1e400},"id":1}', id="huge-number"
+        ),
+        pytest.param(
+            b'{"jsonrpc":"2.0","method":"list_skills","params":{"limit":99999999999999999999999},"id":1}',
+            id="bigint",
+        ),
     ],
 )
 def test_hostile_bodies_never_give_5xx(client: TestClient, body: bytes) -> None:
@@ -236,6 +262,7 @@ def test_hostile_bodies_never_give_5xx(client: TestClient, body: bytes) -> None:
 
 
 # -- with a stand-in dispatcher ------------------------------------------------
+
 
 def _app(dispatch: jsonrpc.Dispatch) -> TestClient:
     return TestClient(create_app(dispatch, max_body_bytes=1 << 20))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -24,14 +25,23 @@ ENV_CODE = "import os\ndef main(args):\n    return {'env': dict(os.environ)}\n"
 
 @pytest.fixture()
 def skills_dir(skills_dir: Path) -> Path:
-    write_skill(skills_dir, "demo.secrets", code=ENV_CODE, permissions={"secrets": ["DEMO_TOKEN", "MISSING_ONE"]})
+    write_skill(
+        skills_dir, "demo.secrets", code=ENV_CODE, permissions={"secrets": ["DEMO_TOKEN", "MISSING_ONE"]}
+    )
     write_skill(skills_dir, "demo.versions", "0.1.0", code="def main(args):\n    return 'old'\n")
     write_skill(skills_dir, "demo.versions", "0.2.0", code="def main(args):\n    return 'new'\n")
     write_skill(skills_dir, "demo.guide", kind="instruction", code=None)
-    write_skill(skills_dir, "demo.fails", code="def main(args):\n    raise ValueError('bad value: ' + str(args))\n")
     write_skill(
-        skills_dir, "demo.helpers",
-        code="from . import util\n\ndef run(args):\n    return {'summary': 'Doubled it.', 'value': util.double(args['n'])}\n",
+        skills_dir, "demo.fails", code="def main(args):\n    raise ValueError('bad value: ' + str(args))\n"
+    )
+    write_skill(
+        skills_dir,
+        "demo.helpers",
+        code=(
+            "from . import util\n\n"
+            "def run(args):\n"
+            "    return {'summary': 'Doubled it.', 'value': util.double(args['n'])}\n"
+        ),
         runtime={"language": "python", "entrypoint": "code/main.py", "export": "run"},
         files={"code/util.py": "def double(n):\n    return 2 * n\n"},
     )
@@ -50,15 +60,21 @@ def create_blob(rpc: Rpc, content: str, kind: str = "text/plain") -> str:
 
 # -- run_code ------------------------------------------------------------------
 
+
 def test_run_code_result_shape(rpc: Rpc) -> None:
-    result = run_code(rpc, "def main(args):\n    print('hi')\n    return {'sum': args['a'] + args['b']}\n",
-                      args={"a": 1, "b": 2})
+    result = run_code(
+        rpc,
+        "def main(args):\n    print('hi')\n    return {'sum': args['a'] + args['b']}\n",
+        args={"a": 1, "b": 2},
+    )
     assert result["status"] == "completed"
     assert result["run_id"].startswith("run_")
     assert result["output"] == {"sum": 3}
     assert result["output_blobs"] == []
     assert result["logs_preview"] == "hi\n"
-    assert result["summary"].startswith("Completed in ") and result["summary"].endswith("returned an object with 1 key.")
+    assert result["summary"].startswith("Completed in ") and result["summary"].endswith(
+        "returned an object with 1 key."
+    )
     assert "error" not in result
     usage = result["usage"]
     assert usage["fuel_used"] > 0 and usage["peak_memory_bytes"] > 0 and usage["total_ms"] > 0
@@ -68,8 +84,12 @@ def test_run_code_result_shape(rpc: Rpc) -> None:
     "code, params, expected",
     [
         pytest.param("def main(args):\n    return None\n", {}, None, id="null"),
-        pytest.param("def go(args):\n    return 'went'\n", {"entrypoint": "go"}, "went", id="custom-entrypoint"),
-        pytest.param("def main(args):\n    return args\n", {"args": {"x": [1, None]}}, {"x": [1, None]}, id="args"),
+        pytest.param(
+            "def go(args):\n    return 'went'\n", {"entrypoint": "go"}, "went", id="custom-entrypoint"
+        ),
+        pytest.param(
+            "def main(args):\n    return args\n", {"args": {"x": [1, None]}}, {"x": [1, None]}, id="args"
+        ),
         pytest.param("def main(args):\n    return args\n", {}, {}, id="no-args"),
     ],
 )
@@ -81,14 +101,26 @@ def test_run_code_outputs(rpc: Rpc, code: str, params: dict[str, Any], expected:
 @pytest.mark.parametrize(
     "code, error_type, summary",
     [
-        pytest.param("def main(args):\n    raise ValueError('bad value')\n", "ValueError",
-                     "Failed: ValueError: bad value", id="exception"),
+        pytest.param(
+            "def main(args):\n    raise ValueError('bad value')\n",
+            "ValueError",
+            "Failed: ValueError: bad value",
+            id="exception",
+        ),
         pytest.param("def main(:\n", "SyntaxError", "Failed: SyntaxError", id="syntax-error"),
         pytest.param("x = 1\n", "EntrypointNotFound", "Failed: EntrypointNotFound", id="no-entrypoint"),
-        pytest.param("def main(args):\n    return object()\n", "InvalidOutput", "Failed: InvalidOutput", id="not-json"),
-        pytest.param("def main(args):\n    while True:\n        pass\n", "Timeout", "Failed: Timeout", id="timeout"),
-        pytest.param("import runtime.blobs as b\ndef main(args):\n    return b.read_text('blob:' + '0' * 32)\n",
-                     "BlobNotFound", "Failed: BlobNotFound", id="unmounted-blob"),
+        pytest.param(
+            "def main(args):\n    return object()\n", "InvalidOutput", "Failed: InvalidOutput", id="not-json"
+        ),
+        pytest.param(
+            "def main(args):\n    while True:\n        pass\n", "Timeout", "Failed: Timeout", id="timeout"
+        ),
+        pytest.param(
+            "import runtime.blobs as b\ndef main(args):\n    return b.read_text('blob:' + '0' * 32)\n",
+            "BlobNotFound",
+            "Failed: BlobNotFound",
+            id="unmounted-blob",
+        ),
     ],
 )
 def test_run_failures_are_in_band(rpc: Rpc, code: str, error_type: str, summary: str) -> None:
@@ -114,7 +146,9 @@ def test_failure_reports_guest_traceback_not_host_paths(rpc: Rpc, skills_dir: Pa
     [
         pytest.param({"language": "javascript"}, "language", id="language"),
         pytest.param({"entrypoint": "os.system"}, "entrypoint", id="entrypoint-not-a-name"),
-        pytest.param({"mount_skills": ["demo.versions", "no.such.skill"]}, "mount_skills[1]", id="unknown-mount"),
+        pytest.param(
+            {"mount_skills": ["demo.versions", "no.such.skill"]}, "mount_skills[1]", id="unknown-mount"
+        ),
         pytest.param({"input_blobs": ["blob:" + "1" * 32]}, "input_blobs[0]", id="unknown-blob"),
         pytest.param({"input_blobs": ["../etc/passwd"]}, "input_blobs[0]", id="malformed-blob"),
         pytest.param({"limits": {"timeout_ms": 0}}, "limits.timeout_ms", id="zero-timeout"),
@@ -171,8 +205,10 @@ def test_blobs_in_and_out(rpc: Rpc, blob_store: FileBlobStore) -> None:
 
 @pytest.mark.parametrize(
     "length, stored",
-    [pytest.param(MAX_OUTPUT_BYTES - 2, False, id="exactly-4096-serialized"),
-     pytest.param(MAX_OUTPUT_BYTES - 1, True, id="one-byte-over")],
+    [
+        pytest.param(MAX_OUTPUT_BYTES - 2, False, id="exactly-4096-serialized"),
+        pytest.param(MAX_OUTPUT_BYTES - 1, True, id="one-byte-over"),
+    ],
 )
 def test_output_size_boundary(rpc: Rpc, length: int, stored: bool) -> None:
     result = run_code(rpc, f"def main(args):\n    return 'x' * {length}\n")
@@ -190,7 +226,10 @@ def test_output_size_boundary(rpc: Rpc, length: int, stored: bool) -> None:
 
 
 def test_large_structured_output_is_not_lost(rpc: Rpc) -> None:
-    code = "def main(args):\n    return {'summary': 'Made rows.', 'rows': [{'i': i, 'é': '😀' * 3} for i in range(500)]}\n"
+    code = (
+        "def main(args):\n"
+        "    return {'summary': 'Made rows.', 'rows': [{'i': i, 'é': '😀' * 3} for i in range(500)]}\n"
+    )
     result = run_code(rpc, code)
     assert result["summary"] == "Made rows."
     pointer = result["output"]
@@ -239,6 +278,7 @@ def test_run_code_gets_no_secrets(rpc: Rpc) -> None:
 
 # -- execute_skill ---------------------------------------------------------------
 
+
 def test_execute_injects_only_the_named_secrets(rpc: Rpc) -> None:
     result = rpc("execute_skill", {"name": "demo.secrets"})["result"]
     assert result["output"] == {"env": {"DEMO_TOKEN": "s3cret"}}
@@ -261,7 +301,9 @@ def test_execute_export_and_relative_imports(rpc: Rpc) -> None:
 
 def test_execute_bundled_csv_profile(rpc: Rpc) -> None:
     blob = create_blob(rpc, "name,score\nann,3\nbob,5\n", kind="text/csv")
-    result = rpc("execute_skill", {"name": "data.csv.profile", "args": {"blob_id": blob}, "input_blobs": [blob]})["result"]
+    result = rpc(
+        "execute_skill", {"name": "data.csv.profile", "args": {"blob_id": blob}, "input_blobs": [blob]}
+    )["result"]
     assert result["status"] == "completed", result
     assert result["output"]["rows"] == 2
 
@@ -279,9 +321,15 @@ def test_execute_timeout(rpc: Rpc, skills_dir: Path, context: Any) -> None:
         pytest.param({"name": "demo.guide"}, "name", "instruction skill", id="instruction-skill"),
         pytest.param({"name": "skills.protocol.guide"}, "name", "instruction skill", id="the-guide"),
         pytest.param({"name": "no.such"}, "name", "no skill named", id="unknown"),
-        pytest.param({"name": "demo.versions", "version": "3.0.0"}, "version", "no version", id="unknown-version"),
-        pytest.param({"name": "demo.versions", "input_blobs": ["blob:" + "2" * 32]}, "input_blobs[0]",
-                     "does not exist", id="unknown-blob"),
+        pytest.param(
+            {"name": "demo.versions", "version": "3.0.0"}, "version", "no version", id="unknown-version"
+        ),
+        pytest.param(
+            {"name": "demo.versions", "input_blobs": ["blob:" + "2" * 32]},
+            "input_blobs[0]",
+            "does not exist",
+            id="unknown-blob",
+        ),
         pytest.param({"name": "demo.versions", "timeout_ms": -5}, "timeout_ms", "", id="negative-timeout"),
     ],
 )
@@ -294,12 +342,17 @@ def test_execute_protocol_errors(rpc: Rpc, params: dict[str, Any], field: str, w
 
 # -- concurrency ------------------------------------------------------------------
 
+
 def test_busy_server_answers_32000_instead_of_hanging(
     settings: Settings, blob_store: FileBlobStore, tmp_path: Path
 ) -> None:
     one_slot = InProcessExecutor(blob_store, slots=1, queue_timeout=0.2, workspace_root=tmp_path)
     app = create_app(settings, build_context(settings, blobs=blob_store, executor=one_slot))
-    spin = {"language": "python", "code": "def main(a):\n    while True: pass\n", "limits": {"timeout_ms": 1500}}
+    spin = {
+        "language": "python",
+        "code": "def main(a):\n    while True: pass\n",
+        "limits": {"timeout_ms": 1500},
+    }
 
     async def both() -> list[dict[str, Any]]:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
@@ -320,12 +373,18 @@ def test_busy_server_answers_32000_instead_of_hanging(
 
 def test_runs_do_not_block_the_event_loop(settings: Settings, context: Any) -> None:
     app = create_app(settings, context)
-    spin = {"language": "python", "code": "def main(a):\n    while True: pass\n", "limits": {"timeout_ms": 800}}
+    spin = {
+        "language": "python",
+        "code": "def main(a):\n    while True: pass\n",
+        "limits": {"timeout_ms": 800},
+    }
 
     async def race() -> float:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
             loop = asyncio.get_running_loop()
-            run = asyncio.create_task(http.post("/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "run_code", "params": spin}))
+            run = asyncio.create_task(
+                http.post("/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "run_code", "params": spin})
+            )
             await asyncio.sleep(0.1)
             start = loop.time()
             quick = await http.post("/rpc", json={"jsonrpc": "2.0", "id": 2, "method": "list_skills"})

@@ -6,8 +6,9 @@ import base64
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from skillfiles import write_skill
@@ -25,8 +26,14 @@ def skills_dir(skills_dir: Path) -> Path:
     write_skill(skills_dir, "acme.crm.sync", "0.10.0", namespace="acme", tags=["crm"])
     write_skill(skills_dir, "acme.crm.sync", "1.0.0-rc.1", namespace="acme")
     write_skill(skills_dir, "acme.crm.export", "2.0.0", namespace="acme")
-    write_skill(skills_dir, "acme.docs", "1.0.0", kind="instruction", code=None,
-                files={"resources/notes.md": "notes\n", "resources/logo.png": b"\x89PNG\r\n\x1a\n\x00\xff"})
+    write_skill(
+        skills_dir,
+        "acme.docs",
+        "1.0.0",
+        kind="instruction",
+        code=None,
+        files={"resources/notes.md": "notes\n", "resources/logo.png": b"\x89PNG\r\n\x1a\n\x00\xff"},
+    )
     write_skill(skills_dir, "zeta.tool", "0.1.0")  # namespace defaults to "zeta"
     write_skill(skills_dir, "acmeish.tool", "0.1.0")  # "acme" must not match "acmeish"
     bad = skills_dir / "broken"
@@ -40,6 +47,7 @@ def names(result: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 # -- list_skills --------------------------------------------------------------
+
 
 def test_list_order_is_namespace_name_then_version_descending(rpc: Rpc) -> None:
     result = rpc("list_skills", {"namespace": "acme"})["result"]
@@ -80,8 +88,11 @@ def test_namespace_filter(rpc: Rpc, namespace: str, expected: list[str]) -> None
 def test_names_detail_has_the_spec_fields(rpc: Rpc) -> None:
     entry = rpc("list_skills", {"namespace": "zeta"})["result"]["skills"][0]
     assert entry == {
-        "name": "zeta.tool", "version": "0.1.0", "description": "The zeta.tool skill.",
-        "namespace": "zeta", "kind": "action",
+        "name": "zeta.tool",
+        "version": "0.1.0",
+        "description": "The zeta.tool skill.",
+        "namespace": "zeta",
+        "kind": "action",
     }
 
 
@@ -119,8 +130,11 @@ def test_limit_is_capped(rpc: Rpc) -> None:
 
 @pytest.mark.parametrize(
     "cursor",
-    [pytest.param("garbage!", id="not-base64"), pytest.param("WzFd", id="wrong-shape"),
-     pytest.param("WyJhIiwiYiIsIngiXQ", id="bad-version")],
+    [
+        pytest.param("garbage!", id="not-base64"),
+        pytest.param("WzFd", id="wrong-shape"),
+        pytest.param("WyJhIiwiYiIsIngiXQ", id="bad-version"),
+    ],
 )
 def test_bad_cursor(rpc: Rpc, cursor: str) -> None:
     error = rpc("list_skills", {"cursor": cursor})["error"]
@@ -128,6 +142,7 @@ def test_bad_cursor(rpc: Rpc, cursor: str) -> None:
 
 
 # -- describe_skill ------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "version, expected",
@@ -145,15 +160,24 @@ def test_version_selection(rpc: Rpc, version: str | None, expected: str) -> None
 def test_release_outranks_its_prerelease(rpc: Rpc, skills_dir: Path, context: Any) -> None:
     write_skill(skills_dir, "acme.crm.sync", "1.0.0", namespace="acme")
     context.registry.reload()
-    assert rpc("describe_skill", {"name": "acme.crm.sync"})["result"]["skill"]["manifest"]["version"] == "1.0.0"
+    assert (
+        rpc("describe_skill", {"name": "acme.crm.sync"})["result"]["skill"]["manifest"]["version"] == "1.0.0"
+    )
 
 
 def test_describe_levels(rpc: Rpc) -> None:
     manifest = rpc("describe_skill", {"name": "zeta.tool", "detail": "manifest"})["result"]["skill"]
     assert set(manifest) == {"manifest"}
-    assert manifest["manifest"]["runtime"] == {"language": "python", "entrypoint": "code/main.py", "export": "main"}
+    assert manifest["manifest"]["runtime"] == {
+        "language": "python",
+        "entrypoint": "code/main.py",
+        "export": "main",
+    }
     summary = rpc("describe_skill", {"name": "zeta.tool"})["result"]["skill"]
-    assert summary["skill_md_frontmatter"] == {"name": "zeta.tool title", "short_description": "Short zeta.tool."}
+    assert summary["skill_md_frontmatter"] == {
+        "name": "zeta.tool title",
+        "short_description": "Short zeta.tool.",
+    }
     assert set(summary) == {"manifest", "skill_md_frontmatter"}
     full = rpc("describe_skill", {"name": "zeta.tool", "detail": "full"})["result"]["skill"]
     assert full["skill_md"].startswith("---\nname: zeta.tool title")
@@ -170,7 +194,9 @@ def test_describe_bundled_skill_like_the_spec_client(rpc: Rpc) -> None:
     "params, field, words",
     [
         pytest.param({"name": "no.such"}, "name", "no skill named 'no.such'", id="unknown-skill"),
-        pytest.param({"name": "zeta.tool", "version": "9.9.9"}, "version", "available: 0.1.0", id="unknown-version"),
+        pytest.param(
+            {"name": "zeta.tool", "version": "9.9.9"}, "version", "available: 0.1.0", id="unknown-version"
+        ),
     ],
 )
 def test_describe_missing(rpc: Rpc, params: dict[str, Any], field: str, words: str) -> None:
@@ -181,6 +207,7 @@ def test_describe_missing(rpc: Rpc, params: dict[str, Any], field: str, words: s
 
 
 # -- read_skill_file -------------------------------------------------------------
+
 
 def test_read_text_file(rpc: Rpc) -> None:
     result = rpc("read_skill_file", {"name": "acme.docs", "path": "resources/notes.md"})["result"]
@@ -199,7 +226,9 @@ def test_read_binary_file_is_base64(rpc: Rpc) -> None:
 
 
 def test_read_pinned_version(rpc: Rpc) -> None:
-    result = rpc("read_skill_file", {"name": "acme.crm.sync", "version": "0.9.0", "path": "skill.toml"})["result"]
+    result = rpc("read_skill_file", {"name": "acme.crm.sync", "version": "0.9.0", "path": "skill.toml"})[
+        "result"
+    ]
     assert 'version = "0.9.0"' in result["content"]
 
 
@@ -232,7 +261,9 @@ def test_unsafe_paths_are_refused(rpc: Rpc, skills_dir: Path, path: str) -> None
 def test_symlink_inside_the_skill_is_fine(rpc: Rpc, skills_dir: Path) -> None:
     root = skills_dir / "zeta.tool" / "0.1.0"
     os.symlink("code/main.py", root / "alias.py")
-    assert rpc("read_skill_file", {"name": "zeta.tool", "path": "alias.py"})["result"]["content"].startswith("def main")
+    assert rpc("read_skill_file", {"name": "zeta.tool", "path": "alias.py"})["result"]["content"].startswith(
+        "def main"
+    )
 
 
 @pytest.mark.parametrize(
@@ -245,6 +276,7 @@ def test_read_not_a_file(rpc: Rpc, path: str, words: str) -> None:
 
 
 # -- load_skills_protocol_guide ------------------------------------------------
+
 
 def _spec_guide_body() -> str:
     text = SPEC.read_text()

@@ -12,8 +12,9 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import msgspec
 
@@ -21,7 +22,9 @@ from wasmrun.settings import Settings
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", type=Path, help="where blobs and created skills live (WASMRUN_DATA_DIR)")
+    parser.add_argument(
+        "--data-dir", type=Path, help="where blobs and created skills live (WASMRUN_DATA_DIR)"
+    )
     parser.add_argument(
         "--skills-dir", type=Path, action="append",
         help="another read-only folder of skills; repeatable (WASMRUN_SKILLS_DIRS)",
@@ -37,7 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (WASMRUN_PORT, default 8080)")
     _common(serve)
     serve.add_argument("--workers", type=int, help="sandboxes running at once (WASMRUN_WORKERS)")
-    serve.add_argument("--secrets-file", type=Path, help="TOML file of NAME = \"value\" secrets (WASMRUN_SECRETS_FILE)")
+    serve.add_argument(
+        "--secrets-file", type=Path, help='TOML file of NAME = "value" secrets (WASMRUN_SECRETS_FILE)'
+    )
 
     skills = commands.add_parser("skills", help="list or check skills")
     skill_commands = skills.add_subparsers(dest="skills_command", required=True)
@@ -48,7 +53,9 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a Python file in the sandbox and print the result")
     run.add_argument("file", type=Path, metavar="FILE.py")
-    run.add_argument("--mount", action="append", default=[], metavar="SKILL", help="mount a skill; repeatable")
+    run.add_argument(
+        "--mount", action="append", default=[], metavar="SKILL", help="mount a skill; repeatable"
+    )
     run.add_argument(
         "--arg", action="append", default=[], metavar="KEY=VALUE",
         help="an entry of args; VALUE is parsed as JSON when it can be, else taken as a string",
@@ -131,10 +138,10 @@ def _arg_value(text: str) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from wasmrun.blobs.store import FileBlobStore
     from wasmrun.protocol.errors import RPCError
     from wasmrun.protocol.runs import run_code
     from wasmrun.protocol.types import RunCodeParams, RunLimits
-    from wasmrun.blobs.store import FileBlobStore
     from wasmrun.server import build_context, make_local_executor
 
     run_args = {}

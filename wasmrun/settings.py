@@ -4,7 +4,7 @@
     --host            WASMRUN_HOST                  127.0.0.1
     --port            WASMRUN_PORT                  8080
     --data-dir        WASMRUN_DATA_DIR              $XDG_DATA_HOME/wasmrun (~/.local/share/wasmrun)
-    --skills-dir      WASMRUN_SKILLS_DIRS           (none; os.pathsep-separated; the bundled skills/ always load)
+    --skills-dir      WASMRUN_SKILLS_DIRS           (none; os.pathsep-separated; bundled skills/ always load)
     --workers         WASMRUN_WORKERS               number of CPUs
     --secrets-file    WASMRUN_SECRETS_FILE          (none)
                       WASMRUN_SECRET_<NAME>         the secret <NAME>
@@ -18,9 +18,10 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Any
 
 import tomli
 
@@ -80,10 +81,11 @@ class Settings:
         extra_dirs = skills_dirs
         if extra_dirs is None and env.get(ENV_PREFIX + "SKILLS_DIRS"):
             extra_dirs = [Path(p) for p in env[ENV_PREFIX + "SKILLS_DIRS"].split(os.pathsep) if p]
-        dirs = [BUNDLED_SKILLS] + [d.expanduser() for d in extra_dirs or [] if d.expanduser() != BUNDLED_SKILLS]
+        extra = [d.expanduser() for d in extra_dirs or []]
+        dirs = [BUNDLED_SKILLS] + [d for d in extra if d != BUNDLED_SKILLS]
 
         secrets_path = pick(secrets_file, "SECRETS_FILE")
-        values = {
+        values: dict[str, Any] = {
             "host": pick(host, "HOST"),
             "port": _int(pick(port, "PORT"), "port"),
             "data_dir": Path(p).expanduser() if (p := pick(data_dir, "DATA_DIR")) else None,

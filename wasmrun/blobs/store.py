@@ -10,12 +10,13 @@ reader in another process never sees half a blob.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import secrets
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -79,7 +80,7 @@ class FileBlobStore:
             kind=kind,
             size_bytes=len(data),
             sha256=hashlib.sha256(data).hexdigest(),
-            created=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            created=datetime.now(UTC).isoformat(timespec="milliseconds"),
             run_id=run_id,
             utf8=utf8,
         )
@@ -119,10 +120,8 @@ def _write_atomically(path: Path, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
 
 

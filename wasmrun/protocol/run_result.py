@@ -42,7 +42,9 @@ def to_spec_result(result: sandbox.RunResult, blobs: BlobStore) -> RunResult:
             summary=failure_summary(error.type, error.message),
             output_blobs=list(result.output_blobs),
             logs_preview=logs,
-            error=RunError(type=error.type, message=cut_middle(error.message, MAX_ERROR_BYTES, ERROR_HEAD_BYTES)),
+            error=RunError(
+                type=error.type, message=cut_middle(error.message, MAX_ERROR_BYTES, ERROR_HEAD_BYTES)
+            ),
             usage=usage,
         )
     output: Any = result.output
@@ -76,10 +78,10 @@ def own_summary(output: Any) -> str | None:
     if not isinstance(output, dict):
         return None
     summary = output.get("summary")
-    if isinstance(summary, str) and 0 < len(summary.strip()) <= MAX_SUMMARY_CHARS:
-        if "\n" not in summary.strip():
-            return summary.strip()
-    return None
+    if not isinstance(summary, str):
+        return None
+    summary = summary.strip()
+    return summary if 0 < len(summary) <= MAX_SUMMARY_CHARS and "\n" not in summary else None
 
 
 def _describe(value: Any) -> str:

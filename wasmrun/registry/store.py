@@ -15,9 +15,10 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, Protocol
 
 import frontmatter
 import msgspec
@@ -185,7 +186,7 @@ def skill_folders(top: Path) -> Iterator[Path]:
 
 def check_folder(top: Path) -> list[tuple[Path, list[str]]]:
     """Each skill folder under `top` with its problems (an empty list when it is valid)."""
-    report = []
+    report: list[tuple[Path, list[str]]] = []
     for folder in skill_folders(top):
         try:
             load_skill(folder)
