@@ -32,7 +32,16 @@ MAX_SUMMARY_CHARS = 200
 
 
 def to_spec_result(result: sandbox.RunResult, blobs: BlobStore) -> RunResult:
-    usage = RunUsage(**msgspec.structs.asdict(result.usage))
+    u = result.usage
+    # Named one by one: the sandbox may track more than the protocol promises.
+    usage = RunUsage(
+        fuel_used=u.fuel_used,
+        peak_memory_bytes=u.peak_memory_bytes,
+        blob_io_bytes=u.blob_io_bytes,
+        instantiate_ms=u.instantiate_ms,
+        run_ms=u.run_ms,
+        total_ms=u.total_ms,
+    )
     logs = logs_preview(result.logs, result.logs_cut_bytes)
     if result.status == "failed" or result.error is not None:
         error = result.error or sandbox.RunError("SandboxError", "the run failed")
