@@ -29,14 +29,21 @@ from wasmrun.sandbox import errors
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, RunContext, set_current
+from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
 from wasmrun.sandbox.limits import Limits
 from wasmrun.sandbox.types import RunError, RunRequest, RunResult, Usage
-from wasmrun.sandbox.wasi_guard import Workspace, define_guarded_wasi
+from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs, define_guarded_wasi
 
 EPOCH_TICK_S = 0.005
 logger = logging.getLogger("wasmrun.sandbox")
 GUEST_LIB = "/lib"
 SKILLS_ROOT = "/skills"
+# The run whose written pages every spare instance gets copied in ahead.
+WARMUP_REQUEST = RunRequest(
+    kind="code",
+    code="import json\ndef main(args):\n    print('warm')\n    return json.loads(json.dumps(args))",
+    args={"x": [1, 2, 3]},
+)
 WORKSPACE = "/workspace"
 
 
@@ -127,7 +134,9 @@ class SandboxEngine:
         root = workspace_root or Path(tempfile.gettempdir())
         self.workspace_root = Path(tempfile.mkdtemp(prefix="wasmrun-", dir=root))
         os.chmod(self.workspace_root, 0o700)
+        self._dirs = WorkspaceDirs(self.workspace_root)
         self._ticker = EpochTicker(self.engine)
+        self._supply = InstanceSupply(self._new_instance, self._dirs, self._learn_hot_pages())
 
     def _probe_io_buffer(self) -> tuple[int, int]:
         """Where the guest's request/response buffer lives: a static array, so
@@ -141,8 +150,14 @@ class SandboxEngine:
         store.close()
         return found
 
+    def drain(self) -> None:
+        """Wait for every finished run's teardown (store, workspace)."""
+        self._supply.drain()
+
     def close(self) -> None:
+        self._supply.close()
         self._ticker.close()
+        self._dirs.remove_all()
         try:
             os.rmdir(self.workspace_root)
         except OSError:
@@ -176,7 +191,7 @@ class SandboxEngine:
             "env": request.env,
         }).encode()
 
-    def _wasi(self, request: RunRequest, ctx: RunContext, workspace: Workspace) -> wasmtime.WasiConfig:
+    def _wasi(self, request: RunRequest, workspace: Workspace) -> wasmtime.WasiConfig:
         wasi = wasmtime.WasiConfig()
         # Order matters only for fd numbers; the guest re-scans preopens every run.
         wasi.preopen_dir(str(self.guest.lib_dir), GUEST_LIB, fs_mutable=False)
@@ -187,25 +202,42 @@ class SandboxEngine:
         # (wasmtime-py's custom-output callbacks also panic at interpreter exit).
         return wasi
 
+    def _new_instance(self) -> Fresh:
+        store = wasmtime.Store(self.engine)
+        exports = self._pre.instantiate(store).exports(store)
+        return Fresh(store, exports["wasmrun_run"], exports["memory"])
+
+    def _learn_hot_pages(self) -> HotPages:
+        fresh = self._new_instance()
+        _, workspace = self._run_on(fresh, WARMUP_REQUEST, time.perf_counter())
+        hot = HotPages.learn(fresh.store, fresh.memory)
+        fresh.store.close()
+        self._dirs.give_back(workspace.path)
+        logger.debug("%d hot pages will be copied into each spare instance", hot.pages)
+        return hot
+
     def run(self, request: RunRequest) -> RunResult:
+        """Run `request` in a fresh instance; never raises for anything the guest does."""
         t0 = time.perf_counter()
+        fresh = self._supply.take()
+        result, workspace = self._run_on(fresh, request, t0)
+        self._supply.retire(fresh.store, workspace)
+        return result
+
+    def _run_on(self, fresh: Fresh, request: RunRequest, t0: float) -> tuple[RunResult, Workspace]:
         run_id = request.run_id or new_run_id()
         limits = request.limits
         ctx = RunContext(run_id, self._guest_request(request), limits, self.blobs, request.input_blobs)
-        workspace = Workspace(self.workspace_root, limits.workspace_bytes, limits.workspace_files)
+        workspace = Workspace(self._dirs.take(), limits.workspace_bytes, limits.workspace_files)
         ctx.workspace = workspace
-        store = wasmtime.Store(self.engine)
-        usage = Usage()
+        store, memory = fresh.store, fresh.memory
+        usage = Usage(prepared_ahead=fresh.prepared_ahead)
         error: RunError | None = None
         try:
             store.set_limits(memory_size=limits.memory_bytes)
             store.set_fuel(limits.fuel)
             store.set_epoch_deadline(max(1, math.ceil(limits.timeout_ms / 1000 / EPOCH_TICK_S)))
-            store.set_wasi(self._wasi(request, ctx, workspace))
-            instance = self._pre.instantiate(store)
-            exports = instance.exports(store)
-            run_export = exports["wasmrun_run"]
-            memory = exports["memory"]
+            store.set_wasi(self._wasi(request, workspace))
             request_len = -1  # too large for the buffer: the guest asks by host call
             if len(ctx.request_bytes) <= self._io_capacity:
                 memory.write(store, ctx.request_bytes, self._io_buffer)
@@ -214,7 +246,7 @@ class SandboxEngine:
             ctx.deadline = time.monotonic() + limits.timeout_ms / 1000
             set_current(ctx)
             try:
-                response_len = run_export(store, request_len)
+                response_len = fresh.run(store, request_len)
                 if 0 <= response_len <= self._io_capacity:
                     ctx.response = bytes(memory.read(store, self._io_buffer, self._io_buffer + response_len))
                 if ctx.response is None:
@@ -239,9 +271,7 @@ class SandboxEngine:
             usage.instantiate_ms = round((t1 - t0) * 1000, 3)
             usage.run_ms = round((t2 - t1) * 1000, 3)
         finally:
-            workspace.remove()
             ctx.wasi_funcs.clear()
-            store.close()
         usage.blob_io_bytes = ctx.blob_io
         result = RunResult(run_id=run_id, status="completed", output_blobs=ctx.output_blobs, usage=usage)
         if error is None:
@@ -253,7 +283,7 @@ class SandboxEngine:
         result.logs = ctx.logs.text()
         result.logs_cut_bytes = ctx.logs.cut
         usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
-        return result
+        return result, workspace
 
 
 def _first_line(text: str) -> str:

@@ -41,9 +41,10 @@ class Usage(msgspec.Struct):
     fuel_used: int = 0
     peak_memory_bytes: int = 0
     blob_io_bytes: int = 0
-    instantiate_ms: float = 0.0
-    run_ms: float = 0.0
-    total_ms: float = 0.0
+    instantiate_ms: float = 0.0  # from the request to the guest's first instruction
+    run_ms: float = 0.0  # inside the guest
+    total_ms: float = 0.0  # the whole run as the caller saw it
+    prepared_ahead: bool = False  # the instance was made (and prefaulted) before the request
 
 
 class RunResult(msgspec.Struct):

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import itertools
 import struct
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -35,10 +35,10 @@ SUBCLOCK_ABSTIME = 1
 
 
 class Workspace:
-    """A fresh host directory for one run's /workspace, and its quota."""
+    """One run's /workspace: an empty host directory, and its quota."""
 
-    def __init__(self, parent: Path, max_bytes: int, max_files: int) -> None:
-        self.path = Path(tempfile.mkdtemp(prefix="ws-", dir=parent))
+    def __init__(self, path: Path, max_bytes: int, max_files: int) -> None:
+        self.path = path
         self.max_bytes = max_bytes
         self.max_files = max_files
         self.est_bytes = 0
@@ -75,8 +75,52 @@ class Workspace:
         self.est_bytes = used_bytes + nbytes
         self.est_files = used_files + nfiles
 
-    def remove(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+
+
+class WorkspaceDirs:
+    """Empty directories for workspaces, recycled between runs.
+
+    A run gets an empty directory; after the run (and after its Store, which
+    holds the directory open, is closed) everything in it is deleted and the
+    empty directory goes back on the shelf. Creating and removing a directory
+    costs more than a short run on some filesystems; emptying one that the
+    run did not touch costs a single scandir.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root  # private to one engine (0700)
+        self._serial = itertools.count()
+        self._spare: list[Path] = []
+
+    def take(self) -> Path:
+        try:
+            return self._spare.pop()
+        except IndexError:
+            path = self.root / f"ws-{next(self._serial)}"
+            path.mkdir(mode=0o700)
+            return path
+
+    def give_back(self, path: Path) -> None:
+        """Empty `path` and shelve it; a directory that cannot be emptied is dropped."""
+        with os.scandir(path) as entries:
+            leftovers = [entry.path for entry in entries]
+        for item in leftovers:
+            if os.path.isdir(item) and not os.path.islink(item):
+                shutil.rmtree(item, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(item)
+                except OSError:
+                    pass
+        if next(os.scandir(path), None) is None:
+            self._spare.append(path)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def remove_all(self) -> None:
+        for path in self._spare:
+            shutil.rmtree(path, ignore_errors=True)
+        self._spare.clear()
 
 
 def _iov_total(caller: wasmtime.Caller, iovs: int, count: int) -> int:

@@ -1,0 +1,190 @@
+"""Fresh instances, made ahead of demand, and torn down after use, off the latency path.
+
+Every run gets its own never-used instance of the snapshot. What makes a
+short run slow is not wasm but memory: the run's first write to each page
+of the copy-on-write snapshot image costs a page fault and a copy (a few
+hundred pages, about two thirds of a hello-world run here). So a
+housekeeping thread keeps a spare instance ready, its commonly written
+pages already copied in (`MADV_POPULATE_WRITE`), and tears used instances
+down (dropping a Store unmaps its memory; the workspace is emptied).
+
+The housekeeper works only while no run is in flight: run and housekeeping
+contend for the GIL (every host call needs it) and for the process's memory
+map, and a run slowed by its own preparation would defeat the point. Under
+back-to-back load it only tears down (so that used stores cannot pile up)
+and runs get instances made on the spot.
+
+A spare holds no run state: per-run WASI (preopens), fuel, deadline and
+memory limit are set on it when a run takes it, and it serves that run only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import struct
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import wasmtime
+
+from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs
+
+logger = logging.getLogger("wasmrun.sandbox")
+
+PAGE = 4096
+MADV_POPULATE_WRITE = 23  # Linux 5.14+
+SPARES = 1
+MAX_RETIRED = 4  # past this, teardown goes on even while runs are in flight
+
+
+@dataclass
+class Fresh:
+    store: wasmtime.Store
+    run: wasmtime.Func
+    memory: wasmtime.Memory
+    prepared_ahead: bool = False
+
+
+class HotPages:
+    """The pages of linear memory a typical run writes, to be copied in ahead.
+
+    Learned from a sample run by reading /proc/self/pagemap: pages of the
+    memory mapping that are present and anonymous were copied on write.
+    Where that is unavailable (not Linux, old kernel), nothing is prefaulted.
+    """
+
+    def __init__(self, spans: list[tuple[int, int]]) -> None:
+        self.spans = spans  # (offset, length) in bytes, page-aligned
+        self._madvise = _madvise() if spans else None
+
+    @classmethod
+    def learn(cls, store: wasmtime.Store, memory: wasmtime.Memory) -> "HotPages":
+        if not sys.platform.startswith("linux"):
+            return cls([])
+        base = ctypes.addressof(memory.data_ptr(store).contents)
+        size = memory.data_len(store)
+        try:
+            with open("/proc/self/pagemap", "rb") as f:
+                f.seek(base // PAGE * 8)
+                raw = f.read(size // PAGE * 8)
+        except OSError:
+            return cls([])
+        spans: list[tuple[int, int]] = []
+        for i, entry in enumerate(struct.unpack(f"<{len(raw) // 8}Q", raw)):
+            present, file_backed = entry >> 63 & 1, entry >> 61 & 1
+            if present and not file_backed:
+                if spans and spans[-1][0] + spans[-1][1] == i * PAGE:
+                    spans[-1] = (spans[-1][0], spans[-1][1] + PAGE)
+                else:
+                    spans.append((i * PAGE, PAGE))
+        return cls(spans)
+
+    @property
+    def pages(self) -> int:
+        return sum(length for _, length in self.spans) // PAGE
+
+    def populate(self, store: wasmtime.Store, memory: wasmtime.Memory) -> None:
+        if self._madvise is None:
+            return
+        base = ctypes.addressof(memory.data_ptr(store).contents)
+        for offset, length in self.spans:
+            if self._madvise(base + offset, length, MADV_POPULATE_WRITE) != 0:
+                self._madvise = None  # unsupported here: stop trying
+                return
+
+
+def _madvise() -> Callable[[int, int, int], int] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+class InstanceSupply:
+    """Hands out fresh instances and takes used ones back, on one thread."""
+
+    def __init__(self, make: Callable[[], Fresh], dirs: WorkspaceDirs, hot: HotPages | None = None) -> None:
+        self._make = make
+        self._dirs = dirs
+        self.hot = hot or HotPages([])
+        self._spares: deque[Fresh] = deque()
+        self._retired: deque[tuple[wasmtime.Store, Workspace]] = deque()
+        self._cond = threading.Condition()
+        self._closing = False
+        self._tearing_down = 0
+        self._in_flight = 0
+        self._thread = threading.Thread(target=self._loop, name="wasmrun-instances", daemon=True)
+        self._thread.start()
+
+    def take(self) -> Fresh:
+        with self._cond:
+            self._in_flight += 1
+            spare = self._spares.popleft() if self._spares else None
+        return spare if spare is not None else self._make()
+
+    def retire(self, store: wasmtime.Store, workspace: Workspace) -> None:
+        with self._cond:
+            self._in_flight -= 1
+            self._retired.append((store, workspace))
+            self._cond.notify_all()
+
+    def _has_work(self) -> bool:
+        idle = self._in_flight == 0
+        return (
+            self._closing
+            or (bool(self._retired) and (idle or len(self._retired) >= MAX_RETIRED))
+            or (idle and len(self._spares) < SPARES)
+        )
+
+    def _prepare(self) -> Fresh:
+        fresh = self._make()
+        self.hot.populate(fresh.store, fresh.memory)
+        fresh.prepared_ahead = True
+        return fresh
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(self._has_work)
+                if self._closing and not self._retired:
+                    return
+                retired = self._retired.popleft() if self._retired else None
+                self._tearing_down += retired is not None
+            try:
+                if retired is not None:  # teardown first: it frees memory
+                    store, workspace = retired
+                    store.close()  # first: the store holds the workspace open
+                    self._dirs.give_back(workspace.path)
+                elif not self._closing:
+                    spare = self._prepare()
+                    with self._cond:
+                        self._spares.append(spare)
+            except Exception:
+                logger.exception("instance housekeeping failed")
+                time.sleep(0.1)
+            finally:
+                with self._cond:
+                    self._tearing_down -= retired is not None
+                    self._cond.notify_all()
+
+    def drain(self) -> None:
+        """Wait until every retired instance is torn down."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._retired and not self._tearing_down)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()
+        while self._spares:
+            self._spares.popleft().store.close()
