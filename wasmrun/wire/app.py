@@ -31,8 +31,8 @@ def create_app(
 ) -> Starlette:
     def too_large() -> Response:
         error = RequestTooLarge(
-            f"request body is larger than this server's limit of {max_body_bytes} bytes;"
-            " store large content with several create_blob calls or raise WASMRUN_MAX_BODY_BYTES",
+            f"request body is larger than this server's limit of {max_body_bytes} bytes"
+            " (WASMRUN_MAX_BODY_BYTES)",
             {"max_body_bytes": max_body_bytes},
         )
         return Response(jsonrpc.error_body(error), status_code=413, media_type=JSON)
