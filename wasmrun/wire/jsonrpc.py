@@ -99,29 +99,25 @@ async def _one(raw: Raw, dispatch: Dispatch) -> bytes | None:
         request = msgspec.json.decode(raw, type=Request)
     except msgspec.ValidationError as exc:
         return error_body(InvalidRequest(f"invalid request: {exc}"), _salvage_id(raw))
-    id_given = len(request.id) > 0
-    if id_given and not _is_id(request.id):
+    is_notification = len(request.id) == 0
+    if not is_notification and not _is_id(request.id):
         return error_body(InvalidRequest("invalid request: id must be a string, a number or null"))
+    reply_id = NULL if is_notification else request.id
     if request.jsonrpc != "2.0":
-        return error_body(
-            InvalidRequest('invalid request: "jsonrpc" must be "2.0"'), request.id if id_given else NULL
-        )
+        return error_body(InvalidRequest('invalid request: "jsonrpc" must be "2.0"'), reply_id)
     params = bytes(request.params)
     if params and params[0] not in b"{[n":
-        return error_body(
-            InvalidRequest("invalid request: params must be an object or an array"),
-            request.id if id_given else NULL,
-        )
+        return error_body(InvalidRequest("invalid request: params must be an object or an array"), reply_id)
     try:
         result = await dispatch(request.method, request.params)
-        answer = _encoder.encode(Success("2.0", request.id if id_given else NULL, result))
+        answer = _encoder.encode(Success("2.0", reply_id, result))
     except RPCError as exc:
-        answer = error_body(exc, request.id if id_given else NULL)
+        answer = error_body(exc, reply_id)
     except Exception:
         ref = secrets.token_hex(4)
         logger.exception("internal error (ref %s) in %r", ref, request.method[:100])
-        answer = error_body(InternalError(f"internal error (ref {ref})"), request.id if id_given else NULL)
-    return answer if id_given else None
+        answer = error_body(InternalError(f"internal error (ref {ref})"), reply_id)
+    return None if is_notification else answer
 
 
 def _salvage_id(raw: Raw) -> Raw:
