@@ -286,5 +286,6 @@ def test_client_above_is_the_spec_text_verbatim() -> None:
     spec = SPEC.read_text()
     expected = spec[spec.index("class SkillsRuntimeClient:") : spec.index("# Example usage")].rstrip()
     here = Path(__file__).read_text()
-    ours = here[here.index("class SkillsRuntimeClient:") : here.index("# ---- end of the spec's client")].rstrip()
+    end = here.index("# ---- end of the spec's client")
+    ours = here[here.index("class SkillsRuntimeClient:") : end].rstrip()
     assert ours == expected
