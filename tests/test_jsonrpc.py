@@ -196,6 +196,7 @@ def test_invalid_params_names_the_field(client: TestClient, method: str, params:
     [
         pytest.param(None, id="absent"),
         pytest.param({}, id="empty"),
+        pytest.param([], id="empty-array"),
         pytest.param({"namespace": None, "cursor": None}, id="nulls"),
     ],
 )

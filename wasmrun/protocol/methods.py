@@ -49,9 +49,10 @@ _UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
 
 
 def decode_params(params_type: type[Params], raw: msgspec.Raw) -> Params:
-    """Raw JSON params (absent, null or an object) → the method's Struct; null members count as omitted."""
+    """Raw JSON params → the method's Struct. Absent, null and `[]` mean no params;
+    a member set to null counts as omitted."""
     value = msgspec.json.decode(raw) if len(raw) else None
-    if value is None:
+    if value is None or value == []:
         value = {}
     if not isinstance(value, dict):
         raise InvalidParams("params must be an object (by-name params)", field="params")
