@@ -31,6 +31,13 @@ ERROR_HEAD_BYTES = 1000
 MAX_SUMMARY_CHARS = 200
 
 
+def needs_output_blob(result: sandbox.RunResult) -> bool:
+    """Whether `to_spec_result` will store the output as a blob (and so do file I/O)."""
+    return result.status == "completed" and result.error is None and (
+        result.output_json is None or len(result.output_json.encode("utf-8")) > MAX_OUTPUT_BYTES
+    )
+
+
 def to_spec_result(result: sandbox.RunResult, blobs: BlobStore) -> RunResult:
     u = result.usage
     # Named one by one: the sandbox may track more than the protocol promises.

@@ -14,7 +14,7 @@ import logging
 from wasmrun.protocol.blobs import blob_info
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, NotExecutable, ServerBusy
-from wasmrun.protocol.run_result import to_spec_result
+from wasmrun.protocol.run_result import needs_output_blob, to_spec_result
 from wasmrun.protocol.skills import find_skill
 from wasmrun.protocol.types import ExecuteSkillParams, RunCodeParams, RunResult
 from wasmrun.registry.manifest import IDENTIFIER
@@ -45,12 +45,23 @@ def _granted_secrets(ctx: Context, skill: Skill) -> dict[str, str]:
     return {name: ctx.secrets[name] for name in wanted if name in ctx.secrets}
 
 
+async def _checked_input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
+    if not blob_ids:  # the common case: no file I/O, no thread hop
+        return []
+    return await asyncio.to_thread(_input_blobs, ctx, blob_ids)
+
+
 async def _run(ctx: Context, request: RunRequest) -> RunResult:
     try:
         result = await ctx.executor.run(request)
     except Busy as exc:
         raise ServerBusy(f"server busy: {exc}") from None
-    return await asyncio.to_thread(to_spec_result, result, ctx.blobs)
+    # Only an output too large for the result is written to the blob store;
+    # everything else is quick enough for the event loop, and a thread hop
+    # costs a short run a noticeable share of its latency.
+    if needs_output_blob(result):
+        return await asyncio.to_thread(to_spec_result, result, ctx.blobs)
+    return to_spec_result(result, ctx.blobs)
 
 
 async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
@@ -62,7 +73,7 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
             " read it with describe_skill or read_skill_file",
             field="name",
         )
-    input_blobs = await asyncio.to_thread(_input_blobs, ctx, p.input_blobs)
+    input_blobs = await _checked_input_blobs(ctx, p.input_blobs)
     request = RunRequest(
         kind="skill",
         skill=skill.name,
@@ -84,7 +95,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
     mounted: dict[str, MountedSkill] = {}
     for i, name in enumerate(p.mount_skills):
         mounted.setdefault(name, _mount(find_skill(ctx, name, None, field=f"mount_skills[{i}]")))
-    input_blobs = await asyncio.to_thread(_input_blobs, ctx, p.input_blobs)
+    input_blobs = await _checked_input_blobs(ctx, p.input_blobs)
     request = RunRequest(
         kind="code",
         code=p.code,

@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import msgspec
 import wasmtime
@@ -117,7 +118,9 @@ class SandboxEngine:
         blobs: BlobAccess,
         guest: guest_build.Guest | None = None,
         workspace_root: Path | None = None,
+        background_housekeeping: bool = True,
     ) -> None:
+        """`background_housekeeping=False`: the caller runs `housekeep()` when idle."""
         self.guest = guest or guest_build.build(quiet=True)
         self.blobs = blobs
         self.engine = wasmtime.Engine(_engine_config())
@@ -136,7 +139,9 @@ class SandboxEngine:
         os.chmod(self.workspace_root, 0o700)
         self._dirs = WorkspaceDirs(self.workspace_root)
         self._ticker = EpochTicker(self.engine)
-        self._supply = InstanceSupply(self._new_instance, self._dirs, self._learn_hot_pages())
+        self._supply = InstanceSupply(
+            self._new_instance, self._dirs, self._learn_hot_pages(), background=background_housekeeping
+        )
 
     def _probe_io_buffer(self) -> tuple[int, int]:
         """Where the guest's request/response buffer lives: a static array, so
@@ -149,6 +154,10 @@ class SandboxEngine:
         found = exports["wasmrun_io_buffer"](store), exports["wasmrun_io_capacity"](store)
         store.close()
         return found
+
+    def housekeep(self, interrupted: Callable[[], bool] = lambda: False) -> None:
+        """Tear finished runs down and prepare the next instance, until `interrupted()`."""
+        self._supply.housekeep(interrupted)
 
     def drain(self) -> None:
         """Wait for every finished run's teardown (store, workspace)."""

@@ -110,9 +110,21 @@ def _madvise() -> Callable[[int, int, int], int] | None:
 
 
 class InstanceSupply:
-    """Hands out fresh instances and takes used ones back, on one thread."""
+    """Hands out fresh instances and takes used ones back.
 
-    def __init__(self, make: Callable[[], Fresh], dirs: WorkspaceDirs, hot: HotPages | None = None) -> None:
+    With `background=True` a thread does the housekeeping while no run is in
+    flight. With `background=False` the owner calls `housekeep()` itself when
+    it is idle: a worker process does, right after sending each result and
+    for as long as no new request is waiting.
+    """
+
+    def __init__(
+        self,
+        make: Callable[[], Fresh],
+        dirs: WorkspaceDirs,
+        hot: HotPages | None = None,
+        background: bool = True,
+    ) -> None:
         self._make = make
         self._dirs = dirs
         self.hot = hot or HotPages([])
@@ -122,8 +134,10 @@ class InstanceSupply:
         self._closing = False
         self._tearing_down = 0
         self._in_flight = 0
-        self._thread = threading.Thread(target=self._loop, name="wasmrun-instances", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._loop, name="wasmrun-instances", daemon=True)
+            self._thread.start()
 
     def take(self) -> Fresh:
         with self._cond:
@@ -151,33 +165,50 @@ class InstanceSupply:
         fresh.prepared_ahead = True
         return fresh
 
+    def _step(self) -> bool:
+        """One unit of housekeeping: tear one instance down, or make one spare.
+        Returns False when there is nothing (more) to do or the supply is closing."""
+        with self._cond:
+            if not self._has_work() or (self._closing and not self._retired):
+                return False
+            retired = self._retired.popleft() if self._retired else None
+            self._tearing_down += retired is not None
+        try:
+            if retired is not None:  # teardown first: it frees memory
+                store, workspace = retired
+                store.close()  # first: the store holds the workspace open
+                self._dirs.give_back(workspace.path)
+            else:
+                spare = self._prepare()
+                with self._cond:
+                    self._spares.append(spare)
+        except Exception:
+            logger.exception("instance housekeeping failed")
+            time.sleep(0.1)
+        finally:
+            with self._cond:
+                self._tearing_down -= retired is not None
+                self._cond.notify_all()
+        return True
+
+    def housekeep(self, interrupted: Callable[[], bool] = lambda: False) -> None:
+        """Do pending housekeeping on this thread until done or `interrupted()`."""
+        while not interrupted() and self._step():
+            pass
+
     def _loop(self) -> None:
         while True:
             with self._cond:
                 self._cond.wait_for(self._has_work)
                 if self._closing and not self._retired:
                     return
-                retired = self._retired.popleft() if self._retired else None
-                self._tearing_down += retired is not None
-            try:
-                if retired is not None:  # teardown first: it frees memory
-                    store, workspace = retired
-                    store.close()  # first: the store holds the workspace open
-                    self._dirs.give_back(workspace.path)
-                elif not self._closing:
-                    spare = self._prepare()
-                    with self._cond:
-                        self._spares.append(spare)
-            except Exception:
-                logger.exception("instance housekeeping failed")
-                time.sleep(0.1)
-            finally:
-                with self._cond:
-                    self._tearing_down -= retired is not None
-                    self._cond.notify_all()
+            self._step()
 
     def drain(self) -> None:
         """Wait until every retired instance is torn down."""
+        if self._thread is None:
+            self.housekeep()
+            return
         with self._cond:
             self._cond.wait_for(lambda: not self._retired and not self._tearing_down)
 
@@ -185,6 +216,9 @@ class InstanceSupply:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
+        else:
+            self.housekeep()
         while self._spares:
             self._spares.popleft().store.close()

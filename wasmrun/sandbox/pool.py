@@ -18,6 +18,7 @@ import json
 import multiprocessing.connection
 import os
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -58,7 +59,9 @@ def _worker_main(argv: list[str] | None = None) -> None:
 
     module, _, name = args.blobs.partition(":")
     open_blobs = getattr(importlib.import_module(module), name)
-    engine = SandboxEngine(open_blobs(*json.loads(args.blobs_args)))
+    # One thread does everything here: housekeeping runs between requests,
+    # never beside a run (they would fight over the GIL and the memory map).
+    engine = SandboxEngine(open_blobs(*json.loads(args.blobs_args)), background_housekeeping=False)
     inbox = multiprocessing.connection.Connection(args.fd_in, writable=False)
     outbox = multiprocessing.connection.Connection(args.fd_out, readable=False)
     outbox.send_bytes(READY)
@@ -70,6 +73,7 @@ def _worker_main(argv: list[str] | None = None) -> None:
                 return
             result = engine.run(_request_decoder.decode(raw))
             outbox.send_bytes(_encoder.encode(result))
+            engine.housekeep(interrupted=lambda: inbox.poll(0))
     finally:
         engine.close()
 
@@ -82,10 +86,72 @@ class BlobOpener(msgspec.Struct, frozen=True):
     args: list[str] = []
 
 
+PIPE_CAPACITY = 64 * 1024  # Linux's default: a smaller write never blocks on an idle worker
+
+
+def _frame(payload: bytes) -> bytes:
+    """multiprocessing.connection's framing, which the worker reads with recv_bytes."""
+    if len(payload) > 0x7FFFFFFF:
+        return struct.pack("!i", -1) + struct.pack("!Q", len(payload)) + payload
+    return struct.pack("!i", len(payload)) + payload
+
+
+class _FrameReader:
+    """Reads one framed message from a non-blocking pipe, inside the event loop."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = bytearray()
+
+    def _complete(self) -> bytes | None:
+        if len(self.buffer) < 4:
+            return None
+        (size,) = struct.unpack("!i", self.buffer[:4])
+        start = 4
+        if size == -1:
+            if len(self.buffer) < 12:
+                return None
+            (size,) = struct.unpack("!Q", self.buffer[4:12])
+            start = 12
+        if len(self.buffer) < start + size:
+            return None
+        message = bytes(self.buffer[start : start + size])
+        del self.buffer[: start + size]
+        return message
+
+    async def read(self) -> bytes:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[bytes] = loop.create_future()
+
+        def on_readable() -> None:
+            try:
+                chunk = os.read(self.fd, 1 << 20)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if not done.done():
+                    done.set_exception(exc)
+                return
+            if not chunk:
+                if not done.done():
+                    done.set_exception(EOFError("worker closed its pipe"))
+                return
+            self.buffer += chunk
+            message = self._complete()
+            if message is not None and not done.done():
+                done.set_result(message)
+
+        loop.add_reader(self.fd, on_readable)
+        try:
+            return await done
+        finally:
+            loop.remove_reader(self.fd)
+
+
 class _Worker:
     def __init__(self, opener: BlobOpener) -> None:
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
+        to_child_r, self.to_child = os.pipe()
+        self.from_child, from_child_w = os.pipe()
         cmd = [
             sys.executable, "-m", "wasmrun.sandbox.pool",
             "--fd-in", str(to_child_r), "--fd-out", str(from_child_w),
@@ -96,19 +162,37 @@ class _Worker:
         self.process = subprocess.Popen(cmd, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL)
         os.close(to_child_r)
         os.close(from_child_w)
-        self.to_child = multiprocessing.connection.Connection(to_child_w, readable=False)
-        self.from_child = multiprocessing.connection.Connection(from_child_r, writable=False)
+        self.reader = _FrameReader(self.from_child)
+        self._closed = False
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        if not self.from_child.poll(timeout) or self.from_child.recv_bytes() != READY:
-            raise RuntimeError("worker did not start")
+        greeting = multiprocessing.connection.Connection(os.dup(self.from_child), writable=False)
+        try:
+            if not greeting.poll(timeout) or greeting.recv_bytes() != READY:
+                raise RuntimeError("worker did not start")
+        finally:
+            greeting.close()
+        os.set_blocking(self.from_child, False)
+
+    async def exchange(self, payload: bytes, deadline: float) -> bytes:
+        framed = _frame(payload)
+        if len(framed) <= PIPE_CAPACITY:
+            os.write(self.to_child, framed)
+        else:  # a large request may fill the pipe: write it off the loop
+            await asyncio.to_thread(_write_all, self.to_child, framed)
+        try:
+            return await asyncio.wait_for(self.reader.read(), deadline)
+        except asyncio.TimeoutError:
+            raise TimeoutError("worker did not answer in time") from None
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
     def close_pipes(self) -> None:
-        self.to_child.close()
-        self.from_child.close()
+        if not self._closed:
+            self._closed = True
+            os.close(self.to_child)
+            os.close(self.from_child)
 
     def kill(self) -> None:
         if self.alive():
@@ -119,6 +203,12 @@ class _Worker:
     @property
     def pid(self) -> int:
         return self.process.pid
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 class WorkerPool:
@@ -175,7 +265,7 @@ class WorkerPool:
         payload = _encoder.encode(request)
         deadline = request.limits.timeout_ms / 1000 + WATCHDOG_GRACE_S
         try:
-            raw = await asyncio.to_thread(self._exchange, worker, payload, deadline)
+            raw = await worker.exchange(payload, deadline)
         except (EOFError, OSError, TimeoutError) as exc:
             logger.warning("worker %s lost during run %s: %r", worker.pid, request.run_id, exc)
             fresh = await self._replace(worker)
@@ -188,13 +278,6 @@ class WorkerPool:
             )
         idle.put_nowait(worker)
         return _result_decoder.decode(raw)
-
-    @staticmethod
-    def _exchange(worker: _Worker, payload: bytes, deadline: float) -> bytes:
-        worker.to_child.send_bytes(payload)
-        if not worker.from_child.poll(deadline):
-            raise TimeoutError("worker did not answer")
-        return worker.from_child.recv_bytes()
 
     async def _replace(self, dead: _Worker) -> _Worker | None:
         return await asyncio.to_thread(self._replace_blocking, dead)
@@ -219,14 +302,14 @@ class WorkerPool:
         with self._lock:
             self._closed = True
             for worker in self._workers:
-                worker.to_child.close()  # the worker sees EOF and exits
+                os.close(worker.to_child)  # the worker sees EOF and exits
             for worker in self._workers:
                 try:
                     worker.process.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     worker.process.kill()
                     worker.process.wait(timeout=5)
-                worker.from_child.close()
+                os.close(worker.from_child)
 
 
 if __name__ == "__main__":
