@@ -48,6 +48,7 @@ def to_spec_result(result: sandbox.RunResult, blobs: BlobStore) -> RunResult:
         instantiate_ms=u.instantiate_ms,
         run_ms=u.run_ms,
         total_ms=u.total_ms,
+        prepared_ahead=u.prepared_ahead,
     )
     logs = logs_preview(result.logs, result.logs_cut_bytes)
     if result.status == "failed" or result.error is not None:

@@ -139,7 +139,8 @@ class RunUsage(msgspec.Struct):
     blob_io_bytes: int
     instantiate_ms: float
     run_ms: float
-    total_ms: float
+    total_ms: float  # in the sandbox process; HTTP and queueing come on top
+    prepared_ahead: bool  # the instance was made and prefaulted before the request came
 
 
 class RunResult(msgspec.Struct, kw_only=True):

