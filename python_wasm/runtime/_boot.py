@@ -3,14 +3,31 @@
 `init()` runs once, at build time, before the interpreter's memory is
 snapshotted: everything it imports is free for every later run.
 `run()` runs once per fresh instance: it reads the request from the host,
-calls the entrypoint and hands back a JSON response.
+calls the entrypoint and hands back the response.
+
+The per-run path is kept short on purpose: every object it touches costs the
+run a copy-on-write page fault, so it has no import statements (modules are
+bound at init) and reuses JSON coders built at init.
 """
 
 from __future__ import annotations
 
+import builtins
+import importlib
+import json
+import linecache
+import os
+import random
 import sys
+import traceback
+import types
 
+import _json
+import _random
+import _sitebuiltins
 import _wasmrun
+
+from runtime import _skills, _stdio
 
 # Commonly used modules, imported before the snapshot so runs get them free.
 HOT_MODULES = (
@@ -20,34 +37,38 @@ HOT_MODULES = (
     "operator", "os", "pathlib", "pprint", "random", "re", "shlex", "statistics",
     "string", "struct", "textwrap", "time", "traceback", "types", "typing",
     "unicodedata", "urllib.parse", "uuid", "zoneinfo",
-    "runtime", "runtime.blobs", "runtime.log", "runtime._skills", "runtime._stdio",
+    "runtime", "runtime.blobs", "runtime.log",
 )
 RUN_MODULE = "run_code"
 RUN_FILENAME = "<run_code>"
 
+# The C scanner and encoder themselves, skipping json's Python layers. The
+# request is the host's own compact JSON; the output encoder's circular-
+# reference markers empty themselves after each successful call.
+def _not_serialisable(value: object) -> None:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_scan_request = _json.make_scanner(json.JSONDecoder())
+_encode_chunks = _json.make_encoder(
+    {}, _not_serialisable, _json.encode_basestring, None, ": ", ", ", False, False, False
+)
+_encode_error = json.JSONEncoder().encode
+_seed = _random.Random.seed
+
+# Sources without a file, registered with linecache only when a traceback
+# needs them (keeping the common path from touching linecache at all).
+_SOURCES: dict[str, str] = {}
+
 
 def init() -> None:
-    import importlib
-
-    from runtime import _stdio
-
     _stdio.install()
     # `site` is not imported (isolated start-up), but users call exit()/quit().
-    import _sitebuiltins
-    import builtins
-
     builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
     builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
-
     for name in HOT_MODULES:
         importlib.import_module(name)
-    from runtime import _skills
-
     _skills.install()
-    # Regex compile caches and the like are part of the snapshot too.
-    import re
-
-    re.compile(r"\s+")
 
 
 class _Failure(Exception):
@@ -57,18 +78,9 @@ class _Failure(Exception):
         self.message = message
 
 
-# Sources without a file, registered with linecache only when a traceback
-# needs them (keeping the common path from touching linecache at all).
-_SOURCES: dict[str, str] = {}
-
-
 def _format_exception(exc: BaseException) -> str:
-    import linecache
-    import traceback
-
     for filename, source in _SOURCES.items():
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-
     tb = exc.__traceback__
     # Drop our own frames: users should see their code, not the harness.
     while tb is not None and tb.tb_frame.f_globals.get("__name__") == __name__:
@@ -83,18 +95,15 @@ def _error_type(exc: BaseException) -> str:
 
 
 def _prepare(request: dict) -> None:
-    import os
-    import random
-
-    from runtime import _skills
-
     # The snapshot's environment is empty; touching os.environ costs a run
     # dozens of page faults, so only do it when there is something to set.
     env = request.get("env")
     if env:
         os.environ.update(env)
-    # The snapshot baked in one random state; every run gets its own seed from the host.
-    random.seed()
+    # The snapshot baked in one random state; every run gets its own seed from
+    # the host (random.seed() without its Python layer: C seeds from urandom).
+    _seed(random._inst, None)
+    random._inst.gauss_next = None
     _skills.FINDER.mount(request.get("skills") or {})
     for folder in request.get("sys_path") or ():
         sys.path.append(folder)
@@ -105,9 +114,6 @@ def _prepare(request: dict) -> None:
 
 
 def _load_entrypoint(request: dict):
-    import importlib
-    import types
-
     if request["kind"] == "code":
         source = request["code"]
         module = types.ModuleType(RUN_MODULE)
@@ -127,10 +133,8 @@ def _load_entrypoint(request: dict):
 
 
 def _serialise(value) -> str:
-    import json
-
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+        return "".join(_encode_chunks(value, 0))
     except (TypeError, ValueError) as exc:
         raise _Failure(
             "InvalidOutput",
@@ -139,9 +143,7 @@ def _serialise(value) -> str:
 
 
 def _failed(type_: str, message: str) -> bytes:
-    import json
-
-    return b"F" + json.dumps({"type": type_, "message": message}).encode("utf-8")
+    return b"F" + _encode_error({"type": type_, "message": message}).encode("utf-8")
 
 
 def _execute(request: dict) -> bytes:
@@ -160,10 +162,7 @@ def _execute(request: dict) -> bytes:
 
 
 def run() -> None:
-    import json
-
-    from runtime import _stdio
-
-    response = _execute(json.loads(_wasmrun.request()))
+    request, _ = _scan_request(_wasmrun.request().decode("utf-8"), 0)
+    response = _execute(request)
     _stdio.flush()
     _wasmrun.respond(response)

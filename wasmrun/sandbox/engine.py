@@ -94,7 +94,7 @@ def load_module(engine: wasmtime.Engine, wasm: Path) -> wasmtime.Module:
     folder = _private_cache_dir()
     cached = folder / f"{key}.cwasm"
     if cached.exists():
-        return wasmtime.Module.deserialize_file(engine, str(cached))
+        return wasmtime.Module.deserialize(engine, cached.read_bytes())
     module = wasmtime.Module.from_file(engine, str(wasm))
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
     with os.fdopen(fd, "wb") as f:

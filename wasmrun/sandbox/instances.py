@@ -43,6 +43,7 @@ MADV_POPULATE_WRITE = 23  # Linux 5.14+
 SPARES = 8  # enough for a burst; each holds about a megabyte of prefaulted pages
 MAX_RETIRED = 16  # past this, teardown goes on even while runs are in flight
 QUIET_S = 0.002  # how long without runs before teardown starts
+PREP_QUIET_S = float(__import__("os").environ.get("WASMRUN_PREP_QUIET", "0.0005"))
 
 
 @dataclass
@@ -147,18 +148,29 @@ class InstanceSupply:
             self._retired.append((store, workspace))
             self._cond.notify_all()
 
-    def _quiet_in(self) -> float:
-        """Seconds until housekeeping may start (0: now)."""
-        return max(0.0, self._last_retire + QUIET_S - time.monotonic())
+    def _quiet_for(self, seconds: float) -> float:
+        """Seconds until no run will have been in flight for `seconds` (0: already)."""
+        if self._in_flight:
+            return seconds
+        return max(0.0, self._last_retire + seconds - time.monotonic())
 
     def _has_work(self) -> bool:
-        idle = self._in_flight == 0
-        quiet = idle and self._quiet_in() == 0.0
         return (
             self._closing
-            or (bool(self._retired) and (quiet or len(self._retired) >= MAX_RETIRED))
-            or (idle and len(self._spares) < SPARES)
+            or (bool(self._retired) and (self._quiet_for(QUIET_S) == 0.0 or len(self._retired) >= MAX_RETIRED))
+            or (len(self._spares) < SPARES and self._quiet_for(PREP_QUIET_S) == 0.0)
         )
+
+    def _next_check(self) -> float | None:
+        """When a quiet period will begin that makes work, if one will."""
+        if self._in_flight:
+            return None
+        waits = []
+        if self._retired:
+            waits.append(self._quiet_for(QUIET_S))
+        if len(self._spares) < SPARES:
+            waits.append(self._quiet_for(PREP_QUIET_S))
+        return max(min(waits), 1e-4) if waits else None
 
     def _prepare(self) -> Fresh:
         fresh = self._make()
@@ -197,8 +209,7 @@ class InstanceSupply:
             with self._cond:
                 # Wake for new work, or when a quiet period may have begun.
                 while not self._has_work():
-                    quiet_pending = self._in_flight == 0 and bool(self._retired)
-                    self._cond.wait(timeout=QUIET_S if quiet_pending else None)
+                    self._cond.wait(timeout=self._next_check())
                 if self._closing and not self._retired:
                     return
             self._step()
