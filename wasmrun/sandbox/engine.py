@@ -38,11 +38,19 @@ EPOCH_TICK_S = 0.005
 logger = logging.getLogger("wasmrun.sandbox")
 GUEST_LIB = "/lib"
 SKILLS_ROOT = "/skills"
-# The run whose written pages every spare instance gets copied in ahead.
-WARMUP_REQUEST = RunRequest(
-    kind="code",
-    code="import json\ndef main(args):\n    print('warm')\n    return json.loads(json.dumps(args))",
-    args={"x": [1, 2, 3]},
+# Typical runs: the pages any of them writes are copied into every spare instance ahead.
+WARMUP_REQUESTS = (
+    RunRequest(kind="code", code="def main(args):\n    print('warm')\n    return args", args={"x": [1]}),
+    RunRequest(
+        kind="code",
+        code=(
+            "import csv, io, json, re\n"
+            "def main(args):\n"
+            "    rows = list(csv.reader(io.StringIO('a,b\\n1,2\\n')))\n"
+            "    return json.loads(json.dumps({'rows': rows, 'n': len(re.findall(r'\\w+', 'x y'))}))\n"
+        ),
+    ),
+    RunRequest(kind="code", code="def main(args):\n    raise ValueError('warm')"),
 )
 WORKSPACE = "/workspace"
 
@@ -212,11 +220,14 @@ class SandboxEngine:
         return Fresh(store, exports["wasmrun_run"], exports["memory"])
 
     def _learn_hot_pages(self) -> HotPages:
-        fresh = self._new_instance()
-        _, workspace = self._run_on(fresh, WARMUP_REQUEST, time.perf_counter())
-        hot = HotPages.learn(fresh.store, fresh.memory)
-        fresh.store.close()
-        self._dirs.give_back(workspace.path)
+        pages: set[int] = set()
+        for request in WARMUP_REQUESTS:
+            fresh = self._new_instance()
+            _, workspace = self._run_on(fresh, request, time.perf_counter())
+            pages |= HotPages.written_pages(fresh.store, fresh.memory)
+            fresh.store.close()
+            self._dirs.give_back(workspace.path)
+        hot = HotPages.from_pages(pages)
         logger.debug("%d hot pages will be copied into each spare instance", hot.pages)
         return hot
 

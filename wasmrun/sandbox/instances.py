@@ -10,11 +10,11 @@ down (dropping a Store unmaps its memory; the workspace is emptied).
 
 Measured here: housekeeping beside a running instance (preparing a spare,
 and even more so unmapping a used one) slows the run by more than it saves.
-So spares are prepared only while no run is in flight (and the copying-in
-stops as soon as one starts), used instances are torn down only after a
-quiet moment (runs often come in bursts), and several spares are kept so a
-burst finds them ready. Under sustained back-to-back load runs make their
-instance on the spot, and used ones are torn down anyway once too many pile up.
+So housekeeping waits for a quiet moment with no run in flight (runs often
+come in bursts; the copying-in of a spare stops as soon as a run starts),
+and several spares are kept so a burst finds them ready. Under sustained
+back-to-back load runs make their instance on the spot, and used ones are
+torn down anyway once too many pile up.
 
 A spare holds no run state: per-run WASI (preopens), fuel, deadline and
 memory limit are set on it when a run takes it, and it serves that run only.
@@ -42,8 +42,7 @@ PAGE = 4096
 MADV_POPULATE_WRITE = 23  # Linux 5.14+
 SPARES = 8  # enough for a burst; each holds about a megabyte of prefaulted pages
 MAX_RETIRED = 16  # past this, teardown goes on even while runs are in flight
-QUIET_S = 0.002  # how long without runs before teardown starts
-PREP_QUIET_S = float(__import__("os").environ.get("WASMRUN_PREP_QUIET", "0.0005"))
+QUIET_S = 0.002  # how long without runs before housekeeping starts
 
 
 @dataclass
@@ -66,10 +65,11 @@ class HotPages:
         self.spans = spans  # (offset, length) in bytes, page-aligned
         self._madvise = _madvise() if spans else None
 
-    @classmethod
-    def learn(cls, store: wasmtime.Store, memory: wasmtime.Memory) -> "HotPages":
+    @staticmethod
+    def written_pages(store: wasmtime.Store, memory: wasmtime.Memory) -> set[int]:
+        """Indexes of the pages of `memory` this instance has written so far."""
         if not sys.platform.startswith("linux"):
-            return cls([])
+            return set()
         base = ctypes.addressof(memory.data_ptr(store).contents)
         size = memory.data_len(store)
         try:
@@ -77,15 +77,21 @@ class HotPages:
                 f.seek(base // PAGE * 8)
                 raw = f.read(size // PAGE * 8)
         except OSError:
-            return cls([])
+            return set()
+        return {
+            i
+            for i, entry in enumerate(struct.unpack(f"<{len(raw) // 8}Q", raw))
+            if entry >> 63 & 1 and not entry >> 61 & 1  # present, and anonymous: copied on write
+        }
+
+    @classmethod
+    def from_pages(cls, pages: set[int]) -> "HotPages":
         spans: list[tuple[int, int]] = []
-        for i, entry in enumerate(struct.unpack(f"<{len(raw) // 8}Q", raw)):
-            present, file_backed = entry >> 63 & 1, entry >> 61 & 1
-            if present and not file_backed:
-                if spans and spans[-1][0] + spans[-1][1] == i * PAGE:
-                    spans[-1] = (spans[-1][0], spans[-1][1] + PAGE)
-                else:
-                    spans.append((i * PAGE, PAGE))
+        for i in sorted(pages):
+            if spans and spans[-1][0] + spans[-1][1] == i * PAGE:
+                spans[-1] = (spans[-1][0], spans[-1][1] + PAGE)
+            else:
+                spans.append((i * PAGE, PAGE))
         return cls(spans)
 
     @property
@@ -155,22 +161,18 @@ class InstanceSupply:
         return max(0.0, self._last_retire + seconds - time.monotonic())
 
     def _has_work(self) -> bool:
+        quiet = self._quiet_for(QUIET_S) == 0.0
         return (
             self._closing
-            or (bool(self._retired) and (self._quiet_for(QUIET_S) == 0.0 or len(self._retired) >= MAX_RETIRED))
-            or (len(self._spares) < SPARES and self._quiet_for(PREP_QUIET_S) == 0.0)
+            or (bool(self._retired) and (quiet or len(self._retired) >= MAX_RETIRED))
+            or (quiet and len(self._spares) < SPARES)
         )
 
     def _next_check(self) -> float | None:
-        """When a quiet period will begin that makes work, if one will."""
-        if self._in_flight:
+        """When the quiet period that would make work begins, if it will."""
+        if self._in_flight or not (self._retired or len(self._spares) < SPARES):
             return None
-        waits = []
-        if self._retired:
-            waits.append(self._quiet_for(QUIET_S))
-        if len(self._spares) < SPARES:
-            waits.append(self._quiet_for(PREP_QUIET_S))
-        return max(min(waits), 1e-4) if waits else None
+        return max(self._quiet_for(QUIET_S), 1e-4)
 
     def _prepare(self) -> Fresh:
         fresh = self._make()
