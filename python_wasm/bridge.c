@@ -16,6 +16,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #define WASMRUN_IMPORT(name) \
     __attribute__((import_module("wasmrun"), import_name(name)))
@@ -70,6 +71,60 @@ __attribute__((export_name("wasmrun_io_buffer"))) uint8_t *wasmrun_io_buffer(voi
 
 __attribute__((export_name("wasmrun_io_capacity"))) int32_t wasmrun_io_capacity(void) {
     return IO_CAPACITY;
+}
+
+/* stdout and stderr collect here, in order, and the host reads what is left
+ * straight from memory after the run, even after a trap: a print costs a
+ * memcpy, not a host call. When the buffer is full it is flushed to fd 1
+ * (a WASI write the host captures). */
+#define OUT_CAPACITY (64 * 1024)
+static uint8_t out_buffer[OUT_CAPACITY];
+static int32_t out_len = 0;
+
+__attribute__((export_name("wasmrun_out_buffer"))) uint8_t *wasmrun_out_buffer(void) {
+    return out_buffer;
+}
+
+__attribute__((export_name("wasmrun_out_len"))) int32_t *wasmrun_out_len(void) {
+    return &out_len;
+}
+
+__attribute__((export_name("wasmrun_out_capacity"))) int32_t wasmrun_out_capacity(void) {
+    return OUT_CAPACITY;
+}
+
+static void write_all(const uint8_t *data, size_t len) {
+    while (len > 0) {
+        ssize_t n = write(1, data, len);
+        if (n <= 0) return;  /* nowhere to put it: the host stopped capturing */
+        data += n;
+        len -= (size_t)n;
+    }
+}
+
+static void out_flush(void) {
+    if (out_len > 0) write_all(out_buffer, (size_t)out_len);
+    out_len = 0;
+}
+
+static PyObject *wr_out_write(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (out_len + view.len > OUT_CAPACITY) out_flush();
+    if (view.len > OUT_CAPACITY) {
+        write_all(view.buf, (size_t)view.len);
+    } else {
+        memcpy(out_buffer + out_len, view.buf, view.len);
+        out_len += (int32_t)view.len;
+    }
+    Py_ssize_t written = view.len;
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(written);
+}
+
+static PyObject *wr_out_flush(PyObject *self, PyObject *noargs) {
+    out_flush();
+    Py_RETURN_NONE;
 }
 
 static PyObject *wr_request(PyObject *self, PyObject *noargs) {
@@ -174,6 +229,8 @@ static PyMethodDef wr_methods[] = {
     {"blob_read", wr_blob_read, METH_VARARGS, "blob_read(id, offset, length) -> bytes"},
     {"blob_write", wr_blob_write, METH_VARARGS, "blob_write(data, kind) -> blob id"},
     {"log", wr_log, METH_VARARGS, "log(level, message)"},
+    {"out_write", wr_out_write, METH_O, "out_write(bytes) -> int: append to the run's output."},
+    {"out_flush", wr_out_flush, METH_NOARGS, "out_flush(): hand buffered output to the host now."},
     {NULL, NULL, 0, NULL},
 };
 

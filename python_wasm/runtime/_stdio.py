@@ -1,8 +1,9 @@
-"""The guest's stdout and stderr: text layers over ONE buffered writer on fd 1.
+"""The guest's stdout and stderr: one in-memory stream, kept in order.
 
-Each write to fd 1 is a host call; unbuffered, a print loop is dominated by
-them. Sharing one buffer keeps prints and tracebacks in order, and
-runtime.log flushes it before logging, so a run's log reads in order.
+Text goes to a buffer in the guest's memory (`_wasmrun.out_write`, a memcpy);
+the host reads what is left there after the run, even after a trap, and a
+full buffer is flushed to the host on the way. So a print costs no host
+call, and prints, tracebacks and runtime.log lines stay in order.
 """
 
 from __future__ import annotations
@@ -10,22 +11,28 @@ from __future__ import annotations
 import io
 import sys
 
-_shared: io.BufferedWriter | None = None
+import _wasmrun
+
+
+class _GuestOutput(io.RawIOBase):
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:  # type: ignore[override]
+        return _wasmrun.out_write(data)
 
 
 def install() -> None:
-    global _shared
-    _shared = io.BufferedWriter(io.FileIO(1, "w", closefd=False), buffer_size=1 << 16)
-    sys.stdout = io.TextIOWrapper(_shared, encoding="utf-8", errors="backslashreplace", write_through=True)
-    sys.stderr = io.TextIOWrapper(_shared, encoding="utf-8", errors="backslashreplace", write_through=True)
+    raw = _GuestOutput()
+    sys.stdout = io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", write_through=True)
+    sys.stderr = io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", write_through=True)
 
 
 def flush() -> None:
-    """Push buffered output to the host, whatever the user did to sys.stdout."""
+    """Hand buffered output to the host now (before a host-side log line)."""
     try:
         sys.stdout.flush()
         sys.stderr.flush()
     except Exception:  # the user may have closed or replaced them
         pass
-    if _shared is not None and not _shared.closed:
-        _shared.flush()
+    _wasmrun.out_flush()

@@ -118,3 +118,27 @@ def test_engine_keeps_serving_after_limits(run_code):
     run_code("def main(args):\n    while True: pass", timeout_ms=100)
     run_code("def main(args):\n    return len(bytearray(500 << 20))", memory_bytes=64 << 20)
     assert run_code("def main(args):\n    return 'still here'").output == "still here"
+
+
+def test_output_before_a_trap_is_kept(run_code):
+    code = "def main(args):\n    print('got this far')\n    while True:\n        pass"
+    result = run_code(code, timeout_ms=200)
+    assert result.error.type == "Timeout"
+    assert result.logs == "got this far\n"
+
+
+def test_output_past_the_guest_buffer_keeps_order(run_code):
+    code = (
+        "import sys\n"
+        "def main(args):\n"
+        "    for i in range(3000):\n"
+        "        print(f'out {i:04d} ' + 'x' * 40)\n"
+        "        if i % 1000 == 0:\n"
+        "            print(f'err {i}', file=sys.stderr)\n"
+    )
+    result = run_code(code, output_bytes=1 << 20)
+    lines = result.logs.splitlines()
+    assert len(lines) == 3003
+    assert lines[0].startswith("out 0000") and lines[1] == "err 0"
+    assert lines[-1].startswith("out 2999")
+    assert [l for l in lines if l.startswith("out")] == sorted(l for l in lines if l.startswith("out"))

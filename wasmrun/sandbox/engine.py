@@ -16,10 +16,12 @@ import logging
 import math
 import os
 import stat
+import struct
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 import wasmtime
@@ -138,7 +140,7 @@ class SandboxEngine:
                                    access_caller=True)
         self._pre = linker.instantiate_pre(self.module)
         self._linker = linker
-        self._io_buffer, self._io_capacity = self._probe_io_buffer()
+        self._io = self._probe_buffers()
         root = workspace_root or Path(tempfile.gettempdir())
         self.workspace_root = Path(tempfile.mkdtemp(prefix="wasmrun-", dir=root))
         os.chmod(self.workspace_root, 0o700)
@@ -146,15 +148,15 @@ class SandboxEngine:
         self._ticker = EpochTicker(self.engine)
         self._supply = InstanceSupply(self._new_instance, self._dirs, self._learn_hot_pages())
 
-    def _probe_io_buffer(self) -> tuple[int, int]:
-        """Where the guest's request/response buffer lives: a static array, so
-        the same address in every instance of this module."""
+    def _probe_buffers(self) -> GuestBuffers:
+        """Where the guest's static buffers live: the same addresses in every
+        instance of this module, so asked once."""
         store = wasmtime.Store(self.engine)
         store.set_fuel(10_000_000)
         store.set_epoch_deadline(1 << 30)
         store.set_wasi(wasmtime.WasiConfig())
         exports = self._pre.instantiate(store).exports(store)
-        found = exports["wasmrun_io_buffer"](store), exports["wasmrun_io_capacity"](store)
+        found = GuestBuffers(*(exports[f"wasmrun_{name}"](store) for name in GuestBuffers._fields))
         store.close()
         return found
 
@@ -253,17 +255,18 @@ class SandboxEngine:
             store.set_fuel(limits.fuel)
             store.set_epoch_deadline(max(1, math.ceil(limits.timeout_ms / 1000 / EPOCH_TICK_S)))
             store.set_wasi(self._wasi(request, workspace))
+            io = self._io
             request_len = -1  # too large for the buffer: the guest asks by host call
-            if len(ctx.request_bytes) <= self._io_capacity:
-                memory.write(store, ctx.request_bytes, self._io_buffer)
+            if len(ctx.request_bytes) <= io.io_capacity:
+                memory.write(store, ctx.request_bytes, io.io_buffer)
                 request_len = len(ctx.request_bytes)
             t1 = time.perf_counter()
             ctx.deadline = time.monotonic() + limits.timeout_ms / 1000
             set_current(ctx)
             try:
                 response_len = fresh.run(store, request_len)
-                if 0 <= response_len <= self._io_capacity:
-                    ctx.response = bytes(memory.read(store, self._io_buffer, self._io_buffer + response_len))
+                if 0 <= response_len <= io.io_capacity:
+                    ctx.response = bytes(memory.read(store, io.io_buffer, io.io_buffer + response_len))
                 if ctx.response is None:
                     error = RunError(errors.GUEST_CRASH, "the interpreter failed to run the request")
                 elif len(ctx.response) > limits.result_bytes:
@@ -280,6 +283,7 @@ class SandboxEngine:
                 error = RunError(errors.INTERNAL, "the sandbox host failed; the run was stopped")
             finally:
                 set_current(None)
+                _collect_output(store, memory, io, ctx)
             t2 = time.perf_counter()
             usage.fuel_used = limits.fuel - store.get_fuel()
             usage.peak_memory_bytes = memory.data_len(store)
@@ -299,6 +303,25 @@ class SandboxEngine:
         result.logs_cut_bytes = ctx.logs.cut
         usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
         return result, workspace
+
+
+class GuestBuffers(NamedTuple):
+    """Addresses of the guest's static buffers (python_wasm/bridge.c)."""
+
+    io_buffer: int
+    io_capacity: int
+    out_buffer: int
+    out_len: int  # the address of the int32 holding the output buffer's fill
+    out_capacity: int
+
+
+def _collect_output(store: wasmtime.Store, memory: wasmtime.Memory, io: GuestBuffers, ctx: RunContext) -> None:
+    """Take what the guest's output buffer still holds (also after a trap).
+    The guest could have scribbled anything there: the length is clamped."""
+    (length,) = struct.unpack("<i", memory.read(store, io.out_len, io.out_len + 4))
+    length = max(0, min(length, io.out_capacity))
+    if length:
+        ctx.write_output(bytes(memory.read(store, io.out_buffer, io.out_buffer + length)))
 
 
 def _first_line(text: str) -> str:
