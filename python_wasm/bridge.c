@@ -103,8 +103,11 @@ static void write_all(const uint8_t *data, size_t len) {
 }
 
 static void out_flush(void) {
-    if (out_len > 0) write_all(out_buffer, (size_t)out_len);
+    /* Zero the fill first: on a direct write to fd 1/2 the host drains this
+     * buffer before the written bytes, so it must not see them twice. */
+    int32_t n = out_len;
     out_len = 0;
+    if (n > 0) write_all(out_buffer, (size_t)n);
 }
 
 static PyObject *wr_out_write(PyObject *self, PyObject *arg) {

@@ -106,3 +106,14 @@ def test_messages_leak_no_host_paths(run_code, engine):
     text = result.error.message + result.logs
     for host_path in (str(engine.guest.lib_dir), str(engine.workspace_root), "/root", "site-packages"):
         assert host_path not in text
+
+
+def test_direct_writes_to_stdout_stay_in_order_with_prints(run_code):
+    code = (
+        "import os\n"
+        "def main(args):\n"
+        "    print('first')\n"
+        "    os.write(2, b'second\\n')\n"
+        "    print('third')\n"
+    )
+    assert run_code(code).logs == "first\nsecond\nthird\n"

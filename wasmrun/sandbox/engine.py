@@ -16,21 +16,18 @@ import logging
 import math
 import os
 import stat
-import struct
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import NamedTuple
 
-import msgspec
 import wasmtime
 
 from python_wasm import build as guest_build
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.ids import new_run_id
-from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, RunContext, set_current
+from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, set_current
 from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
 from wasmrun.sandbox.limits import Limits
 from wasmrun.sandbox.types import RunError, RunRequest, RunResult, Usage
@@ -247,6 +244,7 @@ class SandboxEngine:
         ctx = RunContext(run_id, self._guest_request(request), limits, self.blobs, request.input_blobs)
         workspace = Workspace(self._dirs.take(), limits.workspace_bytes, limits.workspace_files)
         ctx.workspace = workspace
+        ctx.buffers = self._io
         store, memory = fresh.store, fresh.memory
         usage = Usage(prepared_ahead=fresh.prepared_ahead)
         error: RunError | None = None
@@ -283,7 +281,7 @@ class SandboxEngine:
                 error = RunError(errors.INTERNAL, "the sandbox host failed; the run was stopped")
             finally:
                 set_current(None)
-                _collect_output(store, memory, io, ctx)
+                ctx.drain_guest_output(store, memory)
             t2 = time.perf_counter()
             usage.fuel_used = limits.fuel - store.get_fuel()
             usage.peak_memory_bytes = memory.data_len(store)
@@ -303,25 +301,6 @@ class SandboxEngine:
         result.logs_cut_bytes = ctx.logs.cut
         usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
         return result, workspace
-
-
-class GuestBuffers(NamedTuple):
-    """Addresses of the guest's static buffers (python_wasm/bridge.c)."""
-
-    io_buffer: int
-    io_capacity: int
-    out_buffer: int
-    out_len: int  # the address of the int32 holding the output buffer's fill
-    out_capacity: int
-
-
-def _collect_output(store: wasmtime.Store, memory: wasmtime.Memory, io: GuestBuffers, ctx: RunContext) -> None:
-    """Take what the guest's output buffer still holds (also after a trap).
-    The guest could have scribbled anything there: the length is clamped."""
-    (length,) = struct.unpack("<i", memory.read(store, io.out_len, io.out_len + 4))
-    length = max(0, min(length, io.out_capacity))
-    if length:
-        ctx.write_output(bytes(memory.read(store, io.out_buffer, io.out_buffer + length)))
 
 
 def _first_line(text: str) -> str:
@@ -365,6 +344,3 @@ def _classify_trap(trap: wasmtime.Trap, ctx: RunContext, memory_len: int, limits
     name = code.name.lower().replace("_", " ") if code is not None else "trap"
     return RunError(errors.GUEST_CRASH, f"the interpreter stopped: {name}")
 
-
-def encode_result(result: RunResult) -> bytes:
-    return msgspec.json.encode(result)

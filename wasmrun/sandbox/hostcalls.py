@@ -12,8 +12,9 @@ never the host.
 
 from __future__ import annotations
 
+import struct
 import threading
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import wasmtime
 
@@ -56,6 +57,7 @@ class RunContext:
         self.blob_io = 0
         self.deadline = 0.0  # time.monotonic() when the run must stop
         self.workspace: Workspace | None = None  # set by the engine
+        self.buffers: GuestBuffers | None = None  # set by the engine
         self.wasi_funcs: dict[str, wasmtime.Func] = {}  # the real WASI calls, per store
 
     def charge_blob_io(self, n: int) -> None:
@@ -68,6 +70,30 @@ class RunContext:
 
     def write_output(self, data: bytes) -> None:
         self.logs.write(data)
+
+    def drain_guest_output(self, store: wasmtime.Store | wasmtime.Caller, memory: wasmtime.Memory) -> None:
+        """Move what the guest's output buffer holds into the logs and empty it.
+        Done before any direct write to fd 1/2 and after the run (even after a
+        trap), so output stays in order. The guest could have scribbled over
+        the fill counter: it is clamped."""
+        b = self.buffers
+        if b is None:
+            return
+        (length,) = struct.unpack("<i", memory.read(store, b.out_len, b.out_len + 4))
+        length = max(0, min(length, b.out_capacity))
+        if length:
+            self.logs.write(bytes(memory.read(store, b.out_buffer, b.out_buffer + length)))
+            memory.write(store, b"\0\0\0\0", b.out_len)
+
+
+class GuestBuffers(NamedTuple):
+    """Addresses of the guest's static buffers (python_wasm/bridge.c)."""
+
+    io_buffer: int
+    io_capacity: int
+    out_buffer: int
+    out_len: int  # the address of the int32 holding the output buffer's fill
+    out_capacity: int
 
 
 def current() -> RunContext:

@@ -94,11 +94,14 @@ def _frame(payload: bytes) -> bytes:
 
 
 class _FrameReader:
-    """Reads one framed message from a non-blocking pipe, inside the event loop."""
+    """Reads framed messages from a non-blocking pipe, inside the event loop."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.buffer = bytearray()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.waiting: asyncio.Future[bytes] | None = None
+        self.failure: BaseException | None = None
 
     def _complete(self) -> bytes | None:
         if len(self.buffer) < 4:
@@ -116,33 +119,56 @@ class _FrameReader:
         del self.buffer[: start + size]
         return message
 
-    async def read(self) -> bytes:
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[bytes] = loop.create_future()
-
-        def on_readable() -> None:
-            try:
-                chunk = os.read(self.fd, 1 << 20)
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                if not done.done():
-                    done.set_exception(exc)
-                return
-            if not chunk:
-                if not done.done():
-                    done.set_exception(EOFError("worker closed its pipe"))
-                return
-            self.buffer += chunk
-            message = self._complete()
-            if message is not None and not done.done():
-                done.set_result(message)
-
-        loop.add_reader(self.fd, on_readable)
+    def _on_readable(self) -> None:
         try:
-            return await done
+            chunk = os.read(self.fd, 1 << 20)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._fail(exc)
+            return
+        if not chunk:
+            self._fail(EOFError("worker closed its pipe"))
+            return
+        self.buffer += chunk
+        if self.waiting is not None and not self.waiting.done():
+            message = self._complete()
+            if message is not None:
+                self.waiting.set_result(message)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.failure = exc
+        self.detach()
+        if self.waiting is not None and not self.waiting.done():
+            self.waiting.set_exception(exc)
+
+    async def read(self) -> bytes:
+        # The pipe stays registered with the loop between messages: adding
+        # and removing it for each run would cost two system calls a run.
+        loop = asyncio.get_running_loop()
+        if self.loop is not loop and self.failure is None:
+            self.detach()
+            loop.add_reader(self.fd, self._on_readable)
+            self.loop = loop
+        message = self._complete()
+        if message is not None:
+            return message
+        if self.failure is not None:
+            raise self.failure
+        self.waiting = loop.create_future()
+        try:
+            return await self.waiting
         finally:
-            loop.remove_reader(self.fd)
+            self.waiting = None
+
+    def detach(self) -> None:
+        """Unregister from the loop (a no-op once that loop is closed)."""
+        if self.loop is not None:
+            try:
+                self.loop.remove_reader(self.fd)
+            except (RuntimeError, ValueError):
+                pass
+            self.loop = None
 
 
 class _Worker:
@@ -188,6 +214,7 @@ class _Worker:
     def close_pipes(self) -> None:
         if not self._closed:
             self._closed = True
+            self.reader.detach()
             os.close(self.to_child)
             os.close(self.from_child)
 
@@ -281,6 +308,7 @@ class WorkerPool:
         return _result_decoder.decode(raw)
 
     async def _replace(self, dead: _Worker) -> _Worker | None:
+        dead.reader.detach()  # here, on the loop's thread
         return await asyncio.to_thread(self._replace_blocking, dead)
 
     def _replace_blocking(self, dead: _Worker) -> _Worker | None:
@@ -310,6 +338,7 @@ class WorkerPool:
                 except subprocess.TimeoutExpired:
                     worker.process.kill()
                     worker.process.wait(timeout=5)
+                worker.reader.detach()
                 os.close(worker.from_child)
 
 

@@ -207,8 +207,12 @@ class _Wrappers:
     def fd_write(self, caller, fd, iovs, iovs_len, nwritten):  # type: ignore[no-untyped-def]
         if fd in (1, 2):
             # stdout/stderr go straight to the run's capture: no file behind them.
+            ctx = current()
             data = _iov_data(caller, iovs, iovs_len)
-            current().write_output(data)
+            memory = caller.get("memory")
+            if isinstance(memory, wasmtime.Memory):
+                ctx.drain_guest_output(caller, memory)
+            ctx.write_output(data)
             write_guest(caller, nwritten, 4, struct.pack("<I", len(data)))
             return 0
         current().workspace.charge(_iov_total(caller, iovs, iovs_len))
