@@ -28,7 +28,7 @@ bench: guest
 	$(PY) scripts/bench.py $(ARGS)
 
 lint: $(STAMP)
-	$(PY) -m pip install --disable-pip-version-check -q ruff mypy
+	$(PY) -m pip install --disable-pip-version-check -q ruff==0.17.5 mypy==2.4.1
 	$(PY) -m ruff check wasmrun python_wasm scripts tests
 	$(PY) -m mypy wasmrun
 

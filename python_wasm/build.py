@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ import tarfile
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -219,7 +219,7 @@ def link(cpython: Path, zig: Path, out: Path, progress: Progress) -> None:
     subprocess.run(cmd, check=True, env=env)
 
 
-def _stdlib_files(stdlib: Path):
+def _stdlib_files(stdlib: Path) -> Iterator[Path]:
     for entry in sorted(stdlib.iterdir()):
         if entry.name in STDLIB_EXCLUDE:
             continue

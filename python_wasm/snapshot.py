@@ -262,9 +262,11 @@ def _rewrite(
 
 # --- running the init export ---------------------------------------------
 
-def make_snapshot(base_wasm: Path, lib_dir: Path, out: Path) -> dict:
+def make_snapshot(base_wasm: Path, lib_dir: Path, out: Path) -> dict[str, object]:
     """Write the pre-initialised module to `out`; returns size figures."""
     import wasmtime
+
+    from python_wasm import exports as exports_
 
     original = base_wasm.read_bytes()
     sections = _sections(original)
@@ -279,12 +281,11 @@ def make_snapshot(base_wasm: Path, lib_dir: Path, out: Path) -> dict:
     linker = wasmtime.Linker(engine)
     linker.define_wasi()
 
-    def refuse(*_args):
+    def refuse(*_args: object) -> None:
         raise RuntimeError("host calls are not available while snapshotting")
 
-    for imp in module.imports:
-        if imp.module == "wasmrun":
-            linker.define_func(imp.module, imp.name, imp.type, refuse)
+    for name, ty in exports_.func_imports(module, "wasmrun").items():
+        linker.define_func("wasmrun", name, ty, refuse)
 
     store = wasmtime.Store(engine)
     wasi = wasmtime.WasiConfig()
@@ -293,15 +294,15 @@ def make_snapshot(base_wasm: Path, lib_dir: Path, out: Path) -> dict:
     store.set_wasi(wasi)
     instance = linker.instantiate(store, module)
     exports = instance.exports(store)
-    exports["_initialize"](store)
-    status = exports["wasmrun_init"](store)
+    exports_.func(exports, "_initialize")(store)
+    status = exports_.func(exports, "wasmrun_init")(store)
     if status != 0:
         raise RuntimeError(f"wasmrun_init failed with status {status} (see the output above)")
 
-    memory = exports["memory"]
+    memory = exports_.memory(exports)
     size = memory.data_len(store)
     image = bytes(memory.read(store, 0, size))
-    values = {i: exports[f"{GLOBAL_EXPORT_PREFIX}{i}"].value(store) for i in mutable}
+    values = {i: exports_.global_(exports, f"{GLOBAL_EXPORT_PREFIX}{i}").value(store) for i in mutable}
     snapshot, n_segments = _rewrite(sections, image, values, n_imported)
     out.write_bytes(snapshot)
     return {

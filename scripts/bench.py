@@ -27,6 +27,7 @@ Prints a table and writes JSON (bench-results/latest.json by default).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import http.client
 import json
@@ -41,10 +42,9 @@ import sys
 import tempfile
 import threading
 import time
-import contextlib
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -280,7 +280,7 @@ class Pyodide:
         self.proc = proc
 
     @classmethod
-    def start(cls) -> tuple["Pyodide | None", str]:
+    def start(cls) -> tuple[Pyodide | None, str]:
         node, npm = shutil.which("node"), shutil.which("npm")
         if not node or not npm:
             return None, "node/npm not found"
@@ -457,7 +457,10 @@ def main() -> int:
 
     report = {
         "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}, wasmtime-py {wasmtime_version()}",
+        "machine": (
+            f"{platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, "
+            f"Python {platform.python_version()}, wasmtime-py {wasmtime_version()}"
+        ),
         "rounds": rounds,
         "rows": {},
         "compute": compute,

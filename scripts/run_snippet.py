@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from wasmrun.blobs.store import FileBlobStore  # noqa: E402
-from wasmrun.sandbox.engine import SandboxEngine  # noqa: E402
-from wasmrun.sandbox.limits import LimitPolicy  # noqa: E402
-from wasmrun.sandbox.types import RunRequest  # noqa: E402
+from wasmrun.blobs.store import FileBlobStore
+from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.limits import LimitPolicy
+from wasmrun.sandbox.types import RunRequest
 
 
 def _source(text: str) -> str:

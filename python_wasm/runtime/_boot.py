@@ -12,6 +12,9 @@ bound at init) and reuses JSON coders built at init.
 
 from __future__ import annotations
 
+import _json
+import _random
+import _sitebuiltins
 import builtins
 import importlib
 import json
@@ -22,11 +25,7 @@ import sys
 import traceback
 import types
 
-import _json
-import _random
-import _sitebuiltins
 import _wasmrun
-
 from runtime import _skills, _stdio
 
 # Commonly used modules, imported before the snapshot so runs get them free.

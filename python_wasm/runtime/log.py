@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import _wasmrun
-
 from runtime import _stdio
 
 __all__ = ["debug", "error", "info", "warning"]

@@ -4,8 +4,8 @@ for the whole session, and a small in-memory blob store behind it."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -12,6 +12,7 @@ import wasmtime
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.hostcalls import RunContext, set_current
 from wasmrun.sandbox.limits import Limits
+from wasmrun.sandbox.wasi_guard import Workspace
 
 HOSTILE = """
 (module
@@ -44,13 +45,14 @@ HOSTILE = """
 
 
 @pytest.fixture()
-def hostile(engine, blobs):
+def hostile(engine, blobs, tmp_path):
     module = wasmtime.Module(engine.engine, HOSTILE)
     store = wasmtime.Store(engine.engine)
     store.set_fuel(10**9)
     store.set_epoch_deadline(10**6)
     instance = engine._linker.instantiate(store, module)
-    ctx = RunContext("run_test", b"x" * 64, Limits(), blobs, [])
+    workspace = Workspace(tmp_path, Limits().workspace_bytes, Limits().workspace_files)
+    ctx = RunContext("run_test", b"x" * 64, Limits(), blobs, [], workspace)
     set_current(ctx)
     yield store, instance.exports(store), ctx
     set_current(None)

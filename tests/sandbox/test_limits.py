@@ -141,4 +141,5 @@ def test_output_past_the_guest_buffer_keeps_order(run_code):
     assert len(lines) == 3003
     assert lines[0].startswith("out 0000") and lines[1] == "err 0"
     assert lines[-1].startswith("out 2999")
-    assert [l for l in lines if l.startswith("out")] == sorted(l for l in lines if l.startswith("out"))
+    outs = [line for line in lines if line.startswith("out")]
+    assert outs == sorted(outs)

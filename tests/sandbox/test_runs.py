@@ -63,12 +63,18 @@ def test_output_is_capped_keeping_head_and_tail(run_code):
         pytest.param("main = 42", "EntrypointNotFound", "'main'", id="entrypoint-not-callable"),
         pytest.param("def main(args): return {1, 2}", "InvalidOutput", "set", id="set-output"),
         pytest.param("def main(args): return float('nan')", "InvalidOutput", "JSON", id="nan-output"),
-        pytest.param("def main(args):\n    xs = []\n    xs.append(xs)\n    return xs", "InvalidOutput", "Circular", id="circular-output"),
+        pytest.param(
+            "def main(args):\n    xs = []\n    xs.append(xs)\n    return xs", "InvalidOutput", "Circular", id="circular-output"
+        ),
         pytest.param("def main(args): return {(1, 2): 'tuple key'}", "InvalidOutput", "keys", id="tuple-key-output"),
         pytest.param("import sys\ndef main(args): sys.exit(3)", "SystemExit", "3", id="sys-exit"),
         pytest.param("def main(args): exit()", "SystemExit", "exit", id="builtin-exit"),
-        pytest.param("def main(args): raise KeyboardInterrupt", "KeyboardInterrupt", "KeyboardInterrupt", id="base-exception"),
-        pytest.param("def main(args):\n    class Boom(Exception): pass\n    raise Boom('x')", "Boom", "Boom: x", id="custom-exception"),
+        pytest.param(
+            "def main(args): raise KeyboardInterrupt", "KeyboardInterrupt", "KeyboardInterrupt", id="base-exception"
+        ),
+        pytest.param(
+            "def main(args):\n    class Boom(Exception): pass\n    raise Boom('x')", "Boom", "Boom: x", id="custom-exception"
+        ),
     ],
 )
 def test_error_types(run_code, code, error_type, in_message):

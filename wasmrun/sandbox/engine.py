@@ -24,10 +24,11 @@ from pathlib import Path
 import wasmtime
 
 from python_wasm import build as guest_build
+from python_wasm.exports import func, func_imports, memory
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.blobaccess import BlobAccess
-from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, set_current
+from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
 from wasmrun.sandbox.limits import Limits
 from wasmrun.sandbox.types import RunError, RunRequest, RunResult, Usage
@@ -131,10 +132,8 @@ class SandboxEngine:
         self.module = load_module(self.engine, self.guest.snapshot_wasm)
         linker = wasmtime.Linker(self.engine)
         define_guarded_wasi(self.engine, linker, self.module)
-        for imp in self.module.imports:
-            if imp.module == "wasmrun":
-                linker.define_func(imp.module, imp.name, imp.type, HOST_FUNCTIONS[imp.name],
-                                   access_caller=True)
+        for name, ty in func_imports(self.module, "wasmrun").items():
+            linker.define_func("wasmrun", name, ty, HOST_FUNCTIONS[name], access_caller=True)
         self._pre = linker.instantiate_pre(self.module)
         self._linker = linker
         self._io = self._probe_buffers()
@@ -153,7 +152,7 @@ class SandboxEngine:
         store.set_epoch_deadline(1 << 30)
         store.set_wasi(wasmtime.WasiConfig())
         exports = self._pre.instantiate(store).exports(store)
-        found = GuestBuffers(*(exports[f"wasmrun_{name}"](store) for name in GuestBuffers._fields))
+        found = GuestBuffers(*(func(exports, f"wasmrun_{name}")(store) for name in GuestBuffers._fields))
         store.close()
         return found
 
@@ -174,7 +173,7 @@ class SandboxEngine:
         except OSError:
             pass
 
-    def __enter__(self) -> "SandboxEngine":
+    def __enter__(self) -> SandboxEngine:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -216,7 +215,7 @@ class SandboxEngine:
     def _new_instance(self) -> Fresh:
         store = wasmtime.Store(self.engine)
         exports = self._pre.instantiate(store).exports(store)
-        return Fresh(store, exports["wasmrun_run"], exports["memory"])
+        return Fresh(store, func(exports, "wasmrun_run"), memory(exports))
 
     def _learn_hot_pages(self) -> HotPages:
         pages: set[int] = set()
@@ -241,10 +240,10 @@ class SandboxEngine:
     def _run_on(self, fresh: Fresh, request: RunRequest, t0: float) -> tuple[RunResult, Workspace]:
         run_id = request.run_id or new_run_id()
         limits = request.limits
-        ctx = RunContext(run_id, self._guest_request(request), limits, self.blobs, request.input_blobs)
         workspace = Workspace(self._dirs.take(), limits.workspace_bytes, limits.workspace_files)
-        ctx.workspace = workspace
-        ctx.buffers = self._io
+        ctx = RunContext(
+            run_id, self._guest_request(request), limits, self.blobs, request.input_blobs, workspace, self._io
+        )
         store, memory = fresh.store, fresh.memory
         usage = Usage(prepared_ahead=fresh.prepared_ahead)
         error: RunError | None = None

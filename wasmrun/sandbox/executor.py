@@ -37,7 +37,7 @@ class _Slots:
             self._sem = asyncio.Semaphore(self.slots)
         try:
             await asyncio.wait_for(self._sem.acquire(), self.queue_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise Busy(f"all {self.slots} sandboxes are busy; try again shortly") from None
 
     def release(self) -> None:

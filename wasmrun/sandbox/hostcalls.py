@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import struct
 import threading
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 import wasmtime
 
@@ -45,6 +46,8 @@ class RunContext:
         limits: Limits,
         blobs: BlobAccess,
         input_blobs: list[str],
+        workspace: Workspace,
+        buffers: GuestBuffers | None = None,
     ) -> None:
         self.run_id = run_id
         self.request_bytes = request_bytes
@@ -56,8 +59,8 @@ class RunContext:
         self.response: bytes | None = None
         self.blob_io = 0
         self.deadline = 0.0  # time.monotonic() when the run must stop
-        self.workspace: Workspace | None = None  # set by the engine
-        self.buffers: GuestBuffers | None = None  # set by the engine
+        self.workspace = workspace
+        self.buffers = buffers
         self.wasi_funcs: dict[str, wasmtime.Func] = {}  # the real WASI calls, per store
 
     def charge_blob_io(self, n: int) -> None:
@@ -97,7 +100,7 @@ class GuestBuffers(NamedTuple):
 
 
 def current() -> RunContext:
-    ctx = getattr(_local, "ctx", None)
+    ctx: RunContext | None = getattr(_local, "ctx", None)
     if ctx is None:  # a guest calling in outside a run: cannot happen through the engine
         raise errors.RunAborted(errors.HOST_CALL_ERROR, "host call outside a run")
     return ctx

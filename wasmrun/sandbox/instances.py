@@ -29,8 +29,8 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import wasmtime
 
@@ -85,7 +85,7 @@ class HotPages:
         }
 
     @classmethod
-    def from_pages(cls, pages: set[int]) -> "HotPages":
+    def from_pages(cls, pages: set[int]) -> HotPages:
         spans: list[tuple[int, int]] = []
         for i in sorted(pages):
             if spans and spans[-1][0] + spans[-1][1] == i * PAGE:

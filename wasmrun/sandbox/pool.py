@@ -13,8 +13,8 @@ answer well past the run's own timeout is killed the same way.
 from __future__ import annotations
 
 import asyncio
-import logging
 import json
+import logging
 import multiprocessing.connection
 import os
 import signal
@@ -205,7 +205,7 @@ class _Worker:
             await asyncio.to_thread(_write_all, self.to_child, framed)
         try:
             return await asyncio.wait_for(self.reader.read(), deadline)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise TimeoutError("worker did not answer in time") from None
 
     def alive(self) -> bool:
@@ -284,12 +284,13 @@ class WorkerPool:
         idle = self._idle_queue()
         try:
             worker = await asyncio.wait_for(idle.get(), self.queue_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise Busy(f"all {self.size} sandbox workers are busy; try again shortly") from None
         if not worker.alive():  # died while idle: replace it before use
-            worker = await self._replace(worker)
-            if worker is None:
+            replacement = await self._replace(worker)
+            if replacement is None:
                 raise Busy("no sandbox worker could be started")
+            worker = replacement
         payload = _encoder.encode(request)
         deadline = request.limits.timeout_ms / 1000 + WATCHDOG_GRACE_S
         try:

@@ -14,16 +14,18 @@ descriptor other than stdout/stderr is a workspace write.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
-import itertools
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import wasmtime
+from wasmtime._exportable import AsExtern
 
+from python_wasm.exports import func, func_imports
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.hostcalls import current, read_guest, write_guest
 
@@ -198,11 +200,13 @@ class _Wrappers:
         funcs = ctx.wasi_funcs
         if not funcs:
             memory = caller.get("memory")
-            imports = [memory] + [self.real.get(caller, WASI, n) for n in self.names]
+            if not isinstance(memory, wasmtime.Memory):
+                raise errors.RunAborted(errors.HOST_CALL_ERROR, "guest has no memory export")
+            imports: list[AsExtern] = [memory] + [self.real.get(caller, WASI, n) for n in self.names]
             instance = wasmtime.Instance(caller, self.trampoline, imports)
             exports = instance.exports(caller)
-            funcs.update((n, exports[n]) for n in self.names)
-        return funcs[name](caller, *args)
+            funcs.update((n, func(exports, n)) for n in self.names)
+        return int(funcs[name](caller, *args))
 
     def fd_write(self, caller, fd, iovs, iovs_len, nwritten):  # type: ignore[no-untyped-def]
         if fd in (1, 2):
@@ -257,7 +261,8 @@ class _Wrappers:
             # The events buffer (32 bytes a subscription) is scratch until the real call.
             if self._call(caller, "clock_time_get", clock_id, 1, events) != 0:
                 return 0
-            return struct.unpack("<Q", read_guest(caller, events, 8))[0]
+            (now,) = struct.unpack("<Q", read_guest(caller, events, 8))
+            return int(now)
 
         wait = _sleep_ns(caller, subs, count, guest_clock)
         if wait is not None:
@@ -281,7 +286,7 @@ PASSED_THROUGH = ("clock_time_get",)
 def define_guarded_wasi(engine: wasmtime.Engine, linker: wasmtime.Linker, module: wasmtime.Module) -> None:
     """Define WASI in `linker`, with the GUARDED functions shadowed."""
     linker.define_wasi()
-    imported = {imp.name: imp.type for imp in module.imports if imp.module == WASI}
+    imported = func_imports(module, WASI)
     types = {name: imported[name] for name in GUARDED + PASSED_THROUGH if name in imported}
     wrappers = _Wrappers(engine, types)
     linker.allow_shadowing = True
