@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 
@@ -78,3 +79,27 @@ def test_busy_when_every_worker_stays_taken(pool):
         await asyncio.gather(*slow)
 
     asyncio.run(go())
+
+
+def test_a_worker_that_stops_answering_is_replaced(tmp_path):
+    pool = WorkerPool(BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(tmp_path / "blobs")]), workers=1,
+                      watchdog_grace=0.5)
+    try:
+        async def go():
+            hung = pool.worker_pids()[0]
+            os.kill(hung, signal.SIGSTOP)  # alive, but never answers
+            try:
+                lost = await pool.run(code("def main(args):\n    return 1", timeout_ms=200))
+            finally:
+                with contextlib.suppress(ProcessLookupError):  # already replaced (killed)
+                    os.kill(hung, signal.SIGCONT)
+            after = await pool.run(code("def main(args):\n    return 'fresh worker'"))
+            return hung, lost, after
+
+        hung, lost, after = asyncio.run(go())
+        assert lost.error.type == "WorkerCrashed"
+        assert "stopped answering" in lost.error.message
+        assert after.output == "fresh worker"
+        assert hung not in pool.worker_pids()
+    finally:
+        pool.close()

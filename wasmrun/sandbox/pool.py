@@ -142,23 +142,38 @@ class _FrameReader:
         if self.waiting is not None and not self.waiting.done():
             self.waiting.set_exception(exc)
 
-    async def read(self) -> bytes:
-        # The pipe stays registered with the loop between messages: adding
-        # and removing it for each run would cost two system calls a run.
+    def attach(self) -> None:
+        """Register with the running loop. The pipe stays registered between
+        messages (so a worker dying while idle is seen at once): adding and
+        removing it for each run would cost two system calls a run."""
         loop = asyncio.get_running_loop()
         if self.loop is not loop and self.failure is None:
             self.detach()
             loop.add_reader(self.fd, self._on_readable)
             self.loop = loop
+
+    async def read(self, timeout: float) -> bytes:
+        """The next message, or TimeoutError after `timeout` seconds."""
+        self.attach()
         message = self._complete()
         if message is not None:
             return message
         if self.failure is not None:
             raise self.failure
-        self.waiting = loop.create_future()
+        loop = asyncio.get_running_loop()
+        waiting: asyncio.Future[bytes] = loop.create_future()
+        self.waiting = waiting
+
+        def expire() -> None:
+            if not waiting.done():
+                waiting.set_exception(TimeoutError("worker did not answer in time"))
+
+        # A timer on the future itself, cheaper than wrapping it in wait_for's task.
+        timer = loop.call_later(timeout, expire)
         try:
-            return await self.waiting
+            return await waiting
         finally:
+            timer.cancel()
             self.waiting = None
 
     def detach(self) -> None:
@@ -203,13 +218,12 @@ class _Worker:
             os.write(self.to_child, framed)
         else:  # a large request may fill the pipe: write it off the loop
             await asyncio.to_thread(_write_all, self.to_child, framed)
-        try:
-            return await asyncio.wait_for(self.reader.read(), deadline)
-        except TimeoutError:
-            raise TimeoutError("worker did not answer in time") from None
+        return await self.reader.read(deadline)
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        # A worker that died is seen by the registered pipe (EOF), without a
+        # system call; poll() covers a worker never yet used in this loop.
+        return self.reader.failure is None and (self.reader.loop is not None or self.process.poll() is None)
 
     def close_pipes(self) -> None:
         if not self._closed:
@@ -235,6 +249,12 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def _lost_message(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "the process running this sandbox stopped answering and was replaced; the run was lost"
+    return "the process running this sandbox died and was replaced; the run was lost"
+
+
 class WorkerPool:
     """The `Executor` the server uses: runs spread over worker processes."""
 
@@ -243,9 +263,11 @@ class WorkerPool:
         open_blobs: BlobOpener,
         workers: int | None = None,
         queue_timeout: float = 5.0,
+        watchdog_grace: float = WATCHDOG_GRACE_S,
     ) -> None:
         self.size = max(1, workers or os.cpu_count() or 1)
         self.queue_timeout = queue_timeout
+        self.watchdog_grace = watchdog_grace
         self._open_blobs = open_blobs
         self._workers: list[_Worker] = []
         self._idle: asyncio.Queue[_Worker] | None = None
@@ -292,7 +314,7 @@ class WorkerPool:
                 raise Busy("no sandbox worker could be started")
             worker = replacement
         payload = _encoder.encode(request)
-        deadline = request.limits.timeout_ms / 1000 + WATCHDOG_GRACE_S
+        deadline = request.limits.timeout_ms / 1000 + self.watchdog_grace
         try:
             raw = await worker.exchange(payload, deadline)
         except (EOFError, OSError, TimeoutError) as exc:
@@ -303,7 +325,7 @@ class WorkerPool:
             return RunResult(
                 run_id=request.run_id,
                 status="failed",
-                error=RunError(errors.WORKER_CRASHED, "the process running this sandbox died; the run was lost"),
+                error=RunError(errors.WORKER_CRASHED, _lost_message(exc)),
             )
         idle.put_nowait(worker)
         return _result_decoder.decode(raw)
