@@ -22,6 +22,8 @@ from typing import Protocol
 
 import msgspec
 
+from wasmrun.durable import fsync_dir
+
 BLOB_ID = re.compile(r"blob:[0-9a-f]{32}")
 
 
@@ -86,7 +88,7 @@ class FileBlobStore:
         )
         _write_atomically(data_path, data)
         _write_atomically(meta_path, msgspec.json.encode(info))
-        _fsync_dir(data_path.parent)
+        fsync_dir(data_path.parent)
         return blob_id
 
     def info(self, blob_id: str) -> BlobInfo | None:
@@ -123,12 +125,3 @@ def _write_atomically(path: Path, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-

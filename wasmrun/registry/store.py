@@ -24,6 +24,7 @@ import frontmatter
 import msgspec
 import tomli
 
+from wasmrun.durable import fsync_dir
 from wasmrun.protocol.errors import (
     ContentTooLarge,
     InvalidParams,
@@ -363,7 +364,7 @@ class DirectoryRegistry:
                             f"skill {parsed.name} {parsed.version} already exists", field="manifest"
                         ) from None
                     raise
-                _fsync_dir(dest.parent)
+                fsync_dir(dest.parent)
                 skill = load_skill(dest)
                 self._set_index({**self._index, (skill.name, skill.version): skill})
             return skill
@@ -399,11 +400,3 @@ def _write_file(path: Path, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
