@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.sandbox.conftest import make_skill
+
 
 @pytest.mark.parametrize(
     "snippet",
@@ -97,3 +99,23 @@ def test_no_network(run_code):
 def test_no_processes_threads_or_ffi(run_code, snippet):
     result = run_code(f"def main(args):\n    {snippet}\n    return 'ran'")
     assert result.status == "failed"
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        pytest.param("os.link(SRC, '/workspace/hard')\n    open('/workspace/hard', 'w').write('x')", id="hard-link"),
+        pytest.param("os.rename(SRC, '/workspace/moved')", id="rename-out"),
+        pytest.param("os.unlink(SRC)", id="delete"),
+        pytest.param("open(SRC, 'a').write('x')", id="append"),
+        pytest.param("os.chmod(SRC, 0o777)", id="chmod"),
+    ],
+)
+def test_mounted_skill_cannot_be_changed_through_the_workspace(run_code, tmp_path, snippet):
+    skill = make_skill(tmp_path, "victim", {"code/main.py": "def main(args): return 'original'\n"})
+    host_file = tmp_path / "victim" / "code" / "main.py"
+    mode = host_file.stat().st_mode
+    code = f"import os\nSRC = '/skills/victim/code/main.py'\ndef main(args):\n    {snippet}\n"
+    run_code(code, skills=[skill])  # refused, or (chmod: WASI has none) a no-op
+    assert host_file.read_text() == "def main(args): return 'original'\n"
+    assert host_file.stat().st_mode == mode
