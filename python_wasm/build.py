@@ -40,8 +40,9 @@ HERE = Path(__file__).resolve().parent
 BRIDGE_C = HERE / "bridge.c"
 RUNTIME_DIR = HERE / "runtime"
 
-# Bump when the build recipe changes in a way the input hashes cannot see.
-RECIPE_VERSION = "1"
+# Bump when the build recipe changes in a way the input hashes cannot see
+# (the steps below; their inputs, flags and the guest's sources are hashed).
+RECIPE_VERSION = "2"
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,6 @@ def _inputs_key() -> str:
         h.update(path.relative_to(RUNTIME_DIR).as_posix().encode())
         h.update(path.read_bytes())
     h.update((HERE / "snapshot.py").read_bytes())
-    h.update(Path(__file__).read_bytes())
     return h.hexdigest()[:20]
 
 
@@ -333,8 +333,36 @@ def build(quiet: bool = False) -> Guest:
         _atomic_replace_dir(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    prune_stale(keep=final)
     progress.step(f"guest ready: {final}")
     return _guest_at(final)
+
+
+STALE_AFTER_S = 7 * 24 * 3600
+
+
+def mark_used(path: Path) -> None:
+    """Note that a server uses `path` (a guest folder or a compiled module)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def prune_stale(keep: Path) -> None:
+    """Drop guests and compiled modules of earlier builds not used for a week.
+    (Recently used ones stay: a running server keeps reading its guest's /lib.)"""
+    cutoff = time.time() - STALE_AFTER_S
+    for folder in (cache_root() / "guest", cache_root() / "compiled"):
+        if not folder.is_dir():
+            continue
+        for entry in folder.iterdir():
+            if entry == keep or entry.stat().st_mtime > cutoff:
+                continue
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:

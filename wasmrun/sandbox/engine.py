@@ -102,6 +102,10 @@ def load_module(engine: wasmtime.Engine, wasm: Path) -> wasmtime.Module:
     folder = _private_cache_dir()
     cached = folder / f"{key}.cwasm"
     if cached.exists():
+        guest_build.mark_used(cached)
+        # Read into memory rather than mapped from the file: a file-backed
+        # image's pages can be reclaimed when idle (and re-read from disk on
+        # the next page fault); anonymous memory stays put.
         return wasmtime.Module.deserialize(engine, cached.read_bytes())
     module = wasmtime.Module.from_file(engine, str(wasm))
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
@@ -127,6 +131,7 @@ class SandboxEngine:
         workspace_root: Path | None = None,
     ) -> None:
         self.guest = guest or guest_build.build(quiet=True)
+        guest_build.mark_used(self.guest.lib_dir.parent)
         self.blobs = blobs
         self.engine = wasmtime.Engine(_engine_config())
         self.module = load_module(self.engine, self.guest.snapshot_wasm)
