@@ -491,7 +491,7 @@ def wasmtime_version() -> str:
 
 def render(report: dict, workers: int) -> str:
     lines = [f"wasmrun bench, {report['date']}, {report['machine']}", ""]
-    lines.append("| row | hello p50 | hello p99 | json+csv p50 | json+csv p99 | vs (a), hello | vs (a), json+csv |")
+    lines.append("| row | hello p50 | hello p99 | json+csv p50 | json+csv p99 | hello, times (a) | json+csv, times (a) |")
     lines.append("|---|---:|---:|---:|---:|---:|---:|")
     for label, per in report["rows"].items():
         h, j = per.get("hello"), per.get("json+csv")
