@@ -42,6 +42,7 @@ PAGE = 4096
 MADV_POPULATE_WRITE = 23  # Linux 5.14+
 SPARES = 8  # enough for a burst; each holds about a megabyte of prefaulted pages
 MAX_RETIRED = 16  # past this, teardown goes on even while runs are in flight
+HARD_MAX_RETIRED = 32  # past this, the run that retires an instance tears one down itself
 QUIET_S = 0.002  # how long without runs before housekeeping starts
 
 
@@ -145,7 +146,16 @@ class InstanceSupply:
         with self._cond:
             self._in_flight += 1
             spare = self._spares.popleft() if self._spares else None
-        return spare if spare is not None else self._make()
+        if spare is not None:
+            return spare
+        try:
+            return self._make()
+        except wasmtime.WasmtimeError:
+            # Every engine slot taken (more runs at once than it was sized
+            # for): free the ones used instances still hold, then try again.
+            while self._retired and self._step():
+                pass
+            return self._make()
 
     def retire(self, store: wasmtime.Store, workspace: Workspace) -> None:
         with self._cond:
@@ -153,6 +163,11 @@ class InstanceSupply:
             self._last_retire = time.monotonic()
             self._retired.append((store, workspace))
             self._cond.notify_all()
+            # Instances live in a fixed number of engine slots: never let used
+            # ones pile up past a bound, even if runs outpace the housekeeper.
+            backlog = len(self._retired) > HARD_MAX_RETIRED
+        if backlog:
+            self._step()
 
     def _quiet_for(self, seconds: float) -> float:
         """Seconds until no run will have been in flight for `seconds` (0: already)."""

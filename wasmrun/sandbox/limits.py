@@ -8,6 +8,7 @@ default. Each limit, when hit, ends the run with its own error type
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 MiB = 1 << 20
@@ -47,6 +48,16 @@ class LimitPolicy:
 
     def resolve(self, **requested: int | None) -> Limits:
         """Defaults overlaid with the requested values, each clamped to [1, ceiling]."""
+        asked_for = {name: value for name, value in requested.items() if value is not None}
+        if not asked_for:
+            return self._clamped_defaults  # the common case, on every run: computed once
+        return self._resolve(asked_for)
+
+    @functools.cached_property
+    def _clamped_defaults(self) -> Limits:
+        return self._resolve({})
+
+    def _resolve(self, requested: dict[str, int]) -> Limits:
         values = {}
         for field in dataclasses.fields(Limits):
             asked = requested.pop(field.name, None)

@@ -305,7 +305,8 @@ class WorkerPool:
             request.run_id = new_run_id()
         idle = self._idle_queue()
         try:
-            worker = await asyncio.wait_for(idle.get(), self.queue_timeout)
+            # An idle worker is usually there: take it without wait_for's task.
+            worker = idle.get_nowait() if not idle.empty() else await asyncio.wait_for(idle.get(), self.queue_timeout)
         except TimeoutError:
             raise Busy(f"all {self.size} sandbox workers are busy; try again shortly") from None
         if not worker.alive():  # died while idle: replace it before use
