@@ -39,3 +39,15 @@ def test_two_hundred_runs_leak_nothing(run_code, engine):
     spares = os.listdir(engine.workspace_root)
     assert len(spares) <= MAX_RETIRED + 2
     assert all(os.listdir(engine.workspace_root / name) == [] for name in spares)
+
+
+def test_used_instances_never_pile_up_past_the_bound(engine):
+    from wasmrun.sandbox.instances import HARD_MAX_RETIRED
+    from wasmrun.sandbox.types import RunRequest
+
+    request = RunRequest(kind="code", code="def main(args):\n    return 1")
+    supply = engine._supply
+    # Back to back, faster than a quiet moment: the housekeeper never gets one.
+    for _ in range(3 * HARD_MAX_RETIRED):
+        assert engine.run(request).output == 1
+        assert len(supply._retired) <= HARD_MAX_RETIRED

@@ -153,7 +153,7 @@ class InstanceSupply:
         except wasmtime.WasmtimeError:
             # Every engine slot taken (more runs at once than it was sized
             # for): free the ones used instances still hold, then try again.
-            while self._retired and self._step():
+            while self._step(teardown_now=True):
                 pass
             return self._make()
 
@@ -167,7 +167,7 @@ class InstanceSupply:
             # ones pile up past a bound, even if runs outpace the housekeeper.
             backlog = len(self._retired) > HARD_MAX_RETIRED
         if backlog:
-            self._step()
+            self._step(teardown_now=True)
 
     def _quiet_for(self, seconds: float) -> float:
         """Seconds until no run will have been in flight for `seconds` (0: already)."""
@@ -195,11 +195,15 @@ class InstanceSupply:
         fresh.prepared_ahead = True
         return fresh
 
-    def _step(self) -> bool:
+    def _step(self, teardown_now: bool = False) -> bool:
         """One unit of housekeeping: tear one instance down, or make one spare.
-        Returns False when there is nothing (more) to do or the supply is closing."""
+        Returns False when there is nothing (more) to do or the supply is closing.
+        `teardown_now`: tear down a used instance if there is one, quiet or not."""
         with self._cond:
-            if not self._has_work() or (self._closing and not self._retired):
+            if teardown_now:
+                if not self._retired:
+                    return False
+            elif not self._has_work() or (self._closing and not self._retired):
                 return False
             retired = self._retired.popleft() if self._retired else None
             self._tearing_down += retired is not None
