@@ -350,10 +350,11 @@ def mark_used(path: Path) -> None:
 
 
 def prune_stale(keep: Path) -> None:
-    """Drop guests and compiled modules of earlier builds not used for a week.
-    (Recently used ones stay: a running server keeps reading its guest's /lib.)"""
+    """Drop guests, compiled modules and skill bytecode of earlier builds not
+    used for a week. (Recently used ones stay: a running server keeps reading
+    its guest's /lib.)"""
     cutoff = time.time() - STALE_AFTER_S
-    for folder in (cache_root() / "guest", cache_root() / "compiled"):
+    for folder in (cache_root() / "guest", cache_root() / "compiled", cache_root() / "bytecode"):
         if not folder.is_dir():
             continue
         for entry in folder.iterdir():

@@ -62,6 +62,9 @@ _SOURCES: dict[str, str] = {}
 
 def init() -> None:
     _stdio.install()
+    # Mounted skills' compiled modules are read from here (the host mounts
+    # each skill's cache at /pycache/skills/<name>); nothing is written.
+    sys.pycache_prefix = "/pycache"
     # `site` is not imported (isolated start-up), but users call exit()/quit().
     builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
     builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
@@ -145,9 +148,29 @@ def _failed(type_: str, message: str) -> bytes:
     return b"F" + _encode_error({"type": type_, "message": message}).encode("utf-8")
 
 
+def _compile_skills(request: dict) -> list[str]:
+    """Compile (never run) the mounted skills' modules into the bytecode cache."""
+    import py_compile
+
+    compiled = []
+    for name in request.get("skills") or {}:
+        for folder, _dirs, files in os.walk(f"/skills/{name}"):
+            for file in sorted(files):
+                if file.endswith(".py"):
+                    path = f"{folder}/{file}"
+                    try:
+                        py_compile.compile(path, doraise=True)
+                    except py_compile.PyCompileError:
+                        continue  # a run importing it reports the error itself
+                    compiled.append(path)
+    return compiled
+
+
 def _execute(request: dict) -> bytes:
     """The response: b"C" + the output's JSON, or b"F" + {"type", "message"} as JSON."""
     try:
+        if request["kind"] == "compile":
+            return b"C" + _serialise(_compile_skills(request)).encode("utf-8")
         _prepare(request)
         fn = _load_entrypoint(request)
         value = fn(request.get("args") or {})

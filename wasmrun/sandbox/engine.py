@@ -27,11 +27,13 @@ from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.blobaccess import BlobAccess
+from wasmrun.sandbox.bytecode import BytecodeCache
+from wasmrun.sandbox.bytecode import guest_dir as bytecode_guest_dir
 from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, set_current
 from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
 from wasmrun.sandbox.limits import CEILING_LIMITS, Limits
-from wasmrun.sandbox.types import RunError, RunRequest, RunResult, Usage
+from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage
 from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs, define_guarded_wasi
 
 EPOCH_TICK_S = 0.005
@@ -53,6 +55,7 @@ WARMUP_REQUESTS = (
     RunRequest(kind="code", code="def main(args):\n    raise ValueError('warm')"),
 )
 WORKSPACE = "/workspace"
+COMPILE_LIMITS = Limits(timeout_ms=60_000)
 
 
 class EpochTicker:
@@ -175,6 +178,8 @@ class SandboxEngine:
         self.workspace_root = Path(tempfile.mkdtemp(prefix="wasmrun-", dir=root))
         os.chmod(self.workspace_root, 0o700)
         self._dirs = WorkspaceDirs(self.workspace_root)
+        self._bytecode = BytecodeCache(guest_build.cache_root() / "bytecode" / self.guest.key)
+        guest_build.mark_used(self._bytecode.root)
         self._ticker = EpochTicker(self.engine)
         self._supply = InstanceSupply(self._new_instance, self._dirs, self._learn_hot_pages())
 
@@ -235,12 +240,16 @@ class SandboxEngine:
             "env": request.env,
         }).encode()
 
-    def _wasi(self, request: RunRequest, workspace: Workspace) -> wasmtime.WasiConfig:
+    def _wasi(
+        self, request: RunRequest, workspace: Workspace, bytecode: dict[str, Path], bytecode_writable: bool
+    ) -> wasmtime.WasiConfig:
         wasi = wasmtime.WasiConfig()
         # Order matters only for fd numbers; the guest re-scans preopens every run.
         wasi.preopen_dir(str(self.guest.lib_dir), GUEST_LIB, fs_mutable=False)
         for skill in request.skills:
             wasi.preopen_dir(skill.root, f"{SKILLS_ROOT}/{skill.name}", fs_mutable=False)
+        for name, folder in bytecode.items():
+            wasi.preopen_dir(str(folder), bytecode_guest_dir(name), fs_mutable=bytecode_writable)
         wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
         # No stdout/stderr here: the fd_write guard captures fds 1 and 2 itself
         # (wasmtime-py's custom-output callbacks also panic at interpreter exit).
@@ -266,12 +275,47 @@ class SandboxEngine:
     def run(self, request: RunRequest) -> RunResult:
         """Run `request` in a fresh instance; never raises for anything the guest does."""
         t0 = time.perf_counter()
+        bytecode = self._skill_bytecode(request.skills)
         fresh = self._supply.take()
-        result, workspace = self._run_on(fresh, request, t0)
+        result, workspace = self._run_on(fresh, request, t0, bytecode)
         self._supply.retire(fresh.store, workspace)
         return result
 
-    def _run_on(self, fresh: Fresh, request: RunRequest, t0: float) -> tuple[RunResult, Workspace]:
+    def _skill_bytecode(self, skills: list[MountedSkill]) -> dict[str, Path]:
+        """Each mounted action skill's compiled bytecode, compiling it first if needed."""
+        found = {}
+        for skill in skills:
+            if not skill.entrypoint:
+                continue
+            key, folder = self._bytecode.lookup(skill)
+            if folder is None:
+                folder = self._compile(skill, key)
+            if folder is not None:
+                found[skill.name] = folder
+        return found
+
+    def _compile(self, skill: MountedSkill, key: str) -> Path | None:
+        """A compile run: our guest code compiles the skill's modules (and runs
+        none of them) into a folder only this run can write."""
+        staging = self._bytecode.staging()
+        fresh = self._supply.take()
+        request = RunRequest(kind="compile", skills=[skill], limits=COMPILE_LIMITS)
+        result, workspace = self._run_on(fresh, request, time.perf_counter(), {skill.name: staging}, True)
+        self._supply.retire(fresh.store, workspace)
+        if result.status != "completed":
+            logger.warning("compiling skill %s failed: %s", skill.name, result.error)
+            self._bytecode.discard(staging)
+            return None
+        return self._bytecode.commit(key, staging)
+
+    def _run_on(
+        self,
+        fresh: Fresh,
+        request: RunRequest,
+        t0: float,
+        bytecode: dict[str, Path] | None = None,
+        bytecode_writable: bool = False,
+    ) -> tuple[RunResult, Workspace]:
         run_id = request.run_id or new_run_id()
         limits = request.limits
         workspace = Workspace(self._dirs.take(), limits.workspace_bytes, limits.workspace_files)
@@ -285,7 +329,7 @@ class SandboxEngine:
             store.set_limits(memory_size=limits.memory_bytes)
             store.set_fuel(limits.fuel)
             store.set_epoch_deadline(max(1, math.ceil(limits.timeout_ms / 1000 / EPOCH_TICK_S)))
-            store.set_wasi(self._wasi(request, workspace))
+            store.set_wasi(self._wasi(request, workspace, bytecode or {}, bytecode_writable))
             io = self._io
             request_len = -1  # too large for the buffer: the guest asks by host call
             if len(ctx.request_bytes) <= io.io_capacity:

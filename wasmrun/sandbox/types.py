@@ -20,7 +20,8 @@ class MountedSkill(msgspec.Struct, frozen=True):
 
 
 class RunRequest(msgspec.Struct, kw_only=True):
-    kind: Literal["code", "skill"]
+    # "compile" is the engine's own: compile the mounted skills' modules (see bytecode.py).
+    kind: Literal["code", "skill", "compile"]
     code: str | None = None  # kind == "code": the module source
     skill: str | None = None  # kind == "skill": the name of one of `skills`
     function: str = "main"  # entrypoint / export to call with `args`

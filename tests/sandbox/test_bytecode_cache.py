@@ -1,0 +1,59 @@
+"""Mounted skills' bytecode is compiled once, in a compile run, and mounted read-only."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.sandbox.conftest import make_skill
+
+PYC = "/pycache/skills/{name}/code/{module}.cpython-311.pyc"
+
+
+@pytest.fixture()
+def skill(tmp_path):
+    return make_skill(tmp_path, "cached.skill", {
+        "code/main.py": "from . import helper\ndef main(args):\n    return helper.VALUE\n",
+        "code/helper.py": "VALUE = 'v1'\n",
+    })
+
+
+def test_skill_modules_are_loaded_from_compiled_bytecode(run_code, skill):
+    code = (
+        "import os, sys\n"
+        "from skills.cached.skill import main as skill_main\n"
+        "def main(args):\n"
+        f"    return [skill_main({{}}), os.path.exists({PYC.format(name='cached.skill', module='main')!r}),\n"
+        f"            os.path.exists({PYC.format(name='cached.skill', module='helper')!r})]\n"
+    )
+    assert run_code(code, skills=[skill]).output == ["v1", True, True]
+
+
+def test_runs_cannot_write_the_bytecode_cache(run_code, skill):
+    target = PYC.format(name="cached.skill", module="main")
+    code = (
+        "def main(args):\n"
+        "    out = []\n"
+        f"    for path, mode in (({target!r}, 'r+b'), ({target!r}.replace('main.', 'evil.'), 'wb')):\n"
+        "        try:\n"
+        "            open(path, mode).write(b'poison')\n"
+        "            out.append('wrote')\n"
+        "        except OSError as exc:\n"
+        "            out.append(type(exc).__name__)\n"
+        "    return out\n"
+    )
+    run_code("from skills.cached.skill import main as m\ndef main(args): return m({})", skills=[skill])
+    assert "wrote" not in run_code(code, skills=[skill]).output
+
+
+def test_changed_source_is_recompiled(run_code, skill, tmp_path):
+    use = "from skills.cached.skill import main as m\ndef main(args): return m({})"
+    assert run_code(use, skills=[skill]).output == "v1"
+    (tmp_path / "cached.skill" / "code" / "helper.py").write_text("VALUE = 'version two'\n")
+    assert run_code(use, skills=[skill]).output == "version two"
+
+
+def test_a_syntax_error_still_surfaces_at_import(run_code, tmp_path):
+    broken = make_skill(tmp_path, "broken.skill", {"code/main.py": "def main(args) return 1\n"})
+    result = run_code("from skills.broken.skill import main\ndef main(args): return 1", skills=[broken])
+    assert result.error.type == "SyntaxError"
+    assert "/skills/broken.skill/code/main.py" in result.error.message
