@@ -20,7 +20,6 @@ from pathlib import Path
 
 PAGE = 65536
 CHUNK = 4096  # granularity for dropping zero runs
-GUEST_LIB = "/lib"
 
 SEC_GLOBAL, SEC_EXPORT, SEC_MEMORY, SEC_DATA, SEC_DATACOUNT = 6, 7, 5, 11, 12
 EXPORT_GLOBAL = 3
@@ -266,6 +265,7 @@ def make_snapshot(base_wasm: Path, lib_dir: Path, out: Path) -> dict[str, object
     """Write the pre-initialised module to `out`; returns size figures."""
     import wasmtime
 
+    from python_wasm import build
     from python_wasm import exports as exports_
 
     original = base_wasm.read_bytes()
@@ -289,7 +289,7 @@ def make_snapshot(base_wasm: Path, lib_dir: Path, out: Path) -> dict[str, object
 
     store = wasmtime.Store(engine)
     wasi = wasmtime.WasiConfig()
-    wasi.preopen_dir(str(lib_dir), GUEST_LIB, fs_mutable=False)
+    wasi.preopen_dir(str(lib_dir), build.GUEST_LIB, fs_mutable=False)
     wasi.inherit_stderr()
     store.set_wasi(wasi)
     instance = linker.instantiate(store, module)

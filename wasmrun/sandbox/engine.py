@@ -38,7 +38,6 @@ from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs, define_guarded_
 
 EPOCH_TICK_S = 0.005
 logger = logging.getLogger("wasmrun.sandbox")
-GUEST_LIB = "/lib"
 SKILLS_ROOT = "/skills"
 # Typical runs: the pages any of them writes are copied into every spare instance ahead.
 WARMUP_REQUESTS = (
@@ -245,7 +244,7 @@ class SandboxEngine:
     ) -> wasmtime.WasiConfig:
         wasi = wasmtime.WasiConfig()
         # Order matters only for fd numbers; the guest re-scans preopens every run.
-        wasi.preopen_dir(str(self.guest.lib_dir), GUEST_LIB, fs_mutable=False)
+        wasi.preopen_dir(str(self.guest.lib_dir), guest_build.GUEST_LIB, fs_mutable=False)
         for skill in request.skills:
             wasi.preopen_dir(skill.root, f"{SKILLS_ROOT}/{skill.name}", fs_mutable=False)
         for name, folder in bytecode.items():

@@ -45,7 +45,6 @@ def _worker_main(argv: list[str] | None = None) -> None:
     """Entry point of a worker process (`python -m wasmrun.sandbox.pool ...`)."""
     import argparse
     import importlib
-    import json
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--fd-in", type=int, required=True)

@@ -125,20 +125,27 @@ class WorkspaceDirs:
         self._spare.clear()
 
 
-def _iov_total(caller: wasmtime.Caller, iovs: int, count: int) -> int:
+IOV_MAX = 1024  # WASI's limit on buffers in one call
+
+
+def _iovecs(caller: wasmtime.Caller, iovs: int, count: int) -> list[tuple[int, int]] | None:
+    """The (pointer, length) pairs of a write call, or None past IOV_MAX."""
     count &= 0xFFFFFFFF
-    if count > 1024:  # WASI's IOV_MAX; the real call will refuse it
-        return 0
-    raw = read_guest(caller, iovs, 8 * count)
-    return sum(length for _, length in struct.iter_unpack("<II", raw))
+    if count > IOV_MAX:
+        return None
+    return list(struct.iter_unpack("<II", read_guest(caller, iovs, 8 * count)))
+
+
+def _iov_total(caller: wasmtime.Caller, iovs: int, count: int) -> int:
+    vecs = _iovecs(caller, iovs, count)
+    return 0 if vecs is None else sum(length for _, length in vecs)  # None: the real call refuses it
 
 
 def _iov_data(caller: wasmtime.Caller, iovs: int, count: int) -> bytes:
-    count &= 0xFFFFFFFF
-    if count > 1024:
+    vecs = _iovecs(caller, iovs, count)
+    if vecs is None:
         raise errors.RunAborted(errors.HOST_CALL_ERROR, "too many buffers in one write")
-    raw = read_guest(caller, iovs, 8 * count)
-    return b"".join(read_guest(caller, ptr, n) for ptr, n in struct.iter_unpack("<II", raw))
+    return b"".join(read_guest(caller, ptr, n) for ptr, n in vecs)
 
 
 def _sleep_ns(caller: wasmtime.Caller, subs: int, count: int, now: Callable[[int], int]) -> int | None:
