@@ -112,7 +112,7 @@ def set_current(ctx: RunContext | None) -> None:
 
 # --- guest memory access, bounds-checked ----------------------------------
 
-def _memory(caller: wasmtime.Caller) -> wasmtime.Memory:
+def guest_memory(caller: wasmtime.Caller) -> wasmtime.Memory:
     mem = caller.get("memory")
     if not isinstance(mem, wasmtime.Memory):
         raise errors.RunAborted(errors.HOST_CALL_ERROR, "guest has no memory export")
@@ -120,7 +120,7 @@ def _memory(caller: wasmtime.Caller) -> wasmtime.Memory:
 
 
 def _span(caller: wasmtime.Caller, ptr: int, length: int) -> tuple[wasmtime.Memory, int, int]:
-    mem = _memory(caller)
+    mem = guest_memory(caller)
     ptr &= U32
     length &= U32
     if ptr + length > mem.data_len(caller):

@@ -27,7 +27,7 @@ from wasmtime._exportable import AsExtern
 
 from python_wasm.exports import func, func_imports
 from wasmrun.sandbox import errors
-from wasmrun.sandbox.hostcalls import current, read_guest, write_guest
+from wasmrun.sandbox.hostcalls import current, guest_memory, read_guest, write_guest
 
 WASI = "wasi_snapshot_preview1"
 O_CREAT = 1
@@ -206,9 +206,7 @@ class _Wrappers:
         ctx = current()
         funcs = ctx.wasi_funcs
         if not funcs:
-            memory = caller.get("memory")
-            if not isinstance(memory, wasmtime.Memory):
-                raise errors.RunAborted(errors.HOST_CALL_ERROR, "guest has no memory export")
+            memory = guest_memory(caller)
             imports: list[AsExtern] = [memory] + [self.real.get(caller, WASI, n) for n in self.names]
             instance = wasmtime.Instance(caller, self.trampoline, imports)
             exports = instance.exports(caller)
@@ -220,9 +218,7 @@ class _Wrappers:
             # stdout/stderr go straight to the run's capture: no file behind them.
             ctx = current()
             data = _iov_data(caller, iovs, iovs_len)
-            memory = caller.get("memory")
-            if isinstance(memory, wasmtime.Memory):
-                ctx.drain_guest_output(caller, memory)
+            ctx.drain_guest_output(caller, guest_memory(caller))
             ctx.write_output(data)
             write_guest(caller, nwritten, 4, struct.pack("<I", len(data)))
             return 0
