@@ -53,6 +53,7 @@ def create_app(settings: Settings, context: Context | None = None) -> Starlette:
         Dispatcher(context),
         max_body_bytes=settings.max_body_bytes,
         on_shutdown=context.executor.close if owned else None,
+        health=context.executor.health,
     )
 
 

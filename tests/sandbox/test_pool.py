@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 
 import pytest
 
@@ -20,9 +21,20 @@ SLEEP = "import time\ndef main(args):\n    time.sleep(args.get('s', 1))\n    ret
 @pytest.fixture()
 def pool(tmp_path):
     p = WorkerPool(BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(tmp_path / "blobs")]), workers=2,
-                   queue_timeout=0.5)
+                   queue_timeout=0.5, workspace_parent=tmp_path / "ws")
     yield p
     p.close()
+
+
+def wait_whole(pool: WorkerPool, timeout: float = 120.0) -> None:
+    """Wait until every worker is up and idle again (replacements start in the background)."""
+    give_up = time.monotonic() + timeout
+    while time.monotonic() < give_up:
+        health = pool.health()
+        if health.starting == 0 and health.free == health.total:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the pool did not recover: {pool.health()}")
 
 
 def code(source: str, **limits: int) -> RunRequest:
@@ -61,6 +73,7 @@ def test_worker_killed_mid_run_fails_that_run_and_is_replaced(pool):
         return victim, [first, second], after
 
     victim, results, after = asyncio.run(go())
+    wait_whole(pool)
     crashed = [r for r in results if r.status == "failed"]
     assert len(crashed) == 1
     assert crashed[0].error.type == "WorkerCrashed"
@@ -97,6 +110,7 @@ def test_a_worker_that_stops_answering_is_replaced(tmp_path):
             return hung, lost, after
 
         hung, lost, after = asyncio.run(go())
+        wait_whole(pool)
         assert lost.error.type == "WorkerCrashed"
         assert "stopped answering" in lost.error.message
         assert after.output == "fresh worker"

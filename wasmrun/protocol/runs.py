@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from wasmrun.protocol.blobs import blob_info
 from wasmrun.protocol.context import Context
@@ -20,6 +21,7 @@ from wasmrun.protocol.types import ExecuteSkillParams, RunCodeParams, RunResult
 from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.registry.store import Skill
 from wasmrun.sandbox.executor import Busy
+from wasmrun.sandbox.jsontext import NotSendable, encode_args
 from wasmrun.sandbox.types import MountedSkill, RunRequest
 
 logger = logging.getLogger("wasmrun.runs")
@@ -29,6 +31,15 @@ def _mount(skill: Skill) -> MountedSkill:
     runtime = skill.manifest.runtime
     entrypoint = runtime.entrypoint if runtime is not None and skill.manifest.executable else None
     return MountedSkill(name=skill.name, root=str(skill.root), entrypoint=entrypoint)
+
+
+def _args_json(args: dict[str, Any]) -> bytes:
+    """The args as the JSON text the guest gets; checked here, before any
+    sandbox is taken (integers of any size pass through exactly)."""
+    try:
+        return encode_args(args)
+    except NotSendable as exc:
+        raise InvalidParams(f"args {exc}", field="args") from None
 
 
 def _input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
@@ -65,6 +76,7 @@ async def _run(ctx: Context, request: RunRequest) -> RunResult:
 
 
 async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
+    args_json = _args_json(p.args)
     skill = find_skill(ctx, p.name, p.version)
     runtime = skill.manifest.runtime
     if not skill.manifest.executable or runtime is None:
@@ -78,7 +90,7 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
         kind="skill",
         skill=skill.name,
         function=runtime.export,
-        args=p.args,
+        args_json=args_json,
         skills=[_mount(skill)],
         input_blobs=input_blobs,
         env=_granted_secrets(ctx, skill),
@@ -92,6 +104,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         raise InvalidParams(
             f"entrypoint {p.entrypoint!r} must be the name of a function", field="entrypoint"
         )
+    args_json = _args_json(p.args)
     mounted: dict[str, MountedSkill] = {}
     for i, name in enumerate(p.mount_skills):
         mounted.setdefault(name, _mount(find_skill(ctx, name, None, field=f"mount_skills[{i}]")))
@@ -100,7 +113,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         kind="code",
         code=p.code,
         function=p.entrypoint,
-        args=p.args,
+        args_json=args_json,
         skills=list(mounted.values()),
         input_blobs=input_blobs,
         env={},

@@ -11,7 +11,6 @@ into a new Store with its own WASI context, limits and workspace, calls
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import os
@@ -21,11 +20,12 @@ import threading
 import time
 from pathlib import Path
 
+import msgspec
 import wasmtime
 
 from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
-from wasmrun.sandbox import errors
+from wasmrun.sandbox import errors, jsontext, workroots
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
 from wasmrun.sandbox.bytecode import guest_dir as bytecode_guest_dir
@@ -33,15 +33,16 @@ from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, 
 from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
 from wasmrun.sandbox.limits import CEILING_LIMITS, Limits
-from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage
+from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage, host_failure
 from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs, define_guarded_wasi
+from wasmrun.sandbox.workroots import WorkRoot
 
 EPOCH_TICK_S = 0.005
 logger = logging.getLogger("wasmrun.sandbox")
 SKILLS_ROOT = "/skills"
 # Typical runs: the pages any of them writes are copied into every spare instance ahead.
 WARMUP_REQUESTS = (
-    RunRequest(kind="code", code="def main(args):\n    print('warm')\n    return args", args={"x": [1]}),
+    RunRequest(kind="code", code="def main(args):\n    print('warm')\n    return args", args_json=b'{"x":[1]}'),
     RunRequest(
         kind="code",
         code=(
@@ -173,9 +174,9 @@ class SandboxEngine:
         self._pre = linker.instantiate_pre(self.module)
         self._linker = linker
         self._io = self._probe_buffers()
-        root = workspace_root or Path(tempfile.gettempdir())
-        self.workspace_root = Path(tempfile.mkdtemp(prefix="wasmrun-", dir=root))
-        os.chmod(self.workspace_root, 0o700)
+        # This process's own folder under `workspace_root` (see workroots.py).
+        self._root = WorkRoot(workspace_root or workroots.default_parent())
+        self.workspace_root = self._root.path
         self._dirs = WorkspaceDirs(self.workspace_root)
         self._bytecode = BytecodeCache(guest_build.cache_root() / "bytecode" / self.guest.key)
         guest_build.mark_used(self._bytecode.root)
@@ -206,10 +207,7 @@ class SandboxEngine:
         self._supply.close()
         self._ticker.close()
         self._dirs.remove_all()
-        try:
-            os.rmdir(self.workspace_root)
-        except OSError:
-            pass
+        self._root.release()
 
     def __enter__(self) -> SandboxEngine:
         return self
@@ -228,16 +226,16 @@ class SandboxEngine:
         sys_path = []
         if request.kind == "skill" and request.skill in skills:
             sys_path.append(skills[request.skill].rsplit("/", 1)[0])
-        return json.dumps({
-            "kind": request.kind,
-            "code": request.code,
-            "skill": request.skill,
-            "function": request.function,
-            "args": request.args,
-            "skills": skills,
-            "sys_path": sys_path,
-            "env": request.env,
-        }).encode()
+        return _guest_request_encoder.encode(GuestRequest(
+            kind=request.kind,
+            code=request.code,
+            skill=request.skill,
+            function=request.function,
+            args=msgspec.Raw(request.args_json),
+            skills=skills,
+            sys_path=sys_path,
+            env=request.env,
+        ))
 
     def _wasi(
         self, request: RunRequest, workspace: Workspace, bytecode: dict[str, Path], bytecode_writable: bool
@@ -272,13 +270,21 @@ class SandboxEngine:
         return hot
 
     def run(self, request: RunRequest) -> RunResult:
-        """Run `request` in a fresh instance; never raises for anything the guest does."""
+        """Run `request` in a fresh instance. Never raises: whatever fails, on
+        the guest's side or (a bug) on ours, fails this run alone."""
         t0 = time.perf_counter()
-        bytecode = self._skill_bytecode(request.skills)
-        fresh = self._supply.take()
-        result, workspace = self._run_on(fresh, request, t0, bytecode)
-        self._supply.retire(fresh.store, workspace)
-        return result
+        try:
+            bytecode = self._skill_bytecode(request.skills)
+            fresh = self._supply.take()
+            try:
+                result, workspace = self._run_on(fresh, request, t0, bytecode)
+            except BaseException:
+                fresh.store.close()
+                raise
+            self._supply.retire(fresh.store, workspace)
+            return result
+        except Exception:
+            return host_failure(request, "the sandbox host failed; the run was stopped")
 
     def _skill_bytecode(self, skills: list[MountedSkill]) -> dict[str, Path]:
         """Each mounted action skill's compiled bytecode, compiling it first if needed."""
@@ -383,23 +389,53 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "unknown error"
 
 
+class GuestRequest(msgspec.Struct):
+    """What the guest's `_boot.run` reads: the run, as the guest sees it."""
+
+    kind: str
+    code: str | None
+    skill: str | None
+    function: str
+    args: msgspec.Raw  # already JSON text: passed on as it is
+    skills: dict[str, str]  # skill name -> its entrypoint's path in the guest
+    sys_path: list[str]
+    env: dict[str, str]
+
+
+class GuestFailure(msgspec.Struct):
+    """The guest's b"F" reply: how its run failed."""
+
+    type: str
+    message: str
+
+
+_guest_request_encoder = msgspec.json.Encoder()
+_guest_failure_decoder = msgspec.json.Decoder(GuestFailure)
+
+
 def _apply_response(result: RunResult, response: bytes) -> None:
     """Decode the guest's reply: b"C" + output JSON, or b"F" + error JSON.
-    The guest is untrusted: anything else is a crash, never a host error."""
-    try:
-        if response[:1] == b"C":
-            result.output_json = response[1:].decode("utf-8")
-            result.output = json.loads(result.output_json)
+    The guest is untrusted: its output is checked, never trusted (see
+    jsontext), and anything else is a crash, never a host error."""
+    if response[:1] == b"C":
+        output = response[1:]
+        problem = jsontext.output_problem(output)
+        if problem is None:
+            result.output_json = output
             return
-        if response[:1] == b"F":
-            err = json.loads(response[1:])
+        result.status = "failed"
+        result.error = RunError(errors.INVALID_OUTPUT, f"the return value cannot be passed on: {problem}")
+        return
+    if response[:1] == b"F":
+        try:
+            err = _guest_failure_decoder.decode(response[1:])
+        except (msgspec.DecodeError, ValueError, RecursionError):
+            pass
+        else:
             result.status = "failed"
-            result.error = RunError(str(err["type"])[:200], str(err["message"]))
+            result.error = RunError(err.type[:200], err.message)
             return
-    except (ValueError, KeyError, TypeError):
-        pass
     result.status = "failed"
-    result.output_json = result.output = None
     result.error = RunError(errors.GUEST_CRASH, "the interpreter sent a malformed reply")
 
 

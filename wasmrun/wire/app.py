@@ -1,4 +1,5 @@
-"""The HTTP side: `POST /rpc` (JSON-RPC 2.0), `GET /healthz`, a request body limit.
+"""The HTTP side: `POST /rpc` (JSON-RPC 2.0), `GET /healthz` (sandbox workers
+free/total; 503 when none can serve), a request body limit.
 
 Every answer to something a client sent is 2xx or 4xx: 200 with a JSON-RPC
 response, 204 when only notifications came, 413 (with a JSON-RPC error body)
@@ -17,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from wasmrun.protocol.errors import InternalError, RequestTooLarge
+from wasmrun.sandbox.executor import ExecutorHealth
 from wasmrun.wire import jsonrpc
 
 logger = logging.getLogger("wasmrun.http")
@@ -28,6 +30,7 @@ def create_app(
     *,
     max_body_bytes: int,
     on_shutdown: Callable[[], None] | None = None,
+    health: Callable[[], ExecutorHealth] | None = None,
 ) -> Starlette:
     def too_large() -> Response:
         error = RequestTooLarge(
@@ -59,7 +62,19 @@ def create_app(
         return Response(answer, media_type=JSON)
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        """200 while a sandbox worker can serve runs (even if all are busy),
+        503 when none can (all crashed and restarting, or shutting down)."""
+        if health is None:
+            return JSONResponse({"status": "ok"})
+        now = health()
+        return JSONResponse(
+            {
+                "status": "ok" if now.serving else "unavailable",
+                "workers": {"total": now.total, "free": now.free, "starting": now.starting},
+                "queued": now.queued,
+            },
+            status_code=200 if now.serving else 503,
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
