@@ -31,7 +31,7 @@ def wait_whole(pool: WorkerPool, timeout: float = 120.0) -> None:
     give_up = time.monotonic() + timeout
     while time.monotonic() < give_up:
         health = pool.health()
-        if health.starting == 0 and health.free == health.total:
+        if health.unavailable == 0 and health.free == health.total:
             return
         time.sleep(0.05)
     raise AssertionError(f"the pool did not recover: {pool.health()}")

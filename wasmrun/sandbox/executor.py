@@ -26,13 +26,13 @@ class ExecutorHealth(msgspec.Struct):
 
     total: int  # sandbox workers (or slots) the executor keeps
     free: int  # idle, ready for a run now
-    starting: int  # being (re)started after a crash: not serving yet
+    unavailable: int  # dead, being restarted, or finishing a cancelled run
     queued: int  # runs waiting for a free one
 
     @property
     def serving(self) -> bool:
         """Whether any worker is up, busy or not: a run can still be served."""
-        return self.total - self.starting > 0
+        return self.total - self.unavailable > 0
 
 
 class Executor(Protocol):
@@ -98,7 +98,7 @@ class InProcessExecutor:
 
     def health(self) -> ExecutorHealth:
         slots = self._slots
-        return ExecutorHealth(total=slots.slots, free=slots.slots - slots.taken, starting=0, queued=slots.waiting)
+        return ExecutorHealth(total=slots.slots, free=slots.slots - slots.taken, unavailable=0, queued=slots.waiting)
 
     def close(self) -> None:
         self.engine.close()

@@ -316,9 +316,11 @@ class _IdleWorkers:
         self._idle: list[_Worker] = []
         self._waiting: collections.deque[asyncio.Future[_Worker]] = collections.deque()
 
-    @property
-    def free(self) -> int:
-        return len(self._idle)
+    def count(self) -> tuple[int, int]:
+        """Idle workers alive, and idle ones found dead (a system call each: for /healthz)."""
+        with self._lock:
+            dead = sum(w.process.poll() is not None for w in self._idle)
+            return len(self._idle) - dead, dead
 
     @property
     def waiting(self) -> int:
@@ -408,7 +410,7 @@ class WorkerPool:
         self._open_blobs = open_blobs
         self._workers: list[_Worker] = []
         self._idle = _IdleWorkers()
-        self._starting = 0
+        self._unavailable = 0
         self._closed = False
         self._lock = threading.Lock()
         workroots.sweep(self.workspace_parent)  # orphans of earlier crashes
@@ -430,9 +432,10 @@ class WorkerPool:
             return [w.pid for w in self._workers]
 
     def health(self) -> ExecutorHealth:
+        free, dead = self._idle.count()
         with self._lock:
-            starting = self.size if self._closed else self._starting
-        return ExecutorHealth(total=self.size, free=self._idle.free, starting=starting, queued=self._idle.waiting)
+            unavailable = self.size if self._closed else self._unavailable + dead
+        return ExecutorHealth(total=self.size, free=free, unavailable=unavailable, queued=self._idle.waiting)
 
     async def run(self, request: RunRequest) -> RunResult:
         if self._closed:
@@ -492,7 +495,7 @@ class WorkerPool:
         not a task: the loop may be shutting down (that is what cancelled it)."""
         worker.reader.detach()  # here, on the loop's thread
         with self._lock:
-            self._starting += 1  # not serving until it has answered
+            self._unavailable += 1  # not serving until it has answered
         threading.Thread(target=self._drain, args=(worker,), name="wasmrun-drain", daemon=True).start()
 
     def _drain(self, worker: _Worker) -> None:
@@ -500,17 +503,17 @@ class WorkerPool:
             worker.reader.read_blocking(max(0.0, worker.answer_by - time.monotonic()))
         except Exception as exc:
             logger.warning("worker %s lost finishing a cancelled run: %r", worker.pid, exc)
-            self._replace(worker)  # its own count of starting workers
+            self._replace(worker)
         else:
             self._idle.put(worker)
         with self._lock:
-            self._starting -= 1
+            self._unavailable -= 1
 
     def _retire(self, dead: _Worker) -> None:
         """Kill `dead` and start its replacement, off the event loop."""
         dead.reader.detach()  # here, on the loop's thread
         with self._lock:
-            self._starting += 1
+            self._unavailable += 1
         threading.Thread(target=self._replace_counted, args=(dead,), name="wasmrun-replace", daemon=True).start()
 
     def _replace_counted(self, dead: _Worker) -> None:
@@ -518,7 +521,7 @@ class WorkerPool:
             self._replace(dead)
         finally:
             with self._lock:
-                self._starting -= 1
+                self._unavailable -= 1
 
     def _replace(self, dead: _Worker) -> None:
         """Kill `dead`, remove its workspaces, start a new worker in its place:

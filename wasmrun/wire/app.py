@@ -70,7 +70,7 @@ def create_app(
         return JSONResponse(
             {
                 "status": "ok" if now.serving else "unavailable",
-                "workers": {"total": now.total, "free": now.free, "starting": now.starting},
+                "workers": {"total": now.total, "free": now.free, "unavailable": now.unavailable},
                 "queued": now.queued,
             },
             status_code=200 if now.serving else 503,
