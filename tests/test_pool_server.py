@@ -234,3 +234,62 @@ def test_healthz_is_503_while_no_worker_can_serve(http: TestClient, pool: Worker
         pool._open_blobs = working
     wait_whole(http)
     assert_serving(http)
+
+
+# -- clients that go away mid-run ----------------------------------------------------
+
+
+@pytest.fixture()
+def served(settings: Settings, pool: WorkerPool) -> Iterator[str]:
+    """The app behind a real uvicorn on a loopback port: its base URL."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    app = create_app(settings, build_context(settings, executor=pool))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    give_up = time.monotonic() + 60
+    while not server.started:
+        assert time.monotonic() < give_up
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(30)
+    sock.close()
+
+
+def test_clients_that_disconnect_mid_run_never_shrink_the_pool(served: str, pool: WorkerPool) -> None:
+    import json
+    import socket
+    from urllib.parse import urlsplit
+
+    import requests
+
+    host, port = urlsplit(served).hostname, urlsplit(served).port
+    body = json.dumps({
+        "jsonrpc": "2.0", "id": 1, "method": "run_code",
+        "params": {"language": "python", "code": "import time\ndef main(args):\n    time.sleep(1)\n    return 1\n"},
+    }).encode()
+    request = (
+        f"POST /rpc HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    for _ in range(WORKERS * 2):
+        with socket.create_connection((host, port), timeout=30) as client:
+            client.sendall(request)
+            time.sleep(0.3)  # the run is under way
+        # closed: the client is gone before its answer
+    give_up = time.monotonic() + 120
+    while (health := requests.get(f"{served}/healthz", timeout=30).json())["workers"]["free"] < WORKERS:
+        assert time.monotonic() < give_up, health
+        time.sleep(0.1)
+    answer = requests.post(f"{served}/rpc", timeout=60, json={
+        "jsonrpc": "2.0", "id": 2, "method": "run_code",
+        "params": {"language": "python", "code": "def main(args):\n    return 'served'\n"},
+    }).json()
+    assert answer["result"]["output"] == "served"

@@ -117,3 +117,74 @@ def test_a_worker_that_stops_answering_is_replaced(tmp_path):
         assert hung not in pool.worker_pids()
     finally:
         pool.close()
+
+
+def test_cancelled_runs_never_shrink_the_pool(pool):
+    # A run cancelled mid-exchange (its client went away, the server shuts
+    # down) leaves its worker to finish that run; then the worker is back.
+    async def go():
+        for _ in range(2):
+            tasks = [asyncio.create_task(pool.run(code(SLEEP, timeout_ms=10_000))) for _ in range(2)]
+            waiting = asyncio.create_task(pool.run(code("def main(args):\n    return 1")))
+            await asyncio.sleep(0.3)
+            for task in [*tasks, waiting]:  # two mid-run, one waiting for a worker
+                task.cancel()
+            for task in [*tasks, waiting]:
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+
+    pids = pool.worker_pids()
+    asyncio.run(go())
+    wait_whole(pool)
+    after = asyncio.run(pool.run(code("def main(args):\n    return 'served'")))
+    assert after.output == "served"
+    assert pool.worker_pids() == pids  # finished their runs, not killed
+
+
+def test_a_dead_workers_workspaces_are_removed(pool, tmp_path):
+    parent = tmp_path / "ws"
+    writer = "import time\ndef main(args):\n    open('marker', 'w').write('x')\n    time.sleep(30)\n"
+
+    async def go():
+        run = asyncio.create_task(pool.run(code(writer, timeout_ms=60_000)))
+        give_up = time.monotonic() + 60
+        while not (markers := list(parent.glob("*/ws-*/marker"))):
+            assert time.monotonic() < give_up
+            await asyncio.sleep(0.05)
+        folder = markers[0].parent.parent
+        os.kill(int(folder.name.split("-")[0]), signal.SIGKILL)  # as the OOM killer would
+        return folder, await run
+
+    folder, lost = asyncio.run(go())
+    assert lost.error.type == "WorkerCrashed"
+    wait_whole(pool)
+    assert not folder.exists()
+    owners = sorted(int(p.name.split("-")[0]) for p in parent.iterdir())
+    assert owners == sorted(pool.worker_pids())
+
+
+def test_orphaned_workspaces_are_swept_at_start_and_live_ones_kept(tmp_path):
+    from wasmrun.sandbox.workroots import WorkRoot
+
+    parent = tmp_path / "ws"
+    parent.mkdir(mode=0o700)
+    orphan = parent / "999999-left"  # from a server killed earlier: nobody holds its lock
+    fd = os.open(parent, os.O_RDONLY)
+    os.mkdir(orphan)
+    for name in ["999999-left", *["d"] * 2000]:  # deeper than Python's recursion limit
+        child = os.open(name, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+        os.mkdir("d", dir_fd=fd)
+    os.close(fd)
+    live = WorkRoot(parent)  # another server's worker, still running
+    (live.path / "ws-0").mkdir()
+    try:
+        pool = WorkerPool(BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(tmp_path / "blobs")]), workers=1,
+                          workspace_parent=parent)
+        pool.close()
+        assert not orphan.exists()
+        assert (live.path / "ws-0").is_dir()
+    finally:
+        live.release()
+    assert not live.path.exists()
