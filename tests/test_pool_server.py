@@ -153,8 +153,13 @@ def test_unpassable_returns_fail_that_run_alone(http: TestClient, pool: WorkerPo
     assert pool.worker_pids() == pids
 
 
-# Guest code can replace the harness's encoder: the host must check the bytes itself.
-HOSTILE = "from runtime import _boot\n_boot._serialise = lambda value: {payload!r}\ndef main(args):\n    return 1\n"
+# Guest code can replace what the harness hands the host: the host must check the bytes itself.
+HOSTILE = (
+    "import _wasmrun\n"
+    "respond = _wasmrun.respond\n"
+    "_wasmrun.respond = lambda response: respond({reply!r})\n"
+    "def main(args):\n    return 1\n"
+)
 
 
 @pytest.mark.parametrize(
@@ -167,7 +172,7 @@ HOSTILE = "from runtime import _boot\n_boot._serialise = lambda value: {payload!
 )
 def test_hostile_output_bytes_fail_that_run_alone(http: TestClient, pool: WorkerPool, payload: bytes) -> None:
     pids = pool.worker_pids()
-    result = run_code(http, HOSTILE.format(payload=payload))["result"]
+    result = run_code(http, HOSTILE.format(reply=b"C" + payload))["result"]
     assert result["status"] == "failed", result
     assert result["error"]["type"] == "InvalidOutput", result
     assert pool.worker_pids() == pids
@@ -179,13 +184,9 @@ def test_failure_text_with_lone_surrogates_is_reported(http: TestClient, pool: W
     result = run_code(http, "def main(args):\n    raise ValueError('bad \\ud800 value')\n")["result"]
     assert result["error"]["type"] == "ValueError"
     assert "bad \\ud800 value" in result["error"]["message"]
-    hostile = (
-        "from runtime import _boot\n"
-        "_boot._failed = lambda t, m: b'F{\"type\": \"\\\\udc00\"'\n"
-        "def main(args):\n    raise ValueError()\n"
-    )
-    result = run_code(http, hostile)["result"]
-    assert result["error"]["type"] == "GuestCrashed"
+    for reply in [b'F{"type":"\\udc00","message":"m"}', b'F{"type":1}', b"F" + b"[" * 100_000, b"X"]:
+        result = run_code(http, HOSTILE.format(reply=reply))["result"]
+        assert result["error"]["type"] == "GuestCrashed", result
     assert pool.worker_pids() == pids
 
 
