@@ -179,12 +179,14 @@ def test_orphaned_workspaces_are_swept_at_start_and_live_ones_kept(tmp_path):
     os.close(fd)
     live = WorkRoot(parent)  # another server's worker, still running
     (live.path / "ws-0").mkdir()
+    (parent / "not-ours").mkdir()  # a name no sandbox process claims: never touched
     try:
         pool = WorkerPool(BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(tmp_path / "blobs")]), workers=1,
                           workspace_parent=parent)
         pool.close()
         assert not orphan.exists()
         assert (live.path / "ws-0").is_dir()
+        assert (parent / "not-ours").is_dir()
     finally:
         live.release()
         remove_tree(orphan)  # on failure: pytest's own cleanup would recurse into it

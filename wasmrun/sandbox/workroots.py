@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import stat
 import tempfile
 import time
@@ -25,6 +26,7 @@ logger = logging.getLogger("wasmrun.sandbox")
 CLAIMING = ".claiming-"  # a folder being claimed: created, not yet locked
 CLAIM_GRACE_S = 60.0  # an unlocked claiming folder older than this is an orphan too
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+_CLAIMED = re.compile(rf"(?:{re.escape(CLAIMING)})?[0-9]+-[A-Za-z0-9_]+")  # <pid>-<mkdtemp's suffix>
 
 
 def default_parent() -> Path:
@@ -75,8 +77,8 @@ def sweep(parent: Path) -> int:
     removed = 0
     for entry in entries:
         try:
-            if not entry.is_dir(follow_symlinks=False):
-                continue
+            if not _CLAIMED.fullmatch(entry.name) or not entry.is_dir(follow_symlinks=False):
+                continue  # not one of ours: never touched
             if entry.name.startswith(CLAIMING) and time.time() - entry.stat(follow_symlinks=False).st_mtime < CLAIM_GRACE_S:
                 continue  # maybe being claimed right now, before its lock
             fd = os.open(entry.path, _DIR_FLAGS)
