@@ -324,7 +324,8 @@ class _IdleWorkers:
 
     @property
     def waiting(self) -> int:
-        return sum(not f.done() for f in self._waiting)
+        with self._lock:
+            return len(self._waiting)
 
     def put(self, worker: _Worker) -> None:
         with self._lock:
@@ -372,6 +373,9 @@ class _IdleWorkers:
         try:
             return await waiter
         except BaseException:
+            with self._lock:
+                if waiter in self._waiting:
+                    self._waiting.remove(waiter)
             if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 self.put(waiter.result())  # handed over just as this run gave up
             raise
@@ -500,14 +504,16 @@ class WorkerPool:
 
     def _drain(self, worker: _Worker) -> None:
         try:
-            worker.reader.read_blocking(max(0.0, worker.answer_by - time.monotonic()))
-        except Exception as exc:
-            logger.warning("worker %s lost finishing a cancelled run: %r", worker.pid, exc)
-            self._replace(worker)
-        else:
-            self._idle.put(worker)
-        with self._lock:
-            self._unavailable -= 1
+            try:
+                worker.reader.read_blocking(max(0.0, worker.answer_by - time.monotonic()))
+            except Exception as exc:
+                logger.warning("worker %s lost finishing a cancelled run: %r", worker.pid, exc)
+                self._replace(worker)
+            else:
+                self._idle.put(worker)
+        finally:
+            with self._lock:
+                self._unavailable -= 1
 
     def _retire(self, dead: _Worker) -> None:
         """Kill `dead` and start its replacement, off the event loop."""
