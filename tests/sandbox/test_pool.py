@@ -96,7 +96,7 @@ def test_busy_when_every_worker_stays_taken(pool):
 
 def test_a_worker_that_stops_answering_is_replaced(tmp_path):
     pool = WorkerPool(BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(tmp_path / "blobs")]), workers=1,
-                      watchdog_grace=0.5)
+                      watchdog_grace=0.5, workspace_parent=tmp_path / "ws")
     try:
         async def go():
             hung = pool.worker_pids()[0]
@@ -115,6 +115,8 @@ def test_a_worker_that_stops_answering_is_replaced(tmp_path):
         assert "stopped answering" in lost.error.message
         assert after.output == "fresh worker"
         assert hung not in pool.worker_pids()
+        # the killed worker's workspaces went with it
+        assert [int(p.name.split("-")[0]) for p in (tmp_path / "ws").iterdir()] == pool.worker_pids()
     finally:
         pool.close()
 
