@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from typing import Protocol
 
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
@@ -18,11 +19,26 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from wasmrun.protocol.errors import InternalError, RequestTooLarge
-from wasmrun.sandbox.executor import ExecutorHealth
 from wasmrun.wire import jsonrpc
 
 logger = logging.getLogger("wasmrun.http")
 JSON = "application/json"
+
+
+class Health(Protocol):
+    """What /healthz reports: the sandbox executor's health, seen structurally
+    (this layer knows nothing of sandboxes)."""
+
+    @property
+    def total(self) -> int: ...
+    @property
+    def free(self) -> int: ...
+    @property
+    def unavailable(self) -> int: ...
+    @property
+    def queued(self) -> int: ...
+    @property
+    def serving(self) -> bool: ...
 
 
 def create_app(
@@ -30,7 +46,7 @@ def create_app(
     *,
     max_body_bytes: int,
     on_shutdown: Callable[[], None] | None = None,
-    health: Callable[[], ExecutorHealth] | None = None,
+    health: Callable[[], Health] | None = None,
 ) -> Starlette:
     def too_large() -> Response:
         error = RequestTooLarge(
