@@ -3,6 +3,7 @@
     wasmrun serve [--host H] [--port P] [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F]
     wasmrun skills list [--data-dir D] [--skills-dir S]...
     wasmrun skills check DIR...
+    wasmrun tools [--format openai|anthropic|mcp|jsonschema] [--strict] [--with-create-skill]
     wasmrun run FILE.py [--mount SKILL]... [--arg KEY=VALUE]... [--entrypoint NAME] [--timeout-ms N]
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 import msgspec
 
 from wasmrun.settings import Settings
+from wasmrun.tools import FORMATS
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +53,14 @@ def _parser() -> argparse.ArgumentParser:
     check = skill_commands.add_parser("check", help="say what is wrong with each skill under DIR")
     check.add_argument("dirs", type=Path, nargs="+", metavar="DIR")
 
+    tools = commands.add_parser("tools", help="print the LLM tool definitions as one JSON array")
+    tools.add_argument("--format", choices=FORMATS, default="jsonschema", help="tool format (default jsonschema)")
+    tools.add_argument(
+        "--strict", action="store_true",
+        help="OpenAI strict mode where a tool's schema allows it (openai format only)",
+    )
+    tools.add_argument("--with-create-skill", action="store_true", help="add the optional create_skill tool")
+
     run = commands.add_parser("run", help="run a Python file in the sandbox and print the result")
     run.add_argument("file", type=Path, metavar="FILE.py")
     run.add_argument(
@@ -73,6 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "run":
             return _run(args)
+        if args.command == "tools":
+            return _tools(args)
         if args.skills_command == "list":
             return _skills_list(args)
         return _skills_check(args)
@@ -128,6 +140,14 @@ def _skills_check(args: argparse.Namespace) -> int:
             else:
                 print(f"ok       {folder}")
     return 1 if bad else 0
+
+
+def _tools(args: argparse.Namespace) -> int:
+    from wasmrun.tools import render_all
+
+    rendered = render_all(args.format, strict=args.strict, with_create_skill=args.with_create_skill)
+    print(json.dumps(rendered, indent=2))
+    return 0
 
 
 def _arg_value(text: str) -> Any:

@@ -18,6 +18,7 @@ from wasmrun.sandbox.executor import Executor, InProcessExecutor
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
 from wasmrun.settings import Settings
 from wasmrun.wire.app import create_app as create_wire_app
+from wasmrun.wire.tools_route import tools_route
 
 
 def make_executor(settings: Settings) -> Executor:
@@ -53,6 +54,7 @@ def create_app(settings: Settings, context: Context | None = None) -> Starlette:
         Dispatcher(context),
         max_body_bytes=settings.max_body_bytes,
         on_shutdown=context.executor.close if owned else None,
+        routes=[tools_route()],
     )
 
 
