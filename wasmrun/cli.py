@@ -3,6 +3,7 @@
     wasmrun serve [--host H] [--port P] [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F]
     wasmrun skills list [--data-dir D] [--skills-dir S]...
     wasmrun skills check DIR...
+    wasmrun mcp [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F] [--with-create-skill]
     wasmrun tools [--format openai|anthropic|mcp|jsonschema] [--strict] [--with-create-skill]
     wasmrun run FILE.py [--mount SKILL]... [--arg KEY=VALUE]... [--entrypoint NAME] [--timeout-ms N]
 """
@@ -46,6 +47,18 @@ def _parser() -> argparse.ArgumentParser:
         "--secrets-file", type=Path, help='TOML file of NAME = "value" secrets (WASMRUN_SECRETS_FILE)'
     )
 
+    serve.add_argument(
+        "--with-create-skill", action="store_true", help="offer the create_skill tool at /mcp too"
+    )
+
+    mcp = commands.add_parser("mcp", help="serve the Skills Protocol tools over MCP on stdin/stdout")
+    _common(mcp)
+    mcp.add_argument("--workers", type=int, help="sandboxes running at once (WASMRUN_WORKERS)")
+    mcp.add_argument(
+        "--secrets-file", type=Path, help='TOML file of NAME = "value" secrets (WASMRUN_SECRETS_FILE)'
+    )
+    mcp.add_argument("--with-create-skill", action="store_true", help="offer the create_skill tool too")
+
     skills = commands.add_parser("skills", help="list or check skills")
     skill_commands = skills.add_subparsers(dest="skills_command", required=True)
     listing = skill_commands.add_parser("list", help="list the skills the server would load")
@@ -85,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "tools":
             return _tools(args)
+        if args.command == "mcp":
+            return _mcp(args)
         if args.skills_command == "list":
             return _skills_list(args)
         return _skills_check(args)
@@ -100,9 +115,27 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
 def _serve(args: argparse.Namespace) -> int:
     from wasmrun.server import serve
 
-    serve(_settings(
-        args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file
-    ))
+    serve(
+        _settings(args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file),
+        mcp_with_create_skill=args.with_create_skill,
+    )
+    return 0
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    import logging
+
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        print("wasmrun: `wasmrun mcp` needs the MCP SDK: pip install 'wasmrun[mcp]'", file=sys.stderr)
+        return 2
+    from wasmrun.server import serve_mcp_stdio
+
+    # stdout carries the MCP messages: logs go to stderr.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    settings = _settings(args, workers=args.workers, secrets_file=args.secrets_file)
+    asyncio.run(serve_mcp_stdio(settings, with_create_skill=args.with_create_skill))
     return 0
 
 
