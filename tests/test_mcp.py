@@ -75,11 +75,10 @@ async def _exercise(target: Any, mode: str = "auto") -> dict[str, Any]:
         assert run["output"]["output_blob"] == run["output_blobs"][0]
         assert "read_blob" in _text(big) and run["output_blobs"][0] in _text(big)
         read = await mcp.call_tool("read_blob", {"blob_id": run["output_blobs"][0], "mode": "full"})
-        assert json.loads(_text(read)) == ["row %d" % i for i in range(2000)]
+        assert json.loads(_text(read)) == [f"row {i}" for i in range(2000)]
 
-        failing = await mcp.call_tool(
-            "run_code", {"language": "python", "code": "def main(args):\n    print('working')\n    raise ValueError('bad row 7')\n"}
-        )
+        code = "def main(args):\n    print('working')\n    raise ValueError('bad row 7')\n"
+        failing = await mcp.call_tool("run_code", {"language": "python", "code": code})
         assert not failing.is_error  # a failed run is a result, as over JSON-RPC
         assert _structured(failing)["status"] == "failed" and _structured(failing)["error"]["type"] == "ValueError"
         assert "ValueError: bad row 7" in _text(failing) and "working" in _text(failing)
