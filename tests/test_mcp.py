@@ -153,6 +153,17 @@ def test_stdio_with_create_skill(tmp_path: Path) -> None:
     assert _structured(ran)["output"] == "hi mcp"
 
 
+def test_non_finite_numbers_are_refused_as_over_rpc(server: LiveServer) -> None:
+    """The SDK's JSON parser takes NaN; /rpc does not, and neither does /mcp."""
+    import httpx2
+
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    body = ('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_code","arguments":'
+            '{"language":"python","code":"def main(a):\\n    return a","args":{"x":NaN}}}}')
+    answer = httpx2.post(server.base_url + "/mcp", content=body, headers=headers, timeout=60).json()
+    assert answer["result"]["isError"] and "NaN" in answer["result"]["content"][0]["text"]
+
+
 def test_mcp_refuses_a_foreign_host_header(server: LiveServer) -> None:
     """A loopback server refuses DNS-rebinding requests at /mcp."""
     import httpx2

@@ -3,6 +3,7 @@
     wasmrun serve [--host H] [--port P] [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F]
     wasmrun skills list [--data-dir D] [--skills-dir S]...
     wasmrun skills check DIR...
+    wasmrun skills add PATH [--data-dir D]
     wasmrun mcp [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F] [--with-create-skill]
     wasmrun tools [--format openai|anthropic|mcp|jsonschema] [--strict] [--with-create-skill]
     wasmrun run FILE.py [--mount SKILL]... [--arg KEY=VALUE]... [--entrypoint NAME] [--timeout-ms N]
@@ -65,6 +66,13 @@ def _parser() -> argparse.ArgumentParser:
     _common(listing)
     check = skill_commands.add_parser("check", help="say what is wrong with each skill under DIR")
     check.add_argument("dirs", type=Path, nargs="+", metavar="DIR")
+    add = skill_commands.add_parser(
+        "add", help="copy a skill folder (an Agent Skill or one with a skill.toml) into <data-dir>/skills"
+    )
+    add.add_argument("path", type=Path, metavar="PATH")
+    add.add_argument(
+        "--data-dir", type=Path, help="where blobs and created skills live (WASMRUN_DATA_DIR)"
+    )
 
     tools = commands.add_parser("tools", help="print the LLM tool definitions as one JSON array")
     tools.add_argument("--format", choices=FORMATS, default="jsonschema", help="tool format (default jsonschema)")
@@ -102,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _mcp(args)
         if args.skills_command == "list":
             return _skills_list(args)
+        if args.skills_command == "add":
+            return _skills_add(args)
         return _skills_check(args)
     except (ValueError, OSError) as exc:
         print(f"wasmrun: {exc}", file=sys.stderr)
@@ -163,7 +173,7 @@ def _skills_check(args: argparse.Namespace) -> int:
             continue
         report = check_folder(top)
         if not report:
-            print(f"{top}: no skills (no folder holds a skill.toml)")
+            print(f"{top}: no skills (no folder holds a skill.toml, or a SKILL.md for an Agent Skill)")
         for folder, problems in report:
             if problems:
                 bad += 1
@@ -180,6 +190,26 @@ def _tools(args: argparse.Namespace) -> int:
 
     rendered = render_all(args.format, strict=args.strict, with_create_skill=args.with_create_skill)
     print(json.dumps(rendered, indent=2))
+    return 0
+
+
+def _skills_add(args: argparse.Namespace) -> int:
+    from wasmrun.protocol.errors import SkillExists
+    from wasmrun.registry.store import DirectoryRegistry, SkillProblems
+
+    settings = Settings.load(data_dir=args.data_dir)
+    registry = DirectoryRegistry(settings.skills_dirs, settings.skills_home)
+    try:
+        skill, dest = registry.add(args.path)
+    except SkillProblems as exc:
+        print(f"INVALID  {args.path}")
+        for problem in exc.problems:
+            print(f"         - {problem}")
+        return 1
+    except SkillExists as exc:
+        print(f"wasmrun: {exc.message}", file=sys.stderr)
+        return 1
+    print(f"added {skill.name} {skill.version} to {dest}")
     return 0
 
 

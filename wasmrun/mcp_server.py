@@ -104,7 +104,12 @@ def build_server(dispatcher: Dispatcher, *, with_create_skill: bool = False) -> 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         if params.name not in names:
             return _error(f"unknown tool {params.name[:100]!r}; tools: {', '.join(sorted(names))}", -32601)
-        raw = msgspec.Raw(msgspec.json.encode(params.arguments or {}))
+        try:
+            # Back to the JSON the client sent. The SDK's parser takes NaN and Infinity,
+            # which JSON (and /rpc) refuses: refuse them here too rather than send null.
+            raw = msgspec.Raw(json.dumps(params.arguments or {}, allow_nan=False).encode())
+        except ValueError:
+            return _error("invalid params: arguments hold NaN or Infinity, which JSON does not allow", -32602)
         try:
             result = await dispatcher(params.name, raw)
         except RPCError as exc:
