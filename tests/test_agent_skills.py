@@ -243,6 +243,10 @@ def test_skills_add_refuses_invalid_and_links(tmp_path: Path, capsys: pytest.Cap
     (linked / "references" / "secret.md").symlink_to("/etc/hostname")
     assert main(["skills", "add", str(linked), "--data-dir", str(data)]) == 1
     assert "symbolic link" in capsys.readouterr().out
+    fifo = write_agent_skill(tmp_path / "src3")
+    os.mkfifo(fifo / "assets" / "pipe")
+    assert main(["skills", "add", str(fifo), "--data-dir", str(data)]) == 1
+    assert "assets/pipe is not a regular file" in capsys.readouterr().out
     assert not (data / "skills" / "agent-skills" / "pdf-tools").exists()
     assert main(["skills", "add", str(tmp_path / "nowhere"), "--data-dir", str(data)]) == 1
 

@@ -86,6 +86,8 @@ def serve(settings: Settings, *, mcp_with_create_skill: bool = False) -> None:
         "serving the Skills Protocol at http://%s:%d/rpc (data in %s)",
         settings.host, settings.port, settings.data_dir,
     )
+    if any(getattr(route, "path", None) == "/mcp" for route in app.routes):
+        logging.getLogger("wasmrun").info("MCP (streamable HTTP) at http://%s:%d/mcp", settings.host, settings.port)
     # No per-request access log: on a millisecond run it costs a tenth of the
     # server's CPU; runs are logged by the sandbox only when they fail on our side.
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False)

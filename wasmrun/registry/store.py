@@ -462,10 +462,13 @@ class DirectoryRegistry:
         source = Path(source)
         if not source.is_dir():
             raise SkillProblems([f"{source} is not a folder"])
+        for entry in sorted(source.rglob("*")):
+            where = entry.relative_to(source)
+            if entry.is_symlink():
+                raise SkillProblems([f"{where} is a symbolic link: copy the file it points to instead"])
+            if not (entry.is_file() or entry.is_dir()):  # a FIFO or device would hang or leak the copy
+                raise SkillProblems([f"{where} is not a regular file or folder"])
         skill = load_skill(source)
-        links = [p for p in source.rglob("*") if p.is_symlink()]
-        if links:
-            raise SkillProblems([f"{links[0].relative_to(source)} is a symbolic link: copy the file it points to instead"])
         if is_agent_skill(source):
             dest = self.writable / AGENT_SKILLS_DIR / str(skill.frontmatter["name"])
         else:
