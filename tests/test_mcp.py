@@ -174,3 +174,32 @@ def test_mcp_refuses_a_foreign_host_header(server: LiveServer) -> None:
         headers={"Host": "evil.example", "Accept": "application/json, text/event-stream"},
     )
     assert response.status_code in (403, 421)
+
+
+def test_stdio_workers_cannot_write_into_the_mcp_stream(tmp_path: Path) -> None:
+    """The sandbox worker processes of `wasmrun mcp` do not hold the MCP stdout pipe."""
+    import os
+    import subprocess
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "wasmrun", "mcp", "--data-dir", str(tmp_path), "--workers", "2"],
+        env=wasmrun_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        process.stdin.write((json.dumps(init) + "\n").encode())
+        process.stdin.flush()
+        assert json.loads(process.stdout.readline())["id"] == 1
+        pipe = f"pipe:[{os.fstat(process.stdout.fileno()).st_ino}]"
+        children = [
+            int(pid) for task in Path(f"/proc/{process.pid}/task").iterdir()
+            for pid in (task / "children").read_text().split()
+        ]
+        assert len(children) == 2
+        for child in children:
+            assert os.readlink(f"/proc/{child}/fd/1") != pipe
+    finally:
+        process.kill()
+        process.wait(timeout=30)

@@ -25,7 +25,7 @@ import json
 import logging
 import secrets
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
 import mcp_types as types
@@ -160,9 +160,15 @@ def http_route(
     return Route("/mcp", endpoint=StreamableHTTPASGIApp(manager)), manager.run
 
 
-async def serve_stdio(dispatcher: Dispatcher, *, with_create_skill: bool = False) -> None:
+async def serve_stdio(
+    open_dispatcher: Callable[[], AbstractContextManager[Dispatcher]], *, with_create_skill: bool = False
+) -> None:
+    """Serve on stdin/stdout. The dispatcher (and so the sandbox worker processes) is
+    made only once the SDK has pointed fd 1 at stderr, so that nothing a worker might
+    write reaches the MCP stream."""
     from mcp.server.stdio import stdio_server
 
-    server = build_server(dispatcher, with_create_skill=with_create_skill)
     async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        with open_dispatcher() as dispatcher:
+            server = build_server(dispatcher, with_create_skill=with_create_skill)
+            await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 
 import uvicorn
 from starlette.applications import Starlette
@@ -97,8 +99,12 @@ async def serve_mcp_stdio(settings: Settings, *, with_create_skill: bool = False
     """`wasmrun mcp`: the tools over MCP on stdin/stdout, sandboxes in the worker pool."""
     from wasmrun.mcp_server import serve_stdio
 
-    context = build_context(settings)
-    try:
-        await serve_stdio(Dispatcher(context), with_create_skill=with_create_skill)
-    finally:
-        context.executor.close()
+    @contextlib.contextmanager
+    def open_dispatcher() -> Iterator[Dispatcher]:
+        context = build_context(settings)
+        try:
+            yield Dispatcher(context)
+        finally:
+            context.executor.close()
+
+    await serve_stdio(open_dispatcher, with_create_skill=with_create_skill)
