@@ -14,6 +14,7 @@ import mcp_types
 import pytest
 from mcp import Client as MCPClient
 from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from tests.liveserver import LiveServer, wasmrun_env
 from wasmrun.client import Client, InvalidParams
@@ -76,6 +77,22 @@ async def _exercise(target: Any, mode: str = "auto") -> dict[str, Any]:
         assert "read_blob" in _text(big) and run["output_blobs"][0] in _text(big)
         read = await mcp.call_tool("read_blob", {"blob_id": run["output_blobs"][0], "mode": "full"})
         assert json.loads(_text(read)) == [f"row {i}" for i in range(2000)]
+        # ... and it is a resource, linked from the result
+        links = [block for block in big.content if isinstance(block, mcp_types.ResourceLink)]
+        assert [link.uri for link in links] == run["output_blobs"]
+        templates = (await mcp.list_resource_templates()).resource_templates
+        assert [t.uri_template for t in templates] == ["blob:{id}"]
+        resource = (await mcp.read_resource(run["output_blobs"][0])).contents[0]
+        assert isinstance(resource, mcp_types.TextResourceContents) and resource.mime_type == "application/json"
+        assert json.loads(resource.text) == [f"row {i}" for i in range(2000)]
+        binary = _structured(await mcp.call_tool(
+            "create_blob", {"content": "AAH/", "kind": "application/octet-stream", "encoding": "base64"}))
+        raw = (await mcp.read_resource(binary["blob_id"])).contents[0]
+        assert isinstance(raw, mcp_types.BlobResourceContents) and raw.blob == "AAH/"
+        for uri in ("blob:" + "0" * 32, "file:///etc/passwd"):
+            with pytest.raises(MCPError) as lost:
+                await mcp.read_resource(uri)
+            assert lost.value.code == -32602
 
         code = "def main(args):\n    print('working')\n    raise ValueError('bad row 7')\n"
         failing = await mcp.call_tool("run_code", {"language": "python", "code": code})

@@ -33,11 +33,12 @@ import msgspec
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 from starlette.routing import Route
 
 from wasmrun.protocol.errors import RPCError
 from wasmrun.protocol.methods import Dispatcher
-from wasmrun.protocol.types import RunResult
+from wasmrun.protocol.types import ReadBlobResult, RunResult
 from wasmrun.tools import render, tools
 from wasmrun.wire.jsonrpc import MAX_MESSAGE_CHARS
 
@@ -50,6 +51,11 @@ INSTRUCTIONS = (
     " Keep large data in blobs (create_blob, read_blob)."
 )
 PREVIEW_CHARS = 2000  # of a run's output, in the text block; the structured result has all of it
+BLOB_TEMPLATE = types.ResourceTemplate(
+    name="blob",
+    uri_template="blob:{id}",
+    description="A blob of this runtime by its ID (blob:<32 hex>), read whole; use the read_blob tool to sample a large one",
+)
 _CONTENT_RESULTS = {"read_skill_file", "read_blob", "load_skills_protocol_guide"}
 
 
@@ -101,6 +107,30 @@ def build_server(dispatcher: Dispatcher, *, with_create_skill: bool = False) -> 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return listing
 
+    async def list_resources(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=[])  # blobs are not listed, only read by ID
+
+    async def list_resource_templates(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=[BLOB_TEMPLATE])
+
+    async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        if not uri.startswith("blob:"):
+            raise MCPError(-32602, f"unknown resource {uri[:100]!r}: this server serves blob:<id> resources")
+        try:
+            result = await dispatcher("read_blob", msgspec.Raw(json.dumps({"blob_id": uri, "mode": "full"}).encode()))
+        except RPCError as exc:
+            raise MCPError(exc.code, _message(exc), exc.data) from None
+        assert isinstance(result, ReadBlobResult)
+        contents: types.TextResourceContents | types.BlobResourceContents
+        if result.encoding == "base64":
+            contents = types.BlobResourceContents(uri=uri, mime_type=result.kind, blob=result.content)
+        else:
+            contents = types.TextResourceContents(uri=uri, mime_type=result.kind, text=result.content)
+        return types.ReadResourceResult(contents=[contents])
+
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         if params.name not in names:
             return _error(f"unknown tool {params.name[:100]!r}; tools: {', '.join(sorted(names))}", -32601)
@@ -119,12 +149,15 @@ def build_server(dispatcher: Dispatcher, *, with_create_skill: bool = False) -> 
             logger.exception("internal error (ref %s) in MCP tool %r", ref, params.name)
             return _error(f"internal error (ref {ref})", -32603)
         plain = msgspec.to_builtins(result)
-        return types.CallToolResult(
-            content=[types.TextContent(text=_text(params.name, result, plain))], structured_content=plain
-        )
+        content: list[types.ContentBlock] = [types.TextContent(text=_text(params.name, result, plain))]
+        if isinstance(result, RunResult):
+            content.extend(types.ResourceLink(name=blob, uri=blob) for blob in result.output_blobs)
+        return types.CallToolResult(content=content, structured_content=plain)
 
     return Server(
-        SERVER_NAME, version=_version(), instructions=INSTRUCTIONS, on_list_tools=list_tools, on_call_tool=call_tool
+        SERVER_NAME, version=_version(), instructions=INSTRUCTIONS, on_list_tools=list_tools, on_call_tool=call_tool,
+        on_list_resources=list_resources, on_list_resource_templates=list_resource_templates,
+        on_read_resource=read_resource,
     )
 
 
