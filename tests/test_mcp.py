@@ -175,6 +175,11 @@ def test_non_finite_numbers_are_refused_as_over_rpc(server: LiveServer) -> None:
     import httpx2
 
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    started = httpx2.post(server.base_url + "/mcp", json=init, headers=headers, timeout=60)
+    headers["mcp-session-id"] = started.headers["mcp-session-id"]
+    headers["mcp-protocol-version"] = "2025-06-18"
     body = ('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_code","arguments":'
             '{"language":"python","code":"def main(a):\\n    return a","args":{"x":NaN}}}}')
     answer = httpx2.post(server.base_url + "/mcp", content=body, headers=headers, timeout=60).json()

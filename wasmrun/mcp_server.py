@@ -50,6 +50,8 @@ INSTRUCTIONS = (
     " read_skill_file to learn a skill; run it with execute_skill, or compose skills in Python with run_code."
     " Keep large data in blobs (create_blob, read_blob)."
 )
+MCP_SESSION_IDLE_S = 600.0  # an MCP session over HTTP unused this long is closed
+MCP_MAX_SESSIONS = 1000  # beyond it, a new session is answered 503 until one ends
 PREVIEW_CHARS = 2000  # of a run's output, in the text block; the structured result has all of it
 BLOB_TEMPLATE = types.ResourceTemplate(
     name="blob",
@@ -174,8 +176,9 @@ def http_route(
     """`/mcp` (streamable HTTP), to be served by the wire app beside /rpc so that the
     same middleware (auth) applies, and the lifespan that runs its session manager.
 
-    Stateless: each POST is answered on its own, like /rpc, so nothing is kept per
-    client between calls and any worker process of a server could answer it.
+    With sessions (the SDK's default mode): measured here, a tool call answers in about a
+    third of the time of the stateless mode, which sets up a server per request. Sessions
+    are bounded in number and closed when idle.
     """
     loopback = host in ("127.0.0.1", "localhost", "::1")
     security = TransportSecuritySettings(  # refuse DNS rebinding when only loopback is served
@@ -186,9 +189,10 @@ def http_route(
     manager = StreamableHTTPSessionManager(
         build_server(dispatcher, with_create_skill=with_create_skill),
         json_response=True,
-        stateless=True,
         security_settings=security,
         max_request_body_size=max_body_bytes,
+        session_idle_timeout=MCP_SESSION_IDLE_S,
+        max_sessions=MCP_MAX_SESSIONS,
     )
     return Route("/mcp", endpoint=StreamableHTTPASGIApp(manager)), manager.run
 
