@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import base64
 import itertools
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import httpx2
 import msgspec
@@ -80,6 +80,10 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+ListDetail = Literal["names", "summary"]
+DescribeDetail = Literal["manifest", "summary", "full"]
+Language = Literal["python"]
+ReadMode = Literal["sample_head", "sample_tail", "full"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT = 120.0  # seconds; a run may take as long as its own timeout_ms and the queue wait
@@ -171,11 +175,11 @@ def _blob_params(content: str | bytes, kind: str) -> CreateBlobParams:
 
 
 def _run_code_params(
-    code: str, language: str, entrypoint: str, args: dict[str, Any] | None, mount_skills: list[str] | None,
+    code: str, language: Language, entrypoint: str, args: dict[str, Any] | None, mount_skills: list[str] | None,
     input_blobs: list[str] | None, timeout_ms: int | None,
 ) -> RunCodeParams:
     return RunCodeParams(
-        language=language,  # type: ignore[arg-type]  # the server names a wrong one
+        language=language,
         code=code, entrypoint=entrypoint, args=args or {}, mount_skills=mount_skills or [],
         input_blobs=input_blobs or [], limits=RunLimits(timeout_ms=timeout_ms),
     )
@@ -219,7 +223,7 @@ class Client(_Calls):
         """Any method by name; the result as plain JSON values."""
         return self._call(method, params or {}, Any)
 
-    def tools(self, format: str = "openai", *, strict: bool = False, with_create_skill: bool = False) -> list[Any]:
+    def tools(self, format: str = "jsonschema", *, strict: bool = False, with_create_skill: bool = False) -> list[Any]:
         """The server's tool definitions for an LLM (`GET /tools`)."""
         query = {"format": format, "strict": str(strict).lower(), "with_create_skill": str(with_create_skill).lower()}
         response = self._http.get("/tools", params=query)
@@ -229,13 +233,13 @@ class Client(_Calls):
         return tools
 
     def list_skills(
-        self, namespace: str | None = None, detail: str = "names", limit: int = 50, cursor: str | None = None
+        self, namespace: str | None = None, detail: ListDetail = "names", limit: int = 50, cursor: str | None = None
     ) -> ListSkillsResult:
-        params = ListSkillsParams(namespace=namespace, detail=detail, limit=limit, cursor=cursor)  # type: ignore[arg-type]
+        params = ListSkillsParams(namespace=namespace, detail=detail, limit=limit, cursor=cursor)
         return self._call("list_skills", params, ListSkillsResult)
 
-    def describe_skill(self, name: str, version: str | None = None, detail: str = "summary") -> DescribeSkillResult:
-        params = DescribeSkillParams(name=name, version=version, detail=detail)  # type: ignore[arg-type]
+    def describe_skill(self, name: str, version: str | None = None, detail: DescribeDetail = "summary") -> DescribeSkillResult:
+        params = DescribeSkillParams(name=name, version=version, detail=detail)
         return self._call("describe_skill", params, DescribeSkillResult)
 
     def read_skill_file(self, name: str, path: str, version: str | None = None) -> ReadSkillFileResult:
@@ -251,7 +255,7 @@ class Client(_Calls):
         return self._call("execute_skill", params, RunResult)
 
     def run_code(
-        self, code: str, language: str = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
+        self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
     ) -> RunResult:
         params = _run_code_params(code, language, entrypoint, args, mount_skills, input_blobs, timeout_ms)
@@ -261,8 +265,8 @@ class Client(_Calls):
         """`bytes` travel as base64; a `str` as text."""
         return self._call("create_blob", _blob_params(content, kind), CreateBlobResult)
 
-    def read_blob(self, blob_id: str, mode: str = "sample_head", max_bytes: int = 2000) -> ReadBlobResult:
-        params = ReadBlobParams(blob_id=blob_id, mode=mode, max_bytes=max_bytes)  # type: ignore[arg-type]
+    def read_blob(self, blob_id: str, mode: ReadMode = "sample_head", max_bytes: int = 2000) -> ReadBlobResult:
+        params = ReadBlobParams(blob_id=blob_id, mode=mode, max_bytes=max_bytes)
         return self._call("read_blob", params, ReadBlobResult)
 
     def load_skills_protocol_guide(self) -> LoadGuideResult:
@@ -309,7 +313,7 @@ class AsyncClient(_Calls):
         return await self._call(method, params or {}, Any)
 
     async def tools(
-        self, format: str = "openai", *, strict: bool = False, with_create_skill: bool = False
+        self, format: str = "jsonschema", *, strict: bool = False, with_create_skill: bool = False
     ) -> list[Any]:
         query = {"format": format, "strict": str(strict).lower(), "with_create_skill": str(with_create_skill).lower()}
         response = await self._http.get("/tools", params=query)
@@ -319,13 +323,15 @@ class AsyncClient(_Calls):
         return tools
 
     async def list_skills(
-        self, namespace: str | None = None, detail: str = "names", limit: int = 50, cursor: str | None = None
+        self, namespace: str | None = None, detail: ListDetail = "names", limit: int = 50, cursor: str | None = None
     ) -> ListSkillsResult:
-        params = ListSkillsParams(namespace=namespace, detail=detail, limit=limit, cursor=cursor)  # type: ignore[arg-type]
+        params = ListSkillsParams(namespace=namespace, detail=detail, limit=limit, cursor=cursor)
         return await self._call("list_skills", params, ListSkillsResult)
 
-    async def describe_skill(self, name: str, version: str | None = None, detail: str = "summary") -> DescribeSkillResult:
-        params = DescribeSkillParams(name=name, version=version, detail=detail)  # type: ignore[arg-type]
+    async def describe_skill(
+        self, name: str, version: str | None = None, detail: DescribeDetail = "summary"
+    ) -> DescribeSkillResult:
+        params = DescribeSkillParams(name=name, version=version, detail=detail)
         return await self._call("describe_skill", params, DescribeSkillResult)
 
     async def read_skill_file(self, name: str, path: str, version: str | None = None) -> ReadSkillFileResult:
@@ -342,7 +348,7 @@ class AsyncClient(_Calls):
         return await self._call("execute_skill", params, RunResult)
 
     async def run_code(
-        self, code: str, language: str = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
+        self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
     ) -> RunResult:
         params = _run_code_params(code, language, entrypoint, args, mount_skills, input_blobs, timeout_ms)
@@ -351,8 +357,8 @@ class AsyncClient(_Calls):
     async def create_blob(self, content: str | bytes, kind: str = "text/plain") -> CreateBlobResult:
         return await self._call("create_blob", _blob_params(content, kind), CreateBlobResult)
 
-    async def read_blob(self, blob_id: str, mode: str = "sample_head", max_bytes: int = 2000) -> ReadBlobResult:
-        params = ReadBlobParams(blob_id=blob_id, mode=mode, max_bytes=max_bytes)  # type: ignore[arg-type]
+    async def read_blob(self, blob_id: str, mode: ReadMode = "sample_head", max_bytes: int = 2000) -> ReadBlobResult:
+        params = ReadBlobParams(blob_id=blob_id, mode=mode, max_bytes=max_bytes)
         return await self._call("read_blob", params, ReadBlobResult)
 
     async def load_skills_protocol_guide(self) -> LoadGuideResult:
