@@ -58,6 +58,9 @@ def write_agent_skill(top: Path, name: str = "pdf-tools", frontmatter: str | Non
     (root / "scripts" / "fail.py").write_text("import sys\nprint('half done')\nsys.exit(3)\n")
     (root / "scripts" / "message.py").write_text("import sys\nsys.exit('no input file given')\n")
     (root / "scripts" / "crash.py").write_text("def go():\n    raise ValueError('bad page')\ngo()\n")
+    (root / "scripts" / "binary.py").write_text(
+        "import sys\ndata = sys.stdin.buffer.read()\nsys.stdout.buffer.write(data[::-1] + b'\\xff')\n"
+    )
     (root / "scripts" / "run.sh").write_text("#!/bin/sh\necho hi\n")
     (root / "references" / "guide.md").write_text("Guide line one\nline two\n")
     (root / "assets" / "logo.bin").write_bytes(b"\x89PNG\x00\xff\xfe")
@@ -127,6 +130,13 @@ def test_run_script(rpc: Rpc) -> None:
     assert message == {"exit_code": 1, "stdout": "", "stderr": "no input file given\n"}
     assert crash["exit_code"] == 1 and "ValueError: bad page" in crash["stderr"] and "crash.py" in crash["stderr"]
     assert run["logs_preview"] == ""  # the scripts' output was captured, not printed
+
+
+def test_scripts_use_the_byte_streams(rpc: Rpc) -> None:
+    code = ("from runtime import skills\n"
+            "def main(args):\n    return skills.run_script('pdf-tools', 'scripts/binary.py', stdin='abc')\n")
+    done = _run(rpc, code)["output"]
+    assert done == {"exit_code": 0, "stdout": "cba\ufffd", "stderr": ""}
 
 
 def test_argparse_usage_error_is_exit_2(rpc: Rpc) -> None:

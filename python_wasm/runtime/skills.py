@@ -46,7 +46,7 @@ def _script_path(folder: str, path: str) -> str:
     return full
 
 
-def _exit_code(code: object, stderr: io.StringIO) -> int:
+def _exit_code(code: object, stderr: io.TextIOWrapper) -> int:
     if code is None:
         return 0
     if isinstance(code, int):
@@ -59,10 +59,13 @@ def run_script(skill: str, path: str, argv: list[str] | tuple[str, ...] = (), st
     """Run `path` of a mounted skill as a script; {"exit_code", "stdout", "stderr"}."""
     folder = skill_folder(skill)
     full = _script_path(folder, path)
-    stdout, stderr = io.StringIO(), io.StringIO()
+    # Text streams over bytes, as a process has: scripts use sys.stdin.buffer and
+    # sys.stdout.buffer too.
+    stdout, stderr = _capture(), _capture()
     saved = (sys.argv, sys.stdin, sys.stdout, sys.stderr, list(sys.path), set(sys.modules))
     sys.argv = [full, *(str(a) for a in argv)]
-    sys.stdin, sys.stdout, sys.stderr = io.StringIO(stdin), stdout, stderr
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8")), encoding="utf-8")
+    sys.stdout, sys.stderr = stdout, stderr
     sys.path.insert(0, os.path.dirname(full))
     try:
         runpy.run_path(full, run_name="__main__")
@@ -80,4 +83,19 @@ def run_script(skill: str, path: str, argv: list[str] | tuple[str, ...] = (), st
             module_file = getattr(sys.modules[name], "__file__", None) or ""
             if module_file.startswith(folder + "/"):
                 del sys.modules[name]
-    return {"exit_code": code, "stdout": stdout.getvalue(), "stderr": stderr.getvalue()}
+    return {"exit_code": code, "stdout": _text(stdout), "stderr": _text(stderr)}
+
+
+def _capture() -> io.TextIOWrapper:
+    return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="backslashreplace", write_through=True)
+
+
+def _text(stream: io.TextIOWrapper) -> str:
+    """What the script wrote; bytes that are not UTF-8 come back as U+FFFD."""
+    try:
+        stream.flush()
+    except ValueError:  # the script closed it
+        pass
+    raw = stream.buffer
+    data = raw.getvalue() if not raw.closed else b""
+    return data.decode("utf-8", errors="replace")
