@@ -197,16 +197,24 @@ def skills_dir(skills_dir: Path) -> Path:
     return skills_dir
 
 
-def test_a_host_failure_in_one_run_never_costs_a_worker(http: TestClient, pool: WorkerPool) -> None:
+def test_a_host_failure_in_one_run_never_costs_a_worker(
+    http: TestClient, pool: WorkerPool, capfd: pytest.CaptureFixture[str]
+) -> None:
     # A dangling .py symlink in an operator skill once raised in the bytecode
     # cache, outside any guard, and killed the worker: whatever the host does
     # with it now, the run gets an answer and the worker stays.
     pids = pool.worker_pids()
+    failed = []
     for _ in range(WORKERS + 1):
         result = call(http, "execute_skill", {"name": "demo.dangling"})["result"]
         assert result["status"] == "completed" or result["error"]["type"] == "SandboxError", result
+        if result["status"] == "failed":
+            assert "pytest" not in result["error"]["message"]  # no host path for the client
+            failed.append(result["run_id"])
     assert pool.worker_pids() == pids
     assert_serving(http)
+    logged = capfd.readouterr().err  # the workers' stderr is the server's
+    assert all(f"sandbox host failure in run {run_id}" in logged for run_id in failed)
 
 
 # -- /healthz ------------------------------------------------------------------------

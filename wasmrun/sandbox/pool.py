@@ -68,6 +68,8 @@ def _worker_main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     # The parent handles Ctrl-C and shuts workers down by closing the pipe.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Into the server's stderr: a host failure in a run is logged there, with its traceback.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s[worker %(process)d]: %(message)s")
     from wasmrun.sandbox.engine import SandboxEngine
 
     module, _, name = args.blobs.partition(":")
