@@ -1,6 +1,7 @@
 """The `wasmrun` command.
 
     wasmrun serve [--host H] [--port P] [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F]
+                  [--policy-file F] [--insecure]
     wasmrun skills list [--data-dir D] [--skills-dir S]...
     wasmrun skills check DIR...
     wasmrun run FILE.py [--mount SKILL]... [--arg KEY=VALUE]... [--entrypoint NAME] [--timeout-ms N]
@@ -42,6 +43,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, help="sandboxes running at once (WASMRUN_WORKERS)")
     serve.add_argument(
         "--secrets-file", type=Path, help='TOML file of NAME = "value" secrets (WASMRUN_SECRETS_FILE)'
+    )
+    serve.add_argument(
+        "--policy-file", type=Path,
+        help="TOML file of the operator's policy: secret grants per skill and tenant, allowed hosts"
+        " and origins (WASMRUN_POLICY_FILE)",
+    )
+    serve.add_argument(
+        "--insecure", action="store_true", default=None,
+        help="serve a non-loopback --host with no tenants configured: anyone who reaches the port"
+        " can run code (WASMRUN_INSECURE=1)",
     )
 
     skills = commands.add_parser("skills", help="list or check skills")
@@ -89,7 +100,8 @@ def _serve(args: argparse.Namespace) -> int:
     from wasmrun.server import serve
 
     serve(_settings(
-        args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file
+        args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file,
+        policy_file=args.policy_file, insecure=args.insecure,
     ))
     return 0
 

@@ -7,6 +7,8 @@
     --skills-dir      WASMRUN_SKILLS_DIRS           (none; os.pathsep-separated; bundled skills/ always load)
     --workers         WASMRUN_WORKERS               number of CPUs
     --secrets-file    WASMRUN_SECRETS_FILE          (none)
+    --policy-file     WASMRUN_POLICY_FILE           (none) secret grants, allowed hosts/origins (tenants/policy.py)
+    --insecure        WASMRUN_INSECURE=1            serve a non-loopback --host without API keys
                       WASMRUN_SECRET_<NAME>         the secret <NAME>
                       WASMRUN_QUEUE_TIMEOUT         5 (seconds a call waits for a free sandbox)
                       WASMRUN_MAX_BODY_BYTES        33554432
@@ -26,6 +28,7 @@ from typing import Any
 import tomli
 
 import wasmrun
+from wasmrun.tenants.policy import Policy, load_policy
 
 ENV_PREFIX = "WASMRUN_"
 SECRET_PREFIX = "WASMRUN_SECRET_"
@@ -51,6 +54,8 @@ class Settings:
     max_body_bytes: int = 32 * 1024 * 1024
     max_full_read_bytes: int = 10 * 1024 * 1024
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    policy: Policy = field(default_factory=Policy)
+    insecure: bool = False
 
     @property
     def skills_home(self) -> Path:
@@ -71,6 +76,8 @@ class Settings:
         skills_dirs: list[Path] | None = None,
         workers: int | None = None,
         secrets_file: Path | None = None,
+        policy_file: Path | None = None,
+        insecure: bool | None = None,
     ) -> Settings:
         """Flags (the keyword arguments, None when not given) over `env` over defaults."""
         env = os.environ if env is None else env
@@ -85,6 +92,7 @@ class Settings:
         dirs = [BUNDLED_SKILLS] + [d for d in extra if d != BUNDLED_SKILLS]
 
         secrets_path = pick(secrets_file, "SECRETS_FILE")
+        policy_path = pick(policy_file, "POLICY_FILE")
         values: dict[str, Any] = {
             "host": pick(host, "HOST"),
             "port": _int(pick(port, "PORT"), "port"),
@@ -102,6 +110,8 @@ class Settings:
         return cls(
             skills_dirs=tuple(dirs),
             secrets=load_secrets(env, Path(secrets_path).expanduser() if secrets_path else None),
+            policy=load_policy(Path(policy_path).expanduser() if policy_path else None),
+            insecure=bool(insecure) or env.get(ENV_PREFIX + "INSECURE", "") in ("1", "true", "yes"),
             **chosen,
         )
 

@@ -1,4 +1,5 @@
-"""What the methods work with: one `Context` per server, built in wasmrun/server.py."""
+"""What the methods work with: one `Context` per server, built in wasmrun/server.py,
+copied per call with the authenticated `caller` (see Dispatcher)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from wasmrun.blobs.store import BlobStore
 from wasmrun.registry.store import SkillRegistry
 from wasmrun.sandbox.executor import Executor
 from wasmrun.sandbox.limits import LimitPolicy
+from wasmrun.tenants.caller import LOCAL, Caller
+from wasmrun.tenants.policy import Policy
 
 
 @dataclass(frozen=True)
@@ -17,5 +20,7 @@ class Context:
     blobs: BlobStore
     executor: Executor
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    policy: Policy = field(default_factory=Policy)  # which skills the operator grants which secrets
     limits: LimitPolicy = field(default_factory=LimitPolicy)
     max_full_read_bytes: int = 10 * 1024 * 1024
+    caller: Caller = LOCAL

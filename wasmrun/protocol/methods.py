@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ import msgspec
 from wasmrun.protocol import blobs, runs, skills
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, MethodNotFound
+from wasmrun.tenants.caller import LOCAL, Caller
 from wasmrun.protocol.types import (
     CreateBlobParams,
     CreateSkillParams,
@@ -73,14 +75,16 @@ def _invalid(message: str) -> InvalidParams:
 
 
 class Dispatcher:
-    """Calls a method by name with raw params; raises RPCError subclasses."""
+    """Calls a method by name with raw params, on behalf of `caller` (the wire layer
+    authenticates it); raises RPCError subclasses."""
 
     def __init__(self, context: Context) -> None:
         self.context = context
 
-    async def __call__(self, method: str, raw_params: msgspec.Raw) -> msgspec.Struct:
+    async def __call__(self, method: str, raw_params: msgspec.Raw, caller: Caller = LOCAL) -> msgspec.Struct:
         entry = METHODS.get(method)
         if entry is None:
             raise MethodNotFound(f"method not found: {method!r}", {"methods": sorted(METHODS)})
         params = decode_params(entry.params, raw_params)
-        return await entry.handler(self.context, params)
+        ctx = self.context if caller is self.context.caller else dataclasses.replace(self.context, caller=caller)
+        return await entry.handler(ctx, params)

@@ -1,7 +1,8 @@
 """execute_skill and run_code: params → a sandbox `RunRequest` → the spec's run result.
 
-Secrets: execute_skill gives the guest only the secrets its manifest names in
-`permissions.secrets`. run_code gets none: its code is written by the model,
+Secrets: a manifest's `permissions.secrets` only asks. execute_skill gives the
+guest a secret when the skill asks for it and the operator's policy grants it
+to this skill for this tenant (tenants/policy.py). run_code gets none: its code is written by the model,
 and any mounted skill shares its interpreter, so a secret handed to a
 mounted skill would be readable by that code.
 """
@@ -39,10 +40,13 @@ def _input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
 
 def _granted_secrets(ctx: Context, skill: Skill) -> dict[str, str]:
     wanted = skill.manifest.permissions.secrets
-    missing = [name for name in wanted if name not in ctx.secrets]
+    if not wanted:
+        return {}
+    granted = ctx.policy.granted(ctx.caller.tenant, skill.name)
+    missing = [name for name in wanted if name in granted and name not in ctx.secrets]
     if missing:
-        logger.warning("skill %s asks for secrets not configured: %s", skill.name, ", ".join(missing))
-    return {name: ctx.secrets[name] for name in wanted if name in ctx.secrets}
+        logger.warning("skill %s is granted secrets not configured: %s", skill.name, ", ".join(missing))
+    return {name: ctx.secrets[name] for name in wanted if name in granted and name in ctx.secrets}
 
 
 async def _checked_input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
