@@ -97,8 +97,14 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
             f"entrypoint {p.entrypoint!r} must be the name of a function", field="entrypoint"
         )
     mounted: dict[str, MountedSkill] = {}
-    for i, name in enumerate(p.mount_skills):
-        mounted.setdefault(name, _mount(find_skill(ctx, name, None, field=f"mount_skills[{i}]")))
+    for i, entry in enumerate(p.mount_skills):
+        # "name" mounts the highest version, "name@1.2.0" that version.
+        name, _, version = entry.partition("@")
+        where = f"mount_skills[{i}]"
+        skill = find_skill(ctx, name, version or None, field=where, version_field=where)
+        if skill.name in mounted and mounted[skill.name].root != str(skill.root):
+            raise InvalidParams(f"skill {skill.name!r} is listed twice with different versions", field=where)
+        mounted[skill.name] = _mount(skill)
     input_blobs = await _checked_input_blobs(ctx, p.input_blobs)
     request = RunRequest(
         kind="code",
