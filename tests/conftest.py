@@ -63,7 +63,7 @@ def context(settings: Settings, blob_store: FileBlobStore, executor: InProcessEx
 
 @pytest.fixture()
 def client(settings: Settings, context: Context) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, context)) as c:
+    with TestClient(create_app(settings, context), base_url="http://localhost") as c:
         yield c
 
 

@@ -355,7 +355,7 @@ def test_busy_server_answers_32000_instead_of_hanging(
     }
 
     async def both() -> list[dict[str, Any]]:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as http:
             calls = [
                 http.post("/rpc", json={"jsonrpc": "2.0", "id": i, "method": "run_code", "params": spin})
                 for i in range(2)
@@ -380,7 +380,7 @@ def test_runs_do_not_block_the_event_loop(settings: Settings, context: Any) -> N
     }
 
     async def race() -> float:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as http:
             loop = asyncio.get_running_loop()
             run = asyncio.create_task(
                 http.post("/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "run_code", "params": spin})

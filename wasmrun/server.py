@@ -18,6 +18,7 @@ from wasmrun.sandbox.executor import Executor, InProcessExecutor
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
 from wasmrun.settings import Settings
 from wasmrun.wire.app import create_app as create_wire_app
+from wasmrun.wire.guard import RequestGuard, is_loopback
 
 
 def make_executor(settings: Settings) -> Executor:
@@ -54,11 +55,29 @@ def create_app(settings: Settings, context: Context | None = None) -> Starlette:
         Dispatcher(context),
         max_body_bytes=settings.max_body_bytes,
         on_shutdown=context.executor.close if owned else None,
+        guard=RequestGuard.for_server(settings.host, settings.policy.allowed_hosts, settings.policy.allowed_origins),
+    )
+
+
+def check_exposure(settings: Settings) -> None:
+    """Refuse to serve a non-loopback address to anonymous clients unless told to."""
+    if is_loopback(settings.host):
+        return
+    if not settings.insecure:
+        raise ValueError(
+            f"--host {settings.host} is reachable from other machines, and no API keys are configured:"
+            " anyone who reaches the port could run code here. Add tenants (`wasmrun tenants add NAME`),"
+            " or pass --insecure to serve anonymously anyway"
+        )
+    logging.getLogger("wasmrun").warning(
+        "INSECURE: serving %s without API keys; anyone who reaches this port can run code and read blobs",
+        settings.host,
     )
 
 
 def serve(settings: Settings) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    check_exposure(settings)
     app = create_app(settings)
     logging.getLogger("wasmrun").info(
         "serving the Skills Protocol at http://%s:%d/rpc (data in %s)",

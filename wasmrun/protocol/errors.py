@@ -14,7 +14,10 @@
     │   ├── NotExecutable             execute_skill on an instruction skill
     │   └── ContentTooLarge           a full read above the configured limit
     ├── InternalError         -32603  a bug on our side; details only in the server log
-    └── ServerBusy            -32000  every sandbox stayed busy for the whole wait
+    ├── ServerBusy            -32000  every sandbox stayed busy for the whole wait
+    ├── Unauthorized          -32001  no API key, or not a valid one (HTTP 401)
+    ├── QuotaExceeded         -32002  over one of the tenant's limits; `data` names it
+    └── Forbidden             -32003  a Host or Origin this server does not answer (HTTP 403)
 
 Anything that goes wrong *inside* a run is not here: it is reported in-band,
 as a run result with `status: "failed"`.
@@ -93,3 +96,17 @@ class InternalError(RPCError):
 
 class ServerBusy(RPCError):
     code = -32000
+
+
+class Unauthorized(RPCError):
+    code = -32001
+
+
+class QuotaExceeded(RPCError):
+    """`data`: {"limit": its name, "value": the tenant's limit, "retry_after_s": for rate limits}."""
+
+    code = -32002
+
+
+class Forbidden(RPCError):
+    code = -32003
