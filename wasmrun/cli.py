@@ -2,6 +2,8 @@
 
     wasmrun serve [--host H] [--port P] [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F]
                   [--policy-file F] [--insecure]
+    wasmrun tenants add NAME [--limit NAME=N]... [--data-dir D]   (prints the new API key)
+    wasmrun tenants list|rotate NAME|revoke NAME [--old]|set NAME --limit NAME=N... [--data-dir D]
     wasmrun skills list [--data-dir D] [--skills-dir S]...
     wasmrun skills check DIR...
     wasmrun run FILE.py [--mount SKILL]... [--arg KEY=VALUE]... [--entrypoint NAME] [--timeout-ms N]
@@ -62,6 +64,23 @@ def _parser() -> argparse.ArgumentParser:
     check = skill_commands.add_parser("check", help="say what is wrong with each skill under DIR")
     check.add_argument("dirs", type=Path, nargs="+", metavar="DIR")
 
+    tenants = commands.add_parser("tenants", help="API keys and limits of the teams sharing this server")
+    tenant_commands = tenants.add_subparsers(dest="tenants_command", required=True)
+    add = tenant_commands.add_parser("add", help="add a tenant; prints its API key once, alone on stdout")
+    add.add_argument("name")
+    add.add_argument("--limit", action="append", default=[], metavar="NAME=N", help="override a limit; repeatable")
+    tenant_commands.add_parser("list", help="list the tenants, their key count and limit overrides")
+    rotate = tenant_commands.add_parser("rotate", help="a second key for NAME; the old one stays valid until revoke --old")
+    rotate.add_argument("name")
+    revoke = tenant_commands.add_parser("revoke", help="revoke NAME's keys (the server refuses them on the next call)")
+    revoke.add_argument("name")
+    revoke.add_argument("--old", action="store_true", help="revoke all but the newest key (ends a rotation)")
+    set_ = tenant_commands.add_parser("set", help="change NAME's limits")
+    set_.add_argument("name")
+    set_.add_argument("--limit", action="append", required=True, metavar="NAME=N", help="a limit; repeatable")
+    for sub in (add, rotate, revoke, set_, tenant_commands.choices["list"]):
+        sub.add_argument("--data-dir", type=Path, help="where blobs and created skills live (WASMRUN_DATA_DIR)")
+
     run = commands.add_parser("run", help="run a Python file in the sandbox and print the result")
     run.add_argument("file", type=Path, metavar="FILE.py")
     run.add_argument(
@@ -84,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "run":
             return _run(args)
+        if args.command == "tenants":
+            return _tenants(args)
         if args.skills_command == "list":
             return _skills_list(args)
         return _skills_check(args)
@@ -103,6 +124,36 @@ def _serve(args: argparse.Namespace) -> int:
         args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file,
         policy_file=args.policy_file, insecure=args.insecure,
     ))
+    return 0
+
+
+def _tenants(args: argparse.Namespace) -> int:
+    from wasmrun.tenants.limits import parse_limit
+    from wasmrun.tenants.store import TenantStore
+
+    store = TenantStore(Settings.load(data_dir=args.data_dir).data_dir)
+    command = args.tenants_command
+    if command == "list":
+        doc = store.load()
+        print(f"{'NAME':<20}  KEYS  LIMITS")
+        for record in doc.tenants.values():
+            limits = ", ".join(f"{k}={v}" for k, v in sorted(record.limits.items())) or "(server defaults)"
+            print(f"{record.name:<20}  {len(record.keys):>4}  {limits}")
+        return 0
+    limits = dict(parse_limit(text) for text in getattr(args, "limit", []))
+    if command in ("add", "rotate"):
+        key = store.add(args.name, limits) if command == "add" else store.rotate(args.name)
+        # The key alone on stdout, so that a script can capture it; the rest on stderr.
+        print(key)
+        what = "added tenant" if command == "add" else "second key for"
+        print(f"{what} {args.name!r}: the key above is shown only this once; store it now", file=sys.stderr)
+        return 0
+    if command == "revoke":
+        n = store.revoke(args.name, old_only=args.old)
+        print(f"revoked {n} key{'s' if n != 1 else ''} of {args.name!r}", file=sys.stderr)
+        return 0
+    store.set_limits(args.name, limits)
+    print(f"limits of {args.name!r} updated", file=sys.stderr)
     return 0
 
 

@@ -17,6 +17,8 @@ from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox.executor import Executor, InProcessExecutor
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
 from wasmrun.settings import Settings
+from wasmrun.tenants.caller import local_caller
+from wasmrun.tenants.store import TenantDirectory, TenantStore
 from wasmrun.wire.app import create_app as create_wire_app
 from wasmrun.wire.guard import RequestGuard, is_loopback
 
@@ -44,6 +46,7 @@ def build_context(
         secrets=settings.secrets,
         policy=settings.policy,
         max_full_read_bytes=settings.max_full_read_bytes,
+        caller=local_caller(settings.policy.limits),
     )
 
 
@@ -56,12 +59,24 @@ def create_app(settings: Settings, context: Context | None = None) -> Starlette:
         max_body_bytes=settings.max_body_bytes,
         on_shutdown=context.executor.close if owned else None,
         guard=RequestGuard.for_server(settings.host, settings.policy.allowed_hosts, settings.policy.allowed_origins),
+        authenticate=tenant_directory(settings).authenticate,
+    )
+
+
+def tenant_directory(settings: Settings) -> TenantDirectory:
+    """API keys from `<data_dir>/tenants.json`; with no tenants there, the implicit
+    local tenant when this server may be anonymous (loopback, or --insecure)."""
+    anonymous = is_loopback(settings.host) or settings.insecure
+    return TenantDirectory(
+        TenantStore(settings.data_dir),
+        settings.policy.limits,
+        anonymous=local_caller(settings.policy.limits) if anonymous else None,
     )
 
 
 def check_exposure(settings: Settings) -> None:
     """Refuse to serve a non-loopback address to anonymous clients unless told to."""
-    if is_loopback(settings.host):
+    if is_loopback(settings.host) or tenant_directory(settings).has_tenants():
         return
     if not settings.insecure:
         raise ValueError(

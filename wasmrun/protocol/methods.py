@@ -13,7 +13,7 @@ import msgspec
 from wasmrun.protocol import blobs, runs, skills
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, MethodNotFound
-from wasmrun.tenants.caller import LOCAL, Caller
+from wasmrun.tenants.caller import Caller
 from wasmrun.protocol.types import (
     CreateBlobParams,
     CreateSkillParams,
@@ -81,10 +81,11 @@ class Dispatcher:
     def __init__(self, context: Context) -> None:
         self.context = context
 
-    async def __call__(self, method: str, raw_params: msgspec.Raw, caller: Caller = LOCAL) -> msgspec.Struct:
+    async def __call__(self, method: str, raw_params: msgspec.Raw, caller: Caller | None = None) -> msgspec.Struct:
         entry = METHODS.get(method)
         if entry is None:
             raise MethodNotFound(f"method not found: {method!r}", {"methods": sorted(METHODS)})
         params = decode_params(entry.params, raw_params)
-        ctx = self.context if caller is self.context.caller else dataclasses.replace(self.context, caller=caller)
+        same = caller is None or caller == self.context.caller
+        ctx = self.context if same else dataclasses.replace(self.context, caller=caller)
         return await entry.handler(ctx, params)

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
+
+from wasmrun.tenants.limits import TenantLimits
 
 # The one tenant of a server with no tenants configured (loopback, or --insecure).
 LOCAL_TENANT = "local"
+UNBOUNDED = 2**31
 
 
 @dataclass(frozen=True)
 class Caller:
     tenant: str  # owner of the blobs and created skills this call makes
+    limits: TenantLimits = field(default_factory=TenantLimits)
 
 
-LOCAL = Caller(LOCAL_TENANT)
+def local_caller(defaults: TenantLimits = TenantLimits()) -> Caller:
+    """The implicit tenant: alone on its server, so no share of the sandboxes to keep
+    for anyone else (today's behaviour); storage stays bounded."""
+    return Caller(
+        LOCAL_TENANT,
+        dataclasses.replace(defaults, concurrent_runs=UNBOUNDED, queued_runs=UNBOUNDED, runs_per_minute=UNBOUNDED),
+    )
+
+
+LOCAL = local_caller()

@@ -11,6 +11,9 @@ origins the server answers to.
     [tenants.alice.secrets.grants]       # only tenant alice's runs
     "user.report" = ["REPORT_KEY"]
 
+    [limits]                             # every tenant's defaults (tenants/limits.py)
+    concurrent_runs = 2
+
 A skill's manifest (`permissions.secrets`) only asks: a run gets a secret when
 the skill asks for it AND a grant here names the skill (exactly or by an
 fnmatch pattern such as `data.*`) AND the secret is configured.
@@ -19,7 +22,6 @@ fnmatch pattern such as `data.*`) AND the secret is configured.
 from __future__ import annotations
 
 import fnmatch
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +30,8 @@ from typing import Any
 import tomli
 
 from wasmrun.registry.manifest import SECRET_NAME
+from wasmrun.tenants.limits import TenantLimits
 
-TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 Grants = tuple[tuple[str, frozenset[str]], ...]  # (skill name pattern, secret names)
 
 
@@ -39,6 +41,7 @@ class Policy:
     tenant_secret_grants: Mapping[str, Grants] = field(default_factory=dict)
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
+    limits: TenantLimits = field(default_factory=TenantLimits)  # every tenant's, unless set per tenant
 
     def granted(self, tenant: str, skill: str) -> frozenset[str]:
         """The secret names the operator grants to `tenant`'s runs of `skill`."""
@@ -54,7 +57,7 @@ def load_policy(path: Path | None) -> Policy:
         return Policy()
     with open(path, "rb") as f:
         doc = tomli.load(f)
-    known = {"secrets", "tenants", "allowed_hosts", "allowed_origins"}
+    known = {"secrets", "tenants", "allowed_hosts", "allowed_origins", "limits"}
     if unknown := sorted(set(doc) - known):
         raise ValueError(f"{path}: unknown keys {unknown} (known: {sorted(known)})")
     tenants = doc.get("tenants", {})
@@ -62,7 +65,7 @@ def load_policy(path: Path | None) -> Policy:
         raise ValueError(f"{path}: [tenants] must be a table")
     per_tenant: dict[str, Grants] = {}
     for name, table in tenants.items():
-        if not TENANT_NAME.fullmatch(name) or not isinstance(table, dict):
+        if not isinstance(name, str) or not isinstance(table, dict):
             raise ValueError(f"{path}: [tenants.{name}] is not a tenant table")
         per_tenant[name] = _grants(table.get("secrets", {}), f"{path}: tenants.{name}.secrets")
     return Policy(
@@ -70,7 +73,17 @@ def load_policy(path: Path | None) -> Policy:
         tenant_secret_grants=per_tenant,
         allowed_hosts=_strings(doc.get("allowed_hosts", []), f"{path}: allowed_hosts"),
         allowed_origins=_strings(doc.get("allowed_origins", []), f"{path}: allowed_origins"),
+        limits=_limits(doc.get("limits", {}), f"{path}: limits"),
     )
+
+
+def _limits(table: Any, where: str) -> TenantLimits:
+    if not isinstance(table, dict):
+        raise ValueError(f"{where} must be a table of name = number")
+    try:
+        return TenantLimits().with_values(table)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def _grants(table: Any, where: str) -> Grants:
