@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import stat
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -124,3 +127,131 @@ def test_a_non_loopback_host_starts_once_tenants_exist(tmp_path: Path) -> None:
         check_exposure(settings)
     TenantStore(tmp_path).add("ops")
     check_exposure(settings)
+
+
+# -- isolation --------------------------------------------------------------------
+
+REPORT_CODE = "import os\ndef main(args):\n    return {'who': WHO, 'env': dict(os.environ)}\n"
+
+
+def _create_report(call: Call, who: str) -> dict[str, Any]:
+    manifest = {
+        "name": "user.report", "version": "1.0.0", "description": "A report.", "kind": "action",
+        "runtime": {"language": "python", "entrypoint": "code/main.py", "export": "main"},
+        "permissions": {"secrets": ["DEMO_TOKEN"]},
+    }
+    code = REPORT_CODE.replace("WHO", repr(who))
+    return call("create_skill", {
+        "manifest": manifest, "skill_md": f"# report of {who}\n", "files": [{"path": "code/main.py", "content": code}],
+    })
+
+
+def _same_not_found(answer: dict[str, Any], never: dict[str, Any], their_id: str, never_id: str) -> None:
+    assert "error" in answer, answer
+    assert answer["error"]["code"] == never["error"]["code"] == -32602
+    assert answer["error"].get("data") == never["error"].get("data")
+    assert answer["error"]["message"].replace(their_id, "ID") == never["error"]["message"].replace(never_id, "ID")
+
+
+def test_a_tenant_cannot_reach_another_tenants_blobs(http: TestClient, keys: dict[str, str]) -> None:
+    alice, bob = caller(http, keys["alice"]), caller(http, keys["bob"])
+    theirs = alice("create_blob", {"content": "alice's secret notes", "kind": "text/plain"})["result"]["blob_id"]
+    never = "blob:" + "0" * 32
+    _same_not_found(bob("read_blob", {"blob_id": theirs}), bob("read_blob", {"blob_id": never}), theirs, never)
+    code = "def main(args):\n    return 1\n"
+    _same_not_found(
+        bob("run_code", {"language": "python", "code": code, "input_blobs": [theirs]}),
+        bob("run_code", {"language": "python", "code": code, "input_blobs": [never]}),
+        theirs, never,
+    )
+    _same_not_found(bob("delete_blob", {"blob_id": theirs}), bob("delete_blob", {"blob_id": never}), theirs, never)
+    # From inside a run, with the id in hand:
+    peek = ("from runtime import blobs\ndef main(args):\n    try:\n        return blobs.read_text(args['id'])\n"
+            "    except Exception as exc:\n        return type(exc).__name__\n")
+    inside = bob("run_code", {"language": "python", "code": peek, "args": {"id": theirs}})["result"]
+    assert inside["output"] == "BlobNotFound"
+    # The same bytes stored by bob are bob's own blob, with another id.
+    mine = bob("create_blob", {"content": "alice's secret notes", "kind": "text/plain"})["result"]["blob_id"]
+    assert mine != theirs
+    assert alice("read_blob", {"blob_id": theirs, "mode": "full"})["result"]["content"] == "alice's secret notes"
+    assert "error" in alice("read_blob", {"blob_id": mine})
+    # A blob a run writes is its tenant's too.
+    write = "from runtime import blobs\ndef main(args):\n    return blobs.write_text('from a run')\n"
+    written = alice("run_code", {"language": "python", "code": write})["result"]["output"]
+    assert alice("read_blob", {"blob_id": written})["result"]["content"] == "from a run"
+    assert "error" in bob("read_blob", {"blob_id": written})
+
+
+def test_a_tenant_cannot_reach_another_tenants_skills(http: TestClient, keys: dict[str, str]) -> None:
+    alice, bob = caller(http, keys["alice"]), caller(http, keys["bob"])
+    assert _create_report(alice, "alice")["result"] == {"name": "user.report", "version": "1.0.0"}
+    names = [s["name"] for s in bob("list_skills", {"limit": 200})["result"]["skills"]]
+    assert "user.report" not in names and "data.csv.profile" in names
+    assert "user.report" in [s["name"] for s in alice("list_skills", {"limit": 200})["result"]["skills"]]
+    never = "user.never"
+    for method, params in [
+        ("describe_skill", {}), ("read_skill_file", {"path": "code/main.py"}), ("execute_skill", {}),
+        ("describe_skill", {"version": "1.0.0"}),
+    ]:
+        answer = bob(method, {"name": "user.report", **params})
+        _same_not_found(answer, bob(method, {"name": never, **params}), "user.report", never)
+    mount = {"language": "python", "code": "def main(args):\n    return 1\n"}
+    _same_not_found(
+        bob("run_code", {**mount, "mount_skills": ["user.report"]}),
+        bob("run_code", {**mount, "mount_skills": [never]}), "user.report", never,
+    )
+    # Both may have a user.report; each runs its own.
+    assert _create_report(bob, "bob")["result"] == {"name": "user.report", "version": "1.0.0"}
+    assert bob("execute_skill", {"name": "user.report"})["result"]["output"]["who"] == "bob"
+    assert alice("execute_skill", {"name": "user.report"})["result"]["output"]["who"] == "alice"
+
+
+@pytest.fixture()
+def granted(settings: Settings, context: Context, keys: dict[str, str]) -> Iterator[TestClient]:
+    from wasmrun.tenants.policy import Policy
+
+    policy = Policy(tenant_secret_grants={"alice": (("user.report", frozenset({"DEMO_TOKEN"})),)})
+    app = create_app(dataclasses.replace(settings, policy=policy), dataclasses.replace(context, policy=policy))
+    with TestClient(app, base_url="http://localhost") as c:
+        yield c
+
+
+def test_secrets_are_granted_per_tenant(granted: TestClient, keys: dict[str, str]) -> None:
+    alice, bob = caller(granted, keys["alice"]), caller(granted, keys["bob"])
+    _create_report(alice, "alice")
+    _create_report(bob, "bob")
+    assert alice("execute_skill", {"name": "user.report"})["result"]["output"]["env"] == {"DEMO_TOKEN": "s3cret"}
+    assert bob("execute_skill", {"name": "user.report"})["result"]["output"]["env"] == {}
+
+
+def test_deleting_a_blob_a_run_is_reading_does_not_crash_the_run(http: TestClient, keys: dict[str, str]) -> None:
+    alice = caller(http, keys["alice"])
+    blob_id = alice("create_blob", {"content": "x" * 1000, "kind": "text/plain"})["result"]["blob_id"]
+    code = (
+        "import time\nfrom runtime import blobs\n"
+        "def main(args):\n"
+        "    reads = 0\n"
+        "    for _ in range(400):\n"
+        "        try:\n"
+        "            blobs.read_bytes(args['id'], 0, 10)\n"
+        "        except Exception as exc:\n"
+        "            return {'reads': reads, 'then': type(exc).__name__}\n"
+        "        reads += 1\n"
+        "        time.sleep(0.05)\n"
+        "    return {'reads': reads, 'then': 'never deleted'}\n"
+    )
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        outcome.update(alice("run_code", {"language": "python", "code": code, "args": {"id": blob_id},
+                                          "input_blobs": [blob_id], "limits": {"timeout_ms": 60000}}))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(0.5)
+    assert alice("delete_blob", {"blob_id": blob_id})["result"] == {"deleted": True}
+    thread.join(120)
+    result = outcome["result"]
+    assert result["status"] == "completed", result
+    assert result["output"]["then"] == "BlobNotFound"
+    assert "error" in alice("read_blob", {"blob_id": blob_id})

@@ -17,6 +17,7 @@ from wasmrun.tenants.caller import Caller
 from wasmrun.protocol.types import (
     CreateBlobParams,
     CreateSkillParams,
+    DeleteBlobParams,
     DescribeSkillParams,
     ExecuteSkillParams,
     ListSkillsParams,
@@ -44,6 +45,8 @@ METHODS: dict[str, Method] = {
     "read_blob": Method(ReadBlobParams, blobs.read_blob),
     "load_skills_protocol_guide": Method(LoadGuideParams, skills.load_skills_protocol_guide),
     "create_skill": Method(CreateSkillParams, skills.create_skill),
+    # Extensions beyond the spec's methods:
+    "delete_blob": Method(DeleteBlobParams, blobs.delete_blob),
 }
 
 _MISSING = re.compile(r"Object missing required field `([^`]*)`")

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from wasmrun.protocol.blobs import blob_info
+from wasmrun.blobs.quota import BlobQuotaExceeded
+from wasmrun.protocol.blobs import blob_info, quota_error
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, NotExecutable, ServerBusy
 from wasmrun.protocol.run_result import needs_output_blob, to_spec_result
@@ -33,6 +34,7 @@ def _mount(skill: Skill) -> MountedSkill:
 
 
 def _input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
+    # Each checked for the caller: another tenant's id is "does not exist".
     for i, blob_id in enumerate(blob_ids):
         blob_info(ctx, blob_id, f"input_blobs[{i}]")
     return list(dict.fromkeys(blob_ids))
@@ -56,6 +58,8 @@ async def _checked_input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
 
 
 async def _run(ctx: Context, request: RunRequest) -> RunResult:
+    request.owner = ctx.caller.tenant
+    request.blob_quota = ctx.caller.blob_quota
     try:
         result = await ctx.executor.run(request)
     except Busy as exc:
@@ -63,9 +67,12 @@ async def _run(ctx: Context, request: RunRequest) -> RunResult:
     # Only an output too large for the result is written to the blob store;
     # everything else is quick enough for the event loop, and a thread hop
     # costs a short run a noticeable share of its latency.
-    if needs_output_blob(result):
-        return await asyncio.to_thread(to_spec_result, result, ctx.blobs)
-    return to_spec_result(result, ctx.blobs)
+    try:
+        if needs_output_blob(result):
+            return await asyncio.to_thread(to_spec_result, result, ctx.blobs, request.owner, request.blob_quota)
+        return to_spec_result(result, ctx.blobs)
+    except BlobQuotaExceeded as exc:
+        raise quota_error(exc) from None
 
 
 async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from wasmrun.blobs.quota import BlobQuota
 from wasmrun.tenants.limits import TenantLimits
 
 # The one tenant of a server with no tenants configured (loopback, or --insecure).
@@ -16,6 +17,10 @@ UNBOUNDED = 2**31
 class Caller:
     tenant: str  # owner of the blobs and created skills this call makes
     limits: TenantLimits = field(default_factory=TenantLimits)
+
+    @property
+    def blob_quota(self) -> BlobQuota:
+        return BlobQuota(self.limits.blob_bytes, self.limits.blob_count, self.limits.blobs_per_run)
 
 
 def local_caller(defaults: TenantLimits = TenantLimits()) -> Caller:
