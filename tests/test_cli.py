@@ -199,7 +199,7 @@ def test_skills_check_empty_folder(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_policy_file_grants_secrets_per_skill_and_tenant(tmp_path: Path) -> None:
-    from wasmrun.tenants.policy import load_policy
+    from wasmrun.tenants.policy import load_access_policy
 
     file = tmp_path / "policy.toml"
     file.write_text(
@@ -207,12 +207,12 @@ def test_policy_file_grants_secrets_per_skill_and_tenant(tmp_path: Path) -> None
         '[secrets.grants]\n"data.*" = ["KEY"]\n'
         '[tenants.alice.secrets.grants]\n"user.report" = ["REPORT"]\n'
     )
-    policy = Settings.load({}, policy_file=file).policy
-    assert policy == load_policy(file)
+    policy = Settings.load({}, policy_file=file).access
+    assert policy == load_access_policy(file)
     assert policy.granted("bob", "data.csv.profile") == {"KEY"}
     assert policy.granted("bob", "user.report") == set()
     assert policy.granted("alice", "user.report") == {"REPORT"}
     assert policy.allowed_hosts == ("wasmrun.internal",)
     file.write_text('[secrets.grants]\n"x" = "KEY"\n')
     with pytest.raises(ValueError, match="list of strings"):
-        load_policy(file)
+        load_access_policy(file)

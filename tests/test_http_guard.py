@@ -15,7 +15,7 @@ from wasmrun.cli import main
 from wasmrun.protocol.context import Context
 from wasmrun.server import create_app
 from wasmrun.settings import Settings
-from wasmrun.tenants.policy import Policy
+from wasmrun.tenants.policy import AccessPolicy
 
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "list_skills"}
 CREATE = {"jsonrpc": "2.0", "id": 2, "method": "create_blob", "params": {"content": "x", "kind": "text/plain"}}
@@ -53,8 +53,8 @@ def test_a_foreign_origin_is_refused(client: TestClient) -> None:
 
 @pytest.fixture()
 def configured(settings: Settings, context: Context) -> Iterator[TestClient]:
-    policy = Policy(allowed_hosts=("wasmrun.internal",), allowed_origins=("https://agents.example.com",))
-    app = create_app(dataclasses.replace(settings, policy=policy), context)
+    policy = AccessPolicy(allowed_hosts=("wasmrun.internal",), allowed_origins=("https://agents.example.com",))
+    app = create_app(dataclasses.replace(settings, access=policy), context)
     with TestClient(app, base_url="http://wasmrun.internal") as c:
         yield c
 

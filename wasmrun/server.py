@@ -44,9 +44,9 @@ def build_context(
         blobs=blobs,
         executor=executor if executor is not None else make_executor(settings),
         secrets=settings.secrets,
-        policy=settings.policy,
+        access=settings.access,
         max_full_read_bytes=settings.max_full_read_bytes,
-        caller=local_caller(settings.policy.limits),
+        caller=local_caller(settings.access.limits),
     )
 
 
@@ -58,7 +58,7 @@ def create_app(settings: Settings, context: Context | None = None) -> Starlette:
         Dispatcher(context),
         max_body_bytes=settings.max_body_bytes,
         on_shutdown=context.executor.close if owned else None,
-        guard=RequestGuard.for_server(settings.host, settings.policy.allowed_hosts, settings.policy.allowed_origins),
+        guard=RequestGuard.for_server(settings.host, settings.access.allowed_hosts, settings.access.allowed_origins),
         authenticate=tenant_directory(settings).authenticate,
     )
 
@@ -69,8 +69,8 @@ def tenant_directory(settings: Settings) -> TenantDirectory:
     anonymous = is_loopback(settings.host) or settings.insecure
     return TenantDirectory(
         TenantStore(settings.data_dir),
-        settings.policy.limits,
-        anonymous=local_caller(settings.policy.limits) if anonymous else None,
+        settings.access.limits,
+        anonymous=local_caller(settings.access.limits) if anonymous else None,
     )
 
 

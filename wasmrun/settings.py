@@ -28,7 +28,7 @@ from typing import Any
 import tomli
 
 import wasmrun
-from wasmrun.tenants.policy import Policy, load_policy
+from wasmrun.tenants.policy import AccessPolicy, load_access_policy
 
 ENV_PREFIX = "WASMRUN_"
 SECRET_PREFIX = "WASMRUN_SECRET_"
@@ -54,7 +54,7 @@ class Settings:
     max_body_bytes: int = 32 * 1024 * 1024
     max_full_read_bytes: int = 10 * 1024 * 1024
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
-    policy: Policy = field(default_factory=Policy)
+    access: AccessPolicy = field(default_factory=AccessPolicy)
     insecure: bool = False
 
     @property
@@ -110,7 +110,7 @@ class Settings:
         return cls(
             skills_dirs=tuple(dirs),
             secrets=load_secrets(env, Path(secrets_path).expanduser() if secrets_path else None),
-            policy=load_policy(Path(policy_path).expanduser() if policy_path else None),
+            access=load_access_policy(Path(policy_path).expanduser() if policy_path else None),
             insecure=bool(insecure) or env.get(ENV_PREFIX + "INSECURE", "") in ("1", "true", "yes"),
             **chosen,
         )

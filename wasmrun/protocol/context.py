@@ -11,7 +11,7 @@ from wasmrun.registry.store import SkillRegistry
 from wasmrun.sandbox.executor import Executor
 from wasmrun.sandbox.limits import LimitPolicy
 from wasmrun.tenants.caller import LOCAL, Caller
-from wasmrun.tenants.policy import Policy
+from wasmrun.tenants.policy import AccessPolicy
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class Context:
     blobs: BlobStore
     executor: Executor
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
-    policy: Policy = field(default_factory=Policy)  # which skills the operator grants which secrets
+    access: AccessPolicy = field(default_factory=AccessPolicy)  # which skills the operator grants which secrets
     limits: LimitPolicy = field(default_factory=LimitPolicy)
     max_full_read_bytes: int = 10 * 1024 * 1024
     caller: Caller = LOCAL

@@ -44,7 +44,7 @@ def _granted_secrets(ctx: Context, skill: Skill) -> dict[str, str]:
     wanted = skill.manifest.permissions.secrets
     if not wanted:
         return {}
-    granted = ctx.policy.granted(ctx.caller.tenant, skill.name)
+    granted = ctx.access.granted(ctx.caller.tenant, skill.name)
     missing = [name for name in wanted if name in granted and name not in ctx.secrets]
     if missing:
         logger.warning("skill %s is granted secrets not configured: %s", skill.name, ", ".join(missing))

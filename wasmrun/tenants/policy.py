@@ -1,5 +1,6 @@
-"""The operator's policy file: which skills get which secrets, and which hosts and
-origins the server answers to.
+"""The operator's policy file, as far as access goes: which skills get which secrets
+(for which tenant), which hosts and origins the server answers to, and the
+tenants' default limits.
 
     # wasmrun serve --policy-file policy.toml
     allowed_hosts = ["wasmrun.internal", "wasmrun.internal:8080"]
@@ -36,7 +37,7 @@ Grants = tuple[tuple[str, frozenset[str]], ...]  # (skill name pattern, secret n
 
 
 @dataclass(frozen=True)
-class Policy:
+class AccessPolicy:
     secret_grants: Grants = ()
     tenant_secret_grants: Mapping[str, Grants] = field(default_factory=dict)
     allowed_hosts: tuple[str, ...] = ()
@@ -52,12 +53,13 @@ class Policy:
         return frozenset(names)
 
 
-def load_policy(path: Path | None) -> Policy:
+def load_access_policy(path: Path | None) -> AccessPolicy:
     if path is None:
-        return Policy()
+        return AccessPolicy()
     with open(path, "rb") as f:
         doc = tomli.load(f)
-    known = {"secrets", "tenants", "allowed_hosts", "allowed_origins", "limits"}
+    # [network] and the secret modes in [secrets] are the egress policy's (egress/policy.py).
+    known = {"secrets", "tenants", "allowed_hosts", "allowed_origins", "limits", "network"}
     if unknown := sorted(set(doc) - known):
         raise ValueError(f"{path}: unknown keys {unknown} (known: {sorted(known)})")
     tenants = doc.get("tenants", {})
@@ -68,7 +70,7 @@ def load_policy(path: Path | None) -> Policy:
         if not isinstance(name, str) or not isinstance(table, dict):
             raise ValueError(f"{path}: [tenants.{name}] is not a tenant table")
         per_tenant[name] = _grants(table.get("secrets", {}), f"{path}: tenants.{name}.secrets")
-    return Policy(
+    return AccessPolicy(
         secret_grants=_grants(doc.get("secrets", {}), f"{path}: secrets"),
         tenant_secret_grants=per_tenant,
         allowed_hosts=_strings(doc.get("allowed_hosts", []), f"{path}: allowed_hosts"),
@@ -87,8 +89,8 @@ def _limits(table: Any, where: str) -> TenantLimits:
 
 
 def _grants(table: Any, where: str) -> Grants:
-    if not isinstance(table, dict) or set(table) - {"grants"}:
-        raise ValueError(f"{where} must hold only a [grants] table")
+    if not isinstance(table, dict):
+        raise ValueError(f"{where} must be a table")
     grants = table.get("grants", {})
     if not isinstance(grants, dict):
         raise ValueError(f"{where}.grants must be a table of \"pattern\" = [\"SECRET\", ...]")
