@@ -18,6 +18,7 @@ from wasmrun.sandbox.executor import Executor, InProcessExecutor
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
 from wasmrun.settings import Settings
 from wasmrun.tenants.caller import local_caller
+from wasmrun.tenants.quotas import RunGate
 from wasmrun.tenants.store import TenantDirectory, TenantStore
 from wasmrun.wire.app import create_app as create_wire_app
 from wasmrun.wire.guard import RequestGuard, is_loopback
@@ -47,6 +48,7 @@ def build_context(
         access=settings.access,
         max_full_read_bytes=settings.max_full_read_bytes,
         caller=local_caller(settings.access.limits),
+        gate=RunGate(settings.queue_timeout),
     )
 
 

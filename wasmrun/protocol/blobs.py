@@ -47,7 +47,7 @@ def not_found(blob_id: str, field: str) -> BlobNotFound:
 
 
 def quota_error(exc: BlobQuotaExceeded) -> QuotaExceeded:
-    return QuotaExceeded(f"quota exceeded: {exc.message}", {"limit": exc.limit, "value": exc.value})
+    return QuotaExceeded(f"quota exceeded: {exc.message}", exc.limit, exc.value)
 
 
 async def create_blob(ctx: Context, p: CreateBlobParams) -> CreateBlobResult:

@@ -12,6 +12,7 @@ from wasmrun.sandbox.executor import Executor
 from wasmrun.sandbox.limits import LimitPolicy
 from wasmrun.tenants.caller import LOCAL, Caller
 from wasmrun.tenants.policy import AccessPolicy
+from wasmrun.tenants.quotas import RunGate
 
 
 @dataclass(frozen=True)
@@ -24,3 +25,4 @@ class Context:
     limits: LimitPolicy = field(default_factory=LimitPolicy)
     max_full_read_bytes: int = 10 * 1024 * 1024
     caller: Caller = LOCAL
+    gate: RunGate = field(default_factory=RunGate)  # each tenant's share of the sandboxes

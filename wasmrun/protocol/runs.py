@@ -10,19 +10,22 @@ mounted skill would be readable by that code.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.protocol.blobs import blob_info, quota_error
 from wasmrun.protocol.context import Context
-from wasmrun.protocol.errors import InvalidParams, NotExecutable, ServerBusy
+from wasmrun.protocol.errors import InvalidParams, NotExecutable, QuotaExceeded, ServerBusy
 from wasmrun.protocol.run_result import needs_output_blob, to_spec_result
 from wasmrun.protocol.skills import find_skill
 from wasmrun.protocol.types import ExecuteSkillParams, RunCodeParams, RunResult
 from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.registry.store import Skill
 from wasmrun.sandbox.executor import Busy
+from wasmrun.sandbox.limits import FUEL_PER_MS, MIN_MEMORY_BYTES, Limits, MiB
 from wasmrun.sandbox.types import MountedSkill, RunRequest
+from wasmrun.tenants.quotas import QueueTimeout, RunQuotaExceeded
 
 logger = logging.getLogger("wasmrun.runs")
 
@@ -51,6 +54,24 @@ def _granted_secrets(ctx: Context, skill: Skill) -> dict[str, str]:
     return {name: ctx.secrets[name] for name in wanted if name in granted and name in ctx.secrets}
 
 
+def _limits(ctx: Context, timeout_ms: int | None, field: str) -> Limits:
+    """The server's limits for this run, within the tenant's own ceilings."""
+    tenant = ctx.caller.limits
+    if timeout_ms is not None and timeout_ms > tenant.max_timeout_ms:
+        raise InvalidParams(
+            f"{field} {timeout_ms} is above this tenant's ceiling (max_timeout_ms = {tenant.max_timeout_ms})",
+            field=field, limit="max_timeout_ms", value=tenant.max_timeout_ms,
+        )
+    limits = ctx.limits.resolve(timeout_ms=timeout_ms)
+    ceilings = {
+        "timeout_ms": tenant.max_timeout_ms,
+        "memory_bytes": max(MIN_MEMORY_BYTES, tenant.max_memory_mb * MiB),
+        "fuel": tenant.max_cpu_ms * FUEL_PER_MS,
+    }
+    over = {name: cap for name, cap in ceilings.items() if getattr(limits, name) > cap}
+    return dataclasses.replace(limits, **over) if over else limits
+
+
 async def _checked_input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
     if not blob_ids:  # the common case: no file I/O, no thread hop
         return []
@@ -61,8 +82,11 @@ async def _run(ctx: Context, request: RunRequest) -> RunResult:
     request.owner = ctx.caller.tenant
     request.blob_quota = ctx.caller.blob_quota
     try:
-        result = await ctx.executor.run(request)
-    except Busy as exc:
+        async with ctx.gate.admit(ctx.caller):
+            result = await ctx.executor.run(request)
+    except RunQuotaExceeded as exc:
+        raise QuotaExceeded(f"quota exceeded: {exc.message}", exc.limit, exc.value, exc.retry_after_s) from None
+    except (Busy, QueueTimeout) as exc:
         raise ServerBusy(f"server busy: {exc}") from None
     # Only an output too large for the result is written to the blob store;
     # everything else is quick enough for the event loop, and a thread hop
@@ -93,7 +117,7 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
         skills=[_mount(skill)],
         input_blobs=input_blobs,
         env=_granted_secrets(ctx, skill),
-        limits=ctx.limits.resolve(timeout_ms=p.timeout_ms),
+        limits=_limits(ctx, p.timeout_ms, "timeout_ms"),
     )
     return await _run(ctx, request)
 
@@ -121,6 +145,6 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         skills=list(mounted.values()),
         input_blobs=input_blobs,
         env={},
-        limits=ctx.limits.resolve(timeout_ms=p.limits.timeout_ms),
+        limits=_limits(ctx, p.limits.timeout_ms, "limits.timeout_ms"),
     )
     return await _run(ctx, request)

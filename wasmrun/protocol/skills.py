@@ -10,7 +10,7 @@ import json
 import frontmatter
 
 from wasmrun.protocol.context import Context
-from wasmrun.protocol.errors import InternalError, InvalidParams, InvalidSkill, SkillNotFound
+from wasmrun.protocol.errors import InternalError, InvalidParams, InvalidSkill, QuotaExceeded, SkillNotFound
 from wasmrun.protocol.types import (
     CreateSkillParams,
     CreateSkillResult,
@@ -25,7 +25,16 @@ from wasmrun.protocol.types import (
     SkillDescription,
     SkillEntry,
 )
-from wasmrun.registry.store import DOC_FILE, ListingKey, NewFile, ReservedName, Skill, listing_key
+from wasmrun.registry.store import (
+    DOC_FILE,
+    ListingKey,
+    NewFile,
+    ReservedName,
+    Skill,
+    SkillQuota,
+    SkillQuotaExceeded,
+    listing_key,
+)
 
 GUIDE_SKILL = "skills.protocol.guide"
 MAX_LIST_LIMIT = 200
@@ -163,8 +172,12 @@ async def create_skill(ctx: Context, p: CreateSkillParams) -> CreateSkillResult:
         else:
             content = f.content.encode("utf-8")
         files.append(NewFile(path=f.path, content=content))
+    caller = ctx.caller
+    quota = SkillQuota(caller.limits.skills, caller.limits.skill_bytes)
     try:
-        skill = await asyncio.to_thread(ctx.registry.create, p.manifest, p.skill_md, files, ctx.caller.tenant)
+        skill = await asyncio.to_thread(ctx.registry.create, p.manifest, p.skill_md, files, caller.tenant, quota)
     except ReservedName as exc:
         raise InvalidSkill(str(exc), field="manifest.name") from None
+    except SkillQuotaExceeded as exc:
+        raise QuotaExceeded(f"quota exceeded: {exc.message}", exc.limit, exc.value) from None
     return CreateSkillResult(name=skill.name, version=skill.version)

@@ -16,6 +16,7 @@ is not loaded: created skills can never shadow the operator's.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import logging
@@ -65,6 +66,20 @@ LEGACY_OWNER = "local"
 
 class ReservedName(Exception):
     """create_skill for a name the operator's skills use or in the reserved namespace."""
+
+
+@dataclass(frozen=True)
+class SkillQuota:
+    max_count: int  # skill versions one owner may create
+    max_bytes: int  # the bytes of all their files
+
+
+class SkillQuotaExceeded(Exception):
+    def __init__(self, limit: str, value: int, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.value = value
+        self.message = message
 
 
 def is_reserved_namespace(name: str) -> bool:
@@ -133,7 +148,8 @@ class SkillRegistry(Protocol):
     def list_files(self, skill: Skill) -> list[str]: ...
 
     def create(
-        self, manifest: dict[str, Any], skill_md: str, files: list[NewFile], owner: str = LEGACY_OWNER
+        self, manifest: dict[str, Any], skill_md: str, files: list[NewFile], owner: str = LEGACY_OWNER,
+        quota: SkillQuota | None = None,
     ) -> Skill: ...
 
 
@@ -377,7 +393,8 @@ class DirectoryRegistry:
     # -- create_skill ---------------------------------------------------------
 
     def create(
-        self, manifest: dict[str, Any], skill_md: str, files: list[NewFile], owner: str = LEGACY_OWNER
+        self, manifest: dict[str, Any], skill_md: str, files: list[NewFile], owner: str = LEGACY_OWNER,
+        quota: SkillQuota | None = None,
     ) -> Skill:
         try:
             parsed = validate_manifest(manifest)
@@ -399,6 +416,9 @@ class DirectoryRegistry:
                 raise InvalidSkill(f"files[{i}]: {f.path} is listed twice", field=f"files[{i}].path")
             seen.add(rel.as_posix())
         toml_text = _manifest_toml(manifest)
+        if quota is not None:
+            size = len(toml_text.encode()) + len(skill_md.encode()) + sum(len(f.content) for f in files)
+            self._check_quota(owner, quota, size)
 
         staging = self.writable / STAGING
         staging.mkdir(exist_ok=True)
@@ -424,6 +444,8 @@ class DirectoryRegistry:
             dest.parent.mkdir(parents=True, exist_ok=True)
             with self._lock:
                 self._check_name(parsed.name)
+                if quota is not None:
+                    self._check_quota(owner, quota, 0)
                 if key in self._index:
                     raise SkillExists(
                         f"skill {parsed.name} {parsed.version} already exists", field="manifest"
@@ -445,6 +467,19 @@ class DirectoryRegistry:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
 
+    def _check_quota(self, owner: str, quota: SkillQuota, adding: int) -> None:
+        owned = [s for s in self._index.values() if s.owner == owner]
+        if len(owned) + 1 > quota.max_count:
+            raise SkillQuotaExceeded(
+                "skills", quota.max_count, f"the tenant has created {len(owned)} skill versions, its limit (skills)"
+            )
+        used = sum(_folder_bytes(s.root) for s in owned)
+        if used + adding > quota.max_bytes:
+            raise SkillQuotaExceeded(
+                "skill_bytes", quota.max_bytes,
+                f"{adding} more bytes of skill files would take the tenant over its limit (skill_bytes; {used} in use)",
+            )
+
     def _check_name(self, name: str) -> None:
         if is_reserved_namespace(name):
             raise ReservedName(f"the {RESERVED_NAMESPACE!r} namespace is reserved for the server's own skills")
@@ -461,6 +496,15 @@ class DirectoryRegistry:
                     shutil.rmtree(leftover, ignore_errors=True)
             except OSError:
                 pass
+
+
+def _folder_bytes(root: Path) -> int:
+    total = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
 
 
 def _manifest_toml(manifest: dict[str, Any]) -> str:

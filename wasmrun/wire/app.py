@@ -26,7 +26,9 @@ from wasmrun.protocol.errors import (
     Forbidden,
     InternalError,
     InvalidRequest,
+    RETRY_HINT,
     RequestTooLarge,
+    RetryHint,
     RPCError,
     Unauthorized,
 )
@@ -116,14 +118,17 @@ def create_app(
                     return too_large()
         except ClientDisconnect:
             return Response(status_code=400)
+        hint = RetryHint()
+        RETRY_HINT.set(hint)  # this request's task alone: a rate limit hit in it sets a Retry-After
         try:
             answer = await jsonrpc.handle(bytes(body), call)
         except Exception:  # handle() answers errors itself; this is the last guard against a 500
             logger.exception("unexpected failure answering a request")
             answer = jsonrpc.error_body(InternalError("internal error"))
+        headers = {"Retry-After": str(hint.seconds)} if hint.seconds is not None else None
         if answer is None:
-            return Response(status_code=204)
-        return Response(answer, media_type=JSON)
+            return Response(status_code=204, headers=headers)
+        return Response(answer, media_type=JSON, headers=headers)
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
