@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 import tomli
+from skillfiles import write_skill
 
 from wasmrun.protocol.errors import SkillExists
 from wasmrun.registry.store import DirectoryRegistry, NewFile, check_folder
 from wasmrun.settings import Settings
-from skillfiles import write_skill
 
 Rpc = Callable[..., dict[str, Any]]
 

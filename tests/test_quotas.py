@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
-from test_tenants import Call, caller
+from test_tenants import caller
 
 from wasmrun.blobs.quota import BLOB_MIN_CHARGE
 from wasmrun.blobs.store import FileBlobStore

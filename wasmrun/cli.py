@@ -137,14 +137,14 @@ def _tenants(args: argparse.Namespace) -> int:
         doc = store.load()
         print(f"{'NAME':<20}  KEYS  LIMITS")
         for record in doc.tenants.values():
-            limits = ", ".join(f"{k}={v}" for k, v in sorted(record.limits.items())) or "(server defaults)"
-            print(f"{record.name:<20}  {len(record.keys):>4}  {limits}")
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(record.limits.items())) or "(server defaults)"
+            print(f"{record.name:<20}  {len(record.keys):>4}  {shown}")
         return 0
-    limits = dict(parse_limit(text) for text in getattr(args, "limit", []))
+    limits = dict(parse_limit(text) for text in getattr(args, "limit", None) or [])
     if command in ("add", "rotate"):
-        key = store.add(args.name, limits) if command == "add" else store.rotate(args.name)
+        new_key = store.add(args.name, limits) if command == "add" else store.rotate(args.name)
         # The key alone on stdout, so that a script can capture it; the rest on stderr.
-        print(key)
+        print(new_key)
         what = "added tenant" if command == "add" else "second key for"
         print(f"{what} {args.name!r}: the key above is shown only this once; store it now", file=sys.stderr)
         return 0

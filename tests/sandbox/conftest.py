@@ -4,9 +4,9 @@ for the whole session, and a small in-memory blob store behind it."""
 from __future__ import annotations
 
 import secrets
-from typing import Any
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 

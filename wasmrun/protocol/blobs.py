@@ -16,8 +16,8 @@ import base64
 import binascii
 import re
 
-from wasmrun.blobs.sampling import is_text_kind, utf8_head, utf8_tail
 from wasmrun.blobs.quota import BlobQuotaExceeded
+from wasmrun.blobs.sampling import is_text_kind, utf8_head, utf8_tail
 from wasmrun.blobs.store import BlobInfo, is_blob_id
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import BlobNotFound, ContentTooLarge, InvalidParams, QuotaExceeded

@@ -13,7 +13,6 @@ import msgspec
 from wasmrun.protocol import blobs, runs, skills
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, MethodNotFound
-from wasmrun.tenants.caller import Caller
 from wasmrun.protocol.types import (
     CreateBlobParams,
     CreateSkillParams,
@@ -27,6 +26,7 @@ from wasmrun.protocol.types import (
     ReadSkillFileParams,
     RunCodeParams,
 )
+from wasmrun.tenants.caller import Caller
 
 
 @dataclass(frozen=True)
@@ -90,5 +90,5 @@ class Dispatcher:
             raise MethodNotFound(f"method not found: {method!r}", {"methods": sorted(METHODS)})
         params = decode_params(entry.params, raw_params)
         same = caller is None or caller == self.context.caller
-        ctx = self.context if same else dataclasses.replace(self.context, caller=caller)
+        ctx = self.context if same or caller is None else dataclasses.replace(self.context, caller=caller)
         return await entry.handler(ctx, params)

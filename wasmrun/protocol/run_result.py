@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
-from wasmrun.blobs.sampling import text_head, text_tail
 from wasmrun.blobs.quota import BlobQuota
+from wasmrun.blobs.sampling import text_head, text_tail
 from wasmrun.blobs.store import LEGACY_OWNER, BlobStore
 from wasmrun.protocol.types import RunError, RunResult, RunUsage
 from wasmrun.sandbox import types as sandbox

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import wasmtime
 
-from wasmrun.sandbox import errors
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
+from wasmrun.sandbox import errors
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.capture import HeadTail, log_line
 from wasmrun.sandbox.limits import Limits

@@ -23,12 +23,14 @@ class Caller:
         return BlobQuota(self.limits.blob_bytes, self.limits.blob_count, self.limits.blobs_per_run)
 
 
-def local_caller(defaults: TenantLimits = TenantLimits()) -> Caller:
+def local_caller(defaults: TenantLimits | None = None) -> Caller:
     """The implicit tenant: alone on its server, so no share of the sandboxes to keep
     for anyone else (today's behaviour); storage stays bounded."""
     return Caller(
         LOCAL_TENANT,
-        dataclasses.replace(defaults, concurrent_runs=UNBOUNDED, queued_runs=UNBOUNDED, runs_per_minute=UNBOUNDED),
+        dataclasses.replace(
+            defaults or TenantLimits(), concurrent_runs=UNBOUNDED, queued_runs=UNBOUNDED, runs_per_minute=UNBOUNDED
+        ),
     )
 
 

@@ -158,7 +158,7 @@ class TenantDirectory:
         if signature == self._seen:
             return
         doc = self.store.load()
-        keys = []
+        keys: list[tuple[str, Caller]] = []
         for record in doc.tenants.values():
             caller = Caller(record.name, self.defaults.with_values(record.limits))
             keys.extend((k.hash, caller) for k in record.keys)

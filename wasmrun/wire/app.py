@@ -23,10 +23,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from wasmrun.protocol.errors import (
+    RETRY_HINT,
     Forbidden,
     InternalError,
     InvalidRequest,
-    RETRY_HINT,
     RequestTooLarge,
     RetryHint,
     RPCError,
