@@ -144,3 +144,29 @@ def test_created_skills_count_and_bytes(http: TestClient, tenant: dict[str, str]
     _quota(create("user.two", 10), "skills")
     owned = settings.skills_home / ("@" + tenant["name"])
     assert sorted(p.name for p in owned.iterdir()) == ["user.one"]
+
+
+def test_a_flooding_tenant_leaves_a_sandbox_for_another(
+    http: TestClient, context: Context, tenant: dict[str, str], settings: Settings
+) -> None:
+    # Two sandboxes (settings.workers == 2): "other" may hold one, whatever it asks.
+    hostile, victim = caller(http, tenant["other"]), caller(http, tenant["small"])
+    context.gate.queue_timeout = 120  # the queued hostile runs wait their turn, however slow this machine
+    sleeper = {"language": "python", "code": "import time\ndef main(args):\n    time.sleep(4)\n    return 'slept'\n"}
+    done: list[str] = []
+    threads = [threading.Thread(target=lambda: done.append(hostile("run_code", sleeper)["result"]["output"]))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    name = "other-" + tenant["name"]
+    for _ in range(1000):
+        if context.gate.load().get(name) == (1, 2):
+            break
+        time.sleep(0.01)
+    assert context.gate.load()[name] == (1, 2)
+    answer = victim("run_code", {"language": "python", "code": "def main(args):\n    return 'hello'\n"})
+    assert answer["result"]["output"] == "hello"
+    assert done == []  # served while every hostile run was still sleeping or queued
+    for t in threads:
+        t.join(120)
+    assert done == ["slept"] * 3

@@ -48,7 +48,7 @@ def build_context(
         access=settings.access,
         max_full_read_bytes=settings.max_full_read_bytes,
         caller=local_caller(settings.access.limits),
-        gate=RunGate(settings.queue_timeout),
+        gate=RunGate(settings.queue_timeout, pool_size=settings.workers),
     )
 
 

@@ -2,11 +2,12 @@
 many wait, and how many start a minute.
 
 Fairness comes from the first bound: a tenant never holds more than its
-`concurrent_runs` sandboxes, so with `concurrent_runs` below the pool size a
-tenant flooding the server (even with runs that sleep to their timeout) leaves
-sandboxes free for everyone else; its surplus waits in its own queue, bounded
-by `queued_runs`, and is refused past that, instead of queueing in front of
-other tenants' calls.
+`concurrent_runs` sandboxes, and never more than all the pool's sandboxes but
+one, so a tenant flooding the server (even with runs that sleep to their
+timeout) leaves a sandbox free for everyone else; its surplus waits in its own
+queue, bounded by `queued_runs`, and is refused past that, instead of queueing
+in front of other tenants' calls. (Several hostile tenants together can still
+fill the pool: give each a `concurrent_runs` of its share for a hard bound.)
 """
 
 from __future__ import annotations
@@ -51,8 +52,10 @@ class _TenantRuns:
 class RunGate:
     """One per server; `admit(caller)` holds one of the tenant's run slots."""
 
-    def __init__(self, queue_timeout: float = 5.0) -> None:
+    def __init__(self, queue_timeout: float = 5.0, pool_size: int | None = None) -> None:
         self.queue_timeout = queue_timeout
+        # The most sandboxes one tenant may hold: all but one, so another tenant always finds one.
+        self.share = max(1, pool_size - 1) if pool_size else UNBOUNDED
         self._tenants: dict[str, _TenantRuns] = {}
 
     def load(self) -> dict[str, tuple[int, int]]:
@@ -65,10 +68,11 @@ class RunGate:
         if limits.concurrent_runs >= UNBOUNDED and limits.runs_per_minute >= UNBOUNDED:
             yield  # the implicit local tenant, alone on its server: nothing to share
             return
+        slots = min(limits.concurrent_runs, self.share)
         state = self._tenants.get(caller.tenant)
         if state is None:
-            state = self._tenants[caller.tenant] = _TenantRuns(limits.concurrent_runs)
-        state.slots = limits.concurrent_runs  # `tenants set` takes effect on the next call
+            state = self._tenants[caller.tenant] = _TenantRuns(slots)
+        state.slots = slots  # `tenants set` takes effect on the next call
         self._check_rate(state, limits.runs_per_minute)
         if state.running >= state.slots:
             if state.waiting >= limits.queued_runs:
