@@ -1,7 +1,7 @@
 """The `wasmrun` command.
 
     wasmrun serve [--host H] [--port P] [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F]
-                  [--policy-file F] [--insecure]
+                  [--policy-file F] [--insecure] [--audit-log PATH] [--blob-ttl SECONDS]
     wasmrun tenants add NAME [--limit NAME=N]... [--data-dir D]   (prints the new API key)
     wasmrun tenants list|rotate NAME|revoke NAME [--old]|set NAME --limit NAME=N... [--data-dir D]
     wasmrun skills list [--data-dir D] [--skills-dir S]...
@@ -50,6 +50,14 @@ def _parser() -> argparse.ArgumentParser:
         "--policy-file", type=Path,
         help="TOML file of the operator's policy: secret grants per skill and tenant, allowed hosts"
         " and origins (WASMRUN_POLICY_FILE)",
+    )
+    serve.add_argument(
+        "--audit-log", metavar="PATH",
+        help='where to append the audit log, JSON lines (WASMRUN_AUDIT_LOG; default <data-dir>/audit.log; "-": none)',
+    )
+    serve.add_argument(
+        "--blob-ttl", type=int, metavar="SECONDS",
+        help="delete blobs this long after they were written; 0 keeps them (WASMRUN_BLOB_TTL; per tenant: blob_ttl_s)",
     )
     serve.add_argument(
         "--insecure", action="store_true", default=None,
@@ -122,7 +130,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     serve(_settings(
         args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file,
-        policy_file=args.policy_file, insecure=args.insecure,
+        policy_file=args.policy_file, insecure=args.insecure, audit_log=args.audit_log, blob_ttl=args.blob_ttl,
     ))
     return 0
 

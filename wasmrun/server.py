@@ -17,7 +17,11 @@ from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox.executor import Executor, InProcessExecutor
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
 from wasmrun.settings import Settings
-from wasmrun.tenants.caller import local_caller
+from wasmrun.observe.audit import AuditLog
+from wasmrun.observe.metrics import Metrics
+from wasmrun.observe.record import Observers
+from wasmrun.tenants.caller import LOCAL_TENANT, local_caller
+from wasmrun.tenants.retention import BlobRetention
 from wasmrun.tenants.quotas import RunGate
 from wasmrun.tenants.store import TenantDirectory, TenantStore
 from wasmrun.wire.app import create_app as create_wire_app
@@ -56,12 +60,28 @@ def create_app(settings: Settings, context: Context | None = None) -> Starlette:
     """The server's ASGI app. It closes the executor on shutdown only if it made it."""
     owned = context is None
     context = context if context is not None else build_context(settings)
+    tenants = tenant_directory(settings)
+    metrics = Metrics(
+        context.gate, context.executor.capacity, context.blobs, lambda: [LOCAL_TENANT, *tenants.names()]
+    )
+    audit = AuditLog(settings.audit_log) if settings.audit_log is not None else None
+    retention = BlobRetention(context.blobs, tenants, settings.access.limits.blob_ttl_s)
+    retention.start()
+
+    def shutdown() -> None:
+        retention.stop()
+        if audit is not None:
+            audit.close()
+        if owned:
+            context.executor.close()
+
     return create_wire_app(
-        Dispatcher(context),
+        Dispatcher(context, Observers(metrics, *([audit] if audit is not None else []))),
         max_body_bytes=settings.max_body_bytes,
-        on_shutdown=context.executor.close if owned else None,
+        on_shutdown=shutdown,
         guard=RequestGuard.for_server(settings.host, settings.access.allowed_hosts, settings.access.allowed_origins),
-        authenticate=tenant_directory(settings).authenticate,
+        authenticate=tenants.authenticate,
+        metrics=metrics.render,
     )
 
 

@@ -28,7 +28,7 @@ import re
 import secrets
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
@@ -79,7 +79,7 @@ class BlobStore(Protocol):
 
     def usage(self, owner: str) -> Usage: ...
 
-    def expire(self, owner: str, older_than_s: float) -> int: ...
+    def expire(self, ttl_of: Callable[[str], int], now: float | None = None) -> int: ...
 
 
 def is_blob_id(value: str) -> bool:
@@ -234,17 +234,19 @@ class FileBlobStore:
             _write_atomically(ledger, msgspec.json.encode(left))
         return True
 
-    def expire(self, owner: str, older_than_s: float) -> int:
-        """Delete `owner`'s blobs created more than `older_than_s` seconds ago."""
-        cutoff = time.time() - older_than_s
+    def expire(self, ttl_of: Callable[[str], int], now: float | None = None) -> int:
+        """Delete each blob older than its owner's retention, `ttl_of(owner)` seconds
+        (0: kept until deleted). Returns how many went."""
+        now = time.time() if now is None else now
         deleted = 0
         for meta_path in self.root.glob("[0-9a-f][0-9a-f]/*.json"):
             try:
                 info = msgspec.json.decode(meta_path.read_bytes(), type=BlobInfo)
             except (OSError, msgspec.DecodeError):
                 continue
-            if info.owner == owner and datetime.fromisoformat(info.created).timestamp() < cutoff:
-                deleted += self.delete(info.blob_id, owner)
+            ttl = ttl_of(info.owner)
+            if ttl > 0 and datetime.fromisoformat(info.created).timestamp() < now - ttl:
+                deleted += self.delete(info.blob_id, info.owner)
         return deleted
 
 

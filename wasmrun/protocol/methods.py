@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
+from datetime import UTC, datetime
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +14,8 @@ import msgspec
 
 from wasmrun.protocol import blobs, runs, skills
 from wasmrun.protocol.context import Context
-from wasmrun.protocol.errors import InvalidParams, MethodNotFound
+from wasmrun.observe.record import CallRecord, Observer, describe_result
+from wasmrun.protocol.errors import InvalidParams, MethodNotFound, RPCError
 from wasmrun.protocol.types import (
     CreateBlobParams,
     CreateSkillParams,
@@ -49,6 +52,7 @@ METHODS: dict[str, Method] = {
     "delete_blob": Method(DeleteBlobParams, blobs.delete_blob),
 }
 
+_encoder = msgspec.json.Encoder()
 _MISSING = re.compile(r"Object missing required field `([^`]*)`")
 _UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
 
@@ -81,14 +85,50 @@ class Dispatcher:
     """Calls a method by name with raw params, on behalf of `caller` (the wire layer
     authenticates it); raises RPCError subclasses."""
 
-    def __init__(self, context: Context) -> None:
+    def __init__(self, context: Context, observer: Observer | None = None) -> None:
         self.context = context
+        self.observer = observer  # told of every call that names a known method (audit, metrics)
 
     async def __call__(self, method: str, raw_params: msgspec.Raw, caller: Caller | None = None) -> msgspec.Struct:
         entry = METHODS.get(method)
         if entry is None:
             raise MethodNotFound(f"method not found: {method!r}", {"methods": sorted(METHODS)})
-        params = decode_params(entry.params, raw_params)
         same = caller is None or caller == self.context.caller
         ctx = self.context if same or caller is None else dataclasses.replace(self.context, caller=caller)
-        return await entry.handler(ctx, params)
+        if self.observer is None:
+            return await entry.handler(ctx, decode_params(entry.params, raw_params))
+        started = time.perf_counter()
+        params: Params | None = None
+        try:
+            params = decode_params(entry.params, raw_params)
+            result = await entry.handler(ctx, params)
+        except RPCError as exc:
+            self._observe(ctx, method, raw_params, params, started, None, exc)
+            raise
+        self._observe(ctx, method, raw_params, params, started, result, None)
+        return result
+
+    def _observe(
+        self, ctx: Context, method: str, raw: msgspec.Raw, params: Params | None, started: float,
+        result: msgspec.Struct | None, error: RPCError | None,
+    ) -> None:
+        assert self.observer is not None
+        record = CallRecord(
+            time=datetime.now(UTC).isoformat(timespec="milliseconds"),
+            tenant=ctx.caller.tenant,
+            method=method,
+            status="ok" if error is None else "error",
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            bytes_in=len(raw),
+            bytes_out=len(_encoder.encode(result)) if result is not None else 0,
+        )
+        name = getattr(params, "name", None)
+        if isinstance(name, str):
+            record.skill = name[:200]
+            skill = ctx.registry.find(name, getattr(params, "version", None), ctx.caller.tenant)
+            record.version = skill.version if skill is not None else None
+        if error is not None:
+            record.error_code = error.code
+            record.error_type = type(error).__name__
+        describe_result(record, result)
+        self.observer.record(record)

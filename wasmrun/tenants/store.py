@@ -147,6 +147,7 @@ class TenantDirectory:
         self.anonymous = anonymous
         self._seen: tuple[int, int, int] | None = None
         self._keys: list[tuple[str, Caller]] = []
+        self._by_name: dict[str, Caller] = {}
         self._has_tenants = False
 
     def _refresh(self) -> None:
@@ -163,8 +164,18 @@ class TenantDirectory:
             caller = Caller(record.name, self.defaults.with_values(record.limits))
             keys.extend((k.hash, caller) for k in record.keys)
         self._keys = keys
+        self._by_name = {r.name: Caller(r.name, self.defaults.with_values(r.limits)) for r in doc.tenants.values()}
         self._has_tenants = bool(doc.tenants)
         self._seen = signature
+
+    def caller(self, name: str) -> Caller | None:
+        """Tenant `name` with its limits, revoked keys or not; None if there is none."""
+        self._refresh()
+        return self._by_name.get(name)
+
+    def names(self) -> list[str]:
+        self._refresh()
+        return list(self._by_name)
 
     def has_tenants(self) -> bool:
         self._refresh()

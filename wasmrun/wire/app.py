@@ -1,4 +1,4 @@
-"""The HTTP side: `POST /rpc` (JSON-RPC 2.0), `GET /healthz`, a request body limit,
+"""The HTTP side: `POST /rpc` (JSON-RPC 2.0), `GET /healthz`, `GET /metrics`, a request body limit,
 who is calling (API keys) and which requests are answered at all (guard.py).
 
 Every answer to something a client sent is 2xx or 4xx: 200 with a JSON-RPC
@@ -9,6 +9,7 @@ limit) or 415 (not `Content-Type: application/json`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -34,10 +35,11 @@ from wasmrun.protocol.errors import (
 )
 from wasmrun.tenants.caller import Caller
 from wasmrun.wire import jsonrpc
-from wasmrun.wire.guard import RequestGuard
+from wasmrun.wire.guard import RequestGuard, is_loopback
 
 logger = logging.getLogger("wasmrun.http")
 JSON = "application/json"
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # The wire layer's view of authentication: the `Authorization` header (or None)
 # to the caller it identifies, or None when it identifies nobody.
@@ -84,6 +86,7 @@ def create_app(
     on_shutdown: Callable[[], None] | None = None,
     guard: RequestGuard | None = None,
     authenticate: Authenticate | None = None,
+    metrics: Callable[[], bytes] | None = None,
 ) -> Starlette:
     """`dispatch(method, params)` answers calls; with `authenticate`, every call first
     needs a caller, and dispatch gets it as `caller=`."""
@@ -133,6 +136,12 @@ def create_app(
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
+    async def prometheus(request: Request) -> Response:
+        # Tenant names and usage: for the operator's scraper on this machine, not for clients.
+        if metrics is None or request.client is None or not is_loopback(request.client.host):
+            return error_response(Forbidden("forbidden: /metrics is served to this machine only"), 403)
+        return Response(await asyncio.to_thread(metrics), media_type=METRICS_TYPE)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
@@ -145,6 +154,7 @@ def create_app(
         routes=[
             Route("/rpc", rpc, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
+            Route("/metrics", prometheus, methods=["GET"]),
         ],
         middleware=[Middleware(GuardMiddleware, guard=guard)] if guard is not None else [],
         lifespan=lifespan,
