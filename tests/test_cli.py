@@ -164,8 +164,8 @@ def test_skills_list(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None
     write_skill(extra, "demo.add")
     assert main(["skills", "list", "--skills-dir", str(extra), "--data-dir", str(isolated / "data")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["NAME", "VERSION", "KIND", "DESCRIPTION"]
-    names = [line.split()[0] for line in lines[1:]]
+    assert lines[0].split() == ["OWNER", "NAME", "VERSION", "KIND", "DESCRIPTION"]
+    names = [line.split()[1] for line in lines[1:]]
     assert "demo.add" in names and "skills.protocol.guide" in names
 
 

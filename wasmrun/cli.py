@@ -170,11 +170,12 @@ def _skills_list(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     registry = DirectoryRegistry(settings.skills_dirs, settings.skills_home)
-    rows = [(s.name, s.version, s.manifest.kind, s.manifest.description) for s in registry.skills()]
-    width = [max([len(r[i]) for r in rows] + [len(h)]) for i, h in enumerate(("NAME", "VERSION", "KIND"))]
-    print(f"{'NAME':<{width[0]}}  {'VERSION':<{width[1]}}  {'KIND':<{width[2]}}  DESCRIPTION")
-    for name, version, kind, description in rows:
-        print(f"{name:<{width[0]}}  {version:<{width[1]}}  {kind:<{width[2]}}  {description}")
+    rows = [(s.owner or "-", s.name, s.version, s.manifest.kind, s.manifest.description) for s in registry.every_skill()]
+    heads = ("OWNER", "NAME", "VERSION", "KIND")
+    width = [max([len(r[i]) for r in rows] + [len(h)]) for i, h in enumerate(heads)]
+    print("  ".join(f"{h:<{w}}" for h, w in zip(heads, width, strict=True)) + "  DESCRIPTION")
+    for row in rows:
+        print("  ".join(f"{v:<{w}}" for v, w in zip(row[:4], width, strict=True)) + f"  {row[4]}")
     return 0
 
 

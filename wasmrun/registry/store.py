@@ -345,6 +345,10 @@ class DirectoryRegistry:
             return self._operator
         return self._by_owner.get(owner, self._operator)
 
+    def every_skill(self) -> list[Skill]:
+        """The operator's skills and every tenant's, for the operator's own listing."""
+        return sorted(self._index.values(), key=lambda s: (s.owner or "", *s.sort_key()))
+
     def operator_names(self) -> frozenset[str]:
         return self._operator_names
 
