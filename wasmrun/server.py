@@ -11,18 +11,18 @@ import uvicorn
 from starlette.applications import Starlette
 
 from wasmrun.blobs.store import BlobStore, FileBlobStore
+from wasmrun.observe.audit import AuditLog
+from wasmrun.observe.metrics import Metrics
+from wasmrun.observe.record import Observers
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox.executor import Executor, InProcessExecutor
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
 from wasmrun.settings import Settings
-from wasmrun.observe.audit import AuditLog
-from wasmrun.observe.metrics import Metrics
-from wasmrun.observe.record import Observers
 from wasmrun.tenants.caller import LOCAL_TENANT, local_caller
-from wasmrun.tenants.retention import BlobRetention
 from wasmrun.tenants.quotas import RunGate
+from wasmrun.tenants.retention import BlobRetention
 from wasmrun.tenants.store import TenantDirectory, TenantStore
 from wasmrun.wire.app import create_app as create_wire_app
 from wasmrun.wire.guard import RequestGuard, is_loopback

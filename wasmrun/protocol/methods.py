@@ -5,16 +5,16 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from datetime import UTC, datetime
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
+from wasmrun.observe.record import CallRecord, Observer, describe_result
 from wasmrun.protocol import blobs, runs, skills
 from wasmrun.protocol.context import Context
-from wasmrun.observe.record import CallRecord, Observer, describe_result
 from wasmrun.protocol.errors import InvalidParams, MethodNotFound, RPCError
 from wasmrun.protocol.types import (
     CreateBlobParams,
