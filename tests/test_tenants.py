@@ -255,3 +255,11 @@ def test_deleting_a_blob_a_run_is_reading_does_not_crash_the_run(http: TestClien
     assert result["status"] == "completed", result
     assert result["output"]["then"] == "BlobNotFound"
     assert "error" in alice("read_blob", {"blob_id": blob_id})
+
+
+def test_a_broken_tenants_file_refuses_everyone(http: TestClient, settings: Settings, keys: dict[str, str]) -> None:
+    assert "result" in caller(http, keys["alice"])("list_skills")
+    (settings.data_dir / "tenants.json").write_text('{"tenants": {"alice": ')
+    assert _refusal(http, {"authorization": "Bearer " + keys["bob"]})[0] == 200  # the keys last read
+    assert _refusal(http, {})[0] == 401  # never anonymous
+    assert main(["tenants", "list", "--data-dir", str(settings.data_dir)]) == 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import re
 import tempfile
@@ -21,6 +22,7 @@ from wasmrun.tenants.caller import Caller
 from wasmrun.tenants.keys import bearer_token, key_hash, new_key, same_hash
 from wasmrun.tenants.limits import TenantLimits, check_limits
 
+logger = logging.getLogger("wasmrun.tenants")
 TENANTS_FILE = "tenants.json"
 TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 MAX_KEYS = 2  # the current key and, during a rotation, the one before
@@ -75,7 +77,10 @@ class TenantStore:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return TenantsFile()
-        return msgspec.json.decode(data, type=TenantsFile)
+        try:
+            return msgspec.json.decode(data, type=TenantsFile)
+        except msgspec.DecodeError as exc:
+            raise TenantError(f"{self.path} is not a valid tenants file: {exc}") from None
 
     @contextlib.contextmanager
     def _editing(self) -> Iterator[TenantsFile]:
@@ -158,7 +163,14 @@ class TenantDirectory:
             signature = (0, 0, 0)
         if signature == self._seen:
             return
-        doc = self.store.load()
+        try:
+            doc = self.store.load()
+        except (TenantError, OSError) as exc:
+            # Fail closed: keep the keys last read (none at first), and no anonymous access.
+            logger.error("cannot read the tenants file, keeping the last good one: %s", exc)
+            self._has_tenants = True
+            self._seen = signature  # read again once it changes, not on every call
+            return
         keys: list[tuple[str, Caller]] = []
         for record in doc.tenants.values():
             caller = Caller(record.name, self.defaults.with_values(record.limits))
