@@ -411,7 +411,9 @@ def fairness(workers: int, samples: int, flood: int = 200) -> dict:
 
     tmp = Path(tempfile.mkdtemp(prefix="wasmrun-fair-"))
     store = TenantStore(tmp / "data")
-    victim_key, hostile_key = store.add("victim"), store.add("hostile", {"queued_runs": flood})
+    # The victim measures latency, not its own rate limit.
+    victim_key = store.add("victim", {"runs_per_minute": 100_000})
+    hostile_key = store.add("hostile", {"queued_runs": flood})
     hello = {"language": "python", "code": as_run_code(WORKLOADS["hello"])}
     sleeper = {"language": "python", "code": "import time\ndef main(args):\n    time.sleep(3600)\n",
                "limits": {"timeout_ms": 5000}}
