@@ -263,3 +263,41 @@ def test_a_broken_tenants_file_refuses_everyone(http: TestClient, settings: Sett
     assert _refusal(http, {"authorization": "Bearer " + keys["bob"]})[0] == 200  # the keys last read
     assert _refusal(http, {})[0] == 401  # never anonymous
     assert main(["tenants", "list", "--data-dir", str(settings.data_dir)]) == 2
+
+
+def test_a_real_server_with_tenants(tmp_path: Path) -> None:
+    """`wasmrun serve` end to end: keys, isolation, the guard, the audit log and /metrics."""
+    import requests
+    from test_e2e_client import Server
+
+    data = tmp_path / "data"
+    store = TenantStore(data)
+    alice, bob = store.add("alice"), store.add("bob")
+    server = Server(data)
+    try:
+        def call(key: str | None, method: str, params: dict[str, Any], **headers: str) -> requests.Response:
+            sent = {"content-type": "application/json", **headers}
+            if key:
+                sent["authorization"] = f"Bearer {key}"
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+            return requests.post(server.endpoint, data=body, headers=sent, timeout=60)
+
+        assert call(None, "list_skills", {}).status_code == 401
+        blob = call(alice, "create_blob", {"content": "hi", "kind": "text/plain"}).json()["result"]["blob_id"]
+        assert call(alice, "read_blob", {"blob_id": blob}).json()["result"]["content"] == "hi"
+        assert call(bob, "read_blob", {"blob_id": blob}).json()["error"]["code"] == -32602
+        ran = call(bob, "run_code", {"language": "python", "code": "def main(args):\n    return 2\n"}).json()
+        assert ran["result"]["output"] == 2
+        assert call(alice, "list_skills", {}, host="evil.example").status_code == 403
+        assert call(alice, "list_skills", {}, origin="https://evil.example").status_code == 403
+        plain = requests.post(server.endpoint, data="{}", headers={"content-type": "text/plain",
+                                                                   "authorization": f"Bearer {alice}"}, timeout=60)
+        assert plain.status_code == 415
+        metrics = requests.get(server.endpoint.replace("/rpc", "/metrics"), timeout=60).text
+        assert 'wasmrun_runs_total{method="run_code",status="completed",tenant="bob"} 1.0' in metrics
+    finally:
+        server.stop()
+    audit = [json.loads(line) for line in (data / "audit.log").read_text().splitlines()]
+    assert [(a["tenant"], a["method"]) for a in audit] == [
+        ("alice", "create_blob"), ("alice", "read_blob"), ("bob", "read_blob"), ("bob", "run_code"),
+    ]
