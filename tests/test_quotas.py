@@ -170,3 +170,18 @@ def test_a_flooding_tenant_leaves_a_sandbox_for_another(
     for t in threads:
         t.join(120)
     assert done == ["slept"] * 3
+
+
+def test_usage_is_recounted_from_disk(tmp_path: Any) -> None:
+    store = FileBlobStore(tmp_path / "blobs")
+    store.create(b"x" * 10_000, "text/plain", owner="t1")
+    store.create(b"", "text/plain", owner="t1")
+    gone = store.create(b"y", "text/plain", owner="t2")
+    store.delete(gone, "t2")
+    # A crash between a blob and its ledger: the ledgers are wrong.
+    for ledger in (tmp_path / "blobs" / ".usage").glob("*.json"):
+        ledger.write_bytes(b'{"bytes": 999999, "count": 99}')
+    found = store.recount()
+    assert store.usage("t1").bytes == 10_000 + BLOB_MIN_CHARGE and store.usage("t1").count == 2
+    assert store.usage("t2").count == 0 and store.usage("t2").bytes == 0
+    assert set(found) == {"t1"}

@@ -115,6 +115,7 @@ def check_exposure(settings: Settings) -> None:
 def serve(settings: Settings) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     check_exposure(settings)
+    FileBlobStore(settings.blobs_dir).recount()  # quotas start from what is on disk
     app = create_app(settings)
     logging.getLogger("wasmrun").info(
         "serving the Skills Protocol at http://%s:%d/rpc (data in %s)",

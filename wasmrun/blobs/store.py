@@ -234,6 +234,31 @@ class FileBlobStore:
             _write_atomically(ledger, msgspec.json.encode(left))
         return True
 
+    def recount(self) -> dict[str, Usage]:
+        """Rebuild every owner's usage from the blobs on disk: a process killed between
+        writing a blob and its owner's ledger leaves the ledger off. Run at start,
+        before any call is served."""
+        found: dict[str, Usage] = {}
+        for meta_path in self.root.glob("[0-9a-f][0-9a-f]/*.json"):
+            try:
+                info = msgspec.json.decode(meta_path.read_bytes(), type=BlobInfo)
+            except (OSError, msgspec.DecodeError):
+                continue
+            if not meta_path.with_suffix("").exists():
+                continue  # metadata without its bytes is no blob
+            usage = found.setdefault(info.owner, Usage())
+            usage.bytes += charge(info.size_bytes)
+            usage.count += 1
+        owners = {p.stem for p in (self.root / USAGE_DIR).glob("*.json")}
+        for owner, usage in found.items():
+            with self._ledger(owner) as (_, ledger):
+                _write_atomically(ledger, msgspec.json.encode(usage))
+            owners.discard(_owner_file(owner))
+        for stale in owners:  # ledgers of owners with no blob left
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.root / USAGE_DIR / f"{stale}.json")
+        return found
+
     def expire(self, ttl_of: Callable[[str], int], now: float | None = None) -> int:
         """Delete each blob older than its owner's retention, `ttl_of(owner)` seconds
         (0: kept until deleted). Returns how many went."""
