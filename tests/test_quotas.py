@@ -185,3 +185,14 @@ def test_usage_is_recounted_from_disk(tmp_path: Any) -> None:
     assert store.usage("t1").bytes == 10_000 + BLOB_MIN_CHARGE and store.usage("t1").count == 2
     assert store.usage("t2").count == 0 and store.usage("t2").bytes == 0
     assert set(found) == {"t1"}
+
+
+def test_memory_and_cpu_ceilings_bound_a_tenants_runs(http: TestClient, settings: Settings) -> None:
+    key = TenantStore(settings.data_dir).add("tight-" + uuid.uuid4().hex[:8], {"max_cpu_ms": 200, "max_memory_mb": 64})
+    tight = caller(http, key)
+    spin = tight("run_code", {"language": "python", "code": "def main(args):\n    while True:\n        pass\n",
+                              "limits": {"timeout_ms": 60000}})["result"]
+    assert spin["error"]["type"] == "CPULimitExceeded", spin
+    grow = "def main(args):\n    return len(bytearray(100 * 1024 * 1024))\n"
+    big = tight("run_code", {"language": "python", "code": grow})["result"]
+    assert big["status"] == "failed" and big["error"]["type"] in ("MemoryLimitExceeded", "MemoryError"), big

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 
 from wasmrun.blobs.quota import BlobQuotaExceeded
@@ -23,8 +24,9 @@ from wasmrun.protocol.types import ExecuteSkillParams, RunCodeParams, RunResult
 from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.registry.store import Skill
 from wasmrun.sandbox.executor import Busy
-from wasmrun.sandbox.limits import FUEL_PER_MS, MIN_MEMORY_BYTES, Limits, MiB
+from wasmrun.sandbox.limits import FUEL_PER_MS, MIN_MEMORY_BYTES, LimitPolicy, Limits, MiB
 from wasmrun.sandbox.types import MountedSkill, RunRequest
+from wasmrun.tenants.limits import TenantLimits
 from wasmrun.tenants.quotas import QueueTimeout, RunQuotaExceeded
 
 logger = logging.getLogger("wasmrun.runs")
@@ -54,22 +56,33 @@ def _granted_secrets(ctx: Context, skill: Skill) -> dict[str, str]:
     return {name: ctx.secrets[name] for name in wanted if name in granted and name in ctx.secrets}
 
 
+@functools.lru_cache(maxsize=1024)
+def tenant_policy(server: LimitPolicy, tenant: TenantLimits) -> LimitPolicy:
+    """The server's defaults and ceilings, lowered to the tenant's own ceilings."""
+    caps = {
+        "timeout_ms": tenant.max_timeout_ms,
+        "memory_bytes": max(MIN_MEMORY_BYTES, tenant.max_memory_mb * MiB),
+        "fuel": tenant.max_cpu_ms * FUEL_PER_MS,
+    }
+    ceilings = dataclasses.replace(
+        server.ceilings, **{name: min(getattr(server.ceilings, name), cap) for name, cap in caps.items()}
+    )
+    defaults = dataclasses.replace(
+        server.defaults, **{name: min(getattr(server.defaults, name), getattr(ceilings, name)) for name in caps}
+    )
+    return LimitPolicy(defaults=defaults, ceilings=ceilings)
+
+
 def _limits(ctx: Context, timeout_ms: int | None, field: str) -> Limits:
-    """The server's limits for this run, within the tenant's own ceilings."""
+    """The run's limits: the server's, within the tenant's own ceilings; asking for
+    more than the tenant's ceiling is -32602 naming the field and the limit."""
     tenant = ctx.caller.limits
     if timeout_ms is not None and timeout_ms > tenant.max_timeout_ms:
         raise InvalidParams(
             f"{field} {timeout_ms} is above this tenant's ceiling (max_timeout_ms = {tenant.max_timeout_ms})",
             field=field, limit="max_timeout_ms", value=tenant.max_timeout_ms,
         )
-    limits = ctx.limits.resolve(timeout_ms=timeout_ms)
-    ceilings = {
-        "timeout_ms": tenant.max_timeout_ms,
-        "memory_bytes": max(MIN_MEMORY_BYTES, tenant.max_memory_mb * MiB),
-        "fuel": tenant.max_cpu_ms * FUEL_PER_MS,
-    }
-    over = {name: cap for name, cap in ceilings.items() if getattr(limits, name) > cap}
-    return dataclasses.replace(limits, **over) if over else limits
+    return tenant_policy(ctx.limits, tenant).resolve(timeout_ms=timeout_ms)
 
 
 async def _checked_input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
