@@ -301,3 +301,16 @@ def test_a_real_server_with_tenants(tmp_path: Path) -> None:
     assert [(a["tenant"], a["method"]) for a in audit] == [
         ("alice", "create_blob"), ("alice", "read_blob"), ("bob", "read_blob"), ("bob", "run_code"),
     ]
+
+
+def test_the_servers_dispatcher_refuses_a_call_without_a_caller(settings: Settings, context: Context) -> None:
+    """A transport that forgets to authenticate (e.g. a new endpoint) fails closed."""
+    import asyncio
+
+    import msgspec
+
+    from wasmrun.protocol.errors import Unauthorized
+    from wasmrun.protocol.methods import Dispatcher
+
+    with pytest.raises(Unauthorized):
+        asyncio.run(Dispatcher(context, require_caller=True)("list_skills", msgspec.Raw(b"{}")))

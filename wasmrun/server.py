@@ -76,7 +76,7 @@ def create_app(settings: Settings, context: Context | None = None) -> Starlette:
             context.executor.close()
 
     return create_wire_app(
-        Dispatcher(context, Observers(metrics, *([audit] if audit is not None else []))),
+        Dispatcher(context, Observers(metrics, *([audit] if audit is not None else [])), require_caller=True),
         max_body_bytes=settings.max_body_bytes,
         on_shutdown=shutdown,
         guard=RequestGuard.for_server(settings.host, settings.access.allowed_hosts, settings.access.allowed_origins),

@@ -15,7 +15,7 @@ import msgspec
 from wasmrun.observe.record import CallRecord, Observer, describe_result
 from wasmrun.protocol import blobs, runs, skills
 from wasmrun.protocol.context import Context
-from wasmrun.protocol.errors import InvalidParams, MethodNotFound, RPCError
+from wasmrun.protocol.errors import InvalidParams, MethodNotFound, RPCError, Unauthorized
 from wasmrun.protocol.types import (
     CreateBlobParams,
     CreateSkillParams,
@@ -85,14 +85,19 @@ class Dispatcher:
     """Calls a method by name with raw params, on behalf of `caller` (the wire layer
     authenticates it); raises RPCError subclasses."""
 
-    def __init__(self, context: Context, observer: Observer | None = None) -> None:
+    def __init__(self, context: Context, observer: Observer | None = None, *, require_caller: bool = False) -> None:
         self.context = context
         self.observer = observer  # told of every call that names a known method (audit, metrics)
+        # The server's dispatcher: a transport that did not authenticate its call
+        # (passed no caller) is refused, never served as the context's default caller.
+        self.require_caller = require_caller
 
     async def __call__(self, method: str, raw_params: msgspec.Raw, caller: Caller | None = None) -> msgspec.Struct:
         entry = METHODS.get(method)
         if entry is None:
             raise MethodNotFound(f"method not found: {method!r}", {"methods": sorted(METHODS)})
+        if caller is None and self.require_caller:
+            raise Unauthorized("unauthorized: this transport did not identify the caller")
         same = caller is None or caller == self.context.caller
         ctx = self.context if same or caller is None else dataclasses.replace(self.context, caller=caller)
         if self.observer is None:
