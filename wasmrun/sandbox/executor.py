@@ -40,6 +40,9 @@ class Executor(Protocol):
 
     def health(self) -> ExecutorHealth: ...
 
+    def capacity(self) -> tuple[int, int]:
+        """(busy, free) sandboxes."""
+
     def close(self) -> None: ...
 
 
@@ -68,6 +71,9 @@ class _Slots:
         assert self._sem is not None
         self.taken -= 1
         self._sem.release()
+
+    def free(self) -> int:
+        return self._sem._value if self._sem is not None else self.slots
 
 
 class InProcessExecutor:
@@ -99,6 +105,11 @@ class InProcessExecutor:
     def health(self) -> ExecutorHealth:
         slots = self._slots
         return ExecutorHealth(total=slots.slots, free=slots.slots - slots.taken, unavailable=0, queued=slots.waiting)
+
+    def capacity(self) -> tuple[int, int]:
+        """(busy, free) slots, for /metrics."""
+        free = self._slots.free()
+        return self._slots.slots - free, free
 
     def close(self) -> None:
         self.engine.close()

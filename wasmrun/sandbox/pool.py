@@ -324,6 +324,9 @@ class _IdleWorkers:
             dead = sum(w.process.poll() is not None for w in self._idle)
             return len(self._idle) - dead, dead
 
+    def __len__(self) -> int:
+        return len(self._idle)
+
     @property
     def waiting(self) -> int:
         with self._lock:
@@ -432,6 +435,11 @@ class WorkerPool:
         self._workers = starting
         for worker in starting:
             self._idle.put(worker)
+
+    def capacity(self) -> tuple[int, int]:
+        """(busy, free) workers, for /metrics (no system call: see `health` for /healthz)."""
+        free = len(self._idle)
+        return max(0, self.size - free), free
 
     def worker_pids(self) -> list[int]:
         with self._lock:
