@@ -38,7 +38,7 @@ def pool(settings: Settings, tmp_path: Path) -> Iterator[WorkerPool]:
 
 @pytest.fixture()
 def http(settings: Settings, pool: WorkerPool) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, build_context(settings, executor=pool))) as client:
+    with TestClient(create_app(settings, build_context(settings, executor=pool)), base_url="http://localhost") as client:
         yield client
 
 
