@@ -1,6 +1,6 @@
 """The `wasmrun` command.
 
-    wasmrun serve [--host H] [--port P] [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F]
+    wasmrun serve [--host H] [--port P] [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F] [--policy-file F]
     wasmrun skills list [--data-dir D] [--skills-dir S]...
     wasmrun skills check DIR...
     wasmrun run FILE.py [--mount SKILL]... [--arg KEY=VALUE]... [--entrypoint NAME] [--timeout-ms N]
@@ -42,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, help="sandboxes running at once (WASMRUN_WORKERS)")
     serve.add_argument(
         "--secrets-file", type=Path, help='TOML file of NAME = "value" secrets (WASMRUN_SECRETS_FILE)'
+    )
+    serve.add_argument(
+        "--policy-file", type=Path,
+        help="TOML operator policy: [network] grants, [secrets] modes (WASMRUN_POLICY_FILE)",
     )
 
     skills = commands.add_parser("skills", help="list or check skills")
@@ -89,7 +93,8 @@ def _serve(args: argparse.Namespace) -> int:
     from wasmrun.server import serve
 
     serve(_settings(
-        args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file
+        args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file,
+        policy_file=args.policy_file,
     ))
     return 0
 

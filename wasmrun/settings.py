@@ -7,6 +7,7 @@
     --skills-dir      WASMRUN_SKILLS_DIRS           (none; os.pathsep-separated; bundled skills/ always load)
     --workers         WASMRUN_WORKERS               number of CPUs
     --secrets-file    WASMRUN_SECRETS_FILE          (none)
+    --policy-file     WASMRUN_POLICY_FILE           (none: no network; secrets in env mode)
                       WASMRUN_SECRET_<NAME>         the secret <NAME>
                       WASMRUN_QUEUE_TIMEOUT         5 (seconds a call waits for a free sandbox)
                       WASMRUN_MAX_BODY_BYTES        33554432
@@ -26,6 +27,7 @@ from typing import Any
 import tomli
 
 import wasmrun
+from wasmrun.egress.policy import OperatorPolicy, load_policy
 
 ENV_PREFIX = "WASMRUN_"
 SECRET_PREFIX = "WASMRUN_SECRET_"
@@ -51,6 +53,8 @@ class Settings:
     max_body_bytes: int = 32 * 1024 * 1024
     max_full_read_bytes: int = 10 * 1024 * 1024
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # Network grants and secret modes (wasmrun/egress/policy.py).
+    policy: OperatorPolicy = field(default_factory=OperatorPolicy)
 
     @property
     def skills_home(self) -> Path:
@@ -71,6 +75,7 @@ class Settings:
         skills_dirs: list[Path] | None = None,
         workers: int | None = None,
         secrets_file: Path | None = None,
+        policy_file: Path | None = None,
     ) -> Settings:
         """Flags (the keyword arguments, None when not given) over `env` over defaults."""
         env = os.environ if env is None else env
@@ -85,6 +90,7 @@ class Settings:
         dirs = [BUNDLED_SKILLS] + [d for d in extra if d != BUNDLED_SKILLS]
 
         secrets_path = pick(secrets_file, "SECRETS_FILE")
+        policy_path = pick(policy_file, "POLICY_FILE")
         values: dict[str, Any] = {
             "host": pick(host, "HOST"),
             "port": _int(pick(port, "PORT"), "port"),
@@ -102,6 +108,7 @@ class Settings:
         return cls(
             skills_dirs=tuple(dirs),
             secrets=load_secrets(env, Path(secrets_path).expanduser() if secrets_path else None),
+            policy=load_policy(str(Path(policy_path).expanduser()) if policy_path else None),
             **chosen,
         )
 

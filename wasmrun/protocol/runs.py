@@ -4,6 +4,15 @@ Secrets: execute_skill gives the guest only the secrets its manifest names in
 `permissions.secrets`. run_code gets none: its code is written by the model,
 and any mounted skill shares its interpreter, so a secret handed to a
 mounted skill would be readable by that code.
+
+Network, the same way: execute_skill may reach what its manifest's
+`permissions.network` requests *and* the operator's policy grants it;
+run_code only what the operator grants run_code itself, whatever skills it
+mounts (see wasmrun/egress/policy.py).
+
+A secret in `host` mode (the operator's choice, wasmrun/egress/secrets.py) is
+only a placeholder in the guest's environment; its value travels with the
+run's network grant and is put into requests on the host.
 """
 
 from __future__ import annotations
@@ -11,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from wasmrun.egress.policy import NetworkGrant
+from wasmrun.egress.secrets import placeholder
 from wasmrun.protocol.blobs import blob_info
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, NotExecutable, ServerBusy
@@ -45,6 +56,21 @@ def _granted_secrets(ctx: Context, skill: Skill) -> dict[str, str]:
     return {name: ctx.secrets[name] for name in wanted if name in ctx.secrets}
 
 
+def _skill_env_and_network(ctx: Context, skill: Skill) -> tuple[dict[str, str], NetworkGrant | None]:
+    """The run's environment (env-mode secrets, placeholders for host-mode ones)
+    and its network grant (carrying the host-mode values)."""
+    env: dict[str, str] = {}
+    host_held: dict[str, str] = {}
+    for name, value in _granted_secrets(ctx, skill).items():
+        if ctx.policy.secret_mode(name) == "host":
+            env[name] = placeholder(name)
+            host_held[name] = value
+        else:
+            env[name] = value
+    network = ctx.policy.network.for_skill(skill.name, skill.manifest.permissions.network, host_held)
+    return env, network
+
+
 async def _checked_input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
     if not blob_ids:  # the common case: no file I/O, no thread hop
         return []
@@ -74,6 +100,7 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
             field="name",
         )
     input_blobs = await _checked_input_blobs(ctx, p.input_blobs)
+    env, network = _skill_env_and_network(ctx, skill)
     request = RunRequest(
         kind="skill",
         skill=skill.name,
@@ -81,7 +108,8 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
         args=p.args,
         skills=[_mount(skill)],
         input_blobs=input_blobs,
-        env=_granted_secrets(ctx, skill),
+        env=env,
+        network=network,
         limits=ctx.limits.resolve(timeout_ms=p.timeout_ms),
     )
     return await _run(ctx, request)
@@ -104,6 +132,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         skills=list(mounted.values()),
         input_blobs=input_blobs,
         env={},
+        network=ctx.policy.network.for_run_code(),  # never a mounted skill's grant
         limits=ctx.limits.resolve(timeout_ms=p.limits.timeout_ms),
     )
     return await _run(ctx, request)
