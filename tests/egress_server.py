@@ -26,17 +26,19 @@ class Seen:
 
 
 @dataclass
-class TestServer:
+class LocalServer:
     url: str  # e.g. http://127.0.0.1:PORT
     port: int
     seen: list[Seen] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)  # ends /slow early
+    api_key: str = ""  # the fake leads API wants "Authorization: Bearer <api_key>"
+    leads: list[dict[str, Any]] = field(default_factory=list)
 
     def paths(self) -> list[str]:
         return [s.path for s in self.seen]
 
 
-def _handler(server: TestServer) -> type[BaseHTTPRequestHandler]:
+def _handler(server: LocalServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -81,6 +83,14 @@ def _handler(server: TestServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(b"a")
                 self.wfile.flush()
                 server.release.wait(60)
+            elif route == "/services/data/v59.0/sobjects/Lead":  # a fake of Salesforce's REST API
+                if self.headers.get("Authorization") != f"Bearer {server.api_key}" or not server.api_key:
+                    self._reply(401, b'[{"errorCode": "INVALID_SESSION_ID"}]')
+                    return
+                lead = json.loads(body)
+                server.leads.append(lead)
+                lead_id = f"00Q{len(server.leads):015d}"
+                self._reply(201, json.dumps({"id": lead_id, "success": True, "errors": []}).encode())
             elif route == "/status":
                 self._reply(int(query["code"]), b'{"error": "nope"}')
             else:
@@ -92,12 +102,12 @@ def _handler(server: TestServer) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def serve(tls: ssl.SSLContext | None = None, host_name: str = "127.0.0.1") -> Iterator[TestServer]:
+def serve(tls: ssl.SSLContext | None = None, host_name: str = "127.0.0.1") -> Iterator[LocalServer]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     httpd.daemon_threads = True
     port = httpd.server_address[1]
     scheme = "https" if tls is not None else "http"
-    server = TestServer(f"{scheme}://{host_name}:{port}", port)
+    server = LocalServer(f"{scheme}://{host_name}:{port}", port)
     httpd.RequestHandlerClass = _handler(server)
     if tls is not None:
         httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)

@@ -44,6 +44,7 @@ LIMIT = "NetworkLimitExceeded"
 FAILED = "NetworkError"
 
 MAX_META_BYTES = 256 * 1024
+MAX_ADDRESSES = 4  # tried in turn when a connection is refused (e.g. ::1 before 127.0.0.1)
 MAX_HEADERS = 100
 MAX_HEADER_BYTES = 64 * 1024
 DEFAULT_TIMEOUT_S = 30.0
@@ -188,8 +189,9 @@ class EgressSession:
             raise Refused(NOT_ALLOWED, f"redirect to {why}" if hop else why)
         return target
 
-    def _connect_address(self, target: Target, stop: float, deadline: float) -> str:
-        """The address to connect to: resolved here and checked, never the guest's say."""
+    def _connect_addresses(self, target: Target, stop: float, deadline: float) -> list[str]:
+        """The addresses to try, in order: resolved here and each checked; the
+        connection only ever goes to one of these, never to the guest's say."""
         assert self.grant is not None
         literal = addresses.parse(target.host)
         if literal is not None:
@@ -205,11 +207,15 @@ class EgressSession:
                 raise Refused(FAILED, f"cannot resolve {target.host}: {exc.strerror or exc}") from None
             candidates = list(dict.fromkeys(str(info[4][0]) for info in infos))
         reasons = []
+        allowed = []
         for address in candidates:
             refused = addresses.refused_class(address, allow_private=self.grant.allow_private)
             if refused is None:
-                return address.split("%", 1)[0]
-            reasons.append(f"{address} is {refused}")
+                allowed.append(address.split("%", 1)[0])
+            else:
+                reasons.append(f"{address} is {refused}")
+        if allowed:
+            return allowed[:MAX_ADDRESSES]
         what = "" if literal is not None else f"{target.host} resolves to an address that may not be reached: "
         raise Refused(
             NOT_ALLOWED,
@@ -240,19 +246,15 @@ class EgressSession:
                                          if target.query else "")
         except UnknownSecret as exc:
             raise Refused(NOT_ALLOWED, f"secret {exc.name} is not granted to {grant.subject} in host mode") from None
-        address = self._connect_address(target, stop, deadline)
+        candidates = self._connect_addresses(target, stop, deadline)
         self.usage.requests += 1
-        remaining = min(stop, deadline) - time.monotonic()
-        if remaining <= 0:
-            self._out_of_time(stop, deadline, target)
-        conn = self._connection(target, address, remaining)
+        conn = self._connect(target, candidates, stop, deadline)
         # Bounds the whole exchange, not each socket call: at the end the socket
         # is shut down, and whatever blocks on it returns.
         fired = threading.Event()
-        watchdog = threading.Timer(remaining, _shutdown, (conn, fired))
+        watchdog = threading.Timer(max(0.0, min(stop, deadline) - time.monotonic()), _shutdown, (conn, fired))
         watchdog.daemon = True
         try:
-            conn.connect()
             watchdog.start()
             out_headers = {"Host": target.host_header}
             for k, v in wire_headers:
@@ -274,6 +276,24 @@ class EgressSession:
         finally:
             watchdog.cancel()
             conn.close()
+
+    def _connect(self, target: Target, candidates: list[str], stop: float, deadline: float) -> HTTPConnection:
+        error: BaseException | None = None
+        for address in candidates:
+            remaining = min(stop, deadline) - time.monotonic()
+            if remaining <= 0:
+                break
+            conn = self._connection(target, address, remaining)
+            try:
+                conn.connect()
+                return conn
+            except (Urllib3Error, OSError, ValueError) as exc:
+                conn.close()
+                error = exc
+                if isinstance(exc, ssl.SSLError):
+                    break  # the server answered: another address would not change its certificate
+        self._out_of_time(stop, deadline, target)
+        raise Refused(FAILED, _describe(error or TimeoutError(), target))
 
     def _read_body(self, response: urllib3.HTTPResponse, limit: int, target: Target, stop: float,
                    deadline: float) -> bytes:

@@ -108,9 +108,8 @@ class NetworkPolicy:
         return found
 
     def _grant(self, subject: str, requested: list[str] | None, granted: list[str],
-               host_secrets: Mapping[str, str]) -> NetworkGrant | None:
-        if not granted or requested == []:
-            return None  # nothing can match both: the run has no network
+               host_secrets: Mapping[str, str]) -> NetworkGrant:
+        # Even an empty grant is carried: a refusal then says which side said no.
         return NetworkGrant(
             subject=subject,
             requested=requested,
@@ -124,11 +123,11 @@ class NetworkPolicy:
             host_secrets=dict(host_secrets),
         )
 
-    def for_skill(self, name: str, requested: list[str], host_secrets: Mapping[str, str]) -> NetworkGrant | None:
+    def for_skill(self, name: str, requested: list[str], host_secrets: Mapping[str, str]) -> NetworkGrant:
         """The grant of an execute_skill run: the manifest's request ∩ the operator's grant."""
         return self._grant(f"skill {name}", list(requested), self.granted_for_skill(name), host_secrets)
 
-    def for_run_code(self) -> NetworkGrant | None:
+    def for_run_code(self) -> NetworkGrant:
         """run_code: only what the operator enabled for it, never a mounted skill's grant."""
         return self._grant("run_code", None, list(self.run_code), {})
 
