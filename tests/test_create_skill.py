@@ -186,6 +186,12 @@ def test_manifest_round_trips_through_toml(rpc: Rpc, description: str) -> None:
             id="bad-secret",
         ),
         pytest.param(
+            {"manifest": manifest(permissions={"network": ["https://*.example.com", "*.example.com"]})},
+            "manifest",
+            "permissions.network[1]",
+            id="bad-network-pattern",
+        ),
+        pytest.param(
             {"manifest": manifest(author="me")}, "manifest", "unknown field `author`", id="unknown-field"
         ),
         pytest.param(

@@ -30,7 +30,6 @@ from wasmrun.sandbox.executor import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import Settings
 
-
 FETCH_CODE = """\
 from runtime import http
 

@@ -37,7 +37,8 @@ def test_grant_is_the_intersection() -> None:
 def test_no_grant_means_no_network() -> None:
     url = parse_url("https://na1.salesforce.com/")
     policy = parse_policy(POLICY)
-    assert "not allowed for skill other.skill" in (policy.network.for_skill("other.skill", ["https://*.salesforce.com"], {}).refusal(url) or "")
+    other = policy.network.for_skill("other.skill", ["https://*.salesforce.com"], {})
+    assert "not allowed for skill other.skill" in (other.refusal(url) or "")
     assert "permissions.network" in (policy.network.for_skill("salesforce.leads.sync", [], {}).refusal(url) or "")
     assert "run_code has no network access" in (OperatorPolicy().network.for_run_code().refusal(url) or "")
     nothing = OperatorPolicy().network.for_skill("salesforce.leads.sync", ["https://*.salesforce.com"], {})

@@ -40,7 +40,10 @@ _METADATA_ADDRESSES = frozenset({
 })
 
 
-def _nets(*cidrs: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+Networks = tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+
+
+def _nets(*cidrs: str) -> Networks:
     return tuple(ipaddress.ip_network(c) for c in cidrs)
 
 
@@ -122,7 +125,7 @@ def classify(address: IPAddress | str) -> str | None:
     return None if ip.is_global else RESERVED
 
 
-def _first_class(ip: IPAddress, classes: tuple[tuple[str, tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]], ...]) -> str | None:
+def _first_class(ip: IPAddress, classes: tuple[tuple[str, Networks], ...]) -> str | None:
     for name, networks in classes:
         if any(ip in net for net in networks):
             return name

@@ -119,8 +119,7 @@ class EgressSession:
         try:
             reply = self.request(self._decode(meta), body, deadline)
         except Refused as refused:
-            head = {"error": refused.kind, "message": self._redact.text(refused.message)}
-            return _frame(head, b"")
+            return _frame({"error": refused.kind, "message": self._redact.text(refused.message)}, b"")
         head: dict[str, Any] = {
             "status": reply.status,
             "reason": self._redact.text(reply.reason),

@@ -34,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from wasmrun.egress.patterns import PatternError, Target, UrlPattern, parse_patterns
+from wasmrun.egress.patterns import PatternError, Target, UrlPattern
 
 MiB = 1 << 20
 

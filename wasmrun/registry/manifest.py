@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from wasmrun.egress.patterns import PatternError, UrlPattern
+
 SEGMENT = r"[a-z_][a-z0-9_]*"
 # Dotted lower-case identifiers: a skill named a.b.c is imported as `skills.a.b.c`.
 DOTTED_NAME = re.compile(rf"{SEGMENT}(\.{SEGMENT})*")
@@ -98,6 +100,11 @@ def validate_manifest(data: Any) -> Manifest:
     for secret in manifest.permissions.secrets:
         if not SECRET_NAME.fullmatch(secret):
             problems.append(f"permissions.secrets: {secret!r} is not a valid environment variable name")
+    for i, pattern in enumerate(manifest.permissions.network):
+        try:
+            UrlPattern.parse(pattern)
+        except PatternError as exc:
+            problems.append(f"permissions.network[{i}]: {exc}")
     if problems:
         raise ManifestError(problems)
     return manifest
