@@ -127,7 +127,10 @@ def skills_dir(skills_dir: Path, web: LocalServer, secure: LocalServer) -> Path:
     write_skill(skills_dir, "net.secret", code=SECRET_CODE, permissions={**both, "secrets": ["DEMO_TOKEN"]})
     write_skill(
         skills_dir, "net.legacy",
-        code="import os\ndef main(args):\n    print(os.environ['OTHER_TOKEN'])\n    return os.environ['OTHER_TOKEN']\n",
+        code=(
+            "import os\ndef main(args):\n    value = os.environ['OTHER_TOKEN']\n    print(value)\n"
+            "    return [value, value == 'not-for-you']\n"
+        ),
         permissions={"secrets": ["OTHER_TOKEN"]},
     )
     write_skill(
@@ -235,6 +238,23 @@ def test_urlopen_for_an_allowed_url(call: Caller, web: LocalServer) -> None:
     with call.with_policy(network_policy(web, web, "", run_code=[web.url])) as rpc:
         got = rpc("run_code", {"language": "python", "code": code, "args": {"base": web.url}})
     assert got["output"] == [[200, {"hello": "world", "method": "GET"}, "application/json"], "PUT", "a=1", 404], got
+
+
+def test_tls_is_verified(call: Caller, web: LocalServer, secure: LocalServer, ca: trustme.CA) -> None:
+    # without the test CA the host does not trust the server
+    with call.with_policy(network_policy(web, secure, "")) as rpc:
+        message = refused(fetch(rpc, url=secure.url + "/json"), "NetworkError")
+    assert "TLS certificate of localhost could not be verified" in message
+    # a trusted CA, but a certificate for another name
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("other.example").configure_cert(context)
+    with serve(context, host_name="localhost") as wrong:
+        write_skill(call.skills_dir, "net.wrongname", code=FETCH_CODE, permissions={"network": [wrong.url]})
+        with call.with_policy(network_policy(web, wrong, call.settings.policy.network.ca_file or "")) as rpc:
+            message = refused(fetch(rpc, "net.wrongname", url=wrong.url + "/json"), "NetworkError")
+        assert "TLS certificate of localhost could not be verified" in message
+        assert wrong.seen == []
+    assert secure.seen == []
 
 
 # -- refused requests ---------------------------------------------------------------
@@ -419,7 +439,7 @@ def test_secret_in_the_url_query_is_substituted(call: Caller, web: LocalServer) 
 
 def test_env_mode_secret_is_redacted_in_what_the_run_returns(call: Caller) -> None:
     got = call("execute_skill", {"name": "net.legacy"})
-    assert got["output"] == "wasmrun-secret:OTHER_TOKEN"
+    assert got["output"] == ["wasmrun-secret:OTHER_TOKEN", True]  # the guest had the value itself
     assert got["logs_preview"] == "wasmrun-secret:OTHER_TOKEN\n"
     assert "not-for-you" not in json.dumps(got)
 

@@ -17,6 +17,7 @@ urllib3 does the HTTP and TLS work (certificates verified, hostname matched).
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import http.client
 import json
 import re
@@ -33,6 +34,7 @@ import msgspec
 import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import HTTPError as Urllib3Error
+from urllib3.util.ssl_match_hostname import CertificateError
 
 from wasmrun.egress import addresses
 from wasmrun.egress.patterns import Target, UrlError, parse_url
@@ -105,7 +107,6 @@ class EgressSession:
 
     grant: NetworkGrant | None
     usage: Usage = field(default_factory=Usage)
-    _ssl: ssl.SSLContext | None = None
 
     def __post_init__(self) -> None:
         secrets = self.grant.host_secrets if self.grant is not None else {}
@@ -323,12 +324,17 @@ class EgressSession:
         )
 
     def _tls(self) -> ssl.SSLContext:
-        if self._ssl is None:
-            context = ssl.create_default_context()
-            if self.grant is not None and self.grant.ca_file:
-                context.load_verify_locations(cafile=self.grant.ca_file)
-            self._ssl = context
-        return self._ssl
+        return tls_context(self.grant.ca_file if self.grant is not None else None)
+
+
+@functools.lru_cache(maxsize=8)
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """Certificates verified against the system's CAs (plus the operator's `ca_file`).
+    Loading them takes milliseconds, so one context serves every run."""
+    context = ssl.create_default_context()
+    if ca_file:
+        context.load_verify_locations(cafile=ca_file)
+    return context
 
 
 def _shutdown(conn: HTTPConnection, fired: threading.Event) -> None:
@@ -342,6 +348,8 @@ def _shutdown(conn: HTTPConnection, fired: threading.Event) -> None:
 
 
 def _describe(exc: BaseException, target: Target) -> str:
+    if isinstance(exc, CertificateError):
+        return f"TLS certificate of {target.host} could not be verified: it is not for this name"
     if isinstance(exc, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(exc):
         return f"TLS certificate of {target.host} could not be verified"
     if isinstance(exc, ssl.SSLError):
