@@ -25,7 +25,7 @@ from starlette.testclient import TestClient
 
 from tests.egress_server import LocalServer, serve
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.egress.policy import OperatorPolicy, parse_policy
+from wasmrun.egress.policy import EgressPolicy, parse_egress_policy
 from wasmrun.sandbox.executor import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import Settings
@@ -103,7 +103,7 @@ def _clear(web: LocalServer, secure: LocalServer) -> None:
     secure.seen.clear()
 
 
-def network_policy(web: LocalServer, secure: LocalServer, ca_file: str, **network: Any) -> OperatorPolicy:
+def network_policy(web: LocalServer, secure: LocalServer, ca_file: str, **network: Any) -> EgressPolicy:
     section: dict[str, Any] = {
         "allow_private_addresses": True,  # the test servers are on loopback
         "ca_file": ca_file,
@@ -115,7 +115,7 @@ def network_policy(web: LocalServer, secure: LocalServer, ca_file: str, **networ
         },
     }
     section.update(network)
-    return parse_policy({"network": section, "secrets": {"OTHER_TOKEN": "env"}})
+    return parse_egress_policy({"network": section, "secrets": {"modes": {"OTHER_TOKEN": "env"}}})
 
 
 @pytest.fixture()
@@ -159,15 +159,15 @@ class Caller:
         return dict(body["result"])
 
     @contextmanager
-    def with_policy(self, policy: OperatorPolicy) -> Iterator[Caller]:
+    def with_policy(self, policy: EgressPolicy) -> Iterator[Caller]:
         """Another server (re-reading the skills folder) under `policy`."""
         with serve_with(self.settings, self.blobs, self.executor, policy) as other:
             yield other
 
 
 @contextmanager
-def serve_with(settings: Settings, blobs: FileBlobStore, executor: InProcessExecutor, policy: OperatorPolicy) -> Iterator[Caller]:
-    settings = dataclasses.replace(settings, policy=policy)
+def serve_with(settings: Settings, blobs: FileBlobStore, executor: InProcessExecutor, policy: EgressPolicy) -> Iterator[Caller]:
+    settings = dataclasses.replace(settings, egress=policy)
     context = build_context(settings, blobs=blobs, executor=executor)
     with TestClient(create_app(settings, context)) as client:
         yield Caller(client, settings, blobs, executor)
@@ -176,12 +176,12 @@ def serve_with(settings: Settings, blobs: FileBlobStore, executor: InProcessExec
 @pytest.fixture()
 def settings(settings: Settings, web: LocalServer, secure: LocalServer, ca_file: str) -> Settings:
     secrets = {**settings.secrets, "SALESFORCE_API_KEY": "sf-real-key-0001"}
-    return dataclasses.replace(settings, secrets=secrets, policy=network_policy(web, secure, ca_file))
+    return dataclasses.replace(settings, secrets=secrets, egress=network_policy(web, secure, ca_file))
 
 
 @pytest.fixture()
 def call(settings: Settings, blob_store: FileBlobStore, executor: InProcessExecutor) -> Iterator[Caller]:
-    with serve_with(settings, blob_store, executor, settings.policy) as caller:
+    with serve_with(settings, blob_store, executor, settings.egress) as caller:
         yield caller
 
 
@@ -250,7 +250,7 @@ def test_tls_is_verified(call: Caller, web: LocalServer, secure: LocalServer, ca
     ca.issue_cert("other.example").configure_cert(context)
     with serve(context, host_name="localhost") as wrong:
         write_skill(call.skills_dir, "net.wrongname", code=FETCH_CODE, permissions={"network": [wrong.url]})
-        with call.with_policy(network_policy(web, wrong, call.settings.policy.network.ca_file or "")) as rpc:
+        with call.with_policy(network_policy(web, wrong, call.settings.egress.network.ca_file or "")) as rpc:
             message = refused(fetch(rpc, "net.wrongname", url=wrong.url + "/json"), "NetworkError")
         assert "TLS certificate of localhost could not be verified" in message
         assert wrong.seen == []

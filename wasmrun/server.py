@@ -41,7 +41,7 @@ def build_context(
         blobs=blobs,
         executor=executor if executor is not None else make_executor(settings),
         secrets=settings.secrets,
-        policy=settings.policy,
+        egress=settings.egress,
         max_full_read_bytes=settings.max_full_read_bytes,
     )
 

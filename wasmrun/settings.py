@@ -27,7 +27,7 @@ from typing import Any
 import tomli
 
 import wasmrun
-from wasmrun.egress.policy import OperatorPolicy, load_policy
+from wasmrun.egress.policy import EgressPolicy, load_egress_policy
 
 ENV_PREFIX = "WASMRUN_"
 SECRET_PREFIX = "WASMRUN_SECRET_"
@@ -54,7 +54,7 @@ class Settings:
     max_full_read_bytes: int = 10 * 1024 * 1024
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     # Network grants and secret modes (wasmrun/egress/policy.py).
-    policy: OperatorPolicy = field(default_factory=OperatorPolicy)
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
 
     @property
     def skills_home(self) -> Path:
@@ -108,7 +108,7 @@ class Settings:
         return cls(
             skills_dirs=tuple(dirs),
             secrets=load_secrets(env, Path(secrets_path).expanduser() if secrets_path else None),
-            policy=load_policy(str(Path(policy_path).expanduser()) if policy_path else None),
+            egress=load_egress_policy(str(Path(policy_path).expanduser()) if policy_path else None),
             **chosen,
         )
 

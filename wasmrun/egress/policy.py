@@ -183,8 +183,8 @@ def parse_network_policy(section: Any) -> NetworkPolicy:
 
 
 @dataclass(frozen=True)
-class OperatorPolicy:
-    """Everything the policy file decides. `configured` is False when there is no file."""
+class EgressPolicy:
+    """What the policy file decides about egress. `configured` is False when there is no file."""
 
     network: NetworkPolicy = field(default_factory=NetworkPolicy)
     secret_modes: Mapping[str, str] = field(default_factory=dict)
@@ -198,41 +198,44 @@ class OperatorPolicy:
 SECRET_MODES = ("env", "host")
 
 
-def parse_policy(table: Mapping[str, Any]) -> OperatorPolicy:
-    """A parsed policy file: `[network]` above, and `[secrets]` choosing how
-    each secret reaches a run:
+def parse_egress_policy(table: Mapping[str, Any]) -> EgressPolicy:
+    """The egress part of a parsed policy file: `[network]` above, and how each
+    secret reaches a run:
 
         [secrets]
         default_mode = "host"             # the default in a policy file
+        [secrets.modes]
         LEGACY_TOKEN = "env"              # this one is put in the run's environment
 
     `host`: the guest sees only `wasmrun-secret:NAME`; the host puts the value
     into requests to hosts the skill may reach. `env`: the value itself is in
     the run's environment (the spec's behaviour; code can read and leak it).
+    Other sections and keys of the file (which skills are granted which
+    secrets, tenants, ...) belong to the access policy, which reads them itself.
     """
-    unknown = sorted(set(table) - {"network", "secrets"})
-    if unknown:
-        raise PolicyError(f"unknown sections in the policy file: {', '.join(unknown)}")
     network = parse_network_policy(table.get("network"))
     secrets = table.get("secrets", {})
     if not isinstance(secrets, dict):
-        raise PolicyError("[secrets] must be a table of NAME = \"host\" | \"env\"")
+        raise PolicyError("[secrets] must be a table")
+    default = secrets.get("default_mode", "host")
+    if default not in SECRET_MODES:
+        raise PolicyError(f"secrets.default_mode must be \"host\" or \"env\", not {default!r}")
+    table_of_modes = secrets.get("modes", {})
+    if not isinstance(table_of_modes, dict):
+        raise PolicyError("[secrets.modes] must be a table of NAME = \"host\" | \"env\"")
     modes: dict[str, str] = {}
-    default = "host"
-    for name, mode in secrets.items():
+    for name, mode in table_of_modes.items():
         if mode not in SECRET_MODES:
-            raise PolicyError(f"secrets.{name} must be \"host\" or \"env\", not {mode!r}")
-        if name == "default_mode":
-            default = mode
-        else:
-            modes[name] = mode
-    return OperatorPolicy(network=network, secret_modes=modes, default_secret_mode=default, configured=True)
+            raise PolicyError(f"secrets.modes.{name} must be \"host\" or \"env\", not {mode!r}")
+        modes[name] = mode
+    return EgressPolicy(network=network, secret_modes=modes, default_secret_mode=default, configured=True)
 
 
-def load_policy(path: str | None) -> OperatorPolicy:
-    """The policy file at `path`, or the no-file policy: no network, secrets in `env` mode."""
+def load_egress_policy(path: str | None) -> EgressPolicy:
+    """The egress part of the policy file at `path`, or the no-file policy:
+    no network, secrets in `env` mode."""
     if path is None:
-        return OperatorPolicy()
+        return EgressPolicy()
     import tomli
 
     try:
@@ -241,7 +244,7 @@ def load_policy(path: str | None) -> OperatorPolicy:
     except tomli.TOMLDecodeError as exc:
         raise PolicyError(f"policy file {path} is not valid TOML: {exc}") from None
     try:
-        policy = parse_policy(table)
+        policy = parse_egress_policy(table)
     except PolicyError as exc:
         raise PolicyError(f"policy file {path}: {exc}") from None
     ca_file = policy.network.ca_file

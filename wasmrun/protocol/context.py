@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from wasmrun.blobs.store import BlobStore
-from wasmrun.egress.policy import OperatorPolicy
+from wasmrun.egress.policy import EgressPolicy
 from wasmrun.registry.store import SkillRegistry
 from wasmrun.sandbox.executor import Executor
 from wasmrun.sandbox.limits import LimitPolicy
@@ -19,5 +19,5 @@ class Context:
     executor: Executor
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     limits: LimitPolicy = field(default_factory=LimitPolicy)
-    policy: OperatorPolicy = field(default_factory=OperatorPolicy)  # network grants, secret modes
+    egress: EgressPolicy = field(default_factory=EgressPolicy)  # network grants, secret modes
     max_full_read_bytes: int = 10 * 1024 * 1024

@@ -62,12 +62,12 @@ def _skill_env_and_network(ctx: Context, skill: Skill) -> tuple[dict[str, str], 
     env: dict[str, str] = {}
     host_held: dict[str, str] = {}
     for name, value in _granted_secrets(ctx, skill).items():
-        if ctx.policy.secret_mode(name) == "host":
+        if ctx.egress.secret_mode(name) == "host":
             env[name] = placeholder(name)
             host_held[name] = value
         else:
             env[name] = value
-    network = ctx.policy.network.for_skill(skill.name, skill.manifest.permissions.network, host_held)
+    network = ctx.egress.network.for_skill(skill.name, skill.manifest.permissions.network, host_held)
     return env, network
 
 
@@ -132,7 +132,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         skills=list(mounted.values()),
         input_blobs=input_blobs,
         env={},
-        network=ctx.policy.network.for_run_code(),  # never a mounted skill's grant
+        network=ctx.egress.network.for_run_code(),  # never a mounted skill's grant
         limits=ctx.limits.resolve(timeout_ms=p.limits.timeout_ms),
     )
     return await _run(ctx, request)
