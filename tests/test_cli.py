@@ -83,7 +83,7 @@ def test_policy_file_from_flag_or_environment(tmp_path: Path, capsys: pytest.Cap
         assert s.egress.network.granted_for_skill("salesforce.leads.sync") == ["https://*.salesforce.com"]
         assert s.egress.secret_mode("NEW") == "host" and s.egress.secret_mode("OLD") == "env"
     assert Settings.load({}).egress.secret_mode("NEW") == "env"  # no policy file: today's behaviour
-    file.write_text('[network.skills]\n"salesforce.*" = ["*.salesforce.com"]\n')
+    file.write_text('[network.skills]\n"salesforce.*" = ["ftp://*.salesforce.com"]\n')
     with pytest.raises(ValueError, match=r"network.skills.'salesforce.\*'"):
         Settings.load({}, policy_file=file)
     assert main(["serve", "--policy-file", str(file), "--data-dir", str(tmp_path / "data")]) == 2

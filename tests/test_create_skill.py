@@ -186,7 +186,7 @@ def test_manifest_round_trips_through_toml(rpc: Rpc, description: str) -> None:
             id="bad-secret",
         ),
         pytest.param(
-            {"manifest": manifest(permissions={"network": ["https://*.example.com", "*.example.com"]})},
+            {"manifest": manifest(permissions={"network": ["https://*.example.com", "ftp://*.example.com"]})},
             "manifest",
             "permissions.network[1]",
             id="bad-network-pattern",

@@ -38,6 +38,9 @@ def matches(pattern: str, url: str) -> bool:
         ("https://*", "https://anything.example/", True),
         ("https://*", "http://anything.example/", False),
         ("https://bücher.example", "https://xn--bcher-kva.example/", True),
+        ("*.example.com", "https://a.example.com/", True),  # a bare host means https
+        ("*.example.com", "http://a.example.com/", False),
+        ("api.example.com:8443/v1", "https://api.example.com:8443/v1/x", True),
     ],
 )
 def test_matching(pattern: str, url: str, expected: bool) -> None:
@@ -47,8 +50,8 @@ def test_matching(pattern: str, url: str, expected: bool) -> None:
 @pytest.mark.parametrize(
     "pattern",
     [
-        "api.example.com",  # no scheme
         "ftp://example.com",
+        "ws:/example.com",
         "https://",
         "https://a*.example.com",
         "https://*example.com",

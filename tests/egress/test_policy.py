@@ -64,7 +64,7 @@ def test_secret_modes_default_to_host_in_a_policy_file() -> None:
 @pytest.mark.parametrize(
     "table, fragment",
     [
-        ({"network": {"skills": {"a.*": ["api.example.com"]}}}, "network.skills"),
+        ({"network": {"skills": {"a.*": ["ftp://api.example.com"]}}}, "network.skills"),
         ({"network": {"skills": {"a.*": "https://x.com"}}}, "list of URL patterns"),
         ({"network": {"run_code": ["https://a*.com"]}}, "network.run_code"),
         ({"network": {"allow_private_addresses": "yes"}}, "allow_private_addresses"),

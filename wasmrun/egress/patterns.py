@@ -5,8 +5,9 @@
                                      not salesforce.com itself
     http://127.0.0.1:8080/v1         that host and port, paths /v1 and /v1/...
     https://*                        any host over HTTPS (an operator's "anything")
+    api.example.com                  a bare host: https://api.example.com
 
-The scheme is required (http or https). Without a port a pattern means the
+The scheme is http or https; without one, https. Without a port a pattern means the
 scheme's default port. A path prefix matches whole segments (`/v1` does not
 match `/v10`). Hosts compare case-insensitively, in their IDNA (ASCII) form.
 """
@@ -141,10 +142,11 @@ class UrlPattern:
             raise PatternError(f"a network pattern must be a non-empty string of at most {MAX_PATTERN} characters")
         if any(ord(c) < 0x21 or ord(c) == 0x7F for c in text) or "?" in text or "#" in text or "@" in text:
             raise PatternError(f"{text!r} must be scheme://host[:port][/path] (no spaces, query, fragment or user)")
-        scheme, sep, rest = text.partition("://")
+        # A bare host ("api.example.com", "*.example.com") means HTTPS.
+        scheme, sep, rest = text.partition("://") if "://" in text else ("https", "://", text)
         scheme = scheme.lower()
-        if not sep or scheme not in DEFAULT_PORTS:
-            raise PatternError(f"{text!r} must start with http:// or https://")
+        if scheme not in DEFAULT_PORTS:
+            raise PatternError(f"{text!r} must start with http:// or https:// (or be a bare host, meaning https)")
         authority, slash, path = rest.partition("/")
         host_text, port_text = authority, ""
         if authority.startswith("["):
@@ -157,6 +159,8 @@ class UrlPattern:
             port_text = port_text[1:]
         elif ":" in authority:
             host_text, _, port_text = authority.partition(":")
+            if not port_text:
+                raise PatternError(f"{text!r}: a ':' must be followed by a port")
         port = DEFAULT_PORTS[scheme]
         if port_text:
             if not port_text.isdigit() or not 0 < int(port_text) < 65536:
