@@ -7,6 +7,7 @@ what did, and did not, reach the wire.
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 import threading
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ class LocalServer:
     release: threading.Event = field(default_factory=threading.Event)  # ends /slow early
     api_key: str = ""  # the fake leads API wants "Authorization: Bearer <api_key>"
     leads: list[dict[str, Any]] = field(default_factory=list)
+    connections: int = 0  # connections accepted
 
     def paths(self) -> list[str]:
         return [s.path for s in self.seen]
@@ -44,6 +46,13 @@ def _handler(server: LocalServer) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, *args: Any) -> None:
             pass
+
+        def setup(self) -> None:
+            super().setup()
+            # Headers and body go out in separate writes: without this, Nagle's
+            # algorithm and the client's delayed ACK add 40 ms to every kept-alive reply.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            server.connections += 1
 
         def _reply(self, status: int, body: bytes, ctype: str = "application/json", extra: dict[str, str] | None = None) -> None:
             self.send_response(status)
@@ -91,6 +100,9 @@ def _handler(server: LocalServer) -> type[BaseHTTPRequestHandler]:
                 server.leads.append(lead)
                 lead_id = f"00Q{len(server.leads):015d}"
                 self._reply(201, json.dumps({"id": lead_id, "success": True, "errors": []}).encode())
+            elif route == "/drop":  # answers as if keeping the connection, then closes it
+                self._reply(200, b'{"dropped": true}')
+                self.close_connection = True
             elif route == "/status":
                 self._reply(int(query["code"]), b'{"error": "nope"}')
             else:

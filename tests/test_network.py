@@ -221,6 +221,24 @@ def test_redirect_within_the_allowlist_is_followed(call: Caller, web: LocalServe
     assert got["usage"]["http_requests"] == 2
 
 
+@pytest.mark.parametrize("which", ["web", "secure"])
+def test_a_run_keeps_its_connection_alive(call: Caller, which: str, request: pytest.FixtureRequest) -> None:
+    server: LocalServer = request.getfixturevalue(which)
+    code = (
+        "from runtime import http\n"
+        "def main(args):\n"
+        "    return [http.get(args['base'] + path).status for path in ['/json', '/drop', '/json', '/json']]\n"
+    )
+    write_skill(call.skills_dir, "net.many", code=code, permissions={"network": [server.url]})
+    before = server.connections
+    with call.with_policy(network_policy(server, server, call.settings.egress.network.ca_file or "")) as rpc:
+        got = rpc("execute_skill", {"name": "net.many", "args": {"base": server.url}})
+    assert got["output"] == [200, 200, 200, 200], got
+    # one connection for the first two; the server closed it after /drop, so a second one
+    assert server.connections - before == 2
+    assert got["usage"]["http_requests"] == 4
+
+
 def test_urlopen_for_an_allowed_url(call: Caller, web: LocalServer) -> None:
     code = (
         "import json, urllib.request, urllib.error\n"

@@ -3,6 +3,8 @@ requests are errors the guest sees, never a host failure, and nothing is sent.""
 
 from __future__ import annotations
 
+import json
+
 from tests.egress_server import serve
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.sandbox.engine import SandboxEngine
@@ -33,10 +35,10 @@ def test_malformed_host_calls_are_guest_errors(engine: SandboxEngine) -> None:
             "{",
             "[]",
             '{"method": 1, "url": "x"}',
-            '{"method": "GET", "url": "%s", "headers": [["a"]]}' % url,
-            '{"method": "GET", "url": "%s", "timeout": "soon"}' % url,
-            '{"method": "GET", "url": "%s", "surprise": true}' % url,
-            '{"method": "GET", "url": "%s", "headers": [["X", "\\ud800"]]}' % url,
+            json.dumps({"method": "GET", "url": url, "headers": [["a"]]}),
+            json.dumps({"method": "GET", "url": url, "timeout": "soon"}),
+            json.dumps({"method": "GET", "url": url, "surprise": True}),
+            json.dumps({"method": "GET", "url": url, "headers": [["X", "\ud800"]]}),
             400_000,  # larger than any request head may be
         ]
         grant = NetworkGrant(subject="run_code", requested=None, granted=[server.url], allow_private=True)

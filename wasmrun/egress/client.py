@@ -46,6 +46,7 @@ LIMIT = "NetworkLimitExceeded"
 FAILED = "NetworkError"
 
 MAX_META_BYTES = 256 * 1024
+MAX_IDLE = 4  # connections a run keeps open for its next requests to the same address
 MAX_ADDRESSES = 4  # tried in turn when a connection is refused (e.g. ::1 before 127.0.0.1)
 MAX_HEADERS = 100
 MAX_HEADER_BYTES = 64 * 1024
@@ -58,6 +59,13 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _RESERVED_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "upgrade", "te", "trailer"}
 _CROSS_ORIGIN_DROPPED = {"authorization", "cookie", "proxy-authorization"}
 _resolver = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="wasmrun-dns")
+
+
+class _Stale(Exception):
+    """A kept connection the server had closed: the request was not answered."""
+
+
+_STALE_ERRORS = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
 class RunDeadline(Exception):
@@ -111,6 +119,9 @@ class EgressSession:
     def __post_init__(self) -> None:
         secrets = self.grant.host_secrets if self.grant is not None else {}
         self._redact = Redactor(secrets)
+        # Kept-alive connections, by (scheme, host, port, address): a request reuses
+        # one only to an address its own resolution and check just allowed.
+        self._idle: dict[tuple[str, str, int, str], HTTPConnection] = {}
 
     # -- the host call -----------------------------------------------------------
 
@@ -248,33 +259,74 @@ class EgressSession:
             raise Refused(NOT_ALLOWED, f"secret {exc.name} is not granted to {grant.subject} in host mode") from None
         candidates = self._connect_addresses(target, stop, deadline)
         self.usage.requests += 1
-        conn = self._connect(target, candidates, stop, deadline)
+        out_headers = {"Host": target.host_header}
+        for k, v in wire_headers:
+            out_headers[k] = f"{out_headers[k]}, {v}" if k in out_headers else v
+        exchange = (target, method, wire_target, out_headers, body, stop, deadline)
+        conn = self._idle_connection(target, candidates)
+        if conn is not None:
+            try:
+                return self._exchange(conn, *exchange)
+            except _Stale:
+                pass  # the server closed the kept connection before answering: once more, afresh
+        return self._exchange(self._connect(target, candidates, stop, deadline), *exchange)
+
+    def _idle_connection(self, target: Target, candidates: list[str]) -> HTTPConnection | None:
+        """A connection this run kept open to one of the addresses just checked."""
+        for address in candidates:
+            conn = self._idle.pop((target.scheme, target.host, target.port, address), None)
+            if conn is not None:
+                return conn
+        return None
+
+    def _exchange(
+        self, conn: HTTPConnection, target: Target, method: str, wire_target: str, headers: dict[str, str],
+        body: bytes | None, stop: float, deadline: float,
+    ) -> Reply:
+        grant = self.grant
+        assert grant is not None
+        reused = conn.sock is not None and getattr(conn, "_wasmrun_used", False)
+        conn._wasmrun_used = True  # type: ignore[attr-defined]
+        remaining = max(0.001, min(stop, deadline) - time.monotonic())
+        conn.timeout = remaining
         # Bounds the whole exchange, not each socket call: at the end the socket
         # is shut down, and whatever blocks on it returns.
         fired = threading.Event()
-        watchdog = threading.Timer(max(0.0, min(stop, deadline) - time.monotonic()), _shutdown, (conn, fired))
+        watchdog = threading.Timer(remaining, _shutdown, (conn, fired))
         watchdog.daemon = True
+        keep = False
+        got_response = False
         try:
             watchdog.start()
-            out_headers = {"Host": target.host_header}
-            for k, v in wire_headers:
-                out_headers[k] = f"{out_headers[k]}, {v}" if k in out_headers else v
-            conn.request(method, wire_target, body=body, headers=out_headers, preload_content=False,
-                         decode_content=False)
-            self.usage.bytes_out += len(body or b"") + len(wire_target) + sum(len(k) + len(v) for k, v in wire_headers)
+            conn.request(method, wire_target, body=body, headers=headers, preload_content=False, decode_content=False)
+            self.usage.bytes_out += len(body or b"") + len(wire_target) + sum(len(k) + len(v) for k, v in headers.items())
             response = conn.getresponse()
+            got_response = True
             data = self._read_body(response, grant.max_response_bytes, target, stop, deadline)
             if fired.is_set():  # cut short by the watchdog: what was read is not the reply
                 self._out_of_time(stop, deadline, target)
                 raise Refused(FAILED, f"the request to {target.host_header} timed out")
             reply_headers = [(str(k), str(v)) for k, v in response.headers.items()]
             self.usage.bytes_in += len(data) + sum(len(k) + len(v) for k, v in reply_headers)
+            keep = _reusable(response, method)
             return Reply(response.status, str(response.reason or ""), reply_headers, data, target.url)
         except (Urllib3Error, OSError, ValueError, http.client.HTTPException) as exc:
             self._out_of_time(stop, deadline, target)
+            if reused and not got_response and not fired.is_set() and isinstance(exc, _STALE_ERRORS):
+                raise _Stale() from None
             raise Refused(FAILED, _describe(exc, target)) from None
         finally:
             watchdog.cancel()
+            key = (target.scheme, target.host, target.port, str(conn.host))
+            if keep and not fired.is_set() and len(self._idle) < MAX_IDLE and key not in self._idle:
+                self._idle[key] = conn
+            else:
+                conn.close()
+
+    def close(self) -> None:
+        """Close the connections kept for the run (at its end)."""
+        while self._idle:
+            _, conn = self._idle.popitem()
             conn.close()
 
     def _connect(self, target: Target, candidates: list[str], stop: float, deadline: float) -> HTTPConnection:
@@ -335,6 +387,15 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
     if ca_file:
         context.load_verify_locations(cafile=ca_file)
     return context
+
+
+def _reusable(response: urllib3.HTTPResponse, method: str) -> bool:
+    """Whether the connection can carry another request: HTTP/1.1, not closing,
+    and the body's end known from its framing (read to the end already)."""
+    if response.version != 11 or "close" in response.headers.get("connection", "").lower():
+        return False
+    framed = "content-length" in response.headers or "chunked" in response.headers.get("transfer-encoding", "").lower()
+    return framed or method == "HEAD" or response.status in (204, 304)
 
 
 def _shutdown(conn: HTTPConnection, fired: threading.Event) -> None:

@@ -368,6 +368,7 @@ class SandboxEngine:
             usage.run_ms = round((t2 - t1) * 1000, 3)
         finally:
             ctx.wasi_funcs.clear()
+            ctx.egress.close()
         usage.blob_io_bytes = ctx.blob_io
         usage.http_requests = ctx.egress.usage.requests
         usage.http_bytes_out = ctx.egress.usage.bytes_out
