@@ -266,10 +266,12 @@ class EgressSession:
         conn = self._idle_connection(target, candidates)
         if conn is not None:
             try:
-                return self._exchange(conn, *exchange)
+                return self._exchange(conn, *exchange, reused=True)
             except _Stale:
-                pass  # the server closed the kept connection before answering: once more, afresh
-        return self._exchange(self._connect(target, candidates, stop, deadline), *exchange)
+                # The server closed the kept connection before answering (nothing of a
+                # reply came back): the request goes once more, on a new connection.
+                pass
+        return self._exchange(self._connect(target, candidates, stop, deadline), *exchange, reused=False)
 
     def _idle_connection(self, target: Target, candidates: list[str]) -> HTTPConnection | None:
         """A connection this run kept open to one of the addresses just checked."""
@@ -281,12 +283,10 @@ class EgressSession:
 
     def _exchange(
         self, conn: HTTPConnection, target: Target, method: str, wire_target: str, headers: dict[str, str],
-        body: bytes | None, stop: float, deadline: float,
+        body: bytes | None, stop: float, deadline: float, *, reused: bool,
     ) -> Reply:
         grant = self.grant
         assert grant is not None
-        reused = conn.sock is not None and getattr(conn, "_wasmrun_used", False)
-        conn._wasmrun_used = True  # type: ignore[attr-defined]
         remaining = max(0.001, min(stop, deadline) - time.monotonic())
         conn.timeout = remaining
         # Bounds the whole exchange, not each socket call: at the end the socket
