@@ -82,6 +82,8 @@ def _handler(server: LocalServer) -> type[BaseHTTPRequestHandler]:
                 self._reply(200, json.dumps(payload).encode())
             elif route == "/redirect":
                 self._reply(int(query.get("status", "302")), b"", extra={"Location": query["to"]})
+            elif route == "/loop":
+                self._reply(302, b"", extra={"Location": "/loop"})
             elif route == "/big":
                 self._reply(200, b"x" * int(query["n"]), "application/octet-stream")
             elif route == "/slow":

@@ -239,6 +239,29 @@ def test_a_run_keeps_its_connection_alive(call: Caller, which: str, request: pyt
     assert got["usage"]["http_requests"] == 4
 
 
+def test_credentials_stay_with_their_origin_across_redirects(call: Caller, web: LocalServer, secure: LocalServer) -> None:
+    headers = {"Authorization": "Bearer abc", "X-Key": "wasmrun-secret:DEMO_TOKEN", "X-Plain": "kept"}
+    code = (
+        "from runtime import http\n"
+        "def main(args):\n"
+        "    r = http.post(args['url'], headers=args['headers'], json={'a': 1})\n"
+        "    return [r.status, r.url, r.json()['method']]\n"
+    )
+    write_skill(call.skills_dir, "net.hops", code=code,
+                permissions={"network": [web.url, secure.url], "secrets": ["DEMO_TOKEN"]})
+    with call.with_policy(network_policy(web, secure, call.settings.egress.network.ca_file or "")) as rpc:
+        url = f"{web.url}/redirect?status=303&to={secure.url}/echo"
+        got = rpc("execute_skill", {"name": "net.hops", "args": {"url": url, "headers": headers}})
+        assert got["output"] == [200, secure.url + "/echo", "GET"], got  # 303: the next hop is a GET
+        assert web.seen[0].headers["X-Key"] == "s3cret" and web.seen[0].headers["Authorization"] == "Bearer abc"
+        hop = secure.seen[0].headers
+        assert "Authorization" not in hop and "X-Key" not in hop and hop["X-Plain"] == "kept"
+        # a redirect loop ends at the limit
+        loop = f"{web.url}/loop"
+        got = rpc("execute_skill", {"name": "net.hops", "args": {"url": loop, "headers": {}}})
+        assert "more than 5 redirects" in refused(got, "NetworkLimitExceeded")
+
+
 def test_urlopen_for_an_allowed_url(call: Caller, web: LocalServer) -> None:
     code = (
         "import json, urllib.request, urllib.error\n"
@@ -307,6 +330,16 @@ def test_loopback_is_refused_under_the_default_configuration(
         assert "127.0.0.1 is loopback" in message
         message = refused(fetch(rpc, url=secure.url + "/json"))
         assert "localhost resolves to an address that may not be reached" in message
+    # the same address in other spellings (a manifest and a grant that name them, nothing listening)
+    spellings = ["http://[::1]:9", "http://[::ffff:127.0.0.1]:9", "http://0.0.0.0:9", "http://[::ffff:169.254.169.254]:9"]
+    write_skill(call.skills_dir, "net.spellings", code=FETCH_CODE, permissions={"network": spellings})
+    policy = parse_egress_policy({"network": {"skills": {"net.spellings": spellings}}})
+    with call.with_policy(policy) as rpc:
+        found = [refused(fetch(rpc, "net.spellings", url=url + "/")) for url in spellings]
+    assert "::1 is loopback" in found[0]
+    assert "::ffff:7f00:1 is loopback" in found[1]
+    assert "0.0.0.0 is unspecified" in found[2]
+    assert "::ffff:a9fe:a9fe is metadata" in found[3]
     assert web.seen == [] and secure.seen == []
 
 
