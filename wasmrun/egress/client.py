@@ -419,8 +419,8 @@ def _describe(exc: BaseException, target: Target) -> str:
         return f"the request to {target.host_header} timed out"
     if isinstance(exc, ConnectionRefusedError):
         return f"{target.host_header} refused the connection"
-    if isinstance(exc, ValueError):
-        return f"the request could not be sent: {str(exc)[:200]}"
+    if isinstance(exc, ValueError):  # its text could quote a header, and so a secret
+        return f"the request to {target.host_header} could not be sent (a header or the body is not valid)"
     return f"the request to {target.host_header} failed ({type(exc).__name__})"
 
 
