@@ -19,7 +19,10 @@ POLICY = {
         "max_requests": 3,
     },
     "secrets": {"modes": {"LEGACY": "env"}, "grants": {"salesforce.*": ["SALESFORCE_API_KEY"]}},
-    "tenants": {"alice": {}},  # the access policy's: ignored here
+    "tenants": {
+        "alice": {"network": {"skills": {"crm.*": ["https://crm.alice.example"]}}, "secrets": {"grants": {}}},
+        "bob": {},
+    },
 }
 
 
@@ -44,6 +47,18 @@ def test_no_grant_means_no_network() -> None:
     assert "run_code has no network access" in (EgressPolicy().network.for_run_code().refusal(url) or "")
     nothing = EgressPolicy().network.for_skill("salesforce.leads.sync", ["https://*.salesforce.com"], {})
     assert "by the server's network policy" in (nothing.refusal(url) or "")
+
+
+def test_a_tenant_grant_adds_to_everyone_s_for_that_tenant_only() -> None:
+    network = parse_egress_policy(POLICY).network
+    url = parse_url("https://crm.alice.example/v1")
+    assert network.for_skill("crm.sync", ["https://crm.alice.example"], {}, tenant="alice").refusal(url) is None
+    assert network.for_skill("crm.sync", ["https://crm.alice.example"], {}, tenant="bob").refusal(url) is not None
+    assert network.for_skill("crm.sync", ["https://crm.alice.example"], {}).refusal(url) is not None
+    both = network.granted_for_skill("salesforce.leads.sync", "alice")
+    assert both == ["https://*.salesforce.com"]
+    with pytest.raises(PolicyError, match="tenants.carol.network"):
+        parse_egress_policy({"tenants": {"carol": {"network": {"run_code": []}}}})
 
 
 def test_run_code_gets_only_its_own_allowlist() -> None:

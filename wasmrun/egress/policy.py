@@ -20,6 +20,9 @@ skill runs with its caller's grant, never the skill's.
 
     [network.skills]
     "salesforce.*" = ["https://*.salesforce.com"]
+
+    [tenants.alice.network.skills]    # only tenant alice's runs (added to the above)
+    "crm.*" = ["https://crm.alice.example"]
 """
 
 from __future__ import annotations
@@ -92,6 +95,8 @@ class NetworkPolicy:
     """The `[network]` section of the operator's policy file."""
 
     skills: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (skill-name pattern, URL patterns)
+    # One tenant's grants, added to everyone's: [tenants.<name>.network.skills].
+    tenant_skills: Mapping[str, tuple[tuple[str, tuple[str, ...]], ...]] = field(default_factory=dict)
     run_code: tuple[str, ...] = ()
     allow_private_addresses: bool = False
     max_requests: int = 50
@@ -100,9 +105,10 @@ class NetworkPolicy:
     max_redirects: int = 5
     ca_file: str | None = None
 
-    def granted_for_skill(self, name: str) -> list[str]:
+    def granted_for_skill(self, name: str, tenant: str | None = None) -> list[str]:
         found: list[str] = []
-        for name_pattern, urls in self.skills:
+        extra = self.tenant_skills.get(tenant, ()) if tenant is not None else ()
+        for name_pattern, urls in (*self.skills, *extra):
             if fnmatch.fnmatchcase(name, name_pattern):
                 found.extend(u for u in urls if u not in found)
         return found
@@ -123,9 +129,12 @@ class NetworkPolicy:
             host_secrets=dict(host_secrets),
         )
 
-    def for_skill(self, name: str, requested: list[str], host_secrets: Mapping[str, str]) -> NetworkGrant:
-        """The grant of an execute_skill run: the manifest's request ∩ the operator's grant."""
-        return self._grant(f"skill {name}", list(requested), self.granted_for_skill(name), host_secrets)
+    def for_skill(
+        self, name: str, requested: list[str], host_secrets: Mapping[str, str], tenant: str | None = None
+    ) -> NetworkGrant:
+        """The grant of an execute_skill run: the manifest's request ∩ the operator's
+        grant (everyone's, plus the calling tenant's own)."""
+        return self._grant(f"skill {name}", list(requested), self.granted_for_skill(name, tenant), host_secrets)
 
     def for_run_code(self) -> NetworkGrant:
         """run_code: only what the operator enabled for it, never a mounted skill's grant."""
@@ -147,6 +156,27 @@ def _url_list(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _skill_grants(table: Any, where: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if not isinstance(table, dict):
+        raise PolicyError(f"[{where}] must be a table of skill-name pattern = [URL patterns]")
+    return tuple((str(name), _url_list(urls, f"{where}.{name!r}")) for name, urls in table.items())
+
+
+def _tenant_grants(tenants: Any) -> dict[str, tuple[tuple[str, tuple[str, ...]], ...]]:
+    """`[tenants.<name>.network.skills]`: only the network part of each tenant's table."""
+    if not isinstance(tenants, dict):
+        return {}  # the access policy reports a malformed [tenants]
+    found = {}
+    for tenant, table in tenants.items():
+        network = table.get("network") if isinstance(table, dict) else None
+        if network is None:
+            continue
+        if not isinstance(network, dict) or set(network) - {"skills"}:
+            raise PolicyError(f"[tenants.{tenant}.network] may only hold a [skills] table")
+        found[str(tenant)] = _skill_grants(network.get("skills", {}), f"tenants.{tenant}.network.skills")
+    return found
+
+
 def parse_network_policy(section: Any) -> NetworkPolicy:
     """The `[network]` table of the policy file (absent: no network for anyone)."""
     if section is None:
@@ -156,13 +186,8 @@ def parse_network_policy(section: Any) -> NetworkPolicy:
     unknown = sorted(set(section) - _KNOWN)
     if unknown:
         raise PolicyError(f"[network] has unknown keys: {', '.join(unknown)}")
-    skills = section.get("skills", {})
-    if not isinstance(skills, dict):
-        raise PolicyError("[network.skills] must be a table of skill-name pattern = [URL patterns]")
     values: dict[str, Any] = {
-        "skills": tuple(
-            (str(name), _url_list(urls, f"network.skills.{name!r}")) for name, urls in skills.items()
-        ),
+        "skills": _skill_grants(section.get("skills", {}), "network.skills"),
         "run_code": _url_list(section.get("run_code", []), "network.run_code"),
     }
     allow = section.get("allow_private_addresses", False)
@@ -214,6 +239,9 @@ def parse_egress_policy(table: Mapping[str, Any]) -> EgressPolicy:
     secrets, tenants, ...) belong to the access policy, which reads them itself.
     """
     network = parse_network_policy(table.get("network"))
+    tenant_grants = _tenant_grants(table.get("tenants", {}))
+    if tenant_grants:
+        network = dataclasses.replace(network, tenant_skills=tenant_grants)
     secrets = table.get("secrets", {})
     if not isinstance(secrets, dict):
         raise PolicyError("[secrets] must be a table")
