@@ -56,7 +56,7 @@ def _granted_secrets(ctx: Context, skill: Skill) -> dict[str, str]:
     return {name: ctx.secrets[name] for name in wanted if name in ctx.secrets}
 
 
-def _skill_env_and_network(ctx: Context, skill: Skill) -> tuple[dict[str, str], NetworkGrant | None]:
+def _skill_env_and_network(ctx: Context, skill: Skill) -> tuple[dict[str, str], NetworkGrant]:
     """The run's environment (env-mode secrets, placeholders for host-mode ones)
     and its network grant (carrying the host-mode values)."""
     env: dict[str, str] = {}
