@@ -30,6 +30,7 @@ SEMVER = re.compile(
 )
 MAX_NAME = 128
 MAX_DESCRIPTION = 1024
+MAX_NETWORK_PATTERNS = 256
 
 
 class ManifestError(ValueError):
@@ -100,7 +101,9 @@ def validate_manifest(data: Any) -> Manifest:
     for secret in manifest.permissions.secrets:
         if not SECRET_NAME.fullmatch(secret):
             problems.append(f"permissions.secrets: {secret!r} is not a valid environment variable name")
-    for i, pattern in enumerate(manifest.permissions.network):
+    if len(manifest.permissions.network) > MAX_NETWORK_PATTERNS:
+        problems.append(f"permissions.network: at most {MAX_NETWORK_PATTERNS} URL patterns")
+    for i, pattern in enumerate(manifest.permissions.network[:MAX_NETWORK_PATTERNS]):
         try:
             UrlPattern.parse(pattern)
         except PatternError as exc:
