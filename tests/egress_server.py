@@ -115,9 +115,17 @@ def _handler(server: LocalServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 @contextmanager
 def serve(tls: ssl.SSLContext | None = None, host_name: str = "127.0.0.1") -> Iterator[LocalServer]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    """A server on 127.0.0.1 (on ::1 when `host_name` is "[::1]")."""
+    if host_name == "[::1]":
+        httpd: ThreadingHTTPServer = _Server6(("::1", 0), BaseHTTPRequestHandler)
+    else:
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     httpd.daemon_threads = True
     port = httpd.server_address[1]
     scheme = "https" if tls is not None else "http"

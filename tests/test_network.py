@@ -10,6 +10,7 @@ the test servers' own loopback address, so a bug sends nothing off this machine.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import ssl
@@ -213,6 +214,23 @@ def test_allowed_get_and_post_json(call: Caller, which: str, request: pytest.Fix
     assert [s.path for s in server.seen] == ["/json", "/echo"]
     usage = posted["usage"]
     assert usage["http_requests"] == 1 and usage["http_bytes_out"] > 8 and usage["http_bytes_in"] > len(posted["output"]["body"])
+
+
+def test_ipv6_loopback_when_the_operator_allows_it(call: Caller) -> None:
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(serve(host_name="[::1]"))
+        except OSError:
+            pytest.skip("no IPv6 loopback here")
+        write_skill(call.skills_dir, "net.six", code=FETCH_CODE, permissions={"network": [server.url]})
+        policy = {"skills": {"net.six": [server.url]}}
+        with call.with_policy(parse_egress_policy({"network": {**policy, "allow_private_addresses": True}})) as rpc:
+            got = fetch(rpc, "net.six", url=server.url + "/echo")
+            assert got["output"]["status"] == 200, got
+            assert json.loads(got["output"]["body"])["headers"]["Host"] == f"[::1]:{server.port}"
+        with call.with_policy(parse_egress_policy({"network": policy})) as rpc:
+            assert "::1 is loopback" in refused(fetch(rpc, "net.six", url=server.url + "/echo"))
+        assert len(server.seen) == 1
 
 
 def test_redirect_within_the_allowlist_is_followed(call: Caller, web: LocalServer, secure: LocalServer) -> None:
