@@ -497,13 +497,15 @@ def test_secret_in_the_url_query_is_substituted(call: Caller, web: LocalServer) 
     code = (
         "from runtime import http\n"
         "def main(args):\n"
-        "    return http.get(args['url'] + '?key=wasmrun-secret:DEMO_TOKEN').json()['path']\n"
+        "    plain = http.get(args['url'] + '?key=wasmrun-secret:DEMO_TOKEN').json()['path']\n"
+        "    encoded = http.get(args['url'], params={'q': 'a b', 'key': 'wasmrun-secret:DEMO_TOKEN'}).json()['path']\n"
+        "    return [plain, encoded]\n"
     )
     write_skill(call.skills_dir, "net.query", code=code, permissions={"network": [web.url], "secrets": ["DEMO_TOKEN"]})
     with call.with_policy(network_policy(web, web, "")) as rpc:
         got = rpc("execute_skill", {"name": "net.query", "args": {"url": web.url + "/echo"}})
-    assert web.paths() == ["/echo?key=s3cret"]
-    assert got["output"] == "/echo?key=wasmrun-secret:DEMO_TOKEN"
+    assert web.paths() == ["/echo?key=s3cret", "/echo?q=a+b&key=s3cret"]
+    assert got["output"] == ["/echo?key=wasmrun-secret:DEMO_TOKEN", "/echo?q=a+b&key=wasmrun-secret:DEMO_TOKEN"]
 
 
 def test_env_mode_secret_is_redacted_in_what_the_run_returns(call: Caller) -> None:

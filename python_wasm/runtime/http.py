@@ -147,9 +147,10 @@ def _header_pairs(headers):
     return pairs
 
 
-def request(method, url, headers=None, body=None, json=None, timeout=None, follow_redirects=True):
+def request(method, url, headers=None, body=None, json=None, params=None, timeout=None, follow_redirects=True):
     """Make one HTTP(S) request through the host; returns a `Response`.
 
+    `params` (a dict or pairs) is added to the URL's query.
     `body` may be bytes or str (UTF-8); `json` is serialised and sets
     Content-Type. `timeout` (seconds) bounds this request; the run's own
     time limit bounds it too. Redirects are followed (each hop checked)
@@ -157,6 +158,10 @@ def request(method, url, headers=None, body=None, json=None, timeout=None, follo
     """
     if not isinstance(method, str) or not isinstance(url, str):
         raise TypeError("method and url must be str")
+    if params:
+        import urllib.parse
+
+        url += ("&" if "?" in url else "?") + urllib.parse.urlencode(params, doseq=True)
     pairs = _header_pairs(headers)
     if json is not None:
         if body is not None:

@@ -12,6 +12,7 @@ SECRETS = {"API_KEY": 'k3y"with\\quotes/é', "TOKEN": "tok-123456"}
 def test_substitute_in_headers_and_query() -> None:
     assert substitute("Bearer wasmrun-secret:TOKEN", SECRETS) == "Bearer tok-123456"
     assert substitute("key=wasmrun-secret:API_KEY", SECRETS, url_query=True) == "key=k3y%22with%5Cquotes%2F%C3%A9"
+    assert substitute("a=1&key=wasmrun-secret%3ATOKEN", SECRETS, url_query=True) == "a=1&key=tok-123456"
     assert substitute("no placeholder", SECRETS) == "no placeholder"
     with pytest.raises(UnknownSecret):
         substitute("wasmrun-secret:NOT_GRANTED", SECRETS)

@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 PREFIX = "wasmrun-secret:"
 PLACEHOLDER = re.compile(r"wasmrun-secret:([A-Za-z_][A-Za-z0-9_]*)")
+_ENCODED_PREFIX = re.compile(r"wasmrun-secret%3a(?=[A-Za-z_])", re.IGNORECASE)
 # Shorter values are too likely to occur by chance to be replaced in output.
 MIN_REDACTED_LENGTH = 4
 
@@ -40,6 +41,8 @@ def substitute(text: str, secrets: Mapping[str, str], *, url_query: bool = False
             raise UnknownSecret(name)
         return quote(secrets[name], safe="") if url_query else secrets[name]
 
+    if url_query:  # a placeholder put through urlencode() has its ':' encoded
+        text = _ENCODED_PREFIX.sub(PREFIX, text)
     return PLACEHOLDER.sub(value, text) if PREFIX in text else text
 
 
