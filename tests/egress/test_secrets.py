@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
-from wasmrun.egress.secrets import Redactor, UnknownSecret, substitute
+from wasmrun.egress.secrets import Redactor, UnknownSecret, substitute, substitute_header
 
 SECRETS = {"API_KEY": 'k3y"with\\quotes/é', "TOKEN": "tok-123456"}
 
@@ -16,6 +18,15 @@ def test_substitute_in_headers_and_query() -> None:
     assert substitute("no placeholder", SECRETS) == "no placeholder"
     with pytest.raises(UnknownSecret):
         substitute("wasmrun-secret:NOT_GRANTED", SECRETS)
+
+
+def test_substitute_inside_basic_credentials() -> None:
+    encoded = base64.b64encode(b"wasmrun-secret:TOKEN:").decode()
+    assert substitute_header(f"Basic {encoded}", SECRETS) == "Basic " + base64.b64encode(b"tok-123456:").decode()
+    assert substitute_header("Basic not-base64!", SECRETS) == "Basic not-base64!"
+    assert substitute_header("Bearer wasmrun-secret:TOKEN", SECRETS) == "Bearer tok-123456"
+    with pytest.raises(UnknownSecret):
+        substitute_header("Basic " + base64.b64encode(b"u:wasmrun-secret:OTHER").decode(), SECRETS)
 
 
 def test_redactor_replaces_every_form() -> None:

@@ -39,7 +39,7 @@ from urllib3.util.ssl_match_hostname import CertificateError
 from wasmrun.egress import addresses
 from wasmrun.egress.patterns import Target, UrlError, parse_url
 from wasmrun.egress.policy import NetworkGrant
-from wasmrun.egress.secrets import PREFIX, Redactor, UnknownSecret, substitute
+from wasmrun.egress.secrets import PREFIX, Redactor, UnknownSecret, substitute, substitute_header
 
 NOT_ALLOWED = "NetworkNotAllowed"
 LIMIT = "NetworkLimitExceeded"
@@ -250,7 +250,7 @@ class EgressSession:
         if self.usage.requests >= grant.max_requests:
             raise Refused(LIMIT, f"this run may make at most {grant.max_requests} requests")
         try:
-            wire_headers = [(k, substitute(v, grant.host_secrets)) for k, v in headers]
+            wire_headers = [(k, substitute_header(v, grant.host_secrets)) for k, v in headers]
             if any(c in v for _, v in wire_headers for c in "\r\n\0"):
                 raise Refused(FAILED, "a secret's value cannot be sent in a header (it contains a line break)")
             wire_target = target.path + ("?" + substitute(target.query, grant.host_secrets, url_query=True)

@@ -8,6 +8,8 @@ echoes, and everything the run returns (output, logs, error messages).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from collections.abc import Mapping
@@ -44,6 +46,21 @@ def substitute(text: str, secrets: Mapping[str, str], *, url_query: bool = False
     if url_query:  # a placeholder put through urlencode() has its ':' encoded
         text = _ENCODED_PREFIX.sub(PREFIX, text)
     return PLACEHOLDER.sub(value, text) if PREFIX in text else text
+
+
+def substitute_header(value: str, secrets: Mapping[str, str]) -> str:
+    """A header value with its placeholders replaced, including inside HTTP Basic
+    credentials (`Basic base64(user:password)`), where code puts them encoded."""
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() == "basic" and token and PREFIX not in value:
+        try:
+            decoded = base64.b64decode(token.strip(), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return value
+        if PREFIX in decoded:
+            return f"{scheme} " + base64.b64encode(substitute(decoded, secrets).encode("utf-8")).decode("ascii")
+        return value
+    return substitute(value, secrets)
 
 
 def _forms(value: str) -> list[str]:
