@@ -30,6 +30,7 @@ from wasmrun.egress.policy import EgressPolicy, parse_egress_policy
 from wasmrun.sandbox.executor import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import Settings
+from wasmrun.tenants.policy import AccessPolicy
 
 FETCH_CODE = """\
 from runtime import http
@@ -170,14 +171,19 @@ class Caller:
 def serve_with(settings: Settings, blobs: FileBlobStore, executor: InProcessExecutor, policy: EgressPolicy) -> Iterator[Caller]:
     settings = dataclasses.replace(settings, egress=policy)
     context = build_context(settings, blobs=blobs, executor=executor)
-    with TestClient(create_app(settings, context)) as client:
+    with TestClient(create_app(settings, context), base_url="http://localhost") as client:
         yield Caller(client, settings, blobs, executor)
 
 
 @pytest.fixture()
 def settings(settings: Settings, web: LocalServer, secure: LocalServer, ca_file: str) -> Settings:
     secrets = {**settings.secrets, "SALESFORCE_API_KEY": "sf-real-key-0001"}
-    return dataclasses.replace(settings, secrets=secrets, egress=network_policy(web, secure, ca_file))
+    # The operator grants the secrets (the access policy) and the network (the egress policy).
+    access = AccessPolicy(secret_grants=(
+        ("net.*", frozenset({"DEMO_TOKEN", "OTHER_TOKEN"})),
+        ("salesforce.*", frozenset({"SALESFORCE_API_KEY"})),
+    ))
+    return dataclasses.replace(settings, secrets=secrets, access=access, egress=network_policy(web, secure, ca_file))
 
 
 @pytest.fixture()

@@ -322,7 +322,8 @@ class SandboxEngine:
         workspace = Workspace(self._dirs.take(), limits.workspace_bytes, limits.workspace_files)
         ctx = RunContext(
             run_id, self._guest_request(request), limits, self.blobs, request.input_blobs, workspace, self._io,
-            EgressSession(request.network) if request.network is not None else None,
+            egress=EgressSession(request.network) if request.network is not None else None,
+            owner=request.owner, blob_quota=request.blob_quota,
         )
         store, memory = fresh.store, fresh.memory
         usage = Usage(prepared_ahead=fresh.prepared_ahead)

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from wasmrun.blobs.quota import BlobQuota
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.sandbox.limits import Limits
 
@@ -33,6 +34,8 @@ class RunRequest(msgspec.Struct, kw_only=True):
     network: NetworkGrant | None = None  # None: no network at all
     limits: Limits = msgspec.field(default_factory=Limits)
     run_id: str = ""
+    owner: str = "local"  # the tenant whose run this is: it reads and writes that tenant's blobs
+    blob_quota: BlobQuota | None = None  # what its blob writes may use
 
 
 class RunError(msgspec.Struct):
