@@ -542,3 +542,37 @@ def test_salesforce_leads_sync_against_a_local_fake(call: Caller, secure: LocalS
     got = call("execute_skill", {"name": "salesforce.leads.sync",
                                  "args": {"instance_url": secure.url + "/elsewhere", "leads": leads}})
     assert "is not allowed for skill salesforce.leads.sync" in refused(got)
+
+
+# -- tenants ------------------------------------------------------------------------------
+
+
+def test_a_tenant_network_grant_is_that_tenant_s_only(call: Caller, web: LocalServer) -> None:
+    from wasmrun.tenants.store import TenantStore
+
+    store = TenantStore(call.settings.data_dir)
+    keys = {"alice": store.add("alice"), "bob": store.add("bob")}
+    policy = parse_egress_policy({
+        "network": {"allow_private_addresses": True},
+        "tenants": {"alice": {"network": {"skills": {"user.fetch": [web.url]}}}},
+    })
+    manifest = {
+        "name": "user.fetch", "version": "1.0.0", "description": "Fetches.", "kind": "action",
+        "runtime": {"language": "python", "entrypoint": "code/main.py", "export": "main"},
+        "permissions": {"network": [web.url]},
+    }
+    with call.with_policy(policy) as server:
+        def as_tenant(who: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+            body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+            answer = server.client.post("/rpc", json=body, headers={"Authorization": f"Bearer {keys[who]}"})
+            assert answer.status_code == 200, answer.text
+            return dict(answer.json()["result"])
+
+        for who in ("alice", "bob"):  # each tenant creates its own user.fetch
+            as_tenant(who, "create_skill", {"manifest": manifest, "skill_md": "# fetch\n",
+                                            "files": [{"path": "code/main.py", "content": FETCH_CODE}]})
+        args = {"url": web.url + "/json"}
+        assert as_tenant("alice", "execute_skill", {"name": "user.fetch", "args": args})["output"]["status"] == 200
+        got = as_tenant("bob", "execute_skill", {"name": "user.fetch", "args": args})
+        assert "is not allowed for skill user.fetch by the server's network policy" in refused(got)
+    assert web.paths() == ["/json"]
