@@ -26,6 +26,7 @@ test: guest
 
 # The sdist and the wheel (py3-none-any, carrying the built guest and the bundled skills) in dist/.
 dist: guest
+	rm -rf dist
 	$(PY) -m build --outdir dist
 
 bench: guest

@@ -16,7 +16,8 @@ Steps, each cached by the hash of its inputs under the per-user cache
 4. snapshot  start the interpreter, import the hot modules, and write the
              initialised memory into a new module's data segments.
 
-Nothing built here is committed to git.
+Nothing built here is committed to git. A wheel carries the finished guest
+(python_wasm/packaging.py); an installed wheel runs that one (`find_guest`).
 """
 
 from __future__ import annotations

@@ -101,7 +101,8 @@ def _existing_ancestor(path: Path) -> Path:
 
 def _writable(path: Path) -> bool:
     """Whether `path` can be written, or created where it is missing."""
-    return os.access(_existing_ancestor(path), os.W_OK | os.X_OK)
+    found = _existing_ancestor(path)
+    return found.is_dir() and os.access(found, os.W_OK | os.X_OK)
 
 
 def diagnose(settings: Settings) -> Diagnosis:
@@ -135,7 +136,8 @@ def _check_compiled(d: Diagnosis, guest: guest_build.Guest) -> None:
     if not guest.snapshot_wasm.is_file():
         return
     try:
-        compiled.private_cache_dir()
+        if compiled.cache_dir().exists():
+            compiled.check_private(compiled.cache_dir())
     except OSError as exc:
         d.fact("compiled module", "cannot be cached")
         d.problems.append(f"the compiled-module cache is unusable: {exc}")
@@ -160,7 +162,7 @@ def _check_dirs(d: Diagnosis, settings: Settings) -> None:
         d.problems.append(f"no bundled skills at {BUNDLED_SKILLS}: reinstall wasmrun")
     for what, path in (("cache", cache), ("data dir", settings.data_dir)):
         if not _writable(path):
-            d.problems.append(f"the {what} {path} is not writable by this user")
+            d.problems.append(f"the {what} {path} cannot be written or created by this user")
     free = {what: shutil.disk_usage(_existing_ancestor(path)).free for what, path in
             (("cache", cache), ("data dir", settings.data_dir))}
     d.fact("free disk", ", ".join(f"{what} {human(n)}" for what, n in free.items()))

@@ -39,14 +39,18 @@ def cache_dir() -> Path:
 
 
 def private_cache_dir() -> Path:
-    """The cache folder, created if needed; refuses one that others can write,
-    since deserialising trusts its input."""
+    """The cache folder, created if needed."""
     path = cache_dir()
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_private(path)
+    return path
+
+
+def check_private(path: Path) -> None:
+    """Refuse a folder that others can write: deserialising trusts its input."""
     st = path.stat()
     if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise PermissionError(f"compiled-module cache {path} is writable by others")
-    return path
 
 
 def cached_path(wasm: Path, engine_settings: str) -> Path:
