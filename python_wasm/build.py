@@ -301,8 +301,8 @@ def guest_dir() -> Path:
     return cache_root() / "guest" / _inputs_key()
 
 
-def _guest_at(folder: Path, packaged: bool = False) -> Guest:
-    return Guest(folder.name, folder / "lib", folder / "python.wasm", folder / "snapshot.wasm", packaged)
+def _guest_at(folder: Path) -> Guest:
+    return Guest(folder.name, folder / "lib", folder / "python.wasm", folder / "snapshot.wasm")
 
 
 def built_guest() -> Guest | None:
@@ -326,8 +326,7 @@ def packaged_guest() -> Guest | None:
     if not manifest.exists():
         return None
     key = json.loads(manifest.read_text())["key"]
-    folder = PACKAGED_DIR
-    return Guest(key, folder / "lib", folder / "python.wasm", folder / "snapshot.wasm", packaged=True)
+    return Guest(key, PACKAGED_DIR / "lib", PACKAGED_DIR / "python.wasm", PACKAGED_DIR / "snapshot.wasm", packaged=True)
 
 
 def find_guest() -> Guest | None:

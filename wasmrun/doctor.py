@@ -151,21 +151,24 @@ def _check_compiled(d: Diagnosis, guest: guest_build.Guest) -> None:
 
 def _check_dirs(d: Diagnosis, settings: Settings) -> None:
     cache = guest_build.cache_root()
-    parts = ", ".join(
-        f"{child.name} {human(size_of(child))}" for child in sorted(cache.iterdir()) if child.is_dir()
-    ) if cache.is_dir() else "empty"
-    d.fact("cache", f"{cache} ({human(size_of(cache))}: {parts})")
-    d.fact("data dir", f"{settings.data_dir} ({human(size_of(settings.data_dir))})")
-    skills = [p for p in BUNDLED_SKILLS.glob("*/skill.toml")] if BUNDLED_SKILLS.is_dir() else []
+    if cache.is_dir():
+        parts = ", ".join(f"{c.name} {human(size_of(c))}" for c in sorted(cache.iterdir()) if c.is_dir())
+        d.fact("cache", f"{cache} ({human(size_of(cache))}: {parts or 'empty'})")
+    else:
+        d.fact("cache", f"{cache} (not created yet)")
+    data = settings.data_dir
+    d.fact("data dir", f"{data} ({human(size_of(data))})" if data.is_dir() else f"{data} (not created yet)")
+    skills = list(BUNDLED_SKILLS.glob("*/skill.toml"))
     d.fact("bundled skills", f"{BUNDLED_SKILLS} ({len(skills)} skills)")
     if not skills:
         d.problems.append(f"no bundled skills at {BUNDLED_SKILLS}: reinstall wasmrun")
-    for what, path in (("cache", cache), ("data dir", settings.data_dir)):
+    folders = {"cache": cache, "data dir": data}
+    free = {what: shutil.disk_usage(_existing_ancestor(path)).free for what, path in folders.items()}
+    d.fact("free disk", ", ".join(f"{what} {human(n)}" for what, n in free.items()))
+    for what, path in folders.items():
         if not _writable(path):
             d.problems.append(f"the {what} {path} cannot be written or created by this user")
-    free = {what: shutil.disk_usage(_existing_ancestor(path)).free for what, path in
-            (("cache", cache), ("data dir", settings.data_dir))}
-    d.fact("free disk", ", ".join(f"{what} {human(n)}" for what, n in free.items()))
-    for what, n in free.items():
-        if n < MIN_FREE_BYTES:
-            d.problems.append(f"only {human(n)} free for the {what}; wasmrun needs at least {human(MIN_FREE_BYTES)}")
+        if free[what] < MIN_FREE_BYTES:
+            d.problems.append(
+                f"only {human(free[what])} free for the {what}; wasmrun needs at least {human(MIN_FREE_BYTES)}"
+            )
