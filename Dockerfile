@@ -11,9 +11,12 @@ FROM python:3.11-slim
 RUN useradd --create-home --uid 10001 --user-group wasmrun \
  && install -d -o wasmrun -g wasmrun -m 0700 /data
 
+# --build-arg EXTRAS=[mcp] adds the MCP SDK (serves /mcp as well).
+ARG EXTRAS=""
 COPY dist/wasmrun-*-py3-none-any.whl /tmp/
-RUN pip install --no-cache-dir --disable-pip-version-check /tmp/wasmrun-*-py3-none-any.whl \
- && rm /tmp/wasmrun-*.whl
+RUN wheel=$(ls /tmp/wasmrun-*-py3-none-any.whl) \
+ && pip install --no-cache-dir --disable-pip-version-check "${wheel}${EXTRAS}" \
+ && rm "$wheel"
 
 USER wasmrun
 ENV WASMRUN_DATA_DIR=/data \
