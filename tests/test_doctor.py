@@ -107,3 +107,20 @@ def test_low_free_disk_is_a_problem(
     assert code == 1
     assert "free for the cache; wasmrun needs at least" in out
     assert "free for the data dir; wasmrun needs at least" in out
+
+
+
+def test_an_unusable_data_dir_is_a_problem_not_a_crash(
+    own_cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = _doctor(capsys, tmp_path / ("a" * 5000))
+    assert code == 1
+    assert "the data dir " in out.split("problem(s):", 1)[1] and "File name too long" in out
+
+
+def test_a_data_dir_name_that_is_not_utf8_is_shown_escaped(
+    own_cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = _doctor(capsys, tmp_path / "data-\udcff")  # the byte 0xff, a valid name
+    assert code == 0, out
+    assert f"data dir         {tmp_path}/data-\\udcff (not created yet)" in out

@@ -54,7 +54,8 @@ class Diagnosis:
         else:
             lines.append("")
             lines.append("no problems found")
-        return "\n".join(lines)
+        # Paths may hold bytes that are not UTF-8 (surrogate escapes): show them escaped.
+        return "\n".join(lines).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _guest_or_problem() -> guest_build.Guest | str:
@@ -150,25 +151,34 @@ def _check_compiled(d: Diagnosis, guest: guest_build.Guest) -> None:
 
 
 def _check_dirs(d: Diagnosis, settings: Settings) -> None:
-    cache = guest_build.cache_root()
-    if cache.is_dir():
-        parts = ", ".join(f"{c.name} {human(size_of(c))}" for c in sorted(cache.iterdir()) if c.is_dir())
-        d.fact("cache", f"{cache} ({human(size_of(cache))}: {parts or 'empty'})")
-    else:
-        d.fact("cache", f"{cache} (not created yet)")
-    data = settings.data_dir
-    d.fact("data dir", f"{data} ({human(size_of(data))})" if data.is_dir() else f"{data} (not created yet)")
     skills = list(BUNDLED_SKILLS.glob("*/skill.toml"))
     d.fact("bundled skills", f"{BUNDLED_SKILLS} ({len(skills)} skills)")
     if not skills:
         d.problems.append(f"no bundled skills at {BUNDLED_SKILLS}: reinstall wasmrun")
-    folders = {"cache": cache, "data dir": data}
-    free = {what: shutil.disk_usage(_existing_ancestor(path)).free for what, path in folders.items()}
-    d.fact("free disk", ", ".join(f"{what} {human(n)}" for what, n in free.items()))
-    for what, path in folders.items():
+    free = [
+        _check_folder(d, "cache", guest_build.cache_root()),
+        _check_folder(d, "data dir", settings.data_dir),
+    ]
+    d.fact("free disk", ", ".join(f"{what} {human(n)}" for what, n in free if n is not None))
+
+
+def _check_folder(d: Diagnosis, what: str, path: Path) -> tuple[str, int | None]:
+    """Its size (and its parts' for the cache), whether it is writable and the
+    free disk under it; returns (what, free bytes)."""
+    try:
+        if path.is_dir():
+            parts = ", ".join(f"{c.name} {human(size_of(c))}" for c in sorted(path.iterdir()) if c.is_dir())
+            detail = f"{human(size_of(path))}: {parts}" if what == "cache" and parts else human(size_of(path))
+            d.fact(what, f"{path} ({detail})")
+        else:
+            d.fact(what, f"{path} (not created yet)")
         if not _writable(path):
             d.problems.append(f"the {what} {path} cannot be written or created by this user")
-        if free[what] < MIN_FREE_BYTES:
-            d.problems.append(
-                f"only {human(free[what])} free for the {what}; wasmrun needs at least {human(MIN_FREE_BYTES)}"
-            )
+        free = shutil.disk_usage(_existing_ancestor(path)).free
+    except OSError as exc:
+        d.fact(what, f"{path} (unusable)")
+        d.problems.append(f"the {what} {path} cannot be used: {exc.strerror or exc}")
+        return what, None
+    if free < MIN_FREE_BYTES:
+        d.problems.append(f"only {human(free)} free for the {what}; wasmrun needs at least {human(MIN_FREE_BYTES)}")
+    return what, free
