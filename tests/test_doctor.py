@@ -109,7 +109,6 @@ def test_low_free_disk_is_a_problem(
     assert "free for the data dir; wasmrun needs at least" in out
 
 
-
 def test_an_unusable_data_dir_is_a_problem_not_a_crash(
     own_cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
