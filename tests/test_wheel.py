@@ -19,6 +19,7 @@ import threading
 import time
 import zipfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -81,13 +82,13 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture(scope="module")
-def served(installed: Installed) -> Iterator[tuple[str, list[str]]]:
-    """(endpoint, the server's stderr lines so far)."""
+@contextmanager
+def _serving(installed: Installed, data_dir: Path, workers: int) -> Iterator[tuple[str, list[str]]]:
+    """The installed `wasmrun serve` on a loopback port: (endpoint, its stderr lines so far)."""
     port = _free_port()
     process = subprocess.Popen(
-        [str(installed.venv / "bin" / "wasmrun"), "serve", "--port", str(port), "--workers", "2",
-         "--data-dir", str(installed.home / "data")],
+        [str(installed.venv / "bin" / "wasmrun"), "serve", "--port", str(port), "--workers", str(workers),
+         "--data-dir", str(data_dir)],
         cwd=installed.home, env=installed.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     assert process.stderr is not None
@@ -95,7 +96,7 @@ def served(installed: Installed) -> Iterator[tuple[str, list[str]]]:
     reader = threading.Thread(target=lambda: stderr.extend(iter(process.stderr.readline, "")), daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 240  # the first start compiles the guest
+        deadline = time.monotonic() + 240  # a first start compiles the guest
         while True:
             assert process.poll() is None, "".join(stderr)
             try:
@@ -114,6 +115,12 @@ def served(installed: Installed) -> Iterator[tuple[str, list[str]]]:
             process.kill()
             process.wait()
         reader.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def served(installed: Installed) -> Iterator[tuple[str, list[str]]]:
+    with _serving(installed, installed.home / "data", workers=2) as endpoint_and_stderr:
+        yield endpoint_and_stderr
 
 
 def _rpc(endpoint: str, method: str, params: dict[str, object]) -> dict[str, object]:
@@ -185,3 +192,17 @@ def test_version_names_the_packaged_guest(installed: Installed) -> None:
     assert shown.returncode == 0, shown.stderr
     expected = f"wasmrun 0.1.0 (wasmtime {version('wasmtime')}, guest {guest_build.guest_dir().name} packaged)"
     assert shown.stdout.strip() == expected
+
+
+def test_the_container_flow_an_api_key_then_serve(installed: Installed) -> None:
+    """What the Dockerfile's README commands do, on loopback: `tenants add` prints
+    a key into the data dir, and the installed server then asks for it."""
+    data = installed.home / "keyed-data"
+    added = installed.wasmrun("tenants", "add", "team-a", "--data-dir", str(data))
+    assert added.returncode == 0, added.stderr
+    key = added.stdout.strip()
+    call = {"jsonrpc": "2.0", "id": 1, "method": "execute_skill", "params": {"name": "text.stats", "args": {"text": "a b"}}}
+    with _serving(installed, data, workers=1) as (endpoint, _):
+        assert requests.post(endpoint, json=call, timeout=60).status_code == 401
+        answer = requests.post(endpoint, json=call, headers={"Authorization": f"Bearer {key}"}, timeout=60).json()
+    assert answer["result"]["status"] == "completed" and answer["result"]["output"]["words"] == 2
