@@ -11,6 +11,7 @@ import time
 import pytest
 
 from wasmrun.sandbox.executor import Busy
+from wasmrun.sandbox.jsontext import encode_args
 from wasmrun.sandbox.limits import Limits
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
 from wasmrun.sandbox.types import RunRequest
@@ -62,7 +63,7 @@ def test_network_grant_and_host_secret_reach_a_worker(pool):
     with serve() as server:
         grant = NetworkGrant(subject="run_code", requested=None, granted=[server.url], allow_private=True,
                              host_secrets={"KEY": "value-in-the-worker"})
-        request = RunRequest(kind="code", code=source, args={"url": server.url + "/json"}, network=grant)
+        request = RunRequest(kind="code", code=source, args_json=encode_args({"url": server.url + "/json"}), network=grant)
         result = asyncio.run(pool.run(request))
     assert result.output == "world", result.error
     assert server.seen[0].headers["X-Key"] == "value-in-the-worker"
