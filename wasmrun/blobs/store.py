@@ -5,26 +5,38 @@
 
 Each file is written to a temporary name, fsynced and renamed into place,
 and the metadata goes last: a blob exists once its metadata does, so a
-reader in another process never sees half a blob.
+reader in another process never sees half a blob. What a killed writer
+leaves behind (a `.tmp-*` file, bytes without metadata) is swept at the
+server's start (`sweep`), once it is older than any write in progress.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import re
 import secrets
 import tempfile
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
 import msgspec
 
+from wasmrun.blobs.kinds import check_kind
 from wasmrun.durable import fsync_dir
 
-BLOB_ID = re.compile(r"blob:[0-9a-f]{32}")
+BLOB_ID = re.compile(r"blob:[0-9a-f]{32}", re.ASCII)
+TMP_PREFIX = ".tmp-"
+# A write in progress takes well under this; anything older was left by a killed process.
+STALE_WRITE_S = 600.0
+_DIGITS = re.compile(r"[0-9a-f]{2}", re.ASCII)
+_DATA_FILE = re.compile(r"[0-9a-f]{32}", re.ASCII)
+
+logger = logging.getLogger("wasmrun.blobs")
 
 
 class BlobInfo(msgspec.Struct, frozen=True):
@@ -40,7 +52,8 @@ class BlobInfo(msgspec.Struct, frozen=True):
 class BlobStore(Protocol):
     """What the protocol layer needs; also satisfies the sandbox's `BlobAccess`."""
 
-    def create(self, data: bytes, kind: str, run_id: str | None = None) -> str: ...
+    def create(self, data: bytes, kind: str, run_id: str | None = None) -> str:
+        """Raises InvalidKind (a ValueError) for a kind that is not a MIME type."""
 
     def info(self, blob_id: str) -> BlobInfo | None: ...
 
@@ -67,6 +80,7 @@ class FileBlobStore:
         return folder / digits, folder / f"{digits}.json"
 
     def create(self, data: bytes, kind: str, run_id: str | None = None) -> str:
+        check_kind(kind)
         blob_id = "blob:" + secrets.token_hex(16)
         paths = self._paths(blob_id)
         assert paths is not None
@@ -105,16 +119,48 @@ class FileBlobStore:
         return None if info is None else info.size_bytes
 
     def read(self, blob_id: str, offset: int, length: int) -> bytes:
+        """Up to `length` bytes from `offset`; empty at or past the end, whatever the offset."""
         paths = self._paths(blob_id)
         if paths is None or not paths[1].exists():
             raise KeyError(blob_id)
+        if offset < 0 or length < 0:
+            raise ValueError("offset and length must not be negative")
         with open(paths[0], "rb") as f:
-            f.seek(offset)
-            return f.read(length)
+            size = os.fstat(f.fileno()).st_size
+            if offset >= size or length == 0:
+                return b""
+            return os.pread(f.fileno(), min(length, size - offset), offset)
+
+    def sweep(self, older_than_s: float = STALE_WRITE_S) -> int:
+        """Remove what killed writers left: temporary files, and bytes whose metadata
+        was never written (or metadata whose bytes are gone). Returns how many files went."""
+        removed = 0
+        cutoff = time.time() - older_than_s
+        for folder in self.root.iterdir():
+            if not (_DIGITS.fullmatch(folder.name) and folder.is_dir()):
+                continue
+            names = set(os.listdir(folder))
+            for name in names:
+                path = folder / name
+                if name.startswith(TMP_PREFIX):
+                    orphan = True
+                elif _DATA_FILE.fullmatch(name):
+                    orphan = f"{name}.json" not in names
+                elif name.endswith(".json") and _DATA_FILE.fullmatch(name[:-5]):
+                    orphan = name[:-5] not in names  # written last, so its bytes were deleted
+                else:
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    if orphan and path.stat().st_mtime < cutoff:
+                        path.unlink()
+                        removed += 1
+        if removed:
+            logger.info("removed %d files left in %s by interrupted writes", removed, self.root)
+        return removed
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

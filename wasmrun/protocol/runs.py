@@ -16,13 +16,44 @@ from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, NotExecutable, ServerBusy
 from wasmrun.protocol.run_result import needs_output_blob, to_spec_result
 from wasmrun.protocol.skills import find_skill
-from wasmrun.protocol.types import ExecuteSkillParams, RunCodeParams, RunResult
+from wasmrun.protocol.types import ExecuteSkillParams, RunCodeParams, RunLimits, RunResult
 from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.registry.store import Skill
 from wasmrun.sandbox.executor import Busy
+from wasmrun.sandbox.limits import FUEL_PER_CPU_MS, LimitPolicy, Limits, MiB
 from wasmrun.sandbox.types import MountedSkill, RunRequest
 
 logger = logging.getLogger("wasmrun.runs")
+
+# What a request's `limits` may name: the sandbox's Limits field each sets, and
+# how many of that field's units one unit of the request is.
+REQUESTABLE_LIMITS: dict[str, tuple[str, int]] = {
+    "timeout_ms": ("timeout_ms", 1),
+    "memory_mb": ("memory_bytes", MiB),
+    "cpu_ms": ("fuel", FUEL_PER_CPU_MS),
+    "workspace_mb": ("workspace_bytes", MiB),
+    "output_bytes": ("output_bytes", 1),
+}
+
+
+def run_limits(policy: LimitPolicy, requested: RunLimits, prefix: str = "limits.") -> Limits:
+    """The run's Limits; a value outside what the policy allows is -32602 naming it."""
+    asked: dict[str, int] = {}
+    for member, (field, unit) in REQUESTABLE_LIMITS.items():
+        value = getattr(requested, member)
+        if value is None:
+            continue
+        lowest, highest = policy.allowed(field)
+        lowest, highest = -(-lowest // unit), highest // unit  # in the request's units
+        if not lowest <= value <= highest:
+            raise InvalidParams(
+                f"{prefix}{member} must be from {lowest} to {highest} on this server, not {value}",
+                field=prefix + member,
+                minimum=lowest,
+                maximum=highest,
+            )
+        asked[field] = value * unit
+    return policy.resolve(**asked)
 
 
 def _mount(skill: Skill) -> MountedSkill:
@@ -82,7 +113,7 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
         skills=[_mount(skill)],
         input_blobs=input_blobs,
         env=_granted_secrets(ctx, skill),
-        limits=ctx.limits.resolve(timeout_ms=p.timeout_ms),
+        limits=run_limits(ctx.limits, RunLimits(timeout_ms=p.timeout_ms), prefix=""),
     )
     return await _run(ctx, request)
 
@@ -104,6 +135,6 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         skills=list(mounted.values()),
         input_blobs=input_blobs,
         env={},
-        limits=ctx.limits.resolve(timeout_ms=p.limits.timeout_ms),
+        limits=run_limits(ctx.limits, p.limits),
     )
     return await _run(ctx, request)

@@ -10,7 +10,7 @@ class BlobAccess(Protocol):
         """The blob's size in bytes, or None if there is no such blob."""
 
     def read(self, blob_id: str, offset: int, length: int) -> bytes:
-        """Up to `length` bytes from `offset`."""
+        """Up to `length` bytes from `offset`; empty at or past the end, for any offset >= 0."""
 
     def create(self, data: bytes, kind: str, run_id: str | None = None) -> str:
-        """Store a new blob; returns its id."""
+        """Store a new blob; returns its id. A ValueError when `kind` is not a MIME type."""

@@ -190,6 +190,7 @@ def blob_read(
     if offset < 0:
         return EINVAL
     _span(caller, buf, cap)  # check before doing any I/O
+    # Any offset up to 2**63-1 is fine: the store answers b"" at or past the end.
     ctx.charge_blob_io(cap & U32)
     data = ctx.blobs.read(blob_id, offset, cap & U32)
     write_guest(caller, buf, cap, data)
@@ -207,12 +208,16 @@ def blob_write(
 ) -> int:
     ctx = current()
     kind = _text(caller, kind_ptr, kind_len, MAX_KIND)
-    if not kind or "/" not in kind:
+    if not kind:
         return EINVAL
     _span(caller, out_ptr, out_cap)
     ctx.charge_blob_io(length & U32)
     data = read_guest(caller, ptr, length)
-    blob_id = ctx.blobs.create(data, kind, run_id=ctx.run_id)
+    try:
+        # The store checks the kind: the same rule as create_blob's.
+        blob_id = ctx.blobs.create(data, kind, run_id=ctx.run_id)
+    except ValueError:
+        return EINVAL
     ctx.output_blobs.append(blob_id)
     ctx.readable.add(blob_id)
     encoded = blob_id.encode()

@@ -2,11 +2,13 @@
 
 Every answer to something a client sent is 2xx or 4xx: 200 with a JSON-RPC
 response, 204 when only notifications came, 413 (with a JSON-RPC error body)
-for a body over the limit.
+for a body over the limit, 408 (likewise, and the connection is closed) for a
+body that did not arrive within `body_timeout` seconds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -16,7 +18,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from wasmrun.protocol.errors import InternalError, RequestTooLarge
+from wasmrun.protocol.errors import InternalError, RequestTimeout, RequestTooLarge
 from wasmrun.wire import jsonrpc
 
 logger = logging.getLogger("wasmrun.http")
@@ -27,6 +29,7 @@ def create_app(
     dispatch: jsonrpc.Dispatch,
     *,
     max_body_bytes: int,
+    body_timeout: float = 30.0,
     on_shutdown: Callable[[], None] | None = None,
 ) -> Starlette:
     def too_large() -> Response:
@@ -37,20 +40,39 @@ def create_app(
         )
         return Response(jsonrpc.error_body(error), status_code=413, media_type=JSON)
 
+    def too_slow() -> Response:
+        error = RequestTimeout(
+            f"the request body did not arrive within {body_timeout:g} seconds (WASMRUN_BODY_TIMEOUT)",
+            {"body_timeout_s": body_timeout},
+        )
+        # Closing the connection is what stops a client that trickles its body.
+        headers = {"connection": "close"}
+        return Response(jsonrpc.error_body(error), status_code=408, media_type=JSON, headers=headers)
+
+    async def receive_body(request: Request) -> bytes | None:
+        """The whole body, or None when it is over the limit."""
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_body_bytes:
+                return None
+        return bytes(body)
+
     async def rpc(request: Request) -> Response:
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > max_body_bytes:
+        if declared.isascii() and declared.isdigit() and int(declared) > max_body_bytes:
             return too_large()
-        body = bytearray()
         try:
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > max_body_bytes:
-                    return too_large()
+            async with asyncio.timeout(body_timeout):
+                body = await receive_body(request)
+        except TimeoutError:
+            return too_slow()
         except ClientDisconnect:
             return Response(status_code=400)
+        if body is None:
+            return too_large()
         try:
-            answer = await jsonrpc.handle(bytes(body), dispatch)
+            answer = await jsonrpc.handle(body, dispatch)
         except Exception:  # handle() answers errors itself; this is the last guard against a 500
             logger.exception("unexpected failure answering a request")
             answer = jsonrpc.error_body(InternalError("internal error"))

@@ -5,12 +5,18 @@ body, or None when there is nothing to send (only notifications). Params stay
 `msgspec.Raw` here; the dispatcher decodes them into the method's Struct.
 `id` is kept as raw JSON, so it is echoed exactly: a string stays a string,
 `1` stays `1`, `null` stays `null`.
+
+The body is checked once, before anything decodes it: it must be UTF-8 (so an
+echoed `id` is too) and nest at most `MAX_DEPTH` arrays/objects deep, so no
+later step (msgspec, the params Structs, the guest request) meets a document
+deep enough to exhaust a recursion limit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -24,6 +30,7 @@ Dispatch = Callable[[str, Raw], Awaitable[Any]]
 
 MAX_BATCH = 100
 MAX_MESSAGE_CHARS = 1000
+MAX_DEPTH = 64  # arrays/objects, the envelope included
 NULL = Raw(b"null")
 _ID_START = frozenset(b'"-0123456789n')  # first byte of a JSON string, number or null
 
@@ -70,6 +77,60 @@ def error_body(error: RPCError, id: Raw = NULL) -> bytes:
     return _encoder.encode(Failure("2.0", id, ErrorObject(error.code, message, data)))
 
 
+_NOT_KEPT = bytes(b for b in range(256) if b not in b'"[]{}')
+_OBJECTS_AS_ARRAYS = bytes.maketrans(b"{}", b"[]")  # only the depth counts
+_RUN = re.compile(rb"\[+|\]+")
+
+
+def nests_deeper_than(body: bytes, limit: int) -> bool:
+    """Whether arrays/objects in the JSON text `body` nest more than `limit` deep,
+    found without recursing and without decoding.
+
+    Escaped backslashes and quotes go first (inside a JSON string backslashes
+    only come in escape pairs, so pairing them left to right is right), then
+    everything but quotes and brackets, then what lies between quotes: the
+    structural brackets remain, objects counted as arrays. Rounds of deleting
+    empty pairs (`[]`) take one level off every container each while they
+    shrink it fast; then a walk over runs of `[` and `]` measures the rest.
+    On valid JSON the answer is exact; on invalid JSON it is exact up to the
+    point where a parser stops. Every step but the walk runs in C."""
+    if body.count(b"[") + body.count(b"{") <= limit:  # the common case: cannot be deeper
+        return False
+    structure = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    structure = structure.translate(_OBJECTS_AS_ARRAYS, _NOT_KEPT).replace(b'""', b"")
+    brackets = b"".join(structure.split(b'"')[::2]) if b'"' in structure else structure
+    rounds = 0
+    while len(brackets) > 2 * limit:  # not more than log2(len(body)) rounds
+        fewer = brackets.replace(b"[]", b"")  # one pass: pairs it makes wait for the next round
+        if 2 * len(fewer) > len(brackets):
+            break
+        brackets = fewer
+        rounds += 1
+    depth = rounds  # each round took one level off the deepest point
+    if depth > limit:
+        return True
+    for run in _RUN.finditer(brackets):
+        step = run.end() - run.start()
+        depth += step if brackets[run.start()] == ord("[") else -step
+        if depth > limit:
+            return True
+    return False
+
+
+def check_body(body: bytes) -> ParseError | None:
+    """The one bounded look at raw client bytes: UTF-8, and not nested too deep."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return ParseError(f"parse error: the body is not valid UTF-8 (byte {exc.start})")
+    if nests_deeper_than(body, MAX_DEPTH):
+        return ParseError(
+            f"parse error: arrays/objects nest deeper than this server's limit of {MAX_DEPTH} levels",
+            {"max_depth": MAX_DEPTH},
+        )
+    return None
+
+
 def _is_id(raw: Raw) -> bool:
     """A string, number or null (msgspec has already checked it is JSON)."""
     data = bytes(raw)
@@ -77,9 +138,12 @@ def _is_id(raw: Raw) -> bool:
 
 
 async def handle(body: bytes, dispatch: Dispatch) -> bytes | None:
+    problem = check_body(body)
+    if problem is not None:
+        return error_body(problem)
     try:
         msgspec.json.decode(body, type=Raw)  # checks the whole body is JSON
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: cannot, after check_body
         return error_body(ParseError(f"parse error: {exc}"))
     if body.lstrip()[:1] != b"[":
         return await _one(Raw(body), dispatch)
