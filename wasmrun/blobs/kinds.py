@@ -1,5 +1,6 @@
-"""A blob's kind: a MIME type. One rule for every way a blob is made
-(create_blob, and `blobs.write_*` from a run), enforced by the store."""
+"""A blob's kind: a MIME type. One rule for every way a blob is made: create_blob
+checks it to name the param, the `blob_write` host call before copying anything
+out of the guest, and the store itself for any other writer."""
 
 from __future__ import annotations
 

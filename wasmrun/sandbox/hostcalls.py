@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import wasmtime
 
+from wasmrun.blobs.kinds import MAX_KIND, is_valid_kind
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.capture import HeadTail, log_line
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 # Mirrored in python_wasm/bridge.c.
 ENOENT, EBUDGET, EINVAL = -1, -2, -3
 MAX_BLOB_ID = 128
-MAX_KIND = 255
 U32 = 0xFFFFFFFF
 
 _local = threading.local()
@@ -208,15 +208,14 @@ def blob_write(
 ) -> int:
     ctx = current()
     kind = _text(caller, kind_ptr, kind_len, MAX_KIND)
-    if not kind:
+    if kind is None or not is_valid_kind(kind):  # create_blob's rule, before any copying
         return EINVAL
     _span(caller, out_ptr, out_cap)
     ctx.charge_blob_io(length & U32)
     data = read_guest(caller, ptr, length)
     try:
-        # The store checks the kind: the same rule as create_blob's.
         blob_id = ctx.blobs.create(data, kind, run_id=ctx.run_id)
-    except ValueError:
+    except ValueError:  # the store refusing the kind too
         return EINVAL
     ctx.output_blobs.append(blob_id)
     ctx.readable.add(blob_id)
