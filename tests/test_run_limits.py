@@ -9,7 +9,7 @@ import pytest
 
 from wasmrun.protocol.runs import run_limits
 from wasmrun.protocol.types import RunLimits
-from wasmrun.sandbox.limits import CEILING_LIMITS, FUEL_PER_CPU_MS, MiB, LimitPolicy
+from wasmrun.sandbox.limits import CEILING_LIMITS, FUEL_PER_CPU_MS, LimitPolicy, MiB
 from wasmrun.settings import Settings
 
 Rpc = Any
