@@ -347,3 +347,39 @@ def test_operator_skill_with_deep_toml_is_skipped_and_the_server_starts(tmp_path
     registry = DirectoryRegistry(settings.skills_dirs, settings.skills_home)
     names = {s.name for s in registry.skills()}
     assert "op.deep" not in names and "text.stats" in names
+
+
+@pytest.mark.parametrize("member", ["jsonrpc", "method", "id", "params"])
+@pytest.mark.parametrize("label", list(HOSTILE))
+def test_hostile_envelope_members_get_a_json_answer(hostile_client: TestClient, member: str, label: str) -> None:
+    envelope: dict[str, Any] = {"jsonrpc": "2.0", "id": 9, "method": "list_skills", "params": {}}
+    envelope[member] = MARK
+    body = json.dumps(envelope).encode().replace(MARK_JSON, HOSTILE[label])
+    response = hostile_client.post("/rpc", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 200
+    # parse_int: an id is echoed byte for byte, and a 5000-digit one is JSON Python would refuse.
+    answer = json.loads(response.content.decode("utf-8"), parse_int=str)
+    if "error" in answer:
+        assert answer["error"]["code"] in (-32700, -32600, -32601, -32602), answer
+
+
+@pytest.mark.parametrize("label", list(HOSTILE))
+def test_a_batch_with_hostile_calls_answers_each(hostile_client: TestClient, label: str) -> None:
+    good = json.dumps({"jsonrpc": "2.0", "id": "good", "method": "list_skills"}).encode()
+    hostile = json.dumps(
+        {"jsonrpc": "2.0", "id": "bad", "method": "run_code", "params": {"language": "python", "code": GOOD_CODE,
+                                                                       "args": {"x": MARK}}}
+    ).encode().replace(MARK_JSON, HOSTILE[label])
+    notification = json.dumps({"jsonrpc": "2.0", "method": "list_skills", "params": {"namespace": MARK}}).encode()
+    notification = notification.replace(MARK_JSON, HOSTILE[label])
+    body = b"[" + b",".join([good, hostile, notification]) + b"]"
+    response = hostile_client.post("/rpc", content=body, headers={"content-type": "application/json"})
+    answer = json.loads(response.content.decode("utf-8"))
+    if isinstance(answer, dict):  # the whole body refused: only a parse error may do that
+        assert answer["error"]["code"] == -32700
+        return
+    by_id = {a["id"]: a for a in answer}
+    assert set(by_id) == {"good", "bad"}
+    assert "result" in by_id["good"]
+    bad = by_id["bad"]
+    assert "result" in bad or bad["error"]["code"] == -32602, bad

@@ -93,13 +93,13 @@ def validate_manifest(data: Any) -> Manifest:
         problems.append(f"name is longer than {MAX_NAME} characters")
     elif not DOTTED_NAME.fullmatch(manifest.name):
         problems.append(
-            f"name {manifest.name!r} must be dotted lower-case identifiers "
+            f"name {shown(manifest.name)} must be dotted lower-case identifiers "
             f"(e.g. 'data.csv.profile'), at most {MAX_NAME} characters"
         )
     if len(manifest.version) > MAX_VERSION:
         problems.append(f"version is longer than {MAX_VERSION} characters")
     elif not SEMVER.fullmatch(manifest.version):
-        problems.append(f"version {manifest.version!r} is not a semantic version (e.g. '0.1.0')")
+        problems.append(f"version {shown(manifest.version)} is not a semantic version (e.g. '0.1.0')")
     if not manifest.description.strip():
         problems.append("description must not be empty")
     elif len(manifest.description) > MAX_DESCRIPTION:
@@ -109,14 +109,14 @@ def validate_manifest(data: Any) -> Manifest:
     if manifest.namespace is not None and (
         len(manifest.namespace) > MAX_NAME or not DOTTED_NAME.fullmatch(manifest.namespace)
     ):
-        problems.append(f"namespace {manifest.namespace!r} must be dotted lower-case identifiers")
+        problems.append(f"namespace {shown(manifest.namespace)} must be dotted lower-case identifiers")
     if manifest.kind == "action" and manifest.runtime is None:
         problems.append("an action skill needs a [runtime] table (language, entrypoint, export)")
     if manifest.runtime is not None:
         problems.extend(_runtime_problems(manifest.runtime))
     for secret in manifest.permissions.secrets:
         if not SECRET_NAME.fullmatch(secret):
-            problems.append(f"permissions.secrets: {secret!r} is not a valid environment variable name")
+            problems.append(f"permissions.secrets: {shown(secret)} is not a valid environment variable name")
     if problems:
         raise ManifestError(problems)
     return manifest
@@ -136,11 +136,16 @@ def _runtime_problems(runtime: Runtime) -> list[str]:
         or path.suffix != ".py"
     ):
         problems.append(
-            f"runtime.entrypoint {entry!r} must be a relative path to a .py file inside the skill"
+            f"runtime.entrypoint {shown(entry)} must be a relative path to a .py file inside the skill"
         )
     if not IDENTIFIER.fullmatch(runtime.export):
-        problems.append(f"runtime.export {runtime.export!r} must be a Python identifier")
+        problems.append(f"runtime.export {shown(runtime.export)} must be a Python identifier")
     return problems
+
+
+def shown(text: str, limit: int = 80) -> str:
+    """A client's string in a message: quoted, and cut when long."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
 
 
 def nests_deeper_than(value: Any, limit: int) -> bool:

@@ -31,7 +31,7 @@ from wasmrun.protocol.errors import (
     UnsafePath,
 )
 from wasmrun.registry import tomlwriter
-from wasmrun.registry.manifest import Manifest, ManifestError, SemVer, validate_manifest
+from wasmrun.registry.manifest import Manifest, ManifestError, SemVer, shown, validate_manifest
 from wasmrun.registry.skillmd import parse_frontmatter
 
 MANIFEST_FILE = "skill.toml"
@@ -208,13 +208,8 @@ def check_relative_path(path: str, field: str) -> PurePosixPath:
     elif any(part in ("", ".") for part in segments):
         problem = "has an empty or '.' segment"
     if problem is not None:
-        raise UnsafePath(f"path {_shown(path)} {problem}", field=field)
+        raise UnsafePath(f"path {shown(path)} {problem}", field=field)
     return PurePosixPath(path)
-
-
-def _shown(text: str, limit: int = 80) -> str:
-    """A client's string in a message: quoted, and cut when long."""
-    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
 
 
 def _inside(root: Path, path: Path) -> bool:
