@@ -358,7 +358,7 @@ def test_hostile_envelope_members_get_a_json_answer(hostile_client: TestClient, 
     response = hostile_client.post("/rpc", content=body, headers={"content-type": "application/json"})
     assert response.status_code == 200
     # parse_int: an id is echoed byte for byte, and a 5000-digit one is JSON Python would refuse.
-    answer = json.loads(response.content.decode("utf-8"), parse_int=str)
+    answer = json.loads(response.content.decode("utf-8"), parse_int=lambda t: int(t) if len(t) < 4000 else t)
     if "error" in answer:
         assert answer["error"]["code"] in (-32700, -32600, -32601, -32602), answer
 
