@@ -383,3 +383,45 @@ def test_a_batch_with_hostile_calls_answers_each(hostile_client: TestClient, lab
     assert "result" in by_id["good"]
     bad = by_id["bad"]
     assert "result" in bad or bad["error"]["code"] == -32602, bad
+
+
+def test_a_body_of_a_million_arrays_is_refused_before_decoding(client: TestClient) -> None:
+    from wasmrun.wire.jsonrpc import MAX_CONTAINERS
+
+    many = b"[" + b"[]," * MAX_CONTAINERS + b"[]]"
+    answer = rpc_raw(client, call("run_code", b'{"language":"python","code":"","args":{"x":' + many + b"}}"))
+    assert answer["error"]["code"] == -32700
+    assert answer["error"]["data"] == {"max_containers": MAX_CONTAINERS}
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+def test_the_depth_scan_agrees_with_decoding() -> None:
+    """nests_deeper_than reads raw bytes; it must agree with the decoded document,
+    brackets, quotes and backslashes inside strings included."""
+    import random
+
+    from wasmrun.wire.jsonrpc import nests_deeper_than
+
+    rng = random.Random(7)
+    tricky = ["x", '"[{', "\\", '\\"[', "]]", "", '"', "}{", "\\\\\"]"]
+
+    def document(level: int) -> Any:
+        roll = rng.random()
+        if level > 10 or roll < 0.3:
+            return rng.choice([1, None, *tricky])
+        if roll < 0.65:
+            return [document(level + 1) for _ in range(rng.randint(0, 4))]
+        return {rng.choice(tricky) + str(i): document(level + 1) for i in range(rng.randint(0, 4))}
+
+    for _ in range(400):
+        doc = document(0)
+        text, depth = json.dumps(doc).encode(), _depth(doc)
+        for limit in range(12):
+            assert nests_deeper_than(text, limit) == (depth > limit), (text, limit)

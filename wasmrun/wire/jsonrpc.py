@@ -7,9 +7,10 @@ body, or None when there is nothing to send (only notifications). Params stay
 `1` stays `1`, `null` stays `null`.
 
 The body is checked once, before anything decodes it: it must be UTF-8 (so an
-echoed `id` is too) and nest at most `MAX_DEPTH` arrays/objects deep, so no
-later step (msgspec, the params Structs, the guest request) meets a document
-deep enough to exhaust a recursion limit.
+echoed `id` is too), hold at most `MAX_CONTAINERS` arrays/objects and nest them
+at most `MAX_DEPTH` deep, so no later step (msgspec, the params Structs, the
+guest request) meets a document deep enough to exhaust a recursion limit or
+large enough in objects to exhaust memory.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ Dispatch = Callable[[str, Raw], Awaitable[Any]]
 MAX_BATCH = 100
 MAX_MESSAGE_CHARS = 1000
 MAX_DEPTH = 64  # arrays/objects, the envelope included
+# Each decoded array/object is a Python object of 50+ bytes: this bounds what a
+# body can cost in memory and decoding time (a 32 MiB body of `[]` is 16 million).
+MAX_CONTAINERS = 1_000_000
 NULL = Raw(b"null")
 _ID_START = frozenset(b'"-0123456789n')  # first byte of a JSON string, number or null
 
@@ -82,27 +86,30 @@ _OBJECTS_AS_ARRAYS = bytes.maketrans(b"{}", b"[]")  # only the depth counts
 _RUN = re.compile(rb"\[+|\]+")
 
 
-def nests_deeper_than(body: bytes, limit: int) -> bool:
-    """Whether arrays/objects in the JSON text `body` nest more than `limit` deep,
-    found without recursing and without decoding.
+def structural_brackets(body: bytes) -> bytes:
+    """The brackets of the JSON text `body` that open and close arrays/objects, in
+    order, objects written as arrays; found in C, without decoding.
 
     Escaped backslashes and quotes go first (inside a JSON string backslashes
     only come in escape pairs, so pairing them left to right is right), then
-    everything but quotes and brackets, then what lies between quotes: the
-    structural brackets remain, objects counted as arrays. Rounds of deleting
-    empty pairs (`[]`) take one level off every container each while they
-    shrink it fast; then a walk over runs of `[` and `]` measures the rest.
-    On valid JSON the answer is exact; on invalid JSON it is exact up to the
-    point where a parser stops. Every step but the walk runs in C."""
-    if body.count(b"[") + body.count(b"{") <= limit:  # the common case: cannot be deeper
-        return False
-    structure = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    everything but quotes and brackets, then what lies between quotes. On valid
+    JSON the answer is exact; on invalid JSON it is exact up to the point where
+    a parser stops."""
+    structure = body.replace(b"\\\\", b"").replace(b'\\"', b"") if b"\\" in body else body
     structure = structure.translate(_OBJECTS_AS_ARRAYS, _NOT_KEPT).replace(b'""', b"")
-    brackets = b"".join(structure.split(b'"')[::2]) if b'"' in structure else structure
+    return b"".join(structure.split(b'"')[::2]) if b'"' in structure else structure
+
+
+def brackets_deeper_than(brackets: bytes, limit: int) -> bool:
+    """Whether `brackets` (only `[` and `]`) nest more than `limit` deep, without recursing.
+
+    Rounds of deleting empty pairs take one level off every container each,
+    while they shrink the text fast (in C); a walk over runs of `[` and `]`
+    measures what is left."""
     rounds = 0
-    while len(brackets) > 2 * limit:  # not more than log2(len(body)) rounds
+    while len(brackets) > 2 * limit:  # each round removes an eighth at least
         fewer = brackets.replace(b"[]", b"")  # one pass: pairs it makes wait for the next round
-        if 2 * len(fewer) > len(brackets):
+        if 8 * len(fewer) > 7 * len(brackets):  # under an eighth gone: walking is cheaper now
             break
         brackets = fewer
         rounds += 1
@@ -117,13 +124,30 @@ def nests_deeper_than(body: bytes, limit: int) -> bool:
     return False
 
 
+def nests_deeper_than(body: bytes, limit: int) -> bool:
+    """Whether arrays/objects in the JSON text `body` nest more than `limit` deep."""
+    if body.count(b"[") + body.count(b"{") <= limit:  # the common case: cannot be deeper
+        return False
+    return brackets_deeper_than(structural_brackets(body), limit)
+
+
 def check_body(body: bytes) -> ParseError | None:
-    """The one bounded look at raw client bytes: UTF-8, and not nested too deep."""
+    """The one bounded look at raw client bytes, before anything decodes them:
+    UTF-8, at most MAX_CONTAINERS arrays/objects, nested at most MAX_DEPTH deep."""
     try:
         body.decode("utf-8")
     except UnicodeDecodeError as exc:
         return ParseError(f"parse error: the body is not valid UTF-8 (byte {exc.start})")
-    if nests_deeper_than(body, MAX_DEPTH):
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:  # the common case: nothing to measure
+        return None
+    brackets = structural_brackets(body)
+    if len(brackets) > 2 * MAX_CONTAINERS:
+        return ParseError(
+            f"parse error: the body holds more than this server's limit of {MAX_CONTAINERS}"
+            " arrays/objects; pass bulk data as a blob",
+            {"max_containers": MAX_CONTAINERS},
+        )
+    if brackets_deeper_than(brackets, MAX_DEPTH):
         return ParseError(
             f"parse error: arrays/objects nest deeper than this server's limit of {MAX_DEPTH} levels",
             {"max_depth": MAX_DEPTH},
