@@ -57,12 +57,14 @@ def read_until_closed(conn: socket.socket, limit_s: float = 30.0) -> bytes:
     raise AssertionError(f"the server kept the connection open; got {data!r}")
 
 
-def test_a_trickled_body_is_answered_408_and_the_connection_closed(server_port: int) -> None:
+@pytest.mark.parametrize("path", ["/rpc", "/mcp"])
+def test_a_trickled_body_is_answered_408_and_the_connection_closed(server_port: int, path: str) -> None:
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "list_skills"}).encode()
     with socket.create_connection(("127.0.0.1", server_port), timeout=30) as conn:
         conn.sendall(
-            b"POST /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n" % len(body)
+            b"POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+            b"Accept: application/json, text/event-stream\r\n"
+            b"Content-Length: %d\r\n\r\n" % (path.encode(), server_port, len(body))
         )
         answered = False
         for byte in body[:-1]:  # one byte at a time, never the last one

@@ -3,24 +3,26 @@
 Every answer to something a client sent is 2xx or 4xx: 200 with a JSON-RPC
 response, 204 when only notifications came, 413 (with a JSON-RPC error body)
 for a body over the limit, 408 (likewise, and the connection is closed) for a
-body that did not arrive within `body_timeout` seconds.
+body that did not arrive within `body_timeout` seconds (wire/deadline.py, on
+every route, /mcp included).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from wasmrun.protocol.errors import InternalError, RequestTimeout, RequestTooLarge
 from wasmrun.wire import jsonrpc
+from wasmrun.wire.deadline import BodyDeadline
 
 logger = logging.getLogger("wasmrun.http")
 JSON = "application/json"
@@ -46,15 +48,6 @@ def create_app(
         )
         return Response(jsonrpc.error_body(error), status_code=413, media_type=JSON)
 
-    def too_slow() -> Response:
-        error = RequestTimeout(
-            f"the request body did not arrive within {body_timeout:g} seconds (WASMRUN_BODY_TIMEOUT)",
-            {"body_timeout_s": body_timeout},
-        )
-        # Closing the connection is what stops a client that trickles its body.
-        headers = {"connection": "close"}
-        return Response(jsonrpc.error_body(error), status_code=408, media_type=JSON, headers=headers)
-
     async def receive_body(request: Request) -> bytes | None:
         """The whole body, or None when it is over the limit."""
         body = bytearray()
@@ -69,11 +62,8 @@ def create_app(
         if declared.isascii() and declared.isdigit() and int(declared) > max_body_bytes:
             return too_large()
         try:
-            async with asyncio.timeout(body_timeout):
-                body = await receive_body(request)
-        except TimeoutError:
-            return too_slow()
-        except ClientDisconnect:
+            body = await receive_body(request)
+        except ClientDisconnect:  # also what BodyDeadline tells a route whose body is too slow
             return Response(status_code=400)
         if body is None:
             return too_large()
@@ -100,7 +90,14 @@ def create_app(
             if on_shutdown is not None:
                 on_shutdown()
 
+    too_slow = RequestTimeout(
+        f"the request body did not arrive within {body_timeout:g} seconds (WASMRUN_BODY_TIMEOUT)",
+        {"body_timeout_s": body_timeout},
+    )
     return Starlette(
+        middleware=[
+            Middleware(BodyDeadline, timeout=body_timeout, answer=jsonrpc.error_body(too_slow), media_type=JSON)
+        ],
         routes=[
             Route("/rpc", rpc, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
