@@ -9,8 +9,9 @@ import pytest
 
 from wasmrun.protocol.runs import run_limits
 from wasmrun.protocol.types import RunLimits
-from wasmrun.sandbox.limits import CEILING_LIMITS, FUEL_PER_CPU_MS, LimitPolicy, MiB
+from wasmrun.sandbox.limits import CEILING_LIMITS, FUEL_PER_MS, LimitPolicy, MiB
 from wasmrun.settings import Settings
+from wasmrun.tenants.limits import TenantLimits
 
 Rpc = Any
 
@@ -33,7 +34,7 @@ def test_cpu_ms_is_a_fuel_budget(rpc: Rpc) -> None:
     spin = "def main(args):\n    while True:\n        pass\n"
     failed = run_code(rpc, spin, cpu_ms=20, timeout_ms=120_000)["result"]
     assert failed["error"]["type"] == "CPULimitExceeded"
-    assert str(20 * FUEL_PER_CPU_MS) in failed["error"]["message"]
+    assert str(20 * FUEL_PER_MS) in failed["error"]["message"]
 
 
 def test_workspace_mb_bounds_the_workspace(rpc: Rpc) -> None:
@@ -53,12 +54,15 @@ def test_output_bytes_bounds_the_captured_output(rpc: Rpc) -> None:
     assert "[... 1401 bytes of output cut ...]" in logs
 
 
+LOCAL = TenantLimits()  # the implicit local tenant's own ceilings, under the server's
+
+
 @pytest.mark.parametrize(
     "member, ceiling",
     [
-        ("timeout_ms", CEILING_LIMITS.timeout_ms),
-        ("memory_mb", CEILING_LIMITS.memory_bytes // MiB),
-        ("cpu_ms", CEILING_LIMITS.fuel // FUEL_PER_CPU_MS),
+        ("timeout_ms", min(CEILING_LIMITS.timeout_ms, LOCAL.max_timeout_ms)),
+        ("memory_mb", min(CEILING_LIMITS.memory_bytes // MiB, LOCAL.max_memory_mb)),
+        ("cpu_ms", min(CEILING_LIMITS.fuel // FUEL_PER_MS, LOCAL.max_cpu_ms)),
         ("workspace_mb", CEILING_LIMITS.workspace_bytes // MiB),
         ("output_bytes", CEILING_LIMITS.output_bytes),
     ],
@@ -101,7 +105,7 @@ def test_operator_ceilings_come_from_the_environment() -> None:
     policy = Settings.load(env).limits
     assert policy.ceilings.timeout_ms == 5000
     assert policy.ceilings.memory_bytes == 128 * MiB
-    assert policy.ceilings.fuel == 1000 * FUEL_PER_CPU_MS
+    assert policy.ceilings.fuel == 1000 * FUEL_PER_MS
     assert policy.ceilings.workspace_bytes == 8 * MiB
     assert policy.ceilings.output_bytes == 4096
     # The defaults above a lowered ceiling come down to it.

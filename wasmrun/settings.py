@@ -7,6 +7,10 @@
     --skills-dir      WASMRUN_SKILLS_DIRS           (none; os.pathsep-separated; bundled skills/ always load)
     --workers         WASMRUN_WORKERS               number of CPUs
     --secrets-file    WASMRUN_SECRETS_FILE          (none)
+    --policy-file     WASMRUN_POLICY_FILE           (none) secret grants, allowed hosts/origins (tenants/policy.py)
+    --insecure        WASMRUN_INSECURE=1            serve a non-loopback --host without API keys
+    --audit-log       WASMRUN_AUDIT_LOG             <data_dir>/audit.log ("-": none)
+    --blob-ttl        WASMRUN_BLOB_TTL              0 (seconds blobs are kept; 0: until deleted; per tenant: blob_ttl_s)
                       WASMRUN_SECRET_<NAME>         the secret <NAME>
                       WASMRUN_QUEUE_TIMEOUT         5 (seconds a call waits for a free sandbox)
                       WASMRUN_MAX_BODY_BYTES        33554432
@@ -35,12 +39,13 @@ import tomli
 import wasmrun
 from wasmrun.sandbox.limits import (
     CEILING_LIMITS,
-    FUEL_PER_CPU_MS,
+    FUEL_PER_MS,
     MAX_MEMORY_BYTES,
     MIN_MEMORY_BYTES,
     LimitPolicy,
     MiB,
 )
+from wasmrun.tenants.policy import AccessPolicy, load_access_policy
 
 ENV_PREFIX = "WASMRUN_"
 SECRET_PREFIX = "WASMRUN_SECRET_"
@@ -52,7 +57,7 @@ logger = logging.getLogger("wasmrun.settings")
 CEILING_VARIABLES: dict[str, tuple[str, int]] = {
     "TIMEOUT_MS": ("timeout_ms", 1),
     "MEMORY_MB": ("memory_bytes", MiB),
-    "CPU_MS": ("fuel", FUEL_PER_CPU_MS),
+    "CPU_MS": ("fuel", FUEL_PER_MS),
     "WORKSPACE_MB": ("workspace_bytes", MiB),
     "OUTPUT_BYTES": ("output_bytes", 1),
 }
@@ -77,6 +82,19 @@ class Settings:
     max_full_read_bytes: int = 10 * 1024 * 1024
     limits: LimitPolicy = field(default_factory=LimitPolicy)
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    access: AccessPolicy = field(default_factory=AccessPolicy)
+    insecure: bool = False
+    audit_log: Path | None = None  # None: no audit log
+
+    @property
+    def installed_skills(self) -> Path:
+        """Where `wasmrun skills add` copies skills: an operator's folder, like --skills-dir."""
+        return self.data_dir / "installed-skills"
+
+    @property
+    def operator_skill_dirs(self) -> tuple[Path, ...]:
+        """Every folder of the operator's skills (visible to all tenants); the bundled one first."""
+        return (*self.skills_dirs, self.installed_skills)
 
     @property
     def skills_home(self) -> Path:
@@ -97,6 +115,10 @@ class Settings:
         skills_dirs: list[Path] | None = None,
         workers: int | None = None,
         secrets_file: Path | None = None,
+        policy_file: Path | None = None,
+        insecure: bool | None = None,
+        audit_log: str | None = None,
+        blob_ttl: int | None = None,
     ) -> Settings:
         """Flags (the keyword arguments, None when not given) over `env` over defaults."""
         env = os.environ if env is None else env
@@ -111,6 +133,7 @@ class Settings:
         dirs = [BUNDLED_SKILLS] + [d for d in extra if d != BUNDLED_SKILLS]
 
         secrets_path = pick(secrets_file, "SECRETS_FILE")
+        policy_path = pick(policy_file, "POLICY_FILE")
         values: dict[str, Any] = {
             "host": pick(host, "HOST"),
             "port": _int(pick(port, "PORT"), "port"),
@@ -128,10 +151,19 @@ class Settings:
             chosen["data_dir"] = default_data_dir(env)
         if chosen.get("body_timeout") == 0:
             raise ValueError("body timeout must be above 0 seconds")
+        audit = pick(audit_log, "AUDIT_LOG")
+        chosen["audit_log"] = None if audit == "-" else Path(audit).expanduser() if audit else chosen["data_dir"] / "audit.log"
+        access = load_access_policy(Path(policy_path).expanduser() if policy_path else None)
+        ttl = pick(blob_ttl, "BLOB_TTL")
+        if ttl is not None:
+            seconds = _int(ttl, "blob ttl") if ttl != "0" else 0
+            access = dataclasses.replace(access, limits=dataclasses.replace(access.limits, blob_ttl_s=seconds or 0))
         return cls(
             skills_dirs=tuple(dirs),
             limits=load_limit_policy(env),
             secrets=load_secrets(env, Path(secrets_path).expanduser() if secrets_path else None),
+            access=access,
+            insecure=bool(insecure) or env.get(ENV_PREFIX + "INSECURE", "") in ("1", "true", "yes"),
             **chosen,
         )
 

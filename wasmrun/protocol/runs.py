@@ -1,7 +1,8 @@
 """execute_skill and run_code: params → a sandbox `RunRequest` → the spec's run result.
 
-Secrets: execute_skill gives the guest only the secrets its manifest names in
-`permissions.secrets`. run_code gets none: its code is written by the model,
+Secrets: a manifest's `permissions.secrets` only asks. execute_skill gives the
+guest a secret when the skill asks for it and the operator's policy grants it
+to this skill for this tenant (tenants/policy.py). run_code gets none: its code is written by the model,
 and any mounted skill shares its interpreter, so a secret handed to a
 mounted skill would be readable by that code.
 """
@@ -9,19 +10,24 @@ mounted skill would be readable by that code.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import logging
 
-from wasmrun.protocol.blobs import blob_info
+from wasmrun.blobs.quota import BlobQuotaExceeded
+from wasmrun.protocol.blobs import blob_info, quota_error
 from wasmrun.protocol.context import Context
-from wasmrun.protocol.errors import InvalidParams, NotExecutable, ServerBusy
+from wasmrun.protocol.errors import InvalidParams, NotExecutable, QuotaExceeded, ServerBusy
 from wasmrun.protocol.run_result import needs_output_blob, to_spec_result
 from wasmrun.protocol.skills import find_skill
 from wasmrun.protocol.types import ExecuteSkillParams, RunCodeParams, RunLimits, RunResult
 from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.registry.store import Skill
 from wasmrun.sandbox.executor import Busy
-from wasmrun.sandbox.limits import FUEL_PER_CPU_MS, LimitPolicy, Limits, MiB
+from wasmrun.sandbox.limits import FUEL_PER_MS, MIN_MEMORY_BYTES, LimitPolicy, Limits, MiB
 from wasmrun.sandbox.types import MountedSkill, RunRequest
+from wasmrun.tenants.limits import TenantLimits
+from wasmrun.tenants.quotas import QueueTimeout, RunQuotaExceeded
 
 logger = logging.getLogger("wasmrun.runs")
 
@@ -30,27 +36,47 @@ logger = logging.getLogger("wasmrun.runs")
 REQUESTABLE_LIMITS: dict[str, tuple[str, int]] = {
     "timeout_ms": ("timeout_ms", 1),
     "memory_mb": ("memory_bytes", MiB),
-    "cpu_ms": ("fuel", FUEL_PER_CPU_MS),
+    "cpu_ms": ("fuel", FUEL_PER_MS),
     "workspace_mb": ("workspace_bytes", MiB),
     "output_bytes": ("output_bytes", 1),
 }
+# The tenant limit (tenants/limits.py) that can lower a Limits field's ceiling.
+TENANT_CEILINGS = {"timeout_ms": "max_timeout_ms", "memory_bytes": "max_memory_mb", "fuel": "max_cpu_ms"}
 
 
-def run_limits(policy: LimitPolicy, requested: RunLimits, prefix: str = "limits.") -> Limits:
-    """The run's Limits; a value outside what the policy allows is -32602 naming it."""
+def _in_units(bounds: tuple[int, int], unit: int) -> tuple[int, int]:
+    lowest, highest = bounds
+    return -(-lowest // unit), highest // unit
+
+
+def run_limits(
+    policy: LimitPolicy, requested: RunLimits, prefix: str = "limits.", server: LimitPolicy | None = None
+) -> Limits:
+    """The run's Limits; a value outside what `policy` allows is -32602 naming it.
+    When `policy` is `server`'s lowered for a tenant and the tenant's ceiling is the
+    one refusing, the error names that tenant limit too (`data.limit`, `data.value`)."""
     asked: dict[str, int] = {}
     for member, (field, unit) in REQUESTABLE_LIMITS.items():
         value = getattr(requested, member)
         if value is None:
             continue
-        lowest, highest = policy.allowed(field)
-        lowest, highest = -(-lowest // unit), highest // unit  # in the request's units
+        lowest, highest = _in_units(policy.allowed(field), unit)
         if not lowest <= value <= highest:
+            data: dict[str, object] = {"minimum": lowest, "maximum": highest}
+            where = "on this server"
+            tenant_limit = TENANT_CEILINGS.get(field)
+            if (
+                server is not None
+                and tenant_limit is not None
+                and value > highest
+                and highest < _in_units(server.allowed(field), unit)[1]
+            ):
+                where = f"for this tenant ({tenant_limit} = {highest})"
+                data.update(limit=tenant_limit, value=highest)
             raise InvalidParams(
-                f"{prefix}{member} must be from {lowest} to {highest} on this server, not {value}",
+                f"{prefix}{member} must be from {lowest} to {highest} {where}, not {value}",
                 field=prefix + member,
-                minimum=lowest,
-                maximum=highest,
+                **data,
             )
         asked[field] = value * unit
     return policy.resolve(**asked)
@@ -63,6 +89,7 @@ def _mount(skill: Skill) -> MountedSkill:
 
 
 def _input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
+    # Each checked for the caller: another tenant's id is "does not exist".
     for i, blob_id in enumerate(blob_ids):
         blob_info(ctx, blob_id, f"input_blobs[{i}]")
     return list(dict.fromkeys(blob_ids))
@@ -70,10 +97,37 @@ def _input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
 
 def _granted_secrets(ctx: Context, skill: Skill) -> dict[str, str]:
     wanted = skill.manifest.permissions.secrets
-    missing = [name for name in wanted if name not in ctx.secrets]
+    if not wanted:
+        return {}
+    granted = ctx.access.granted(ctx.caller.tenant, skill.name)
+    missing = [name for name in wanted if name in granted and name not in ctx.secrets]
     if missing:
-        logger.warning("skill %s asks for secrets not configured: %s", skill.name, ", ".join(missing))
-    return {name: ctx.secrets[name] for name in wanted if name in ctx.secrets}
+        logger.warning("skill %s is granted secrets not configured: %s", skill.name, ", ".join(missing))
+    return {name: ctx.secrets[name] for name in wanted if name in granted and name in ctx.secrets}
+
+
+@functools.lru_cache(maxsize=1024)
+def tenant_policy(server: LimitPolicy, tenant: TenantLimits) -> LimitPolicy:
+    """The server's defaults and ceilings, lowered to the tenant's own ceilings."""
+    caps = {
+        "timeout_ms": tenant.max_timeout_ms,
+        "memory_bytes": max(MIN_MEMORY_BYTES, tenant.max_memory_mb * MiB),
+        "fuel": tenant.max_cpu_ms * FUEL_PER_MS,
+    }
+    ceilings = dataclasses.replace(
+        server.ceilings, **{name: min(getattr(server.ceilings, name), cap) for name, cap in caps.items()}
+    )
+    defaults = dataclasses.replace(
+        server.defaults, **{name: min(getattr(server.defaults, name), getattr(ceilings, name)) for name in caps}
+    )
+    return LimitPolicy(defaults=defaults, ceilings=ceilings)
+
+
+def _limits(ctx: Context, requested: RunLimits, prefix: str = "limits.") -> Limits:
+    """The run's limits: the server's, within the tenant's own ceilings; asking for more
+    than either allows is -32602 naming the field (and the tenant's limit, if it binds)."""
+    policy = tenant_policy(ctx.limits, ctx.caller.limits)
+    return run_limits(policy, requested, prefix, server=ctx.limits)
 
 
 async def _checked_input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
@@ -83,16 +137,24 @@ async def _checked_input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
 
 
 async def _run(ctx: Context, request: RunRequest) -> RunResult:
+    request.owner = ctx.caller.tenant
+    request.blob_quota = ctx.caller.blob_quota
     try:
-        result = await ctx.executor.run(request)
-    except Busy as exc:
+        async with ctx.gate.admit(ctx.caller):
+            result = await ctx.executor.run(request)
+    except RunQuotaExceeded as exc:
+        raise QuotaExceeded(f"quota exceeded: {exc.message}", exc.limit, exc.value, exc.retry_after_s) from None
+    except (Busy, QueueTimeout) as exc:
         raise ServerBusy(f"server busy: {exc}") from None
     # Only an output too large for the result is written to the blob store;
     # everything else is quick enough for the event loop, and a thread hop
     # costs a short run a noticeable share of its latency.
-    if needs_output_blob(result):
-        return await asyncio.to_thread(to_spec_result, result, ctx.blobs)
-    return to_spec_result(result, ctx.blobs)
+    try:
+        if needs_output_blob(result):
+            return await asyncio.to_thread(to_spec_result, result, ctx.blobs, request.owner, request.blob_quota)
+        return to_spec_result(result, ctx.blobs)
+    except BlobQuotaExceeded as exc:
+        raise quota_error(exc) from None
 
 
 async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
@@ -113,7 +175,7 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
         skills=[_mount(skill)],
         input_blobs=input_blobs,
         env=_granted_secrets(ctx, skill),
-        limits=run_limits(ctx.limits, RunLimits(timeout_ms=p.timeout_ms), prefix=""),
+        limits=_limits(ctx, RunLimits(timeout_ms=p.timeout_ms), prefix=""),
     )
     return await _run(ctx, request)
 
@@ -124,8 +186,14 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
             f"entrypoint {p.entrypoint!r} must be the name of a function", field="entrypoint"
         )
     mounted: dict[str, MountedSkill] = {}
-    for i, name in enumerate(p.mount_skills):
-        mounted.setdefault(name, _mount(find_skill(ctx, name, None, field=f"mount_skills[{i}]")))
+    for i, entry in enumerate(p.mount_skills):
+        # "name" mounts the highest version, "name@1.2.0" that version.
+        name, _, version = entry.partition("@")
+        where = f"mount_skills[{i}]"
+        skill = find_skill(ctx, name, version or None, field=where, version_field=where)
+        if skill.name in mounted and mounted[skill.name].root != str(skill.root):
+            raise InvalidParams(f"skill {skill.name!r} is listed twice with different versions", field=where)
+        mounted[skill.name] = _mount(skill)
     input_blobs = await _checked_input_blobs(ctx, p.input_blobs)
     request = RunRequest(
         kind="code",
@@ -135,6 +203,6 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         skills=list(mounted.values()),
         input_blobs=input_blobs,
         env={},
-        limits=run_limits(ctx.limits, p.limits),
+        limits=_limits(ctx, p.limits),
     )
     return await _run(ctx, request)

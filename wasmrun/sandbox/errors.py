@@ -10,6 +10,7 @@ MEMORY_LIMIT = "MemoryLimitExceeded"  # linear memory cap
 STACK_OVERFLOW = "StackOverflow"
 WORKSPACE_QUOTA = "WorkspaceQuotaExceeded"  # /workspace bytes or files
 BLOB_BUDGET = "BlobBudgetExceeded"  # bytes through blob host calls
+BLOB_QUOTA = "BlobQuotaExceeded"  # the tenant's stored blob bytes or count, or blobs per run
 ENTRYPOINT_NOT_FOUND = "EntrypointNotFound"
 INVALID_OUTPUT = "InvalidOutput"  # return value not JSON, or too large
 SYSTEM_EXIT = "SystemExit"

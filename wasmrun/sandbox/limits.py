@@ -14,7 +14,7 @@ from dataclasses import dataclass
 MiB = 1 << 20
 # Fuel is what wasmtime counts; a request asks for CPU time. Measured here: about
 # 10^10 fuel a second of guest CPU, so a millisecond is about 10^7.
-FUEL_PER_CPU_MS = 10_000_000
+FUEL_PER_MS = 10_000_000
 
 
 @dataclass(frozen=True)
