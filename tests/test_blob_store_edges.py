@@ -121,7 +121,7 @@ def test_a_start_sweeps_what_killed_writers_left(
     in_progress.write_bytes(b"a write going on right now")
 
     context = build_context(settings, executor=executor)  # what `wasmrun serve` does at start
-    with TestClient(create_app(settings, context)) as client:
+    with TestClient(create_app(settings, context), base_url="http://localhost") as client:
         answer = client.post(
             "/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "read_blob", "params": {"blob_id": kept}}
         ).json()

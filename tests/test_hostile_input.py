@@ -85,6 +85,7 @@ def baseline(method: str, blob_id: str) -> dict[str, Any]:
         "run_code": {"language": "python", "code": GOOD_CODE},
         "create_blob": {"content": "x", "kind": "text/plain"},
         "read_blob": {"blob_id": blob_id},
+        "delete_blob": {"blob_id": "blob:" + "0" * 32},  # none such: the sweep must not delete blob_id
         "load_skills_protocol_guide": {},
         "create_skill": {
             "manifest": {
@@ -168,7 +169,7 @@ def hostile_client(
         data_dir=tmp_path_factory.mktemp("hostile-data"), skills_dirs=(BUNDLED_SKILLS,), workers=2
     )
     context = build_context(settings, blobs=blob_store, executor=executor)
-    with TestClient(create_app(settings, context)) as client:
+    with TestClient(create_app(settings, context), base_url="http://localhost") as client:
         yield client
 
 

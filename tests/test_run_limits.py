@@ -143,7 +143,7 @@ def rpc_with_policy(settings: Settings, blob_store: Any, executor: Any) -> Any:
         settings, limits=LimitPolicy(ceilings=dataclasses.replace(CEILING_LIMITS, timeout_ms=2000))
     )
     context = build_context(lowered, blobs=blob_store, executor=executor)
-    with TestClient(create_app(lowered, context)) as client:
+    with TestClient(create_app(lowered, context), base_url="http://localhost") as client:
 
         def call(method: str, params: Any) -> dict[str, Any]:
             answer: dict[str, Any] = client.post(

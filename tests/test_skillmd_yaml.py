@@ -68,7 +68,7 @@ def test_a_bomb_among_operator_skills_is_skipped_at_start(
     settings = Settings(data_dir=tmp_path / "data", skills_dirs=(BUNDLED_SKILLS, extra), workers=1)
     with caplog.at_level(logging.WARNING, logger="wasmrun.registry"):
         context = build_context(settings, executor=executor)
-    with TestClient(create_app(settings, context)) as client:
+    with TestClient(create_app(settings, context), base_url="http://localhost") as client:
         listed = client.post("/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "list_skills",
                                            "params": {"namespace": "op"}}).json()
     assert [s["name"] for s in listed["result"]["skills"]] == ["op.fine"]
