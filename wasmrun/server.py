@@ -65,6 +65,7 @@ def build_context(
         executor=executor if executor is not None else make_executor(settings),
         secrets=settings.secrets,
         limits=settings.limits,
+        egress=settings.egress,
         access=settings.access,
         max_full_read_bytes=settings.max_full_read_bytes,
         caller=local_caller(settings.access.limits),

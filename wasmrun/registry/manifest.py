@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from wasmrun.egress.patterns import PatternError, UrlPattern
+
 # Every pattern here spells its classes out in ASCII ([0-9], not \d, which also
 # matches other scripts' digits) and is compiled with re.ASCII besides.
 SEGMENT = r"[a-z_][a-z0-9_]*"
@@ -37,6 +39,7 @@ MAX_TAGS = 64
 MAX_TAG = 64
 MAX_ENTRYPOINT = 1024
 MAX_DEPTH = 16  # tables/arrays, the manifest itself included (`inputs` schemas nest)
+MAX_NETWORK_PATTERNS = 256
 
 
 class ManifestError(ValueError):
@@ -117,6 +120,13 @@ def validate_manifest(data: Any) -> Manifest:
     for secret in manifest.permissions.secrets:
         if not SECRET_NAME.fullmatch(secret):
             problems.append(f"permissions.secrets: {shown(secret)} is not a valid environment variable name")
+    if len(manifest.permissions.network) > MAX_NETWORK_PATTERNS:
+        problems.append(f"permissions.network: at most {MAX_NETWORK_PATTERNS} URL patterns")
+    for i, pattern in enumerate(manifest.permissions.network[:MAX_NETWORK_PATTERNS]):
+        try:
+            UrlPattern.parse(pattern)
+        except PatternError as exc:
+            problems.append(f"permissions.network[{i}]: {exc}")
     if problems:
         raise ManifestError(problems)
     return manifest
