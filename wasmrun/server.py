@@ -35,6 +35,10 @@ from wasmrun.wire.tools_route import tools_route
 
 def make_executor(settings: Settings) -> Executor:
     """Worker processes, each opening the blob store at `settings.blobs_dir` itself."""
+    from wasmrun.sandbox.engine import precompile
+
+    # Here, once, with progress on stderr, rather than in every worker at once.
+    precompile()
     opener = BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(settings.blobs_dir)])
     return WorkerPool(opener, workers=settings.workers, queue_timeout=settings.queue_timeout)
 

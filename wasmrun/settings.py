@@ -51,7 +51,17 @@ from wasmrun.tenants.policy import AccessPolicy, load_access_policy
 
 ENV_PREFIX = "WASMRUN_"
 SECRET_PREFIX = "WASMRUN_SECRET_"
-BUNDLED_SKILLS = Path(wasmrun.__file__).resolve().parent.parent / "skills"
+
+
+def _bundled_skills() -> Path:
+    """The skills that ship with wasmrun: package data in an installed wheel
+    (python_wasm/packaging.py puts them there), `skills/` in a source checkout."""
+    package = Path(wasmrun.__file__).resolve().parent
+    in_wheel = package / "bundled_skills"
+    return in_wheel if in_wheel.is_dir() else package.parent / "skills"
+
+
+BUNDLED_SKILLS = _bundled_skills()
 
 logger = logging.getLogger("wasmrun.settings")
 
