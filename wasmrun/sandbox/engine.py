@@ -23,13 +23,9 @@ import wasmtime
 
 from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
-<<<<<<< HEAD
 from wasmrun.egress.client import EgressSession
 from wasmrun.egress.secrets import Redactor
-from wasmrun.sandbox import errors
-=======
 from wasmrun.sandbox import compiled, errors
->>>>>>> install
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
 from wasmrun.sandbox.bytecode import guest_dir as bytecode_guest_dir
