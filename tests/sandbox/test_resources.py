@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from wasmrun.sandbox.instances import MAX_RETIRED
+from wasmrun.sandbox.instances import HARD_MAX_RETIRED
 
 
 def _open_fds() -> int:
@@ -35,9 +35,10 @@ def test_two_hundred_runs_leak_nothing(run_code, engine):
     assert threading.active_count() <= threads
     # Workspaces are emptied after each run and their directories recycled:
     # what remains is a few empty spares (bounded by how many runs can await
-    # teardown at once), never a file a run wrote.
+    # teardown at once: HARD_MAX_RETIRED when runs come faster than teardown,
+    # as on a loaded machine), never a file a run wrote.
     spares = os.listdir(engine.workspace_root)
-    assert len(spares) <= MAX_RETIRED + 2
+    assert len(spares) <= HARD_MAX_RETIRED + 2
     assert all(os.listdir(engine.workspace_root / name) == [] for name in spares)
 
 
