@@ -36,6 +36,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from wasmrun.durable import atomic_write, fsync_dir, fsync_tree
+
 HERE = Path(__file__).resolve().parent
 BRIDGE_C = HERE / "bridge.c"
 RUNTIME_DIR = HERE / "runtime"
@@ -329,8 +331,10 @@ def build(quiet: bool = False) -> Guest:
             "zip_bytes": (tmp / "lib" / ZIP_NAME).stat().st_size,
             "snapshot": stats,
         }
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        atomic_write(tmp / "manifest.json", json.dumps(manifest, indent=2).encode(), mode=0o644)
+        fsync_tree(tmp)  # all of it on disk before the rename publishes it
         _atomic_replace_dir(tmp, final)
+        fsync_dir(final.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     prune_stale(keep=final)

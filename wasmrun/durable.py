@@ -1,9 +1,18 @@
-"""Making file-system changes survive a crash: shared by the blob store and the registry."""
+"""Making file-system changes survive a crash: every file the project writes goes through here.
+
+`atomic_write` is the one way to write a file: a crash (or an error) at any
+point leaves either no file / the old file, or the whole new one, and never
+a temporary file behind (except after a kill in the middle, which is why
+the temporary names start with `.tmp-` for sweeps to find).
+"""
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
+
+TMP_PREFIX = ".tmp-"
 
 
 def fsync_dir(path: Path) -> None:
@@ -13,3 +22,48 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes | bytearray, *, replace: bool = True, mode: int = 0o600) -> None:
+    """Write `data` as `path`, all or nothing.
+
+    The data goes to a temporary file in the same folder, is fsynced, and is
+    renamed over `path` (`replace=False`: linked to `path` instead, so that
+    an existing `path` raises FileExistsError and is left alone); then the
+    folder is fsynced. On any error the temporary file is removed.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX)
+    try:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+            os.unlink(tmp)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_tree(top: Path) -> None:
+    """Persist every file and folder below `top` (before renaming it into place)."""
+    for folder, _dirs, files in os.walk(top):
+        for name in files:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(folder))

@@ -17,6 +17,7 @@ import _random
 import _sitebuiltins
 import builtins
 import importlib
+import importlib.util
 import json
 import linecache
 import os
@@ -90,12 +91,6 @@ def _format_exception(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
 
 
-def _error_type(exc: BaseException) -> str:
-    if isinstance(exc, MemoryError):
-        return "MemoryLimitExceeded"
-    return type(exc).__name__
-
-
 def _prepare(request: dict) -> None:
     # The snapshot's environment is empty; touching os.environ costs a run
     # dozens of page faults, so only do it when there is something to set.
@@ -149,9 +144,10 @@ def _failed(type_: str, message: str) -> bytes:
 
 
 def _compile_skills(request: dict) -> list[str]:
-    """Compile (never run) the mounted skills' modules into the bytecode cache."""
-    import py_compile
+    """Compile (never run) the mounted skills' modules into the bytecode cache.
 
+    A file that cannot be read or compiled (a syntax error, a dangling
+    symlink) is skipped: a run importing it reports the error itself."""
     compiled = []
     for name in request.get("skills") or {}:
         for folder, _dirs, files in os.walk(f"/skills/{name}"):
@@ -159,11 +155,31 @@ def _compile_skills(request: dict) -> list[str]:
                 if file.endswith(".py"):
                     path = f"{folder}/{file}"
                     try:
-                        py_compile.compile(path, doraise=True)
-                    except py_compile.PyCompileError:
-                        continue  # a run importing it reports the error itself
+                        _compile_one(path)
+                    except (OSError, SyntaxError, ValueError):
+                        continue
                     compiled.append(path)
     return compiled
+
+
+def _compile_one(path: str) -> None:
+    """What py_compile.compile does, except that the cache folder is only
+    created when missing: a skill's own folder in the cache is its mount
+    point, which exists and cannot be created (py_compile's os.makedirs
+    fails on it, so modules at a skill's root were never compiled)."""
+    import importlib._bootstrap_external as bootstrap
+
+    cfile = importlib.util.cache_from_source(path)
+    with open(path, "rb") as f:
+        source = f.read()
+    st = os.stat(path)
+    code = compile(source, path, "exec", dont_inherit=True)
+    data = bootstrap._code_to_timestamp_pyc(code, st.st_mtime, st.st_size)
+    folder = os.path.dirname(cfile)
+    if not os.path.isdir(folder):
+        os.makedirs(folder, exist_ok=True)
+    with open(cfile, "wb") as f:
+        f.write(data)
 
 
 def _execute(request: dict) -> bytes:
@@ -180,7 +196,9 @@ def _execute(request: dict) -> bytes:
     except SystemExit as exc:
         return _failed("SystemExit", f"the code called exit({exc.code!r})")
     except BaseException as exc:  # the user's own exception, whatever it is
-        return _failed(_error_type(exc), _format_exception(exc))
+        # Its own class name, whatever it is: the host alone decides its own
+        # error types (a MemoryError here is the guest's, see sandbox/errors.py).
+        return _failed(type(exc).__name__, _format_exception(exc))
 
 
 def run() -> None:

@@ -10,19 +10,16 @@ reader in another process never sees half a blob.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
 import re
 import secrets
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
 import msgspec
 
-from wasmrun.durable import fsync_dir
+from wasmrun.durable import atomic_write
 
 BLOB_ID = re.compile(r"blob:[0-9a-f]{32}")
 
@@ -86,9 +83,8 @@ class FileBlobStore:
             run_id=run_id,
             utf8=utf8,
         )
-        _write_atomically(data_path, data)
-        _write_atomically(meta_path, msgspec.json.encode(info))
-        fsync_dir(data_path.parent)
+        atomic_write(data_path, data)
+        atomic_write(meta_path, msgspec.json.encode(info))
         return blob_id
 
     def info(self, blob_id: str) -> BlobInfo | None:
@@ -111,17 +107,3 @@ class FileBlobStore:
         with open(paths[0], "rb") as f:
             f.seek(offset)
             return f.read(length)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise

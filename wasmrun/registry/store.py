@@ -24,7 +24,7 @@ import frontmatter
 import msgspec
 import tomli
 
-from wasmrun.durable import fsync_dir
+from wasmrun.durable import atomic_write, fsync_dir
 from wasmrun.protocol.errors import (
     ContentTooLarge,
     InvalidParams,
@@ -396,7 +396,5 @@ def _manifest_toml(manifest: dict[str, Any]) -> str:
 
 
 def _write_file(path: Path, data: bytes) -> None:
-    with open(path, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    # Refuses an existing path (FileExistsError), as the clash check above expects.
+    atomic_write(path, data, replace=False, mode=0o644)

@@ -36,12 +36,21 @@ class BytecodeCache:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def _key(self, skill: MountedSkill) -> str:
-        """Names the skill's sources as they are now: a changed file is a new key."""
+        """Names the skill's sources as they are now: a changed file is a new key.
+
+        A file that cannot be stat'ed (a dangling or looping symbolic link)
+        is named as such; the compile run skips what it cannot read."""
         h = hashlib.sha256(skill.name.encode())
-        base = Path(skill.root)
-        for path in sorted(base.rglob("*.py")):
-            st = path.stat()
-            h.update(f"\0{path.relative_to(base)}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+        found = []
+        for folder, _dirs, files in os.walk(skill.root):
+            found.extend(os.path.join(folder, name) for name in files if name.endswith(".py"))
+        for path in sorted(found):
+            try:
+                st = os.stat(path)
+                stamp = f"{st.st_size}\0{st.st_mtime_ns}"
+            except OSError:
+                stamp = "unreadable"
+            h.update(f"\0{os.path.relpath(path, skill.root)}\0{stamp}".encode())
         return f"{skill.name}-{h.hexdigest()[:24]}"
 
     def lookup(self, skill: MountedSkill) -> tuple[str, Path | None]:

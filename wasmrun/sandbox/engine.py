@@ -25,10 +25,12 @@ import wasmtime
 
 from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
+from wasmrun.durable import atomic_write
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
 from wasmrun.sandbox.bytecode import guest_dir as bytecode_guest_dir
+from wasmrun.sandbox.guestroot import GuestRoots
 from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, set_current
 from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
@@ -55,6 +57,7 @@ WARMUP_REQUESTS = (
 )
 WORKSPACE = "/workspace"
 COMPILE_LIMITS = Limits(timeout_ms=60_000)
+MEMORY_LIMIT_MARGIN = 1 << 20
 
 
 class EpochTicker:
@@ -137,12 +140,13 @@ def load_module(engine: wasmtime.Engine, wasm: Path) -> wasmtime.Module:
         # Read into memory rather than mapped from the file: a file-backed
         # image's pages can be reclaimed when idle (and re-read from disk on
         # the next page fault); anonymous memory stays put.
-        return wasmtime.Module.deserialize(engine, cached.read_bytes())
+        try:
+            return wasmtime.Module.deserialize(engine, cached.read_bytes())
+        except (wasmtime.WasmtimeError, OSError) as exc:
+            # Damaged (a disk fault, a copy from elsewhere): compile and replace it.
+            logger.warning("compiled module %s unusable (%s); compiling again", cached.name, _first_line(str(exc)))
     module = wasmtime.Module.from_file(engine, str(wasm))
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(module.serialize())
-    os.replace(tmp, cached)
+    atomic_write(cached, module.serialize())
     return module
 
 
@@ -177,6 +181,7 @@ class SandboxEngine:
         self.workspace_root = Path(tempfile.mkdtemp(prefix="wasmrun-", dir=root))
         os.chmod(self.workspace_root, 0o700)
         self._dirs = WorkspaceDirs(self.workspace_root)
+        self._roots = GuestRoots(self.workspace_root / "roots")
         self._bytecode = BytecodeCache(guest_build.cache_root() / "bytecode" / self.guest.key)
         guest_build.mark_used(self._bytecode.root)
         self._ticker = EpochTicker(self.engine)
@@ -206,6 +211,7 @@ class SandboxEngine:
         self._supply.close()
         self._ticker.close()
         self._dirs.remove_all()
+        self._roots.remove_all()
         try:
             os.rmdir(self.workspace_root)
         except OSError:
@@ -250,6 +256,15 @@ class SandboxEngine:
         for name, folder in bytecode.items():
             wasi.preopen_dir(str(folder), bytecode_guest_dir(name), fs_mutable=bytecode_writable)
         wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
+        # Last, so the others keep their fd numbers; see guestroot.py.
+        mount_points = (
+            guest_build.GUEST_LIB,
+            SKILLS_ROOT,
+            *(f"{SKILLS_ROOT}/{skill.name}" for skill in request.skills),
+            *(bytecode_guest_dir(name) for name in bytecode),
+            WORKSPACE,
+        )
+        wasi.preopen_dir(str(self._roots.for_mounts(mount_points)), "/", fs_mutable=False)
         # No stdout/stderr here: the fd_write guard captures fds 1 and 2 itself
         # (wasmtime-py's custom-output callbacks also panic at interpreter exit).
         return wasi
@@ -348,7 +363,7 @@ class SandboxEngine:
             except errors.RunAborted as exc:
                 error = RunError(exc.error_type, exc.message)
             except wasmtime.Trap as trap:
-                error = _classify_trap(trap, ctx, memory.data_len(store), limits)
+                error = _classify_trap(trap, memory.data_len(store), limits)
             except wasmtime.WasmtimeError as exc:
                 error = RunError(errors.GUEST_CRASH, f"the sandbox failed: {_first_line(str(exc))}")
             except Exception:
@@ -394,7 +409,7 @@ def _apply_response(result: RunResult, response: bytes) -> None:
         if response[:1] == b"F":
             err = json.loads(response[1:])
             result.status = "failed"
-            result.error = RunError(str(err["type"])[:200], str(err["message"]))
+            result.error = RunError(errors.guest_type(str(err["type"])), str(err["message"]))
             return
     except (ValueError, KeyError, TypeError):
         pass
@@ -403,7 +418,10 @@ def _apply_response(result: RunResult, response: bytes) -> None:
     result.error = RunError(errors.GUEST_CRASH, "the interpreter sent a malformed reply")
 
 
-def _classify_trap(trap: wasmtime.Trap, ctx: RunContext, memory_len: int, limits: Limits) -> RunError:
+def _classify_trap(trap: wasmtime.Trap, memory_len: int, limits: Limits) -> RunError:
+    """The error type of a trap, from the host's evidence only: the trap code,
+    and how close the guest's memory is to its limit. Nothing the guest
+    printed counts (it could print anything)."""
     code = trap.trap_code
     if code == wasmtime.TrapCode.INTERRUPT:
         return RunError(errors.TIMEOUT, errors.timed_out(limits.timeout_ms))
@@ -411,12 +429,9 @@ def _classify_trap(trap: wasmtime.Trap, ctx: RunContext, memory_len: int, limits
         return RunError(errors.CPU_LIMIT, f"the run used up its CPU budget ({limits.fuel} fuel)")
     if code == wasmtime.TrapCode.STACK_OVERFLOW:
         return RunError(errors.STACK_OVERFLOW, "the guest's call stack overflowed")
-    logs = ctx.logs.text()
-    if "stack overflow" in logs.lower():
-        return RunError(errors.STACK_OVERFLOW, "the guest's call stack overflowed")
-    # The interpreter aborts when an allocation fails that it cannot turn into MemoryError.
-    if memory_len + (1 << 20) >= limits.memory_bytes or "MemoryError" in logs:
+    # The interpreter aborts when an allocation fails that it cannot turn into
+    # MemoryError: its memory is then within one growth step of the limit.
+    if memory_len + MEMORY_LIMIT_MARGIN >= limits.memory_bytes:
         return RunError(errors.MEMORY_LIMIT, f"the run exceeded its memory limit of {limits.memory_bytes} bytes")
     name = code.name.lower().replace("_", " ") if code is not None else "trap"
     return RunError(errors.GUEST_CRASH, f"the interpreter stopped: {name}")
-
