@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.sandbox.conftest import make_skill
+from wasmrun.sandbox.types import RunRequest
 
 PYC = "/pycache/skills/{name}/code/{module}.cpython-311.pyc"
 
@@ -57,3 +60,32 @@ def test_a_syntax_error_still_surfaces_at_import(run_code, tmp_path):
     result = run_code("from skills.broken.skill import main\ndef main(args): return 1", skills=[broken])
     assert result.error.type == "SyntaxError"
     assert "/skills/broken.skill/code/main.py" in result.error.message
+
+
+def _compiled_paths(engine, skill) -> set[str]:
+    _key, folder = engine._bytecode.lookup(skill)
+    assert folder is not None, "no compiled folder was published for the skill"
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*.pyc")}
+
+
+def test_a_skill_with_its_entrypoint_at_its_root_is_compiled(engine, run_code, tmp_path, caplog):
+    skill = make_skill(tmp_path, "flat.skill", {
+        "main.py": "import helper\ndef main(args):\n    return helper.VALUE\n",
+        "helper.py": "VALUE = 'flat'\n",
+    }, entrypoint="main.py")
+    caplog.set_level("WARNING", logger="wasmrun.sandbox")
+    for _ in range(2):
+        result = engine.run(RunRequest(kind="skill", skill="flat.skill", skills=[skill]))
+        assert result.output == "flat"
+    assert _compiled_paths(engine, skill) == {"main.cpython-311.pyc", "helper.cpython-311.pyc"}
+    assert not [r for r in caplog.records if "compiling skill" in r.getMessage()]
+
+
+def test_a_dangling_symlink_in_a_skill_does_not_break_it(engine, tmp_path, caplog):
+    skill = make_skill(tmp_path, "linked.skill", {"code/main.py": "def main(args):\n    return 'ok'\n"})
+    os.symlink(tmp_path / "gone.py", tmp_path / "linked.skill" / "code" / "broken.py")
+    caplog.set_level("WARNING", logger="wasmrun.sandbox")
+    result = engine.run(RunRequest(kind="skill", skill="linked.skill", skills=[skill]))
+    assert result.output == "ok"
+    assert _compiled_paths(engine, skill) == {"code/main.cpython-311.pyc"}
+    assert not [r for r in caplog.records if "compiling skill" in r.getMessage()]

@@ -41,7 +41,7 @@ class BytecodeCache:
         A file that cannot be stat'ed (a dangling or looping symbolic link)
         is named as such; the compile run skips what it cannot read."""
         h = hashlib.sha256(skill.name.encode())
-        found = []
+        found: list[str] = []
         for folder, _dirs, files in os.walk(skill.root):
             found.extend(os.path.join(folder, name) for name in files if name.endswith(".py"))
         for path in sorted(found):

@@ -385,6 +385,9 @@ class SandboxEngine:
         if error is None:
             assert ctx.response is not None
             _apply_response(result, ctx.response)
+            if result.error is not None and result.error.type == "MemoryError":
+                # The guest's own MemoryError (not evidence of the limit): say what the limit is.
+                result.error.message += f"\n(this run's memory limit is {limits.memory_bytes} bytes)"
         else:
             result.status = "failed"
             result.error = error
