@@ -128,7 +128,9 @@ def _atomic_replace_dir(tmp: Path, final: Path) -> None:
     if final.exists():
         shutil.rmtree(tmp, ignore_errors=True)
         return
+    fsync_tree(tmp)  # all of it on disk before the rename publishes it
     os.replace(tmp, final)
+    fsync_dir(final.parent)
 
 
 def fetch(dl: Download, progress: Progress) -> Path:
@@ -332,9 +334,7 @@ def build(quiet: bool = False) -> Guest:
             "snapshot": stats,
         }
         atomic_write(tmp / "manifest.json", json.dumps(manifest, indent=2).encode(), mode=0o644)
-        fsync_tree(tmp)  # all of it on disk before the rename publishes it
         _atomic_replace_dir(tmp, final)
-        fsync_dir(final.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     prune_stale(keep=final)

@@ -11,7 +11,6 @@ import pytest
 
 from wasmrun.sandbox import errors
 
-
 HOST_TYPES = [
     "Timeout", "CPULimitExceeded", "MemoryLimitExceeded", "StackOverflow", "WorkspaceQuotaExceeded",
     "BlobBudgetExceeded", "InvalidHostCall", "GuestCrashed", "WorkerCrashed", "SandboxError",

@@ -50,7 +50,9 @@ def test_the_root_is_read_only_and_leads_nowhere_else(run_code, tmp_path):
         "    for action in (lambda: open('/new.txt', 'w'), lambda: os.mkdir('/skills/evil'),\n"
         "                   lambda: open('/skills/gamma2', 'w'), lambda: os.rmdir('/skills/gamma'),\n"
         "                   lambda: os.rename('/workspace', '/w2'), lambda: open('/../../etc/passwd'),\n"
-        "                   lambda: os.symlink('/workspace', '/skills/link')):\n"
+        "                   lambda: os.symlink('/workspace', '/skills/link'),\n"
+        "                   lambda: os.link('/skills/gamma/code/main.py', '/workspace/hard'),\n"
+        "                   lambda: os.rename('/skills/gamma/code/main.py', '/workspace/moved')):\n"
         "        try:\n"
         "            action()\n"
         "            out.append('done')\n"
@@ -61,5 +63,5 @@ def test_the_root_is_read_only_and_leads_nowhere_else(run_code, tmp_path):
     )
     result = run_code(code, skills=[skill])
     refused, walked = result.output
-    assert refused == ["refused"] * 7
+    assert refused == ["refused"] * 9
     assert walked == ["/skills/gamma", "/skills/gamma/code", "/skills/gamma/code/main.py"]

@@ -55,7 +55,12 @@ WAT = f"""
     (call $fd_pwrite (local.get $fd) (i32.const {IOVS}) (local.get $count) (i64.const 0) (i32.const 32)))
   (func (export "written") (result i32) (i32.load (i32.const 32)))
   ;; `count` relative clock subscriptions (monotonic clock) of `ns` each
-  (func (export "sleep") (param $count i32) (param $ns i64) (result i32) (local $i i32) (local $at i32)
+  (func (export "sleep") (param $count i32) (param $ns i64) (result i32)
+    (call $sleep_into (local.get $count) (local.get $ns) (i32.const {EVENTS})))
+  ;; the same, with the events written past the end of memory
+  (func (export "sleep_bad_events") (param $count i32) (param $ns i64) (result i32)
+    (call $sleep_into (local.get $count) (local.get $ns) (i32.const -64)))
+  (func $sleep_into (param $count i32) (param $ns i64) (param $events i32) (result i32) (local $i i32) (local $at i32)
     (block $done (loop $next
       (br_if $done (i32.ge_u (local.get $i) (local.get $count)))
       (local.set $at (i32.add (i32.const {SUBS}) (i32.mul (local.get $i) (i32.const 48))))
@@ -67,7 +72,7 @@ WAT = f"""
       (i32.store16 offset=40 (local.get $at) (i32.const 0))
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br $next)))
-    (call $poll_oneoff (i32.const {SUBS}) (i32.const {EVENTS}) (local.get $count) (i32.const 40)))
+    (call $poll_oneoff (i32.const {SUBS}) (local.get $events) (local.get $count) (i32.const 40)))
 )
 """
 
@@ -176,6 +181,15 @@ def test_poll_with_too_many_subscriptions_is_refused_without_sleeping(guest):
     start = time.monotonic()
     assert g("sleep", MAX_SUBSCRIPTIONS + 1, 30 * 10**9) == EINVAL
     assert time.monotonic() - start < 20  # not the 30 s asked for
+
+
+def test_poll_with_an_events_buffer_outside_memory_fails_before_sleeping(guest):
+    g = guest(timeout_ms=60_000)
+    start = time.monotonic()
+    with pytest.raises(errors.RunAborted) as info:
+        g("sleep_bad_events", 1, 30 * 10**9)
+    assert info.value.error_type == errors.HOST_CALL_ERROR
+    assert time.monotonic() - start < 20
 
 
 def test_a_short_poll_still_sleeps(guest):

@@ -31,6 +31,7 @@ from wasmrun.sandbox.hostcalls import U32, current, guest_memory, read_guest, wr
 WASI = "wasi_snapshot_preview1"
 O_CREAT = 1
 SUBSCRIPTION_SIZE = 48
+EVENT_SIZE = 32
 EVENTTYPE_CLOCK = 0
 SUBCLOCK_ABSTIME = 1
 ERRNO_INVAL = 28  # WASI's EINVAL
@@ -164,14 +165,13 @@ def _capture(caller: wasmtime.Caller, vecs: list[tuple[int, int]], logs: HeadTai
 _SUBSCRIPTION = struct.Struct("<8xB7xI4xQ8xH6x")
 
 
-def _sleep_ns(caller: wasmtime.Caller, subs: int, count: int, now: Callable[[int], int | None]) -> int | None:
+def _sleep_ns(caller: wasmtime.Caller, subs: int, count: int, now: Callable[[int], int]) -> int | None:
     """The shortest clock timeout among the subscriptions, in ns from now.
 
-    `now(clock_id)` reads the guest's own clock (None: no such clock):
-    absolute timeouts (CPython's sleep uses them) are on WASI's clocks, not
-    the host's."""
+    `now(clock_id)` reads the guest's own clock: absolute timeouts
+    (CPython's sleep uses them) are on WASI's clocks, not the host's."""
     shortest = None
-    clocks: dict[int, int | None] = {}
+    clocks: dict[int, int] = {}
     raw = read_guest(caller, subs, SUBSCRIPTION_SIZE * count)
     for tag, clock_id, timeout, flags in _SUBSCRIPTION.iter_unpack(raw):
         if tag != EVENTTYPE_CLOCK:
@@ -179,10 +179,7 @@ def _sleep_ns(caller: wasmtime.Caller, subs: int, count: int, now: Callable[[int
         if flags & SUBCLOCK_ABSTIME:
             if clock_id not in clocks:
                 clocks[clock_id] = now(clock_id)
-            base = clocks[clock_id]
-            if base is None:
-                continue  # the real call reports the bad clock at once
-            timeout = max(0, timeout - base)
+            timeout = max(0, timeout - clocks[clock_id])
         shortest = timeout if shortest is None else min(shortest, timeout)
     return shortest
 
@@ -283,16 +280,20 @@ class _Wrappers:
     def poll_oneoff(self, caller, subs, events, count, nevents):  # type: ignore[no-untyped-def]
         ctx = current()
 
-        def guest_clock(clock_id: int) -> int | None:
+        def guest_clock(clock_id: int) -> int:
             # The events buffer (32 bytes a subscription) is scratch until the real call.
             if self._call(caller, "clock_time_get", clock_id, 1, events) != 0:
-                return None
+                return 0  # no such clock: its timeout counts in full, as if relative
             (now,) = struct.unpack("<Q", read_guest(caller, events, 8))
             return int(now)
 
         count &= U32
         if count > MAX_SUBSCRIPTIONS:
             return ERRNO_INVAL
+        # The real call waits first and writes the events after: a bad events
+        # buffer must fail here, not after a sleep the guard did not see.
+        if (events & U32) + EVENT_SIZE * count > guest_memory(caller).data_len(caller):
+            raise errors.RunAborted(errors.HOST_CALL_ERROR, "the guest passed a buffer outside its memory")
         wait = _sleep_ns(caller, subs, count, guest_clock) if count else None
         if wait is not None:
             remaining = ctx.deadline - time.monotonic()
