@@ -26,7 +26,7 @@ import wasmtime
 from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
 from wasmrun.durable import atomic_write
-from wasmrun.sandbox import errors
+from wasmrun.sandbox import errors, tree
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
 from wasmrun.sandbox.bytecode import guest_dir as bytecode_guest_dir
@@ -213,9 +213,9 @@ class SandboxEngine:
         self._dirs.remove_all()
         self._roots.remove_all()
         try:
-            os.rmdir(self.workspace_root)
+            tree.remove(self.workspace_root)  # whatever a failed teardown left, at any depth
         except OSError:
-            pass
+            logger.warning("could not remove the workspace root %s", self.workspace_root)
 
     def __enter__(self) -> SandboxEngine:
         return self

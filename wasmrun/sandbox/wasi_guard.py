@@ -10,6 +10,16 @@ against an estimate; when the estimate would pass the quota, the workspace
 is measured for real, and only a real excess stops the run
 (`WorkspaceQuotaExceeded`). Only /workspace is writable, so every write to a
 descriptor other than stdout/stderr is a workspace write.
+
+What is shadowed: every call that adds bytes (fd_write, fd_pwrite,
+fd_allocate, fd_filestat_set_size) or entries (path_open with O_CREAT,
+path_create_directory, path_symlink, path_link). path_rename,
+path_unlink_file, path_remove_directory and the time-setting calls add
+neither, and the read-only mounts refuse them (and links out of them).
+Each guard's own work is bounded whatever the guest passes: at most IOV_MAX
+buffers and MAX_SUBSCRIPTIONS subscriptions are looked at (more is EINVAL,
+without calling the real function), and stdout/stderr copy only the bytes
+the capture keeps.
 """
 
 from __future__ import annotations
