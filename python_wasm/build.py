@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wasmrun.durable import atomic_write, fsync_dir, fsync_tree
+from wasmrun.sandbox import tree
 
 HERE = Path(__file__).resolve().parent
 BRIDGE_C = HERE / "bridge.c"
@@ -364,10 +365,13 @@ def prune_stale(keep: Path) -> None:
         for entry in folder.iterdir():
             if entry == keep or entry.stat().st_mtime > cutoff:
                 continue
-            if entry.is_dir():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
+            try:
+                if entry.is_dir() and not entry.is_symlink():
+                    tree.remove(entry)  # any depth (a skill's bytecode mirrors its tree)
+                else:
+                    entry.unlink(missing_ok=True)
+            except OSError:
+                continue
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,13 +24,16 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes | bytearray, *, replace: bool = True, mode: int = 0o600) -> None:
+def atomic_write(
+    path: Path, data: bytes | bytearray, *, replace: bool = True, sync_dir: bool = True, mode: int = 0o600
+) -> None:
     """Write `data` as `path`, all or nothing.
 
     The data goes to a temporary file in the same folder, is fsynced, and is
     renamed over `path` (`replace=False`: linked to `path` instead, so that
     an existing `path` raises FileExistsError and is left alone); then the
-    folder is fsynced. On any error the temporary file is removed.
+    folder is fsynced (`sync_dir=False`: the caller fsyncs it once after
+    several writes). On any error the temporary file is removed.
     """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX)
@@ -54,7 +57,8 @@ def atomic_write(path: Path, data: bytes | bytearray, *, replace: bool = True, m
         except FileNotFoundError:
             pass
         raise
-    fsync_dir(path.parent)
+    if sync_dir:
+        fsync_dir(path.parent)
 
 
 def fsync_tree(top: Path) -> None:

@@ -149,24 +149,30 @@ def _compile_skills(request: dict) -> list[str]:
     A file that cannot be read or compiled (a syntax error, a dangling
     symlink) is skipped: a run importing it reports the error itself."""
     compiled = []
-    for name in request.get("skills") or {}:
-        for folder, _dirs, files in os.walk(f"/skills/{name}"):
-            for file in sorted(files):
-                if file.endswith(".py"):
-                    path = f"{folder}/{file}"
-                    try:
-                        _compile_one(path)
-                    except (OSError, SyntaxError, ValueError):
-                        continue
-                    compiled.append(path)
+    folders = [f"/skills/{name}" for name in request.get("skills") or {}]
+    while folders:  # a loop, not os.walk's recursion: a skill's tree may be deep
+        try:
+            with os.scandir(folders.pop()) as scan:
+                entries = sorted(scan, key=lambda entry: entry.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(entry.path)
+            elif entry.name.endswith(".py"):
+                try:
+                    _compile_one(entry.path)
+                except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+                    continue
+                compiled.append(entry.path)
     return compiled
 
 
 def _compile_one(path: str) -> None:
-    """What py_compile.compile does, except that the cache folder is only
-    created when missing: a skill's own folder in the cache is its mount
-    point, which exists and cannot be created (py_compile's os.makedirs
-    fails on it, so modules at a skill's root were never compiled)."""
+    """What py_compile.compile does, except that only missing cache folders
+    are created: a skill's own folder in the cache is its mount point, which
+    exists and cannot be created (py_compile's os.makedirs fails on it, so
+    modules at a skill's root were never compiled)."""
     import importlib._bootstrap_external as bootstrap
 
     cfile = importlib.util.cache_from_source(path)
@@ -175,9 +181,16 @@ def _compile_one(path: str) -> None:
     st = os.stat(path)
     code = compile(source, path, "exec", dont_inherit=True)
     data = bootstrap._code_to_timestamp_pyc(code, st.st_mtime, st.st_size)
+    missing = []  # created top-down in a loop (os.makedirs recurses: trees may be deep)
     folder = os.path.dirname(cfile)
-    if not os.path.isdir(folder):
-        os.makedirs(folder, exist_ok=True)
+    while not os.path.isdir(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            pass
     with open(cfile, "wb") as f:
         f.write(data)
 

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from tests.sandbox.conftest import make_skill
+from wasmrun.sandbox import tree
 from wasmrun.sandbox.types import RunRequest
 
 PYC = "/pycache/skills/{name}/code/{module}.cpython-311.pyc"
@@ -88,4 +89,34 @@ def test_a_dangling_symlink_in_a_skill_does_not_break_it(engine, tmp_path, caplo
     result = engine.run(RunRequest(kind="skill", skill="linked.skill", skills=[skill]))
     assert result.output == "ok"
     assert _compiled_paths(engine, skill) == {"code/main.cpython-311.pyc"}
+    assert not [r for r in caplog.records if "compiling skill" in r.getMessage()]
+
+
+@pytest.fixture()
+def deep_root(tmp_path):
+    """A folder removed by descriptor afterwards: pytest's own cleanup recurses."""
+    root = tmp_path / "deep-root"
+    root.mkdir()
+    yield root
+    tree.remove(root)
+
+
+def test_a_skill_with_a_deep_folder_tree_is_compiled(engine, deep_root, caplog):
+    deep = "/".join(["d"] * 1200)  # past the recursion limit of a recursive walk
+    skill = make_skill(deep_root, "deep.skill", {"code/main.py": "def main(args):\n    return 'deep'\n"})
+    folder = os.path.join(skill.root, "code")
+    for _ in range(1200):  # a loop: pathlib's and os.makedirs' own recursion would fail here
+        folder = os.path.join(folder, "d")
+        os.mkdir(folder)
+    with open(os.path.join(folder, "leaf.py"), "w") as f:
+        f.write("VALUE = 1\n")
+    caplog.set_level("WARNING", logger="wasmrun.sandbox")
+    result = engine.run(RunRequest(kind="skill", skill="deep.skill", skills=[skill]))
+    assert result.output == "deep"
+    _key, folder = engine._bytecode.lookup(skill)
+    assert folder is not None
+    try:
+        assert (folder / f"code/{deep}/leaf.cpython-311.pyc").is_file()
+    finally:
+        tree.remove(folder)  # not left in the shared cache
     assert not [r for r in caplog.records if "compiling skill" in r.getMessage()]

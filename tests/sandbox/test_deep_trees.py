@@ -29,8 +29,17 @@ def _deep_tree(top: Path, depth: int) -> None:
         os.close(fd)
 
 
-def test_measure_and_empty_a_very_deep_tree(tmp_path):
-    top = tmp_path / "ws"
+@pytest.fixture()
+def deep_root(tmp_path):
+    """Removed by descriptor afterwards, even if the test failed: pytest's own cleanup recurses."""
+    root = tmp_path / "deep-root"
+    root.mkdir()
+    yield root
+    tree.remove(root)
+
+
+def test_measure_and_empty_a_very_deep_tree(deep_root):
+    top = deep_root / "ws"
     top.mkdir()
     _deep_tree(top, DEPTH)
     size, entries = Workspace(top, 1 << 30, 1 << 20).measure()
@@ -40,8 +49,8 @@ def test_measure_and_empty_a_very_deep_tree(tmp_path):
     assert list(top.iterdir()) == []
 
 
-def test_workspace_dirs_recycle_a_deep_workspace_and_leave_nothing(tmp_path):
-    dirs = WorkspaceDirs(tmp_path)
+def test_workspace_dirs_recycle_a_deep_workspace_and_leave_nothing(deep_root):
+    dirs = WorkspaceDirs(deep_root)
     path = dirs.take()
     _deep_tree(path, DEPTH)
     dirs.give_back(path)
@@ -49,7 +58,7 @@ def test_workspace_dirs_recycle_a_deep_workspace_and_leave_nothing(tmp_path):
     assert dirs.take() == path  # emptied and shelved
     dirs.give_back(path)
     dirs.remove_all()
-    assert list(tmp_path.iterdir()) == []
+    assert list(deep_root.iterdir()) == []
 
 
 def test_symbolic_links_are_removed_not_followed(tmp_path):

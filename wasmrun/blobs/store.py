@@ -83,7 +83,7 @@ class FileBlobStore:
             run_id=run_id,
             utf8=utf8,
         )
-        atomic_write(data_path, data)
+        atomic_write(data_path, data, sync_dir=False)  # the metadata's write syncs the folder for both
         atomic_write(meta_path, msgspec.json.encode(info))
         return blob_id
 

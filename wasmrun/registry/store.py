@@ -24,7 +24,7 @@ import frontmatter
 import msgspec
 import tomli
 
-from wasmrun.durable import atomic_write, fsync_dir
+from wasmrun.durable import atomic_write, fsync_dir, fsync_tree
 from wasmrun.protocol.errors import (
     ContentTooLarge,
     InvalidParams,
@@ -355,6 +355,7 @@ class DirectoryRegistry:
                     raise SkillExists(
                         f"skill {parsed.name} {parsed.version} already exists", field="manifest"
                     )
+                fsync_tree(tmp)
                 try:
                     # Atomic, and refused when another process got there first.
                     os.rename(tmp, dest)
@@ -397,4 +398,5 @@ def _manifest_toml(manifest: dict[str, Any]) -> str:
 
 def _write_file(path: Path, data: bytes) -> None:
     # Refuses an existing path (FileExistsError), as the clash check above expects.
-    atomic_write(path, data, replace=False, mode=0o644)
+    # The whole folder is fsynced once, before it is renamed into place.
+    atomic_write(path, data, replace=False, sync_dir=False, mode=0o644)

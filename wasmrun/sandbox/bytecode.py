@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
+from wasmrun.sandbox import tree
 from wasmrun.sandbox.types import MountedSkill
 
 GUEST_PREFIX = "/pycache"
@@ -42,8 +42,17 @@ class BytecodeCache:
         is named as such; the compile run skips what it cannot read."""
         h = hashlib.sha256(skill.name.encode())
         found: list[str] = []
-        for folder, _dirs, files in os.walk(skill.root):
-            found.extend(os.path.join(folder, name) for name in files if name.endswith(".py"))
+        folders = [skill.root]  # a loop, not os.walk's recursion: a skill's tree may be deep
+        while folders:
+            try:
+                with os.scandir(folders.pop()) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            folders.append(entry.path)
+                        elif entry.name.endswith(".py"):
+                            found.append(entry.path)
+            except OSError:
+                continue
         for path in sorted(found):
             try:
                 st = os.stat(path)
@@ -69,8 +78,11 @@ class BytecodeCache:
         try:
             os.rename(staging, final)
         except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
+            self.discard(staging)
         return final
 
     def discard(self, staging: Path) -> None:
-        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            tree.remove(staging)  # any depth: it mirrors the skill's tree
+        except OSError:
+            pass
