@@ -59,3 +59,14 @@ def test_a_forged_reply_cannot_claim_a_host_type(run_code):
 
 def test_real_limits_keep_their_host_types(run_code):
     assert run_code("def main(args):\n    while True:\n        pass", timeout_ms=200).error.type == errors.TIMEOUT
+
+
+@pytest.mark.parametrize("name", ["TIME_OUT", "timeout", "Ｔｉｍｅｏｕｔ", "stack_overflow", "MEMORYLIMITEXCEEDED"])
+def test_a_name_like_a_host_type_is_the_guests_too(run_code, name):
+    code = f"E = type({name!r}, (Exception,), {{}})\ndef main(args):\n    raise E('spoofed')\n"
+    assert run_code(code).error.type == f"Guest{name}"
+
+
+def test_other_guest_names_are_kept(run_code):
+    code = "class TimeoutTooShort(Exception):\n    pass\ndef main(args):\n    raise TimeoutTooShort()\n"
+    assert run_code(code).error.type == "TimeoutTooShort"

@@ -9,10 +9,14 @@ evidence (a trap code, a limit the host enforced, a host call it refused),
 never from anything the guest says or prints. Everything in the guest's
 reply is the guest's word, so a guest exception whose class name is one of
 HOST_TYPES is reported as `Guest<name>` (a guest `Timeout` is
-`GuestTimeout`): a client can always tell the two apart.
+`GuestTimeout`; so is one that differs from a host type only in case,
+width, spacing or punctuation, like `TIME_OUT`): a client can always tell
+the two apart.
 `EntrypointNotFound`, `InvalidOutput` (not JSON) and `SystemExit` are
 reported by our guest runtime about the guest's own code.
 """
+
+import unicodedata
 
 TIMEOUT = "Timeout"  # wall-clock limit (timeout_ms)
 CPU_LIMIT = "CPULimitExceeded"  # fuel spent
@@ -37,10 +41,18 @@ GUEST_PREFIX = "Guest"
 MAX_GUEST_TYPE = 200
 
 
+def _folded(name: str) -> str:
+    """A name without case, width, spacing or punctuation: `time_out ` is `timeout`."""
+    return "".join(ch for ch in unicodedata.normalize("NFKC", name).casefold() if ch.isalnum())
+
+
+_FOLDED_HOST_TYPES = frozenset(_folded(name) for name in HOST_TYPES)
+
+
 def guest_type(name: str) -> str:
-    """How a type the guest reported is shown: never as one of the host's."""
+    """How a type the guest reported is shown: never as (or like) one of the host's."""
     name = name[:MAX_GUEST_TYPE]
-    return GUEST_PREFIX + name if name in HOST_TYPES else name
+    return GUEST_PREFIX + name if _folded(name) in _FOLDED_HOST_TYPES else name
 
 
 class RunAborted(Exception):
