@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from pathlib import Path
 
 TMP_PREFIX = ".tmp-"
@@ -71,3 +72,24 @@ def fsync_tree(top: Path) -> None:
             finally:
                 os.close(fd)
         fsync_dir(Path(folder))
+
+
+def sweep_temporaries(folder: Path, older_than_s: float = 3600.0) -> int:
+    """Remove the temporary files a killed writer left in `folder`; only old
+    ones, since a live writer's are recent. Returns how many went."""
+    cutoff = time.time() - older_than_s
+    removed = 0
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.name.startswith(TMP_PREFIX):
+            continue
+        try:
+            if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                os.unlink(entry.path)
+                removed += 1
+        except OSError:
+            continue
+    return removed

@@ -68,3 +68,18 @@ def test_a_damaged_compiled_module_is_compiled_again_and_replaced(wasm_file, dam
     assert _answer(engine, engine_module.load_module(engine, wasm)) == 42
     assert wasmtime.Module.deserialize(engine, cached.read_bytes()) is not None  # replaced by a good one
     assert _leftovers(cache) == []
+
+
+def test_loading_sweeps_old_temporary_files_only(wasm_file):
+    import os
+    import time
+
+    wasm, cache = wasm_file
+    stale, fresh = cache / f"{durable.TMP_PREFIX}killed", cache / f"{durable.TMP_PREFIX}writing"
+    stale.write_bytes(b"half a module")
+    fresh.write_bytes(b"being written now")
+    old = time.time() - 2 * 3600
+    os.utime(stale, (old, old))
+    engine_module.load_module(wasmtime.Engine(engine_module._engine_config()), wasm)
+    assert not stale.exists()
+    assert fresh.exists()

@@ -25,7 +25,7 @@ import wasmtime
 
 from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
-from wasmrun.durable import atomic_write
+from wasmrun.durable import atomic_write, sweep_temporaries
 from wasmrun.sandbox import errors, tree
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
@@ -134,6 +134,7 @@ def load_module(engine: wasmtime.Engine, wasm: Path) -> wasmtime.Module:
     digest = hashlib.sha256(wasm.read_bytes()).hexdigest()
     key = hashlib.sha256(f"{_wasmtime_version()}|{ENGINE_SETTINGS}|{digest}".encode()).hexdigest()[:32]
     folder = _private_cache_dir()
+    sweep_temporaries(folder)  # left by a process killed while writing
     cached = folder / f"{key}.cwasm"
     if cached.exists():
         guest_build.mark_used(cached)
