@@ -159,13 +159,22 @@ def _compile_skills(request: dict) -> list[str]:
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
                 folders.append(entry.path)
-            elif entry.name.endswith(".py"):
+            elif entry.name.endswith(".py") and _is_regular_file(entry):
                 try:
                     _compile_one(entry.path)
                 except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
                     continue
                 compiled.append(entry.path)
     return compiled
+
+
+def _is_regular_file(entry: os.DirEntry) -> bool:
+    """Never open a FIFO or device (it could block); a link that leads
+    nowhere (or out of the mount: PermissionError) is no file either."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
 
 
 def _compile_one(path: str) -> None:

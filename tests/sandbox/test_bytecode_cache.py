@@ -120,3 +120,13 @@ def test_a_skill_with_a_deep_folder_tree_is_compiled(engine, deep_root, caplog):
     finally:
         tree.remove(folder)  # not left in the shared cache
     assert not [r for r in caplog.records if "compiling skill" in r.getMessage()]
+
+
+def test_a_fifo_named_like_a_module_is_skipped_not_opened(engine, tmp_path, caplog):
+    skill = make_skill(tmp_path, "fifo.skill", {"code/main.py": "def main(args):\n    return 'ok'\n"})
+    os.mkfifo(os.path.join(skill.root, "code", "pipe.py"))  # opening it would block the worker
+    caplog.set_level("WARNING", logger="wasmrun.sandbox")
+    result = engine.run(RunRequest(kind="skill", skill="fifo.skill", skills=[skill]))
+    assert result.output == "ok"
+    assert _compiled_paths(engine, skill) == {"code/main.cpython-311.pyc"}
+    assert not [r for r in caplog.records if "compiling skill" in r.getMessage()]
