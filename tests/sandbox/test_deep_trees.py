@@ -101,3 +101,24 @@ def test_measure_counts_plain_entries(tmp_path, entries):
     for i in range(entries):
         (tmp_path / f"f{i}").write_bytes(b"abc")
     assert tree.measure(tmp_path) == (3 * entries, entries)
+
+
+def test_guest_made_tree_deeper_than_any_path_is_removed(run_code, engine):
+    # Through directory descriptors the guest makes a tree far deeper than the
+    # recursion limit, whose full path is longer than PATH_MAX, in one run.
+    code = (
+        "import os\n"
+        "def main(args):\n"
+        "    fd = os.open('/workspace', os.O_RDONLY)\n"
+        "    for _ in range(args['depth']):\n"
+        "        os.mkdir('q', dir_fd=fd)\n"
+        "        child = os.open('q', os.O_RDONLY, dir_fd=fd)\n"
+        "        os.close(fd)\n"
+        "        fd = child\n"
+        "    return args['depth']\n"
+    )
+    result = run_code(code, args={"depth": 3000}, workspace_files=5000, timeout_ms=300_000)
+    assert result.output == 3000, result.error
+    engine.drain()
+    leftovers = [p for p in engine.workspace_root.glob("ws-*") if any(p.iterdir())]
+    assert leftovers == []
