@@ -17,8 +17,9 @@ from typing import Any
 
 import msgspec
 
+from wasmrun.blobs.quota import BlobQuota
 from wasmrun.blobs.sampling import text_head, text_tail
-from wasmrun.blobs.store import BlobStore
+from wasmrun.blobs.store import LEGACY_OWNER, BlobStore
 from wasmrun.protocol.types import RunError, RunResult, RunUsage
 from wasmrun.sandbox import types as sandbox
 
@@ -38,7 +39,10 @@ def needs_output_blob(result: sandbox.RunResult) -> bool:
     )
 
 
-def to_spec_result(result: sandbox.RunResult, blobs: BlobStore) -> RunResult:
+def to_spec_result(
+    result: sandbox.RunResult, blobs: BlobStore, owner: str = LEGACY_OWNER, quota: BlobQuota | None = None
+) -> RunResult:
+    """Raises BlobQuotaExceeded when the output blob would take `owner` over `quota`."""
     u = result.usage
     # Named one by one: the sandbox may track more than the protocol promises.
     usage = RunUsage(
@@ -69,7 +73,7 @@ def to_spec_result(result: sandbox.RunResult, blobs: BlobStore) -> RunResult:
     encoded = msgspec.json.encode(output)
     stored = len(encoded) > MAX_OUTPUT_BYTES
     if stored:
-        pointer = blobs.create(encoded, "application/json", run_id=result.run_id)
+        pointer = blobs.create(encoded, "application/json", run_id=result.run_id, owner=owner, quota=quota)
         output_blobs.insert(0, pointer)
         output = {
             "output_blob": pointer,

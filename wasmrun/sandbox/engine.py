@@ -335,7 +335,8 @@ class SandboxEngine:
         limits = request.limits
         workspace = Workspace(self._dirs.take(), limits.workspace_bytes, limits.workspace_files)
         ctx = RunContext(
-            run_id, self._guest_request(request), limits, self.blobs, request.input_blobs, workspace, self._io
+            run_id, self._guest_request(request), limits, self.blobs, request.input_blobs, workspace, self._io,
+            owner=request.owner, blob_quota=request.blob_quota,
         )
         store, memory = fresh.store, fresh.memory
         usage = Usage(prepared_ahead=fresh.prepared_ahead)

@@ -24,6 +24,7 @@ MEMORY_LIMIT = "MemoryLimitExceeded"  # linear memory cap
 STACK_OVERFLOW = "StackOverflow"
 WORKSPACE_QUOTA = "WorkspaceQuotaExceeded"  # /workspace bytes or files
 BLOB_BUDGET = "BlobBudgetExceeded"  # bytes through blob host calls
+BLOB_QUOTA = "BlobQuotaExceeded"  # the tenant's stored blob bytes or count, or blobs per run
 ENTRYPOINT_NOT_FOUND = "EntrypointNotFound"
 INVALID_OUTPUT = "InvalidOutput"  # return value not JSON, or too large
 SYSTEM_EXIT = "SystemExit"
@@ -34,7 +35,7 @@ INTERNAL = "SandboxError"  # a fault on the host side; details only in the serve
 
 
 HOST_TYPES = frozenset({
-    TIMEOUT, CPU_LIMIT, MEMORY_LIMIT, STACK_OVERFLOW, WORKSPACE_QUOTA, BLOB_BUDGET,
+    TIMEOUT, CPU_LIMIT, MEMORY_LIMIT, STACK_OVERFLOW, WORKSPACE_QUOTA, BLOB_BUDGET, BLOB_QUOTA,
     HOST_CALL_ERROR, GUEST_CRASH, WORKER_CRASHED, INTERNAL,
 })
 GUEST_PREFIX = "Guest"
