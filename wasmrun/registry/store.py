@@ -586,6 +586,7 @@ class DirectoryRegistry:
         try:
             shutil.copytree(source, tmp, ignore=shutil.ignore_patterns(".*", "__pycache__"))
             copied = load_skill(tmp)
+            fsync_tree(tmp)  # on disk before the rename publishes it
             dest.parent.mkdir(parents=True, exist_ok=True)
             with self._lock:
                 if (None, copied.name, copied.version) in self._index or dest.exists():
