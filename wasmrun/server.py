@@ -35,6 +35,10 @@ from wasmrun.wire.tools_route import tools_route
 
 def make_executor(settings: Settings) -> Executor:
     """Worker processes, each opening the blob store at `settings.blobs_dir` itself."""
+    from wasmrun.sandbox.engine import precompile
+
+    # Here, once, with progress on stderr, rather than in every worker at once.
+    precompile()
     opener = BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(settings.blobs_dir)])
     return WorkerPool(opener, workers=settings.workers, queue_timeout=settings.queue_timeout)
 
@@ -61,6 +65,7 @@ def build_context(
         blobs=blobs,
         executor=executor if executor is not None else make_executor(settings),
         secrets=settings.secrets,
+        egress=settings.egress,
         access=settings.access,
         max_full_read_bytes=settings.max_full_read_bytes,
         caller=local_caller(settings.access.limits),

@@ -7,7 +7,8 @@
     --skills-dir      WASMRUN_SKILLS_DIRS           (none; os.pathsep-separated; bundled skills/ always load)
     --workers         WASMRUN_WORKERS               number of CPUs
     --secrets-file    WASMRUN_SECRETS_FILE          (none)
-    --policy-file     WASMRUN_POLICY_FILE           (none) secret grants, allowed hosts/origins (tenants/policy.py)
+    --policy-file     WASMRUN_POLICY_FILE           (none: no network; secrets in env mode) secret grants and modes,
+                                                    network grants, allowed hosts/origins
     --insecure        WASMRUN_INSECURE=1            serve a non-loopback --host without API keys
     --audit-log       WASMRUN_AUDIT_LOG             <data_dir>/audit.log ("-": none)
     --blob-ttl        WASMRUN_BLOB_TTL              0 (seconds blobs are kept; 0: until deleted; per tenant: blob_ttl_s)
@@ -31,11 +32,22 @@ from typing import Any
 import tomli
 
 import wasmrun
+from wasmrun.egress.policy import EgressPolicy, load_egress_policy
 from wasmrun.tenants.policy import AccessPolicy, load_access_policy
 
 ENV_PREFIX = "WASMRUN_"
 SECRET_PREFIX = "WASMRUN_SECRET_"
-BUNDLED_SKILLS = Path(wasmrun.__file__).resolve().parent.parent / "skills"
+
+
+def _bundled_skills() -> Path:
+    """The skills that ship with wasmrun: package data in an installed wheel
+    (python_wasm/packaging.py puts them there), `skills/` in a source checkout."""
+    package = Path(wasmrun.__file__).resolve().parent
+    in_wheel = package / "bundled_skills"
+    return in_wheel if in_wheel.is_dir() else package.parent / "skills"
+
+
+BUNDLED_SKILLS = _bundled_skills()
 
 logger = logging.getLogger("wasmrun.settings")
 
@@ -57,6 +69,8 @@ class Settings:
     max_body_bytes: int = 32 * 1024 * 1024
     max_full_read_bytes: int = 10 * 1024 * 1024
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # Network grants and secret modes (wasmrun/egress/policy.py).
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
     access: AccessPolicy = field(default_factory=AccessPolicy)
     insecure: bool = False
     audit_log: Path | None = None  # None: no audit log
@@ -133,6 +147,7 @@ class Settings:
         return cls(
             skills_dirs=tuple(dirs),
             secrets=load_secrets(env, Path(secrets_path).expanduser() if secrets_path else None),
+            egress=load_egress_policy(str(Path(policy_path).expanduser()) if policy_path else None),
             access=access,
             insecure=bool(insecure) or env.get(ENV_PREFIX + "INSECURE", "") in ("1", "true", "yes"),
             **chosen,

@@ -37,7 +37,7 @@ HOT_MODULES = (
     "operator", "os", "pathlib", "pprint", "random", "re", "shlex", "statistics",
     "string", "struct", "textwrap", "time", "traceback", "types", "typing",
     "unicodedata", "urllib.parse", "uuid", "zoneinfo",
-    "runtime", "runtime.blobs", "runtime.log",
+    "runtime", "runtime.blobs", "runtime.log", "runtime.http", "urllib.request",
 )
 RUN_MODULE = "run_code"
 RUN_FILENAME = "<run_code>"
@@ -72,6 +72,7 @@ def init() -> None:
     for name in HOT_MODULES:
         importlib.import_module(name)
     _skills.install()
+    importlib.import_module("runtime.http").install_urllib()
 
 
 class _Failure(Exception):

@@ -10,12 +10,10 @@ into a new Store with its own WASI context, limits and workspace, calls
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
 import os
-import stat
 import tempfile
 import threading
 import time
@@ -25,8 +23,9 @@ import wasmtime
 
 from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
-from wasmrun.durable import atomic_write, sweep_temporaries
-from wasmrun.sandbox import errors, tree
+from wasmrun.egress.client import EgressSession
+from wasmrun.egress.secrets import Redactor
+from wasmrun.sandbox import compiled, errors, tree
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
 from wasmrun.sandbox.bytecode import guest_dir as bytecode_guest_dir
@@ -118,43 +117,29 @@ def _use_pooling_allocator(config: wasmtime.Config) -> None:
 ENGINE_SETTINGS = f"fuel=1;epoch=1;pool={POOL_SLOTS}"
 
 
-def _private_cache_dir() -> Path:
-    path = guest_build.cache_root() / "compiled"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    st = path.stat()
-    # Deserialising trusts its input: only load files from a folder no one else can write.
-    if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise PermissionError(f"compiled-module cache {path} is writable by others")
-    return path
-
-
 def load_module(engine: wasmtime.Engine, wasm: Path) -> wasmtime.Module:
-    """Compile `wasm`, or load it from the private cache of compiled modules,
-    keyed by wasmtime's version, the engine settings and the module's hash."""
-    digest = hashlib.sha256(wasm.read_bytes()).hexdigest()
-    key = hashlib.sha256(f"{_wasmtime_version()}|{ENGINE_SETTINGS}|{digest}".encode()).hexdigest()[:32]
-    folder = _private_cache_dir()
-    sweep_temporaries(folder)  # left by a process killed while writing
-    cached = folder / f"{key}.cwasm"
-    if cached.exists():
-        guest_build.mark_used(cached)
-        # Read into memory rather than mapped from the file: a file-backed
-        # image's pages can be reclaimed when idle (and re-read from disk on
-        # the next page fault); anonymous memory stays put.
-        try:
-            return wasmtime.Module.deserialize(engine, cached.read_bytes())
-        except (wasmtime.WasmtimeError, OSError) as exc:
-            # Damaged (a disk fault, a copy from elsewhere): compile and replace it.
-            logger.warning("compiled module %s unusable (%s); compiling again", cached.name, _first_line(str(exc)))
-    module = wasmtime.Module.from_file(engine, str(wasm))
-    atomic_write(cached, module.serialize())
-    return module
+    """`wasm` compiled for an engine made by `_engine_config`, from the cache when it is there."""
+    return compiled.load_module(engine, wasm, ENGINE_SETTINGS)
 
 
-def _wasmtime_version() -> str:
-    from importlib.metadata import version
+def precompile(guest: guest_build.Guest | None = None) -> Path:
+    """Compile the guest ahead of the first run (server start, `wasmrun warm`); returns the cached file."""
+    guest = guest or guest_build.ready_guest(quiet=False)
+    load_module(wasmtime.Engine(_engine_config()), guest.snapshot_wasm)
+    return compiled.cached_path(guest.snapshot_wasm, ENGINE_SETTINGS)
 
-    return version("wasmtime")
+
+def precompiled_state(guest: guest_build.Guest) -> tuple[Path, str | None]:
+    """The guest's compiled-module file, and None if it is ready to load, else
+    why not (never compiles; `wasmrun doctor` asks)."""
+    path = compiled.cached_path(guest.snapshot_wasm, ENGINE_SETTINGS)
+    try:
+        if compiled.deserialize(wasmtime.Engine(_engine_config()), path) is None:
+            return path, "not compiled yet"
+    except wasmtime.WasmtimeError as exc:
+        reason = str(exc).partition("\n")[0]
+        return path, f"compiled for another CPU or damaged ({reason})"
+    return path, None
 
 
 class SandboxEngine:
@@ -166,8 +151,9 @@ class SandboxEngine:
         guest: guest_build.Guest | None = None,
         workspace_root: Path | None = None,
     ) -> None:
-        self.guest = guest or guest_build.build(quiet=True)
-        guest_build.mark_used(self.guest.lib_dir.parent)
+        self.guest = guest or guest_build.ready_guest()
+        if not self.guest.packaged:
+            guest_build.mark_used(self.guest.folder)
         self.blobs = blobs
         self.engine = wasmtime.Engine(_engine_config())
         self.module = load_module(self.engine, self.guest.snapshot_wasm)
@@ -336,6 +322,7 @@ class SandboxEngine:
         workspace = Workspace(self._dirs.take(), limits.workspace_bytes, limits.workspace_files)
         ctx = RunContext(
             run_id, self._guest_request(request), limits, self.blobs, request.input_blobs, workspace, self._io,
+            egress=EgressSession(request.network) if request.network is not None else None,
             owner=request.owner, blob_quota=request.blob_quota,
         )
         store, memory = fresh.store, fresh.memory
@@ -382,7 +369,11 @@ class SandboxEngine:
             usage.run_ms = round((t2 - t1) * 1000, 3)
         finally:
             ctx.wasi_funcs.clear()
+            ctx.egress.close()
         usage.blob_io_bytes = ctx.blob_io
+        usage.http_requests = ctx.egress.usage.requests
+        usage.http_bytes_out = ctx.egress.usage.bytes_out
+        usage.http_bytes_in = ctx.egress.usage.bytes_in
         result = RunResult(run_id=run_id, status="completed", output_blobs=ctx.output_blobs, usage=usage)
         if error is None:
             assert ctx.response is not None
@@ -395,8 +386,28 @@ class SandboxEngine:
             result.error = error
         result.logs = ctx.logs.text()
         result.logs_cut_bytes = ctx.logs.cut
+        _redact_secrets(result, request)
         usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
         return result, workspace
+
+
+def _redact_secrets(result: RunResult, request: RunRequest) -> None:
+    """Secret values (environment or host-held) replaced by their placeholders
+    in everything the run returns."""
+    secrets = dict(request.env)
+    if request.network is not None:
+        secrets.update(request.network.host_secrets)
+    if not secrets:
+        return
+    redact = Redactor(secrets)
+    if not redact:
+        return
+    result.logs = redact.text(result.logs)
+    if result.error is not None:
+        result.error = RunError(result.error.type, redact.text(result.error.message))
+    if result.output_json is not None and redact.text(result.output_json) != result.output_json:
+        result.output = redact.value(result.output)
+        result.output_json = json.dumps(result.output, ensure_ascii=False)
 
 
 def _first_line(text: str) -> str:
