@@ -186,7 +186,8 @@ def test_a_dead_workers_workspaces_are_removed(pool, tmp_path):
 
 
 def test_orphaned_workspaces_are_swept_at_start_and_live_ones_kept(tmp_path):
-    from wasmrun.sandbox.workroots import WorkRoot, remove_tree
+    from wasmrun.sandbox import tree
+    from wasmrun.sandbox.workroots import WorkRoot
 
     parent = tmp_path / "ws"
     parent.mkdir(mode=0o700)
@@ -211,5 +212,5 @@ def test_orphaned_workspaces_are_swept_at_start_and_live_ones_kept(tmp_path):
         assert (parent / "not-ours").is_dir()
     finally:
         live.release()
-        remove_tree(orphan)  # on failure: pytest's own cleanup would recurse into it
+        tree.remove(orphan)  # on failure: pytest's own cleanup would recurse into it
     assert not live.path.exists()

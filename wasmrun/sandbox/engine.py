@@ -27,6 +27,7 @@ from wasmrun.sandbox import compiled, errors, jsontext, workroots
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
 from wasmrun.sandbox.bytecode import guest_dir as bytecode_guest_dir
+from wasmrun.sandbox.guestroot import GuestRoots
 from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, set_current
 from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
@@ -54,6 +55,7 @@ WARMUP_REQUESTS = (
 )
 WORKSPACE = "/workspace"
 COMPILE_LIMITS = Limits(timeout_ms=60_000)
+MEMORY_LIMIT_MARGIN = 1 << 20
 
 
 class EpochTicker:
@@ -165,6 +167,7 @@ class SandboxEngine:
         self._root = WorkRoot(workspace_root or workroots.default_parent())
         self.workspace_root = self._root.path
         self._dirs = WorkspaceDirs(self.workspace_root)
+        self._roots = GuestRoots(self.workspace_root / "roots")
         self._bytecode = BytecodeCache(guest_build.cache_root() / "bytecode" / self.guest.key)
         guest_build.mark_used(self._bytecode.root)
         self._ticker = EpochTicker(self.engine)
@@ -194,7 +197,8 @@ class SandboxEngine:
         self._supply.close()
         self._ticker.close()
         self._dirs.remove_all()
-        self._root.release()
+        self._roots.remove_all()
+        self._root.release()  # whatever a failed teardown left, at any depth
 
     def __enter__(self) -> SandboxEngine:
         return self
@@ -235,6 +239,15 @@ class SandboxEngine:
         for name, folder in bytecode.items():
             wasi.preopen_dir(str(folder), bytecode_guest_dir(name), fs_mutable=bytecode_writable)
         wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
+        # Last, so the others keep their fd numbers; see guestroot.py.
+        mount_points = (
+            guest_build.GUEST_LIB,
+            SKILLS_ROOT,
+            *(f"{SKILLS_ROOT}/{skill.name}" for skill in request.skills),
+            *(bytecode_guest_dir(name) for name in bytecode),
+            WORKSPACE,
+        )
+        wasi.preopen_dir(str(self._roots.for_mounts(mount_points)), "/", fs_mutable=False)
         # No stdout/stderr here: the fd_write guard captures fds 1 and 2 itself
         # (wasmtime-py's custom-output callbacks also panic at interpreter exit).
         return wasi
@@ -343,7 +356,7 @@ class SandboxEngine:
             except errors.RunAborted as exc:
                 error = RunError(exc.error_type, exc.message)
             except wasmtime.Trap as trap:
-                error = _classify_trap(trap, ctx, memory.data_len(store), limits)
+                error = _classify_trap(trap, memory.data_len(store), limits)
             except wasmtime.WasmtimeError as exc:
                 error = RunError(errors.GUEST_CRASH, f"the sandbox failed: {_first_line(str(exc))}")
             except Exception:
@@ -369,6 +382,9 @@ class SandboxEngine:
         if error is None:
             assert ctx.response is not None
             _apply_response(result, ctx.response)
+            if result.error is not None and result.error.type == "MemoryError":
+                # The guest's own MemoryError (not evidence of the limit): say what the limit is.
+                result.error.message += f"\n(this run's memory limit is {limits.memory_bytes} bytes)"
         else:
             result.status = "failed"
             result.error = error
@@ -446,13 +462,16 @@ def _apply_response(result: RunResult, response: bytes) -> None:
             pass
         else:
             result.status = "failed"
-            result.error = RunError(err.type[:200], err.message)
+            result.error = RunError(errors.guest_type(err.type), err.message)
             return
     result.status = "failed"
     result.error = RunError(errors.GUEST_CRASH, "the interpreter sent a malformed reply")
 
 
-def _classify_trap(trap: wasmtime.Trap, ctx: RunContext, memory_len: int, limits: Limits) -> RunError:
+def _classify_trap(trap: wasmtime.Trap, memory_len: int, limits: Limits) -> RunError:
+    """The error type of a trap, from the host's evidence only: the trap code,
+    and how close the guest's memory is to its limit. Nothing the guest
+    printed counts (it could print anything)."""
     code = trap.trap_code
     if code == wasmtime.TrapCode.INTERRUPT:
         return RunError(errors.TIMEOUT, errors.timed_out(limits.timeout_ms))
@@ -460,12 +479,9 @@ def _classify_trap(trap: wasmtime.Trap, ctx: RunContext, memory_len: int, limits
         return RunError(errors.CPU_LIMIT, f"the run used up its CPU budget ({limits.fuel} fuel)")
     if code == wasmtime.TrapCode.STACK_OVERFLOW:
         return RunError(errors.STACK_OVERFLOW, "the guest's call stack overflowed")
-    logs = ctx.logs.text()
-    if "stack overflow" in logs.lower():
-        return RunError(errors.STACK_OVERFLOW, "the guest's call stack overflowed")
-    # The interpreter aborts when an allocation fails that it cannot turn into MemoryError.
-    if memory_len + (1 << 20) >= limits.memory_bytes or "MemoryError" in logs:
+    # The interpreter aborts when an allocation fails that it cannot turn into
+    # MemoryError: its memory is then within one growth step of the limit.
+    if memory_len + MEMORY_LIMIT_MARGIN >= limits.memory_bytes:
         return RunError(errors.MEMORY_LIMIT, f"the run exceeded its memory limit of {limits.memory_bytes} bytes")
     name = code.name.lower().replace("_", " ") if code is not None else "trap"
     return RunError(errors.GUEST_CRASH, f"the interpreter stopped: {name}")
-

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from wasmrun.sandbox import tree
+
 logger = logging.getLogger("wasmrun.sandbox")
 
 CLAIMING = ".claiming-"  # a folder being claimed: created, not yet locked
@@ -60,7 +62,7 @@ class WorkRoot:
         if self._fd < 0:
             return
         try:
-            remove_tree(self.path)
+            tree.remove(self.path)
         except OSError:
             logger.warning("could not remove the workspace folder %s", self.path, exc_info=True)
         finally:
@@ -89,7 +91,7 @@ def sweep(parent: Path) -> int:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # a live process holds it
-            remove_tree(Path(entry.path))
+            tree.remove(Path(entry.path))
             removed += 1
         except OSError:
             logger.warning("could not remove the orphaned workspace folder %s", entry.path, exc_info=True)
@@ -98,41 +100,3 @@ def sweep(parent: Path) -> int:
     if removed:
         logger.info("removed %d workspace folder(s) left by dead sandbox processes in %s", removed, parent)
     return removed
-
-
-def remove_tree(path: Path) -> None:
-    """Delete `path` and everything under it. Iterative and relative to one open
-    folder at a time: a guest can nest folders deeper than Python's recursion
-    limit, and than the longest path the system accepts."""
-    try:
-        fd = os.open(path, _DIR_FLAGS)
-    except FileNotFoundError:
-        return
-    below: list[str] = []  # the names walked down from `path` to `fd`
-    try:
-        while True:
-            subdir = None
-            with os.scandir(fd) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        subdir = subdir or entry.name
-                    else:
-                        try:
-                            os.unlink(entry.name, dir_fd=fd)
-                        except FileNotFoundError:
-                            pass
-            if subdir is not None:
-                child = os.open(subdir, _DIR_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd = child
-                below.append(subdir)
-                continue
-            if not below:
-                break
-            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = parent
-            os.rmdir(below.pop(), dir_fd=fd)
-    finally:
-        os.close(fd)
-    os.rmdir(path)
