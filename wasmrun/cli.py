@@ -1,9 +1,11 @@
 """The `wasmrun` command.
 
     wasmrun serve [--host H] [--port P] [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F]
-                  [--policy-file F] [--insecure] [--audit-log PATH] [--blob-ttl SECONDS]
+                  [--policy-file F] [--insecure] [--audit-log PATH] [--blob-ttl SECONDS] [--database-url URL]
     wasmrun tenants add NAME [--limit NAME=N]... [--data-dir D]   (prints the new API key)
     wasmrun tenants list|rotate NAME|revoke NAME [--old]|set NAME --limit NAME=N... [--data-dir D]
+                                  (every tenants command: [--database-url URL] for the shared database's tenants)
+    wasmrun migrate --database-url URL   bring the shared database's schema up to date
     wasmrun skills list [--data-dir D] [--skills-dir S]...
     wasmrun skills check DIR...
     wasmrun skills add PATH [--data-dir D]
@@ -27,6 +29,7 @@ from typing import Any
 
 import msgspec
 
+from wasmrun.database import DatabaseError
 from wasmrun.settings import Settings
 from wasmrun.tools import FORMATS
 
@@ -38,6 +41,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skills-dir", type=Path, action="append",
         help="another read-only folder of skills; repeatable (WASMRUN_SKILLS_DIRS)",
+    )
+
+
+def _database_url(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database-url", metavar="URL",
+        help="postgresql://... shared by several servers: tenants, keys and the audit log (WASMRUN_DATABASE_URL)",
     )
 
 
@@ -89,6 +99,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--with-create-skill", action="store_true", help="offer the create_skill tool at /mcp too"
     )
+    _database_url(serve)
+    migrate = commands.add_parser(
+        "migrate", help="bring the shared database's schema up to date (servers also do it at start)"
+    )
+    _database_url(migrate)
 
     mcp = commands.add_parser("mcp", help="serve the Skills Protocol tools over MCP on stdin/stdout")
     _common(mcp)
@@ -141,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     set_.add_argument("--limit", action="append", required=True, metavar="NAME=N", help="a limit; repeatable")
     for sub in (add, rotate, revoke, set_, tenant_commands.choices["list"]):
         sub.add_argument("--data-dir", type=Path, help="where blobs and created skills live (WASMRUN_DATA_DIR)")
+        _database_url(sub)
 
     run = commands.add_parser("run", help="run a Python file in the sandbox and print the result")
     run.add_argument("file", type=Path, metavar="FILE.py")
@@ -176,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _mcp(args)
         if args.command == "tenants":
             return _tenants(args)
+        if args.command == "migrate":
+            return _migrate(args)
         if args.command == "warm":
             return _warm()
         if args.command == "doctor":
@@ -185,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.skills_command == "add":
             return _skills_add(args)
         return _skills_check(args)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, DatabaseError) as exc:
         print(f"wasmrun: {exc}", file=sys.stderr)
         return 2
 
@@ -201,9 +219,22 @@ def _serve(args: argparse.Namespace) -> int:
         _settings(
             args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file,
             policy_file=args.policy_file, insecure=args.insecure, audit_log=args.audit_log, blob_ttl=args.blob_ttl,
+            database_url=args.database_url,
         ),
         mcp_with_create_skill=args.with_create_skill,
     )
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from wasmrun.database.migrations import LATEST
+    from wasmrun.server import migrate_database
+
+    settings = Settings.load(database_url=args.database_url)
+    if settings.database_url is None:
+        raise ValueError("migrate needs --database-url (or WASMRUN_DATABASE_URL): the local files need no migration")
+    done = migrate_database(settings)
+    print(f"schema at version {LATEST}" + (f" (applied {', '.join(map(str, done))})" if done else " (up to date)"))
     return 0
 
 
@@ -240,10 +271,12 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _tenants(args: argparse.Namespace) -> int:
+    from wasmrun.server import migrate_database, tenant_store
     from wasmrun.tenants.limits import parse_limit
-    from wasmrun.tenants.store import TenantStore
 
-    store = TenantStore(Settings.load(data_dir=args.data_dir).data_dir)
+    settings = Settings.load(data_dir=args.data_dir, database_url=args.database_url)
+    migrate_database(settings)
+    store = tenant_store(settings)
     command = args.tenants_command
     if command == "list":
         doc = store.load()

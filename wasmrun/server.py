@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import uvicorn
 from starlette.applications import Starlette
@@ -26,11 +27,14 @@ from wasmrun.settings import Settings
 from wasmrun.tenants.caller import LOCAL_TENANT, local_caller
 from wasmrun.tenants.quotas import RunGate
 from wasmrun.tenants.retention import BlobRetention
-from wasmrun.tenants.store import TenantDirectory, TenantStore
+from wasmrun.tenants.store import TenantDirectory, TenantEditor, TenantStore
 from wasmrun.wire.app import create_app as create_wire_app
 from wasmrun.wire.app import unauthorized
 from wasmrun.wire.guard import RequestGuard, is_loopback
 from wasmrun.wire.tools_route import tools_route
+
+if TYPE_CHECKING:
+    from wasmrun.database.audit import PgAuditLog
 
 
 def make_executor(settings: Settings) -> Executor:
@@ -86,11 +90,12 @@ def create_app(
     /mcp only when the MCP SDK is installed (the `mcp` extra)."""
     owned = context is None
     context = context if context is not None else build_context(settings)
+    migrate_database(settings)
     tenants = tenant_directory(settings)
     metrics = Metrics(
         context.gate, context.executor.capacity, context.blobs, lambda: [LOCAL_TENANT, *tenants.names()]
     )
-    audit = AuditLog(settings.audit_log) if settings.audit_log is not None else None
+    audit = open_audit_log(settings)
     retention = BlobRetention(context.blobs, tenants, settings.access.limits.blob_ttl_s)
     retention.start()
 
@@ -129,12 +134,47 @@ def create_app(
     )
 
 
+def migrate_database(settings: Settings) -> list[int]:
+    """Bring the shared database's schema up to date (nothing without --database-url)."""
+    if settings.database_url is None:
+        return []
+    from wasmrun.database.connection import Database
+
+    database = Database(settings.database_url)
+    try:
+        return database.migrate()
+    finally:
+        database.close()
+
+
+def tenant_store(settings: Settings) -> TenantEditor:
+    """The shared database's tenants with --database-url, else `<data_dir>/tenants.json`."""
+    if settings.database_url is None:
+        return TenantStore(settings.data_dir)
+    from wasmrun.database.connection import Database
+    from wasmrun.database.tenants import PgTenantStore
+
+    return PgTenantStore(Database(settings.database_url))
+
+
+def open_audit_log(settings: Settings) -> AuditLog | PgAuditLog | None:
+    """Rows of the shared database with --database-url (unless --audit-log -), else the file."""
+    if settings.audit_log is None:
+        return None
+    if settings.database_url is None:
+        return AuditLog(settings.audit_log)
+    from wasmrun.database.audit import PgAuditLog
+    from wasmrun.database.connection import Database
+
+    return PgAuditLog(Database(settings.database_url))
+
+
 def tenant_directory(settings: Settings) -> TenantDirectory:
-    """API keys from `<data_dir>/tenants.json`; with no tenants there, the implicit
+    """API keys from the tenant store; with no tenants there, the implicit
     local tenant when this server may be anonymous (loopback, or --insecure)."""
     anonymous = is_loopback(settings.host) or settings.insecure
     return TenantDirectory(
-        TenantStore(settings.data_dir),
+        tenant_store(settings),
         settings.access.limits,
         anonymous=local_caller(settings.access.limits) if anonymous else None,
     )
@@ -158,6 +198,7 @@ def check_exposure(settings: Settings) -> None:
 
 def serve(settings: Settings, *, mcp_with_create_skill: bool = False) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    migrate_database(settings)
     check_exposure(settings)
     FileBlobStore(settings.blobs_dir).recount()  # quotas start from what is on disk
     app = create_app(settings, mcp_with_create_skill=mcp_with_create_skill)

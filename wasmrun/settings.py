@@ -11,6 +11,8 @@
                                                     network grants, allowed hosts/origins
     --insecure        WASMRUN_INSECURE=1            serve a non-loopback --host without API keys
     --audit-log       WASMRUN_AUDIT_LOG             <data_dir>/audit.log ("-": none)
+    --database-url    WASMRUN_DATABASE_URL          (none: tenants and the audit log in files under the data dir)
+                                                    postgresql://... shared by several servers
     --blob-ttl        WASMRUN_BLOB_TTL              0 (seconds blobs are kept; 0: until deleted; per tenant: blob_ttl_s)
                       WASMRUN_SECRET_<NAME>         the secret <NAME>
                       WASMRUN_QUEUE_TIMEOUT         5 (seconds a call waits for a free sandbox)
@@ -99,6 +101,8 @@ class Settings:
     access: AccessPolicy = field(default_factory=AccessPolicy)
     insecure: bool = False
     audit_log: Path | None = None  # None: no audit log
+    # postgresql://...: tenants and the audit log shared by several servers. Never shown (a password).
+    database_url: str | None = field(default=None, repr=False)
 
     @property
     def installed_skills(self) -> Path:
@@ -133,6 +137,7 @@ class Settings:
         insecure: bool | None = None,
         audit_log: str | None = None,
         blob_ttl: int | None = None,
+        database_url: str | None = None,
     ) -> Settings:
         """Flags (the keyword arguments, None when not given) over `env` over defaults."""
         env = os.environ if env is None else env
@@ -172,6 +177,7 @@ class Settings:
         if ttl is not None:
             seconds = _int(ttl, "blob ttl") if ttl != "0" else 0
             access = dataclasses.replace(access, limits=dataclasses.replace(access.limits, blob_ttl_s=seconds or 0))
+        chosen["database_url"] = pick(database_url, "DATABASE_URL")
         return cls(
             skills_dirs=tuple(dirs),
             limits=load_limit_policy(env),

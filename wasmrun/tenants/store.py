@@ -1,16 +1,18 @@
-"""The tenants file, `<data_dir>/tenants.json` (0600): each tenant's key hashes and
-limit overrides. Written by `wasmrun tenants ...`, read by the server, which
-sees a change (a new tenant, a revoked key) on the next call.
+"""Tenants: each one's key hashes and limit overrides. Kept in the tenants file,
+`<data_dir>/tenants.json` (0600), or in the shared database (`--database-url`).
+Written by `wasmrun tenants ...`, read by the server, which sees a change (a new
+tenant, a revoked key) on the next call.
 """
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import fcntl
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -56,32 +58,22 @@ def write_private(path: Path, data: bytes) -> None:
     atomic_write(path, data, mode=0o600)
 
 
-class TenantStore:
-    def __init__(self, data_dir: Path) -> None:
-        self.path = Path(data_dir) / TENANTS_FILE
+class TenantEditor(abc.ABC):
+    """The `wasmrun tenants` commands over any place tenants are kept: the file
+    (`TenantStore`) or the shared database (`wasmrun.database.tenants`)."""
 
+    @abc.abstractmethod
     def load(self) -> TenantsFile:
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return TenantsFile()
-        try:
-            return msgspec.json.decode(data, type=TenantsFile)
-        except msgspec.DecodeError as exc:
-            raise TenantError(f"{self.path} is not a valid tenants file: {exc}") from None
+        """Every tenant as stored now; TenantError if what is stored cannot be read."""
 
-    @contextlib.contextmanager
-    def _editing(self) -> Iterator[TenantsFile]:
-        """Read, change and write back the file, one command at a time."""
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        lock = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            doc = self.load()
-            yield doc
-            write_private(self.path, msgspec.json.format(msgspec.json.encode(doc)))
-        finally:
-            os.close(lock)
+    @abc.abstractmethod
+    def signature(self) -> Hashable:
+        """Changes whenever any tenant or key does: the server rereads them then."""
+
+    @abc.abstractmethod
+    def _editing(self) -> contextlib.AbstractContextManager[TenantsFile]:
+        """Read, change and write back every tenant, one command at a time (even
+        across processes and servers); nothing is written when the block raises."""
 
     def _get(self, doc: TenantsFile, name: str) -> TenantRecord:
         record = doc.tenants.get(name)
@@ -128,27 +120,65 @@ class TenantStore:
             self._get(doc, name).limits.update(checked)
 
 
+class TenantStore(TenantEditor):
+    """The tenants file under the data folder, the local default."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = Path(data_dir) / TENANTS_FILE
+
+    def load(self) -> TenantsFile:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return TenantsFile()
+        try:
+            return msgspec.json.decode(data, type=TenantsFile)
+        except msgspec.DecodeError as exc:
+            raise TenantError(f"{self.path} is not a valid tenants file: {exc}") from None
+
+    def signature(self) -> Hashable:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return (0, 0, 0)
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    @contextlib.contextmanager
+    def _editing(self) -> Iterator[TenantsFile]:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        lock = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            doc = self.load()
+            yield doc
+            write_private(self.path, msgspec.json.format(msgspec.json.encode(doc)))
+        finally:
+            os.close(lock)
+
+
 class TenantDirectory:
     """The server's view of the tenants file: authenticates a call's API key.
 
     With no tenants at all, every call is the implicit local tenant's when the
     server may serve anonymously (loopback, or --insecure), else refused."""
 
-    def __init__(self, store: TenantStore, defaults: TenantLimits, *, anonymous: Caller | None) -> None:
+    def __init__(self, store: TenantEditor, defaults: TenantLimits, *, anonymous: Caller | None) -> None:
         self.store = store
         self.defaults = defaults
         self.anonymous = anonymous
-        self._seen: tuple[int, int, int] | None = None
+        self._seen: Hashable | None = None
         self._keys: list[tuple[str, Caller]] = []
         self._by_name: dict[str, Caller] = {}
         self._has_tenants = False
 
     def _refresh(self) -> None:
         try:
-            st = os.stat(self.store.path)
-            signature = (st.st_mtime_ns, st.st_size, st.st_ino)
-        except FileNotFoundError:
-            signature = (0, 0, 0)
+            signature = self.store.signature()
+        except (TenantError, OSError) as exc:  # the database unreachable: keep the keys last read
+            logger.error("cannot check the tenants for changes, keeping the last read: %s", exc)
+            if self._seen is None:
+                self._has_tenants = True  # fail closed: never anonymous for want of the list
+            return
         if signature == self._seen:
             return
         try:

@@ -1,0 +1,46 @@
+"""The database schema, as numbered steps applied in order, once each.
+
+A step is never edited once released: a change is a new step. Every server
+applies the missing steps at start (`wasmrun migrate` does it alone), under a
+transaction-scoped advisory lock, so servers starting together apply each step
+exactly once and none serves on a half-made schema.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (
+        1,
+        """
+        CREATE TABLE wasmrun_tenants (
+            name text PRIMARY KEY,
+            created text NOT NULL,
+            limits jsonb NOT NULL DEFAULT '{}'::jsonb
+        );
+        CREATE TABLE wasmrun_tenant_keys (
+            hash text PRIMARY KEY,
+            tenant text NOT NULL REFERENCES wasmrun_tenants(name) ON DELETE CASCADE,
+            created text NOT NULL,
+            seq bigserial NOT NULL
+        );
+        CREATE INDEX wasmrun_tenant_keys_tenant ON wasmrun_tenant_keys (tenant, seq);
+        -- Bumped by every change to tenants or keys: a server rereads them when it moves.
+        CREATE TABLE wasmrun_tenants_version (
+            only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+            version bigint NOT NULL
+        );
+        INSERT INTO wasmrun_tenants_version VALUES (true, 0);
+        CREATE TABLE wasmrun_audit (
+            id bigserial PRIMARY KEY,
+            at timestamptz NOT NULL DEFAULT now(),
+            tenant text NOT NULL,
+            -- The call's JSON line as text: exactly what the file log would hold, escapes
+            -- included (jsonb would refuse an escaped NUL, which a hostile method name may carry).
+            record text NOT NULL
+        );
+        CREATE INDEX wasmrun_audit_tenant ON wasmrun_audit (tenant, id);
+        """,
+    ),
+)
+
+LATEST = MIGRATIONS[-1][0]
