@@ -155,3 +155,88 @@ def test_without_a_database_url_the_files_stay(tmp_path: Path) -> None:
     added = wasmrun("tenants", "add", "acme", "--data-dir", str(data))
     assert added.returncode == 0, added.stderr
     assert (data / "tenants.json").exists()
+
+
+SKILL_MD = "---\nname: Echo\nshort_description: Says what it was given.\n---\n# Echo\n"
+
+
+def skill_params(name: str = "user.team.echo", version: str = "0.1.0", said: str = "echo") -> dict[str, Any]:
+    return {
+        "manifest": {
+            "name": name, "version": version, "description": "Echo the args.", "kind": "action",
+            "runtime": {"language": "python", "entrypoint": "code/main.py", "export": "main"},
+        },
+        "skill_md": SKILL_MD,
+        "files": [
+            {"path": "code/main.py", "content": "from . import helper\n\ndef main(args):\n    return helper.said(args)\n"},
+            {"path": "code/helper.py", "content": f"def said(args):\n    return {{{said!r}: args}}\n"},
+        ],
+    }
+
+
+def test_a_skill_created_on_one_server_is_served_by_every_server(tmp_path: Path, database_url: str) -> None:  # noqa: F811
+    servers = [LiveServer(tmp_path / f"data-{i}", "--database-url", database_url) for i in range(2)]
+    a, b = servers
+    try:
+        made = call(a, None, "create_skill", skill_params()).json()
+        assert made["result"] == {"name": "user.team.echo", "version": "0.1.0"}, made
+        # On B at once, with no restart: listed (the namespace filter too), described, run.
+        listed = call(b, None, "list_skills", {"namespace": "user"}).json()["result"]["skills"]
+        assert [(s["name"], s["version"]) for s in listed] == [("user.team.echo", "0.1.0")]
+        described = call(b, None, "describe_skill", {"name": "user.team.echo"}).json()["result"]["skill"]
+        assert described["manifest"]["description"] == "Echo the args."
+        ran = call(b, None, "execute_skill", {"name": "user.team.echo", "args": {"x": 1}}).json()["result"]
+        assert ran["status"] == "completed" and ran["output"] == {"echo": {"x": 1}}, ran
+        # A higher version made on B is the one A runs when no version is named.
+        assert "result" in call(b, None, "create_skill", skill_params(version="0.2.0", said="two")).json()
+        ran = call(a, None, "execute_skill", {"name": "user.team.echo", "args": {}}).json()["result"]
+        assert ran["output"] == {"two": {}}, ran
+        # Both servers creating one name and version at once: exactly one wins.
+        answers: list[dict[str, Any]] = []
+
+        def create(server: LiveServer) -> None:
+            answers.append(call(server, None, "create_skill", skill_params(version="1.0.0", said=server.endpoint)).json())
+
+        threads = [threading.Thread(target=create, args=(s,)) for s in (a, b, a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(180)
+        won = [x for x in answers if "result" in x]
+        lost = [x for x in answers if "error" in x]
+        assert len(won) == 1 and len(lost) == 3, answers
+        assert all(x["error"]["code"] == -32602 and "already exists" in x["error"]["message"] for x in lost)
+        outputs = [call(s, None, "execute_skill", {"name": "user.team.echo", "version": "1.0.0", "args": {}})
+                   .json()["result"]["output"] for s in servers]
+        assert outputs[0] == outputs[1] and len(outputs[0]) == 1  # one winner's code, on both
+        # The mounted copy is read-only and named by its content hash.
+        cached = [p for p in (tmp_path / "data-1" / "skill-cache").iterdir() if not p.name.startswith(".")]
+        assert cached and all(len(p.name) == 64 for p in cached)
+        assert all(not (p / "code" / "main.py").stat().st_mode & 0o222 for p in cached)
+    finally:
+        for server in servers:
+            server.stop()
+    # A third server, started afresh with an empty data folder, serves every acknowledged version.
+    c = LiveServer(tmp_path / "data-new", "--database-url", database_url)
+    try:
+        listed = call(c, None, "list_skills", {"namespace": "user"}).json()["result"]["skills"]
+        assert sorted(s["version"] for s in listed) == ["0.1.0", "0.2.0", "1.0.0"]
+    finally:
+        c.stop()
+
+
+def test_a_tenants_skill_quota_holds_across_servers(tmp_path: Path, database_url: str) -> None:  # noqa: F811
+    key = wasmrun("tenants", "add", "acme", "--limit", "skills=2", "--database-url", database_url).stdout.strip()
+    other = wasmrun("tenants", "add", "other", "--database-url", database_url).stdout.strip()
+    servers = [LiveServer(tmp_path / f"data-{i}", "--database-url", database_url) for i in range(2)]
+    try:
+        assert "result" in call(servers[0], key, "create_skill", skill_params(version="0.1.0")).json()
+        assert "result" in call(servers[1], key, "create_skill", skill_params(version="0.2.0")).json()
+        refused = [call(s, key, "create_skill", skill_params(version="0.3.0")).json() for s in servers]
+        assert all("error" in r and "skills" in r["error"]["message"] for r in refused), refused
+        # Another tenant neither sees acme's skills nor is limited by them.
+        assert call(servers[1], other, "list_skills", {"namespace": "user"}).json()["result"]["skills"] == []
+        assert "result" in call(servers[1], other, "create_skill", skill_params(version="0.3.0")).json()
+    finally:
+        for server in servers:
+            server.stop()

@@ -54,9 +54,18 @@ def make_local_executor(settings: Settings, blobs: BlobStore) -> Executor:
 
 def open_registry(settings: Settings) -> DirectoryRegistry:
     """The operator's skill folders (read-only; `skills add`'s folder made here, so that a
-    skill added later is picked up without a restart) and the tenants' created skills."""
+    skill added later is picked up without a restart) and the tenants' created skills:
+    in the shared database with --database-url, else under the data folder."""
     settings.installed_skills.mkdir(parents=True, exist_ok=True)
-    return DirectoryRegistry(settings.operator_skill_dirs, settings.skills_home)
+    if settings.database_url is None:
+        return DirectoryRegistry(settings.operator_skill_dirs, settings.skills_home)
+    from wasmrun.database.connection import Database
+    from wasmrun.database.skills import PgSkillRegistry
+
+    migrate_database(settings)
+    return PgSkillRegistry(
+        settings.operator_skill_dirs, settings.skills_home, Database(settings.database_url), settings.skill_cache
+    )
 
 
 def build_context(

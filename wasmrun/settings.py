@@ -119,6 +119,11 @@ class Settings:
         return self.data_dir / "skills"
 
     @property
+    def skill_cache(self) -> Path:
+        """Created skills from the shared database, unpacked read-only by content hash."""
+        return self.data_dir / "skill-cache"
+
+    @property
     def blobs_dir(self) -> Path:
         return self.data_dir / "blobs"
 

@@ -41,6 +41,27 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX wasmrun_audit_tenant ON wasmrun_audit (tenant, id);
         """,
     ),
+    (
+        2,
+        """
+        -- Created skills: each version's folder as a tar bundle (registry/bundle.py),
+        -- unique per owner, name and version: of two servers creating one at once,
+        -- the database lets exactly one insert.
+        CREATE TABLE wasmrun_skills (
+            seq bigserial UNIQUE,
+            owner text NOT NULL,
+            name text NOT NULL,
+            version text NOT NULL,
+            namespace text NOT NULL,
+            sha256 text NOT NULL,
+            size_bytes bigint NOT NULL,
+            bundle bytea NOT NULL,
+            created timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (owner, name, version)
+        );
+        CREATE INDEX wasmrun_skills_listing ON wasmrun_skills (owner, namespace, name);
+        """,
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]

@@ -31,7 +31,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
@@ -350,14 +350,26 @@ class DirectoryRegistry:
         """Reload when the folders changed; checked at most every RECHECK_S, and skipped
         while another thread is loading or creating (it will see the change)."""
         now = time.monotonic()
-        if now < self._next_check or not self._lock.acquire(blocking=False):
+        folders_due = now >= self._next_check
+        if not (folders_due or self._checks_every_call()) or not self._lock.acquire(blocking=False):
             return
         try:
-            self._next_check = now + RECHECK_S
-            if folders_signature(self._tops()) != self._signature:
+            changed = self._created_changed()
+            if folders_due:
+                self._next_check = now + RECHECK_S
+                changed = changed or folders_signature(self._tops()) != self._signature
+            if changed:
                 self._reload_locked()
         finally:
             self._lock.release()
+
+    def _checks_every_call(self) -> bool:
+        """Whether `_created_changed` is worth asking on every call (not for folders)."""
+        return False
+
+    def _created_changed(self) -> bool:
+        """Whether created skills changed where the folders' signature cannot see."""
+        return False
 
     def _tops(self) -> list[Path]:
         return [top for top in [*self.read_only, self.writable] if top.is_dir()]
@@ -374,7 +386,11 @@ class DirectoryRegistry:
                 continue
             for folder in skill_folders(top):
                 self._add(index, folder, None, bundled=i == 0)
-        operator_names = {name for _, name, _ in index}
+        self._load_created(index, {name for _, name, _ in index})
+        self._set_index(index)
+
+    def _load_created(self, index: dict[SkillKey, Skill], operator_names: set[str]) -> None:
+        """Add the tenants' created skills to `index` (here: the writable folder's)."""
         if self.writable.is_dir():
             for entry in sorted(self.writable.iterdir()):
                 if entry.name.startswith(".") or not entry.is_dir():
@@ -382,7 +398,6 @@ class DirectoryRegistry:
                 owner = entry.name[len(OWNER_PREFIX):] if entry.name.startswith(OWNER_PREFIX) else LEGACY_OWNER
                 for folder in skill_folders(entry):
                     self._add(index, folder, owner, reserved=operator_names)
-        self._set_index(index)
 
     @staticmethod
     def _add(
@@ -546,33 +561,36 @@ class DirectoryRegistry:
                 load_skill(tmp)
             except SkillProblems as exc:
                 raise InvalidSkill(f"invalid skill: {exc}", field="manifest", problems=exc.problems) from None
-            dest = self.writable / (OWNER_PREFIX + owner) / parsed.name / parsed.version
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            with self._lock:
-                self._check_name(parsed.name)
-                if quota is not None:
-                    self._check_quota(owner, quota, 0)
-                if key in self._index:
-                    raise SkillExists(
-                        f"skill {parsed.name} {parsed.version} already exists", field="manifest"
-                    )
-                fsync_tree(tmp)
-                try:
-                    # Atomic, and refused when another process got there first.
-                    os.rename(tmp, dest)
-                except OSError as exc:
-                    if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
-                        raise SkillExists(
-                            f"skill {parsed.name} {parsed.version} already exists", field="manifest"
-                        ) from None
-                    raise
-                fsync_dir(dest.parent)
-                skill = dataclasses.replace(load_skill(dest), owner=owner)
-                self._set_index({**self._index, key: skill})
-            return skill
+            return self._publish(tmp, key, quota)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+
+    def _publish(self, tmp: Path, key: SkillKey, quota: SkillQuota | None) -> Skill:
+        """Make the validated folder `tmp` the created skill `key`, or raise SkillExists
+        when that name and version exist (created meanwhile by another process too)."""
+        owner, name, version = key
+        assert owner is not None
+        dest = self.writable / (OWNER_PREFIX + owner) / name / version
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            self._check_name(name)
+            if quota is not None:
+                self._check_quota(owner, quota, 0)
+            if key in self._index:
+                raise SkillExists(f"skill {name} {version} already exists", field="manifest")
+            fsync_tree(tmp)
+            try:
+                # Atomic, and refused when another process got there first.
+                os.rename(tmp, dest)
+            except OSError as exc:
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise SkillExists(f"skill {name} {version} already exists", field="manifest") from None
+                raise
+            fsync_dir(dest.parent)
+            skill = dataclasses.replace(load_skill(dest), owner=owner)
+            self._set_index({**self._index, key: skill})
+        return skill
 
     # -- `wasmrun skills add` ------------------------------------------------------
 
@@ -616,16 +634,7 @@ class DirectoryRegistry:
 
     def _check_quota(self, owner: str, quota: SkillQuota, adding: int) -> None:
         owned = [s for s in self._index.values() if s.owner == owner]
-        if len(owned) + 1 > quota.max_count:
-            raise SkillQuotaExceeded(
-                "skills", quota.max_count, f"the tenant has created {len(owned)} skill versions, its limit (skills)"
-            )
-        used = sum(_folder_bytes(s.root) for s in owned)
-        if used + adding > quota.max_bytes:
-            raise SkillQuotaExceeded(
-                "skill_bytes", quota.max_bytes,
-                f"{adding} more bytes of skill files would take the tenant over its limit (skill_bytes; {used} in use)",
-            )
+        check_skill_quota(quota, len(owned), lambda: sum(folder_bytes(s.root) for s in owned), adding)
 
     def _check_name(self, name: str) -> None:
         if is_reserved_namespace(name):
@@ -645,7 +654,22 @@ class DirectoryRegistry:
                 pass
 
 
-def _folder_bytes(root: Path) -> int:
+def check_skill_quota(quota: SkillQuota, count: int, used: Callable[[], int], adding: int) -> None:
+    """SkillQuotaExceeded when an owner with `count` skill versions of `used()` bytes
+    may not create one more of `adding` bytes."""
+    if count + 1 > quota.max_count:
+        raise SkillQuotaExceeded(
+            "skills", quota.max_count, f"the tenant has created {count} skill versions, its limit (skills)"
+        )
+    in_use = used()
+    if in_use + adding > quota.max_bytes:
+        raise SkillQuotaExceeded(
+            "skill_bytes", quota.max_bytes,
+            f"{adding} more bytes of skill files would take the tenant over its limit (skill_bytes; {in_use} in use)",
+        )
+
+
+def folder_bytes(root: Path) -> int:
     total = 0
     for folder, _, files in os.walk(root):
         for name in files:
