@@ -2,6 +2,7 @@
 
     wasmrun serve [--host H] [--port P] [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F]
                   [--policy-file F] [--insecure] [--audit-log PATH] [--blob-ttl SECONDS] [--database-url URL]
+                  [--blob-store s3://BUCKET?endpoint=URL&region=R]
     wasmrun tenants add NAME [--limit NAME=N]... [--data-dir D]   (prints the new API key)
     wasmrun tenants list|rotate NAME|revoke NAME [--old]|set NAME --limit NAME=N... [--data-dir D]
                                   (every tenants command: [--database-url URL] for the shared database's tenants)
@@ -100,6 +101,11 @@ def _parser() -> argparse.ArgumentParser:
         "--with-create-skill", action="store_true", help="offer the create_skill tool at /mcp too"
     )
     _database_url(serve)
+    serve.add_argument(
+        "--blob-store", metavar="URL",
+        help="s3://BUCKET?endpoint=URL&region=R: blob bytes shared by several servers, with --database-url;"
+        " credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (WASMRUN_BLOB_STORE)",
+    )
     migrate = commands.add_parser(
         "migrate", help="bring the shared database's schema up to date (servers also do it at start)"
     )
@@ -219,7 +225,7 @@ def _serve(args: argparse.Namespace) -> int:
         _settings(
             args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file,
             policy_file=args.policy_file, insecure=args.insecure, audit_log=args.audit_log, blob_ttl=args.blob_ttl,
-            database_url=args.database_url,
+            database_url=args.database_url, blob_store=args.blob_store,
         ),
         mcp_with_create_skill=args.with_create_skill,
     )

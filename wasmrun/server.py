@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -43,7 +44,14 @@ def make_executor(settings: Settings) -> Executor:
 
     # Here, once, with progress on stderr, rather than in every worker at once.
     precompile()
-    opener = BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(settings.blobs_dir)])
+    if settings.blob_store is not None and settings.database_url is not None:
+        # Workers read the URLs from their environment, never from their command line
+        # (where any local user could read a password).
+        os.environ["WASMRUN_DATABASE_URL"] = settings.database_url
+        os.environ["WASMRUN_BLOB_STORE"] = settings.blob_store
+        opener = BlobOpener("wasmrun.database.blobs:SharedBlobStore", [])
+    else:
+        opener = BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(settings.blobs_dir)])
     return WorkerPool(opener, workers=settings.workers, queue_timeout=settings.queue_timeout)
 
 
@@ -73,9 +81,7 @@ def build_context(
 ) -> Context:
     """Everything the methods need; pass `blobs` and `executor` to share them (tests do)."""
     if blobs is None:
-        store = FileBlobStore(settings.blobs_dir)
-        store.sweep()  # what writers killed before this start left behind
-        blobs = store
+        blobs = open_blob_store(settings)
     return Context(
         registry=open_registry(settings),
         blobs=blobs,
@@ -88,6 +94,18 @@ def build_context(
         caller=local_caller(settings.access.limits),
         gate=RunGate(settings.queue_timeout, pool_size=settings.workers),
     )
+
+
+def open_blob_store(settings: Settings) -> BlobStore:
+    """Blobs in the object store and the database with --blob-store, else files under the data folder."""
+    if settings.blob_store is not None:
+        from wasmrun.database.blobs import SharedBlobStore
+
+        migrate_database(settings)
+        return SharedBlobStore(settings.database_url, settings.blob_store)
+    store = FileBlobStore(settings.blobs_dir)
+    store.sweep()  # what writers killed before this start left behind
+    return store
 
 
 def create_app(
@@ -209,7 +227,8 @@ def serve(settings: Settings, *, mcp_with_create_skill: bool = False) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     migrate_database(settings)
     check_exposure(settings)
-    FileBlobStore(settings.blobs_dir).recount()  # quotas start from what is on disk
+    if settings.blob_store is None:  # the database's counters change with its rows: nothing to recount
+        FileBlobStore(settings.blobs_dir).recount()  # quotas start from what is on disk
     app = create_app(settings, mcp_with_create_skill=mcp_with_create_skill)
     logging.getLogger("wasmrun").info(
         "serving the Skills Protocol at http://%s:%d/rpc (data in %s)",

@@ -13,6 +13,8 @@
     --audit-log       WASMRUN_AUDIT_LOG             <data_dir>/audit.log ("-": none)
     --database-url    WASMRUN_DATABASE_URL          (none: tenants and the audit log in files under the data dir)
                                                     postgresql://... shared by several servers
+    --blob-store      WASMRUN_BLOB_STORE            (none: blobs under the data dir) s3://BUCKET?endpoint=URL&region=R,
+                                                    with --database-url; AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
     --blob-ttl        WASMRUN_BLOB_TTL              0 (seconds blobs are kept; 0: until deleted; per tenant: blob_ttl_s)
                       WASMRUN_SECRET_<NAME>         the secret <NAME>
                       WASMRUN_QUEUE_TIMEOUT         5 (seconds a call waits for a free sandbox)
@@ -103,6 +105,8 @@ class Settings:
     audit_log: Path | None = None  # None: no audit log
     # postgresql://...: tenants and the audit log shared by several servers. Never shown (a password).
     database_url: str | None = field(default=None, repr=False)
+    # s3://BUCKET?endpoint=URL&region=R: blob bytes shared by several servers (metadata in the database).
+    blob_store: str | None = None
 
     @property
     def installed_skills(self) -> Path:
@@ -143,6 +147,7 @@ class Settings:
         audit_log: str | None = None,
         blob_ttl: int | None = None,
         database_url: str | None = None,
+        blob_store: str | None = None,
     ) -> Settings:
         """Flags (the keyword arguments, None when not given) over `env` over defaults."""
         env = os.environ if env is None else env
@@ -183,6 +188,13 @@ class Settings:
             seconds = _int(ttl, "blob ttl") if ttl != "0" else 0
             access = dataclasses.replace(access, limits=dataclasses.replace(access.limits, blob_ttl_s=seconds or 0))
         chosen["database_url"] = pick(database_url, "DATABASE_URL")
+        chosen["blob_store"] = pick(blob_store, "BLOB_STORE")
+        if chosen["blob_store"] is not None:
+            from wasmrun.blobs.objects import ObjectStoreLocation
+
+            ObjectStoreLocation.parse(chosen["blob_store"])  # a ValueError naming what is wrong
+            if chosen["database_url"] is None:
+                raise ValueError("--blob-store needs --database-url too: blob metadata and ownership live there")
         return cls(
             skills_dirs=tuple(dirs),
             limits=load_limit_policy(env),

@@ -62,6 +62,35 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX wasmrun_skills_listing ON wasmrun_skills (owner, namespace, name);
         """,
     ),
+    (
+        3,
+        """
+        -- Blob metadata and ownership; the bytes are in the object store (--blob-store).
+        -- A blob exists once its row does: the bytes are stored before the row.
+        CREATE TABLE wasmrun_blobs (
+            blob_id text PRIMARY KEY,
+            owner text NOT NULL,
+            kind text NOT NULL,
+            size_bytes bigint NOT NULL,
+            sha256 text NOT NULL,
+            created timestamptz NOT NULL,
+            run_id text,
+            utf8 boolean NOT NULL
+        );
+        CREATE INDEX wasmrun_blobs_owner_created ON wasmrun_blobs (owner, created);
+        -- What each owner stores, changed in the transaction that adds or removes a row.
+        CREATE TABLE wasmrun_blob_usage (
+            owner text PRIMARY KEY,
+            bytes bigint NOT NULL,
+            count bigint NOT NULL
+        );
+        -- The secret blob ids are an HMAC under (blobs/store.py): one for every server.
+        CREATE TABLE wasmrun_blob_key (
+            only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+            secret bytea NOT NULL
+        );
+        """,
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]

