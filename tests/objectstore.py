@@ -54,9 +54,15 @@ class S3Server:
 
     def new_bucket(self) -> str:
         """A fresh bucket's --blob-store URL."""
+        import boto3
+
         self._buckets += 1
         name = f"test-{os.getpid()}-{self._buckets}"
-        (self.root / name).mkdir()
+        # Through the API: rclone caches the folder's listing, so a folder made beside it may not show.
+        boto3.client(
+            "s3", endpoint_url=self.endpoint, region_name="us-east-1",
+            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
+        ).create_bucket(Bucket=name)
         return f"s3://{name}?endpoint={self.endpoint}&region=us-east-1"
 
     def env(self) -> dict[str, str]:

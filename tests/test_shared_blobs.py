@@ -1,0 +1,139 @@
+"""Blobs shared by several servers: `--database-url` (a real PostgreSQL) and
+`--blob-store s3://...` (a real S3-compatible server, `rclone serve s3`), through
+real `wasmrun serve` processes."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.liveserver import LiveServer
+from tests.objectstore import S3Server, s3_server  # noqa: F401  (fixtures)
+from tests.postgres import database_url, postgres_server  # noqa: F401  (fixtures)
+from tests.test_shared_database import call, skill_params, wasmrun
+
+WRITE_BIG = (
+    "from runtime import blobs\n\n"
+    "def main(args):\n"
+    "    data = bytes(range(256)) * (args['n'] // 256)\n"
+    "    return blobs.write_bytes(data, kind='application/octet-stream')\n"
+)
+READ_BIG = (
+    "from runtime import blobs\n\n"
+    "def main(args):\n"
+    "    data = blobs.read_bytes(args['id'])\n"
+    "    return [len(data), data[1000:1004].hex(), data[-3:].hex(), data == bytes(range(256)) * (len(data) // 256)]\n"
+)
+
+
+@pytest.fixture
+def shared(
+    s3_server: S3Server, database_url: str, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> list[str]:
+    """The flags of a server on the shared backend (credentials in the environment)."""
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    return ["--database-url", database_url, "--blob-store", s3_server.new_bucket()]
+
+
+def result(response: Any) -> Any:
+    body = response.json()
+    assert "result" in body, body
+    return body["result"]
+
+
+def test_a_blob_created_on_one_server_is_readable_on_every_server(tmp_path: Path, shared: list[str]) -> None:
+    servers = [LiveServer(tmp_path / f"data-{i}", *shared) for i in range(2)]
+    a, b = servers
+    try:
+        text_id = result(call(a, None, "create_blob", {"content": "héllo, shared", "kind": "text/plain"}))["blob_id"]
+        assert result(call(b, None, "read_blob", {"blob_id": text_id}))["content"] == "héllo, shared"
+        # The same bytes through the other server: the same id (one secret for all servers).
+        again = result(call(b, None, "create_blob", {"content": "héllo, shared", "kind": "text/plain"}))
+        assert again["blob_id"] == text_id
+        # A 3 MB blob written by a run on A, read whole by a run on B (ranged reads underneath).
+        n = 3 * 1024 * 1024
+        made = result(call(a, None, "run_code", {"language": "python", "code": WRITE_BIG, "args": {"n": n}}))
+        assert made["status"] == "completed", made
+        big = made["output"]
+        read = result(call(b, None, "run_code", {
+            "language": "python", "code": READ_BIG, "args": {"id": big}, "input_blobs": [big],
+        }))
+        assert read["status"] == "completed", read
+        assert read["output"] == [n, bytes(range(256))[1000 % 256:1000 % 256 + 4].hex(), "fdfeff", True]
+        # Deleted on B: gone on A at once.
+        assert result(call(b, None, "delete_blob", {"blob_id": text_id})) == {"deleted": True}
+        gone = call(a, None, "read_blob", {"blob_id": text_id}).json()
+        assert "error" in gone and text_id in gone["error"]["message"]
+        # Nothing on the local disks.
+        for i in range(2):
+            assert not any(p.is_file() for p in (tmp_path / f"data-{i}" / "blobs").glob("??/*"))
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_a_tenants_blob_quota_and_ownership_hold_across_servers(tmp_path: Path, shared: list[str]) -> None:
+    url = shared[1]
+    acme = wasmrun("tenants", "add", "acme", "--limit", "blob_count=2", "--database-url", url).stdout.strip()
+    other = wasmrun("tenants", "add", "other", "--database-url", url).stdout.strip()
+    servers = [LiveServer(tmp_path / f"data-{i}", *shared) for i in range(2)]
+    try:
+        first = result(call(servers[0], acme, "create_blob", {"content": "1", "kind": "text/plain"}))["blob_id"]
+        result(call(servers[1], acme, "create_blob", {"content": "2", "kind": "text/plain"}))
+        for server in servers:
+            refused = call(server, acme, "create_blob", {"content": "3", "kind": "text/plain"}).json()
+            assert "error" in refused and "blob_count" in refused["error"]["message"], refused
+        # Another tenant cannot see acme's blob on any server, and is not limited by acme's count.
+        hidden = call(servers[1], other, "read_blob", {"blob_id": first}).json()
+        assert "error" in hidden
+        assert "result" in call(servers[1], other, "create_blob", {"content": "3", "kind": "text/plain"}).json()
+        # A delete on one server frees the quota on the other.
+        assert result(call(servers[1], acme, "delete_blob", {"blob_id": first})) == {"deleted": True}
+        assert "result" in call(servers[0], acme, "create_blob", {"content": "3", "kind": "text/plain"}).json()
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_a_server_killed_mid_run_loses_nothing_acknowledged(tmp_path: Path, shared: list[str]) -> None:
+    a = LiveServer(tmp_path / "data-a", *shared)
+    b = LiveServer(tmp_path / "data-b", *shared)
+    try:
+        acknowledged = [result(call(s, None, "create_blob", {"content": f"blob {i}", "kind": "text/plain"}))["blob_id"]
+                        for i, s in enumerate([a, b, a])]
+        assert "result" in call(a, None, "create_skill", skill_params()).json()
+        started = threading.Event()
+        answers: list[Any] = []
+
+        def long_run() -> None:
+            code = "import time\n\ndef main(args):\n    time.sleep(60)\n    return 'done'\n"
+            started.set()
+            try:
+                answers.append(call(a, None, "run_code", {"language": "python", "code": code}))
+            except Exception as exc:  # the server dies under it: the client sees a dropped connection
+                answers.append(exc)
+
+        runner = threading.Thread(target=long_run)
+        runner.start()
+        started.wait(30)
+        time.sleep(2)  # the run is in a sandbox on A
+        a.process.send_signal(signal.SIGKILL)
+        a.process.wait(30)
+        runner.join(120)
+        assert len(answers) == 1 and isinstance(answers[0], Exception), answers  # never answered
+        # B serves on: every acknowledged blob and skill is there, and new work is taken.
+        for i, blob_id in enumerate(acknowledged):
+            assert result(call(b, None, "read_blob", {"blob_id": blob_id}))["content"] == f"blob {i}"
+        ran = result(call(b, None, "execute_skill", {"name": "user.team.echo", "args": {"after": "kill"}}))
+        assert ran["output"] == {"echo": {"after": "kill"}}
+        assert "result" in call(b, None, "create_blob", {"content": "later", "kind": "text/plain"}).json()
+    finally:
+        if a.process.poll() is None:
+            a.process.kill()
+        b.stop()
