@@ -30,14 +30,14 @@ def wasmrun_env() -> dict[str, str]:
 
 
 class LiveServer:
-    def __init__(self, data_dir: Path, *extra_args: str) -> None:
+    def __init__(self, data_dir: Path, *extra_args: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.endpoint = f"{self.base_url}/rpc"
         cmd = [sys.executable, "-m", "wasmrun", "serve", "--port", str(self.port),
                "--data-dir", str(data_dir), "--workers", "2", *extra_args]
         self.process = subprocess.Popen(
-            cmd, env=wasmrun_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            cmd, env=wasmrun_env() if env is None else env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

@@ -137,3 +137,44 @@ def test_a_server_killed_mid_run_loses_nothing_acknowledged(tmp_path: Path, shar
         if a.process.poll() is None:
             a.process.kill()
         b.stop()
+
+
+def test_the_readmes_several_servers_commands_work_as_written(tmp_path: Path, s3_server: S3Server,  # noqa: F811
+                                                             database_url: str) -> None:  # noqa: F811
+    import os
+    import re
+    import shlex
+    import subprocess
+    import sys
+
+    from tests.liveserver import REPO, wasmrun_env
+
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Running several servers", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```\n(.*?)```", section, re.S)
+    assert block is not None
+    lines = block.group(1).strip().splitlines()
+    assert [line.split()[0] for line in lines] == ["export", "export", "export", "wasmrun", "KEY=$(wasmrun", "wasmrun",
+                                                   "wasmrun"]
+    env = wasmrun_env()
+    env.update(s3_server.env())
+    env["WASMRUN_DATABASE_URL"] = database_url
+    env["WASMRUN_BLOB_STORE"] = s3_server.new_bucket()
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # this checkout's `wasmrun`
+    # Everything but the exports (values of a real deployment) and `serve` (it runs until stopped).
+    script = "set -e\n" + "\n".join(lines[3:-1]) + '\necho "key=$KEY"\n'
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "schema at version" in done.stdout and "alice" in done.stdout
+    key = done.stdout.rsplit("key=", 1)[1].strip()
+    # The serve line, on loopback, a free port and fewer workers: shared by the variables alone.
+    assert shlex.split(lines[-1]) == ["wasmrun", "serve", "--host", "10.0.0.11", "--data-dir", "/srv/wasmrun",
+                                      "--workers", "8"]
+    servers = [LiveServer(tmp_path / f"data-{i}", env=env) for i in range(2)]
+    try:
+        blob = result(call(servers[0], key, "create_blob", {"content": "as written", "kind": "text/plain"}))["blob_id"]
+        assert result(call(servers[1], key, "read_blob", {"blob_id": blob}))["content"] == "as written"
+        assert call(servers[1], None, "list_skills").status_code == 401
+    finally:
+        for server in servers:
+            server.stop()
