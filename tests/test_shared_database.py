@@ -240,3 +240,35 @@ def test_a_tenants_skill_quota_holds_across_servers(tmp_path: Path, database_url
     finally:
         for server in servers:
             server.stop()
+
+
+def test_a_tenants_concurrent_runs_hold_across_servers(tmp_path: Path, database_url: str) -> None:  # noqa: F811
+    import time
+
+    key = wasmrun("tenants", "add", "acme", "--limit", "concurrent_runs=1", "--database-url", database_url).stdout.strip()
+    env = wasmrun_env() | {"WASMRUN_QUEUE_TIMEOUT": "2"}
+    servers = [LiveServer(tmp_path / f"data-{i}", "--database-url", database_url, env=env) for i in range(2)]
+    a, b = servers
+    sleeper = {"language": "python", "code": "import time\n\ndef main(args):\n    time.sleep(8)\n    return 'slept'\n"}
+    hello = {"language": "python", "code": "def main(args):\n    return 'hi'\n"}
+    try:
+        answers: list[Any] = []
+        runner = threading.Thread(target=lambda: answers.append(call(a, key, "run_code", sleeper).json()))
+        runner.start()
+        deadline = time.monotonic() + 60
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            while conn.execute("SELECT count(*) FROM wasmrun_run_leases").fetchone() != (1,):
+                assert time.monotonic() < deadline, "the run on A never took its lease"
+                time.sleep(0.05)
+        # A's run holds acme's one slot: B makes acme wait, then says busy.
+        refused = call(b, key, "run_code", hello).json()
+        assert "error" in refused and "concurrent_runs" in refused["error"]["message"], refused
+        runner.join(120)
+        assert answers[0]["result"]["output"] == "slept", answers
+        # Freed on A: B runs acme's next one.
+        assert call(b, key, "run_code", hello).json()["result"]["output"] == "hi"
+    finally:
+        for server in servers:
+            server.stop()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM wasmrun_run_leases").fetchone() == (0,)

@@ -92,8 +92,18 @@ def build_context(
         access=settings.access,
         max_full_read_bytes=settings.max_full_read_bytes,
         caller=local_caller(settings.access.limits),
-        gate=RunGate(settings.queue_timeout, pool_size=settings.workers),
+        gate=open_run_gate(settings),
     )
+
+
+def open_run_gate(settings: Settings) -> RunGate:
+    """Run admission; with --database-url a tenant's concurrent runs count across servers."""
+    if settings.database_url is None:
+        return RunGate(settings.queue_timeout, pool_size=settings.workers)
+    from wasmrun.database.runs import SharedRunGate
+
+    migrate_database(settings)
+    return SharedRunGate(settings.database_url, settings.queue_timeout, pool_size=settings.workers)
 
 
 def open_blob_store(settings: Settings) -> BlobStore:
@@ -132,6 +142,7 @@ def create_app(
             audit.close()
         if owned:
             context.executor.close()
+            context.gate.close()
 
     dispatcher = Dispatcher(context, Observers(metrics, *([audit] if audit is not None else [])), require_caller=True)
     routes: list[BaseRoute] = [tools_route()]

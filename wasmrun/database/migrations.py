@@ -91,6 +91,24 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         );
         """,
     ),
+    (
+        4,
+        """
+        -- Runs in a sandbox on any server, per tenant: concurrent_runs across servers.
+        -- A lease whose server stopped answering its heartbeat is dropped.
+        CREATE TABLE wasmrun_servers (
+            id text PRIMARY KEY,
+            seen timestamptz NOT NULL
+        );
+        CREATE TABLE wasmrun_run_leases (
+            id bigserial PRIMARY KEY,
+            tenant text NOT NULL,
+            server text NOT NULL,
+            started timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE INDEX wasmrun_run_leases_tenant ON wasmrun_run_leases (tenant);
+        """,
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]

@@ -58,6 +58,9 @@ class RunGate:
         self.share = max(1, pool_size - 1) if pool_size else UNBOUNDED
         self._tenants: dict[str, _TenantRuns] = {}
 
+    def close(self) -> None:
+        """Nothing held outside this process (the database's gate releases its leases)."""
+
     def load(self) -> dict[str, tuple[int, int]]:
         """Per tenant: (runs in a sandbox, runs waiting)."""
         return {name: (t.running, t.waiting) for name, t in self._tenants.items()}
