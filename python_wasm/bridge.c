@@ -249,6 +249,10 @@ static PyObject *PyInit__wasmrun(void) {
     return m;
 }
 
+/* Built-in modules compiled beside libpython (see build.py: native_objects). */
+extern PyObject *PyInit_zlib(void);
+extern PyObject *PyInit__sqlite3(void);
+
 static PyObject *boot_module;
 
 static int fail(PyStatus status) {
@@ -261,6 +265,18 @@ static int fail(PyStatus status) {
  * read-only at /lib for the snapshot and for every run. */
 __attribute__((export_name("wasmrun_init"))) int32_t wasmrun_init(void) {
     if (PyImport_AppendInittab("_wasmrun", PyInit__wasmrun) < 0) return 1;
+    if (PyImport_AppendInittab("zlib", PyInit_zlib) < 0) return 1;
+    if (PyImport_AppendInittab("_sqlite3", PyInit__sqlite3) < 0) return 1;
+
+    /* UTF-8 mode (PEP 540): open() without an encoding, file names, stdio
+     * and os.environ are UTF-8, whatever locale WASI reports (none: "C",
+     * which would otherwise mean ASCII). It must be set before the
+     * interpreter's configuration is read, so it is part of the snapshot. */
+    PyPreConfig preconfig;
+    PyPreConfig_InitIsolatedConfig(&preconfig);
+    preconfig.utf8_mode = 1;
+    PyStatus status = Py_PreInitialize(&preconfig);
+    if (PyStatus_Exception(status)) return fail(status);
 
     PyConfig config;
     PyConfig_InitIsolatedConfig(&config);
@@ -271,7 +287,7 @@ __attribute__((export_name("wasmrun_init"))) int32_t wasmrun_init(void) {
     config.pathconfig_warnings = 0;
     config.user_site_directory = 0;
     config.module_search_paths_set = 1;
-    PyStatus status = PyWideStringList_Append(&config.module_search_paths, L"/lib/wasmrun-guest.zip");
+    status = PyWideStringList_Append(&config.module_search_paths, L"/lib/wasmrun-guest.zip");
     if (PyStatus_Exception(status)) return fail(status);
     status = PyConfig_SetString(&config, &config.home, L"/lib");
     if (PyStatus_Exception(status)) return fail(status);

@@ -15,18 +15,22 @@ from __future__ import annotations
 import _json
 import _random
 import _sitebuiltins
+import ast
+import asyncio
 import builtins
 import importlib
 import json
 import linecache
 import os
 import random
+import re
 import sys
 import traceback
 import types
 
 import _wasmrun
-from runtime import _skills, _stdio
+import runtime.blobs
+from runtime import _compat, _skills, _stdio
 
 # Commonly used modules, imported before the snapshot so runs get them free.
 HOT_MODULES = (
@@ -38,6 +42,7 @@ HOT_MODULES = (
     "unicodedata", "urllib.parse", "uuid", "zoneinfo",
     "runtime", "runtime.blobs", "runtime.log",
 )
+DEFAULT_FUNCTION = "main"
 RUN_MODULE = "run_code"
 RUN_FILENAME = "<run_code>"
 
@@ -70,6 +75,8 @@ def init() -> None:
     builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
     for name in HOT_MODULES:
         importlib.import_module(name)
+    _compat.install()
+    _compat.install_asyncio()
     _skills.install()
 
 
@@ -80,12 +87,17 @@ class _Failure(Exception):
         self.message = message
 
 
+def _harness_frame(module: str) -> bool:
+    return module == __name__ or module.startswith("asyncio.")
+
+
 def _format_exception(exc: BaseException) -> str:
     for filename, source in _SOURCES.items():
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     tb = exc.__traceback__
-    # Drop our own frames: users should see their code, not the harness.
-    while tb is not None and tb.tb_frame.f_globals.get("__name__") == __name__:
+    # Drop our own frames (and asyncio.run's, for async code): users should
+    # see their code, not the harness.
+    while tb is not None and _harness_frame(tb.tb_frame.f_globals.get("__name__") or ""):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
 
@@ -94,6 +106,62 @@ def _error_type(exc: BaseException) -> str:
     if isinstance(exc, MemoryError):
         return "MemoryLimitExceeded"
     return type(exc).__name__
+
+
+# Modules whose OSErrors mean "tried to reach the network".
+# Modules whose errors mean "tried to reach the network" (under WASI even
+# socket.getaddrinfo is missing: an AttributeError, not an OSError).
+_NETWORK_MODULES = frozenset({
+    "socket", "ssl", "urllib.request", "http.client", "smtplib", "ftplib", "imaplib", "poplib",
+    "asyncio.base_events", "asyncio.selector_events", "asyncio.streams",
+})
+HINT_NO_NETWORK = (
+    "hint: the sandbox has no network access; pass data in through args or input_blobs"
+    " and return results (or write blobs) instead"
+)
+HINT_THIRD_PARTY = (
+    "hint: the sandbox has the Python standard library and the skills mounted in this run only"
+    " (no pip install); import a mounted skill as `skills.<name>` after listing it in"
+    " run_code's mount_skills, or write the code yourself with the standard library"
+)
+HINT_BLOB = (
+    "hint: a run can read only the blobs listed in its input_blobs (and blobs it wrote itself);"
+    " add {blob!r} to input_blobs and run again"
+)
+
+
+def _network_error(exc: BaseException) -> bool:
+    if type(exc).__module__ in ("socket", "ssl", "urllib.error"):
+        return True
+    if not isinstance(exc, (OSError, AttributeError)):
+        return False
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__") in _NETWORK_MODULES:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _hint(exc: BaseException) -> str | None:
+    """One line telling a model what to do next, for errors a sandbox causes."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        top = exc.name.partition(".")[0]
+        if top not in sys.stdlib_module_names and top != "skills":
+            return HINT_THIRD_PARTY
+        return None
+    if isinstance(exc, runtime.blobs.BlobNotFound):
+        return HINT_BLOB.format(blob=exc.args[0] if exc.args else "the blob id")
+    if _network_error(exc):
+        return HINT_NO_NETWORK
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    """The guest's traceback as Python prints it, plus a hint line when there is one."""
+    text = _format_exception(exc)
+    hint = _hint(exc)
+    return f"{text}\n{hint}" if hint else text
 
 
 def _prepare(request: dict) -> None:
@@ -115,23 +183,72 @@ def _prepare(request: dict) -> None:
         pass
 
 
-def _load_entrypoint(request: dict):
+_TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+_CO_COROUTINE = 0x80  # inspect.CO_COROUTINE: the code awaits at top level
+
+
+def _exec_code(source: str, namespace: dict) -> tuple[bool, object]:
+    """Run the code as a script; (True, value) when its last statement is an
+    expression (its value, as a notebook cell shows it), else (False, None).
+    `await` at top level works too (the script then runs under asyncio.run)."""
+    tree = compile(source, RUN_FILENAME, "exec", ast.PyCF_ONLY_AST | _TOP_LEVEL_AWAIT, dont_inherit=True)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    _run_code(compile(tree, RUN_FILENAME, "exec", _TOP_LEVEL_AWAIT, dont_inherit=True), namespace)
+    if last is None:
+        return False, None
+    return True, _run_code(compile(last, RUN_FILENAME, "eval", _TOP_LEVEL_AWAIT, dont_inherit=True), namespace)
+
+
+def _exec_module(source: str, namespace: dict) -> None:
+    """Run code that defines its entrypoint: compiled straight from source
+    (the syntax tree round trip of `_exec_code` costs a run about 2 ms)."""
+    _run_code(compile(source, RUN_FILENAME, "exec", _TOP_LEVEL_AWAIT, dont_inherit=True), namespace)
+
+
+# A top-level `def main` / `async def main`: the code follows the main(args)
+# contract, and only main's return value matters.
+_DEFINES_MAIN = re.compile(r"^(?:async[ \t]+)?def[ \t]+main\b", re.MULTILINE)
+
+
+_Coroutine = types.CoroutineType
+
+
+def _run_code(code, namespace: dict):
+    if code.co_flags & _CO_COROUTINE:
+        return asyncio.run(eval(code, namespace))
+    return eval(code, namespace)
+
+
+def _call_entrypoint(request: dict):
+    """The run's output: the entrypoint's return value (awaited if it is a
+    coroutine), or, for code without the default `main`, the script's value."""
+    name = request["function"]
     if request["kind"] == "code":
         source = request["code"]
         module = types.ModuleType(RUN_MODULE)
         module.__file__ = RUN_FILENAME
         sys.modules[RUN_MODULE] = module
         _SOURCES[RUN_FILENAME] = source
-        code = compile(source, RUN_FILENAME, "exec", dont_inherit=True)
-        exec(code, module.__dict__)
+        if name != DEFAULT_FUNCTION or _DEFINES_MAIN.search(source):
+            _exec_module(source, module.__dict__)
+            fn = getattr(module, name, None)
+        else:
+            has_value, value = _exec_code(source, module.__dict__)
+            fn = getattr(module, name, None)
+            if fn is None:
+                return value if has_value else None  # a plain script
     else:
         module = importlib.import_module("skills." + request["skill"])
-    name = request["function"]
-    fn = getattr(module, name, None)
+        fn = getattr(module, name, None)
     if not callable(fn):
         where = "the code" if request["kind"] == "code" else f"skill {request['skill']!r}"
         raise _Failure("EntrypointNotFound", f"{where} defines no function {name!r}")
-    return fn
+    value = fn(request.get("args") or {})
+    if type(value) is _Coroutine:  # async def main(args)
+        value = asyncio.run(value)
+    return value
 
 
 def _serialise(value) -> str:
@@ -172,15 +289,14 @@ def _execute(request: dict) -> bytes:
         if request["kind"] == "compile":
             return b"C" + _serialise(_compile_skills(request)).encode("utf-8")
         _prepare(request)
-        fn = _load_entrypoint(request)
-        value = fn(request.get("args") or {})
+        value = _call_entrypoint(request)
         return b"C" + _serialise(value).encode("utf-8")
     except _Failure as f:
         return _failed(f.type, f.message)
     except SystemExit as exc:
         return _failed("SystemExit", f"the code called exit({exc.code!r})")
     except BaseException as exc:  # the user's own exception, whatever it is
-        return _failed(_error_type(exc), _format_exception(exc))
+        return _failed(_error_type(exc), _describe(exc))
 
 
 def run() -> None:

@@ -30,6 +30,9 @@ class MemoryBlobs:
     def read(self, blob_id: str, offset: int, length: int) -> bytes:
         return self.data[blob_id][0][offset : offset + length]
 
+    def local_path(self, blob_id: str) -> Path | None:
+        return None  # no files: /blobs gets copies
+
     def create(self, data: bytes, kind: str, run_id: str | None = None) -> str:
         blob_id = "blob:" + secrets.token_hex(16)
         self.data[blob_id] = (bytes(data), kind)

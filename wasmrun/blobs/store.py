@@ -104,6 +104,12 @@ class FileBlobStore:
         info = self.info(blob_id)
         return None if info is None else info.size_bytes
 
+    def local_path(self, blob_id: str) -> Path | None:
+        paths = self._paths(blob_id)
+        if paths is None or not paths[1].exists():
+            return None
+        return paths[0]
+
     def read(self, blob_id: str, offset: int, length: int) -> bytes:
         paths = self._paths(blob_id)
         if paths is None or not paths[1].exists():

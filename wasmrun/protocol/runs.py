@@ -20,6 +20,7 @@ from wasmrun.protocol.types import ExecuteSkillParams, RunCodeParams, RunResult
 from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.registry.store import Skill
 from wasmrun.sandbox.executor import Busy
+from wasmrun.sandbox.limits import MiB
 from wasmrun.sandbox.types import MountedSkill, RunRequest
 
 logger = logging.getLogger("wasmrun.runs")
@@ -104,6 +105,9 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         skills=list(mounted.values()),
         input_blobs=input_blobs,
         env={},
-        limits=ctx.limits.resolve(timeout_ms=p.limits.timeout_ms),
+        limits=ctx.limits.resolve(
+            timeout_ms=p.limits.timeout_ms,
+            memory_bytes=None if p.limits.memory_mb is None else p.limits.memory_mb * MiB,
+        ),
     )
     return await _run(ctx, request)

@@ -116,6 +116,7 @@ class ExecuteSkillParams(Params):
 
 class RunLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     timeout_ms: PositiveInt | None = None
+    memory_mb: Annotated[int, Meta(ge=1, le=1 << 20)] | None = None  # clamped to the server's ceiling
 
 
 class RunCodeParams(Params):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 
@@ -14,3 +15,7 @@ class BlobAccess(Protocol):
 
     def create(self, data: bytes, kind: str, run_id: str | None = None) -> str:
         """Store a new blob; returns its id."""
+
+    def local_path(self, blob_id: str) -> Path | None:
+        """A host file holding exactly the blob's bytes (hard-linked into a
+        run's /blobs), or None if there is none (the bytes are copied)."""

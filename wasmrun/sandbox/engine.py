@@ -54,6 +54,8 @@ WARMUP_REQUESTS = (
     RunRequest(kind="code", code="def main(args):\n    raise ValueError('warm')"),
 )
 WORKSPACE = "/workspace"
+TMP = "/tmp"  # per run, emptied after it, counted with /workspace against one quota
+BLOBS = "/blobs"  # the run's input blobs as read-only files named by their ids
 COMPILE_LIMITS = Limits(timeout_ms=60_000)
 
 
@@ -250,9 +252,38 @@ class SandboxEngine:
         for name, folder in bytecode.items():
             wasi.preopen_dir(str(folder), bytecode_guest_dir(name), fs_mutable=bytecode_writable)
         wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
+        wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
+        if request.input_blobs:  # each preopen costs every run a little
+            wasi.preopen_dir(str(workspace.blobs), BLOBS, fs_mutable=False)
         # No stdout/stderr here: the fd_write guard captures fds 1 and 2 itself
         # (wasmtime-py's custom-output callbacks also panic at interpreter exit).
         return wasi
+
+    def _place_input_blobs(self, blob_ids: list[str], folder: Path) -> None:
+        """Each input blob as `folder/<blob id>`: a hard link to the store's
+        file (no copy, whatever its size), or a copy where the store has no
+        file on this filesystem. Only ids the store accepts become names."""
+        for blob_id in blob_ids:
+            target = folder / blob_id
+            if self.blobs.size(blob_id) is None or target.parent != folder:
+                continue
+            source = self.blobs.local_path(blob_id)
+            if source is not None:
+                try:
+                    os.link(source, target)
+                    continue
+                except FileExistsError:
+                    continue
+                except OSError:
+                    pass  # another filesystem: copy
+            try:
+                size = self.blobs.size(blob_id) or 0
+                with open(target, "wb") as f:
+                    for offset in range(0, size, 1 << 20):
+                        f.write(self.blobs.read(blob_id, offset, 1 << 20))
+            except (OSError, KeyError):
+                logger.warning("could not place input blob %s in /blobs", blob_id)
+                target.unlink(missing_ok=True)
 
     def _new_instance(self) -> Fresh:
         store = wasmtime.Store(self.engine)
@@ -266,7 +297,7 @@ class SandboxEngine:
             _, workspace = self._run_on(fresh, request, time.perf_counter())
             pages |= HotPages.written_pages(fresh.store, fresh.memory)
             fresh.store.close()
-            self._dirs.give_back(workspace.path)
+            self._dirs.give_back(workspace.root)
         hot = HotPages.from_pages(pages)
         logger.debug("%d hot pages will be copied into each spare instance", hot.pages)
         return hot
@@ -318,6 +349,8 @@ class SandboxEngine:
         run_id = request.run_id or new_run_id()
         limits = request.limits
         workspace = Workspace(self._dirs.take(), limits.workspace_bytes, limits.workspace_files)
+        if request.input_blobs:
+            self._place_input_blobs(request.input_blobs, workspace.blobs)
         ctx = RunContext(
             run_id, self._guest_request(request), limits, self.blobs, request.input_blobs, workspace, self._io
         )
@@ -373,6 +406,9 @@ class SandboxEngine:
         else:
             result.status = "failed"
             result.error = error
+        if result.error is not None and result.error.type == errors.MEMORY_LIMIT:
+            hint = errors.memory_hint(limits.memory_bytes, CEILING_LIMITS.memory_bytes)
+            result.error = RunError(errors.MEMORY_LIMIT, f"{result.error.message}\n{hint}")
         result.logs = ctx.logs.text()
         result.logs_cut_bytes = ctx.logs.cut
         usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)

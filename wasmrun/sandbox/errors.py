@@ -34,3 +34,13 @@ def result_too_large(limit: int) -> str:
 
 def timed_out(timeout_ms: int) -> str:
     return f"the run exceeded its time limit of {timeout_ms} ms"
+
+
+def memory_hint(limit_bytes: int, ceiling_bytes: int) -> str:
+    """The line added to a MemoryLimitExceeded error: the limit and how to ask for more."""
+    limit_mb, ceiling_mb = limit_bytes >> 20, ceiling_bytes >> 20
+    if limit_mb >= ceiling_mb:
+        return (f"hint: the run had {limit_mb} MiB of memory, the server's maximum;"
+                " process the data in smaller pieces (stream files, write partial results to blobs)")
+    return (f"hint: the run had {limit_mb} MiB of memory; ask for more with"
+            f" limits.memory_mb (up to {ceiling_mb}) or process the data in smaller pieces")

@@ -6,10 +6,11 @@ So the linker shadows a few `wasi_snapshot_preview1` functions with Python
 wrappers that check first and then call the real implementation.
 
 Quota accounting is conservative: every byte a write call may add counts
-against an estimate; when the estimate would pass the quota, the workspace
-is measured for real, and only a real excess stops the run
-(`WorkspaceQuotaExceeded`). Only /workspace is writable, so every write to a
-descriptor other than stdout/stderr is a workspace write.
+against an estimate; when the estimate would pass the quota, /workspace and
+/tmp are measured for real, and only a real excess stops the run
+(`WorkspaceQuotaExceeded`). Only /workspace and /tmp are writable (one
+quota for both), so every write to a descriptor other than stdout/stderr is
+a write there.
 """
 
 from __future__ import annotations
@@ -37,10 +38,15 @@ SUBCLOCK_ABSTIME = 1
 
 
 class Workspace:
-    """One run's /workspace: an empty host directory, and its quota."""
+    """One run's writable folders and their shared quota: `path` is mounted
+    at /workspace and `tmp` at /tmp, both inside the run's host folder `root`;
+    both are emptied after the run."""
 
-    def __init__(self, path: Path, max_bytes: int, max_files: int) -> None:
-        self.path = path
+    def __init__(self, root: Path, max_bytes: int, max_files: int) -> None:
+        self.root = root
+        self.path = root / "workspace"
+        self.tmp = root / "tmp"
+        self.blobs = root / "blobs"  # the run's input blobs, read-only; not counted
         self.max_bytes = max_bytes
         self.max_files = max_files
         self.est_bytes = 0
@@ -48,14 +54,15 @@ class Workspace:
 
     def measure(self) -> tuple[int, int]:
         total = files = 0
-        for root, dirs, names in os.walk(self.path):
-            for name in names + dirs:
-                files += 1
-                try:
-                    st = os.lstat(os.path.join(root, name))
-                except OSError:
-                    continue
-                total += st.st_size
+        for top in (self.path, self.tmp):
+            for root, dirs, names in os.walk(top):
+                for name in names + dirs:
+                    files += 1
+                    try:
+                        st = os.lstat(os.path.join(root, name))
+                    except OSError:
+                        continue
+                    total += st.st_size
         return total, files
 
     def charge(self, nbytes: int = 0, nfiles: int = 0) -> None:
@@ -67,12 +74,12 @@ class Workspace:
         if used_bytes + nbytes > self.max_bytes:
             raise errors.RunAborted(
                 errors.WORKSPACE_QUOTA,
-                f"/workspace would exceed its quota of {self.max_bytes} bytes",
+                f"/workspace and /tmp would exceed their quota of {self.max_bytes} bytes",
             )
         if used_files + nfiles > self.max_files:
             raise errors.RunAborted(
                 errors.WORKSPACE_QUOTA,
-                f"/workspace would exceed its quota of {self.max_files} files",
+                f"/workspace and /tmp would exceed their quota of {self.max_files} files",
             )
         self.est_bytes = used_bytes + nbytes
         self.est_files = used_files + nfiles
@@ -80,14 +87,17 @@ class Workspace:
 
 
 class WorkspaceDirs:
-    """Empty directories for workspaces, recycled between runs.
+    """Run folders (each holding an empty `workspace`, `tmp` and `blobs`),
+    recycled between runs.
 
-    A run gets an empty directory; after the run (and after its Store, which
-    holds the directory open, is closed) everything in it is deleted and the
-    empty directory goes back on the shelf. Creating and removing a directory
-    costs more than a short run on some filesystems; emptying one that the
-    run did not touch costs a single scandir.
+    A run gets a folder whose subfolders are empty; after the run (and after
+    its Store, which holds them open, is closed) everything in them is
+    deleted and the folder goes back on the shelf. Creating and removing a
+    directory costs more than a short run on some filesystems; emptying one
+    that the run did not touch costs a single scandir.
     """
+
+    SUBFOLDERS = ("workspace", "tmp", "blobs")
 
     def __init__(self, root: Path) -> None:
         self.root = root  # private to one engine (0700)
@@ -98,23 +108,34 @@ class WorkspaceDirs:
         try:
             return self._spare.pop()
         except IndexError:
-            path = self.root / f"ws-{next(self._serial)}"
+            path = self.root / f"run-{next(self._serial)}"
             path.mkdir(mode=0o700)
+            for sub in self.SUBFOLDERS:
+                (path / sub).mkdir(mode=0o700)
             return path
 
     def give_back(self, path: Path) -> None:
-        """Empty `path` and shelve it; a directory that cannot be emptied is dropped."""
-        with os.scandir(path) as entries:
-            leftovers = [entry.path for entry in entries]
-        for item in leftovers:
-            if os.path.isdir(item) and not os.path.islink(item):
-                shutil.rmtree(item, ignore_errors=True)
-            else:
-                try:
-                    os.unlink(item)
-                except OSError:
-                    pass
-        if next(os.scandir(path), None) is None:
+        """Empty the run folder `path` and shelve it; one that cannot be emptied is dropped."""
+        clean = True
+        for sub in self.SUBFOLDERS:
+            folder = path / sub
+            try:
+                with os.scandir(folder) as entries:
+                    leftovers = [entry.path for entry in entries]
+            except OSError:
+                clean = False
+                continue
+            for item in leftovers:
+                if os.path.isdir(item) and not os.path.islink(item):
+                    shutil.rmtree(item, ignore_errors=True)
+                else:
+                    try:
+                        os.unlink(item)
+                    except OSError:
+                        pass
+            if next(os.scandir(folder), None) is not None:
+                clean = False
+        if clean:
             self._spare.append(path)
         else:
             shutil.rmtree(path, ignore_errors=True)
