@@ -253,6 +253,11 @@ static PyObject *PyInit__wasmrun(void) {
 extern PyObject *PyInit_zlib(void);
 extern PyObject *PyInit__sqlite3(void);
 
+/* SQLite (sqlite3.c, same link). */
+typedef struct sqlite3_vfs sqlite3_vfs;
+extern sqlite3_vfs *sqlite3_vfs_find(const char *name);
+extern int sqlite3_vfs_register(sqlite3_vfs *vfs, int make_default);
+
 static PyObject *boot_module;
 
 static int fail(PyStatus status) {
@@ -296,6 +301,13 @@ __attribute__((export_name("wasmrun_init"))) int32_t wasmrun_init(void) {
     status = Py_InitializeFromConfig(&config);
     PyConfig_Clear(&config);
     if (PyStatus_Exception(status)) return fail(status);
+
+    /* WASI has no file locks: SQLite's default VFS then fails on read-only
+     * files ("access permission denied" for a database in /blobs). A run is
+     * one single-threaded process with private folders, so the lock-free
+     * unix VFS is the default. */
+    sqlite3_vfs *nolock = sqlite3_vfs_find("unix-none");
+    if (nolock != NULL) sqlite3_vfs_register(nolock, 1);
 
     boot_module = PyImport_ImportModule("runtime._boot");
     if (boot_module == NULL) {

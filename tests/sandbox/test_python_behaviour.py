@@ -310,3 +310,58 @@ def test_memory_hint_names_the_limit_and_how_to_ask(run_code) -> None:
 def test_network_hint(run_code, code: str) -> None:
     result = run_code(code)
     assert "no network" in _hint(result)
+
+
+# -- /blobs ----------------------------------------------------------------------------------
+
+
+def _zip_and_db(tmp_path) -> tuple[bytes, bytes]:
+    import io
+    import sqlite3
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("notes/é.txt", "bonjour " * 100)
+    db_path = tmp_path / "in.db"
+    db = sqlite3.connect(db_path)
+    db.execute("CREATE TABLE t (k TEXT, v INTEGER)")
+    db.executemany("INSERT INTO t VALUES (?, ?)", [("a", 1), ("b", 2)])
+    db.commit()
+    db.close()
+    return buf.getvalue(), db_path.read_bytes()
+
+
+BLOBS_CODE = (
+    "import os, sqlite3, zipfile\n"
+    "def main(args):\n"
+    "    with zipfile.ZipFile('/blobs/' + args['zip']) as z:\n"
+    "        text = z.read('notes/é.txt').decode()\n"
+    "    db = sqlite3.connect('/blobs/' + args['db'])  # as a user writes it: read-only falls back\n"
+    "    total = db.execute('SELECT SUM(v) FROM t').fetchone()[0]\n"
+    "    try:\n"
+    "        open('/blobs/' + args['zip'], 'ab').write(b'x')\n"
+    "        writable = True\n"
+    "    except OSError:\n"
+    "        writable = False\n"
+    "    return {'names': sorted(os.listdir('/blobs')), 'text': text[:8], 'total': total, 'writable': writable}\n"
+)
+
+
+def test_input_blobs_are_files_under_blobs(run_code, blobs, tmp_path) -> None:
+    zip_bytes, db_bytes = _zip_and_db(tmp_path)
+    zip_id, db_id = blobs.add(zip_bytes, "application/zip"), blobs.add(db_bytes, "application/vnd.sqlite3")
+    other = blobs.add(b"not granted")
+    out = completed(run_code(BLOBS_CODE, {"zip": zip_id, "db": db_id}, input_blobs=[zip_id, db_id]))
+    assert out == {"names": sorted([zip_id, db_id]), "text": "bonjour ", "total": 3, "writable": False}
+    assert other not in out["names"]
+    assert blobs.data[zip_id][0] == zip_bytes  # untouched
+
+
+def test_blobs_folder_is_absent_without_input_blobs_and_emptied_after(run_code, blobs) -> None:
+    blob_id = blobs.add(b"abc")
+    code = "import os\ndef main(args):\n    return os.listdir('/blobs') if os.path.isdir('/blobs') else None\n"
+    assert completed(run_code(code, input_blobs=[blob_id])) == [blob_id]
+    assert completed(run_code(code)) is None
+    unknown = "blob:" + "f" * 32
+    assert completed(run_code(code, input_blobs=[unknown, "../../etc", blob_id])) == [blob_id]
