@@ -125,6 +125,8 @@ class WorkspaceDirs:
             except OSError:
                 clean = False
                 continue
+            if not leftovers:
+                continue  # the common case: the run did not use this folder
             for item in leftovers:
                 if os.path.isdir(item) and not os.path.islink(item):
                     shutil.rmtree(item, ignore_errors=True)
@@ -133,8 +135,9 @@ class WorkspaceDirs:
                         os.unlink(item)
                     except OSError:
                         pass
-            if next(os.scandir(folder), None) is not None:
-                clean = False
+            with os.scandir(folder) as entries:
+                if next(entries, None) is not None:
+                    clean = False
         if clean:
             self._spare.append(path)
         else:
