@@ -1,0 +1,98 @@
+"""The run contract and what a caller sees of it, over HTTP: plain scripts,
+async main, hints in the error and the summary, limits.memory_mb, the whole
+log kept as a blob, and input blobs read as files from /blobs."""
+
+from __future__ import annotations
+
+import base64
+import io
+import zipfile
+from collections.abc import Callable
+from typing import Any
+
+from wasmrun.protocol.run_result import MAX_LOGS_PREVIEW_BYTES
+
+Rpc = Callable[..., dict[str, Any]]
+
+
+def run_code(rpc: Rpc, code: str, **params: Any) -> dict[str, Any]:
+    answer = rpc("run_code", {"language": "python", "code": code, **params})
+    assert "result" in answer, answer
+    return answer["result"]
+
+
+def test_a_plain_script_over_http(rpc: Rpc) -> None:
+    result = run_code(rpc, "import statistics\nprint('mean of 3')\nstatistics.mean([1, 2, 6])\n")
+    assert result["status"] == "completed"
+    assert result["output"] == 3
+    assert result["logs_preview"] == "mean of 3\n"
+
+
+def test_async_main_over_http(rpc: Rpc) -> None:
+    code = "import asyncio\nasync def main(args):\n    await asyncio.sleep(0.001)\n    return args['x'] * 2\n"
+    assert run_code(rpc, code, args={"x": 21})["output"] == 42
+
+
+def test_the_hint_reaches_the_summary(rpc: Rpc) -> None:
+    result = run_code(rpc, "import numpy\n")
+    assert result["status"] == "failed"
+    assert result["error"]["type"] == "ModuleNotFoundError"
+    assert result["error"]["message"].splitlines()[-1].startswith("hint: ")
+    summary = result["summary"]
+    assert summary.startswith("Failed: ModuleNotFoundError: No module named 'numpy'")
+    assert "standard library" in summary and len(summary) <= 200
+
+
+def test_memory_limit_can_be_asked_for_and_is_named_in_the_hint(rpc: Rpc) -> None:
+    code = "def main(args):\n    return len(bytearray(args['mb'] * 1024 * 1024))\n"
+    small = run_code(rpc, code, args={"mb": 100}, limits={"memory_mb": 64})
+    assert small["error"]["type"] == "MemoryLimitExceeded"
+    assert "64 MiB" in small["error"]["message"] and "limits.memory_mb" in small["error"]["message"]
+    big = run_code(rpc, code, args={"mb": 100}, limits={"memory_mb": 256})
+    assert big["output"] == 100 * 1024 * 1024
+
+
+def test_memory_mb_is_validated(rpc: Rpc) -> None:
+    for bad in (0, -1, "64", 10**30):
+        answer = rpc("run_code", {"language": "python", "code": "1", "limits": {"memory_mb": bad}})
+        assert answer["error"]["code"] == -32602, answer
+
+
+def test_cut_logs_are_kept_whole_in_a_blob(rpc: Rpc) -> None:
+    code = "for i in range(3000):\n    print(f'line {i} ✓')\n"
+    result = run_code(rpc, code)
+    assert len(result["logs_preview"].encode()) <= MAX_LOGS_PREVIEW_BYTES
+    blob = rpc("read_blob", {"blob_id": result["logs_blob"], "mode": "full"})["result"]
+    assert blob["kind"].startswith("text/plain")
+    assert blob["content"] == "".join(f"line {i} ✓\n" for i in range(3000))
+    assert result["logs_blob"] not in result["output_blobs"]
+
+
+def test_short_logs_have_no_blob(rpc: Rpc) -> None:
+    assert "logs_blob" not in run_code(rpc, "print('short')\n")
+
+
+def test_failed_runs_keep_their_logs_too(rpc: Rpc) -> None:
+    result = run_code(rpc, "print('x' * 5000)\nraise ValueError('late')\n")
+    assert result["status"] == "failed"
+    content = rpc("read_blob", {"blob_id": result["logs_blob"], "mode": "full"})["result"]["content"]
+    assert content.startswith("x" * 5000)
+
+
+def test_an_input_zip_is_a_file_under_blobs(rpc: Rpc) -> None:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("data.csv", "a,b\n1,2\n")
+    blob_id = rpc(
+        "create_blob",
+        {"content": base64.b64encode(buf.getvalue()).decode(), "kind": "application/zip", "encoding": "base64"},
+    )["result"]["blob_id"]
+    code = (
+        "import csv, io, os, zipfile\n"
+        "def main(args):\n"
+        "    with zipfile.ZipFile('/blobs/' + args['data']) as z:\n"
+        "        rows = list(csv.reader(io.TextIOWrapper(z.open('data.csv'))))\n"
+        "    return {'rows': rows, 'listed': os.listdir('/blobs')}\n"
+    )
+    result = run_code(rpc, code, args={"data": blob_id}, input_blobs=[blob_id])
+    assert result["output"] == {"rows": [["a", "b"], ["1", "2"]], "listed": [blob_id]}
