@@ -96,3 +96,14 @@ def test_an_input_zip_is_a_file_under_blobs(rpc: Rpc) -> None:
     )
     result = run_code(rpc, code, args={"data": blob_id}, input_blobs=[blob_id])
     assert result["output"] == {"rows": [["a", "b"], ["1", "2"]], "listed": [blob_id]}
+
+
+def test_the_guides_example_runs_as_written(rpc: Rpc) -> None:
+    guide = rpc("load_skills_protocol_guide", {})["result"]["content"]
+    example = guide.split("```python\n", 1)[1].split("```", 1)[0]
+    data = rpc("create_blob", {"content": "a,b\n1,2\n3,4\n", "kind": "text/csv"})["result"]["blob_id"]
+    result = run_code(rpc, example, args={"data": data}, input_blobs=[data])
+    assert result["status"] == "completed", result
+    assert result["output"]["summary"] == "2 rows"
+    report = rpc("read_blob", {"blob_id": result["output"]["report"], "mode": "full"})["result"]
+    assert report["content"] == '{"rows": 2}'
