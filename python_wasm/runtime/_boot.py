@@ -124,6 +124,10 @@ HINT_THIRD_PARTY = (
     " (no pip install); import a mounted skill as `skills.<name>` after listing it in"
     " run_code's mount_skills, or write the code yourself with the standard library"
 )
+HINT_SKILL_NOT_MOUNTED = (
+    "hint: a skill is importable as skills.<name> only in a run that mounts it:"
+    " list it in run_code's mount_skills (list_skills shows the names)"
+)
 HINT_BLOB = (
     "hint: a run can read only the blobs listed in its input_blobs (and blobs it wrote itself);"
     " add {blob!r} to input_blobs and run again"
@@ -147,7 +151,9 @@ def _hint(exc: BaseException) -> str | None:
     """One line telling a model what to do next, for errors a sandbox causes."""
     if isinstance(exc, ModuleNotFoundError) and exc.name:
         top = exc.name.partition(".")[0]
-        if top not in sys.stdlib_module_names and top != "skills":
+        if top == _skills.ROOT:
+            return HINT_SKILL_NOT_MOUNTED
+        if top not in sys.stdlib_module_names:
             return HINT_THIRD_PARTY
         return None
     if isinstance(exc, runtime.blobs.BlobNotFound):
@@ -185,26 +191,27 @@ def _prepare(request: dict) -> None:
 
 _TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 _CO_COROUTINE = 0x80  # inspect.CO_COROUTINE: the code awaits at top level
+_CO_VARARGS = 0x04  # inspect.CO_VARARGS
 
 
 def _exec_code(source: str, namespace: dict) -> tuple[bool, object]:
     """Run the code as a script; (True, value) when its last statement is an
     expression (its value, as a notebook cell shows it), else (False, None).
     `await` at top level works too (the script then runs under asyncio.run)."""
-    tree = compile(source, RUN_FILENAME, "exec", ast.PyCF_ONLY_AST | _TOP_LEVEL_AWAIT, dont_inherit=True)
+    tree = _compile(source, "exec", ast.PyCF_ONLY_AST | _TOP_LEVEL_AWAIT)
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = ast.Expression(tree.body.pop().value)
-    _run_code(compile(tree, RUN_FILENAME, "exec", _TOP_LEVEL_AWAIT, dont_inherit=True), namespace)
+    _run_code(_compile(tree, "exec", _TOP_LEVEL_AWAIT), namespace)
     if last is None:
         return False, None
-    return True, _run_code(compile(last, RUN_FILENAME, "eval", _TOP_LEVEL_AWAIT, dont_inherit=True), namespace)
+    return True, _run_code(_compile(last, "eval", _TOP_LEVEL_AWAIT), namespace)
 
 
 def _exec_module(source: str, namespace: dict) -> None:
     """Run code that defines its entrypoint: compiled straight from source
     (the syntax tree round trip of `_exec_code` costs a run about 2 ms)."""
-    _run_code(compile(source, RUN_FILENAME, "exec", _TOP_LEVEL_AWAIT, dont_inherit=True), namespace)
+    _run_code(_compile(source, "exec", _TOP_LEVEL_AWAIT), namespace)
 
 
 # A top-level `def main` / `async def main`: the code follows the main(args)
@@ -213,6 +220,17 @@ _DEFINES_MAIN = re.compile(r"^(?:async[ \t]+)?def[ \t]+main\b", re.MULTILINE)
 
 
 _Coroutine = types.CoroutineType
+
+
+def _compile(source, mode: str, flags: int):
+    try:
+        return compile(source, RUN_FILENAME, mode, flags, dont_inherit=True)
+    except MemoryError:
+        # CPython's parser reports its own stack overflow as MemoryError; it
+        # says nothing about the run's memory limit.
+        raise _Failure(
+            "SyntaxError", "the code is nested too deeply for Python's parser; flatten the expression"
+        ) from None
 
 
 def _run_code(code, namespace: dict):
@@ -245,7 +263,11 @@ def _call_entrypoint(request: dict):
     if not callable(fn):
         where = "the code" if request["kind"] == "code" else f"skill {request['skill']!r}"
         raise _Failure("EntrypointNotFound", f"{where} defines no function {name!r}")
-    value = fn(request.get("args") or {})
+    code = getattr(fn, "__code__", None)
+    if code is not None and code.co_argcount == 0 and not code.co_flags & _CO_VARARGS:
+        value = fn()  # def main(): a script's own habit; it has no use for args
+    else:
+        value = fn(request.get("args") or {})
     if type(value) is _Coroutine:  # async def main(args)
         value = asyncio.run(value)
     return value

@@ -22,6 +22,7 @@ THREADS_UNAVAILABLE = (
     "run the work sequentially, or use asyncio for concurrent waiting"
 )
 NO_FILE_DESCRIPTORS = "the sandbox's event loop cannot watch sockets or files: there is no network"
+NO_NETWORK = "the sandbox has no network: names cannot be resolved and no connection can be made"
 
 
 def _no_threads(*args, **kwargs):
@@ -80,6 +81,13 @@ def install_asyncio() -> None:
 
         def _process_self_data(self, data) -> None:
             pass
+
+        async def getaddrinfo(self, *args, **kwargs):
+            # The stock loop resolves names in a thread; there is no network anyway.
+            raise OSError(NO_NETWORK)
+
+        async def getnameinfo(self, *args, **kwargs):
+            raise OSError(NO_NETWORK)
 
     class SandboxPolicy(asyncio.DefaultEventLoopPolicy):
         _loop_factory = SandboxEventLoop

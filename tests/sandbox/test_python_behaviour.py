@@ -365,3 +365,36 @@ def test_blobs_folder_is_absent_without_input_blobs_and_emptied_after(run_code, 
     assert completed(run_code(code)) is None
     unknown = "blob:" + "f" * 32
     assert completed(run_code(code, input_blobs=[unknown, "../../etc", blob_id])) == [blob_id]
+
+
+def test_a_main_without_parameters_is_called_without_args(run_code) -> None:
+    code = "def main():\n    return 'no args needed'\nif __name__ == '__main__':\n    main()\n"
+    assert completed(run_code(code, {"ignored": 1})) == "no args needed"
+    assert completed(run_code("def main(*args):\n    return len(args)\n", {"a": 1})) == 1
+
+
+def test_unmounted_skill_hint(run_code) -> None:
+    result = run_code("import skills.text.stats\n")
+    assert result.error.type == "ModuleNotFoundError"
+    assert "mount_skills" in _hint(result)
+
+
+@pytest.mark.parametrize("define_main", [False, True])
+def test_code_nested_too_deeply_is_a_syntax_error_not_a_memory_limit(run_code, define_main: bool) -> None:
+    nested = "[" * 150 + "]" * 150
+    code = f"def main(args):\n    return {nested}\n" if define_main else f"x = {nested}\nx\n"
+    result = run_code(code)
+    assert result.status == "failed"
+    assert result.error.type == "SyntaxError"
+    assert "nested too deeply" in result.error.message
+
+
+def test_asyncio_connections_fail_with_the_network_hint(run_code) -> None:
+    code = (
+        "import asyncio\n"
+        "async def main(args):\n"
+        "    await asyncio.open_connection('example.com', 80)\n"
+    )
+    result = run_code(code)
+    assert result.error.type == "OSError"
+    assert "no network" in _hint(result)
