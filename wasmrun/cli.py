@@ -158,7 +158,7 @@ def _run(args: argparse.Namespace) -> int:
         if not sep or not key:
             raise ValueError(f"--arg takes KEY=VALUE, not {item!r}")
         run_args[key] = _arg_value(value)
-    blob_files = []
+    blob_files: list[tuple[str, Path]] = []
     for item in args.blob:
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
@@ -169,7 +169,7 @@ def _run(args: argparse.Namespace) -> int:
     code = args.file.read_text(encoding="utf-8")
     settings = _settings(args, workers=1)
     blobs = FileBlobStore(settings.blobs_dir)
-    input_blobs = []
+    input_blobs: list[str] = []
     for key, path in blob_files:
         kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         run_args[key] = blobs.create(path.read_bytes(), kind)

@@ -48,6 +48,8 @@ class BlobStore(Protocol):
 
     def read(self, blob_id: str, offset: int, length: int) -> bytes: ...
 
+    def local_path(self, blob_id: str) -> Path | None: ...
+
 
 def is_blob_id(value: str) -> bool:
     return BLOB_ID.fullmatch(value) is not None
