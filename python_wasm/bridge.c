@@ -252,6 +252,7 @@ static PyObject *PyInit__wasmrun(void) {
 /* Built-in modules compiled beside libpython (see build.py: native_objects). */
 extern PyObject *PyInit_zlib(void);
 extern PyObject *PyInit__sqlite3(void);
+extern PyObject *PyInit__bz2(void);
 
 /* SQLite (sqlite3.c, same link). */
 typedef struct sqlite3_vfs sqlite3_vfs;
@@ -272,6 +273,7 @@ __attribute__((export_name("wasmrun_init"))) int32_t wasmrun_init(void) {
     if (PyImport_AppendInittab("_wasmrun", PyInit__wasmrun) < 0) return 1;
     if (PyImport_AppendInittab("zlib", PyInit_zlib) < 0) return 1;
     if (PyImport_AppendInittab("_sqlite3", PyInit__sqlite3) < 0) return 1;
+    if (PyImport_AppendInittab("_bz2", PyInit__bz2) < 0) return 1;
 
     /* UTF-8 mode (PEP 540): open() without an encoding, file names, stdio
      * and os.environ are UTF-8, whatever locale WASI reports (none: "C",

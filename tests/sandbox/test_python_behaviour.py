@@ -84,6 +84,29 @@ def test_deflated_zip_and_tar_gz(run_code) -> None:
     assert completed(run_code(code)) == [8, True, 10000, ["a.zip"]]
 
 
+def test_bz2_round_trip_and_tar_bz2(run_code) -> None:
+    code = (
+        "import bz2, tarfile\n"
+        "def main(args):\n"
+        "    data = ('ligne é ' * 4000).encode()\n"
+        "    packed = bz2.compress(data)\n"
+        "    with bz2.open('/workspace/x.bz2', 'wt', encoding='utf-8') as f:\n"
+        "        f.write('ok')\n"
+        "    with tarfile.open('/workspace/a.tar.bz2', 'w:bz2') as t:\n"
+        "        t.add('/workspace/x.bz2', arcname='x.bz2')\n"
+        "    names = tarfile.open('/workspace/a.tar.bz2', 'r:bz2').getnames()\n"
+        "    return [bz2.decompress(packed) == data, len(packed) < 1000,\n"
+        "            bz2.open('/workspace/x.bz2', 'rt').read(), names]\n"
+    )
+    assert completed(run_code(code)) == [True, True, "ok", ["x.bz2"]]
+
+
+def test_lzma_is_absent_with_a_clear_error(run_code) -> None:
+    result = run_code("import lzma\n")
+    assert result.error.type == "ModuleNotFoundError"
+    assert "_lzma" in result.error.message
+
+
 # -- sqlite3 ---------------------------------------------------------------------
 
 SQL = (
