@@ -92,10 +92,16 @@ def test_an_input_zip_is_a_file_under_blobs(rpc: Rpc) -> None:
         "def main(args):\n"
         "    with zipfile.ZipFile('/blobs/' + args['data']) as z:\n"
         "        rows = list(csv.reader(io.TextIOWrapper(z.open('data.csv'))))\n"
-        "    return {'rows': rows, 'listed': os.listdir('/blobs')}\n"
+        "    st = os.stat('/blobs/' + args['data'])\n"
+        "    return {'rows': rows, 'listed': os.listdir('/blobs'), 'size': st.st_size, 'links': st.st_nlink}\n"
     )
     result = run_code(rpc, code, args={"data": blob_id}, input_blobs=[blob_id])
-    assert result["output"] == {"rows": [["a", "b"], ["1", "2"]], "listed": [blob_id]}
+    assert result["output"] == {
+        "rows": [["a", "b"], ["1", "2"]],
+        "listed": [blob_id],
+        "size": len(buf.getvalue()),
+        "links": 2,  # the store's file itself, hard-linked: no copy
+    }
 
 
 def test_the_guides_example_runs_as_written(rpc: Rpc) -> None:
