@@ -29,7 +29,7 @@ bench: guest
 
 lint: $(STAMP)
 	$(PY) -m pip install --disable-pip-version-check -q ruff==0.17.5 mypy==2.4.1
-	$(PY) -m ruff check wasmrun python_wasm scripts tests
+	$(PY) -m ruff check wasmrun python_wasm scripts tests examples
 	$(PY) -m mypy wasmrun
 
 clean:

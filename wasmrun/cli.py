@@ -3,6 +3,9 @@
     wasmrun serve [--host H] [--port P] [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F]
     wasmrun skills list [--data-dir D] [--skills-dir S]...
     wasmrun skills check DIR...
+    wasmrun skills add PATH [--data-dir D]
+    wasmrun mcp [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F] [--with-create-skill]
+    wasmrun tools [--format openai|anthropic|mcp|jsonschema] [--strict] [--with-create-skill]
     wasmrun run FILE.py [--mount SKILL]... [--arg KEY=VALUE]... [--blob NAME=PATH]...
                         [--entrypoint NAME] [--timeout-ms N] [--memory-mb N]
 """
@@ -21,6 +24,7 @@ from typing import Any
 import msgspec
 
 from wasmrun.settings import Settings
+from wasmrun.tools import FORMATS
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -46,12 +50,39 @@ def _parser() -> argparse.ArgumentParser:
         "--secrets-file", type=Path, help='TOML file of NAME = "value" secrets (WASMRUN_SECRETS_FILE)'
     )
 
+    serve.add_argument(
+        "--with-create-skill", action="store_true", help="offer the create_skill tool at /mcp too"
+    )
+
+    mcp = commands.add_parser("mcp", help="serve the Skills Protocol tools over MCP on stdin/stdout")
+    _common(mcp)
+    mcp.add_argument("--workers", type=int, help="sandboxes running at once (WASMRUN_WORKERS)")
+    mcp.add_argument(
+        "--secrets-file", type=Path, help='TOML file of NAME = "value" secrets (WASMRUN_SECRETS_FILE)'
+    )
+    mcp.add_argument("--with-create-skill", action="store_true", help="offer the create_skill tool too")
+
     skills = commands.add_parser("skills", help="list or check skills")
     skill_commands = skills.add_subparsers(dest="skills_command", required=True)
     listing = skill_commands.add_parser("list", help="list the skills the server would load")
     _common(listing)
     check = skill_commands.add_parser("check", help="say what is wrong with each skill under DIR")
     check.add_argument("dirs", type=Path, nargs="+", metavar="DIR")
+    add = skill_commands.add_parser(
+        "add", help="copy a skill folder (an Agent Skill or one with a skill.toml) into <data-dir>/skills"
+    )
+    add.add_argument("path", type=Path, metavar="PATH")
+    add.add_argument(
+        "--data-dir", type=Path, help="where blobs and created skills live (WASMRUN_DATA_DIR)"
+    )
+
+    tools = commands.add_parser("tools", help="print the LLM tool definitions as one JSON array")
+    tools.add_argument("--format", choices=FORMATS, default="jsonschema", help="tool format (default jsonschema)")
+    tools.add_argument(
+        "--strict", action="store_true",
+        help="OpenAI strict mode where a tool's schema allows it (openai format only)",
+    )
+    tools.add_argument("--with-create-skill", action="store_true", help="add the optional create_skill tool")
 
     run = commands.add_parser("run", help="run a Python file in the sandbox and print the result")
     run.add_argument("file", type=Path, metavar="FILE.py")
@@ -81,8 +112,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "run":
             return _run(args)
+        if args.command == "tools":
+            return _tools(args)
+        if args.command == "mcp":
+            return _mcp(args)
         if args.skills_command == "list":
             return _skills_list(args)
+        if args.skills_command == "add":
+            return _skills_add(args)
         return _skills_check(args)
     except (ValueError, OSError) as exc:
         print(f"wasmrun: {exc}", file=sys.stderr)
@@ -96,9 +133,27 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
 def _serve(args: argparse.Namespace) -> int:
     from wasmrun.server import serve
 
-    serve(_settings(
-        args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file
-    ))
+    serve(
+        _settings(args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file),
+        mcp_with_create_skill=args.with_create_skill,
+    )
+    return 0
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    import logging
+
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        print("wasmrun: `wasmrun mcp` needs the MCP SDK: pip install 'wasmrun[mcp]'", file=sys.stderr)
+        return 2
+    from wasmrun.server import serve_mcp_stdio
+
+    # stdout carries the MCP messages: logs go to stderr.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    settings = _settings(args, workers=args.workers, secrets_file=args.secrets_file)
+    asyncio.run(serve_mcp_stdio(settings, with_create_skill=args.with_create_skill))
     return 0
 
 
@@ -126,7 +181,7 @@ def _skills_check(args: argparse.Namespace) -> int:
             continue
         report = check_folder(top)
         if not report:
-            print(f"{top}: no skills (no folder holds a skill.toml)")
+            print(f"{top}: no skills (no folder holds a skill.toml, or a SKILL.md for an Agent Skill)")
         for folder, problems in report:
             if problems:
                 bad += 1
@@ -136,6 +191,34 @@ def _skills_check(args: argparse.Namespace) -> int:
             else:
                 print(f"ok       {folder}")
     return 1 if bad else 0
+
+
+def _tools(args: argparse.Namespace) -> int:
+    from wasmrun.tools import render_all
+
+    rendered = render_all(args.format, strict=args.strict, with_create_skill=args.with_create_skill)
+    print(json.dumps(rendered, indent=2))
+    return 0
+
+
+def _skills_add(args: argparse.Namespace) -> int:
+    from wasmrun.protocol.errors import SkillExists
+    from wasmrun.registry.store import DirectoryRegistry, SkillProblems
+
+    settings = Settings.load(data_dir=args.data_dir)
+    registry = DirectoryRegistry(settings.skills_dirs, settings.skills_home)
+    try:
+        skill, dest = registry.add(args.path)
+    except SkillProblems as exc:
+        print(f"INVALID  {args.path}")
+        for problem in exc.problems:
+            print(f"         - {problem}")
+        return 1
+    except SkillExists as exc:
+        print(f"wasmrun: {exc.message}", file=sys.stderr)
+        return 1
+    print(f"added {skill.name} {skill.version} to {dest}")
+    return 0
 
 
 def _arg_value(text: str) -> Any:

@@ -5,10 +5,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.routing import BaseRoute
 
 from wasmrun.blobs.store import BlobStore, FileBlobStore
 from wasmrun.protocol.context import Context
@@ -18,6 +21,7 @@ from wasmrun.sandbox.executor import Executor, InProcessExecutor
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
 from wasmrun.settings import Settings
 from wasmrun.wire.app import create_app as create_wire_app
+from wasmrun.wire.tools_route import tools_route
 
 
 def make_executor(settings: Settings) -> Executor:
@@ -45,24 +49,62 @@ def build_context(
     )
 
 
-def create_app(settings: Settings, context: Context | None = None) -> Starlette:
-    """The server's ASGI app. It closes the executor on shutdown only if it made it."""
+def create_app(
+    settings: Settings, context: Context | None = None, *, mcp_with_create_skill: bool = False
+) -> Starlette:
+    """The server's ASGI app. It closes the executor on shutdown only if it made it.
+
+    /rpc, /tools and /mcp share one dispatcher and one app (so one middleware stack);
+    /mcp only when the MCP SDK is installed (the `mcp` extra)."""
     owned = context is None
     context = context if context is not None else build_context(settings)
+    dispatcher = Dispatcher(context)
+    routes: list[BaseRoute] = [tools_route()]
+    lifespans = []
+    try:
+        from wasmrun.mcp_server import http_route
+    except ImportError:
+        logging.getLogger("wasmrun").info("no MCP at /mcp: the mcp SDK is not installed (wasmrun[mcp])")
+    else:
+        route, lifespan = http_route(
+            dispatcher, host=settings.host, max_body_bytes=settings.max_body_bytes,
+            with_create_skill=mcp_with_create_skill,
+        )
+        routes.append(route)
+        lifespans.append(lifespan)
     return create_wire_app(
-        Dispatcher(context),
+        dispatcher,
         max_body_bytes=settings.max_body_bytes,
         on_shutdown=context.executor.close if owned else None,
+        routes=routes,
+        lifespans=lifespans,
     )
 
 
-def serve(settings: Settings) -> None:
+def serve(settings: Settings, *, mcp_with_create_skill: bool = False) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(settings)
+    app = create_app(settings, mcp_with_create_skill=mcp_with_create_skill)
     logging.getLogger("wasmrun").info(
         "serving the Skills Protocol at http://%s:%d/rpc (data in %s)",
         settings.host, settings.port, settings.data_dir,
     )
+    if any(getattr(route, "path", None) == "/mcp" for route in app.routes):
+        logging.getLogger("wasmrun").info("MCP (streamable HTTP) at http://%s:%d/mcp", settings.host, settings.port)
     # No per-request access log: on a millisecond run it costs a tenth of the
     # server's CPU; runs are logged by the sandbox only when they fail on our side.
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False)
+
+
+async def serve_mcp_stdio(settings: Settings, *, with_create_skill: bool = False) -> None:
+    """`wasmrun mcp`: the tools over MCP on stdin/stdout, sandboxes in the worker pool."""
+    from wasmrun.mcp_server import serve_stdio
+
+    @contextlib.contextmanager
+    def open_dispatcher() -> Iterator[Dispatcher]:
+        context = build_context(settings)
+        try:
+            yield Dispatcher(context)
+        finally:
+            context.executor.close()
+
+    await serve_stdio(open_dispatcher, with_create_skill=with_create_skill)

@@ -1,11 +1,11 @@
 """The in-sandbox helper library of the Skills Protocol.
 
-    from runtime import blobs, log
+    from runtime import blobs, log, skills
 
 Everything here runs inside the wasm guest and reaches the host only
 through the `_wasmrun` built-in module (wasm imports checked by the host).
 """
 
-from runtime import blobs, log
+from runtime import blobs, log, skills
 
-__all__ = ["blobs", "log"]
+__all__ = ["blobs", "log", "skills"]

@@ -3,7 +3,13 @@ writable folder (`<data_dir>/skills`) where create_skill puts new skills.
 
 Any folder holding a skill.toml is a skill, so both `skills/<name>/` and
 `skills/<name>/<version>/` layouts work; create_skill writes the latter.
+A folder holding a SKILL.md and no skill.toml is an Anthropic Agent Skill
+(registry/agentskills.py says how it maps to a protocol skill).
 A skill that fails validation is logged and skipped, never fatal.
+
+The folders are watched by polling: at most every RECHECK_S, a call that reads
+the registry compares the folders' modification times with the last load's and
+reloads when they differ, so skills dropped in are served without a restart.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from wasmrun.protocol.errors import (
     SkillExists,
     UnsafePath,
 )
-from wasmrun.registry import tomlwriter
+from wasmrun.registry import agentskills, tomlwriter
 from wasmrun.registry.manifest import Manifest, ManifestError, SemVer, validate_manifest
 
 MANIFEST_FILE = "skill.toml"
@@ -40,6 +46,8 @@ DOC_FILE = "SKILL.md"
 STAGING = ".staging"
 STALE_STAGING_S = 3600
 MAX_LISTED_FILES = 500
+RECHECK_S = 0.5  # how stale the registry may be after a folder changes
+AGENT_SKILLS_DIR = "agent-skills"  # in the writable folder, for `wasmrun skills add`; never a skill name
 
 logger = logging.getLogger("wasmrun.registry")
 
@@ -114,8 +122,14 @@ class SkillProblems(Exception):
         self.problems = problems
 
 
+def is_agent_skill(root: Path) -> bool:
+    return not (root / MANIFEST_FILE).exists() and (root / DOC_FILE).is_file()
+
+
 def load_skill(root: Path) -> Skill:
     """Read and validate one skill folder; raises SkillProblems listing what is wrong."""
+    if is_agent_skill(root):
+        return load_agent_skill(root)
     problems: list[str] = []
     raw: dict[str, Any] = {}
     manifest: Manifest | None = None
@@ -149,6 +163,27 @@ def load_skill(root: Path) -> Skill:
     return Skill(manifest=manifest, raw_manifest=raw, frontmatter=meta, root=root)
 
 
+def load_agent_skill(root: Path) -> Skill:
+    """An Agent Skills folder (SKILL.md with YAML frontmatter, no skill.toml)."""
+    try:
+        text = (root / DOC_FILE).read_text(encoding="utf-8")
+        meta = parse_frontmatter(text)
+    except UnicodeDecodeError:
+        raise SkillProblems([f"{DOC_FILE} is not UTF-8"]) from None
+    except ValueError as exc:
+        raise SkillProblems([f"{DOC_FILE}: {exc}"]) from None
+    if not meta:
+        raise SkillProblems([
+            f"{DOC_FILE} has no YAML frontmatter (---, name:, description:, ---) and there is no {MANIFEST_FILE}:"
+            " an Agent Skill needs `name` and `description`; a protocol skill needs a skill.toml"
+        ])
+    problems = [f"{DOC_FILE}: {p}" for p in agentskills.frontmatter_problems(meta, root.resolve().name)]
+    if problems:
+        raise SkillProblems(problems)
+    manifest, raw = agentskills.derived_manifest(meta)
+    return Skill(manifest=manifest, raw_manifest=raw, frontmatter=meta, root=root)
+
+
 def parse_frontmatter(text: str) -> dict[str, Any]:
     """SKILL.md's frontmatter (python-frontmatter), which must be a mapping if present."""
     handler = frontmatter.detect_format(text.strip(), frontmatter.handlers)
@@ -176,13 +211,33 @@ def parse_frontmatter(text: str) -> dict[str, Any]:
 
 
 def skill_folders(top: Path) -> Iterator[Path]:
-    """Every folder under `top` (itself included) that holds a skill.toml."""
+    """Every folder under `top` (itself included) that holds a skill.toml, or a SKILL.md
+    without one (an Agent Skill)."""
     for folder, dirs, files in os.walk(top):
-        if MANIFEST_FILE in files:
+        if MANIFEST_FILE in files or DOC_FILE in files:
             dirs.clear()
             yield Path(folder)
         else:
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+
+
+def folders_signature(tops: Sequence[Path]) -> tuple[tuple[str, int], ...]:
+    """The modification times a change to the skills in `tops` shows up in: every folder
+    walked to find the skills, and each skill's skill.toml and SKILL.md."""
+    seen: list[tuple[str, int]] = []
+    for top in tops:
+        for folder, dirs, files in os.walk(top):
+            for name in (".", MANIFEST_FILE, DOC_FILE):
+                if name == "." or name in files:
+                    try:
+                        seen.append((os.path.join(folder, name), os.stat(os.path.join(folder, name)).st_mtime_ns))
+                    except OSError:
+                        seen.append((os.path.join(folder, name), -1))
+            if MANIFEST_FILE in files or DOC_FILE in files:
+                dirs.clear()
+            else:
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+    return tuple(seen)
 
 
 def check_folder(top: Path) -> list[tuple[Path, list[str]]]:
@@ -233,10 +288,34 @@ class DirectoryRegistry:
         self._lock = threading.Lock()
         self._index: dict[tuple[str, str], Skill] = {}
         self._sorted: list[Skill] = []
+        self._signature: tuple[tuple[str, int], ...] = ()
+        self._next_check = 0.0
         self._clean_staging()
         self.reload()
 
     def reload(self) -> None:
+        with self._lock:
+            self._reload_locked()
+
+    def _refresh(self) -> None:
+        """Reload when the folders changed; checked at most every RECHECK_S, and skipped
+        while another thread is loading or creating (it will see the change)."""
+        now = time.monotonic()
+        if now < self._next_check or not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._next_check = now + RECHECK_S
+            if folders_signature(self._tops()) != self._signature:
+                self._reload_locked()
+        finally:
+            self._lock.release()
+
+    def _tops(self) -> list[Path]:
+        return [top for top in [*self.read_only, self.writable] if top.is_dir()]
+
+    def _reload_locked(self) -> None:
+        # Taken before the scan: a change during the scan shows at the next check.
+        self._signature = folders_signature(self._tops())
         index: dict[tuple[str, str], Skill] = {}
         for top in [*self.read_only, self.writable]:
             if not top.is_dir():
@@ -257,17 +336,19 @@ class DirectoryRegistry:
                     )
                     continue
                 index[key] = skill
-        with self._lock:
-            self._set_index(index)
+        self._set_index(index)
 
     def _set_index(self, index: dict[tuple[str, str], Skill]) -> None:
         self._index = index
         self._sorted = sorted(index.values(), key=Skill.sort_key)
 
     def skills(self) -> list[Skill]:
+        self._refresh()
         return self._sorted
 
     def find(self, name: str, version: str | None = None) -> Skill | None:
+        self._refresh()
+        name = agentskills.normalise_name(name)
         if version is not None:
             return self._index.get((name, version))
         candidates = [s for s in self._sorted if s.name == name]
@@ -371,6 +452,44 @@ class DirectoryRegistry:
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+
+    # -- `wasmrun skills add` ------------------------------------------------------
+
+    def add(self, source: Path) -> tuple[Skill, Path]:
+        """Copy a skill folder (an Agent Skill or one with a skill.toml) into the writable
+        folder: validated first, copied to a staging folder, then renamed into place.
+        Raises SkillProblems when it is invalid, SkillExists when it is there already."""
+        source = Path(source)
+        if not source.is_dir():
+            raise SkillProblems([f"{source} is not a folder"])
+        for entry in sorted(source.rglob("*")):
+            where = entry.relative_to(source)
+            if entry.is_symlink():
+                raise SkillProblems([f"{where} is a symbolic link: copy the file it points to instead"])
+            if not (entry.is_file() or entry.is_dir()):  # a FIFO or device would hang or leak the copy
+                raise SkillProblems([f"{where} is not a regular file or folder"])
+        skill = load_skill(source)
+        if is_agent_skill(source):
+            dest = self.writable / AGENT_SKILLS_DIR / str(skill.frontmatter["name"])
+        else:
+            dest = self.writable / skill.name / skill.version
+        staging = self.writable / STAGING
+        staging.mkdir(exist_ok=True)
+        holder = Path(tempfile.mkdtemp(prefix=f"{skill.name}-", dir=staging))
+        tmp = holder / dest.name  # an Agent Skill's folder is named after it
+        try:
+            shutil.copytree(source, tmp, ignore=shutil.ignore_patterns(".*", "__pycache__"))
+            copied = load_skill(tmp)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with self._lock:
+                if (copied.name, copied.version) in self._index or dest.exists():
+                    raise SkillExists(f"skill {copied.name} {copied.version} already exists", field="path")
+                os.rename(tmp, dest)
+                fsync_dir(dest.parent)
+                self._reload_locked()
+                return self._index[(copied.name, copied.version)], dest
+        finally:
+            shutil.rmtree(holder, ignore_errors=True)
 
     def _clean_staging(self) -> None:
         staging = self.writable / STAGING

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from wasmrun.protocol.errors import InternalError, RequestTooLarge
 from wasmrun.wire import jsonrpc
@@ -28,7 +29,12 @@ def create_app(
     *,
     max_body_bytes: int,
     on_shutdown: Callable[[], None] | None = None,
+    routes: Sequence[BaseRoute] = (),
+    lifespans: Sequence[Callable[[], contextlib.AbstractAsyncContextManager[Any]]] = (),
 ) -> Starlette:
+    """`routes` are served by the same app as /rpc (so its middleware applies to them);
+    each of `lifespans` is entered at startup and left at shutdown."""
+
     def too_large() -> Response:
         error = RequestTooLarge(
             f"request body is larger than this server's limit of {max_body_bytes} bytes"
@@ -64,7 +70,10 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
-            yield
+            async with contextlib.AsyncExitStack() as stack:
+                for enter in lifespans:
+                    await stack.enter_async_context(enter())
+                yield
         finally:
             if on_shutdown is not None:
                 on_shutdown()
@@ -73,6 +82,7 @@ def create_app(
         routes=[
             Route("/rpc", rpc, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
+            *routes,
         ],
         lifespan=lifespan,
     )

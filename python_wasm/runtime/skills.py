@@ -1,0 +1,101 @@
+"""Running an Agent Skill's Python scripts inside the sandbox.
+
+    from runtime import skills
+    done = skills.run_script("pdf-tools", "scripts/extract.py", argv=["--pages", "1-3"])
+    done["exit_code"], done["stdout"], done["stderr"]
+
+There is no shell and no subprocess in the sandbox, so a script runs in this
+interpreter, as `__main__`, the way `python scripts/extract.py ARGS` would run
+it: its own `sys.argv`, stdin (`stdin=` text), stdout and stderr (captured and
+returned), its folder first on `sys.path`. `sys.exit(n)` ends it with exit code
+`n`; an uncaught exception ends it with exit code 1 and the traceback in
+stderr. The skill must be mounted (run_code's `mount_skills`); it is found
+under `/skills/<name>`, by its protocol name (`pdf_tools`) or its Agent Skill
+name (`pdf-tools`). Only `.py` scripts can run.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import runpy
+import sys
+import traceback
+
+SKILLS_ROOT = "/skills"
+
+
+def skill_folder(skill: str) -> str:
+    """The mounted folder of a skill, named either way (`pdf-tools` or `pdf_tools`)."""
+    name = skill.replace("-", "_")
+    folder = f"{SKILLS_ROOT}/{name}"
+    if not name or "/" in name or name.startswith(".") or not os.path.isdir(folder):
+        raise LookupError(f"skill {skill!r} is not mounted: add it to run_code's mount_skills")
+    return folder
+
+
+def _script_path(folder: str, path: str) -> str:
+    parts = path.split("/")
+    if not path or path.startswith("/") or "\0" in path or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"script path {path!r} must be relative to the skill's folder, without '..'")
+    if not path.endswith(".py"):
+        raise ValueError(f"{path!r} is not a Python script: only .py scripts run in the sandbox (no shell)")
+    full = f"{folder}/{path}"
+    if not os.path.isfile(full):
+        raise FileNotFoundError(f"the skill has no script {path!r}")
+    return full
+
+
+def _exit_code(code: object, stderr: io.TextIOWrapper) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=stderr)  # as the interpreter does with sys.exit("message")
+    return 1
+
+
+def run_script(skill: str, path: str, argv: list[str] | tuple[str, ...] = (), stdin: str = "") -> dict:
+    """Run `path` of a mounted skill as a script; {"exit_code", "stdout", "stderr"}."""
+    folder = skill_folder(skill)
+    full = _script_path(folder, path)
+    # Text streams over bytes, as a process has: scripts use sys.stdin.buffer and
+    # sys.stdout.buffer too.
+    stdout, stderr = _capture(), _capture()
+    saved = (sys.argv, sys.stdin, sys.stdout, sys.stderr, list(sys.path), set(sys.modules))
+    sys.argv = [full, *(str(a) for a in argv)]
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8")), encoding="utf-8")
+    sys.stdout, sys.stderr = stdout, stderr
+    sys.path.insert(0, os.path.dirname(full))
+    try:
+        runpy.run_path(full, run_name="__main__")
+        code = 0
+    except SystemExit as exc:
+        code = _exit_code(exc.code, stderr)
+    except Exception:
+        traceback.print_exc(file=stderr)
+        code = 1
+    finally:
+        sys.argv, sys.stdin, sys.stdout, sys.stderr = saved[:4]
+        sys.path[:] = saved[4]
+        # Modules the script imported from its skill: fresh again for the next script.
+        for name in set(sys.modules) - saved[5]:
+            module_file = getattr(sys.modules[name], "__file__", None) or ""
+            if module_file.startswith(folder + "/"):
+                del sys.modules[name]
+    return {"exit_code": code, "stdout": _text(stdout), "stderr": _text(stderr)}
+
+
+def _capture() -> io.TextIOWrapper:
+    return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="backslashreplace", write_through=True)
+
+
+def _text(stream: io.TextIOWrapper) -> str:
+    """What the script wrote; bytes that are not UTF-8 come back as U+FFFD."""
+    try:
+        stream.flush()
+    except ValueError:  # the script closed it
+        pass
+    raw = stream.buffer
+    data = raw.getvalue() if not raw.closed else b""
+    return data.decode("utf-8", errors="replace")

@@ -1,0 +1,58 @@
+"""A real `wasmrun serve` on a free loopback port, for tests that talk to it over HTTP."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx2
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wasmrun_env() -> dict[str, str]:
+    """This environment without WASMRUN_* settings, with the checkout importable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WASMRUN_")}
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+class LiveServer:
+    def __init__(self, data_dir: Path, *extra_args: str) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.endpoint = f"{self.base_url}/rpc"
+        cmd = [sys.executable, "-m", "wasmrun", "serve", "--port", str(self.port),
+               "--data-dir", str(data_dir), "--workers", "2", *extra_args]
+        self.process = subprocess.Popen(
+            cmd, env=wasmrun_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited: {self.process.communicate()[1]}")
+            try:
+                if httpx2.get(f"{self.base_url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx2.TransportError:
+                time.sleep(0.1)
+        self.process.kill()
+        raise RuntimeError("server did not start")
+
+    def stop(self) -> str:
+        self.process.send_signal(signal.SIGINT)
+        _, err = self.process.communicate(timeout=30)
+        assert self.process.returncode == 0, err
+        return err

@@ -1,0 +1,371 @@
+"""A typed Python client for a Skills Protocol runtime: `Client` and `AsyncClient`.
+
+    from wasmrun.client import Client
+
+    with Client("http://127.0.0.1:8080", api_key="...") as skills:
+        blob = skills.create_blob("a,b\\n1,2\\n", kind="text/csv")
+        run = skills.execute_skill("data.csv.profile", args={"blob_id": blob.blob_id},
+                                   input_blobs=[blob.blob_id])
+        print(run.status, run.output)
+
+One method per protocol method; results are the msgspec Structs the server
+itself answers with (wasmrun/protocol/types.py). A JSON-RPC error is raised as
+the exception class of its code (wasmrun/protocol/errors.py: `InvalidParams`,
+`MethodNotFound`, `ServerBusy`, ...), with the server's `message` and `data`.
+An answer that is not JSON-RPC (a proxy's 502, an auth layer's 401 without a
+JSON-RPC body) is an `HTTPError`; a connection failure or timeout is httpx2's
+`TransportError` / `TimeoutException`, as raised.
+
+A run that fails inside the sandbox is not an exception: it is a `RunResult`
+with `status == "failed"` and an `error`, as the spec has it.
+
+Both clients keep one connection pool (keep-alive) for their lifetime: use them
+as context managers or call `close()`. `call(method, params)` is the untyped
+way in, for dispatching an LLM's tool calls by name (see examples/).
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+from typing import Any, Generic, Literal, TypeVar
+
+import httpx2
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from wasmrun.protocol.errors import (
+    InternalError,
+    InvalidParams,
+    InvalidRequest,
+    MethodNotFound,
+    ParseError,
+    RPCError,
+    ServerBusy,
+)
+from wasmrun.protocol.types import (
+    CreateBlobParams,
+    CreateBlobResult,
+    CreateSkillParams,
+    CreateSkillResult,
+    DescribeSkillParams,
+    DescribeSkillResult,
+    ExecuteSkillParams,
+    ListSkillsParams,
+    ListSkillsResult,
+    LoadGuideParams,
+    LoadGuideResult,
+    Params,
+    ReadBlobParams,
+    ReadBlobResult,
+    ReadSkillFileParams,
+    ReadSkillFileResult,
+    RunCodeParams,
+    RunLimits,
+    RunResult,
+    SkillFile,
+)
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "HTTPError",
+    "InternalError",
+    "InvalidParams",
+    "InvalidRequest",
+    "MethodNotFound",
+    "ParseError",
+    "RPCError",
+    "ServerBusy",
+]
+
+T = TypeVar("T")
+ListDetail = Literal["names", "summary"]
+DescribeDetail = Literal["manifest", "summary", "full"]
+Language = Literal["python"]
+ReadMode = Literal["sample_head", "sample_tail", "full"]
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_TIMEOUT = 120.0  # seconds; a run may take as long as its own timeout_ms and the queue wait
+
+ERRORS: dict[int, type[RPCError]] = {
+    cls.code: cls for cls in (ParseError, InvalidRequest, MethodNotFound, InvalidParams, InternalError, ServerBusy)
+}
+
+
+class HTTPError(Exception):
+    """The server answered with an HTTP status and no JSON-RPC body."""
+
+    def __init__(self, status_code: int, text: str) -> None:
+        super().__init__(f"HTTP {status_code}: {text[:500]}")
+        self.status_code = status_code
+        self.text = text
+
+
+class _ErrorObject(msgspec.Struct):
+    code: int
+    message: str
+    data: Any = None
+
+
+class _Response(msgspec.Struct, Generic[T]):
+    result: T | UnsetType = UNSET
+    error: _ErrorObject | UnsetType = UNSET
+
+
+def rpc_error(code: int, message: str, data: Any = None) -> RPCError:
+    """The exception for a JSON-RPC error object, typed by its code."""
+    cls = ERRORS.get(code, RPCError)
+    details: dict[str, Any] | None = data if isinstance(data, dict) or data is None else {"data": data}
+    error = cls(message, **(details or {})) if cls is InvalidParams else cls(message, details)
+    if cls is RPCError:
+        error.code = code
+    return error
+
+
+def _base_url(url: str) -> str:
+    url = url.rstrip("/")
+    return url.removesuffix("/rpc")
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+def _params(params: Params | dict[str, Any]) -> dict[str, Any]:
+    """Params without the members left out (the spec's servers need not take `null`)."""
+    plain = msgspec.to_builtins(params) if isinstance(params, Params) else params
+    limits = plain.get("limits")
+    if isinstance(params, RunCodeParams) and isinstance(limits, dict):
+        plain["limits"] = {key: value for key, value in limits.items() if value is not None} or None
+    return {key: value for key, value in plain.items() if value is not None}
+
+
+class _Calls:
+    """Encoding calls and decoding answers, shared by both clients."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+
+    def _request(self, method: str, params: Params | dict[str, Any]) -> bytes:
+        body = {"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": _params(params)}
+        return msgspec.json.encode(body)
+
+    @staticmethod
+    def _answer(response: httpx2.Response, result_type: type[T]) -> T:
+        try:
+            answer = msgspec.json.decode(response.content, type=_Response[result_type])  # type: ignore[valid-type]
+        except msgspec.DecodeError:
+            raise HTTPError(response.status_code, response.text) from None
+        if answer.error is not UNSET:
+            raise rpc_error(answer.error.code, answer.error.message, answer.error.data)
+        if answer.result is UNSET:
+            raise HTTPError(response.status_code, response.text)
+        result: T = answer.result
+        return result
+
+
+def _blob_params(content: str | bytes, kind: str) -> CreateBlobParams:
+    if isinstance(content, bytes):
+        return CreateBlobParams(content=base64.b64encode(content).decode(), kind=kind, encoding="base64")
+    return CreateBlobParams(content=content, kind=kind)
+
+
+def _run_code_params(
+    code: str, language: Language, entrypoint: str, args: dict[str, Any] | None, mount_skills: list[str] | None,
+    input_blobs: list[str] | None, timeout_ms: int | None,
+) -> RunCodeParams:
+    return RunCodeParams(
+        language=language,
+        code=code, entrypoint=entrypoint, args=args or {}, mount_skills=mount_skills or [],
+        input_blobs=input_blobs or [], limits=RunLimits(timeout_ms=timeout_ms),
+    )
+
+
+def _skill_files(files: list[SkillFile] | list[dict[str, str]] | None) -> list[SkillFile]:
+    return [f if isinstance(f, SkillFile) else msgspec.convert(f, SkillFile) for f in files or []]
+
+
+class Client(_Calls):
+    """Blocking client. `url` is the server's base URL (or its `/rpc` endpoint)."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx2.BaseTransport | None = None,
+    ) -> None:
+        super().__init__()
+        self.base_url = _base_url(url)
+        self._http = httpx2.Client(
+            base_url=self.base_url, headers=_headers(api_key), timeout=timeout, transport=transport
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, params: Params | dict[str, Any], result_type: type[T]) -> T:
+        response = self._http.post("/rpc", content=self._request(method, params))
+        return self._answer(response, result_type)
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Any method by name; the result as plain JSON values."""
+        return self._call(method, params or {}, Any)
+
+    def tools(self, format: str = "jsonschema", *, strict: bool = False, with_create_skill: bool = False) -> list[Any]:
+        """The server's tool definitions for an LLM (`GET /tools`)."""
+        query = {"format": format, "strict": str(strict).lower(), "with_create_skill": str(with_create_skill).lower()}
+        response = self._http.get("/tools", params=query)
+        if response.status_code != 200:
+            raise HTTPError(response.status_code, response.text)
+        tools: list[Any] = response.json()
+        return tools
+
+    def list_skills(
+        self, namespace: str | None = None, detail: ListDetail = "names", limit: int = 50, cursor: str | None = None
+    ) -> ListSkillsResult:
+        params = ListSkillsParams(namespace=namespace, detail=detail, limit=limit, cursor=cursor)
+        return self._call("list_skills", params, ListSkillsResult)
+
+    def describe_skill(self, name: str, version: str | None = None, detail: DescribeDetail = "summary") -> DescribeSkillResult:
+        params = DescribeSkillParams(name=name, version=version, detail=detail)
+        return self._call("describe_skill", params, DescribeSkillResult)
+
+    def read_skill_file(self, name: str, path: str, version: str | None = None) -> ReadSkillFileResult:
+        return self._call("read_skill_file", ReadSkillFileParams(name=name, path=path, version=version), ReadSkillFileResult)
+
+    def execute_skill(
+        self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
+        input_blobs: list[str] | None = None, timeout_ms: int | None = None,
+    ) -> RunResult:
+        params = ExecuteSkillParams(
+            name=name, version=version, args=args or {}, input_blobs=input_blobs or [], timeout_ms=timeout_ms
+        )
+        return self._call("execute_skill", params, RunResult)
+
+    def run_code(
+        self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
+        mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
+    ) -> RunResult:
+        params = _run_code_params(code, language, entrypoint, args, mount_skills, input_blobs, timeout_ms)
+        return self._call("run_code", params, RunResult)
+
+    def create_blob(self, content: str | bytes, kind: str = "text/plain") -> CreateBlobResult:
+        """`bytes` travel as base64; a `str` as text."""
+        return self._call("create_blob", _blob_params(content, kind), CreateBlobResult)
+
+    def read_blob(self, blob_id: str, mode: ReadMode = "sample_head", max_bytes: int = 2000) -> ReadBlobResult:
+        params = ReadBlobParams(blob_id=blob_id, mode=mode, max_bytes=max_bytes)
+        return self._call("read_blob", params, ReadBlobResult)
+
+    def load_skills_protocol_guide(self) -> LoadGuideResult:
+        return self._call("load_skills_protocol_guide", LoadGuideParams(), LoadGuideResult)
+
+    def create_skill(
+        self, manifest: dict[str, Any], skill_md: str, files: list[SkillFile] | list[dict[str, str]] | None = None
+    ) -> CreateSkillResult:
+        params = CreateSkillParams(manifest=manifest, skill_md=skill_md, files=_skill_files(files))
+        return self._call("create_skill", params, CreateSkillResult)
+
+
+class AsyncClient(_Calls):
+    """The same methods as `Client`, awaitable; one connection pool per client."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx2.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__()
+        self.base_url = _base_url(url)
+        self._http = httpx2.AsyncClient(
+            base_url=self.base_url, headers=_headers(api_key), timeout=timeout, transport=transport
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, params: Params | dict[str, Any], result_type: type[T]) -> T:
+        response = await self._http.post("/rpc", content=self._request(method, params))
+        return self._answer(response, result_type)
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        return await self._call(method, params or {}, Any)
+
+    async def tools(
+        self, format: str = "jsonschema", *, strict: bool = False, with_create_skill: bool = False
+    ) -> list[Any]:
+        query = {"format": format, "strict": str(strict).lower(), "with_create_skill": str(with_create_skill).lower()}
+        response = await self._http.get("/tools", params=query)
+        if response.status_code != 200:
+            raise HTTPError(response.status_code, response.text)
+        tools: list[Any] = response.json()
+        return tools
+
+    async def list_skills(
+        self, namespace: str | None = None, detail: ListDetail = "names", limit: int = 50, cursor: str | None = None
+    ) -> ListSkillsResult:
+        params = ListSkillsParams(namespace=namespace, detail=detail, limit=limit, cursor=cursor)
+        return await self._call("list_skills", params, ListSkillsResult)
+
+    async def describe_skill(
+        self, name: str, version: str | None = None, detail: DescribeDetail = "summary"
+    ) -> DescribeSkillResult:
+        params = DescribeSkillParams(name=name, version=version, detail=detail)
+        return await self._call("describe_skill", params, DescribeSkillResult)
+
+    async def read_skill_file(self, name: str, path: str, version: str | None = None) -> ReadSkillFileResult:
+        params = ReadSkillFileParams(name=name, path=path, version=version)
+        return await self._call("read_skill_file", params, ReadSkillFileResult)
+
+    async def execute_skill(
+        self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
+        input_blobs: list[str] | None = None, timeout_ms: int | None = None,
+    ) -> RunResult:
+        params = ExecuteSkillParams(
+            name=name, version=version, args=args or {}, input_blobs=input_blobs or [], timeout_ms=timeout_ms
+        )
+        return await self._call("execute_skill", params, RunResult)
+
+    async def run_code(
+        self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
+        mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
+    ) -> RunResult:
+        params = _run_code_params(code, language, entrypoint, args, mount_skills, input_blobs, timeout_ms)
+        return await self._call("run_code", params, RunResult)
+
+    async def create_blob(self, content: str | bytes, kind: str = "text/plain") -> CreateBlobResult:
+        return await self._call("create_blob", _blob_params(content, kind), CreateBlobResult)
+
+    async def read_blob(self, blob_id: str, mode: ReadMode = "sample_head", max_bytes: int = 2000) -> ReadBlobResult:
+        params = ReadBlobParams(blob_id=blob_id, mode=mode, max_bytes=max_bytes)
+        return await self._call("read_blob", params, ReadBlobResult)
+
+    async def load_skills_protocol_guide(self) -> LoadGuideResult:
+        return await self._call("load_skills_protocol_guide", LoadGuideParams(), LoadGuideResult)
+
+    async def create_skill(
+        self, manifest: dict[str, Any], skill_md: str, files: list[SkillFile] | list[dict[str, str]] | None = None
+    ) -> CreateSkillResult:
+        params = CreateSkillParams(manifest=manifest, skill_md=skill_md, files=_skill_files(files))
+        return await self._call("create_skill", params, CreateSkillResult)

@@ -1,0 +1,211 @@
+"""The Skills Protocol tools over MCP (the official `mcp` SDK): stdio for
+`wasmrun mcp`, streamable HTTP at `/mcp` for `wasmrun serve`.
+
+There is no second implementation: `tools/list` answers the definitions of
+wasmrun/tools.py, and `tools/call` hands the arguments, as raw JSON, to the same
+`Dispatcher` that answers `/rpc`, so params are checked and errors worded
+exactly as over JSON-RPC.
+
+A tool result carries the method's whole result as `structuredContent` and a
+text block for models that read only text: for a run, a short summary (status,
+summary, error, where the output went); for file, blob and guide reads, the
+content itself; otherwise the result as JSON. Large run outputs stay blobs, as
+the run result has them (`output_blobs`); read them with `read_blob`. A
+protocol error (unknown skill, bad params, busy) is an MCP tool error
+(`isError: true`) whose text is the JSON-RPC error message.
+
+The SDK is an optional extra (`pip install 'wasmrun[mcp]'`): importing this
+module without it raises ImportError, and `wasmrun serve` then serves no /mcp.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import logging
+import secrets
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from typing import Any
+
+import mcp_types as types
+import msgspec
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from starlette.routing import Route
+
+from wasmrun.protocol.errors import RPCError
+from wasmrun.protocol.methods import Dispatcher
+from wasmrun.protocol.types import ReadBlobResult, RunResult
+from wasmrun.tools import render, tools
+from wasmrun.wire.jsonrpc import MAX_MESSAGE_CHARS
+
+logger = logging.getLogger("wasmrun.mcp")
+
+SERVER_NAME = "wasmrun"
+INSTRUCTIONS = (
+    "Skills Protocol runtime: call load_skills_protocol_guide first, then list_skills, describe_skill and"
+    " read_skill_file to learn a skill; run it with execute_skill, or compose skills in Python with run_code."
+    " Keep large data in blobs (create_blob, read_blob)."
+)
+MCP_SESSION_IDLE_S = 600.0  # an MCP session over HTTP unused this long is closed
+MCP_MAX_SESSIONS = 1000  # beyond it, a new session is answered 503 until one ends
+PREVIEW_CHARS = 2000  # of a run's output, in the text block; the structured result has all of it
+BLOB_TEMPLATE = types.ResourceTemplate(
+    name="blob",
+    uri_template="blob:{id}",
+    description="A blob of this runtime by its ID (blob:<32 hex>), read whole; use the read_blob tool to sample a large one",
+)
+_CONTENT_RESULTS = {"read_skill_file", "read_blob", "load_skills_protocol_guide"}
+
+
+def _message(error: RPCError) -> str:
+    """As the JSON-RPC error object words it (same cut)."""
+    message = error.message
+    return message if len(message) <= MAX_MESSAGE_CHARS else message[: MAX_MESSAGE_CHARS - 1] + "…"
+
+
+def run_summary(result: RunResult) -> str:
+    lines = [f"{result.status}: {result.summary} (run {result.run_id})"]
+    if result.error is not msgspec.UNSET:
+        lines.append(f"error: {result.error.type}: {result.error.message}")
+    if result.output is not msgspec.UNSET:
+        output = json.dumps(result.output, ensure_ascii=False)
+        if len(output) > PREVIEW_CHARS:
+            output = output[:PREVIEW_CHARS] + f"… ({len(output)} chars; all of it is in the structured result)"
+        lines.append(f"output: {output}")
+    if result.output_blobs:
+        lines.append("output blobs (read with read_blob): " + ", ".join(result.output_blobs))
+    if result.logs_preview:
+        lines.append("logs:\n" + result.logs_preview)
+    return "\n".join(lines)
+
+
+def _text(method: str, result: msgspec.Struct, plain: Any) -> str:
+    if isinstance(result, RunResult):
+        return run_summary(result)
+    if method in _CONTENT_RESULTS:
+        return str(plain["content"])
+    return json.dumps(plain, ensure_ascii=False, indent=1)
+
+
+def _error(message: str, code: int, data: Any = None) -> types.CallToolResult:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return types.CallToolResult(
+        content=[types.TextContent(text=message)], structured_content={"error": error}, is_error=True
+    )
+
+
+def build_server(dispatcher: Dispatcher, *, with_create_skill: bool = False) -> Server[Any]:
+    """An MCP server whose tools call `dispatcher` (the one /rpc uses)."""
+    offered = tools(with_create_skill)
+    names = {tool.name for tool in offered}
+    listing = types.ListToolsResult(tools=[types.Tool.model_validate(render(tool, "mcp")) for tool in offered])
+
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return listing
+
+    async def list_resources(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=[])  # blobs are not listed, only read by ID
+
+    async def list_resource_templates(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=[BLOB_TEMPLATE])
+
+    async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        if not uri.startswith("blob:"):
+            raise MCPError(-32602, f"unknown resource {uri[:100]!r}: this server serves blob:<id> resources")
+        try:
+            result = await dispatcher("read_blob", msgspec.Raw(json.dumps({"blob_id": uri, "mode": "full"}).encode()))
+        except RPCError as exc:
+            raise MCPError(exc.code, _message(exc), exc.data) from None
+        assert isinstance(result, ReadBlobResult)
+        contents: types.TextResourceContents | types.BlobResourceContents
+        if result.encoding == "base64":
+            contents = types.BlobResourceContents(uri=uri, mime_type=result.kind, blob=result.content)
+        else:
+            contents = types.TextResourceContents(uri=uri, mime_type=result.kind, text=result.content)
+        return types.ReadResourceResult(contents=[contents])
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name not in names:
+            return _error(f"unknown tool {params.name[:100]!r}; tools: {', '.join(sorted(names))}", -32601)
+        try:
+            # Back to the JSON the client sent. The SDK's parser takes NaN and Infinity,
+            # which JSON (and /rpc) refuses: refuse them here too rather than send null.
+            raw = msgspec.Raw(json.dumps(params.arguments or {}, allow_nan=False).encode())
+        except ValueError:
+            return _error("invalid params: arguments hold NaN or Infinity, which JSON does not allow", -32602)
+        try:
+            result = await dispatcher(params.name, raw)
+        except RPCError as exc:
+            return _error(_message(exc), exc.code, exc.data)
+        except Exception:
+            ref = secrets.token_hex(4)
+            logger.exception("internal error (ref %s) in MCP tool %r", ref, params.name)
+            return _error(f"internal error (ref {ref})", -32603)
+        plain = msgspec.to_builtins(result)
+        content: list[types.ContentBlock] = [types.TextContent(text=_text(params.name, result, plain))]
+        if isinstance(result, RunResult):
+            content.extend(types.ResourceLink(name=blob, uri=blob) for blob in result.output_blobs)
+        return types.CallToolResult(content=content, structured_content=plain)
+
+    return Server(
+        SERVER_NAME, version=_version(), instructions=INSTRUCTIONS, on_list_tools=list_tools, on_call_tool=call_tool,
+        on_list_resources=list_resources, on_list_resource_templates=list_resource_templates,
+        on_read_resource=read_resource,
+    )
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("wasmrun")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
+
+
+def http_route(
+    dispatcher: Dispatcher, *, host: str, max_body_bytes: int, with_create_skill: bool = False
+) -> tuple[Route, Callable[[], AbstractAsyncContextManager[None]]]:
+    """`/mcp` (streamable HTTP), to be served by the wire app beside /rpc so that the
+    same middleware (auth) applies, and the lifespan that runs its session manager.
+
+    With sessions (the SDK's default mode): measured here, a tool call answers in about a
+    third of the time of the stateless mode, which sets up a server per request. Sessions
+    are bounded in number and closed when idle.
+    """
+    loopback = host in ("127.0.0.1", "localhost", "::1")
+    security = TransportSecuritySettings(  # refuse DNS rebinding when only loopback is served
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    ) if loopback else None
+    manager = StreamableHTTPSessionManager(
+        build_server(dispatcher, with_create_skill=with_create_skill),
+        json_response=True,
+        security_settings=security,
+        max_request_body_size=max_body_bytes,
+        session_idle_timeout=MCP_SESSION_IDLE_S,
+        max_sessions=MCP_MAX_SESSIONS,
+    )
+    return Route("/mcp", endpoint=StreamableHTTPASGIApp(manager)), manager.run
+
+
+async def serve_stdio(
+    open_dispatcher: Callable[[], AbstractContextManager[Dispatcher]], *, with_create_skill: bool = False
+) -> None:
+    """Serve on stdin/stdout. The dispatcher (and so the sandbox worker processes) is
+    made only once the SDK has pointed fd 1 at stderr, so that nothing a worker might
+    write reaches the MCP stream."""
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read_stream, write_stream):
+        with open_dispatcher() as dispatcher:
+            server = build_server(dispatcher, with_create_skill=with_create_skill)
+            await server.run(read_stream, write_stream, server.create_initialization_options())
