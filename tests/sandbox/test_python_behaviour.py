@@ -101,10 +101,22 @@ def test_bz2_round_trip_and_tar_bz2(run_code) -> None:
     assert completed(run_code(code)) == [True, True, "ok", ["x.bz2"]]
 
 
-def test_lzma_is_absent_with_a_clear_error(run_code) -> None:
-    result = run_code("import lzma\n")
-    assert result.error.type == "ModuleNotFoundError"
-    assert "_lzma" in result.error.message
+def test_lzma_xz_round_trip_and_tar_xz(run_code) -> None:
+    code = (
+        "import lzma, tarfile\n"
+        "def main(args):\n"
+        "    data = ('ligne é ' * 4000).encode()\n"
+        "    packed = lzma.compress(data)\n"
+        "    alone = lzma.compress(data, format=lzma.FORMAT_ALONE)\n"
+        "    with lzma.open('/workspace/x.xz', 'wt', encoding='utf-8') as f:\n"
+        "        f.write('ok')\n"
+        "    with tarfile.open('/workspace/a.tar.xz', 'w:xz') as t:\n"
+        "        t.add('/workspace/x.xz', arcname='x.xz')\n"
+        "    names = tarfile.open('/workspace/a.tar.xz', 'r:xz').getnames()\n"
+        "    return [lzma.decompress(packed) == data, lzma.decompress(alone) == data, len(packed) < 1000,\n"
+        "            lzma.open('/workspace/x.xz', 'rt').read(), names, lzma.is_check_supported(lzma.CHECK_SHA256)]\n"
+    )
+    assert completed(run_code(code)) == [True, True, True, "ok", ["x.xz"], True]
 
 
 # -- sqlite3 ---------------------------------------------------------------------
