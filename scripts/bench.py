@@ -21,6 +21,8 @@ Workloads: hello world, and a small json+csv round trip. Then: a CPU-bound
 workload in the sandbox against native CPython, a `timeout_ms: 100` run that
 loops forever, HTTP throughput with 1 and N workers, and memory (RSS).
 
+    python scripts/bench.py --fairness   # only: two tenants, one flooding with sleepers
+
 Prints a table and writes JSON (bench-results/latest.json by default).
 """
 
@@ -159,15 +161,16 @@ class Http:
     label = "(b) wasmrun run_code over HTTP"
     LENGTH = re.compile(rb"content-length:\s*(\d+)", re.IGNORECASE)
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, key: str | None = None) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.auth = b"Authorization: Bearer %s\r\n" % key.encode() if key else b""
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buffer = b""
         self.n = 0
 
     def post(self, body: bytes) -> bytes:
-        head = b"POST /rpc HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-        self.sock.sendall(head % len(body) + body)
+        head = b"POST /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        self.sock.sendall(head + self.auth + b"Content-Length: %d\r\n\r\n" % len(body) + body)
         while b"\r\n\r\n" not in self.buffer:
             self.buffer += self._recv()
         headers, _, rest = self.buffer.partition(b"\r\n\r\n")
@@ -398,14 +401,83 @@ def timeout_check(inproc: InProcess, http: Http) -> dict:
     return out
 
 
+# --- fairness: two tenants, one hostile -----------------------------------------------------
+
+def fairness(workers: int, samples: int, flood: int = 200) -> dict:
+    """A victim tenant's hello-world latency, idle and while a hostile tenant keeps `flood`
+    runs that sleep to their timeout in flight (retrying, after Retry-After, whatever it
+    is refused)."""
+    from wasmrun.tenants.store import TenantStore
+
+    tmp = Path(tempfile.mkdtemp(prefix="wasmrun-fair-"))
+    store = TenantStore(tmp / "data")
+    # The victim measures latency, not its own rate limit.
+    victim_key = store.add("victim", {"runs_per_minute": 100_000})
+    hostile_key = store.add("hostile", {"queued_runs": flood})
+    hello = {"language": "python", "code": as_run_code(WORKLOADS["hello"])}
+    sleeper = {"language": "python", "code": "import time\ndef main(args):\n    time.sleep(3600)\n",
+               "limits": {"timeout_ms": 5000}}
+    stop = threading.Event()
+    counts = {"runs": 0, "refused": 0}
+
+    def hostile() -> None:
+        client = Http(port, hostile_key)
+        while not stop.is_set():
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "run_code", "params": sleeper})
+            reply = json.loads(client.post(body.encode()))
+            if "error" in reply:
+                counts["refused"] += 1
+                stop.wait(float((reply["error"].get("data") or {}).get("retry_after_s", 1)))
+            else:
+                counts["runs"] += 1
+
+    def measure(client: Http) -> list[float]:
+        out = []
+        for _ in range(samples):
+            time.sleep(0.01)
+            out.append(client.sample(WORKLOADS["hello"]))
+        return out
+
+    try:
+        with server(workers, tmp / "data") as (port, _):
+            victim = Http(port, victim_key)
+            for _ in range(20):
+                victim.call(hello)
+            idle = measure(victim)
+            threads = [threading.Thread(target=hostile, daemon=True) for _ in range(flood)]
+            for t in threads:
+                t.start()
+            time.sleep(2.0)  # let the flood fill what it can
+            loaded = measure(victim)
+            stop.set()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    figures = {
+        "workers": workers, "flood": flood, "samples": samples,
+        "idle_p50_ms": pct(idle, 50) * 1000, "idle_p99_ms": pct(idle, 99) * 1000,
+        "flooded_p50_ms": pct(loaded, 50) * 1000, "flooded_p99_ms": pct(loaded, 99) * 1000,
+        "hostile_runs_admitted": counts["runs"], "hostile_calls_refused": counts["refused"],
+    }
+    figures["p99_factor"] = figures["flooded_p99_ms"] / figures["idle_p99_ms"]
+    return figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--fairness", action="store_true",
+                        help="only the two-tenant scenario: a victim's hello p50/p99 idle and under a hostile flood")
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--quick", action="store_true", help="10 rounds, no Pyodide, short throughput runs")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--json", type=Path, default=ROOT / "bench-results" / "latest.json")
     parser.add_argument("--no-pyodide", action="store_true")
     opts = parser.parse_args()
+    if opts.fairness:
+        guest_build.build()
+        figures = fairness(opts.workers, 100 if opts.quick else 300)
+        for name, value in figures.items():
+            print(f"{name:>24}  {value:.2f}" if isinstance(value, float) else f"{name:>24}  {value}")
+        return 0
     rounds = 10 if opts.quick else opts.rounds
     tp_seconds = 3.0 if opts.quick else 9.0
 

@@ -16,6 +16,7 @@ from wasmrun.protocol.context import Context
 from wasmrun.sandbox.executor import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
+from wasmrun.tenants.policy import AccessPolicy
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +51,8 @@ def settings(tmp_path: Path, skills_dir: Path) -> Settings:
         skills_dirs=(BUNDLED_SKILLS, skills_dir),
         workers=2,
         secrets={"DEMO_TOKEN": "s3cret", "OTHER_TOKEN": "not-for-you"},
+        # The operator grants DEMO_TOKEN (and one never configured) to the demo.* skills only.
+        access=AccessPolicy(secret_grants=(("demo.*", frozenset({"DEMO_TOKEN", "MISSING_ONE"})),)),
     )
 
 
@@ -60,7 +63,7 @@ def context(settings: Settings, blob_store: FileBlobStore, executor: InProcessEx
 
 @pytest.fixture()
 def client(settings: Settings, context: Context) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, context)) as c:
+    with TestClient(create_app(settings, context), base_url="http://localhost") as c:
         yield c
 
 

@@ -236,10 +236,10 @@ def test_skills_add_copies_one_in(tmp_path: Path, capsys: pytest.CaptureFixture[
     source = write_agent_skill(tmp_path / "src")
     data = tmp_path / "data"
     assert main(["skills", "add", str(source), "--data-dir", str(data)]) == 0
-    dest = data / "skills" / "agent-skills" / "pdf-tools"
+    dest = data / "installed-skills" / "agent-skills" / "pdf-tools"
     assert f"added pdf_tools 1.2.0 to {dest}" in capsys.readouterr().out
     assert (dest / "scripts" / "extract.py").read_text() == EXTRACT
-    assert not list((data / "skills" / ".staging").iterdir())
+    assert not list((data / "installed-skills" / ".staging").iterdir())
     assert main(["skills", "add", str(source), "--data-dir", str(data)]) == 1
     assert "already exists" in capsys.readouterr().err
 
@@ -257,7 +257,7 @@ def test_skills_add_refuses_invalid_and_links(tmp_path: Path, capsys: pytest.Cap
     os.mkfifo(fifo / "assets" / "pipe")
     assert main(["skills", "add", str(fifo), "--data-dir", str(data)]) == 1
     assert "assets/pipe is not a regular file" in capsys.readouterr().out
-    assert not (data / "skills" / "agent-skills" / "pdf-tools").exists()
+    assert not (data / "installed-skills" / "agent-skills" / "pdf-tools").exists()
     assert main(["skills", "add", str(tmp_path / "nowhere"), "--data-dir", str(data)]) == 1
 
 

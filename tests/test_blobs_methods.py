@@ -36,8 +36,17 @@ def test_create_returns_id_and_stored_size(rpc: Rpc) -> None:
     int(result["blob_id"][5:], 16)
 
 
-def test_ids_are_unique(rpc: Rpc) -> None:
-    assert len({create(rpc, "same") for _ in range(20)}) == 20
+def test_ids_are_unique_per_content_and_the_same_bytes_are_stored_once(rpc: Rpc, blob_store: Any) -> None:
+    assert len({create(rpc, f"text {i}") for i in range(20)}) == 20
+    same = {create(rpc, "same bytes") for _ in range(5)}
+    assert len(same) == 1
+    (blob_id,) = same
+    assert create(rpc, "same bytes", "text/csv") != blob_id  # another kind is another blob
+    # The id is keyed by the store's secret: not the content's plain hash.
+    import hashlib
+
+    assert hashlib.sha256(b"same bytes").hexdigest()[:32] != blob_id[5:]
+    assert len([p for p in blob_store.root.glob("*/*") if p.name == blob_id[5:]]) == 1
 
 
 def test_binary_round_trip_as_base64(rpc: Rpc) -> None:

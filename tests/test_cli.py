@@ -211,8 +211,8 @@ def test_skills_list(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None
     write_skill(extra, "demo.add")
     assert main(["skills", "list", "--skills-dir", str(extra), "--data-dir", str(isolated / "data")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["NAME", "VERSION", "KIND", "DESCRIPTION"]
-    names = [line.split()[0] for line in lines[1:]]
+    assert lines[0].split() == ["OWNER", "NAME", "VERSION", "KIND", "DESCRIPTION"]
+    names = [line.split()[1] for line in lines[1:]]
     assert "demo.add" in names and "skills.protocol.guide" in names
 
 
@@ -243,3 +243,23 @@ def test_skills_check_lists_every_problem(tmp_path: Path, capsys: pytest.Capture
 def test_skills_check_empty_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["skills", "check", str(tmp_path)]) == 0
     assert "no skills" in capsys.readouterr().out
+
+
+def test_policy_file_grants_secrets_per_skill_and_tenant(tmp_path: Path) -> None:
+    from wasmrun.tenants.policy import load_access_policy
+
+    file = tmp_path / "policy.toml"
+    file.write_text(
+        'allowed_hosts = ["wasmrun.internal"]\n'
+        '[secrets.grants]\n"data.*" = ["KEY"]\n'
+        '[tenants.alice.secrets.grants]\n"user.report" = ["REPORT"]\n'
+    )
+    policy = Settings.load({}, policy_file=file).access
+    assert policy == load_access_policy(file)
+    assert policy.granted("bob", "data.csv.profile") == {"KEY"}
+    assert policy.granted("bob", "user.report") == set()
+    assert policy.granted("alice", "user.report") == {"REPORT"}
+    assert policy.allowed_hosts == ("wasmrun.internal",)
+    file.write_text('[secrets.grants]\n"x" = "KEY"\n')
+    with pytest.raises(ValueError, match="list of strings"):
+        load_access_policy(file)

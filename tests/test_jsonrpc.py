@@ -15,6 +15,8 @@ from wasmrun.protocol.errors import InvalidParams
 from wasmrun.wire import jsonrpc
 from wasmrun.wire.app import create_app
 
+JSON_TYPE = {"content-type": "application/json"}
+
 
 def post(client: TestClient, body: Any) -> Any:
     raw = body if isinstance(body, bytes) else json.dumps(body)
@@ -53,7 +55,7 @@ def test_id_is_echoed_with_its_type(client: TestClient, id: Any) -> None:
 
 def test_id_is_echoed_byte_for_byte(client: TestClient) -> None:
     body = b'{"jsonrpc": "2.0", "method": "list_skills", "id": 1.0e3}'
-    response = client.post("/rpc", content=body)
+    response = client.post("/rpc", content=body, headers=JSON_TYPE)
     assert response.content.startswith(b'{"jsonrpc":"2.0","id":1.0e3,')
 
 
@@ -213,7 +215,7 @@ def test_null_params_mean_defaults(client: TestClient) -> None:
 
 def test_body_over_the_limit_is_refused_clearly(client: TestClient, settings: Any) -> None:
     big = json.dumps(call("create_blob", {"content": "x" * settings.max_body_bytes, "kind": "text/plain"}))
-    response = client.post("/rpc", content=big)
+    response = client.post("/rpc", content=big, headers=JSON_TYPE)
     assert response.status_code == 413
     error = response.json()["error"]
     assert error["code"] == -32600
@@ -255,7 +257,7 @@ def test_http_misuse_is_4xx(client: TestClient, method: str, path: str) -> None:
     ],
 )
 def test_hostile_bodies_never_give_5xx(client: TestClient, body: bytes) -> None:
-    response = client.post("/rpc", content=body)
+    response = client.post("/rpc", content=body, headers=JSON_TYPE)
     assert response.status_code < 500
     answer = response.json()
     assert "error" in answer or "result" in answer

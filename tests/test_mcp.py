@@ -225,3 +225,48 @@ def test_stdio_workers_cannot_write_into_the_mcp_stream(tmp_path: Path) -> None:
     finally:
         process.kill()
         process.wait(timeout=30)
+
+
+def test_streamable_http_with_tenants(tmp_path: Path) -> None:
+    """/mcp sits behind the same API keys as /rpc: no key is a 401 before MCP starts, and
+    each tool call runs as the key's tenant (another tenant's blob is not found)."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    from wasmrun.tenants.store import TenantStore
+
+    data = tmp_path / "data"
+    store = TenantStore(data)
+    alice, bob = store.add("alice"), store.add("bob")
+    srv = LiveServer(data)
+    try:
+        url = srv.base_url + "/mcp"
+        hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                 "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                            "clientInfo": {"name": "t", "version": "0"}}}
+        headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+        for key in (None, "wrong", f"{alice}x"):
+            sent = headers if key is None else {**headers, "authorization": f"Bearer {key}"}
+            refused = httpx2.post(url, json=hello, headers=sent, timeout=60)
+            assert refused.status_code == 401 and refused.json()["error"]["code"] == -32001
+
+        async def as_tenant(key: str, call: Any) -> Any:
+            async with httpx2.AsyncClient(headers={"authorization": f"Bearer {key}"}, timeout=60) as http:
+                async with MCPClient(streamable_http_client(url, http_client=http)) as mcp:
+                    return await call(mcp)
+
+        async def make_blob(mcp: Any) -> str:
+            made = await mcp.call_tool("create_blob", {"content": "alice's", "kind": "text/plain"})
+            return str(_structured(made)["blob_id"])
+
+        blob = asyncio.run(as_tenant(alice, make_blob))
+
+        async def read(mcp: Any) -> mcp_types.CallToolResult:
+            result: mcp_types.CallToolResult = await mcp.call_tool("read_blob", {"blob_id": blob})
+            return result
+
+        assert _text(asyncio.run(as_tenant(alice, read))) == "alice's"
+        theirs = asyncio.run(as_tenant(bob, read))
+        assert theirs.is_error and "alice's" not in _text(theirs)
+    finally:
+        srv.stop()

@@ -355,7 +355,7 @@ def test_busy_server_answers_32000_instead_of_hanging(
     }
 
     async def both() -> list[dict[str, Any]]:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as http:
             calls = [
                 http.post("/rpc", json={"jsonrpc": "2.0", "id": i, "method": "run_code", "params": spin})
                 for i in range(2)
@@ -380,7 +380,7 @@ def test_runs_do_not_block_the_event_loop(settings: Settings, context: Any) -> N
     }
 
     async def race() -> float:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as http:
             loop = asyncio.get_running_loop()
             run = asyncio.create_task(
                 http.post("/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "run_code", "params": spin})
@@ -394,3 +394,33 @@ def test_runs_do_not_block_the_event_loop(settings: Settings, context: Any) -> N
             return elapsed
 
     assert asyncio.run(race()) < 0.3
+
+
+# -- secrets are the operator's to grant ------------------------------------------
+
+
+def _create_env_skill(rpc: Rpc, name: str, version: str, secrets: list[str]) -> None:
+    manifest = {
+        "name": name, "version": version, "description": "Shows its environment.", "kind": "action",
+        "runtime": {"language": "python", "entrypoint": "code/main.py", "export": "main"},
+        "permissions": {"secrets": secrets},
+    }
+    answer = rpc("create_skill", {
+        "manifest": manifest, "skill_md": f"# {name}\n", "files": [{"path": "code/main.py", "content": ENV_CODE}],
+    })
+    assert answer.get("result") == {"name": name, "version": version}, answer
+
+
+def test_a_created_skill_cannot_grant_itself_a_secret(rpc: Rpc) -> None:
+    _create_env_skill(rpc, "user.leak", "1.0.0", ["DEMO_TOKEN", "OTHER_TOKEN"])
+    result = rpc("execute_skill", {"name": "user.leak"})["result"]
+    assert result["status"] == "completed", result
+    assert result["output"] == {"env": {}}
+    assert "s3cret" not in json.dumps(result) and "not-for-you" not in json.dumps(result)
+
+
+def test_a_manifest_asking_for_an_ungranted_secret_gets_none(rpc: Rpc, tmp_path: Path) -> None:
+    # demo.* is granted DEMO_TOKEN only: asking for OTHER_TOKEN too gets DEMO_TOKEN alone.
+    _create_env_skill(rpc, "demo.asks", "1.0.0", ["DEMO_TOKEN", "OTHER_TOKEN"])
+    result = rpc("execute_skill", {"name": "demo.asks"})["result"]
+    assert result["output"] == {"env": {"DEMO_TOKEN": "s3cret"}}

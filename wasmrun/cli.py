@@ -1,10 +1,13 @@
 """The `wasmrun` command.
 
     wasmrun serve [--host H] [--port P] [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F]
+                  [--policy-file F] [--insecure] [--audit-log PATH] [--blob-ttl SECONDS]
+    wasmrun tenants add NAME [--limit NAME=N]... [--data-dir D]   (prints the new API key)
+    wasmrun tenants list|rotate NAME|revoke NAME [--old]|set NAME --limit NAME=N... [--data-dir D]
     wasmrun skills list [--data-dir D] [--skills-dir S]...
     wasmrun skills check DIR...
     wasmrun skills add PATH [--data-dir D]
-    wasmrun mcp [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F] [--with-create-skill]
+    wasmrun mcp [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F] [--policy-file F] [--with-create-skill]
     wasmrun tools [--format openai|anthropic|mcp|jsonschema] [--strict] [--with-create-skill]
     wasmrun run FILE.py [--mount SKILL]... [--arg KEY=VALUE]... [--blob NAME=PATH]...
                         [--entrypoint NAME] [--timeout-ms N] [--memory-mb N]
@@ -49,6 +52,24 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--secrets-file", type=Path, help='TOML file of NAME = "value" secrets (WASMRUN_SECRETS_FILE)'
     )
+    serve.add_argument(
+        "--policy-file", type=Path,
+        help="TOML file of the operator's policy: secret grants per skill and tenant, allowed hosts"
+        " and origins (WASMRUN_POLICY_FILE)",
+    )
+    serve.add_argument(
+        "--audit-log", metavar="PATH",
+        help='where to append the audit log, JSON lines (WASMRUN_AUDIT_LOG; default <data-dir>/audit.log; "-": none)',
+    )
+    serve.add_argument(
+        "--blob-ttl", type=int, metavar="SECONDS",
+        help="delete blobs this long after they were written; 0 keeps them (WASMRUN_BLOB_TTL; per tenant: blob_ttl_s)",
+    )
+    serve.add_argument(
+        "--insecure", action="store_true", default=None,
+        help="serve a non-loopback --host with no tenants configured: anyone who reaches the port"
+        " can run code (WASMRUN_INSECURE=1)",
+    )
 
     serve.add_argument(
         "--with-create-skill", action="store_true", help="offer the create_skill tool at /mcp too"
@@ -61,6 +82,10 @@ def _parser() -> argparse.ArgumentParser:
         "--secrets-file", type=Path, help='TOML file of NAME = "value" secrets (WASMRUN_SECRETS_FILE)'
     )
     mcp.add_argument("--with-create-skill", action="store_true", help="offer the create_skill tool too")
+    mcp.add_argument(
+        "--policy-file", type=Path,
+        help="TOML file of the operator's policy: secret grants per skill (WASMRUN_POLICY_FILE)",
+    )
 
     skills = commands.add_parser("skills", help="list or check skills")
     skill_commands = skills.add_subparsers(dest="skills_command", required=True)
@@ -68,11 +93,11 @@ def _parser() -> argparse.ArgumentParser:
     _common(listing)
     check = skill_commands.add_parser("check", help="say what is wrong with each skill under DIR")
     check.add_argument("dirs", type=Path, nargs="+", metavar="DIR")
-    add = skill_commands.add_parser(
+    skill_add = skill_commands.add_parser(
         "add", help="copy a skill folder (an Agent Skill or one with a skill.toml) into <data-dir>/skills"
     )
-    add.add_argument("path", type=Path, metavar="PATH")
-    add.add_argument(
+    skill_add.add_argument("path", type=Path, metavar="PATH")
+    skill_add.add_argument(
         "--data-dir", type=Path, help="where blobs and created skills live (WASMRUN_DATA_DIR)"
     )
 
@@ -83,6 +108,23 @@ def _parser() -> argparse.ArgumentParser:
         help="OpenAI strict mode where a tool's schema allows it (openai format only)",
     )
     tools.add_argument("--with-create-skill", action="store_true", help="add the optional create_skill tool")
+
+    tenants = commands.add_parser("tenants", help="API keys and limits of the teams sharing this server")
+    tenant_commands = tenants.add_subparsers(dest="tenants_command", required=True)
+    add = tenant_commands.add_parser("add", help="add a tenant; prints its API key once, alone on stdout")
+    add.add_argument("name")
+    add.add_argument("--limit", action="append", default=[], metavar="NAME=N", help="override a limit; repeatable")
+    tenant_commands.add_parser("list", help="list the tenants, their key count and limit overrides")
+    rotate = tenant_commands.add_parser("rotate", help="a second key for NAME; the old one stays valid until revoke --old")
+    rotate.add_argument("name")
+    revoke = tenant_commands.add_parser("revoke", help="revoke NAME's keys (the server refuses them on the next call)")
+    revoke.add_argument("name")
+    revoke.add_argument("--old", action="store_true", help="revoke all but the newest key (ends a rotation)")
+    set_ = tenant_commands.add_parser("set", help="change NAME's limits")
+    set_.add_argument("name")
+    set_.add_argument("--limit", action="append", required=True, metavar="NAME=N", help="a limit; repeatable")
+    for sub in (add, rotate, revoke, set_, tenant_commands.choices["list"]):
+        sub.add_argument("--data-dir", type=Path, help="where blobs and created skills live (WASMRUN_DATA_DIR)")
 
     run = commands.add_parser("run", help="run a Python file in the sandbox and print the result")
     run.add_argument("file", type=Path, metavar="FILE.py")
@@ -116,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _tools(args)
         if args.command == "mcp":
             return _mcp(args)
+        if args.command == "tenants":
+            return _tenants(args)
         if args.skills_command == "list":
             return _skills_list(args)
         if args.skills_command == "add":
@@ -134,7 +178,10 @@ def _serve(args: argparse.Namespace) -> int:
     from wasmrun.server import serve
 
     serve(
-        _settings(args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file),
+        _settings(
+            args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file,
+            policy_file=args.policy_file, insecure=args.insecure, audit_log=args.audit_log, blob_ttl=args.blob_ttl,
+        ),
         mcp_with_create_skill=args.with_create_skill,
     )
     return 0
@@ -152,21 +199,51 @@ def _mcp(args: argparse.Namespace) -> int:
 
     # stdout carries the MCP messages: logs go to stderr.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    settings = _settings(args, workers=args.workers, secrets_file=args.secrets_file)
+    settings = _settings(args, workers=args.workers, secrets_file=args.secrets_file, policy_file=args.policy_file)
     asyncio.run(serve_mcp_stdio(settings, with_create_skill=args.with_create_skill))
     return 0
 
 
-def _skills_list(args: argparse.Namespace) -> int:
-    from wasmrun.registry.store import DirectoryRegistry
+def _tenants(args: argparse.Namespace) -> int:
+    from wasmrun.tenants.limits import parse_limit
+    from wasmrun.tenants.store import TenantStore
 
-    settings = _settings(args)
-    registry = DirectoryRegistry(settings.skills_dirs, settings.skills_home)
-    rows = [(s.name, s.version, s.manifest.kind, s.manifest.description) for s in registry.skills()]
-    width = [max([len(r[i]) for r in rows] + [len(h)]) for i, h in enumerate(("NAME", "VERSION", "KIND"))]
-    print(f"{'NAME':<{width[0]}}  {'VERSION':<{width[1]}}  {'KIND':<{width[2]}}  DESCRIPTION")
-    for name, version, kind, description in rows:
-        print(f"{name:<{width[0]}}  {version:<{width[1]}}  {kind:<{width[2]}}  {description}")
+    store = TenantStore(Settings.load(data_dir=args.data_dir).data_dir)
+    command = args.tenants_command
+    if command == "list":
+        doc = store.load()
+        print(f"{'NAME':<20}  KEYS  LIMITS")
+        for record in doc.tenants.values():
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(record.limits.items())) or "(server defaults)"
+            print(f"{record.name:<20}  {len(record.keys):>4}  {shown}")
+        return 0
+    limits = dict(parse_limit(text) for text in getattr(args, "limit", None) or [])
+    if command in ("add", "rotate"):
+        new_key = store.add(args.name, limits) if command == "add" else store.rotate(args.name)
+        # The key alone on stdout, so that a script can capture it; the rest on stderr.
+        print(new_key)
+        what = "added tenant" if command == "add" else "second key for"
+        print(f"{what} {args.name!r}: the key above is shown only this once; store it now", file=sys.stderr)
+        return 0
+    if command == "revoke":
+        n = store.revoke(args.name, old_only=args.old)
+        print(f"revoked {n} key{'s' if n != 1 else ''} of {args.name!r}", file=sys.stderr)
+        return 0
+    store.set_limits(args.name, limits)
+    print(f"limits of {args.name!r} updated", file=sys.stderr)
+    return 0
+
+
+def _skills_list(args: argparse.Namespace) -> int:
+    from wasmrun.server import open_registry
+
+    registry = open_registry(_settings(args))
+    rows = [(s.owner or "-", s.name, s.version, s.manifest.kind, s.manifest.description) for s in registry.every_skill()]
+    heads = ("OWNER", "NAME", "VERSION", "KIND")
+    width = [max([len(r[i]) for r in rows] + [len(h)]) for i, h in enumerate(heads)]
+    print("  ".join(f"{h:<{w}}" for h, w in zip(heads, width, strict=True)) + "  DESCRIPTION")
+    for row in rows:
+        print("  ".join(f"{v:<{w}}" for v, w in zip(row[:4], width, strict=True)) + f"  {row[4]}")
     return 0
 
 
@@ -203,12 +280,13 @@ def _tools(args: argparse.Namespace) -> int:
 
 def _skills_add(args: argparse.Namespace) -> int:
     from wasmrun.protocol.errors import SkillExists
-    from wasmrun.registry.store import DirectoryRegistry, SkillProblems
+    from wasmrun.registry.store import SkillProblems
+    from wasmrun.server import open_registry
 
     settings = Settings.load(data_dir=args.data_dir)
-    registry = DirectoryRegistry(settings.skills_dirs, settings.skills_home)
+    registry = open_registry(settings)
     try:
-        skill, dest = registry.add(args.path)
+        skill, dest = registry.add(args.path, settings.installed_skills)
     except SkillProblems as exc:
         print(f"INVALID  {args.path}")
         for problem in exc.problems:

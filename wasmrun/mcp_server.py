@@ -32,13 +32,14 @@ import mcp_types as types
 import msgspec
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from wasmrun.protocol.errors import RPCError
+from wasmrun.protocol.errors import RPCError, Unauthorized
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.protocol.types import ReadBlobResult, RunResult
+from wasmrun.tenants.caller import Caller
 from wasmrun.tools import render, tools
 from wasmrun.wire.jsonrpc import MAX_MESSAGE_CHARS
 
@@ -100,11 +101,27 @@ def _error(message: str, code: int, data: Any = None) -> types.CallToolResult:
     )
 
 
-def build_server(dispatcher: Dispatcher, *, with_create_skill: bool = False) -> Server[Any]:
-    """An MCP server whose tools call `dispatcher` (the one /rpc uses)."""
+# Who an MCP request comes from: the request context to the caller (None: nobody).
+Identify = Callable[[Any], "Caller | None"]
+
+
+def build_server(
+    dispatcher: Dispatcher, *, identify: Identify | None = None, with_create_skill: bool = False
+) -> Server[Any]:
+    """An MCP server whose tools call `dispatcher` (the one /rpc uses). With `identify`,
+    every call is made on behalf of the caller it names, and refused when it names nobody;
+    without it (stdio: the operator's own process), as the dispatcher's own caller."""
     offered = tools(with_create_skill)
     names = {tool.name for tool in offered}
     listing = types.ListToolsResult(tools=[types.Tool.model_validate(render(tool, "mcp")) for tool in offered])
+
+    async def dispatch(method: str, raw: msgspec.Raw, ctx: Any) -> msgspec.Struct:
+        if identify is None:
+            return await dispatcher(method, raw)
+        caller = identify(ctx)
+        if caller is None:
+            raise Unauthorized("unauthorized: send a valid API key as `Authorization: Bearer <key>`")
+        return await dispatcher(method, raw, caller=caller)
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return listing
@@ -122,7 +139,7 @@ def build_server(dispatcher: Dispatcher, *, with_create_skill: bool = False) -> 
         if not uri.startswith("blob:"):
             raise MCPError(-32602, f"unknown resource {uri[:100]!r}: this server serves blob:<id> resources")
         try:
-            result = await dispatcher("read_blob", msgspec.Raw(json.dumps({"blob_id": uri, "mode": "full"}).encode()))
+            result = await dispatch("read_blob", msgspec.Raw(json.dumps({"blob_id": uri, "mode": "full"}).encode()), ctx)
         except RPCError as exc:
             raise MCPError(exc.code, _message(exc), exc.data) from None
         assert isinstance(result, ReadBlobResult)
@@ -143,7 +160,7 @@ def build_server(dispatcher: Dispatcher, *, with_create_skill: bool = False) -> 
         except ValueError:
             return _error("invalid params: arguments hold NaN or Infinity, which JSON does not allow", -32602)
         try:
-            result = await dispatcher(params.name, raw)
+            result = await dispatch(params.name, raw, ctx)
         except RPCError as exc:
             return _error(_message(exc), exc.code, exc.data)
         except Exception:
@@ -171,30 +188,59 @@ def _version() -> str:
 
 
 def http_route(
-    dispatcher: Dispatcher, *, host: str, max_body_bytes: int, with_create_skill: bool = False
+    dispatcher: Dispatcher,
+    *,
+    authenticate: Callable[[str | None], Caller | None],
+    unauthorized: Callable[[], ASGIApp],
+    max_body_bytes: int,
+    with_create_skill: bool = False,
 ) -> tuple[Route, Callable[[], AbstractAsyncContextManager[None]]]:
     """`/mcp` (streamable HTTP), to be served by the wire app beside /rpc so that the
-    same middleware (auth) applies, and the lifespan that runs its session manager.
+    same middleware (the Host/Origin guard) applies, and the lifespan that runs its
+    session manager.
+
+    Every HTTP request is authenticated like /rpc's (`authenticate` takes the
+    Authorization header): one without a valid key is answered `unauthorized()` before
+    the SDK sees it, and each tool call runs on behalf of the key on its own request,
+    so a session's id alone lends nobody's identity.
 
     With sessions (the SDK's default mode): measured here, a tool call answers in about a
     third of the time of the stateless mode, which sets up a server per request. Sessions
     are bounded in number and closed when idle.
     """
-    loopback = host in ("127.0.0.1", "localhost", "::1")
-    security = TransportSecuritySettings(  # refuse DNS rebinding when only loopback is served
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-    ) if loopback else None
+
+    def identify(ctx: Any) -> Caller | None:
+        request = getattr(ctx, "request", None)
+        return authenticate(request.headers.get("authorization")) if request is not None else None
+
     manager = StreamableHTTPSessionManager(
-        build_server(dispatcher, with_create_skill=with_create_skill),
+        build_server(dispatcher, identify=identify, with_create_skill=with_create_skill),
         json_response=True,
-        security_settings=security,
         max_request_body_size=max_body_bytes,
         session_idle_timeout=MCP_SESSION_IDLE_S,
         max_sessions=MCP_MAX_SESSIONS,
     )
-    return Route("/mcp", endpoint=StreamableHTTPASGIApp(manager)), manager.run
+    endpoint = _Authenticated(StreamableHTTPASGIApp(manager), authenticate, unauthorized)
+    return Route("/mcp", endpoint=endpoint), manager.run
+
+
+class _Authenticated:
+    """An ASGI app (a class, so that Starlette's Route hands it the raw ASGI call) that
+    lets through to `app` only requests whose Authorization header names a caller."""
+
+    def __init__(
+        self, app: ASGIApp, authenticate: Callable[[str | None], Caller | None], unauthorized: Callable[[], ASGIApp]
+    ) -> None:
+        self.app = app
+        self.authenticate = authenticate
+        self.unauthorized = unauthorized
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        header = next((v for k, v in scope.get("headers", []) if k == b"authorization"), None)
+        if self.authenticate(header.decode("latin-1") if header is not None else None) is None:
+            await self.unauthorized()(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 async def serve_stdio(

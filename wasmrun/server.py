@@ -14,13 +14,22 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
 from wasmrun.blobs.store import BlobStore, FileBlobStore
+from wasmrun.observe.audit import AuditLog
+from wasmrun.observe.metrics import Metrics
+from wasmrun.observe.record import Observers
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox.executor import Executor, InProcessExecutor
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
 from wasmrun.settings import Settings
+from wasmrun.tenants.caller import LOCAL_TENANT, local_caller
+from wasmrun.tenants.quotas import RunGate
+from wasmrun.tenants.retention import BlobRetention
+from wasmrun.tenants.store import TenantDirectory, TenantStore
 from wasmrun.wire.app import create_app as create_wire_app
+from wasmrun.wire.app import unauthorized
+from wasmrun.wire.guard import RequestGuard, is_loopback
 from wasmrun.wire.tools_route import tools_route
 
 
@@ -35,17 +44,27 @@ def make_local_executor(settings: Settings, blobs: BlobStore) -> Executor:
     return InProcessExecutor(blobs, slots=settings.workers, queue_timeout=settings.queue_timeout)
 
 
+def open_registry(settings: Settings) -> DirectoryRegistry:
+    """The operator's skill folders (read-only; `skills add`'s folder made here, so that a
+    skill added later is picked up without a restart) and the tenants' created skills."""
+    settings.installed_skills.mkdir(parents=True, exist_ok=True)
+    return DirectoryRegistry(settings.operator_skill_dirs, settings.skills_home)
+
+
 def build_context(
     settings: Settings, *, blobs: BlobStore | None = None, executor: Executor | None = None
 ) -> Context:
     """Everything the methods need; pass `blobs` and `executor` to share them (tests do)."""
     blobs = blobs if blobs is not None else FileBlobStore(settings.blobs_dir)
     return Context(
-        registry=DirectoryRegistry(settings.skills_dirs, settings.skills_home),
+        registry=open_registry(settings),
         blobs=blobs,
         executor=executor if executor is not None else make_executor(settings),
         secrets=settings.secrets,
+        access=settings.access,
         max_full_read_bytes=settings.max_full_read_bytes,
+        caller=local_caller(settings.access.limits),
+        gate=RunGate(settings.queue_timeout, pool_size=settings.workers),
     )
 
 
@@ -58,7 +77,22 @@ def create_app(
     /mcp only when the MCP SDK is installed (the `mcp` extra)."""
     owned = context is None
     context = context if context is not None else build_context(settings)
-    dispatcher = Dispatcher(context)
+    tenants = tenant_directory(settings)
+    metrics = Metrics(
+        context.gate, context.executor.capacity, context.blobs, lambda: [LOCAL_TENANT, *tenants.names()]
+    )
+    audit = AuditLog(settings.audit_log) if settings.audit_log is not None else None
+    retention = BlobRetention(context.blobs, tenants, settings.access.limits.blob_ttl_s)
+    retention.start()
+
+    def shutdown() -> None:
+        retention.stop()
+        if audit is not None:
+            audit.close()
+        if owned:
+            context.executor.close()
+
+    dispatcher = Dispatcher(context, Observers(metrics, *([audit] if audit is not None else [])), require_caller=True)
     routes: list[BaseRoute] = [tools_route()]
     lifespans = []
     try:
@@ -67,22 +101,54 @@ def create_app(
         logging.getLogger("wasmrun").info("no MCP at /mcp: the mcp SDK is not installed (wasmrun[mcp])")
     else:
         route, lifespan = http_route(
-            dispatcher, host=settings.host, max_body_bytes=settings.max_body_bytes,
-            with_create_skill=mcp_with_create_skill,
+            dispatcher, authenticate=tenants.authenticate, unauthorized=unauthorized,
+            max_body_bytes=settings.max_body_bytes, with_create_skill=mcp_with_create_skill,
         )
         routes.append(route)
         lifespans.append(lifespan)
     return create_wire_app(
         dispatcher,
         max_body_bytes=settings.max_body_bytes,
-        on_shutdown=context.executor.close if owned else None,
+        on_shutdown=shutdown,
         routes=routes,
         lifespans=lifespans,
+        guard=RequestGuard.for_server(settings.host, settings.access.allowed_hosts, settings.access.allowed_origins),
+        authenticate=tenants.authenticate,
+        metrics=metrics.render,
+    )
+
+
+def tenant_directory(settings: Settings) -> TenantDirectory:
+    """API keys from `<data_dir>/tenants.json`; with no tenants there, the implicit
+    local tenant when this server may be anonymous (loopback, or --insecure)."""
+    anonymous = is_loopback(settings.host) or settings.insecure
+    return TenantDirectory(
+        TenantStore(settings.data_dir),
+        settings.access.limits,
+        anonymous=local_caller(settings.access.limits) if anonymous else None,
+    )
+
+
+def check_exposure(settings: Settings) -> None:
+    """Refuse to serve a non-loopback address to anonymous clients unless told to."""
+    if is_loopback(settings.host) or tenant_directory(settings).has_tenants():
+        return
+    if not settings.insecure:
+        raise ValueError(
+            f"--host {settings.host} is reachable from other machines, and no API keys are configured:"
+            " anyone who reaches the port could run code here. Add tenants (`wasmrun tenants add NAME`),"
+            " or pass --insecure to serve anonymously anyway"
+        )
+    logging.getLogger("wasmrun").warning(
+        "INSECURE: serving %s without API keys; anyone who reaches this port can run code and read blobs",
+        settings.host,
     )
 
 
 def serve(settings: Settings, *, mcp_with_create_skill: bool = False) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    check_exposure(settings)
+    FileBlobStore(settings.blobs_dir).recount()  # quotas start from what is on disk
     app = create_app(settings, mcp_with_create_skill=mcp_with_create_skill)
     logging.getLogger("wasmrun").info(
         "serving the Skills Protocol at http://%s:%d/rpc (data in %s)",

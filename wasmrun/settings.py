@@ -7,6 +7,10 @@
     --skills-dir      WASMRUN_SKILLS_DIRS           (none; os.pathsep-separated; bundled skills/ always load)
     --workers         WASMRUN_WORKERS               number of CPUs
     --secrets-file    WASMRUN_SECRETS_FILE          (none)
+    --policy-file     WASMRUN_POLICY_FILE           (none) secret grants, allowed hosts/origins (tenants/policy.py)
+    --insecure        WASMRUN_INSECURE=1            serve a non-loopback --host without API keys
+    --audit-log       WASMRUN_AUDIT_LOG             <data_dir>/audit.log ("-": none)
+    --blob-ttl        WASMRUN_BLOB_TTL              0 (seconds blobs are kept; 0: until deleted; per tenant: blob_ttl_s)
                       WASMRUN_SECRET_<NAME>         the secret <NAME>
                       WASMRUN_QUEUE_TIMEOUT         5 (seconds a call waits for a free sandbox)
                       WASMRUN_MAX_BODY_BYTES        33554432
@@ -15,6 +19,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import stat
@@ -26,6 +31,7 @@ from typing import Any
 import tomli
 
 import wasmrun
+from wasmrun.tenants.policy import AccessPolicy, load_access_policy
 
 ENV_PREFIX = "WASMRUN_"
 SECRET_PREFIX = "WASMRUN_SECRET_"
@@ -51,6 +57,19 @@ class Settings:
     max_body_bytes: int = 32 * 1024 * 1024
     max_full_read_bytes: int = 10 * 1024 * 1024
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    access: AccessPolicy = field(default_factory=AccessPolicy)
+    insecure: bool = False
+    audit_log: Path | None = None  # None: no audit log
+
+    @property
+    def installed_skills(self) -> Path:
+        """Where `wasmrun skills add` copies skills: an operator's folder, like --skills-dir."""
+        return self.data_dir / "installed-skills"
+
+    @property
+    def operator_skill_dirs(self) -> tuple[Path, ...]:
+        """Every folder of the operator's skills (visible to all tenants); the bundled one first."""
+        return (*self.skills_dirs, self.installed_skills)
 
     @property
     def skills_home(self) -> Path:
@@ -71,6 +90,10 @@ class Settings:
         skills_dirs: list[Path] | None = None,
         workers: int | None = None,
         secrets_file: Path | None = None,
+        policy_file: Path | None = None,
+        insecure: bool | None = None,
+        audit_log: str | None = None,
+        blob_ttl: int | None = None,
     ) -> Settings:
         """Flags (the keyword arguments, None when not given) over `env` over defaults."""
         env = os.environ if env is None else env
@@ -85,6 +108,7 @@ class Settings:
         dirs = [BUNDLED_SKILLS] + [d for d in extra if d != BUNDLED_SKILLS]
 
         secrets_path = pick(secrets_file, "SECRETS_FILE")
+        policy_path = pick(policy_file, "POLICY_FILE")
         values: dict[str, Any] = {
             "host": pick(host, "HOST"),
             "port": _int(pick(port, "PORT"), "port"),
@@ -99,9 +123,18 @@ class Settings:
         chosen = {k: v for k, v in values.items() if v is not None}
         if "data_dir" not in chosen:
             chosen["data_dir"] = default_data_dir(env)
+        audit = pick(audit_log, "AUDIT_LOG")
+        chosen["audit_log"] = None if audit == "-" else Path(audit).expanduser() if audit else chosen["data_dir"] / "audit.log"
+        access = load_access_policy(Path(policy_path).expanduser() if policy_path else None)
+        ttl = pick(blob_ttl, "BLOB_TTL")
+        if ttl is not None:
+            seconds = _int(ttl, "blob ttl") if ttl != "0" else 0
+            access = dataclasses.replace(access, limits=dataclasses.replace(access.limits, blob_ttl_s=seconds or 0))
         return cls(
             skills_dirs=tuple(dirs),
             secrets=load_secrets(env, Path(secrets_path).expanduser() if secrets_path else None),
+            access=access,
+            insecure=bool(insecure) or env.get(ENV_PREFIX + "INSECURE", "") in ("1", "true", "yes"),
             **chosen,
         )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,23 +20,29 @@ class MemoryBlobs:
 
     def __init__(self) -> None:
         self.data: dict[str, tuple[bytes, str]] = {}
+        self.owners: dict[str, str] = {}
 
     def add(self, data: bytes, kind: str = "text/plain") -> str:
         return self.create(data, kind)
 
-    def size(self, blob_id: str) -> int | None:
+    def size(self, blob_id: str, owner: str = "local") -> int | None:
         item = self.data.get(blob_id)
-        return None if item is None else len(item[0])
+        return None if item is None or self.owners[blob_id] != owner else len(item[0])
 
-    def read(self, blob_id: str, offset: int, length: int) -> bytes:
+    def read(self, blob_id: str, offset: int, length: int, owner: str = "local") -> bytes:
+        if self.size(blob_id, owner) is None:
+            raise KeyError(blob_id)
         return self.data[blob_id][0][offset : offset + length]
 
-    def local_path(self, blob_id: str) -> Path | None:
+    def local_path(self, blob_id: str, owner: str = "local") -> Path | None:
         return None  # no files: /blobs gets copies
 
-    def create(self, data: bytes, kind: str, run_id: str | None = None) -> str:
+    def create(
+        self, data: bytes, kind: str, run_id: str | None = None, owner: str = "local", quota: Any = None
+    ) -> str:
         blob_id = "blob:" + secrets.token_hex(16)
         self.data[blob_id] = (bytes(data), kind)
+        self.owners[blob_id] = owner
         return blob_id
 
 

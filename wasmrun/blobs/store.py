@@ -1,30 +1,48 @@
 """Blobs as files under one folder, safe to share between processes.
 
     <root>/<first two hex digits>/<32 hex digits>        the bytes
-    <root>/<first two hex digits>/<32 hex digits>.json   kind, size, sha256, created, run
+    <root>/<first two hex digits>/<32 hex digits>.json   owner, kind, size, sha256, created, run
+    <root>/.key                                          the store's secret (naming blobs)
+    <root>/.usage/<owner>.json                           what each owner stores (for quotas)
 
 Each file is written to a temporary name, fsynced and renamed into place,
 and the metadata goes last: a blob exists once its metadata does, so a
 reader in another process never sees half a blob.
+
+Blobs have an owner (the tenant whose call or run wrote them); a lookup for
+another owner's blob finds nothing, exactly like an id that never existed.
+Content addressing within an owner: a blob's id is an HMAC, under the store's
+secret, of (owner, kind, sha256 of the bytes). The same bytes stored twice by
+one owner with one kind are stored once and keep one id; the id says nothing
+of the bytes to anyone without the secret, and differs between owners.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
+import hmac
 import os
 import re
 import secrets
 import tempfile
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
 import msgspec
 
+from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded, charge
 from wasmrun.durable import fsync_dir
 
 BLOB_ID = re.compile(r"blob:[0-9a-f]{32}")
+# Blobs written before blobs had owners belong to the implicit local tenant.
+LEGACY_OWNER = "local"
+KEY_FILE = ".key"
+USAGE_DIR = ".usage"
 
 
 class BlobInfo(msgspec.Struct, frozen=True):
@@ -35,30 +53,75 @@ class BlobInfo(msgspec.Struct, frozen=True):
     created: str  # ISO 8601, UTC
     run_id: str | None  # the run that wrote it, if any
     utf8: bool  # the whole content decodes as UTF-8
+    owner: str = LEGACY_OWNER
+
+
+class Usage(msgspec.Struct):
+    bytes: int = 0  # charged bytes (each blob at least BLOB_MIN_CHARGE)
+    count: int = 0
 
 
 class BlobStore(Protocol):
     """What the protocol layer needs; also satisfies the sandbox's `BlobAccess`."""
 
-    def create(self, data: bytes, kind: str, run_id: str | None = None) -> str: ...
+    def create(
+        self, data: bytes, kind: str, run_id: str | None = None, owner: str = LEGACY_OWNER,
+        quota: BlobQuota | None = None,
+    ) -> str: ...
 
-    def info(self, blob_id: str) -> BlobInfo | None: ...
+    def info(self, blob_id: str, owner: str = LEGACY_OWNER) -> BlobInfo | None: ...
 
-    def size(self, blob_id: str) -> int | None: ...
+    def size(self, blob_id: str, owner: str = LEGACY_OWNER) -> int | None: ...
 
-    def read(self, blob_id: str, offset: int, length: int) -> bytes: ...
+    def read(self, blob_id: str, offset: int, length: int, owner: str = LEGACY_OWNER) -> bytes: ...
 
-    def local_path(self, blob_id: str) -> Path | None: ...
+    def delete(self, blob_id: str, owner: str) -> bool: ...
+
+    def usage(self, owner: str) -> Usage: ...
+
+    def expire(self, ttl_of: Callable[[str], int], now: float | None = None) -> int: ...
+
+    def local_path(self, blob_id: str, owner: str = LEGACY_OWNER) -> Path | None: ...
 
 
 def is_blob_id(value: str) -> bool:
     return BLOB_ID.fullmatch(value) is not None
 
 
+def _owner_file(owner: str) -> str:
+    # Owner names are checked by the tenants layer; hashing keeps any name a plain file name.
+    return hashlib.sha256(owner.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
 class FileBlobStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (self.root / USAGE_DIR).mkdir(exist_ok=True, mode=0o700)
+        self._key = self._load_key()
+
+    def _load_key(self) -> bytes:
+        path = self.root / KEY_FILE
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            pass
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_bytes(32))
+                f.flush()
+                os.fsync(f.fileno())
+            with contextlib.suppress(FileExistsError):  # another process made it first: use theirs
+                os.link(tmp, path)
+        finally:
+            os.unlink(tmp)
+        fsync_dir(self.root)
+        return path.read_bytes()
+
+    def blob_id(self, owner: str, kind: str, sha256: str) -> str:
+        message = "\0".join((owner, kind, sha256)).encode("utf-8", "surrogatepass")
+        return "blob:" + hmac.new(self._key, message, hashlib.sha256).hexdigest()[:32]
 
     def _paths(self, blob_id: str) -> tuple[Path, Path] | None:
         # Only well-formed ids ever become paths.
@@ -68,8 +131,32 @@ class FileBlobStore:
         folder = self.root / digits[:2]
         return folder / digits, folder / f"{digits}.json"
 
-    def create(self, data: bytes, kind: str, run_id: str | None = None) -> str:
-        blob_id = "blob:" + secrets.token_hex(16)
+    @contextlib.contextmanager
+    def _ledger(self, owner: str) -> Iterator[tuple[Usage, Path]]:
+        """The owner's usage, locked against every other process for the block."""
+        base = self.root / USAGE_DIR / _owner_file(owner)
+        lock = os.open(base.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            path = base.with_suffix(".json")
+            try:
+                usage = msgspec.json.decode(path.read_bytes(), type=Usage)
+            except (FileNotFoundError, msgspec.DecodeError):
+                usage = Usage()
+            yield usage, path
+        finally:
+            os.close(lock)
+
+    def usage(self, owner: str) -> Usage:
+        with self._ledger(owner) as (usage, _):
+            return usage
+
+    def create(
+        self, data: bytes, kind: str, run_id: str | None = None, owner: str = LEGACY_OWNER,
+        quota: BlobQuota | None = None,
+    ) -> str:
+        sha256 = hashlib.sha256(data).hexdigest()
+        blob_id = self.blob_id(owner, kind, sha256)
         paths = self._paths(blob_id)
         assert paths is not None
         data_path, meta_path = paths
@@ -83,42 +170,128 @@ class FileBlobStore:
             blob_id=blob_id,
             kind=kind,
             size_bytes=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
+            sha256=sha256,
             created=datetime.now(UTC).isoformat(timespec="milliseconds"),
             run_id=run_id,
             utf8=utf8,
+            owner=owner,
         )
-        _write_atomically(data_path, data)
-        _write_atomically(meta_path, msgspec.json.encode(info))
-        fsync_dir(data_path.parent)
+        with self._ledger(owner) as (usage, ledger):
+            if meta_path.exists():
+                # Stored already: the bytes stay as they are; the new metadata restarts its retention.
+                _write_atomically(meta_path, msgspec.json.encode(info))
+                return blob_id
+            if quota is not None:
+                _check_quota(usage, quota, charge(len(data)))
+            _write_atomically(data_path, data)
+            _write_atomically(meta_path, msgspec.json.encode(info))
+            fsync_dir(data_path.parent)
+            _write_atomically(ledger, msgspec.json.encode(Usage(usage.bytes + charge(len(data)), usage.count + 1)))
         return blob_id
 
-    def info(self, blob_id: str) -> BlobInfo | None:
+    def info(self, blob_id: str, owner: str = LEGACY_OWNER) -> BlobInfo | None:
         paths = self._paths(blob_id)
         if paths is None:
             return None
         try:
-            return msgspec.json.decode(paths[1].read_bytes(), type=BlobInfo)
-        except FileNotFoundError:
+            info = msgspec.json.decode(paths[1].read_bytes(), type=BlobInfo)
+        except (FileNotFoundError, msgspec.DecodeError):
             return None
+        return info if info.owner == owner else None
 
-    def size(self, blob_id: str) -> int | None:
-        info = self.info(blob_id)
+    def size(self, blob_id: str, owner: str = LEGACY_OWNER) -> int | None:
+        info = self.info(blob_id, owner)
         return None if info is None else info.size_bytes
 
-    def local_path(self, blob_id: str) -> Path | None:
+    def local_path(self, blob_id: str, owner: str = LEGACY_OWNER) -> Path | None:
+        """The file holding `owner`'s blob (None when `owner` has no such blob)."""
         paths = self._paths(blob_id)
-        if paths is None or not paths[1].exists():
+        if paths is None or self.info(blob_id, owner) is None:
             return None
         return paths[0]
 
-    def read(self, blob_id: str, offset: int, length: int) -> bytes:
+    def read(self, blob_id: str, offset: int, length: int, owner: str = LEGACY_OWNER) -> bytes:
+        """Up to `length` bytes from `offset`; KeyError when `owner` has no such blob
+        (never written, another owner's, or deleted meanwhile)."""
         paths = self._paths(blob_id)
-        if paths is None or not paths[1].exists():
+        if paths is None or self.info(blob_id, owner) is None:
             raise KeyError(blob_id)
-        with open(paths[0], "rb") as f:
-            f.seek(offset)
-            return f.read(length)
+        try:
+            with open(paths[0], "rb") as f:
+                f.seek(offset)
+                return f.read(length)
+        except FileNotFoundError:
+            raise KeyError(blob_id) from None
+
+    def delete(self, blob_id: str, owner: str) -> bool:
+        """Remove `owner`'s blob; False when it has none of that id."""
+        paths = self._paths(blob_id)
+        if paths is None:
+            return False
+        data_path, meta_path = paths
+        with self._ledger(owner) as (usage, ledger):
+            info = self.info(blob_id, owner)
+            if info is None:
+                return False
+            # Metadata first: from here the blob does not exist for any reader.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(meta_path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(data_path)
+            fsync_dir(data_path.parent)
+            left = Usage(max(0, usage.bytes - charge(info.size_bytes)), max(0, usage.count - 1))
+            _write_atomically(ledger, msgspec.json.encode(left))
+        return True
+
+    def recount(self) -> dict[str, Usage]:
+        """Rebuild every owner's usage from the blobs on disk: a process killed between
+        writing a blob and its owner's ledger leaves the ledger off. Run at start,
+        before any call is served."""
+        found: dict[str, Usage] = {}
+        for meta_path in self.root.glob("[0-9a-f][0-9a-f]/*.json"):
+            try:
+                info = msgspec.json.decode(meta_path.read_bytes(), type=BlobInfo)
+            except (OSError, msgspec.DecodeError):
+                continue
+            if not meta_path.with_suffix("").exists():
+                continue  # metadata without its bytes is no blob
+            usage = found.setdefault(info.owner, Usage())
+            usage.bytes += charge(info.size_bytes)
+            usage.count += 1
+        owners = {p.stem for p in (self.root / USAGE_DIR).glob("*.json")}
+        for owner, usage in found.items():
+            with self._ledger(owner) as (_, ledger):
+                _write_atomically(ledger, msgspec.json.encode(usage))
+            owners.discard(_owner_file(owner))
+        for stale in owners:  # ledgers of owners with no blob left
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.root / USAGE_DIR / f"{stale}.json")
+        return found
+
+    def expire(self, ttl_of: Callable[[str], int], now: float | None = None) -> int:
+        """Delete each blob older than its owner's retention, `ttl_of(owner)` seconds
+        (0: kept until deleted). Returns how many went."""
+        now = time.time() if now is None else now
+        deleted = 0
+        for meta_path in self.root.glob("[0-9a-f][0-9a-f]/*.json"):
+            try:
+                info = msgspec.json.decode(meta_path.read_bytes(), type=BlobInfo)
+            except (OSError, msgspec.DecodeError):
+                continue
+            ttl = ttl_of(info.owner)
+            if ttl > 0 and datetime.fromisoformat(info.created).timestamp() < now - ttl:
+                deleted += self.delete(info.blob_id, info.owner)
+        return deleted
+
+
+def _check_quota(usage: Usage, quota: BlobQuota, cost: int) -> None:
+    if usage.count + 1 > quota.max_count:
+        raise BlobQuotaExceeded("blob_count", quota.max_count, f"the tenant already stores {usage.count} blobs,"
+                                f" its limit (blob_count = {quota.max_count}); delete some with delete_blob")
+    if usage.bytes + cost > quota.max_bytes:
+        raise BlobQuotaExceeded("blob_bytes", quota.max_bytes, f"storing {cost} more bytes would take the tenant"
+                                f" over its limit (blob_bytes = {quota.max_bytes}; {usage.bytes} in use, every"
+                                " blob counted at least 4096 bytes); delete some with delete_blob")
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -1,4 +1,7 @@
-"""create_blob and read_blob.
+"""create_blob, read_blob and the delete_blob extension.
+
+A blob is its owner's (the tenant whose call or run wrote it): any other
+tenant gets the same "not found" as for an id that never existed.
 
 Text goes both ways as a plain string. Binary content travels as base64 with
 `"encoding": "base64"`: create_blob takes it that way, and read_blob answers
@@ -13,11 +16,19 @@ import base64
 import binascii
 import re
 
+from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.blobs.sampling import is_text_kind, utf8_head, utf8_tail
 from wasmrun.blobs.store import BlobInfo, is_blob_id
 from wasmrun.protocol.context import Context
-from wasmrun.protocol.errors import BlobNotFound, ContentTooLarge, InvalidParams
-from wasmrun.protocol.types import CreateBlobParams, CreateBlobResult, ReadBlobParams, ReadBlobResult
+from wasmrun.protocol.errors import BlobNotFound, ContentTooLarge, InvalidParams, QuotaExceeded
+from wasmrun.protocol.types import (
+    CreateBlobParams,
+    CreateBlobResult,
+    DeleteBlobParams,
+    DeleteBlobResult,
+    ReadBlobParams,
+    ReadBlobResult,
+)
 
 # type/subtype with optional parameters, e.g. "text/csv; charset=utf-8"
 MIME = re.compile(r"[A-Za-z0-9][\w!#$&^.+-]*/[A-Za-z0-9][\w!#$&^.+-]*(\s*;\s*[\w!#$&^.+-]+=\S+)*")
@@ -25,10 +36,18 @@ MAX_KIND = 255
 
 
 def blob_info(ctx: Context, blob_id: str, field: str) -> BlobInfo:
-    info = ctx.blobs.info(blob_id) if is_blob_id(blob_id) else None
+    info = ctx.blobs.info(blob_id, ctx.caller.tenant) if is_blob_id(blob_id) else None
     if info is None:
-        raise BlobNotFound(f"blob {blob_id!r} does not exist", field=field)
+        raise not_found(blob_id, field)
     return info
+
+
+def not_found(blob_id: str, field: str) -> BlobNotFound:
+    return BlobNotFound(f"blob {blob_id[:100]!r} does not exist", field=field)
+
+
+def quota_error(exc: BlobQuotaExceeded) -> QuotaExceeded:
+    return QuotaExceeded(f"quota exceeded: {exc.message}", exc.limit, exc.value)
 
 
 async def create_blob(ctx: Context, p: CreateBlobParams) -> CreateBlobResult:
@@ -44,12 +63,34 @@ async def create_blob(ctx: Context, p: CreateBlobParams) -> CreateBlobResult:
             raise InvalidParams("content is not valid base64", field="content") from None
     else:
         data = p.content.encode("utf-8")
-    blob_id = await asyncio.to_thread(ctx.blobs.create, data, p.kind)
+    caller = ctx.caller
+    try:
+        blob_id = await asyncio.to_thread(
+            ctx.blobs.create, data, p.kind, None, caller.tenant, caller.blob_quota
+        )
+    except BlobQuotaExceeded as exc:
+        raise quota_error(exc) from None
     return CreateBlobResult(blob_id=blob_id, size_bytes=len(data))
+
+
+async def delete_blob(ctx: Context, p: DeleteBlobParams) -> DeleteBlobResult:
+    """Extension: remove one of the caller's blobs. A run already reading it gets
+    "no such blob" from its next read, never a crash."""
+    deleted = is_blob_id(p.blob_id) and await asyncio.to_thread(ctx.blobs.delete, p.blob_id, ctx.caller.tenant)
+    if not deleted:
+        raise not_found(p.blob_id, "blob_id")
+    return DeleteBlobResult(deleted=True)
 
 
 async def read_blob(ctx: Context, p: ReadBlobParams) -> ReadBlobResult:
     return await asyncio.to_thread(_read_blob, ctx, p)
+
+
+def _read(ctx: Context, blob_id: str, offset: int, length: int) -> bytes:
+    try:
+        return ctx.blobs.read(blob_id, offset, length, ctx.caller.tenant)
+    except KeyError:  # deleted since its info was read
+        raise not_found(blob_id, "blob_id") from None
 
 
 def _read_blob(ctx: Context, p: ReadBlobParams) -> ReadBlobResult:
@@ -63,14 +104,14 @@ def _read_blob(ctx: Context, p: ReadBlobParams) -> ReadBlobResult:
                 " mode 'full'; read it with 'sample_head' or 'sample_tail'",
                 field="mode",
             )
-        data = ctx.blobs.read(p.blob_id, 0, size)
+        data = _read(ctx, p.blob_id, 0, size)
     else:
         n = min(p.max_bytes, size, ctx.max_full_read_bytes)
         if p.mode == "sample_head":
-            data = ctx.blobs.read(p.blob_id, 0, n)
+            data = _read(ctx, p.blob_id, 0, n)
             data = utf8_head(data) if text else data
         else:
-            data = ctx.blobs.read(p.blob_id, size - n, n)
+            data = _read(ctx, p.blob_id, size - n, n)
             data = utf8_tail(data) if text else data
     content = data.decode("utf-8") if text else base64.b64encode(data).decode("ascii")
     return ReadBlobResult(

@@ -1,4 +1,5 @@
-"""What the methods work with: one `Context` per server, built in wasmrun/server.py."""
+"""What the methods work with: one `Context` per server, built in wasmrun/server.py,
+copied per call with the authenticated `caller` (see Dispatcher)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from wasmrun.blobs.store import BlobStore
 from wasmrun.registry.store import SkillRegistry
 from wasmrun.sandbox.executor import Executor
 from wasmrun.sandbox.limits import LimitPolicy
+from wasmrun.tenants.caller import LOCAL, Caller
+from wasmrun.tenants.policy import AccessPolicy
+from wasmrun.tenants.quotas import RunGate
 
 
 @dataclass(frozen=True)
@@ -17,5 +21,8 @@ class Context:
     blobs: BlobStore
     executor: Executor
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    access: AccessPolicy = field(default_factory=AccessPolicy)  # which skills the operator grants which secrets
     limits: LimitPolicy = field(default_factory=LimitPolicy)
     max_full_read_bytes: int = 10 * 1024 * 1024
+    caller: Caller = LOCAL
+    gate: RunGate = field(default_factory=RunGate)  # each tenant's share of the sandboxes

@@ -14,7 +14,10 @@
     │   ├── NotExecutable             execute_skill on an instruction skill
     │   └── ContentTooLarge           a full read above the configured limit
     ├── InternalError         -32603  a bug on our side; details only in the server log
-    └── ServerBusy            -32000  every sandbox stayed busy for the whole wait
+    ├── ServerBusy            -32000  every sandbox stayed busy for the whole wait
+    ├── Unauthorized          -32001  no API key, or not a valid one (HTTP 401)
+    ├── QuotaExceeded         -32002  over one of the tenant's limits; `data` names it
+    └── Forbidden             -32003  a Host or Origin this server does not answer (HTTP 403)
 
 Anything that goes wrong *inside* a run is not here: it is reported in-band,
 as a run result with `status: "failed"`.
@@ -22,6 +25,7 @@ as a run result with `status: "failed"`.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any
 
 
@@ -93,3 +97,39 @@ class InternalError(RPCError):
 
 class ServerBusy(RPCError):
     code = -32000
+
+
+class Unauthorized(RPCError):
+    code = -32001
+
+
+class RetryHint:
+    """When the client may try again; the wire layer puts one in `RETRY_HINT` per
+    HTTP request and turns it into a `Retry-After` header."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self) -> None:
+        self.seconds: int | None = None
+
+
+RETRY_HINT: ContextVar[RetryHint | None] = ContextVar("wasmrun_retry_hint", default=None)
+
+
+class QuotaExceeded(RPCError):
+    """`data`: {"limit": its name, "value": the tenant's limit, "retry_after_s": for rate limits}."""
+
+    code = -32002
+
+    def __init__(self, message: str, limit: str, value: int, retry_after_s: int | None = None) -> None:
+        data: dict[str, Any] = {"limit": limit, "value": value}
+        if retry_after_s is not None:
+            data["retry_after_s"] = retry_after_s
+            hint = RETRY_HINT.get()
+            if hint is not None:
+                hint.seconds = max(hint.seconds or 0, retry_after_s)
+        super().__init__(message, data)
+
+
+class Forbidden(RPCError):
+    code = -32003

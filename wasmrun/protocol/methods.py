@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
+from wasmrun.observe.record import CallRecord, Observer, describe_result
 from wasmrun.protocol import blobs, runs, skills
 from wasmrun.protocol.context import Context
-from wasmrun.protocol.errors import InvalidParams, MethodNotFound
+from wasmrun.protocol.errors import InvalidParams, MethodNotFound, RPCError, Unauthorized
 from wasmrun.protocol.types import (
     CreateBlobParams,
     CreateSkillParams,
+    DeleteBlobParams,
     DescribeSkillParams,
     ExecuteSkillParams,
     ListSkillsParams,
@@ -24,6 +29,7 @@ from wasmrun.protocol.types import (
     ReadSkillFileParams,
     RunCodeParams,
 )
+from wasmrun.tenants.caller import Caller
 
 
 @dataclass(frozen=True)
@@ -42,8 +48,11 @@ METHODS: dict[str, Method] = {
     "read_blob": Method(ReadBlobParams, blobs.read_blob),
     "load_skills_protocol_guide": Method(LoadGuideParams, skills.load_skills_protocol_guide),
     "create_skill": Method(CreateSkillParams, skills.create_skill),
+    # Extensions beyond the spec's methods:
+    "delete_blob": Method(DeleteBlobParams, blobs.delete_blob),
 }
 
+_encoder = msgspec.json.Encoder()
 _MISSING = re.compile(r"Object missing required field `([^`]*)`")
 _UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
 
@@ -73,14 +82,58 @@ def _invalid(message: str) -> InvalidParams:
 
 
 class Dispatcher:
-    """Calls a method by name with raw params; raises RPCError subclasses."""
+    """Calls a method by name with raw params, on behalf of `caller` (the wire layer
+    authenticates it); raises RPCError subclasses."""
 
-    def __init__(self, context: Context) -> None:
+    def __init__(self, context: Context, observer: Observer | None = None, *, require_caller: bool = False) -> None:
         self.context = context
+        self.observer = observer  # told of every call that names a known method (audit, metrics)
+        # The server's dispatcher: a transport that did not authenticate its call
+        # (passed no caller) is refused, never served as the context's default caller.
+        self.require_caller = require_caller
 
-    async def __call__(self, method: str, raw_params: msgspec.Raw) -> msgspec.Struct:
+    async def __call__(self, method: str, raw_params: msgspec.Raw, caller: Caller | None = None) -> msgspec.Struct:
         entry = METHODS.get(method)
         if entry is None:
             raise MethodNotFound(f"method not found: {method!r}", {"methods": sorted(METHODS)})
-        params = decode_params(entry.params, raw_params)
-        return await entry.handler(self.context, params)
+        if caller is None and self.require_caller:
+            raise Unauthorized("unauthorized: this transport did not identify the caller")
+        same = caller is None or caller == self.context.caller
+        ctx = self.context if same or caller is None else dataclasses.replace(self.context, caller=caller)
+        if self.observer is None:
+            return await entry.handler(ctx, decode_params(entry.params, raw_params))
+        started = time.perf_counter()
+        params: Params | None = None
+        try:
+            params = decode_params(entry.params, raw_params)
+            result = await entry.handler(ctx, params)
+        except RPCError as exc:
+            self._observe(ctx, method, raw_params, params, started, None, exc)
+            raise
+        self._observe(ctx, method, raw_params, params, started, result, None)
+        return result
+
+    def _observe(
+        self, ctx: Context, method: str, raw: msgspec.Raw, params: Params | None, started: float,
+        result: msgspec.Struct | None, error: RPCError | None,
+    ) -> None:
+        assert self.observer is not None
+        record = CallRecord(
+            time=datetime.now(UTC).isoformat(timespec="milliseconds"),
+            tenant=ctx.caller.tenant,
+            method=method,
+            status="ok" if error is None else "error",
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            bytes_in=len(raw),
+            bytes_out=len(_encoder.encode(result)) if result is not None else 0,
+        )
+        name = getattr(params, "name", None)
+        if isinstance(name, str):
+            record.skill = name[:200]
+            skill = ctx.registry.find(name, getattr(params, "version", None), ctx.caller.tenant)
+            record.version = skill.version if skill is not None else None
+        if error is not None:
+            record.error_code = error.code
+            record.error_type = type(error).__name__
+        describe_result(record, result)
+        self.observer.record(record)

@@ -20,8 +20,9 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from wasmrun.blobs.quota import BlobQuota
 from wasmrun.blobs.sampling import text_head, text_tail
-from wasmrun.blobs.store import BlobStore
+from wasmrun.blobs.store import LEGACY_OWNER, BlobStore
 from wasmrun.protocol.types import RunError, RunResult, RunUsage
 from wasmrun.sandbox import types as sandbox
 
@@ -51,14 +52,19 @@ def logs_are_cut(result: sandbox.RunResult) -> bool:
     )
 
 
-def _logs_blob(result: sandbox.RunResult, blobs: BlobStore) -> str | UnsetType:
+def _logs_blob(
+    result: sandbox.RunResult, blobs: BlobStore, owner: str, quota: BlobQuota | None
+) -> str | UnsetType:
     if not logs_are_cut(result):
         return UNSET
     data = result.logs.encode("utf-8", "replace")
-    return blobs.create(data, "text/plain; charset=utf-8", run_id=result.run_id)
+    return blobs.create(data, "text/plain; charset=utf-8", run_id=result.run_id, owner=owner, quota=quota)
 
 
-def to_spec_result(result: sandbox.RunResult, blobs: BlobStore) -> RunResult:
+def to_spec_result(
+    result: sandbox.RunResult, blobs: BlobStore, owner: str = LEGACY_OWNER, quota: BlobQuota | None = None
+) -> RunResult:
+    """Raises BlobQuotaExceeded when the output or logs blob would take `owner` over `quota`."""
     u = result.usage
     # Named one by one: the sandbox may track more than the protocol promises.
     usage = RunUsage(
@@ -71,7 +77,7 @@ def to_spec_result(result: sandbox.RunResult, blobs: BlobStore) -> RunResult:
         prepared_ahead=u.prepared_ahead,
     )
     logs = logs_preview(result.logs, result.logs_cut_bytes)
-    logs_blob = _logs_blob(result, blobs)
+    logs_blob = _logs_blob(result, blobs, owner, quota)
     if result.status == "failed" or result.error is not None:
         error = result.error or sandbox.RunError("SandboxError", "the run failed")
         return RunResult(
@@ -91,7 +97,7 @@ def to_spec_result(result: sandbox.RunResult, blobs: BlobStore) -> RunResult:
     encoded = msgspec.json.encode(output)
     stored = len(encoded) > MAX_OUTPUT_BYTES
     if stored:
-        pointer = blobs.create(encoded, "application/json", run_id=result.run_id)
+        pointer = blobs.create(encoded, "application/json", run_id=result.run_id, owner=owner, quota=quota)
         output_blobs.insert(0, pointer)
         output = {
             "output_blob": pointer,

@@ -1,7 +1,8 @@
 """execute_skill and run_code: params → a sandbox `RunRequest` → the spec's run result.
 
-Secrets: execute_skill gives the guest only the secrets its manifest names in
-`permissions.secrets`. run_code gets none: its code is written by the model,
+Secrets: a manifest's `permissions.secrets` only asks. execute_skill gives the
+guest a secret when the skill asks for it and the operator's policy grants it
+to this skill for this tenant (tenants/policy.py). run_code gets none: its code is written by the model,
 and any mounted skill shares its interpreter, so a secret handed to a
 mounted skill would be readable by that code.
 """
@@ -9,19 +10,24 @@ mounted skill would be readable by that code.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import logging
 
-from wasmrun.protocol.blobs import blob_info
+from wasmrun.blobs.quota import BlobQuotaExceeded
+from wasmrun.protocol.blobs import blob_info, quota_error
 from wasmrun.protocol.context import Context
-from wasmrun.protocol.errors import InvalidParams, NotExecutable, ServerBusy
+from wasmrun.protocol.errors import InvalidParams, NotExecutable, QuotaExceeded, ServerBusy
 from wasmrun.protocol.run_result import needs_output_blob, to_spec_result
 from wasmrun.protocol.skills import find_skill
 from wasmrun.protocol.types import ExecuteSkillParams, RunCodeParams, RunResult
 from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.registry.store import Skill
 from wasmrun.sandbox.executor import Busy
-from wasmrun.sandbox.limits import MiB
+from wasmrun.sandbox.limits import FUEL_PER_MS, MIN_MEMORY_BYTES, LimitPolicy, Limits, MiB
 from wasmrun.sandbox.types import MountedSkill, RunRequest
+from wasmrun.tenants.limits import TenantLimits
+from wasmrun.tenants.quotas import QueueTimeout, RunQuotaExceeded
 
 logger = logging.getLogger("wasmrun.runs")
 
@@ -33,6 +39,7 @@ def _mount(skill: Skill) -> MountedSkill:
 
 
 def _input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
+    # Each checked for the caller: another tenant's id is "does not exist".
     for i, blob_id in enumerate(blob_ids):
         blob_info(ctx, blob_id, f"input_blobs[{i}]")
     return list(dict.fromkeys(blob_ids))
@@ -40,10 +47,48 @@ def _input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
 
 def _granted_secrets(ctx: Context, skill: Skill) -> dict[str, str]:
     wanted = skill.manifest.permissions.secrets
-    missing = [name for name in wanted if name not in ctx.secrets]
+    if not wanted:
+        return {}
+    granted = ctx.access.granted(ctx.caller.tenant, skill.name)
+    missing = [name for name in wanted if name in granted and name not in ctx.secrets]
     if missing:
-        logger.warning("skill %s asks for secrets not configured: %s", skill.name, ", ".join(missing))
-    return {name: ctx.secrets[name] for name in wanted if name in ctx.secrets}
+        logger.warning("skill %s is granted secrets not configured: %s", skill.name, ", ".join(missing))
+    return {name: ctx.secrets[name] for name in wanted if name in granted and name in ctx.secrets}
+
+
+@functools.lru_cache(maxsize=1024)
+def tenant_policy(server: LimitPolicy, tenant: TenantLimits) -> LimitPolicy:
+    """The server's defaults and ceilings, lowered to the tenant's own ceilings."""
+    caps = {
+        "timeout_ms": tenant.max_timeout_ms,
+        "memory_bytes": max(MIN_MEMORY_BYTES, tenant.max_memory_mb * MiB),
+        "fuel": tenant.max_cpu_ms * FUEL_PER_MS,
+    }
+    ceilings = dataclasses.replace(
+        server.ceilings, **{name: min(getattr(server.ceilings, name), cap) for name, cap in caps.items()}
+    )
+    defaults = dataclasses.replace(
+        server.defaults, **{name: min(getattr(server.defaults, name), getattr(ceilings, name)) for name in caps}
+    )
+    return LimitPolicy(defaults=defaults, ceilings=ceilings)
+
+
+def _limits(ctx: Context, timeout_ms: int | None, field: str, memory_mb: int | None = None) -> Limits:
+    """The run's limits: the server's, within the tenant's own ceilings; asking for
+    more than the tenant's ceiling is -32602 naming the field and the limit."""
+    tenant = ctx.caller.limits
+    if timeout_ms is not None and timeout_ms > tenant.max_timeout_ms:
+        raise InvalidParams(
+            f"{field} {timeout_ms} is above this tenant's ceiling (max_timeout_ms = {tenant.max_timeout_ms})",
+            field=field, limit="max_timeout_ms", value=tenant.max_timeout_ms,
+        )
+    if memory_mb is not None and memory_mb > tenant.max_memory_mb:
+        raise InvalidParams(
+            f"limits.memory_mb {memory_mb} is above this tenant's ceiling (max_memory_mb = {tenant.max_memory_mb})",
+            field="limits.memory_mb", limit="max_memory_mb", value=tenant.max_memory_mb,
+        )
+    memory_bytes = None if memory_mb is None else memory_mb * MiB
+    return tenant_policy(ctx.limits, tenant).resolve(timeout_ms=timeout_ms, memory_bytes=memory_bytes)
 
 
 async def _checked_input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
@@ -53,16 +98,24 @@ async def _checked_input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
 
 
 async def _run(ctx: Context, request: RunRequest) -> RunResult:
+    request.owner = ctx.caller.tenant
+    request.blob_quota = ctx.caller.blob_quota
     try:
-        result = await ctx.executor.run(request)
-    except Busy as exc:
+        async with ctx.gate.admit(ctx.caller):
+            result = await ctx.executor.run(request)
+    except RunQuotaExceeded as exc:
+        raise QuotaExceeded(f"quota exceeded: {exc.message}", exc.limit, exc.value, exc.retry_after_s) from None
+    except (Busy, QueueTimeout) as exc:
         raise ServerBusy(f"server busy: {exc}") from None
     # Only an output too large for the result is written to the blob store;
     # everything else is quick enough for the event loop, and a thread hop
     # costs a short run a noticeable share of its latency.
-    if needs_output_blob(result):
-        return await asyncio.to_thread(to_spec_result, result, ctx.blobs)
-    return to_spec_result(result, ctx.blobs)
+    try:
+        if needs_output_blob(result):
+            return await asyncio.to_thread(to_spec_result, result, ctx.blobs, request.owner, request.blob_quota)
+        return to_spec_result(result, ctx.blobs)
+    except BlobQuotaExceeded as exc:
+        raise quota_error(exc) from None
 
 
 async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
@@ -83,7 +136,7 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
         skills=[_mount(skill)],
         input_blobs=input_blobs,
         env=_granted_secrets(ctx, skill),
-        limits=ctx.limits.resolve(timeout_ms=p.timeout_ms),
+        limits=_limits(ctx, p.timeout_ms, "timeout_ms"),
     )
     return await _run(ctx, request)
 
@@ -94,8 +147,14 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
             f"entrypoint {p.entrypoint!r} must be the name of a function", field="entrypoint"
         )
     mounted: dict[str, MountedSkill] = {}
-    for i, name in enumerate(p.mount_skills):
-        mounted.setdefault(name, _mount(find_skill(ctx, name, None, field=f"mount_skills[{i}]")))
+    for i, entry in enumerate(p.mount_skills):
+        # "name" mounts the highest version, "name@1.2.0" that version.
+        name, _, version = entry.partition("@")
+        where = f"mount_skills[{i}]"
+        skill = find_skill(ctx, name, version or None, field=where, version_field=where)
+        if skill.name in mounted and mounted[skill.name].root != str(skill.root):
+            raise InvalidParams(f"skill {skill.name!r} is listed twice with different versions", field=where)
+        mounted[skill.name] = _mount(skill)
     input_blobs = await _checked_input_blobs(ctx, p.input_blobs)
     request = RunRequest(
         kind="code",
@@ -105,9 +164,6 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         skills=list(mounted.values()),
         input_blobs=input_blobs,
         env={},
-        limits=ctx.limits.resolve(
-            timeout_ms=p.limits.timeout_ms,
-            memory_bytes=None if p.limits.memory_mb is None else p.limits.memory_mb * MiB,
-        ),
+        limits=_limits(ctx, p.limits.timeout_ms, "limits.timeout_ms", p.limits.memory_mb),
     )
     return await _run(ctx, request)

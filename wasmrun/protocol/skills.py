@@ -10,7 +10,7 @@ import json
 import frontmatter
 
 from wasmrun.protocol.context import Context
-from wasmrun.protocol.errors import InternalError, InvalidParams, SkillNotFound
+from wasmrun.protocol.errors import InternalError, InvalidParams, InvalidSkill, QuotaExceeded, SkillNotFound
 from wasmrun.protocol.types import (
     CreateSkillParams,
     CreateSkillResult,
@@ -25,21 +25,36 @@ from wasmrun.protocol.types import (
     SkillDescription,
     SkillEntry,
 )
-from wasmrun.registry.store import DOC_FILE, ListingKey, NewFile, Skill, listing_key
+from wasmrun.registry.store import (
+    DOC_FILE,
+    ListingKey,
+    NewFile,
+    ReservedName,
+    Skill,
+    SkillQuota,
+    SkillQuotaExceeded,
+    listing_key,
+)
 
 GUIDE_SKILL = "skills.protocol.guide"
 MAX_LIST_LIMIT = 200
 MAX_NEW_FILES = 1000
 
 
-def find_skill(ctx: Context, name: str, version: str | None, field: str = "name") -> Skill:
-    skill = ctx.registry.find(name, version)
+def find_skill(
+    ctx: Context, name: str, version: str | None, field: str = "name", version_field: str = "version"
+) -> Skill:
+    """A skill the caller may see: the operator's, or one its own tenant created.
+    Another tenant's skill is "not found", exactly like a name never created."""
+    owner = ctx.caller.tenant
+    skill = ctx.registry.find(name, version, owner)
     if skill is not None:
         return skill
-    if version is not None and ctx.registry.find(name) is not None:
-        known = ", ".join(s.version for s in ctx.registry.skills() if s.name == name)
+    latest = ctx.registry.find(name, None, owner) if version is not None else None
+    if latest is not None:
+        known = ", ".join(s.version for s in ctx.registry.skills(owner) if s.name == name and s.owner == latest.owner)
         raise SkillNotFound(
-            f"skill {name!r} has no version {version!r} (available: {known})", field="version"
+            f"skill {name!r} has no version {version!r} (available: {known})", field=version_field
         )
     raise SkillNotFound(f"no skill named {name!r}", field=field)
 
@@ -86,7 +101,7 @@ def _entry(skill: Skill, detail: str) -> SkillEntry:
 
 
 async def list_skills(ctx: Context, p: ListSkillsParams) -> ListSkillsResult:
-    skills = ctx.registry.skills()
+    skills = ctx.registry.skills(ctx.caller.tenant)
     if p.namespace:
         skills = [s for s in skills if _in_namespace(s, p.namespace)]
     start = 0
@@ -129,7 +144,10 @@ async def read_skill_file(ctx: Context, p: ReadSkillFileParams) -> ReadSkillFile
 
 
 async def load_skills_protocol_guide(ctx: Context, p: LoadGuideParams) -> LoadGuideResult:
-    skill = ctx.registry.find(GUIDE_SKILL)
+    # Always the guide shipped with wasmrun: what every agent reads first is not
+    # for a client (or even another skills folder) to replace.
+    bundled = [s for s in ctx.registry.skills() if s.name == GUIDE_SKILL and s.bundled]
+    skill = max(bundled, key=lambda s: s.semver) if bundled else None
     if skill is None:
         raise InternalError(f"the canonical {GUIDE_SKILL} skill is not installed on this server")
     data = await asyncio.to_thread(ctx.registry.read_file, skill, DOC_FILE, ctx.max_full_read_bytes)
@@ -154,5 +172,12 @@ async def create_skill(ctx: Context, p: CreateSkillParams) -> CreateSkillResult:
         else:
             content = f.content.encode("utf-8")
         files.append(NewFile(path=f.path, content=content))
-    skill = await asyncio.to_thread(ctx.registry.create, p.manifest, p.skill_md, files)
+    caller = ctx.caller
+    quota = SkillQuota(caller.limits.skills, caller.limits.skill_bytes)
+    try:
+        skill = await asyncio.to_thread(ctx.registry.create, p.manifest, p.skill_md, files, caller.tenant, quota)
+    except ReservedName as exc:
+        raise InvalidSkill(str(exc), field="manifest.name") from None
+    except SkillQuotaExceeded as exc:
+        raise QuotaExceeded(f"quota exceeded: {exc.message}", exc.limit, exc.value) from None
     return CreateSkillResult(name=skill.name, version=skill.version)

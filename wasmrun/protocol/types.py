@@ -184,3 +184,11 @@ class ReadBlobResult(msgspec.Struct):
     kind: str
     encoding: Encoding  # extension: "base64" for binary blobs
     size_bytes: int  # extension: the whole blob's size
+
+
+class DeleteBlobParams(Params):  # extension method
+    blob_id: str
+
+
+class DeleteBlobResult(msgspec.Struct):
+    deleted: bool

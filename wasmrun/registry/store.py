@@ -2,18 +2,28 @@
 writable folder (`<data_dir>/skills`) where create_skill puts new skills.
 
 Any folder holding a skill.toml is a skill, so both `skills/<name>/` and
-`skills/<name>/<version>/` layouts work; create_skill writes the latter.
-A folder holding a SKILL.md and no skill.toml is an Anthropic Agent Skill
-(registry/agentskills.py says how it maps to a protocol skill).
-A skill that fails validation is logged and skipped, never fatal.
+`skills/<name>/<version>/` layouts work. A folder holding a SKILL.md and no
+skill.toml is an Anthropic Agent Skill (registry/agentskills.py says how it maps
+to a protocol skill). A skill that fails validation is logged and skipped, never
+fatal.
 
 The folders are watched by polling: at most every RECHECK_S, a call that reads
 the registry compares the folders' modification times with the last load's and
 reloads when they differ, so skills dropped in are served without a restart.
+
+Ownership: the read-only folders hold the operator's skills, visible to every
+tenant. create_skill writes `<data_dir>/skills/@<tenant>/<name>/<version>/`,
+visible to that tenant alone (an older `<data_dir>/skills/<name>/<version>/`
+belongs to the local tenant). A name the operator's skills use, and any name
+in the reserved `skills.` namespace, is never created over the protocol at any
+version, and a tenant's skill that comes to clash with an operator's name later
+is not loaded: created skills can never shadow the operator's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import errno
 import logging
 import os
@@ -53,6 +63,35 @@ logger = logging.getLogger("wasmrun.registry")
 
 
 ListingKey = tuple[str, str, "_Descending"]
+SkillKey = tuple[str | None, str, str]  # (owner, name, version)
+
+
+RESERVED_NAMESPACE = "skills"
+OWNER_PREFIX = "@"
+# Created skills in the layout from before tenants belong to this tenant.
+LEGACY_OWNER = "local"
+
+
+class ReservedName(Exception):
+    """create_skill for a name the operator's skills use or in the reserved namespace."""
+
+
+@dataclass(frozen=True)
+class SkillQuota:
+    max_count: int  # skill versions one owner may create
+    max_bytes: int  # the bytes of all their files
+
+
+class SkillQuotaExceeded(Exception):
+    def __init__(self, limit: str, value: int, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.value = value
+        self.message = message
+
+
+def is_reserved_namespace(name: str) -> bool:
+    return name == RESERVED_NAMESPACE or name.startswith(RESERVED_NAMESPACE + ".")
 
 
 @dataclass(frozen=True)
@@ -61,6 +100,8 @@ class Skill:
     raw_manifest: dict[str, Any]  # skill.toml exactly as parsed
     frontmatter: dict[str, Any]
     root: Path
+    owner: str | None = None  # the tenant that created it; None: the operator's
+    bundled: bool = False  # from the skills/ folder shipped with wasmrun
 
     @property
     def name(self) -> str:
@@ -103,17 +144,21 @@ class NewFile:
 
 
 class SkillRegistry(Protocol):
-    def skills(self) -> list[Skill]:
-        """Every skill version, sorted by (namespace, name, version descending)."""
+    def skills(self, owner: str | None = None) -> list[Skill]:
+        """Every skill version `owner` sees (the operator's and its own), sorted by
+        (namespace, name, version descending); owner None: the operator's alone."""
 
-    def find(self, name: str, version: str | None = None) -> Skill | None:
-        """That version, or the highest one when `version` is None."""
+    def find(self, name: str, version: str | None = None, owner: str | None = None) -> Skill | None:
+        """That version, or the highest one when `version` is None, among what `owner` sees."""
 
     def read_file(self, skill: Skill, path: str, max_bytes: int) -> bytes: ...
 
     def list_files(self, skill: Skill) -> list[str]: ...
 
-    def create(self, manifest: dict[str, Any], skill_md: str, files: list[NewFile]) -> Skill: ...
+    def create(
+        self, manifest: dict[str, Any], skill_md: str, files: list[NewFile], owner: str = LEGACY_OWNER,
+        quota: SkillQuota | None = None,
+    ) -> Skill: ...
 
 
 class SkillProblems(Exception):
@@ -286,9 +331,12 @@ class DirectoryRegistry:
         self.writable = Path(writable)
         self.writable.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._index: dict[tuple[str, str], Skill] = {}
-        self._sorted: list[Skill] = []
+        self._index: dict[SkillKey, Skill] = {}
+        self._operator: list[Skill] = []
+        self._operator_names: frozenset[str] = frozenset()
+        self._by_owner: dict[str, list[Skill]] = {}
         self._signature: tuple[tuple[str, int], ...] = ()
+        self._missing: set[Path] = set()
         self._next_check = 0.0
         self._clean_staging()
         self.reload()
@@ -316,42 +364,87 @@ class DirectoryRegistry:
     def _reload_locked(self) -> None:
         # Taken before the scan: a change during the scan shows at the next check.
         self._signature = folders_signature(self._tops())
-        index: dict[tuple[str, str], Skill] = {}
-        for top in [*self.read_only, self.writable]:
+        index: dict[SkillKey, Skill] = {}
+        for i, top in enumerate(self.read_only):
             if not top.is_dir():
-                if top != self.writable:
+                if top not in self._missing:  # said once, not at every reload
+                    self._missing.add(top)
                     logger.warning("skills folder %s does not exist", top)
                 continue
             for folder in skill_folders(top):
-                try:
-                    skill = load_skill(folder)
-                except SkillProblems as exc:
-                    logger.warning("skipping invalid skill in %s: %s", folder, exc)
+                self._add(index, folder, None, bundled=i == 0)
+        operator_names = {name for _, name, _ in index}
+        if self.writable.is_dir():
+            for entry in sorted(self.writable.iterdir()):
+                if entry.name.startswith(".") or not entry.is_dir():
                     continue
-                key = (skill.name, skill.version)
-                if key in index:
-                    logger.warning(
-                        "skipping %s %s in %s: already loaded from %s",
-                        skill.name, skill.version, folder, index[key].root,
-                    )
-                    continue
-                index[key] = skill
+                owner = entry.name[len(OWNER_PREFIX):] if entry.name.startswith(OWNER_PREFIX) else LEGACY_OWNER
+                for folder in skill_folders(entry):
+                    self._add(index, folder, owner, reserved=operator_names)
         self._set_index(index)
 
-    def _set_index(self, index: dict[tuple[str, str], Skill]) -> None:
+    @staticmethod
+    def _add(
+        index: dict[SkillKey, Skill],
+        folder: Path,
+        owner: str | None,
+        *,
+        bundled: bool = False,
+        reserved: set[str] | frozenset[str] = frozenset(),
+    ) -> None:
+        try:
+            skill = load_skill(folder)
+        except SkillProblems as exc:
+            logger.warning("skipping invalid skill in %s: %s", folder, exc)
+            return
+        if owner is not None and (skill.name in reserved or is_reserved_namespace(skill.name)):
+            logger.warning("skipping %s in %s: the name is the operator's", skill.name, folder)
+            return
+        key = (owner, skill.name, skill.version)
+        if key in index:
+            logger.warning(
+                "skipping %s %s in %s: already loaded from %s", skill.name, skill.version, folder, index[key].root
+            )
+            return
+        index[key] = dataclasses.replace(skill, owner=owner, bundled=bundled)
+
+    def _set_index(self, index: dict[SkillKey, Skill]) -> None:
         self._index = index
-        self._sorted = sorted(index.values(), key=Skill.sort_key)
+        ordered = sorted(index.values(), key=Skill.sort_key)
+        self._operator = [s for s in ordered if s.owner is None]
+        self._operator_names = frozenset(s.name for s in self._operator)
+        by_owner: dict[str, list[Skill]] = {}
+        for skill in ordered:
+            if skill.owner is not None:
+                by_owner.setdefault(skill.owner, []).append(skill)
+        self._by_owner = {
+            owner: sorted([*self._operator, *own], key=Skill.sort_key) for owner, own in by_owner.items()
+        }
 
-    def skills(self) -> list[Skill]:
+    def skills(self, owner: str | None = None) -> list[Skill]:
         self._refresh()
-        return self._sorted
+        if owner is None:
+            return self._operator
+        return self._by_owner.get(owner, self._operator)
 
-    def find(self, name: str, version: str | None = None) -> Skill | None:
+    def every_skill(self) -> list[Skill]:
+        """The operator's skills and every tenant's, for the operator's own listing."""
+        self._refresh()
+        return sorted(self._index.values(), key=lambda s: (s.owner or "", *s.sort_key()))
+
+    def operator_names(self) -> frozenset[str]:
+        self._refresh()
+        return self._operator_names
+
+    def find(self, name: str, version: str | None = None, owner: str | None = None) -> Skill | None:
         self._refresh()
         name = agentskills.normalise_name(name)
+        # An operator's name resolves among the operator's skills only, whatever a tenant created.
+        if name in self._operator_names or owner is None:
+            owner = None
         if version is not None:
-            return self._index.get((name, version))
-        candidates = [s for s in self._sorted if s.name == name]
+            return self._index.get((owner, name, version))
+        candidates = [s for s in self.skills(owner) if s.name == name and s.owner == owner]
         return max(candidates, key=lambda s: s.semver) if candidates else None
 
     def read_file(self, skill: Skill, path: str, max_bytes: int) -> bytes:
@@ -389,12 +482,17 @@ class DirectoryRegistry:
 
     # -- create_skill ---------------------------------------------------------
 
-    def create(self, manifest: dict[str, Any], skill_md: str, files: list[NewFile]) -> Skill:
+    def create(
+        self, manifest: dict[str, Any], skill_md: str, files: list[NewFile], owner: str = LEGACY_OWNER,
+        quota: SkillQuota | None = None,
+    ) -> Skill:
         try:
             parsed = validate_manifest(manifest)
         except ManifestError as exc:
             raise InvalidSkill(f"invalid manifest: {exc}", field="manifest", problems=exc.problems) from None
-        if (parsed.name, parsed.version) in self._index:
+        self._check_name(parsed.name)
+        key: SkillKey = (owner, parsed.name, parsed.version)
+        if key in self._index:
             raise SkillExists(f"skill {parsed.name} {parsed.version} already exists", field="manifest")
         seen = set()
         for i, f in enumerate(files):
@@ -408,6 +506,9 @@ class DirectoryRegistry:
                 raise InvalidSkill(f"files[{i}]: {f.path} is listed twice", field=f"files[{i}].path")
             seen.add(rel.as_posix())
         toml_text = _manifest_toml(manifest)
+        if quota is not None:
+            size = len(toml_text.encode()) + len(skill_md.encode()) + sum(len(f.content) for f in files)
+            self._check_quota(owner, quota, size)
 
         staging = self.writable / STAGING
         staging.mkdir(exist_ok=True)
@@ -429,10 +530,13 @@ class DirectoryRegistry:
                 load_skill(tmp)
             except SkillProblems as exc:
                 raise InvalidSkill(f"invalid skill: {exc}", field="manifest", problems=exc.problems) from None
-            dest = self.writable / parsed.name / parsed.version
+            dest = self.writable / (OWNER_PREFIX + owner) / parsed.name / parsed.version
             dest.parent.mkdir(parents=True, exist_ok=True)
             with self._lock:
-                if (parsed.name, parsed.version) in self._index:
+                self._check_name(parsed.name)
+                if quota is not None:
+                    self._check_quota(owner, quota, 0)
+                if key in self._index:
                     raise SkillExists(
                         f"skill {parsed.name} {parsed.version} already exists", field="manifest"
                     )
@@ -446,8 +550,8 @@ class DirectoryRegistry:
                         ) from None
                     raise
                 fsync_dir(dest.parent)
-                skill = load_skill(dest)
-                self._set_index({**self._index, (skill.name, skill.version): skill})
+                skill = dataclasses.replace(load_skill(dest), owner=owner)
+                self._set_index({**self._index, key: skill})
             return skill
         finally:
             if tmp.exists():
@@ -455,10 +559,11 @@ class DirectoryRegistry:
 
     # -- `wasmrun skills add` ------------------------------------------------------
 
-    def add(self, source: Path) -> tuple[Skill, Path]:
-        """Copy a skill folder (an Agent Skill or one with a skill.toml) into the writable
-        folder: validated first, copied to a staging folder, then renamed into place.
-        Raises SkillProblems when it is invalid, SkillExists when it is there already."""
+    def add(self, source: Path, into: Path) -> tuple[Skill, Path]:
+        """Copy a skill folder (an Agent Skill or one with a skill.toml) into `into`, one
+        of the operator's skills folders: validated first, copied to a staging folder
+        there, then renamed into place. Raises SkillProblems when it is invalid,
+        SkillExists when it is there already."""
         source = Path(source)
         if not source.is_dir():
             raise SkillProblems([f"{source} is not a folder"])
@@ -470,11 +575,11 @@ class DirectoryRegistry:
                 raise SkillProblems([f"{where} is not a regular file or folder"])
         skill = load_skill(source)
         if is_agent_skill(source):
-            dest = self.writable / AGENT_SKILLS_DIR / str(skill.frontmatter["name"])
+            dest = into / AGENT_SKILLS_DIR / str(skill.frontmatter["name"])
         else:
-            dest = self.writable / skill.name / skill.version
-        staging = self.writable / STAGING
-        staging.mkdir(exist_ok=True)
+            dest = into / skill.name / skill.version
+        staging = into / STAGING
+        staging.mkdir(parents=True, exist_ok=True)
         holder = Path(tempfile.mkdtemp(prefix=f"{skill.name}-", dir=staging))
         tmp = holder / dest.name  # an Agent Skill's folder is named after it
         try:
@@ -482,14 +587,33 @@ class DirectoryRegistry:
             copied = load_skill(tmp)
             dest.parent.mkdir(parents=True, exist_ok=True)
             with self._lock:
-                if (copied.name, copied.version) in self._index or dest.exists():
+                if (None, copied.name, copied.version) in self._index or dest.exists():
                     raise SkillExists(f"skill {copied.name} {copied.version} already exists", field="path")
                 os.rename(tmp, dest)
                 fsync_dir(dest.parent)
                 self._reload_locked()
-                return self._index[(copied.name, copied.version)], dest
+                return self._index[(None, copied.name, copied.version)], dest
         finally:
             shutil.rmtree(holder, ignore_errors=True)
+
+    def _check_quota(self, owner: str, quota: SkillQuota, adding: int) -> None:
+        owned = [s for s in self._index.values() if s.owner == owner]
+        if len(owned) + 1 > quota.max_count:
+            raise SkillQuotaExceeded(
+                "skills", quota.max_count, f"the tenant has created {len(owned)} skill versions, its limit (skills)"
+            )
+        used = sum(_folder_bytes(s.root) for s in owned)
+        if used + adding > quota.max_bytes:
+            raise SkillQuotaExceeded(
+                "skill_bytes", quota.max_bytes,
+                f"{adding} more bytes of skill files would take the tenant over its limit (skill_bytes; {used} in use)",
+            )
+
+    def _check_name(self, name: str) -> None:
+        if is_reserved_namespace(name):
+            raise ReservedName(f"the {RESERVED_NAMESPACE!r} namespace is reserved for the server's own skills")
+        if name in self._operator_names:
+            raise ReservedName(f"{name!r} is the name of one of this server's own skills, at any version")
 
     def _clean_staging(self) -> None:
         staging = self.writable / STAGING
@@ -501,6 +625,15 @@ class DirectoryRegistry:
                     shutil.rmtree(leftover, ignore_errors=True)
             except OSError:
                 pass
+
+
+def _folder_bytes(root: Path) -> int:
+    total = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
 
 
 def _manifest_toml(manifest: dict[str, Any]) -> str:

@@ -259,15 +259,15 @@ class SandboxEngine:
         # (wasmtime-py's custom-output callbacks also panic at interpreter exit).
         return wasi
 
-    def _place_input_blobs(self, blob_ids: list[str], folder: Path) -> None:
-        """Each input blob as `folder/<blob id>`: a hard link to the store's
-        file (no copy, whatever its size), or a copy where the store has no
-        file on this filesystem. Only ids the store accepts become names."""
+    def _place_input_blobs(self, blob_ids: list[str], folder: Path, owner: str) -> None:
+        """Each input blob of `owner` as `folder/<blob id>`: a hard link to the
+        store's file (no copy, whatever its size), or a copy where the store has
+        no file on this filesystem. Only ids the store finds become names."""
         for blob_id in blob_ids:
             target = folder / blob_id
-            if self.blobs.size(blob_id) is None or target.parent != folder:
+            if self.blobs.size(blob_id, owner) is None or target.parent != folder:
                 continue
-            source = self.blobs.local_path(blob_id)
+            source = self.blobs.local_path(blob_id, owner)
             if source is not None:
                 try:
                     os.link(source, target)
@@ -277,10 +277,10 @@ class SandboxEngine:
                 except OSError:
                     pass  # another filesystem: copy
             try:
-                size = self.blobs.size(blob_id) or 0
+                size = self.blobs.size(blob_id, owner) or 0
                 with open(target, "wb") as f:
                     for offset in range(0, size, 1 << 20):
-                        f.write(self.blobs.read(blob_id, offset, 1 << 20))
+                        f.write(self.blobs.read(blob_id, offset, 1 << 20, owner))
             except (OSError, KeyError):
                 logger.warning("could not place input blob %s in /blobs", blob_id)
                 target.unlink(missing_ok=True)
@@ -350,9 +350,10 @@ class SandboxEngine:
         limits = request.limits
         workspace = Workspace(self._dirs.take(), limits.workspace_bytes, limits.workspace_files)
         if request.input_blobs:
-            self._place_input_blobs(request.input_blobs, workspace.blobs)
+            self._place_input_blobs(request.input_blobs, workspace.blobs, request.owner)
         ctx = RunContext(
-            run_id, self._guest_request(request), limits, self.blobs, request.input_blobs, workspace, self._io
+            run_id, self._guest_request(request), limits, self.blobs, request.input_blobs, workspace, self._io,
+            owner=request.owner, blob_quota=request.blob_quota,
         )
         store, memory = fresh.store, fresh.memory
         usage = Usage(prepared_ahead=fresh.prepared_ahead)

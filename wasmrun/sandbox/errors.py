@@ -10,6 +10,7 @@ MEMORY_LIMIT = "MemoryLimitExceeded"  # linear memory cap
 STACK_OVERFLOW = "StackOverflow"
 WORKSPACE_QUOTA = "WorkspaceQuotaExceeded"  # /workspace bytes or files
 BLOB_BUDGET = "BlobBudgetExceeded"  # bytes through blob host calls
+BLOB_QUOTA = "BlobQuotaExceeded"  # the tenant's stored blob bytes or count, or blobs per run
 ENTRYPOINT_NOT_FOUND = "EntrypointNotFound"
 INVALID_OUTPUT = "InvalidOutput"  # return value not JSON, or too large
 SYSTEM_EXIT = "SystemExit"
@@ -43,4 +44,4 @@ def memory_hint(limit_bytes: int, ceiling_bytes: int) -> str:
         return (f"hint: the run had {limit_mb} MiB of memory, the server's maximum;"
                 " process the data in smaller pieces (stream files, write partial results to blobs)")
     return (f"hint: the run had {limit_mb} MiB of memory; ask for more with"
-            f" limits.memory_mb (up to {ceiling_mb}) or process the data in smaller pieces")
+            " limits.memory_mb (within your ceiling) or process the data in smaller pieces")

@@ -22,6 +22,9 @@ class Busy(Exception):
 class Executor(Protocol):
     async def run(self, request: RunRequest) -> RunResult: ...
 
+    def capacity(self) -> tuple[int, int]:
+        """(busy, free) sandboxes."""
+
     def close(self) -> None: ...
 
 
@@ -43,6 +46,9 @@ class _Slots:
     def release(self) -> None:
         assert self._sem is not None
         self._sem.release()
+
+    def free(self) -> int:
+        return self._sem._value if self._sem is not None else self.slots
 
 
 class InProcessExecutor:
@@ -70,6 +76,11 @@ class InProcessExecutor:
             return await asyncio.to_thread(self.engine.run, request)
         finally:
             self._slots.release()
+
+    def capacity(self) -> tuple[int, int]:
+        """(busy, free) slots, for /metrics."""
+        free = self._slots.free()
+        return self._slots.slots - free, free
 
     def close(self) -> None:
         self.engine.close()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import wasmtime
 
+from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.capture import HeadTail, log_line
@@ -48,8 +49,12 @@ class RunContext:
         input_blobs: list[str],
         workspace: Workspace,
         buffers: GuestBuffers | None = None,
+        owner: str = "local",
+        blob_quota: BlobQuota | None = None,
     ) -> None:
         self.run_id = run_id
+        self.owner = owner  # the tenant whose blobs this run reads and writes
+        self.blob_quota = blob_quota
         self.request_bytes = request_bytes
         self.limits = limits
         self.blobs = blobs
@@ -176,7 +181,7 @@ def blob_size(caller: wasmtime.Caller, id_ptr: int, id_len: int) -> int:
     blob_id = _text(caller, id_ptr, id_len, MAX_BLOB_ID)
     if blob_id is None or blob_id not in ctx.readable:
         return ENOENT
-    size = ctx.blobs.size(blob_id)
+    size = ctx.blobs.size(blob_id, ctx.owner)
     return ENOENT if size is None else size
 
 
@@ -191,7 +196,10 @@ def blob_read(
         return EINVAL
     _span(caller, buf, cap)  # check before doing any I/O
     ctx.charge_blob_io(cap & U32)
-    data = ctx.blobs.read(blob_id, offset, cap & U32)
+    try:
+        data = ctx.blobs.read(blob_id, offset, cap & U32, ctx.owner)
+    except KeyError:  # deleted while the run had it: gone for the run too, not a crash
+        return ENOENT
     write_guest(caller, buf, cap, data)
     return len(data)
 
@@ -211,9 +219,18 @@ def blob_write(
         return EINVAL
     _span(caller, out_ptr, out_cap)
     ctx.charge_blob_io(length & U32)
+    quota = ctx.blob_quota
+    if quota is not None and len(ctx.output_blobs) >= quota.max_per_run:
+        raise errors.RunAborted(
+            errors.BLOB_QUOTA, f"the run wrote {len(ctx.output_blobs)} blobs, its limit (blobs_per_run)"
+        )
     data = read_guest(caller, ptr, length)
-    blob_id = ctx.blobs.create(data, kind, run_id=ctx.run_id)
-    ctx.output_blobs.append(blob_id)
+    try:
+        blob_id = ctx.blobs.create(data, kind, run_id=ctx.run_id, owner=ctx.owner, quota=quota)
+    except BlobQuotaExceeded as exc:
+        raise errors.RunAborted(errors.BLOB_QUOTA, exc.message) from None
+    if blob_id not in ctx.output_blobs:  # the same bytes again are the same blob
+        ctx.output_blobs.append(blob_id)
     ctx.readable.add(blob_id)
     encoded = blob_id.encode()
     write_guest(caller, out_ptr, out_cap, encoded)

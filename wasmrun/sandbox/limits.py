@@ -12,6 +12,7 @@ import functools
 from dataclasses import dataclass
 
 MiB = 1 << 20
+FUEL_PER_MS = 10_000_000  # about 10^10 fuel a second on this project's reference machine
 
 
 @dataclass(frozen=True)

@@ -294,6 +294,11 @@ class WorkerPool:
                 self._idle.put_nowait(worker)
         return self._idle
 
+    def capacity(self) -> tuple[int, int]:
+        """(busy, free) workers, for /metrics."""
+        free = self._idle.qsize() if self._idle is not None else len(self._workers)
+        return max(0, self.size - free), free
+
     def worker_pids(self) -> list[int]:
         return [w.pid for w in self._workers]
 

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from wasmrun.blobs.quota import BlobQuota
 from wasmrun.sandbox.limits import Limits
 
 
@@ -31,6 +32,8 @@ class RunRequest(msgspec.Struct, kw_only=True):
     env: dict[str, str] = {}  # the run's whole environment (e.g. granted secrets)
     limits: Limits = msgspec.field(default_factory=Limits)
     run_id: str = ""
+    owner: str = "local"  # the tenant whose run this is: it reads and writes that tenant's blobs
+    blob_quota: BlobQuota | None = None  # what its blob writes may use
 
 
 class RunError(msgspec.Struct):

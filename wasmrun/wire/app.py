@@ -1,39 +1,99 @@
-"""The HTTP side: `POST /rpc` (JSON-RPC 2.0), `GET /healthz`, a request body limit.
+"""The HTTP side: `POST /rpc` (JSON-RPC 2.0), `GET /healthz`, `GET /metrics`, a request body limit,
+who is calling (API keys) and which requests are answered at all (guard.py).
 
 Every answer to something a client sent is 2xx or 4xx: 200 with a JSON-RPC
-response, 204 when only notifications came, 413 (with a JSON-RPC error body)
-for a body over the limit.
+response, 204 when only notifications came, and a JSON-RPC error body with
+401 (no valid API key), 403 (Host or Origin refused), 413 (body over the
+limit) or 415 (not `Content-Type: application/json`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from wasmrun.protocol.errors import InternalError, RequestTooLarge
+from wasmrun.protocol.errors import (
+    RETRY_HINT,
+    Forbidden,
+    InternalError,
+    InvalidRequest,
+    RequestTooLarge,
+    RetryHint,
+    RPCError,
+    Unauthorized,
+)
+from wasmrun.tenants.caller import Caller
 from wasmrun.wire import jsonrpc
+from wasmrun.wire.guard import RequestGuard, is_loopback
 
 logger = logging.getLogger("wasmrun.http")
 JSON = "application/json"
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# The wire layer's view of authentication: the `Authorization` header (or None)
+# to the caller it identifies, or None when it identifies nobody.
+Authenticate = Callable[[str | None], Caller | None]
+
+
+def error_response(error: RPCError, status: int, headers: dict[str, str] | None = None) -> Response:
+    return Response(jsonrpc.error_body(error), status_code=status, media_type=JSON, headers=headers)
+
+
+def unauthorized() -> Response:
+    # The same answer for a missing key, an unknown one and a revoked one.
+    return error_response(
+        Unauthorized("unauthorized: send a valid API key as `Authorization: Bearer <key>`"),
+        401, {"WWW-Authenticate": 'Bearer realm="wasmrun"'},
+    )
+
+
+class GuardMiddleware:
+    """Refuses, on every route, a request whose Host or Origin the server does not answer."""
+
+    def __init__(self, app: ASGIApp, guard: RequestGuard) -> None:
+        self.app = app
+        self.guard = guard
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            why = self.guard.refusal(headers.get("host"), headers.get("origin"))
+            if why is not None:
+                await error_response(Forbidden(f"forbidden: {why}"), 403)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def is_json(content_type: str) -> bool:
+    return content_type.split(";", 1)[0].strip().lower() == JSON
 
 
 def create_app(
-    dispatch: jsonrpc.Dispatch,
+    dispatch: Callable[..., Awaitable[Any]],
     *,
     max_body_bytes: int,
     on_shutdown: Callable[[], None] | None = None,
     routes: Sequence[BaseRoute] = (),
     lifespans: Sequence[Callable[[], contextlib.AbstractAsyncContextManager[Any]]] = (),
+    guard: RequestGuard | None = None,
+    authenticate: Authenticate | None = None,
+    metrics: Callable[[], bytes] | None = None,
 ) -> Starlette:
-    """`routes` are served by the same app as /rpc (so its middleware applies to them);
-    each of `lifespans` is entered at startup and left at shutdown."""
+    """`dispatch(method, params)` answers calls; with `authenticate`, every call first
+    needs a caller, and dispatch gets it as `caller=`. `routes` are served by the same
+    app as /rpc (so its middleware applies to them); each of `lifespans` is entered at
+    startup and left at shutdown."""
 
     def too_large() -> Response:
         error = RequestTooLarge(
@@ -41,9 +101,19 @@ def create_app(
             " (WASMRUN_MAX_BODY_BYTES)",
             {"max_body_bytes": max_body_bytes},
         )
-        return Response(jsonrpc.error_body(error), status_code=413, media_type=JSON)
+        return error_response(error, 413)
 
     async def rpc(request: Request) -> Response:
+        if not is_json(request.headers.get("content-type", "")):
+            return error_response(
+                InvalidRequest("invalid request: /rpc takes `Content-Type: application/json`"), 415
+            )
+        call = dispatch
+        if authenticate is not None:
+            caller = authenticate(request.headers.get("authorization"))
+            if caller is None:
+                return unauthorized()
+            call = functools.partial(dispatch, caller=caller)
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_body_bytes:
             return too_large()
@@ -55,17 +125,26 @@ def create_app(
                     return too_large()
         except ClientDisconnect:
             return Response(status_code=400)
+        hint = RetryHint()
+        RETRY_HINT.set(hint)  # this request's task alone: a rate limit hit in it sets a Retry-After
         try:
-            answer = await jsonrpc.handle(bytes(body), dispatch)
+            answer = await jsonrpc.handle(bytes(body), call)
         except Exception:  # handle() answers errors itself; this is the last guard against a 500
             logger.exception("unexpected failure answering a request")
             answer = jsonrpc.error_body(InternalError("internal error"))
+        headers = {"Retry-After": str(hint.seconds)} if hint.seconds is not None else None
         if answer is None:
-            return Response(status_code=204)
-        return Response(answer, media_type=JSON)
+            return Response(status_code=204, headers=headers)
+        return Response(answer, media_type=JSON, headers=headers)
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
+
+    async def prometheus(request: Request) -> Response:
+        # Tenant names and usage: for the operator's scraper on this machine, not for clients.
+        if metrics is None or request.client is None or not is_loopback(request.client.host):
+            return error_response(Forbidden("forbidden: /metrics is served to this machine only"), 403)
+        return Response(await asyncio.to_thread(metrics), media_type=METRICS_TYPE)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -82,7 +161,9 @@ def create_app(
         routes=[
             Route("/rpc", rpc, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
+            Route("/metrics", prometheus, methods=["GET"]),
             *routes,
         ],
+        middleware=[Middleware(GuardMiddleware, guard=guard)] if guard is not None else [],
         lifespan=lifespan,
     )

@@ -1,0 +1,95 @@
+"""/metrics in the Prometheus text format, with `prometheus_client`.
+
+    wasmrun_calls_total{tenant,method,status}         every call; status "ok" or the error's code
+    wasmrun_runs_total{tenant,method,status}          runs; status "completed" or "failed"
+    wasmrun_run_duration_seconds{method}              histogram of run call durations
+    wasmrun_runs_queued / wasmrun_runs_running        runs waiting for / holding a tenant slot
+    wasmrun_workers_busy / wasmrun_workers_free       the sandbox pool
+    wasmrun_blob_bytes{tenant} / wasmrun_blobs{tenant}  what each tenant stores (charged bytes)
+
+A registry of its own per server (not the process-global one), so that two
+apps in one process (tests) do not collide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from wasmrun.blobs.store import BlobStore
+from wasmrun.observe.record import CallRecord
+from wasmrun.tenants.quotas import RunGate
+
+RUN_METHODS = frozenset({"run_code", "execute_skill"})
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _Gauges(Collector):
+    """Values read when scraped: nothing to keep up to date between scrapes."""
+
+    def __init__(
+        self,
+        gate: RunGate,
+        workers: Callable[[], tuple[int, int]],
+        blobs: BlobStore,
+        tenants: Callable[[], Iterable[str]],
+    ) -> None:
+        self.gate = gate
+        self.workers = workers
+        self.blobs = blobs
+        self.tenants = tenants
+
+    def collect(self) -> Iterator[Metric]:
+        load = self.gate.load()
+        queued = GaugeMetricFamily("wasmrun_runs_queued", "Runs waiting for one of their tenant's slots", labels=["tenant"])
+        running = GaugeMetricFamily("wasmrun_runs_running", "Runs holding one of their tenant's slots", labels=["tenant"])
+        for tenant, (holding, waiting) in sorted(load.items()):
+            running.add_metric([tenant], holding)
+            queued.add_metric([tenant], waiting)
+        yield queued
+        yield running
+        busy, free = self.workers()
+        yield GaugeMetricFamily("wasmrun_workers_busy", "Sandbox workers running a call", value=busy)
+        yield GaugeMetricFamily("wasmrun_workers_free", "Sandbox workers free", value=free)
+        stored = GaugeMetricFamily("wasmrun_blob_bytes", "Blob bytes a tenant stores (as charged)", labels=["tenant"])
+        count = GaugeMetricFamily("wasmrun_blobs", "Blobs a tenant stores", labels=["tenant"])
+        for tenant in sorted(set(self.tenants())):
+            usage = self.blobs.usage(tenant)
+            stored.add_metric([tenant], usage.bytes)
+            count.add_metric([tenant], usage.count)
+        yield stored
+        yield count
+
+
+class Metrics:
+    def __init__(
+        self,
+        gate: RunGate,
+        workers: Callable[[], tuple[int, int]],
+        blobs: BlobStore,
+        tenants: Callable[[], Iterable[str]],
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.calls = Counter(
+            "wasmrun_calls", "Protocol calls", ["tenant", "method", "status"], registry=self.registry
+        )
+        self.runs = Counter("wasmrun_runs", "Runs", ["tenant", "method", "status"], registry=self.registry)
+        self.duration = Histogram(
+            "wasmrun_run_duration_seconds", "Run calls, from the call to its answer", ["method"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900),
+            registry=self.registry,
+        )
+        self.registry.register(_Gauges(gate, workers, blobs, tenants))
+
+    def record(self, call: CallRecord) -> None:
+        status = "ok" if call.error_code is None else str(call.error_code)
+        self.calls.labels(call.tenant, call.method, status).inc()
+        if call.method in RUN_METHODS and call.run_status is not None:
+            self.runs.labels(call.tenant, call.method, call.run_status).inc()
+            self.duration.labels(call.method).observe(call.duration_ms / 1000)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,63 @@
+"""One call as the operator sees it: who, what, how it ended, what it cost.
+
+Never the code, the args or any secret: only names, ids, sizes and outcomes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import msgspec
+
+from wasmrun.protocol import types
+
+
+class CallRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
+    time: str  # ISO 8601, UTC, when the call ended
+    tenant: str
+    method: str
+    status: str  # "ok", or "error" (a JSON-RPC error answered)
+    duration_ms: float
+    bytes_in: int  # the call's params as sent
+    bytes_out: int  # the result as answered (0 for an error)
+    error_code: int | None = None  # the JSON-RPC error's code
+    error_type: str | None = None  # the run's error type, or the protocol error's class
+    skill: str | None = None
+    version: str | None = None
+    run_id: str | None = None
+    run_status: str | None = None  # "completed" or "failed"
+    blobs_created: list[str] = []
+
+
+class Observer(Protocol):
+    def record(self, call: CallRecord) -> None: ...
+
+
+def describe_result(record: CallRecord, result: Any) -> None:
+    """Fill in what the result says (run id and outcome, blobs written)."""
+    if isinstance(result, types.RunResult):
+        record.run_id = result.run_id
+        record.run_status = result.status
+        record.blobs_created = list(result.output_blobs)
+        if isinstance(result.error, types.RunError):
+            record.error_type = result.error.type
+    elif isinstance(result, types.CreateBlobResult):
+        record.blobs_created = [result.blob_id]
+    elif isinstance(result, types.CreateSkillResult):
+        record.skill, record.version = result.name, result.version
+
+
+class Observers:
+    """Several observers as one; one that fails is logged, never fails the call."""
+
+    def __init__(self, *observers: Observer) -> None:
+        self.observers = observers
+
+    def record(self, call: CallRecord) -> None:
+        import logging
+
+        for observer in self.observers:
+            try:
+                observer.record(call)
+            except Exception:
+                logging.getLogger("wasmrun.observe").exception("observer %r failed", observer)

@@ -1,0 +1,55 @@
+"""What one tenant may use. Each limit has a server default (the policy file's
+`[limits]` table over the values below), and `wasmrun tenants set NAME --limit
+name=value` overrides it for one tenant."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class TenantLimits:
+    concurrent_runs: int = 4  # runs in a sandbox at once
+    queued_runs: int = 32  # runs waiting for a sandbox at once, beyond those
+    runs_per_minute: int = 600
+    blob_bytes: int = 1024 * MiB  # total stored, each blob counted at least BLOB_MIN_CHARGE
+    blob_count: int = 10_000
+    blobs_per_run: int = 1_000  # blobs one run may write
+    skills: int = 100  # skill versions created over the protocol
+    skill_bytes: int = 64 * MiB  # their files, all versions together
+    max_timeout_ms: int = 15 * 60_000  # the most `timeout_ms` a request may ask for
+    max_memory_mb: int = 2048  # the most guest memory a request may ask for
+    max_cpu_ms: int = 15 * 60_000  # the most CPU time (fuel) a request may ask for
+    blob_ttl_s: int = 0  # blobs older than this are deleted; 0: kept until deleted
+
+    def with_values(self, values: Mapping[str, int]) -> TenantLimits:
+        return dataclasses.replace(self, **check_limits(values))
+
+
+NAMES = tuple(f.name for f in dataclasses.fields(TenantLimits))
+
+
+def check_limits(values: Mapping[str, object]) -> dict[str, int]:
+    """`values` as limits, or ValueError naming what is wrong."""
+    checked: dict[str, int] = {}
+    for name, value in values.items():
+        if name not in NAMES:
+            raise ValueError(f"unknown limit {name!r} (known: {', '.join(NAMES)})")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
+            raise ValueError(f"limit {name} must be a whole number from 0, not {value!r}")
+        if value == 0 and name != "blob_ttl_s":
+            raise ValueError(f"limit {name} must be at least 1")
+        checked[name] = value
+    return checked
+
+
+def parse_limit(text: str) -> tuple[str, int]:
+    """"name=value" from the command line."""
+    name, sep, value = text.partition("=")
+    if not sep or not value.strip().isdigit():
+        raise ValueError(f"--limit takes NAME=NUMBER, not {text!r}")
+    return name.strip(), int(value)

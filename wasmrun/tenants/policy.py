@@ -1,0 +1,109 @@
+"""The operator's policy file, as far as access goes: which skills get which secrets
+(for which tenant), which hosts and origins the server answers to, and the
+tenants' default limits.
+
+    # wasmrun serve --policy-file policy.toml
+    allowed_hosts = ["wasmrun.internal", "wasmrun.internal:8080"]
+    allowed_origins = ["https://agents.example.com"]
+
+    [secrets.grants]                     # every tenant's runs of these skills
+    "data.*" = ["WAREHOUSE_TOKEN"]
+
+    [tenants.alice.secrets.grants]       # only tenant alice's runs
+    "user.report" = ["REPORT_KEY"]
+
+    [limits]                             # every tenant's defaults (tenants/limits.py)
+    concurrent_runs = 2
+
+A skill's manifest (`permissions.secrets`) only asks: a run gets a secret when
+the skill asks for it AND a grant here names the skill (exactly or by an
+fnmatch pattern such as `data.*`) AND the secret is configured.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli
+
+from wasmrun.registry.manifest import SECRET_NAME
+from wasmrun.tenants.limits import TenantLimits
+
+Grants = tuple[tuple[str, frozenset[str]], ...]  # (skill name pattern, secret names)
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    secret_grants: Grants = ()
+    tenant_secret_grants: Mapping[str, Grants] = field(default_factory=dict)
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    limits: TenantLimits = field(default_factory=TenantLimits)  # every tenant's, unless set per tenant
+
+    def granted(self, tenant: str, skill: str) -> frozenset[str]:
+        """The secret names the operator grants to `tenant`'s runs of `skill`."""
+        names: set[str] = set()
+        for pattern, secrets in (*self.secret_grants, *self.tenant_secret_grants.get(tenant, ())):
+            if fnmatch.fnmatchcase(skill, pattern):
+                names |= secrets
+        return frozenset(names)
+
+
+def load_access_policy(path: Path | None) -> AccessPolicy:
+    if path is None:
+        return AccessPolicy()
+    with open(path, "rb") as f:
+        doc = tomli.load(f)
+    # [network] and the secret modes in [secrets] are the egress policy's (egress/policy.py).
+    known = {"secrets", "tenants", "allowed_hosts", "allowed_origins", "limits", "network"}
+    if unknown := sorted(set(doc) - known):
+        raise ValueError(f"{path}: unknown keys {unknown} (known: {sorted(known)})")
+    tenants = doc.get("tenants", {})
+    if not isinstance(tenants, dict):
+        raise ValueError(f"{path}: [tenants] must be a table")
+    per_tenant: dict[str, Grants] = {}
+    for name, table in tenants.items():
+        if not isinstance(name, str) or not isinstance(table, dict):
+            raise ValueError(f"{path}: [tenants.{name}] is not a tenant table")
+        per_tenant[name] = _grants(table.get("secrets", {}), f"{path}: tenants.{name}.secrets")
+    return AccessPolicy(
+        secret_grants=_grants(doc.get("secrets", {}), f"{path}: secrets"),
+        tenant_secret_grants=per_tenant,
+        allowed_hosts=_strings(doc.get("allowed_hosts", []), f"{path}: allowed_hosts"),
+        allowed_origins=_strings(doc.get("allowed_origins", []), f"{path}: allowed_origins"),
+        limits=_limits(doc.get("limits", {}), f"{path}: limits"),
+    )
+
+
+def _limits(table: Any, where: str) -> TenantLimits:
+    if not isinstance(table, dict):
+        raise ValueError(f"{where} must be a table of name = number")
+    try:
+        return TenantLimits().with_values(table)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _grants(table: Any, where: str) -> Grants:
+    if not isinstance(table, dict):
+        raise ValueError(f"{where} must be a table")
+    grants = table.get("grants", {})
+    if not isinstance(grants, dict):
+        raise ValueError(f"{where}.grants must be a table of \"pattern\" = [\"SECRET\", ...]")
+    found = []
+    for pattern, names in grants.items():
+        checked = _strings(names, f"{where}.grants.{pattern}")
+        if bad := [n for n in checked if not SECRET_NAME.fullmatch(n)]:
+            raise ValueError(f"{where}.grants.{pattern}: not secret names: {bad}")
+        found.append((pattern, frozenset(checked)))
+    return tuple(found)
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{where} must be a list of strings")
+    return tuple(value)
