@@ -113,3 +113,41 @@ def test_the_guides_example_runs_as_written(rpc: Rpc) -> None:
     assert result["output"]["summary"] == "2 rows"
     report = rpc("read_blob", {"blob_id": result["output"]["report"], "mode": "full"})["result"]
     assert report["content"] == '{"rows": 2}'
+
+
+# -- with tenants -----------------------------------------------------------------
+
+
+def _tenant_http(settings, context, limits: dict[str, int] | None = None):  # type: ignore[no-untyped-def]
+    from starlette.testclient import TestClient
+    from test_tenants import caller
+
+    from wasmrun.server import create_app
+    from wasmrun.tenants.store import TenantStore
+
+    store = TenantStore(settings.data_dir)
+    keys = {"alice": store.add("alice", limits or {}), "bob": store.add("bob")}
+    client = TestClient(create_app(settings, context), base_url="http://localhost")
+    return client, caller(client, keys["alice"]), caller(client, keys["bob"])
+
+
+def test_blobs_folder_holds_only_the_tenants_own_blobs(settings, context) -> None:  # type: ignore[no-untyped-def]
+    client, alice, bob = _tenant_http(settings, context)
+    with client:
+        mine = alice("create_blob", {"content": "alice's", "kind": "text/plain"})["result"]["blob_id"]
+        theirs = bob("create_blob", {"content": "bob's", "kind": "text/plain"})["result"]["blob_id"]
+        code = "import os\ndef main(args):\n    return {n: open('/blobs/' + n).read() for n in os.listdir('/blobs')}\n"
+        out = alice("run_code", {"language": "python", "code": code, "input_blobs": [mine]})["result"]["output"]
+        assert out == {mine: "alice's"}
+        refused = alice("run_code", {"language": "python", "code": code, "input_blobs": [theirs]})
+        assert "error" in refused
+
+
+def test_memory_mb_within_the_tenants_ceiling(settings, context) -> None:  # type: ignore[no-untyped-def]
+    client, alice, _ = _tenant_http(settings, context, {"max_memory_mb": 96})
+    with client:
+        code = {"language": "python", "code": "def main(args):\n    return 1\n"}
+        error = alice("run_code", {**code, "limits": {"memory_mb": 128}})["error"]
+        assert error["code"] == -32602 and error["data"]["field"] == "limits.memory_mb"
+        assert error["data"]["limit"] == "max_memory_mb" and error["data"]["value"] == 96
+        assert alice("run_code", {**code, "limits": {"memory_mb": 96}})["result"]["output"] == 1
