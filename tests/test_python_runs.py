@@ -151,3 +151,43 @@ def test_memory_mb_within_the_tenants_ceiling(settings, context) -> None:  # typ
         assert error["code"] == -32602 and error["data"]["field"] == "limits.memory_mb"
         assert error["data"]["limit"] == "max_memory_mb" and error["data"]["value"] == 96
         assert alice("run_code", {**code, "limits": {"memory_mb": 96}})["result"]["output"] == 1
+
+
+def test_a_real_server_mounts_blobs_tmp_and_keeps_logs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import httpx2
+
+    from tests.liveserver import LiveServer
+
+    server = LiveServer(tmp_path / "data")
+    try:
+        def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+            body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+            answer: dict[str, Any] = httpx2.post(server.endpoint, json=body, timeout=60).json()
+            return answer
+
+        # A database built in /tmp by one run (a plain script whose last line is
+        # its output), handed to the next as a blob and opened from /blobs.
+        build = (
+            "import sqlite3\n"
+            "con = sqlite3.connect('/tmp/k.db')\n"
+            "con.execute('CREATE TABLE t (v)')\n"
+            "con.executemany('INSERT INTO t VALUES (?)', [(i,) for i in range(10)])\n"
+            "con.commit(); con.close()\n"
+            "from runtime import blobs\n"
+            "print('é' * 3000)\n"
+            "blobs.write_bytes(open('/tmp/k.db', 'rb').read(), 'application/vnd.sqlite3')\n"
+        )
+        made = rpc("run_code", {"language": "python", "code": build})["result"]
+        assert made["status"] == "completed", made
+        blob_id = made["output"]
+        logs = rpc("read_blob", {"blob_id": made["logs_blob"], "mode": "full"})["result"]["content"]
+        assert logs == "é" * 3000 + "\n"
+        use = (
+            "def main(args):\n"
+            "    import sqlite3\n"
+            "    return sqlite3.connect('/blobs/' + args['db']).execute('SELECT SUM(v) FROM t').fetchone()[0]\n"
+        )
+        used = rpc("run_code", {"language": "python", "code": use, "args": {"db": blob_id}, "input_blobs": [blob_id]})
+        assert used["result"]["output"] == 45, used
+    finally:
+        server.stop()
