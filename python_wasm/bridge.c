@@ -31,6 +31,12 @@ WASMRUN_IMPORT("blob_write") extern int32_t host_blob_write(const uint8_t *data,
                                                             const uint8_t *kind, int32_t kind_len,
                                                             uint8_t *id_out, int32_t id_cap);
 WASMRUN_IMPORT("log") extern void host_log(int32_t level, const uint8_t *msg, int32_t len);
+/* An HTTP(S) request made by the host (runtime/http.py): the host checks it
+ * against the run's grant, performs it and keeps the reply until the guest
+ * fetches it with `http_reply_read`. Returns the reply's length. */
+WASMRUN_IMPORT("http_request") extern int64_t host_http_request(const uint8_t *meta, int32_t meta_len,
+                                                                const uint8_t *body, int32_t body_len);
+WASMRUN_IMPORT("http_reply_read") extern int32_t host_http_reply_read(uint8_t *buf, int32_t cap);
 
 /* wasi-libc caches the preopened directories on first use. The snapshot
  * was taken with the build's preopens; each run has its own (/skills/...,
@@ -225,6 +231,34 @@ static PyObject *wr_log(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* http_request(meta_json: bytes, body: bytes) -> bytes: the host's reply,
+ * 4-byte little-endian length of its JSON head, the head, then the body. */
+static PyObject *wr_http_request(PyObject *self, PyObject *args) {
+    Py_buffer meta, body;
+    if (!PyArg_ParseTuple(args, "y*y*", &meta, &body)) return NULL;
+    if (meta.len > INT32_MAX || body.len > INT32_MAX) {
+        PyBuffer_Release(&meta);
+        PyBuffer_Release(&body);
+        PyErr_SetString(PyExc_OverflowError, "request too large");
+        return NULL;
+    }
+    int64_t len;
+    Py_BEGIN_ALLOW_THREADS
+    len = host_http_request(meta.buf, (int32_t)meta.len, body.buf, (int32_t)body.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&meta);
+    PyBuffer_Release(&body);
+    if (len < 0 || len > INT32_MAX) return host_error(len < 0 ? len : HOST_EINVAL);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
+    if (out == NULL) return NULL;
+    int32_t got = host_http_reply_read((uint8_t *)PyBytes_AS_STRING(out), (int32_t)len);
+    if (got != len) {
+        Py_DECREF(out);
+        return host_error(got < 0 ? got : HOST_EINVAL);
+    }
+    return out;
+}
+
 static PyMethodDef wr_methods[] = {
     {"request", wr_request, METH_NOARGS, "request() -> bytes: this run's request."},
     {"respond", wr_respond, METH_O, "respond(bytes): hand the run's result to the host."},
@@ -232,6 +266,7 @@ static PyMethodDef wr_methods[] = {
     {"blob_read", wr_blob_read, METH_VARARGS, "blob_read(id, offset, length) -> bytes"},
     {"blob_write", wr_blob_write, METH_VARARGS, "blob_write(data, kind) -> blob id"},
     {"log", wr_log, METH_VARARGS, "log(level, message)"},
+    {"http_request", wr_http_request, METH_VARARGS, "http_request(meta, body) -> reply bytes"},
     {"out_write", wr_out_write, METH_O, "out_write(bytes) -> int: append to the run's output."},
     {"out_flush", wr_out_flush, METH_NOARGS, "out_flush(): hand buffered output to the host now."},
     {NULL, NULL, 0, NULL},

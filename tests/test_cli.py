@@ -76,6 +76,20 @@ def test_secrets_from_file_and_environment(tmp_path: Path) -> None:
     assert "from-file" not in repr(s)
 
 
+def test_policy_file_from_flag_or_environment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = tmp_path / "policy.toml"
+    file.write_text('[network.skills]\n"salesforce.*" = ["https://*.salesforce.com"]\n[secrets.modes]\nOLD = "env"\n')
+    for s in (Settings.load({}, policy_file=file), Settings.load({"WASMRUN_POLICY_FILE": str(file)})):
+        assert s.egress.network.granted_for_skill("salesforce.leads.sync") == ["https://*.salesforce.com"]
+        assert s.egress.secret_mode("NEW") == "host" and s.egress.secret_mode("OLD") == "env"
+    assert Settings.load({}).egress.secret_mode("NEW") == "env"  # no policy file: today's behaviour
+    file.write_text('[network.skills]\n"salesforce.*" = ["ftp://*.salesforce.com"]\n')
+    with pytest.raises(ValueError, match=r"network.skills.'salesforce.\*'"):
+        Settings.load({}, policy_file=file)
+    assert main(["serve", "--policy-file", str(file), "--data-dir", str(tmp_path / "data")]) == 2
+    assert "must start with http:// or https://" in capsys.readouterr().err
+
+
 # -- wasmrun run ---------------------------------------------------------------------
 
 

@@ -230,6 +230,18 @@ def test_manifest_round_trips_through_toml(rpc: Rpc, description: str) -> None:
             id="bad-secret",
         ),
         pytest.param(
+            {"manifest": manifest(permissions={"network": ["https://*.example.com", "ftp://*.example.com"]})},
+            "manifest",
+            "permissions.network[1]",
+            id="bad-network-pattern",
+        ),
+        pytest.param(
+            {"manifest": manifest(permissions={"network": [f"https://h{i}.example.com" for i in range(5000)]})},
+            "manifest",
+            "at most 256 URL patterns",
+            id="too-many-network-patterns",
+        ),
+        pytest.param(
             {"manifest": manifest(author="me")}, "manifest", "unknown field `author`", id="unknown-field"
         ),
         pytest.param(

@@ -54,8 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--policy-file", type=Path,
-        help="TOML file of the operator's policy: secret grants per skill and tenant, allowed hosts"
-        " and origins (WASMRUN_POLICY_FILE)",
+        help="TOML file of the operator's policy: secret grants and modes, network grants per skill"
+        " and tenant, allowed hosts and origins (WASMRUN_POLICY_FILE)",
     )
     serve.add_argument(
         "--audit-log", metavar="PATH",
@@ -84,7 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     mcp.add_argument("--with-create-skill", action="store_true", help="offer the create_skill tool too")
     mcp.add_argument(
         "--policy-file", type=Path,
-        help="TOML file of the operator's policy: secret grants per skill (WASMRUN_POLICY_FILE)",
+        help="TOML file of the operator's policy: secret grants and modes, network grants per skill"
+        " (WASMRUN_POLICY_FILE)",
     )
 
     skills = commands.add_parser("skills", help="list or check skills")

@@ -61,6 +61,7 @@ def build_context(
         blobs=blobs,
         executor=executor if executor is not None else make_executor(settings),
         secrets=settings.secrets,
+        egress=settings.egress,
         access=settings.access,
         max_full_read_bytes=settings.max_full_read_bytes,
         caller=local_caller(settings.access.limits),

@@ -7,7 +7,8 @@
     --skills-dir      WASMRUN_SKILLS_DIRS           (none; os.pathsep-separated; bundled skills/ always load)
     --workers         WASMRUN_WORKERS               number of CPUs
     --secrets-file    WASMRUN_SECRETS_FILE          (none)
-    --policy-file     WASMRUN_POLICY_FILE           (none) secret grants, allowed hosts/origins (tenants/policy.py)
+    --policy-file     WASMRUN_POLICY_FILE           (none: no network; secrets in env mode) secret grants and modes,
+                                                    network grants, allowed hosts/origins
     --insecure        WASMRUN_INSECURE=1            serve a non-loopback --host without API keys
     --audit-log       WASMRUN_AUDIT_LOG             <data_dir>/audit.log ("-": none)
     --blob-ttl        WASMRUN_BLOB_TTL              0 (seconds blobs are kept; 0: until deleted; per tenant: blob_ttl_s)
@@ -31,6 +32,7 @@ from typing import Any
 import tomli
 
 import wasmrun
+from wasmrun.egress.policy import EgressPolicy, load_egress_policy
 from wasmrun.tenants.policy import AccessPolicy, load_access_policy
 
 ENV_PREFIX = "WASMRUN_"
@@ -57,6 +59,8 @@ class Settings:
     max_body_bytes: int = 32 * 1024 * 1024
     max_full_read_bytes: int = 10 * 1024 * 1024
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # Network grants and secret modes (wasmrun/egress/policy.py).
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
     access: AccessPolicy = field(default_factory=AccessPolicy)
     insecure: bool = False
     audit_log: Path | None = None  # None: no audit log
@@ -133,6 +137,7 @@ class Settings:
         return cls(
             skills_dirs=tuple(dirs),
             secrets=load_secrets(env, Path(secrets_path).expanduser() if secrets_path else None),
+            egress=load_egress_policy(str(Path(policy_path).expanduser()) if policy_path else None),
             access=access,
             insecure=bool(insecure) or env.get(ENV_PREFIX + "INSECURE", "") in ("1", "true", "yes"),
             **chosen,

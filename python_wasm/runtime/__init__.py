@@ -6,6 +6,6 @@ Everything here runs inside the wasm guest and reaches the host only
 through the `_wasmrun` built-in module (wasm imports checked by the host).
 """
 
-from runtime import blobs, log, skills
+from runtime import blobs, http, log, skills
 
-__all__ = ["blobs", "log", "skills"]
+__all__ = ["blobs", "http", "log", "skills"]

@@ -40,7 +40,7 @@ HOT_MODULES = (
     "operator", "os", "pathlib", "pprint", "random", "re", "shlex", "statistics",
     "string", "struct", "textwrap", "time", "traceback", "types", "typing",
     "unicodedata", "urllib.parse", "uuid", "zoneinfo",
-    "runtime", "runtime.blobs", "runtime.log",
+    "runtime", "runtime.blobs", "runtime.log", "runtime.http", "urllib.request",
 )
 DEFAULT_FUNCTION = "main"
 RUN_MODULE = "run_code"
@@ -78,6 +78,7 @@ def init() -> None:
     _compat.install()
     _compat.install_asyncio()
     _skills.install()
+    importlib.import_module("runtime.http").install_urllib()
 
 
 class _Failure(Exception):
@@ -116,8 +117,9 @@ _NETWORK_MODULES = frozenset({
     "asyncio.base_events", "asyncio.selector_events", "asyncio.streams",
 })
 HINT_NO_NETWORK = (
-    "hint: the sandbox has no network access; pass data in through args or input_blobs"
-    " and return results (or write blobs) instead"
+    "hint: the sandbox has no sockets: HTTP(S) goes through runtime.http (or urllib.request),"
+    " only to hosts this run is allowed (run_code: the operator's allowlist, none by default);"
+    " otherwise pass data in through args or input_blobs"
 )
 HINT_THIRD_PARTY = (
     "hint: the sandbox has the Python standard library and the skills mounted in this run only"
@@ -135,6 +137,8 @@ HINT_BLOB = (
 
 
 def _network_error(exc: BaseException) -> bool:
+    if type(exc).__module__ == "runtime.http":
+        return False  # the host's own answer (e.g. NetworkNotAllowed) names the rule itself
     if type(exc).__module__ in ("socket", "ssl", "urllib.error"):
         return True
     if not isinstance(exc, (OSError, AttributeError)):

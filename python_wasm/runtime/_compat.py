@@ -21,8 +21,8 @@ THREADS_UNAVAILABLE = (
     "threads are not available in the sandbox (WebAssembly/WASI has none): "
     "run the work sequentially, or use asyncio for concurrent waiting"
 )
-NO_FILE_DESCRIPTORS = "the sandbox's event loop cannot watch sockets or files: there is no network"
-NO_NETWORK = "the sandbox has no network: names cannot be resolved and no connection can be made"
+NO_FILE_DESCRIPTORS = "the sandbox's event loop cannot watch sockets or files (the sandbox has no sockets)"
+NO_NETWORK = "the sandbox has no sockets: names cannot be resolved and no connection can be made here"
 
 
 def _no_threads(*args, **kwargs):
@@ -83,7 +83,7 @@ def install_asyncio() -> None:
             pass
 
         async def getaddrinfo(self, *args, **kwargs):
-            # The stock loop resolves names in a thread; there is no network anyway.
+            # The stock loop resolves names in a thread; without sockets there is nothing to resolve for.
             raise OSError(NO_NETWORK)
 
         async def getnameinfo(self, *args, **kwargs):

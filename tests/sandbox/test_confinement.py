@@ -73,7 +73,10 @@ def test_workspace_is_the_working_directory(run_code):
 def test_environment_is_empty_unless_granted(run_code):
     code = "import os\ndef main(args):\n    return dict(os.environ)"
     assert run_code(code).output == {}
-    assert run_code(code, env={"API_KEY": "s3cret"}).output == {"API_KEY": "s3cret"}
+    granted = "import os\ndef main(args):\n    return [sorted(os.environ), os.environ['API_KEY'] == 's3cret']"
+    assert run_code(granted, env={"API_KEY": "s3cret"}).output == [["API_KEY"], True]
+    # the value itself never comes back out: it is replaced by its placeholder
+    assert run_code(code, env={"API_KEY": "s3cret"}).output == {"API_KEY": "wasmrun-secret:API_KEY"}
 
 
 def test_no_network(run_code):

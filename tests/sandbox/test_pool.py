@@ -38,6 +38,25 @@ def test_runs_complete_across_workers(pool):
     assert len(set(r.run_id for r in results)) == 20
 
 
+def test_network_grant_and_host_secret_reach_a_worker(pool):
+    from tests.egress_server import serve
+    from wasmrun.egress.policy import NetworkGrant
+
+    source = (
+        "from runtime import http\n"
+        "def main(args):\n"
+        "    return http.get(args['url'], headers={'X-Key': 'wasmrun-secret:KEY'}).json()['hello']\n"
+    )
+    with serve() as server:
+        grant = NetworkGrant(subject="run_code", requested=None, granted=[server.url], allow_private=True,
+                             host_secrets={"KEY": "value-in-the-worker"})
+        request = RunRequest(kind="code", code=source, args={"url": server.url + "/json"}, network=grant)
+        result = asyncio.run(pool.run(request))
+    assert result.output == "world", result.error
+    assert server.seen[0].headers["X-Key"] == "value-in-the-worker"
+    assert result.usage.http_requests == 1
+
+
 def test_blobs_written_in_a_worker_are_in_the_store(pool, tmp_path):
     from wasmrun.blobs.store import FileBlobStore
 

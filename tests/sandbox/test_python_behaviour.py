@@ -338,13 +338,20 @@ def test_memory_hint_names_the_limit_and_how_to_ask(run_code) -> None:
     "code",
     [
         "import socket\nsocket.create_connection(('example.com', 80))\n",
-        "import urllib.request\nurllib.request.urlopen('http://example.com')\n",
         "import socket\nsocket.socket()\n",
+        "import http.client\nhttp.client.HTTPConnection('example.com').request('GET', '/')\n",
     ],
 )
-def test_network_hint(run_code, code: str) -> None:
+def test_socket_hint(run_code, code: str) -> None:
     result = run_code(code)
-    assert "no network" in _hint(result)
+    hint = _hint(result)
+    assert "no sockets" in hint and "runtime.http" in hint
+
+
+def test_a_refused_request_explains_itself_without_a_second_hint(run_code) -> None:
+    result = run_code("import urllib.request\nurllib.request.urlopen('http://example.com')\n")
+    assert result.error.type == "NetworkNotAllowed"
+    assert not result.error.message.splitlines()[-1].startswith("hint:")
 
 
 # -- /blobs ----------------------------------------------------------------------------------
@@ -432,4 +439,4 @@ def test_asyncio_connections_fail_with_the_network_hint(run_code) -> None:
     )
     result = run_code(code)
     assert result.error.type == "OSError"
-    assert "no network" in _hint(result)
+    assert "no sockets" in _hint(result)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from wasmrun.blobs.store import BlobStore
+from wasmrun.egress.policy import EgressPolicy
 from wasmrun.registry.store import SkillRegistry
 from wasmrun.sandbox.executor import Executor
 from wasmrun.sandbox.limits import LimitPolicy
@@ -23,6 +24,7 @@ class Context:
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     access: AccessPolicy = field(default_factory=AccessPolicy)  # which skills the operator grants which secrets
     limits: LimitPolicy = field(default_factory=LimitPolicy)
+    egress: EgressPolicy = field(default_factory=EgressPolicy)  # network grants, secret modes
     max_full_read_bytes: int = 10 * 1024 * 1024
     caller: Caller = LOCAL
     gate: RunGate = field(default_factory=RunGate)  # each tenant's share of the sandboxes

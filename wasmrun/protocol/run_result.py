@@ -75,6 +75,9 @@ def to_spec_result(
         run_ms=u.run_ms,
         total_ms=u.total_ms,
         prepared_ahead=u.prepared_ahead,
+        http_requests=u.http_requests,
+        http_bytes_out=u.http_bytes_out,
+        http_bytes_in=u.http_bytes_in,
     )
     logs = logs_preview(result.logs, result.logs_cut_bytes)
     logs_blob = _logs_blob(result, blobs, owner, quota)

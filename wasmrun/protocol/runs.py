@@ -5,6 +5,15 @@ guest a secret when the skill asks for it and the operator's policy grants it
 to this skill for this tenant (tenants/policy.py). run_code gets none: its code is written by the model,
 and any mounted skill shares its interpreter, so a secret handed to a
 mounted skill would be readable by that code.
+
+Network, the same way: execute_skill may reach what its manifest's
+`permissions.network` requests *and* the operator's policy grants it;
+run_code only what the operator grants run_code itself, whatever skills it
+mounts (see wasmrun/egress/policy.py).
+
+A secret in `host` mode (the operator's choice, wasmrun/egress/secrets.py) is
+only a placeholder in the guest's environment; its value travels with the
+run's network grant and is put into requests on the host.
 """
 
 from __future__ import annotations
@@ -15,6 +24,8 @@ import functools
 import logging
 
 from wasmrun.blobs.quota import BlobQuotaExceeded
+from wasmrun.egress.policy import NetworkGrant
+from wasmrun.egress.secrets import placeholder
 from wasmrun.protocol.blobs import blob_info, quota_error
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, NotExecutable, QuotaExceeded, ServerBusy
@@ -91,6 +102,23 @@ def _limits(ctx: Context, timeout_ms: int | None, field: str, memory_mb: int | N
     return tenant_policy(ctx.limits, tenant).resolve(timeout_ms=timeout_ms, memory_bytes=memory_bytes)
 
 
+def _skill_env_and_network(ctx: Context, skill: Skill) -> tuple[dict[str, str], NetworkGrant]:
+    """The run's environment (env-mode secrets, placeholders for host-mode ones)
+    and its network grant (carrying the host-mode values)."""
+    env: dict[str, str] = {}
+    host_held: dict[str, str] = {}
+    for name, value in _granted_secrets(ctx, skill).items():
+        if ctx.egress.secret_mode(name) == "host":
+            env[name] = placeholder(name)
+            host_held[name] = value
+        else:
+            env[name] = value
+    network = ctx.egress.network.for_skill(
+        skill.name, skill.manifest.permissions.network, host_held, tenant=ctx.caller.tenant
+    )
+    return env, network
+
+
 async def _checked_input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
     if not blob_ids:  # the common case: no file I/O, no thread hop
         return []
@@ -128,6 +156,7 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
             field="name",
         )
     input_blobs = await _checked_input_blobs(ctx, p.input_blobs)
+    env, network = _skill_env_and_network(ctx, skill)
     request = RunRequest(
         kind="skill",
         skill=skill.name,
@@ -135,7 +164,8 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
         args=p.args,
         skills=[_mount(skill)],
         input_blobs=input_blobs,
-        env=_granted_secrets(ctx, skill),
+        env=env,
+        network=network,
         limits=_limits(ctx, p.timeout_ms, "timeout_ms"),
     )
     return await _run(ctx, request)
@@ -164,6 +194,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         skills=list(mounted.values()),
         input_blobs=input_blobs,
         env={},
+        network=ctx.egress.network.for_run_code(),  # never a mounted skill's grant
         limits=_limits(ctx, p.limits.timeout_ms, "limits.timeout_ms", p.limits.memory_mb),
     )
     return await _run(ctx, request)

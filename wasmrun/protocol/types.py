@@ -142,6 +142,9 @@ class RunUsage(msgspec.Struct):
     run_ms: float
     total_ms: float  # in the sandbox process; HTTP and queueing come on top
     prepared_ahead: bool  # the instance was made and prefaulted before the request came
+    http_requests: int = 0  # requests the host made for the run (each redirect hop counts)
+    http_bytes_out: int = 0
+    http_bytes_in: int = 0
 
 
 class RunResult(msgspec.Struct, kw_only=True):

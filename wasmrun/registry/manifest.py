@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from wasmrun.egress.patterns import PatternError, UrlPattern
+
 SEGMENT = r"[a-z_][a-z0-9_]*"
 # Dotted lower-case identifiers: a skill named a.b.c is imported as `skills.a.b.c`.
 DOTTED_NAME = re.compile(rf"{SEGMENT}(\.{SEGMENT})*")
@@ -28,6 +30,7 @@ SEMVER = re.compile(
 )
 MAX_NAME = 128
 MAX_DESCRIPTION = 1024
+MAX_NETWORK_PATTERNS = 256
 
 
 class ManifestError(ValueError):
@@ -98,6 +101,13 @@ def validate_manifest(data: Any) -> Manifest:
     for secret in manifest.permissions.secrets:
         if not SECRET_NAME.fullmatch(secret):
             problems.append(f"permissions.secrets: {secret!r} is not a valid environment variable name")
+    if len(manifest.permissions.network) > MAX_NETWORK_PATTERNS:
+        problems.append(f"permissions.network: at most {MAX_NETWORK_PATTERNS} URL patterns")
+    for i, pattern in enumerate(manifest.permissions.network[:MAX_NETWORK_PATTERNS]):
+        try:
+            UrlPattern.parse(pattern)
+        except PatternError as exc:
+            problems.append(f"permissions.network[{i}]: {exc}")
     if problems:
         raise ManifestError(problems)
     return manifest

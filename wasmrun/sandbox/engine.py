@@ -25,6 +25,8 @@ import wasmtime
 
 from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
+from wasmrun.egress.client import EgressSession
+from wasmrun.egress.secrets import Redactor
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
@@ -353,6 +355,7 @@ class SandboxEngine:
             self._place_input_blobs(request.input_blobs, workspace.blobs, request.owner)
         ctx = RunContext(
             run_id, self._guest_request(request), limits, self.blobs, request.input_blobs, workspace, self._io,
+            egress=EgressSession(request.network) if request.network is not None else None,
             owner=request.owner, blob_quota=request.blob_quota,
         )
         store, memory = fresh.store, fresh.memory
@@ -399,7 +402,11 @@ class SandboxEngine:
             usage.run_ms = round((t2 - t1) * 1000, 3)
         finally:
             ctx.wasi_funcs.clear()
+            ctx.egress.close()
         usage.blob_io_bytes = ctx.blob_io
+        usage.http_requests = ctx.egress.usage.requests
+        usage.http_bytes_out = ctx.egress.usage.bytes_out
+        usage.http_bytes_in = ctx.egress.usage.bytes_in
         result = RunResult(run_id=run_id, status="completed", output_blobs=ctx.output_blobs, usage=usage)
         if error is None:
             assert ctx.response is not None
@@ -412,8 +419,28 @@ class SandboxEngine:
             result.error = RunError(errors.MEMORY_LIMIT, f"{result.error.message}\n{hint}")
         result.logs = ctx.logs.text()
         result.logs_cut_bytes = ctx.logs.cut
+        _redact_secrets(result, request)
         usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
         return result, workspace
+
+
+def _redact_secrets(result: RunResult, request: RunRequest) -> None:
+    """Secret values (environment or host-held) replaced by their placeholders
+    in everything the run returns."""
+    secrets = dict(request.env)
+    if request.network is not None:
+        secrets.update(request.network.host_secrets)
+    if not secrets:
+        return
+    redact = Redactor(secrets)
+    if not redact:
+        return
+    result.logs = redact.text(result.logs)
+    if result.error is not None:
+        result.error = RunError(result.error.type, redact.text(result.error.message))
+    if result.output_json is not None and redact.text(result.output_json) != result.output_json:
+        result.output = redact.value(result.output)
+        result.output_json = json.dumps(result.output, ensure_ascii=False)
 
 
 def _first_line(text: str) -> str:

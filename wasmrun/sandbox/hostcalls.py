@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import wasmtime
 
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
+from wasmrun.egress.client import EgressSession, RunDeadline
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.capture import HeadTail, log_line
@@ -49,6 +50,7 @@ class RunContext:
         input_blobs: list[str],
         workspace: Workspace,
         buffers: GuestBuffers | None = None,
+        egress: EgressSession | None = None,
         owner: str = "local",
         blob_quota: BlobQuota | None = None,
     ) -> None:
@@ -67,6 +69,8 @@ class RunContext:
         self.workspace = workspace
         self.buffers = buffers
         self.wasi_funcs: dict[str, wasmtime.Func] = {}  # the real WASI calls, per store
+        self.egress = egress or EgressSession(None)
+        self.http_reply: bytes | None = None  # the last request's reply, until the guest reads it
 
     def charge_blob_io(self, n: int) -> None:
         self.blob_io += n
@@ -245,6 +249,33 @@ def log(caller: wasmtime.Caller, level: int, ptr: int, length: int) -> None:
     ctx.write_output(log_line(level, message))
 
 
+def http_request(caller: wasmtime.Caller, meta_ptr: int, meta_len: int, body_ptr: int, body_len: int) -> int:
+    """Make the guest's HTTP(S) request (wasmrun/egress/client.py checks and
+    bounds it); the reply waits in the run's context for `http_reply_read`."""
+    ctx = current()
+    ctx.http_reply = None
+    grant = ctx.egress.grant
+    limit = grant.max_request_bytes if grant is not None else 0
+    meta = read_guest(caller, meta_ptr, min(meta_len & U32, 1 << 20))
+    body = read_guest(caller, body_ptr, min(body_len & U32, limit + 1))
+    try:
+        reply = ctx.egress.handle(meta, body, ctx.deadline)
+    except RunDeadline:
+        raise errors.RunAborted(errors.TIMEOUT, errors.timed_out(ctx.limits.timeout_ms)) from None
+    ctx.http_reply = reply
+    return len(reply)
+
+
+def http_reply_read(caller: wasmtime.Caller, ptr: int, cap: int) -> int:
+    ctx = current()
+    reply = ctx.http_reply
+    if reply is None:
+        return ENOENT
+    write_guest(caller, ptr, cap, reply)
+    ctx.http_reply = None
+    return len(reply)
+
+
 HOST_FUNCTIONS: dict[str, Callable[..., object]] = {
     "request_len": request_len,
     "request_read": request_read,
@@ -253,4 +284,6 @@ HOST_FUNCTIONS: dict[str, Callable[..., object]] = {
     "blob_read": blob_read,
     "blob_write": blob_write,
     "log": log,
+    "http_request": http_request,
+    "http_reply_read": http_reply_read,
 }

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import msgspec
 
 from wasmrun.blobs.quota import BlobQuota
+from wasmrun.egress.policy import NetworkGrant
 from wasmrun.sandbox.limits import Limits
 
 
@@ -30,6 +31,7 @@ class RunRequest(msgspec.Struct, kw_only=True):
     skills: list[MountedSkill] = []
     input_blobs: list[str] = []  # blob ids the run may read
     env: dict[str, str] = {}  # the run's whole environment (e.g. granted secrets)
+    network: NetworkGrant | None = None  # None: no network at all
     limits: Limits = msgspec.field(default_factory=Limits)
     run_id: str = ""
     owner: str = "local"  # the tenant whose run this is: it reads and writes that tenant's blobs
@@ -49,6 +51,9 @@ class Usage(msgspec.Struct):
     run_ms: float = 0.0  # inside the guest
     total_ms: float = 0.0  # the whole run as the caller saw it
     prepared_ahead: bool = False  # the instance was made (and prefaulted) before the request
+    http_requests: int = 0  # requests the host made for the run (redirect hops included)
+    http_bytes_out: int = 0  # request bytes sent (bodies, targets, headers)
+    http_bytes_in: int = 0  # response bytes received (bodies, headers)
 
 
 class RunResult(msgspec.Struct):
