@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 ARGS   ?=
 
-.PHONY: serve test guest bench lint clean
+.PHONY: serve test guest dist bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ serve: guest
 test: guest
 	$(PY) -m pytest -q
 
+# The sdist and the wheel (py3-none-any, carrying the built guest and the bundled skills) in dist/.
+dist: guest
+	rm -rf dist
+	$(PY) -m build --outdir dist
+
 bench: guest
 	$(PY) scripts/bench.py $(ARGS)
 
@@ -33,4 +38,4 @@ lint: $(STAMP)
 	$(PY) -m mypy wasmrun
 
 clean:
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) *.egg-info build dist

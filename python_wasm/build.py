@@ -24,7 +24,8 @@ Steps, each cached by the hash of its inputs under the per-user cache
 5. snapshot  start the interpreter, import the hot modules, and write the
              initialised memory into a new module's data segments.
 
-Nothing built here is committed to git.
+Nothing built here is committed to git. A wheel carries the finished guest
+(python_wasm/packaging.py); an installed wheel runs that one (`find_guest`).
 """
 
 from __future__ import annotations
@@ -529,12 +530,21 @@ class Guest:
 
     key: str
     lib_dir: Path  # holds ZIP_NAME; preopened read-only at GUEST_LIB
-    base_wasm: Path  # the linked interpreter, not initialised
+    base_wasm: Path  # the linked interpreter, not initialised (absent from a packaged guest)
     snapshot_wasm: Path  # the interpreter with `wasmrun_init` already run
+    packaged: bool = False  # shipped inside the installed package, not in the build cache
+
+    @property
+    def folder(self) -> Path:
+        return self.lib_dir.parent
 
     @property
     def zip_path(self) -> Path:
         return self.lib_dir / ZIP_NAME
+
+    @property
+    def manifest(self) -> Path:
+        return self.folder / "manifest.json"
 
 
 def guest_dir() -> Path:
@@ -550,6 +560,41 @@ def built_guest() -> Guest | None:
     if (folder / "manifest.json").exists():
         return _guest_at(folder)
     return None
+
+
+# A wheel carries its guest here, inside this package (see python_wasm/packaging.py);
+# a source checkout never has this folder.
+PACKAGED_DIR = HERE / "guest"
+# Only an input to the snapshot: nothing runs it.
+NOT_PACKAGED = ("python.wasm",)
+
+
+def packaged_guest() -> Guest | None:
+    """The guest a wheel was built with. Its key, from the manifest, is the one
+    a source build of the same recipe gets (it also names the skill bytecode cache)."""
+    manifest = PACKAGED_DIR / "manifest.json"
+    if not manifest.exists():
+        return None
+    key = json.loads(manifest.read_text())["key"]
+    return Guest(key, PACKAGED_DIR / "lib", PACKAGED_DIR / "python.wasm", PACKAGED_DIR / "snapshot.wasm", packaged=True)
+
+
+def find_guest() -> Guest | None:
+    """The guest this install runs, without building: the packaged one first
+    (an installed wheel has no compiler), else a source build in the cache."""
+    return packaged_guest() or built_guest()
+
+
+def ready_guest(quiet: bool = True) -> Guest:
+    """The guest to run; in a source checkout it is built first if needed."""
+    return find_guest() or build(quiet=quiet)
+
+
+def copy_into_package(guest: Guest, dest: Path) -> None:
+    """Copy what a run needs of `guest` to `dest` (a wheel's PACKAGED_DIR)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(guest.folder, dest, ignore=shutil.ignore_patterns(*NOT_PACKAGED))
 
 
 def build(quiet: bool = False) -> Guest:

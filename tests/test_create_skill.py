@@ -248,10 +248,10 @@ def test_manifest_round_trips_through_toml(rpc: Rpc, description: str) -> None:
             {"manifest": manifest(inputs={"x": {"default": None}})}, "manifest", "null", id="null-in-toml"
         ),
         pytest.param(
-            {"skill_md": "---\nname: [unclosed\n---\n"}, "manifest", "frontmatter", id="bad-frontmatter"
+            {"skill_md": "---\nname: [unclosed\n---\n"}, "skill_md", "frontmatter", id="bad-frontmatter"
         ),
         pytest.param(
-            {"skill_md": "---\n- a list\n---\n"}, "manifest", "mapping", id="frontmatter-not-mapping"
+            {"skill_md": "---\n- a list\n---\n"}, "skill_md", "mapping", id="frontmatter-not-mapping"
         ),
         pytest.param(
             {"files": [MAIN, {"path": "../evil.py", "content": ""}]}, "files[1].path", "..", id="dotdot"
@@ -280,7 +280,7 @@ def test_manifest_round_trips_through_toml(rpc: Rpc, description: str) -> None:
         ),
         pytest.param({"files": [MAIN, MAIN]}, "files[1].path", "twice", id="duplicate"),
         pytest.param(
-            {"files": [MAIN, {"path": "code/main.py/x", "content": ""}]}, "files", "clashes", id="file-as-dir"
+            {"files": [MAIN, {"path": "code/main.py/x", "content": ""}]}, "files[1].path", "clashes", id="file-as-dir"
         ),
         pytest.param(
             {"files": [MAIN, {"path": "a.bin", "content": "@@", "encoding": "base64"}]},

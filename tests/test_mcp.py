@@ -270,3 +270,20 @@ def test_streamable_http_with_tenants(tmp_path: Path) -> None:
         assert theirs.is_error and "alice's" not in _text(theirs)
     finally:
         srv.stop()
+
+
+def test_arguments_nested_deeper_than_rpc_allows_are_refused(server: LiveServer) -> None:
+    """/mcp's JSON parser allows about 250 levels; /rpc allows 64. Both refuse past 64."""
+    import httpx2
+
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    started = httpx2.post(server.base_url + "/mcp", json=init, headers=headers, timeout=60)
+    headers["mcp-session-id"] = started.headers["mcp-session-id"]
+    headers["mcp-protocol-version"] = "2025-06-18"
+    deep = "[" * 150 + "]" * 150
+    body = ('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_code","arguments":'
+            '{"language":"python","code":"def main(a):\\n    return 1","args":{"x":' + deep + '}}}}')
+    answer = httpx2.post(server.base_url + "/mcp", content=body, headers=headers, timeout=60).json()
+    assert answer["result"]["isError"] and "nest deeper" in answer["result"]["content"][0]["text"]

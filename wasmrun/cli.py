@@ -11,6 +11,9 @@
     wasmrun tools [--format openai|anthropic|mcp|jsonschema] [--strict] [--with-create-skill]
     wasmrun run FILE.py [--mount SKILL]... [--arg KEY=VALUE]... [--blob NAME=PATH]...
                         [--entrypoint NAME] [--timeout-ms N] [--memory-mb N]
+    wasmrun warm                  compile the guest to machine code now (else the first start does)
+    wasmrun doctor [--data-dir D] versions, caches, free disk; exits 1 if something is wrong
+    wasmrun --version
 """
 
 from __future__ import annotations
@@ -40,8 +43,22 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _Version(argparse.Action):
+    """--version: worked out only when asked (it looks for the guest)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the versions and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from wasmrun.doctor import version_line
+
+        print(version_line())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wasmrun", description="A Skills Protocol runtime.")
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="serve the Skills Protocol (JSON-RPC at /rpc)")
@@ -145,6 +162,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout-ms", type=int)
     run.add_argument("--memory-mb", type=int, help="the run's memory limit in MiB")
     _common(run)
+
+    commands.add_parser(
+        "warm", help="compile the guest to machine code now, e.g. while building an image (else the first start does)"
+    )
+    doctor = commands.add_parser("doctor", help="versions, caches and free disk; exits 1 if something is wrong")
+    doctor.add_argument("--data-dir", type=Path, help="the data dir to check (WASMRUN_DATA_DIR)")
     return parser
 
 
@@ -161,6 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _mcp(args)
         if args.command == "tenants":
             return _tenants(args)
+        if args.command == "warm":
+            return _warm()
+        if args.command == "doctor":
+            return _doctor(args)
         if args.skills_command == "list":
             return _skills_list(args)
         if args.skills_command == "add":
@@ -203,6 +230,21 @@ def _mcp(args: argparse.Namespace) -> int:
     settings = _settings(args, workers=args.workers, secrets_file=args.secrets_file, policy_file=args.policy_file)
     asyncio.run(serve_mcp_stdio(settings, with_create_skill=args.with_create_skill))
     return 0
+
+
+def _warm() -> int:
+    from wasmrun.sandbox.engine import precompile
+
+    print(f"compiled module ready: {precompile()}")
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from wasmrun.doctor import diagnose
+
+    diagnosis = diagnose(Settings.load(data_dir=args.data_dir))
+    print(diagnosis.render())
+    return 1 if diagnosis.problems else 0
 
 
 def _tenants(args: argparse.Namespace) -> int:

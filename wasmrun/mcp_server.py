@@ -41,7 +41,7 @@ from wasmrun.protocol.methods import Dispatcher
 from wasmrun.protocol.types import ReadBlobResult, RunResult
 from wasmrun.tenants.caller import Caller
 from wasmrun.tools import render, tools
-from wasmrun.wire.jsonrpc import MAX_MESSAGE_CHARS
+from wasmrun.wire.jsonrpc import MAX_DEPTH, MAX_MESSAGE_CHARS, nests_deeper_than
 
 logger = logging.getLogger("wasmrun.mcp")
 
@@ -156,9 +156,12 @@ def build_server(
         try:
             # Back to the JSON the client sent. The SDK's parser takes NaN and Infinity,
             # which JSON (and /rpc) refuses: refuse them here too rather than send null.
-            raw = msgspec.Raw(json.dumps(params.arguments or {}, allow_nan=False).encode())
+            arguments = json.dumps(params.arguments or {}, allow_nan=False).encode()
         except ValueError:
             return _error("invalid params: arguments hold NaN or Infinity, which JSON does not allow", -32602)
+        if nests_deeper_than(arguments, MAX_DEPTH - 2):  # /rpc's bound; its envelope takes 2 levels
+            return _error(f"invalid params: arguments nest deeper than {MAX_DEPTH - 2} levels", -32602)
+        raw = msgspec.Raw(arguments)
         try:
             result = await dispatch(params.name, raw, ctx)
         except RPCError as exc:

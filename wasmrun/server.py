@@ -35,6 +35,10 @@ from wasmrun.wire.tools_route import tools_route
 
 def make_executor(settings: Settings) -> Executor:
     """Worker processes, each opening the blob store at `settings.blobs_dir` itself."""
+    from wasmrun.sandbox.engine import precompile
+
+    # Here, once, with progress on stderr, rather than in every worker at once.
+    precompile()
     opener = BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(settings.blobs_dir)])
     return WorkerPool(opener, workers=settings.workers, queue_timeout=settings.queue_timeout)
 
@@ -55,12 +59,16 @@ def build_context(
     settings: Settings, *, blobs: BlobStore | None = None, executor: Executor | None = None
 ) -> Context:
     """Everything the methods need; pass `blobs` and `executor` to share them (tests do)."""
-    blobs = blobs if blobs is not None else FileBlobStore(settings.blobs_dir)
+    if blobs is None:
+        store = FileBlobStore(settings.blobs_dir)
+        store.sweep()  # what writers killed before this start left behind
+        blobs = store
     return Context(
         registry=open_registry(settings),
         blobs=blobs,
         executor=executor if executor is not None else make_executor(settings),
         secrets=settings.secrets,
+        limits=settings.limits,
         egress=settings.egress,
         access=settings.access,
         max_full_read_bytes=settings.max_full_read_bytes,
@@ -110,6 +118,7 @@ def create_app(
     return create_wire_app(
         dispatcher,
         max_body_bytes=settings.max_body_bytes,
+        body_timeout=settings.body_timeout,
         on_shutdown=shutdown,
         routes=routes,
         lifespans=lifespans,

@@ -15,7 +15,13 @@
                       WASMRUN_SECRET_<NAME>         the secret <NAME>
                       WASMRUN_QUEUE_TIMEOUT         5 (seconds a call waits for a free sandbox)
                       WASMRUN_MAX_BODY_BYTES        33554432
+                      WASMRUN_BODY_TIMEOUT          30 (seconds to receive a request body)
                       WASMRUN_MAX_FULL_READ_BYTES   10485760
+                      WASMRUN_MAX_TIMEOUT_MS        900000   ceilings on what a request's
+                      WASMRUN_MAX_MEMORY_MB         2048     `limits` may ask for
+                      WASMRUN_MAX_CPU_MS            1000000  (the defaults are lowered to a
+                      WASMRUN_MAX_WORKSPACE_MB      1024     ceiling set below them)
+                      WASMRUN_MAX_OUTPUT_BYTES      1048576
 """
 
 from __future__ import annotations
@@ -33,13 +39,40 @@ import tomli
 
 import wasmrun
 from wasmrun.egress.policy import EgressPolicy, load_egress_policy
+from wasmrun.sandbox.limits import (
+    CEILING_LIMITS,
+    FUEL_PER_MS,
+    MAX_MEMORY_BYTES,
+    MIN_MEMORY_BYTES,
+    LimitPolicy,
+    MiB,
+)
 from wasmrun.tenants.policy import AccessPolicy, load_access_policy
 
 ENV_PREFIX = "WASMRUN_"
 SECRET_PREFIX = "WASMRUN_SECRET_"
-BUNDLED_SKILLS = Path(wasmrun.__file__).resolve().parent.parent / "skills"
+
+
+def _bundled_skills() -> Path:
+    """The skills that ship with wasmrun: package data in an installed wheel
+    (python_wasm/packaging.py puts them there), `skills/` in a source checkout."""
+    package = Path(wasmrun.__file__).resolve().parent
+    in_wheel = package / "bundled_skills"
+    return in_wheel if in_wheel.is_dir() else package.parent / "skills"
+
+
+BUNDLED_SKILLS = _bundled_skills()
 
 logger = logging.getLogger("wasmrun.settings")
+
+# WASMRUN_MAX_<NAME>: the ceiling of a Limits field, in the unit requests use.
+CEILING_VARIABLES: dict[str, tuple[str, int]] = {
+    "TIMEOUT_MS": ("timeout_ms", 1),
+    "MEMORY_MB": ("memory_bytes", MiB),
+    "CPU_MS": ("fuel", FUEL_PER_MS),
+    "WORKSPACE_MB": ("workspace_bytes", MiB),
+    "OUTPUT_BYTES": ("output_bytes", 1),
+}
 
 
 def default_data_dir(env: Mapping[str, str]) -> Path:
@@ -57,7 +90,9 @@ class Settings:
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     queue_timeout: float = 5.0
     max_body_bytes: int = 32 * 1024 * 1024
+    body_timeout: float = 30.0
     max_full_read_bytes: int = 10 * 1024 * 1024
+    limits: LimitPolicy = field(default_factory=LimitPolicy)
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     # Network grants and secret modes (wasmrun/egress/policy.py).
     egress: EgressPolicy = field(default_factory=EgressPolicy)
@@ -120,6 +155,7 @@ class Settings:
             "workers": _int(pick(workers, "WORKERS"), "workers"),
             "queue_timeout": _float(env.get(ENV_PREFIX + "QUEUE_TIMEOUT"), "queue timeout"),
             "max_body_bytes": _int(env.get(ENV_PREFIX + "MAX_BODY_BYTES"), "max body bytes"),
+            "body_timeout": _float(env.get(ENV_PREFIX + "BODY_TIMEOUT"), "body timeout"),
             "max_full_read_bytes": _int(
                 env.get(ENV_PREFIX + "MAX_FULL_READ_BYTES"), "max full read bytes"
             ),
@@ -127,6 +163,8 @@ class Settings:
         chosen = {k: v for k, v in values.items() if v is not None}
         if "data_dir" not in chosen:
             chosen["data_dir"] = default_data_dir(env)
+        if chosen.get("body_timeout") == 0:
+            raise ValueError("body timeout must be above 0 seconds")
         audit = pick(audit_log, "AUDIT_LOG")
         chosen["audit_log"] = None if audit == "-" else Path(audit).expanduser() if audit else chosen["data_dir"] / "audit.log"
         access = load_access_policy(Path(policy_path).expanduser() if policy_path else None)
@@ -136,12 +174,29 @@ class Settings:
             access = dataclasses.replace(access, limits=dataclasses.replace(access.limits, blob_ttl_s=seconds or 0))
         return cls(
             skills_dirs=tuple(dirs),
+            limits=load_limit_policy(env),
             secrets=load_secrets(env, Path(secrets_path).expanduser() if secrets_path else None),
             egress=load_egress_policy(str(Path(policy_path).expanduser()) if policy_path else None),
             access=access,
             insecure=bool(insecure) or env.get(ENV_PREFIX + "INSECURE", "") in ("1", "true", "yes"),
             **chosen,
         )
+
+
+def load_limit_policy(env: Mapping[str, str]) -> LimitPolicy:
+    """The built-in defaults, under the ceilings from WASMRUN_MAX_* (built-in ones otherwise)."""
+    ceilings = {}
+    for name, (field_name, unit) in CEILING_VARIABLES.items():
+        value = _int(env.get(f"{ENV_PREFIX}MAX_{name}"), f"{ENV_PREFIX}MAX_{name}")
+        if value is None:
+            continue
+        ceilings[field_name] = value * unit
+    memory = ceilings.get("memory_bytes")
+    if memory is not None and not MIN_MEMORY_BYTES <= memory <= MAX_MEMORY_BYTES:
+        raise ValueError(
+            f"{ENV_PREFIX}MAX_MEMORY_MB must be from {MIN_MEMORY_BYTES // MiB} to {MAX_MEMORY_BYTES // MiB}"
+        )
+    return LimitPolicy(ceilings=dataclasses.replace(CEILING_LIMITS, **ceilings))
 
 
 def load_secrets(env: Mapping[str, str], secrets_file: Path | None) -> dict[str, str]:

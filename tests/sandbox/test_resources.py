@@ -35,8 +35,8 @@ def test_two_hundred_runs_leak_nothing(run_code, engine):
     assert threading.active_count() <= threads
     # Workspaces are emptied after each run and their directories recycled:
     # what remains is a few empty spares (bounded by how many runs can await
-    # teardown at once: how many depends on the machine's speed, the hard
-    # bound does not), never a file a run wrote.
+    # teardown at once: HARD_MAX_RETIRED when runs come faster than teardown,
+    # as on a loaded machine), never a file a run wrote.
     spares = os.listdir(engine.workspace_root)
     assert len(spares) <= HARD_MAX_RETIRED + 2
     for name in spares:  # each run folder keeps its empty workspace, tmp and blobs

@@ -7,7 +7,9 @@
 
 Each file is written to a temporary name, fsynced and renamed into place,
 and the metadata goes last: a blob exists once its metadata does, so a
-reader in another process never sees half a blob.
+reader in another process never sees half a blob. What a killed writer
+leaves behind (a `.tmp-*` file, bytes without metadata) is swept at the
+server's start (`sweep`), once it is older than any write in progress.
 
 Blobs have an owner (the tenant whose call or run wrote them); a lookup for
 another owner's blob finds nothing, exactly like an id that never existed.
@@ -23,6 +25,7 @@ import contextlib
 import fcntl
 import hashlib
 import hmac
+import logging
 import os
 import re
 import secrets
@@ -35,10 +38,18 @@ from typing import Protocol
 
 import msgspec
 
+from wasmrun.blobs.kinds import check_kind
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded, charge
 from wasmrun.durable import fsync_dir
 
-BLOB_ID = re.compile(r"blob:[0-9a-f]{32}")
+BLOB_ID = re.compile(r"blob:[0-9a-f]{32}", re.ASCII)
+TMP_PREFIX = ".tmp-"
+# A write in progress takes well under this; anything older was left by a killed process.
+STALE_WRITE_S = 600.0
+_DIGITS = re.compile(r"[0-9a-f]{2}", re.ASCII)
+_DATA_FILE = re.compile(r"[0-9a-f]{32}", re.ASCII)
+
+logger = logging.getLogger("wasmrun.blobs")
 # Blobs written before blobs had owners belong to the implicit local tenant.
 LEGACY_OWNER = "local"
 KEY_FILE = ".key"
@@ -67,7 +78,8 @@ class BlobStore(Protocol):
     def create(
         self, data: bytes, kind: str, run_id: str | None = None, owner: str = LEGACY_OWNER,
         quota: BlobQuota | None = None,
-    ) -> str: ...
+    ) -> str:
+        """Raises InvalidKind (a ValueError) for a kind that is not a MIME type."""
 
     def info(self, blob_id: str, owner: str = LEGACY_OWNER) -> BlobInfo | None: ...
 
@@ -106,7 +118,7 @@ class FileBlobStore:
             return path.read_bytes()
         except FileNotFoundError:
             pass
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=TMP_PREFIX)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(secrets.token_bytes(32))
@@ -155,6 +167,7 @@ class FileBlobStore:
         self, data: bytes, kind: str, run_id: str | None = None, owner: str = LEGACY_OWNER,
         quota: BlobQuota | None = None,
     ) -> str:
+        check_kind(kind)
         sha256 = hashlib.sha256(data).hexdigest()
         blob_id = self.blob_id(owner, kind, sha256)
         paths = self._paths(blob_id)
@@ -211,17 +224,51 @@ class FileBlobStore:
         return paths[0]
 
     def read(self, blob_id: str, offset: int, length: int, owner: str = LEGACY_OWNER) -> bytes:
-        """Up to `length` bytes from `offset`; KeyError when `owner` has no such blob
-        (never written, another owner's, or deleted meanwhile)."""
+        """Up to `length` bytes from `offset`, empty at or past the end whatever the
+        offset; KeyError when `owner` has no such blob (never written, another owner's,
+        or deleted meanwhile)."""
         paths = self._paths(blob_id)
         if paths is None or self.info(blob_id, owner) is None:
             raise KeyError(blob_id)
+        if offset < 0 or length < 0:
+            raise ValueError("offset and length must not be negative")
         try:
             with open(paths[0], "rb") as f:
-                f.seek(offset)
-                return f.read(length)
+                size = os.fstat(f.fileno()).st_size
+                if offset >= size or length == 0:
+                    return b""
+                return os.pread(f.fileno(), min(length, size - offset), offset)
         except FileNotFoundError:
             raise KeyError(blob_id) from None
+
+    def sweep(self, older_than_s: float = STALE_WRITE_S) -> int:
+        """Remove what killed writers left: temporary files, and bytes whose metadata
+        was never written (or metadata whose bytes are gone). Returns how many files went."""
+        removed = 0
+        cutoff = time.time() - older_than_s
+        for folder in [self.root, *self.root.iterdir()]:
+            if folder != self.root and not (_DIGITS.fullmatch(folder.name) and folder.is_dir()):
+                continue
+            names = set(os.listdir(folder))
+            for name in names:
+                path = folder / name
+                if name.startswith(TMP_PREFIX):
+                    orphan = True
+                elif folder == self.root:
+                    continue
+                elif _DATA_FILE.fullmatch(name):
+                    orphan = f"{name}.json" not in names
+                elif name.endswith(".json") and _DATA_FILE.fullmatch(name[:-5]):
+                    orphan = name[:-5] not in names  # written last, so its bytes were deleted
+                else:
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    if orphan and path.stat().st_mtime < cutoff:
+                        path.unlink()
+                        removed += 1
+        if removed:
+            logger.info("removed %d files left in %s by interrupted writes", removed, self.root)
+        return removed
 
     def delete(self, blob_id: str, owner: str) -> bool:
         """Remove `owner`'s blob; False when it has none of that id."""
@@ -295,7 +342,7 @@ def _check_quota(usage: Usage, quota: BlobQuota, cost: int) -> None:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

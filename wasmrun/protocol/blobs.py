@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
-import re
 
+from wasmrun.blobs.kinds import InvalidKind, check_kind
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.blobs.sampling import is_text_kind, utf8_head, utf8_tail
 from wasmrun.blobs.store import BlobInfo, is_blob_id
@@ -29,10 +28,6 @@ from wasmrun.protocol.types import (
     ReadBlobParams,
     ReadBlobResult,
 )
-
-# type/subtype with optional parameters, e.g. "text/csv; charset=utf-8"
-MIME = re.compile(r"[A-Za-z0-9][\w!#$&^.+-]*/[A-Za-z0-9][\w!#$&^.+-]*(\s*;\s*[\w!#$&^.+-]+=\S+)*")
-MAX_KIND = 255
 
 
 def blob_info(ctx: Context, blob_id: str, field: str) -> BlobInfo:
@@ -51,15 +46,14 @@ def quota_error(exc: BlobQuotaExceeded) -> QuotaExceeded:
 
 
 async def create_blob(ctx: Context, p: CreateBlobParams) -> CreateBlobResult:
-    if len(p.kind) > MAX_KIND or not MIME.fullmatch(p.kind):
-        raise InvalidParams(
-            f"kind {p.kind!r} is not a MIME type such as 'text/plain' or 'application/json'",
-            field="kind",
-        )
+    try:
+        check_kind(p.kind)
+    except InvalidKind as exc:
+        raise InvalidParams(str(exc), field="kind") from None
     if p.encoding == "base64":
         try:
             data = base64.b64decode(p.content, validate=True)
-        except binascii.Error:
+        except ValueError:  # binascii.Error, or a character outside ASCII
             raise InvalidParams("content is not valid base64", field="content") from None
     else:
         data = p.content.encode("utf-8")

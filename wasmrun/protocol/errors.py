@@ -3,7 +3,8 @@
     RPCError
     ├── ParseError            -32700  the body is not JSON
     ├── InvalidRequest        -32600  not a JSON-RPC 2.0 request (or batch)
-    │   └── RequestTooLarge           the body or batch is over the server's limit
+    │   ├── RequestTooLarge           the body or batch is over the server's limit
+    │   └── RequestTimeout            the body did not arrive in time (HTTP 408)
     ├── MethodNotFound        -32601
     ├── InvalidParams         -32602  `data.field` names the offending param
     │   ├── SkillNotFound
@@ -47,6 +48,10 @@ class InvalidRequest(RPCError):
 
 
 class RequestTooLarge(InvalidRequest):
+    pass
+
+
+class RequestTimeout(InvalidRequest):
     pass
 
 

@@ -60,7 +60,11 @@ _UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
 def decode_params(params_type: type[Params], raw: msgspec.Raw) -> Params:
     """Raw JSON params → the method's Struct. Absent, null and `[]` mean no params;
     a member set to null counts as omitted."""
-    value = msgspec.json.decode(raw) if len(raw) else None
+    try:
+        value = msgspec.json.decode(raw) if len(raw) else None
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        # JSON the wire accepted that Python cannot hold (e.g. 1e400): find the member.
+        raise _undecodable(raw) from None
     if value is None or value == []:
         value = {}
     if not isinstance(value, dict):
@@ -70,6 +74,20 @@ def decode_params(params_type: type[Params], raw: msgspec.Raw) -> Params:
         return msgspec.convert(value, params_type)
     except msgspec.ValidationError as exc:
         raise _invalid(str(exc)) from None
+
+
+def _undecodable(raw: msgspec.Raw) -> InvalidParams:
+    try:
+        members = msgspec.json.decode(raw, type=dict[str, msgspec.Raw])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        members = {}
+    for name, member in members.items():
+        try:
+            msgspec.json.decode(member)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            text = str(exc).partition(" - at `$")[0]
+            return InvalidParams(f"invalid params: {text} (in `{name}`)", field=name)
+    return InvalidParams("invalid params: a value cannot be decoded", field="params")
 
 
 def _invalid(message: str) -> InvalidParams:

@@ -31,7 +31,7 @@ from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, NotExecutable, QuotaExceeded, ServerBusy
 from wasmrun.protocol.run_result import needs_output_blob, to_spec_result
 from wasmrun.protocol.skills import find_skill
-from wasmrun.protocol.types import ExecuteSkillParams, RunCodeParams, RunResult
+from wasmrun.protocol.types import ExecuteSkillParams, RunCodeParams, RunLimits, RunResult
 from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.registry.store import Skill
 from wasmrun.sandbox.executor import Busy
@@ -41,6 +41,56 @@ from wasmrun.tenants.limits import TenantLimits
 from wasmrun.tenants.quotas import QueueTimeout, RunQuotaExceeded
 
 logger = logging.getLogger("wasmrun.runs")
+
+# What a request's `limits` may name: the sandbox's Limits field each sets, and
+# how many of that field's units one unit of the request is.
+REQUESTABLE_LIMITS: dict[str, tuple[str, int]] = {
+    "timeout_ms": ("timeout_ms", 1),
+    "memory_mb": ("memory_bytes", MiB),
+    "cpu_ms": ("fuel", FUEL_PER_MS),
+    "workspace_mb": ("workspace_bytes", MiB),
+    "output_bytes": ("output_bytes", 1),
+}
+# The tenant limit (tenants/limits.py) that can lower a Limits field's ceiling.
+TENANT_CEILINGS = {"timeout_ms": "max_timeout_ms", "memory_bytes": "max_memory_mb", "fuel": "max_cpu_ms"}
+
+
+def _in_units(bounds: tuple[int, int], unit: int) -> tuple[int, int]:
+    lowest, highest = bounds
+    return -(-lowest // unit), highest // unit
+
+
+def run_limits(
+    policy: LimitPolicy, requested: RunLimits, prefix: str = "limits.", server: LimitPolicy | None = None
+) -> Limits:
+    """The run's Limits; a value outside what `policy` allows is -32602 naming it.
+    When `policy` is `server`'s lowered for a tenant and the tenant's ceiling is the
+    one refusing, the error names that tenant limit too (`data.limit`, `data.value`)."""
+    asked: dict[str, int] = {}
+    for member, (field, unit) in REQUESTABLE_LIMITS.items():
+        value = getattr(requested, member)
+        if value is None:
+            continue
+        lowest, highest = _in_units(policy.allowed(field), unit)
+        if not lowest <= value <= highest:
+            data: dict[str, object] = {"minimum": lowest, "maximum": highest}
+            where = "on this server"
+            tenant_limit = TENANT_CEILINGS.get(field)
+            if (
+                server is not None
+                and tenant_limit is not None
+                and value > highest
+                and highest < _in_units(server.allowed(field), unit)[1]
+            ):
+                where = f"for this tenant ({tenant_limit} = {highest})"
+                data.update(limit=tenant_limit, value=highest)
+            raise InvalidParams(
+                f"{prefix}{member} must be from {lowest} to {highest} {where}, not {value}",
+                field=prefix + member,
+                **data,
+            )
+        asked[field] = value * unit
+    return policy.resolve(**asked)
 
 
 def _mount(skill: Skill) -> MountedSkill:
@@ -84,22 +134,11 @@ def tenant_policy(server: LimitPolicy, tenant: TenantLimits) -> LimitPolicy:
     return LimitPolicy(defaults=defaults, ceilings=ceilings)
 
 
-def _limits(ctx: Context, timeout_ms: int | None, field: str, memory_mb: int | None = None) -> Limits:
-    """The run's limits: the server's, within the tenant's own ceilings; asking for
-    more than the tenant's ceiling is -32602 naming the field and the limit."""
-    tenant = ctx.caller.limits
-    if timeout_ms is not None and timeout_ms > tenant.max_timeout_ms:
-        raise InvalidParams(
-            f"{field} {timeout_ms} is above this tenant's ceiling (max_timeout_ms = {tenant.max_timeout_ms})",
-            field=field, limit="max_timeout_ms", value=tenant.max_timeout_ms,
-        )
-    if memory_mb is not None and memory_mb > tenant.max_memory_mb:
-        raise InvalidParams(
-            f"limits.memory_mb {memory_mb} is above this tenant's ceiling (max_memory_mb = {tenant.max_memory_mb})",
-            field="limits.memory_mb", limit="max_memory_mb", value=tenant.max_memory_mb,
-        )
-    memory_bytes = None if memory_mb is None else memory_mb * MiB
-    return tenant_policy(ctx.limits, tenant).resolve(timeout_ms=timeout_ms, memory_bytes=memory_bytes)
+def _limits(ctx: Context, requested: RunLimits, prefix: str = "limits.") -> Limits:
+    """The run's limits: the server's, within the tenant's own ceilings; asking for more
+    than either allows is -32602 naming the field (and the tenant's limit, if it binds)."""
+    policy = tenant_policy(ctx.limits, ctx.caller.limits)
+    return run_limits(policy, requested, prefix, server=ctx.limits)
 
 
 def _skill_env_and_network(ctx: Context, skill: Skill) -> tuple[dict[str, str], NetworkGrant]:
@@ -166,7 +205,7 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
         input_blobs=input_blobs,
         env=env,
         network=network,
-        limits=_limits(ctx, p.timeout_ms, "timeout_ms"),
+        limits=_limits(ctx, RunLimits(timeout_ms=p.timeout_ms), prefix=""),
     )
     return await _run(ctx, request)
 
@@ -195,6 +234,6 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         input_blobs=input_blobs,
         env={},
         network=ctx.egress.network.for_run_code(),  # never a mounted skill's grant
-        limits=_limits(ctx, p.limits.timeout_ms, "limits.timeout_ms", p.limits.memory_mb),
+        limits=_limits(ctx, p.limits),
     )
     return await _run(ctx, request)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
-import json
 
-import frontmatter
+import msgspec
 
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InternalError, InvalidParams, InvalidSkill, QuotaExceeded, SkillNotFound
@@ -25,6 +23,7 @@ from wasmrun.protocol.types import (
     SkillDescription,
     SkillEntry,
 )
+from wasmrun.registry import skillmd
 from wasmrun.registry.store import (
     DOC_FILE,
     ListingKey,
@@ -38,7 +37,6 @@ from wasmrun.registry.store import (
 
 GUIDE_SKILL = "skills.protocol.guide"
 MAX_LIST_LIMIT = 200
-MAX_NEW_FILES = 1000
 
 
 def find_skill(
@@ -68,16 +66,16 @@ def _in_namespace(skill: Skill, namespace: str) -> bool:
 
 def _encode_cursor(skill: Skill) -> str:
     key = [skill.manifest.effective_namespace, skill.name, skill.version]
-    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode().rstrip("=")
+    return base64.urlsafe_b64encode(msgspec.json.encode(key)).decode().rstrip("=")
 
 
 def _decode_cursor(cursor: str) -> ListingKey:
     try:
-        ns, name, version = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        if not (isinstance(ns, str) and isinstance(name, str) and isinstance(version, str)):
-            raise ValueError
+        data = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        # Typed: anything but three strings stops at its first byte, however deep it nests.
+        ns, name, version = msgspec.json.decode(data, type=tuple[str, str, str])
         return listing_key(ns, name, version)
-    except (ValueError, TypeError, binascii.Error):
+    except (ValueError, msgspec.DecodeError):  # binascii.Error and a bad version are ValueErrors
         raise InvalidParams("cursor is not one this server gave out", field="cursor") from None
 
 
@@ -151,21 +149,19 @@ async def load_skills_protocol_guide(ctx: Context, p: LoadGuideParams) -> LoadGu
     if skill is None:
         raise InternalError(f"the canonical {GUIDE_SKILL} skill is not installed on this server")
     data = await asyncio.to_thread(ctx.registry.read_file, skill, DOC_FILE, ctx.max_full_read_bytes)
-    body = frontmatter.loads(data.decode("utf-8")).content
+    body = skillmd.body(data.decode("utf-8"))
     return LoadGuideResult(content=body, name=skill.name, version=skill.version)
 
 
 # -- create_skill -------------------------------------------------------------
 
 async def create_skill(ctx: Context, p: CreateSkillParams) -> CreateSkillResult:
-    if len(p.files) > MAX_NEW_FILES:
-        raise InvalidParams(f"a skill may have at most {MAX_NEW_FILES} files", field="files")
     files = []
     for i, f in enumerate(p.files):
         if f.encoding == "base64":
             try:
                 content = base64.b64decode(f.content, validate=True)
-            except binascii.Error:
+            except ValueError:  # binascii.Error, or a character outside ASCII
                 raise InvalidParams(
                     f"files[{i}].content is not valid base64", field=f"files[{i}].content"
                 ) from None

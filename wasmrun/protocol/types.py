@@ -18,15 +18,23 @@ class Params(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 PositiveInt = Annotated[int, Meta(ge=1)]
 Encoding = Literal["utf-8", "base64"]
+# Bounds on what a client sends, checked as params are decoded (-32602 naming the
+# field): far above anything valid, low enough that no later step meets a huge value.
+SkillName = Annotated[str, Meta(max_length=256)]  # also versions and namespaces
+BlobRef = Annotated[str, Meta(max_length=128)]
+Identifier = Annotated[str, Meta(max_length=256)]
+MAX_INPUT_BLOBS = 1000
+MAX_MOUNTED_SKILLS = 100
+MAX_NEW_FILES = 1000
 
 # -- skills -------------------------------------------------------------------
 
 
 class ListSkillsParams(Params):
-    namespace: str | None = None
+    namespace: SkillName | None = None
     detail: Literal["names", "summary"] = "names"
     limit: PositiveInt = 50
-    cursor: str | None = None
+    cursor: Annotated[str, Meta(max_length=2048)] | None = None
 
 
 class SkillEntry(msgspec.Struct):
@@ -47,8 +55,8 @@ class ListSkillsResult(msgspec.Struct):
 
 
 class DescribeSkillParams(Params):
-    name: str
-    version: str | None = None
+    name: SkillName
+    version: SkillName | None = None
     detail: Literal["manifest", "summary", "full"] = "summary"
 
 
@@ -65,9 +73,9 @@ class DescribeSkillResult(msgspec.Struct):
 
 
 class ReadSkillFileParams(Params):
-    name: str
-    path: str
-    version: str | None = None
+    name: SkillName
+    path: str  # checked by the registry (check_relative_path)
+    version: SkillName | None = None
 
 
 class ReadSkillFileResult(msgspec.Struct):
@@ -95,7 +103,7 @@ class SkillFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class CreateSkillParams(Params):
     manifest: dict[str, Any]
     skill_md: str
-    files: list[SkillFile] = []
+    files: Annotated[list[SkillFile], Meta(max_length=MAX_NEW_FILES)] = []
 
 
 class CreateSkillResult(msgspec.Struct):
@@ -106,26 +114,35 @@ class CreateSkillResult(msgspec.Struct):
 # -- runs ---------------------------------------------------------------------
 
 
+InputBlobs = Annotated[list[BlobRef], Meta(max_length=MAX_INPUT_BLOBS)]
+
+
 class ExecuteSkillParams(Params):
-    name: str
-    version: str | None = None
+    name: SkillName
+    version: SkillName | None = None
     args: dict[str, Any] = {}
-    input_blobs: list[str] = []
+    input_blobs: InputBlobs = []
     timeout_ms: PositiveInt | None = None
 
 
 class RunLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """What a run may use; each member up to the server's ceiling (protocol/runs.py)."""
+
     timeout_ms: PositiveInt | None = None
-    memory_mb: Annotated[int, Meta(ge=1, le=1 << 20)] | None = None  # clamped to the server's ceiling
+    # Extensions:
+    memory_mb: PositiveInt | None = None
+    cpu_ms: PositiveInt | None = None
+    workspace_mb: PositiveInt | None = None
+    output_bytes: PositiveInt | None = None
 
 
 class RunCodeParams(Params):
     language: Literal["python"]
     code: str
-    entrypoint: str = "main"
+    entrypoint: Identifier = "main"
     args: dict[str, Any] = {}
-    mount_skills: list[str] = []
-    input_blobs: list[str] = []
+    mount_skills: Annotated[list[SkillName], Meta(max_length=MAX_MOUNTED_SKILLS)] = []
+    input_blobs: InputBlobs = []
     limits: RunLimits = RunLimits()
 
 
@@ -176,7 +193,7 @@ class CreateBlobResult(msgspec.Struct):
 
 
 class ReadBlobParams(Params):
-    blob_id: str
+    blob_id: BlobRef
     mode: Literal["sample_head", "sample_tail", "full"] = "sample_head"
     max_bytes: Annotated[int, Meta(ge=0)] = 2000
 

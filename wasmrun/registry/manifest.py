@@ -17,19 +17,28 @@ import msgspec
 
 from wasmrun.egress.patterns import PatternError, UrlPattern
 
+# Every pattern here spells its classes out in ASCII ([0-9], not \d, which also
+# matches other scripts' digits) and is compiled with re.ASCII besides.
 SEGMENT = r"[a-z_][a-z0-9_]*"
 # Dotted lower-case identifiers: a skill named a.b.c is imported as `skills.a.b.c`.
-DOTTED_NAME = re.compile(rf"{SEGMENT}(\.{SEGMENT})*")
-IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# https://semver.org, section "Is there a suggested regular expression".
+DOTTED_NAME = re.compile(rf"{SEGMENT}(\.{SEGMENT})*", re.ASCII)
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+# https://semver.org, section "Is there a suggested regular expression", with [0-9] for \d.
 SEMVER = re.compile(
-    r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?"
+    r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
+    r"(?:-((?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)"
+    r"(?:\.(?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?",
+    re.ASCII,
 )
 MAX_NAME = 128
+MAX_VERSION = 64  # the version is a folder name, and it shows in every listing
 MAX_DESCRIPTION = 1024
+MAX_TAGS = 64
+MAX_TAG = 64
+MAX_ENTRYPOINT = 1024
+MAX_DEPTH = 16  # tables/arrays, the manifest itself included (`inputs` schemas nest)
 MAX_NETWORK_PATTERNS = 256
 
 
@@ -76,31 +85,41 @@ class Manifest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 def validate_manifest(data: Any) -> Manifest:
     if not isinstance(data, dict):
         raise ManifestError(["the manifest must be a table (object)"])
+    if nests_deeper_than(data, MAX_DEPTH):
+        raise ManifestError([f"the manifest nests tables/arrays deeper than {MAX_DEPTH} levels"])
     try:
         manifest = msgspec.convert(data, Manifest)
     except msgspec.ValidationError as exc:
         raise ManifestError([_schema_problem(str(exc))]) from None
     problems = []
-    if len(manifest.name) > MAX_NAME or not DOTTED_NAME.fullmatch(manifest.name):
+    if len(manifest.name) > MAX_NAME:
+        problems.append(f"name is longer than {MAX_NAME} characters")
+    elif not DOTTED_NAME.fullmatch(manifest.name):
         problems.append(
-            f"name {manifest.name!r} must be dotted lower-case identifiers "
+            f"name {shown(manifest.name)} must be dotted lower-case identifiers "
             f"(e.g. 'data.csv.profile'), at most {MAX_NAME} characters"
         )
-    if not SEMVER.fullmatch(manifest.version):
-        problems.append(f"version {manifest.version!r} is not a semantic version (e.g. '0.1.0')")
+    if len(manifest.version) > MAX_VERSION:
+        problems.append(f"version is longer than {MAX_VERSION} characters")
+    elif not SEMVER.fullmatch(manifest.version):
+        problems.append(f"version {shown(manifest.version)} is not a semantic version (e.g. '0.1.0')")
     if not manifest.description.strip():
         problems.append("description must not be empty")
     elif len(manifest.description) > MAX_DESCRIPTION:
         problems.append(f"description is longer than {MAX_DESCRIPTION} characters")
-    if manifest.namespace is not None and not DOTTED_NAME.fullmatch(manifest.namespace):
-        problems.append(f"namespace {manifest.namespace!r} must be dotted lower-case identifiers")
+    if len(manifest.tags) > MAX_TAGS or any(len(tag) > MAX_TAG for tag in manifest.tags):
+        problems.append(f"tags: at most {MAX_TAGS}, each at most {MAX_TAG} characters")
+    if manifest.namespace is not None and (
+        len(manifest.namespace) > MAX_NAME or not DOTTED_NAME.fullmatch(manifest.namespace)
+    ):
+        problems.append(f"namespace {shown(manifest.namespace)} must be dotted lower-case identifiers")
     if manifest.kind == "action" and manifest.runtime is None:
         problems.append("an action skill needs a [runtime] table (language, entrypoint, export)")
     if manifest.runtime is not None:
         problems.extend(_runtime_problems(manifest.runtime))
     for secret in manifest.permissions.secrets:
         if not SECRET_NAME.fullmatch(secret):
-            problems.append(f"permissions.secrets: {secret!r} is not a valid environment variable name")
+            problems.append(f"permissions.secrets: {shown(secret)} is not a valid environment variable name")
     if len(manifest.permissions.network) > MAX_NETWORK_PATTERNS:
         problems.append(f"permissions.network: at most {MAX_NETWORK_PATTERNS} URL patterns")
     for i, pattern in enumerate(manifest.permissions.network[:MAX_NETWORK_PATTERNS]):
@@ -119,6 +138,7 @@ def _runtime_problems(runtime: Runtime) -> list[str]:
     path = PurePosixPath(entry)
     if (
         not entry
+        or len(entry) > MAX_ENTRYPOINT
         or "\\" in entry
         or "\0" in entry
         or path.is_absolute()
@@ -126,11 +146,29 @@ def _runtime_problems(runtime: Runtime) -> list[str]:
         or path.suffix != ".py"
     ):
         problems.append(
-            f"runtime.entrypoint {entry!r} must be a relative path to a .py file inside the skill"
+            f"runtime.entrypoint {shown(entry)} must be a relative path to a .py file inside the skill"
         )
     if not IDENTIFIER.fullmatch(runtime.export):
-        problems.append(f"runtime.export {runtime.export!r} must be a Python identifier")
+        problems.append(f"runtime.export {shown(runtime.export)} must be a Python identifier")
     return problems
+
+
+def shown(text: str, limit: int = 80) -> str:
+    """A client's string in a message: quoted, and cut when long."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
+
+
+def nests_deeper_than(value: Any, limit: int) -> bool:
+    """Whether dicts/lists in `value` nest more than `limit` deep; walks with a stack, not recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, dict | list):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def _schema_problem(message: str) -> str:

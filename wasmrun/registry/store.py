@@ -36,8 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-import frontmatter
-import msgspec
 import tomli
 
 from wasmrun.durable import fsync_dir
@@ -49,7 +47,8 @@ from wasmrun.protocol.errors import (
     UnsafePath,
 )
 from wasmrun.registry import agentskills, tomlwriter
-from wasmrun.registry.manifest import Manifest, ManifestError, SemVer, validate_manifest
+from wasmrun.registry.manifest import Manifest, ManifestError, SemVer, shown, validate_manifest
+from wasmrun.registry.skillmd import parse_frontmatter
 
 MANIFEST_FILE = "skill.toml"
 DOC_FILE = "SKILL.md"
@@ -58,8 +57,15 @@ STALE_STAGING_S = 3600
 MAX_LISTED_FILES = 500
 RECHECK_S = 0.5  # how stale the registry may be after a folder changes
 AGENT_SKILLS_DIR = "agent-skills"  # in the writable folder, for `wasmrun skills add`; never a skill name
+# Paths a client names (read_skill_file, create_skill files): far above any real
+# skill's, below what the file system refuses (NAME_MAX 255 bytes, PATH_MAX 4096).
+MAX_PATH_CHARS = 1024
+MAX_PATH_SEGMENTS = 32
+MAX_SEGMENT_BYTES = 255
 
 logger = logging.getLogger("wasmrun.registry")
+# OS refusals caused by a name a client chose, not by the server's disk.
+_PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.EINVAL, errno.EILSEQ, errno.ELOOP})
 
 
 ListingKey = tuple[str, str, "_Descending"]
@@ -186,8 +192,12 @@ def load_skill(root: Path) -> Skill:
         problems.append(f"{MANIFEST_FILE} is missing")
     except tomli.TOMLDecodeError as exc:
         problems.append(f"{MANIFEST_FILE} is not valid TOML: {exc}")
+    except RecursionError:  # tomli refuses inline tables/arrays nested 400 deep this way
+        problems.append(f"{MANIFEST_FILE} nests inline tables/arrays too deeply")
     except ManifestError as exc:
         problems.extend(f"{MANIFEST_FILE}: {p}" for p in exc.problems)
+    except OSError as exc:
+        problems.append(f"{MANIFEST_FILE} cannot be read: {exc.strerror}")
     meta: dict[str, Any] = {}
     try:
         meta = parse_frontmatter((root / DOC_FILE).read_text(encoding="utf-8"))
@@ -195,11 +205,13 @@ def load_skill(root: Path) -> Skill:
         problems.append(f"{DOC_FILE} is missing")
     except UnicodeDecodeError:
         problems.append(f"{DOC_FILE} is not UTF-8")
-    except ValueError as exc:
+    except ValueError as exc:  # FrontmatterError
         problems.append(f"{DOC_FILE}: {exc}")
+    except OSError as exc:
+        problems.append(f"{DOC_FILE} cannot be read: {exc.strerror}")
     if manifest is not None and manifest.runtime is not None:
         entry = root / manifest.runtime.entrypoint
-        if not _inside(root, entry) or not entry.is_file():
+        if not _inside(root, entry) or not _is_file(entry):
             problems.append(
                 f"runtime.entrypoint {manifest.runtime.entrypoint!r} is not a file inside the skill"
             )
@@ -227,32 +239,6 @@ def load_agent_skill(root: Path) -> Skill:
         raise SkillProblems(problems)
     manifest, raw = agentskills.derived_manifest(meta)
     return Skill(manifest=manifest, raw_manifest=raw, frontmatter=meta, root=root)
-
-
-def parse_frontmatter(text: str) -> dict[str, Any]:
-    """SKILL.md's frontmatter (python-frontmatter), which must be a mapping if present."""
-    handler = frontmatter.detect_format(text.strip(), frontmatter.handlers)
-    if handler is None:
-        return {}
-    try:
-        fm, _ = handler.split(text.strip())
-    except ValueError:
-        return {}
-    try:
-        # frontmatter.parse() would drop a non-mapping silently; load it to say so.
-        metadata = handler.load(fm)
-    except Exception as exc:  # yaml raises many kinds
-        raise ValueError(f"the frontmatter does not parse: {_first_line(str(exc))}") from None
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, dict):
-        raise ValueError("the frontmatter must be a mapping")
-    try:
-        converted = msgspec.to_builtins(metadata, str_keys=True)
-    except (TypeError, msgspec.EncodeError) as exc:
-        raise ValueError(f"the frontmatter holds a value JSON cannot carry: {exc}") from None
-    assert isinstance(converted, dict)
-    return converted
 
 
 def skill_folders(top: Path) -> Iterator[Path]:
@@ -300,29 +286,44 @@ def check_folder(top: Path) -> list[tuple[Path, list[str]]]:
 def check_relative_path(path: str, field: str) -> PurePosixPath:
     """A relative path with no way out of its folder, or UnsafePath."""
     problem = None
+    segments = path.split("/")
     if not path:
         problem = "is empty"
+    elif len(path) > MAX_PATH_CHARS:
+        problem = f"is longer than {MAX_PATH_CHARS} characters"
+    elif len(segments) > MAX_PATH_SEGMENTS:
+        problem = f"has more than {MAX_PATH_SEGMENTS} segments"
+    elif any(len(part.encode("utf-8")) > MAX_SEGMENT_BYTES for part in segments):
+        problem = f"has a segment longer than {MAX_SEGMENT_BYTES} bytes"
     elif "\0" in path:
         problem = "contains a NUL byte"
+    elif any(ord(c) < 0x20 or c == "\x7f" for c in path):
+        problem = "contains a control character"
     elif "\\" in path:
         problem = "contains a backslash; use '/'"
     elif path.startswith("/"):
         problem = "is absolute; give it relative to the skill's folder"
-    elif any(part == ".." for part in path.split("/")):
+    elif any(part == ".." for part in segments):
         problem = "contains '..'"
-    elif any(part in ("", ".") for part in path.split("/")):
+    elif any(part in ("", ".") for part in segments):
         problem = "has an empty or '.' segment"
     if problem is not None:
-        raise UnsafePath(f"path {path!r} {problem}", field=field)
+        raise UnsafePath(f"path {shown(path)} {problem}", field=field)
     return PurePosixPath(path)
 
 
 def _inside(root: Path, path: Path) -> bool:
-    return path.resolve().is_relative_to(root.resolve())
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+        return False
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else "unknown error"
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 class DirectoryRegistry:
@@ -397,6 +398,9 @@ class DirectoryRegistry:
         except SkillProblems as exc:
             logger.warning("skipping invalid skill in %s: %s", folder, exc)
             return
+        except Exception:  # one bad folder never stops the server from starting
+            logger.exception("skipping skill in %s: it could not be loaded", folder)
+            return
         if owner is not None and (skill.name in reserved or is_reserved_namespace(skill.name)):
             logger.warning("skipping %s in %s: the name is the operator's", skill.name, folder)
             return
@@ -467,6 +471,8 @@ class DirectoryRegistry:
             ) from None
         except IsADirectoryError:
             raise InvalidParams(f"{path!r} is a folder, not a file", field="path") from None
+        except OSError as exc:  # e.g. ENAMETOOLONG, ELOOP: about the path the client named
+            raise InvalidParams(f"{path!r} cannot be read: {exc.strerror}", field="path") from None
 
     def list_files(self, skill: Skill) -> list[str]:
         found = []
@@ -505,6 +511,10 @@ class DirectoryRegistry:
             if rel.as_posix() in seen:
                 raise InvalidSkill(f"files[{i}]: {f.path} is listed twice", field=f"files[{i}].path")
             seen.add(rel.as_posix())
+        try:
+            parse_frontmatter(skill_md)  # said here to name the param; load_skill checks it again
+        except ValueError as exc:
+            raise InvalidSkill(f"invalid skill_md: {exc}", field="skill_md") from None
         toml_text = _manifest_toml(manifest)
         if quota is not None:
             size = len(toml_text.encode()) + len(skill_md.encode()) + sum(len(f.content) for f in files)
@@ -516,7 +526,7 @@ class DirectoryRegistry:
         try:
             _write_file(tmp / MANIFEST_FILE, toml_text.encode("utf-8"))
             _write_file(tmp / DOC_FILE, skill_md.encode("utf-8"))
-            for f in files:
+            for i, f in enumerate(files):
                 target = tmp / f.path
                 # A path that names a folder of another file ("a" and "a/b") fails here.
                 try:
@@ -524,7 +534,13 @@ class DirectoryRegistry:
                     _write_file(target, f.content)
                 except (FileExistsError, NotADirectoryError, IsADirectoryError):
                     raise InvalidSkill(
-                        f"{f.path!r} clashes with another file's folder", field="files"
+                        f"{f.path!r} clashes with another file's folder", field=f"files[{i}].path"
+                    ) from None
+                except OSError as exc:
+                    if exc.errno not in _PATH_ERRNOS:
+                        raise
+                    raise InvalidSkill(
+                        f"files[{i}].path cannot be written: {exc.strerror}", field=f"files[{i}].path"
                     ) from None
             try:
                 load_skill(tmp)

@@ -16,12 +16,14 @@ class BlobAccess(Protocol):
         """The blob's size in bytes, or None if `owner` has no such blob."""
 
     def read(self, blob_id: str, offset: int, length: int, owner: str = ...) -> bytes:
-        """Up to `length` bytes from `offset`; KeyError if `owner` has no such blob."""
+        """Up to `length` bytes from `offset`, empty at or past the end for any offset >= 0;
+        KeyError if `owner` has no such blob."""
 
     def create(
         self, data: bytes, kind: str, run_id: str | None = None, owner: str = ..., quota: BlobQuota | None = None
     ) -> str:
-        """Store a new blob; returns its id. BlobQuotaExceeded when over `quota`."""
+        """Store a new blob; returns its id. BlobQuotaExceeded when over `quota`; a
+        ValueError when `kind` is not a MIME type."""
 
     def local_path(self, blob_id: str, owner: str = ...) -> Path | None:
         """A host file holding exactly `owner`'s blob (hard-linked into a run's

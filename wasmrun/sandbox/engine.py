@@ -10,12 +10,10 @@ into a new Store with its own WASI context, limits and workspace, calls
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
 import os
-import stat
 import tempfile
 import threading
 import time
@@ -27,7 +25,7 @@ from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
 from wasmrun.egress.client import EgressSession
 from wasmrun.egress.secrets import Redactor
-from wasmrun.sandbox import errors
+from wasmrun.sandbox import compiled, errors
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
 from wasmrun.sandbox.bytecode import guest_dir as bytecode_guest_dir
@@ -119,41 +117,29 @@ def _use_pooling_allocator(config: wasmtime.Config) -> None:
 ENGINE_SETTINGS = f"fuel=1;epoch=1;pool={POOL_SLOTS}"
 
 
-def _private_cache_dir() -> Path:
-    path = guest_build.cache_root() / "compiled"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    st = path.stat()
-    # Deserialising trusts its input: only load files from a folder no one else can write.
-    if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise PermissionError(f"compiled-module cache {path} is writable by others")
-    return path
-
-
 def load_module(engine: wasmtime.Engine, wasm: Path) -> wasmtime.Module:
-    """Compile `wasm`, or load it from the private cache of compiled modules,
-    keyed by wasmtime's version, the engine settings and the module's hash."""
-    digest = hashlib.sha256(wasm.read_bytes()).hexdigest()
-    key = hashlib.sha256(f"{_wasmtime_version()}|{ENGINE_SETTINGS}|{digest}".encode()).hexdigest()[:32]
-    folder = _private_cache_dir()
-    cached = folder / f"{key}.cwasm"
-    if cached.exists():
-        guest_build.mark_used(cached)
-        # Read into memory rather than mapped from the file: a file-backed
-        # image's pages can be reclaimed when idle (and re-read from disk on
-        # the next page fault); anonymous memory stays put.
-        return wasmtime.Module.deserialize(engine, cached.read_bytes())
-    module = wasmtime.Module.from_file(engine, str(wasm))
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(module.serialize())
-    os.replace(tmp, cached)
-    return module
+    """`wasm` compiled for an engine made by `_engine_config`, from the cache when it is there."""
+    return compiled.load_module(engine, wasm, ENGINE_SETTINGS)
 
 
-def _wasmtime_version() -> str:
-    from importlib.metadata import version
+def precompile(guest: guest_build.Guest | None = None) -> Path:
+    """Compile the guest ahead of the first run (server start, `wasmrun warm`); returns the cached file."""
+    guest = guest or guest_build.ready_guest(quiet=False)
+    load_module(wasmtime.Engine(_engine_config()), guest.snapshot_wasm)
+    return compiled.cached_path(guest.snapshot_wasm, ENGINE_SETTINGS)
 
-    return version("wasmtime")
+
+def precompiled_state(guest: guest_build.Guest) -> tuple[Path, str | None]:
+    """The guest's compiled-module file, and None if it is ready to load, else
+    why not (never compiles; `wasmrun doctor` asks)."""
+    path = compiled.cached_path(guest.snapshot_wasm, ENGINE_SETTINGS)
+    try:
+        if compiled.deserialize(wasmtime.Engine(_engine_config()), path) is None:
+            return path, "not compiled yet"
+    except wasmtime.WasmtimeError as exc:
+        reason = str(exc).partition("\n")[0]
+        return path, f"compiled for another CPU or damaged ({reason})"
+    return path, None
 
 
 class SandboxEngine:
@@ -165,8 +151,9 @@ class SandboxEngine:
         guest: guest_build.Guest | None = None,
         workspace_root: Path | None = None,
     ) -> None:
-        self.guest = guest or guest_build.build(quiet=True)
-        guest_build.mark_used(self.guest.lib_dir.parent)
+        self.guest = guest or guest_build.ready_guest()
+        if not self.guest.packaged:
+            guest_build.mark_used(self.guest.folder)
         self.blobs = blobs
         self.engine = wasmtime.Engine(_engine_config())
         self.module = load_module(self.engine, self.guest.snapshot_wasm)

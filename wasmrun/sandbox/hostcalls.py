@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import wasmtime
 
+from wasmrun.blobs.kinds import MAX_KIND, is_valid_kind
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
 from wasmrun.egress.client import EgressSession, RunDeadline
 from wasmrun.sandbox import errors
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 # Mirrored in python_wasm/bridge.c.
 ENOENT, EBUDGET, EINVAL = -1, -2, -3
 MAX_BLOB_ID = 128
-MAX_KIND = 255
 U32 = 0xFFFFFFFF
 
 _local = threading.local()
@@ -199,6 +199,7 @@ def blob_read(
     if offset < 0:
         return EINVAL
     _span(caller, buf, cap)  # check before doing any I/O
+    # Any offset up to 2**63-1 is fine: the store answers b"" at or past the end.
     ctx.charge_blob_io(cap & U32)
     try:
         data = ctx.blobs.read(blob_id, offset, cap & U32, ctx.owner)
@@ -219,7 +220,7 @@ def blob_write(
 ) -> int:
     ctx = current()
     kind = _text(caller, kind_ptr, kind_len, MAX_KIND)
-    if not kind or "/" not in kind:
+    if kind is None or not is_valid_kind(kind):  # create_blob's rule, before any copying
         return EINVAL
     _span(caller, out_ptr, out_cap)
     ctx.charge_blob_io(length & U32)
@@ -233,6 +234,8 @@ def blob_write(
         blob_id = ctx.blobs.create(data, kind, run_id=ctx.run_id, owner=ctx.owner, quota=quota)
     except BlobQuotaExceeded as exc:
         raise errors.RunAborted(errors.BLOB_QUOTA, exc.message) from None
+    except ValueError:  # the store refusing the kind too
+        return EINVAL
     if blob_id not in ctx.output_blobs:  # the same bytes again are the same blob
         ctx.output_blobs.append(blob_id)
     ctx.readable.add(blob_id)

@@ -1,8 +1,8 @@
 """What a run may use, with the server's defaults and ceilings.
 
-A request may ask for any value up to the ceiling; omitted values take the
-default. Each limit, when hit, ends the run with its own error type
-(see `errors.py`).
+A request may ask for any value from `LimitPolicy.allowed` (up to the
+ceiling, which the operator sets); omitted values take the default. Each
+limit, when hit, ends the run with its own error type (see `errors.py`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import functools
 from dataclasses import dataclass
 
 MiB = 1 << 20
-FUEL_PER_MS = 10_000_000  # about 10^10 fuel a second on this project's reference machine
+# Fuel is what wasmtime counts; a request asks for CPU time. Measured here: about
+# 10^10 fuel a second of guest CPU, so a millisecond is about 10^7.
+FUEL_PER_MS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -40,15 +42,25 @@ CEILING_LIMITS = Limits(
 )
 # The snapshot's memory alone is about 21 MiB; below this no run can start.
 MIN_MEMORY_BYTES = 48 * MiB
+# wasm32: a linear memory cannot grow past 4 GiB.
+MAX_MEMORY_BYTES = 4096 * MiB
 
 
 @dataclass(frozen=True)
 class LimitPolicy:
+    """The defaults and ceilings one caller's runs get (the server's, from its settings)."""
+
     defaults: Limits = DEFAULT_LIMITS
     ceilings: Limits = CEILING_LIMITS
 
+    def allowed(self, name: str) -> tuple[int, int]:
+        """The lowest and highest value a request may ask for the Limits field `name`."""
+        lowest = MIN_MEMORY_BYTES if name == "memory_bytes" else 1
+        return lowest, max(lowest, int(getattr(self.ceilings, name)))
+
     def resolve(self, **requested: int | None) -> Limits:
-        """Defaults overlaid with the requested values, each clamped to [1, ceiling]."""
+        """Defaults overlaid with the requested values, each clamped to `allowed`;
+        callers refuse a request outside it before they get here (protocol/runs.py)."""
         asked_for = {name: value for name, value in requested.items() if value is not None}
         if not asked_for:
             return self._clamped_defaults  # the common case, on every run: computed once
@@ -62,10 +74,9 @@ class LimitPolicy:
         values = {}
         for field in dataclasses.fields(Limits):
             asked = requested.pop(field.name, None)
-            ceiling = getattr(self.ceilings, field.name)
             value = getattr(self.defaults, field.name) if asked is None else asked
-            values[field.name] = max(1, min(int(value), ceiling))
+            lowest, highest = self.allowed(field.name)
+            values[field.name] = max(lowest, min(int(value), highest))
         if requested:
             raise TypeError(f"unknown limits: {sorted(requested)}")
-        values["memory_bytes"] = max(values["memory_bytes"], MIN_MEMORY_BYTES)
         return Limits(**values)

@@ -4,7 +4,9 @@ who is calling (API keys) and which requests are answered at all (guard.py).
 Every answer to something a client sent is 2xx or 4xx: 200 with a JSON-RPC
 response, 204 when only notifications came, and a JSON-RPC error body with
 401 (no valid API key), 403 (Host or Origin refused), 413 (body over the
-limit) or 415 (not `Content-Type: application/json`).
+limit), 415 (not `Content-Type: application/json`) or 408 (the body did not
+arrive within `body_timeout` seconds; the connection is closed; wire/deadline.py,
+on every route, /mcp included).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from wasmrun.protocol.errors import (
     Forbidden,
     InternalError,
     InvalidRequest,
+    RequestTimeout,
     RequestTooLarge,
     RetryHint,
     RPCError,
@@ -35,6 +38,7 @@ from wasmrun.protocol.errors import (
 )
 from wasmrun.tenants.caller import Caller
 from wasmrun.wire import jsonrpc
+from wasmrun.wire.deadline import BodyDeadline
 from wasmrun.wire.guard import RequestGuard, is_loopback
 
 logger = logging.getLogger("wasmrun.http")
@@ -83,6 +87,7 @@ def create_app(
     dispatch: Callable[..., Awaitable[Any]],
     *,
     max_body_bytes: int,
+    body_timeout: float = 30.0,
     on_shutdown: Callable[[], None] | None = None,
     routes: Sequence[BaseRoute] = (),
     lifespans: Sequence[Callable[[], contextlib.AbstractAsyncContextManager[Any]]] = (),
@@ -103,6 +108,15 @@ def create_app(
         )
         return error_response(error, 413)
 
+    async def receive_body(request: Request) -> bytes | None:
+        """The whole body, or None when it is over the limit."""
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_body_bytes:
+                return None
+        return bytes(body)
+
     async def rpc(request: Request) -> Response:
         if not is_json(request.headers.get("content-type", "")):
             return error_response(
@@ -115,20 +129,18 @@ def create_app(
                 return unauthorized()
             call = functools.partial(dispatch, caller=caller)
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > max_body_bytes:
+        if declared.isascii() and declared.isdigit() and int(declared) > max_body_bytes:
             return too_large()
-        body = bytearray()
         try:
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > max_body_bytes:
-                    return too_large()
-        except ClientDisconnect:
+            body = await receive_body(request)
+        except ClientDisconnect:  # also what BodyDeadline tells a route whose body is too slow
             return Response(status_code=400)
+        if body is None:
+            return too_large()
         hint = RetryHint()
         RETRY_HINT.set(hint)  # this request's task alone: a rate limit hit in it sets a Retry-After
         try:
-            answer = await jsonrpc.handle(bytes(body), call)
+            answer = await jsonrpc.handle(body, call)
         except Exception:  # handle() answers errors itself; this is the last guard against a 500
             logger.exception("unexpected failure answering a request")
             answer = jsonrpc.error_body(InternalError("internal error"))
@@ -157,6 +169,14 @@ def create_app(
             if on_shutdown is not None:
                 on_shutdown()
 
+    too_slow = RequestTimeout(
+        f"the request body did not arrive within {body_timeout:g} seconds (WASMRUN_BODY_TIMEOUT)",
+        {"body_timeout_s": body_timeout},
+    )
+    middleware = [Middleware(GuardMiddleware, guard=guard)] if guard is not None else []
+    middleware.append(
+        Middleware(BodyDeadline, timeout=body_timeout, answer=jsonrpc.error_body(too_slow), media_type=JSON)
+    )
     return Starlette(
         routes=[
             Route("/rpc", rpc, methods=["POST"]),
@@ -164,6 +184,6 @@ def create_app(
             Route("/metrics", prometheus, methods=["GET"]),
             *routes,
         ],
-        middleware=[Middleware(GuardMiddleware, guard=guard)] if guard is not None else [],
+        middleware=middleware,
         lifespan=lifespan,
     )

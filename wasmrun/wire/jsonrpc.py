@@ -5,12 +5,19 @@ body, or None when there is nothing to send (only notifications). Params stay
 `msgspec.Raw` here; the dispatcher decodes them into the method's Struct.
 `id` is kept as raw JSON, so it is echoed exactly: a string stays a string,
 `1` stays `1`, `null` stays `null`.
+
+The body is checked once, before anything decodes it: it must be UTF-8 (so an
+echoed `id` is too), hold at most `MAX_CONTAINERS` arrays/objects and nest them
+at most `MAX_DEPTH` deep, so no later step (msgspec, the params Structs, the
+guest request) meets a document deep enough to exhaust a recursion limit or
+large enough in objects to exhaust memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -24,6 +31,10 @@ Dispatch = Callable[[str, Raw], Awaitable[Any]]
 
 MAX_BATCH = 100
 MAX_MESSAGE_CHARS = 1000
+MAX_DEPTH = 64  # arrays/objects, the envelope included
+# Each decoded array/object is a Python object of 50+ bytes: this bounds what a
+# body can cost in memory and decoding time (a 32 MiB body of `[]` is 16 million).
+MAX_CONTAINERS = 1_000_000
 NULL = Raw(b"null")
 _ID_START = frozenset(b'"-0123456789n')  # first byte of a JSON string, number or null
 
@@ -70,6 +81,80 @@ def error_body(error: RPCError, id: Raw = NULL) -> bytes:
     return _encoder.encode(Failure("2.0", id, ErrorObject(error.code, message, data)))
 
 
+_NOT_KEPT = bytes(b for b in range(256) if b not in b'"[]{}')
+_OBJECTS_AS_ARRAYS = bytes.maketrans(b"{}", b"[]")  # only the depth counts
+_RUN = re.compile(rb"\[+|\]+")
+
+
+def structural_brackets(body: bytes) -> bytes:
+    """The brackets of the JSON text `body` that open and close arrays/objects, in
+    order, objects written as arrays; found in C, without decoding.
+
+    Escaped backslashes and quotes go first (inside a JSON string backslashes
+    only come in escape pairs, so pairing them left to right is right), then
+    everything but quotes and brackets, then what lies between quotes. On valid
+    JSON the answer is exact; on invalid JSON it is exact up to the point where
+    a parser stops."""
+    structure = body.replace(b"\\\\", b"").replace(b'\\"', b"") if b"\\" in body else body
+    structure = structure.translate(_OBJECTS_AS_ARRAYS, _NOT_KEPT).replace(b'""', b"")
+    return b"".join(structure.split(b'"')[::2]) if b'"' in structure else structure
+
+
+def brackets_deeper_than(brackets: bytes, limit: int) -> bool:
+    """Whether `brackets` (only `[` and `]`) nest more than `limit` deep, without recursing.
+
+    Rounds of deleting empty pairs take one level off every container each,
+    while they shrink the text fast (in C); a walk over runs of `[` and `]`
+    measures what is left."""
+    rounds = 0
+    while len(brackets) > 2 * limit:  # each round removes an eighth at least
+        fewer = brackets.replace(b"[]", b"")  # one pass: pairs it makes wait for the next round
+        if 8 * len(fewer) > 7 * len(brackets):  # under an eighth gone: walking is cheaper now
+            break
+        brackets = fewer
+        rounds += 1
+    depth = rounds  # each round took one level off the deepest point
+    if depth > limit:
+        return True
+    for run in _RUN.finditer(brackets):
+        step = run.end() - run.start()
+        depth += step if brackets[run.start()] == ord("[") else -step
+        if depth > limit:
+            return True
+    return False
+
+
+def nests_deeper_than(body: bytes, limit: int) -> bool:
+    """Whether arrays/objects in the JSON text `body` nest more than `limit` deep."""
+    if body.count(b"[") + body.count(b"{") <= limit:  # the common case: cannot be deeper
+        return False
+    return brackets_deeper_than(structural_brackets(body), limit)
+
+
+def check_body(body: bytes) -> ParseError | None:
+    """The one bounded look at raw client bytes, before anything decodes them:
+    UTF-8, at most MAX_CONTAINERS arrays/objects, nested at most MAX_DEPTH deep."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return ParseError(f"parse error: the body is not valid UTF-8 (byte {exc.start})")
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:  # the common case: nothing to measure
+        return None
+    brackets = structural_brackets(body)
+    if len(brackets) > 2 * MAX_CONTAINERS:
+        return ParseError(
+            f"parse error: the body holds more than this server's limit of {MAX_CONTAINERS}"
+            " arrays/objects; pass bulk data as a blob",
+            {"max_containers": MAX_CONTAINERS},
+        )
+    if brackets_deeper_than(brackets, MAX_DEPTH):
+        return ParseError(
+            f"parse error: arrays/objects nest deeper than this server's limit of {MAX_DEPTH} levels",
+            {"max_depth": MAX_DEPTH},
+        )
+    return None
+
+
 def _is_id(raw: Raw) -> bool:
     """A string, number or null (msgspec has already checked it is JSON)."""
     data = bytes(raw)
@@ -77,9 +162,12 @@ def _is_id(raw: Raw) -> bool:
 
 
 async def handle(body: bytes, dispatch: Dispatch) -> bytes | None:
+    problem = check_body(body)
+    if problem is not None:
+        return error_body(problem)
     try:
         msgspec.json.decode(body, type=Raw)  # checks the whole body is JSON
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: cannot, after check_body
         return error_body(ParseError(f"parse error: {exc}"))
     if body.lstrip()[:1] != b"[":
         return await _one(Raw(body), dispatch)

@@ -1,0 +1,133 @@
+"""Blob store edges: one kind rule for every writer, reads at any offset, and a start
+that sweeps what killed writers left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from wasmrun.blobs.store import STALE_WRITE_S, FileBlobStore
+from wasmrun.sandbox.executor import InProcessExecutor
+from wasmrun.server import build_context, create_app
+from wasmrun.settings import Settings
+
+Rpc = Any
+
+BAD_KINDS = [
+    "a/b c",
+    "text/plain\n",
+    "/",
+    "text/",
+    "text/plain; charset=\u00fc",
+    "t\u00e9xt/plain",
+    "text/plain;",
+    "x" * 200 + "/" + "y" * 100,
+]
+
+
+@pytest.mark.parametrize("kind", BAD_KINDS, ids=repr)
+def test_a_kind_create_blob_refuses_is_refused_to_a_run_too(rpc: Rpc, kind: str) -> None:
+    error = rpc("create_blob", {"content": "x", "kind": kind})["error"]
+    assert (error["code"], error["data"]["field"]) == (-32602, "kind")
+    code = (
+        "from runtime import blobs\n\n"
+        "def main(args):\n"
+        "    try:\n"
+        "        return blobs.write_text('x', kind=args['kind'])\n"
+        "    except ValueError as exc:\n"
+        "        return 'refused: ' + str(exc)\n"
+    )
+    result = rpc("run_code", {"language": "python", "code": code, "args": {"kind": kind}})["result"]
+    assert result["status"] == "completed"
+    assert str(result["output"]).startswith("refused"), result
+    assert result["output_blobs"] == []
+
+
+@pytest.mark.parametrize("kind", ["text/csv; charset=utf-8", "application/vnd.api+json", "image/svg+xml"])
+def test_a_good_kind_is_taken_by_both(rpc: Rpc, kind: str) -> None:
+    assert "result" in rpc("create_blob", {"content": "x", "kind": kind})
+    code = "from runtime import blobs\n\ndef main(args):\n    return blobs.write_text('x', kind=args['kind'])\n"
+    result = rpc("run_code", {"language": "python", "code": code, "args": {"kind": kind}})["result"]
+    blob = rpc("read_blob", {"blob_id": result["output"]})["result"]
+    assert blob["kind"] == kind
+
+
+@pytest.mark.parametrize("offset", [2**62, 2**63 - 1, 10**15, 32, 31])
+def test_reading_past_the_end_of_a_blob_gives_no_bytes(rpc: Rpc, offset: int) -> None:
+    blob_id = rpc("create_blob", {"content": "0123456789" * 3 + "xy", "kind": "text/plain"})["result"]["blob_id"]
+    code = (
+        "import _wasmrun\nfrom runtime import blobs\n\n"
+        "def main(args):\n"
+        "    raw = _wasmrun.blob_read(args['id'], args['offset'], 10)\n"
+        "    api = blobs.read_bytes(args['id'], offset=args['offset'], length=10)\n"
+        "    return [raw.decode(), api.decode()]\n"
+    )
+    params = {"language": "python", "code": code, "args": {"id": blob_id, "offset": offset}, "input_blobs": [blob_id]}
+    result = rpc("run_code", params)["result"]
+    assert result["status"] == "completed", result
+    expected = "y" if offset == 31 else ""
+    assert result["output"] == [expected, expected]
+
+
+def test_a_negative_offset_is_a_value_error_in_the_run(rpc: Rpc) -> None:
+    blob_id = rpc("create_blob", {"content": "abc", "kind": "text/plain"})["result"]["blob_id"]
+    code = (
+        "import _wasmrun\n\n"
+        "def main(args):\n"
+        "    try:\n"
+        "        _wasmrun.blob_read(args['id'], -1, 10)\n"
+        "    except ValueError:\n"
+        "        return 'refused'\n"
+    )
+    params = {"language": "python", "code": code, "args": {"id": blob_id}, "input_blobs": [blob_id]}
+    assert rpc("run_code", params)["result"]["output"] == "refused"
+
+
+def test_store_read_answers_any_offset(tmp_path: Path) -> None:
+    store = FileBlobStore(tmp_path)
+    blob_id = store.create(b"abc", "text/plain")
+    assert store.read(blob_id, 2**62, 10) == b""
+    assert store.read(blob_id, 1, 2**62) == b"bc"
+    with pytest.raises(ValueError):
+        store.read(blob_id, -1, 1)
+
+
+def _age(path: Path, seconds: float) -> None:
+    past = time.time() - seconds
+    os.utime(path, (past, past))
+
+
+def test_a_start_sweeps_what_killed_writers_left(
+    settings: Settings, executor: InProcessExecutor
+) -> None:
+    store = FileBlobStore(settings.blobs_dir)
+    kept = store.create(b"region,sales\n", "text/csv")
+    folder = settings.blobs_dir / kept[5:7]
+    stale_tmp = folder / ".tmp-abandoned"
+    stale_tmp.write_bytes(b"half an upload")
+    orphan_data = folder / ("ab" * 16)
+    orphan_data.write_bytes(b"bytes whose metadata never came")
+    orphan_meta = folder / (("cd" * 16) + ".json")
+    orphan_meta.write_text(json.dumps({"blob_id": "blob:" + "cd" * 16}))
+    for path in (stale_tmp, orphan_data, orphan_meta):
+        _age(path, STALE_WRITE_S + 60)
+    in_progress = folder / ".tmp-being-written"
+    in_progress.write_bytes(b"a write going on right now")
+
+    context = build_context(settings, executor=executor)  # what `wasmrun serve` does at start
+    with TestClient(create_app(settings, context), base_url="http://localhost") as client:
+        answer = client.post(
+            "/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "read_blob", "params": {"blob_id": kept}}
+        ).json()
+    assert answer["result"]["content"] == "region,sales\n"
+    assert not stale_tmp.exists() and not orphan_data.exists() and not orphan_meta.exists()
+    assert in_progress.exists()  # younger than any write could be abandoned
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [kept[5:], kept[5:] + ".json", in_progress.name]
+    )

