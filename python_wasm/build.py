@@ -45,6 +45,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from wasmrun.durable import atomic_write, fsync_dir, fsync_tree
+from wasmrun.sandbox import tree
+
 HERE = Path(__file__).resolve().parent
 BRIDGE_C = HERE / "bridge.c"
 RUNTIME_DIR = HERE / "runtime"
@@ -211,7 +214,9 @@ def _atomic_replace_dir(tmp: Path, final: Path) -> None:
     if final.exists():
         shutil.rmtree(tmp, ignore_errors=True)
         return
+    fsync_tree(tmp)  # all of it on disk before the rename publishes it
     os.replace(tmp, final)
+    fsync_dir(final.parent)
 
 
 def fetch(dl: Download, progress: Progress) -> Path:
@@ -630,7 +635,7 @@ def build(quiet: bool = False) -> Guest:
             "zip_bytes": (tmp / "lib" / ZIP_NAME).stat().st_size,
             "snapshot": stats,
         }
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        atomic_write(tmp / "manifest.json", json.dumps(manifest, indent=2).encode(), mode=0o644)
         _atomic_replace_dir(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -662,10 +667,13 @@ def prune_stale(keep: Path) -> None:
         for entry in folder.iterdir():
             if entry == keep or entry.stat().st_mtime > cutoff:
                 continue
-            if entry.is_dir():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
+            try:
+                if entry.is_dir() and not entry.is_symlink():
+                    tree.remove(entry)  # any depth (a skill's bytecode mirrors its tree)
+                else:
+                    entry.unlink(missing_ok=True)
+            except OSError:
+                continue
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -399,6 +399,20 @@ def test_runs_do_not_block_the_event_loop(settings: Settings, context: Any) -> N
     assert asyncio.run(race()) < 0.3
 
 
+def test_run_code_lists_the_root_and_exactly_the_mounted_skills(rpc: Rpc) -> None:
+    code = (
+        "import os\n"
+        "def main(args):\n"
+        "    return [sorted(os.listdir('/')), sorted(os.listdir('/skills')), sorted(os.listdir('/skills/demo.guide'))]\n"
+    )
+    result = run_code(rpc, code, mount_skills=["demo.versions", "demo.guide"])
+    assert result["status"] == "completed", result
+    root, skills, guide = result["output"]
+    assert {"lib", "skills", "workspace"} <= set(root)
+    assert skills == ["demo.guide", "demo.versions"]
+    assert "SKILL.md" in guide
+
+
 # -- secrets are the operator's to grant ------------------------------------------
 
 

@@ -19,6 +19,7 @@ import ast
 import asyncio
 import builtins
 import importlib
+import importlib.util
 import json
 import linecache
 import os
@@ -103,13 +104,6 @@ def _format_exception(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
 
 
-def _error_type(exc: BaseException) -> str:
-    if isinstance(exc, MemoryError):
-        return "MemoryLimitExceeded"
-    return type(exc).__name__
-
-
-# Modules whose OSErrors mean "tried to reach the network".
 # Modules whose errors mean "tried to reach the network" (under WASI even
 # socket.getaddrinfo is missing: an AttributeError, not an OSError).
 _NETWORK_MODULES = frozenset({
@@ -292,21 +286,64 @@ def _failed(type_: str, message: str) -> bytes:
 
 
 def _compile_skills(request: dict) -> list[str]:
-    """Compile (never run) the mounted skills' modules into the bytecode cache."""
-    import py_compile
+    """Compile (never run) the mounted skills' modules into the bytecode cache.
 
+    A file that cannot be read or compiled (a syntax error, a dangling
+    symlink) is skipped: a run importing it reports the error itself."""
     compiled = []
-    for name in request.get("skills") or {}:
-        for folder, _dirs, files in os.walk(f"/skills/{name}"):
-            for file in sorted(files):
-                if file.endswith(".py"):
-                    path = f"{folder}/{file}"
-                    try:
-                        py_compile.compile(path, doraise=True)
-                    except py_compile.PyCompileError:
-                        continue  # a run importing it reports the error itself
-                    compiled.append(path)
+    folders = [f"/skills/{name}" for name in request.get("skills") or {}]
+    while folders:  # a loop, not os.walk's recursion: a skill's tree may be deep
+        try:
+            with os.scandir(folders.pop()) as scan:
+                entries = sorted(scan, key=lambda entry: entry.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(entry.path)
+            elif entry.name.endswith(".py") and _is_regular_file(entry):
+                try:
+                    _compile_one(entry.path)
+                except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+                    continue
+                compiled.append(entry.path)
     return compiled
+
+
+def _is_regular_file(entry: os.DirEntry) -> bool:
+    """Never open a FIFO or device (it could block); a link that leads
+    nowhere (or out of the mount: PermissionError) is no file either."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
+def _compile_one(path: str) -> None:
+    """What py_compile.compile does, except that only missing cache folders
+    are created: a skill's own folder in the cache is its mount point, which
+    exists and cannot be created (py_compile's os.makedirs fails on it, so
+    modules at a skill's root were never compiled)."""
+    import importlib._bootstrap_external as bootstrap
+
+    cfile = importlib.util.cache_from_source(path)
+    with open(path, "rb") as f:
+        source = f.read()
+    st = os.stat(path)
+    code = compile(source, path, "exec", dont_inherit=True)
+    data = bootstrap._code_to_timestamp_pyc(code, st.st_mtime, st.st_size)
+    missing = []  # created top-down in a loop (os.makedirs recurses: trees may be deep)
+    folder = os.path.dirname(cfile)
+    while not os.path.isdir(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            pass
+    with open(cfile, "wb") as f:
+        f.write(data)
 
 
 def _execute(request: dict) -> bytes:
@@ -322,7 +359,9 @@ def _execute(request: dict) -> bytes:
     except SystemExit as exc:
         return _failed("SystemExit", f"the code called exit({exc.code!r})")
     except BaseException as exc:  # the user's own exception, whatever it is
-        return _failed(_error_type(exc), _describe(exc))
+        # Its own class name, whatever it is: the host alone decides its own
+        # error types (a MemoryError here is the guest's, see sandbox/errors.py).
+        return _failed(type(exc).__name__, _describe(exc))
 
 
 def run() -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.sandbox.conftest import make_skill
+from wasmrun.sandbox import tree
+from wasmrun.sandbox.types import RunRequest
 
 PYC = "/pycache/skills/{name}/code/{module}.cpython-311.pyc"
 
@@ -57,3 +61,72 @@ def test_a_syntax_error_still_surfaces_at_import(run_code, tmp_path):
     result = run_code("from skills.broken.skill import main\ndef main(args): return 1", skills=[broken])
     assert result.error.type == "SyntaxError"
     assert "/skills/broken.skill/code/main.py" in result.error.message
+
+
+def _compiled_paths(engine, skill) -> set[str]:
+    _key, folder = engine._bytecode.lookup(skill)
+    assert folder is not None, "no compiled folder was published for the skill"
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*.pyc")}
+
+
+def test_a_skill_with_its_entrypoint_at_its_root_is_compiled(engine, run_code, tmp_path, caplog):
+    skill = make_skill(tmp_path, "flat.skill", {
+        "main.py": "import helper\ndef main(args):\n    return helper.VALUE\n",
+        "helper.py": "VALUE = 'flat'\n",
+    }, entrypoint="main.py")
+    caplog.set_level("WARNING", logger="wasmrun.sandbox")
+    for _ in range(2):
+        result = engine.run(RunRequest(kind="skill", skill="flat.skill", skills=[skill]))
+        assert result.output == "flat"
+    assert _compiled_paths(engine, skill) == {"main.cpython-311.pyc", "helper.cpython-311.pyc"}
+    assert not [r for r in caplog.records if "compiling skill" in r.getMessage()]
+
+
+def test_a_dangling_symlink_in_a_skill_does_not_break_it(engine, tmp_path, caplog):
+    skill = make_skill(tmp_path, "linked.skill", {"code/main.py": "def main(args):\n    return 'ok'\n"})
+    os.symlink(tmp_path / "gone.py", tmp_path / "linked.skill" / "code" / "broken.py")
+    caplog.set_level("WARNING", logger="wasmrun.sandbox")
+    result = engine.run(RunRequest(kind="skill", skill="linked.skill", skills=[skill]))
+    assert result.output == "ok"
+    assert _compiled_paths(engine, skill) == {"code/main.cpython-311.pyc"}
+    assert not [r for r in caplog.records if "compiling skill" in r.getMessage()]
+
+
+@pytest.fixture()
+def deep_root(tmp_path):
+    """A folder removed by descriptor afterwards: pytest's own cleanup recurses."""
+    root = tmp_path / "deep-root"
+    root.mkdir()
+    yield root
+    tree.remove(root)
+
+
+def test_a_skill_with_a_deep_folder_tree_is_compiled(engine, deep_root, caplog):
+    deep = "/".join(["d"] * 1200)  # past the recursion limit of a recursive walk
+    skill = make_skill(deep_root, "deep.skill", {"code/main.py": "def main(args):\n    return 'deep'\n"})
+    folder = os.path.join(skill.root, "code")
+    for _ in range(1200):  # a loop: pathlib's and os.makedirs' own recursion would fail here
+        folder = os.path.join(folder, "d")
+        os.mkdir(folder)
+    with open(os.path.join(folder, "leaf.py"), "w") as f:
+        f.write("VALUE = 1\n")
+    caplog.set_level("WARNING", logger="wasmrun.sandbox")
+    result = engine.run(RunRequest(kind="skill", skill="deep.skill", skills=[skill]))
+    assert result.output == "deep"
+    _key, folder = engine._bytecode.lookup(skill)
+    assert folder is not None
+    try:
+        assert (folder / f"code/{deep}/leaf.cpython-311.pyc").is_file()
+    finally:
+        tree.remove(folder)  # not left in the shared cache
+    assert not [r for r in caplog.records if "compiling skill" in r.getMessage()]
+
+
+def test_a_fifo_named_like_a_module_is_skipped_not_opened(engine, tmp_path, caplog):
+    skill = make_skill(tmp_path, "fifo.skill", {"code/main.py": "def main(args):\n    return 'ok'\n"})
+    os.mkfifo(os.path.join(skill.root, "code", "pipe.py"))  # opening it would block the worker
+    caplog.set_level("WARNING", logger="wasmrun.sandbox")
+    result = engine.run(RunRequest(kind="skill", skill="fifo.skill", skills=[skill]))
+    assert result.output == "ok"
+    assert _compiled_paths(engine, skill) == {"code/main.cpython-311.pyc"}
+    assert not [r for r in caplog.records if "compiling skill" in r.getMessage()]

@@ -29,7 +29,6 @@ import logging
 import os
 import re
 import secrets
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -40,7 +39,7 @@ import msgspec
 
 from wasmrun.blobs.kinds import check_kind
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded, charge
-from wasmrun.durable import fsync_dir
+from wasmrun.durable import atomic_write, fsync_dir
 
 BLOB_ID = re.compile(r"blob:[0-9a-f]{32}", re.ASCII)
 TMP_PREFIX = ".tmp-"
@@ -118,17 +117,8 @@ class FileBlobStore:
             return path.read_bytes()
         except FileNotFoundError:
             pass
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=TMP_PREFIX)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(secrets.token_bytes(32))
-                f.flush()
-                os.fsync(f.fileno())
-            with contextlib.suppress(FileExistsError):  # another process made it first: use theirs
-                os.link(tmp, path)
-        finally:
-            os.unlink(tmp)
-        fsync_dir(self.root)
+        with contextlib.suppress(FileExistsError):  # another process made it first: use theirs
+            atomic_write(path, secrets.token_bytes(32), replace=False)
         return path.read_bytes()
 
     def blob_id(self, owner: str, kind: str, sha256: str) -> str:
@@ -192,14 +182,14 @@ class FileBlobStore:
         with self._ledger(owner) as (usage, ledger):
             if meta_path.exists():
                 # Stored already: the bytes stay as they are; the new metadata restarts its retention.
-                _write_atomically(meta_path, msgspec.json.encode(info))
+                atomic_write(meta_path, msgspec.json.encode(info))
                 return blob_id
             if quota is not None:
                 _check_quota(usage, quota, charge(len(data)))
-            _write_atomically(data_path, data)
-            _write_atomically(meta_path, msgspec.json.encode(info))
+            atomic_write(data_path, data, sync_dir=False)
+            atomic_write(meta_path, msgspec.json.encode(info), sync_dir=False)
             fsync_dir(data_path.parent)
-            _write_atomically(ledger, msgspec.json.encode(Usage(usage.bytes + charge(len(data)), usage.count + 1)))
+            atomic_write(ledger, msgspec.json.encode(Usage(usage.bytes + charge(len(data)), usage.count + 1)))
         return blob_id
 
     def info(self, blob_id: str, owner: str = LEGACY_OWNER) -> BlobInfo | None:
@@ -287,7 +277,7 @@ class FileBlobStore:
                 os.unlink(data_path)
             fsync_dir(data_path.parent)
             left = Usage(max(0, usage.bytes - charge(info.size_bytes)), max(0, usage.count - 1))
-            _write_atomically(ledger, msgspec.json.encode(left))
+            atomic_write(ledger, msgspec.json.encode(left))
         return True
 
     def recount(self) -> dict[str, Usage]:
@@ -308,7 +298,7 @@ class FileBlobStore:
         owners = {p.stem for p in (self.root / USAGE_DIR).glob("*.json")}
         for owner, usage in found.items():
             with self._ledger(owner) as (_, ledger):
-                _write_atomically(ledger, msgspec.json.encode(usage))
+                atomic_write(ledger, msgspec.json.encode(usage))
             owners.discard(_owner_file(owner))
         for stale in owners:  # ledgers of owners with no blob left
             with contextlib.suppress(FileNotFoundError):
@@ -339,17 +329,3 @@ def _check_quota(usage: Usage, quota: BlobQuota, cost: int) -> None:
         raise BlobQuotaExceeded("blob_bytes", quota.max_bytes, f"storing {cost} more bytes would take the tenant"
                                 f" over its limit (blob_bytes = {quota.max_bytes}; {usage.bytes} in use, every"
                                 " blob counted at least 4096 bytes); delete some with delete_blob")
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 import tomli
 
-from wasmrun.durable import fsync_dir
+from wasmrun.durable import atomic_write, fsync_dir, fsync_tree
 from wasmrun.protocol.errors import (
     ContentTooLarge,
     InvalidParams,
@@ -556,6 +556,7 @@ class DirectoryRegistry:
                     raise SkillExists(
                         f"skill {parsed.name} {parsed.version} already exists", field="manifest"
                     )
+                fsync_tree(tmp)
                 try:
                     # Atomic, and refused when another process got there first.
                     os.rename(tmp, dest)
@@ -601,6 +602,7 @@ class DirectoryRegistry:
         try:
             shutil.copytree(source, tmp, ignore=shutil.ignore_patterns(".*", "__pycache__"))
             copied = load_skill(tmp)
+            fsync_tree(tmp)  # on disk before the rename publishes it
             dest.parent.mkdir(parents=True, exist_ok=True)
             with self._lock:
                 if (None, copied.name, copied.version) in self._index or dest.exists():
@@ -664,7 +666,6 @@ def _manifest_toml(manifest: dict[str, Any]) -> str:
 
 
 def _write_file(path: Path, data: bytes) -> None:
-    with open(path, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    # Refuses an existing path (FileExistsError), as the clash check above expects.
+    # The whole folder is fsynced once, before it is renamed into place.
+    atomic_write(path, data, replace=False, sync_dir=False, mode=0o644)

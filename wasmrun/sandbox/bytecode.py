@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
+from wasmrun.sandbox import tree
 from wasmrun.sandbox.types import MountedSkill
 
 GUEST_PREFIX = "/pycache"
@@ -36,12 +36,30 @@ class BytecodeCache:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def _key(self, skill: MountedSkill) -> str:
-        """Names the skill's sources as they are now: a changed file is a new key."""
+        """Names the skill's sources as they are now: a changed file is a new key.
+
+        A file that cannot be stat'ed (a dangling or looping symbolic link)
+        is named as such; the compile run skips what it cannot read."""
         h = hashlib.sha256(skill.name.encode())
-        base = Path(skill.root)
-        for path in sorted(base.rglob("*.py")):
-            st = path.stat()
-            h.update(f"\0{path.relative_to(base)}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+        found: list[str] = []
+        folders = [skill.root]  # a loop, not os.walk's recursion: a skill's tree may be deep
+        while folders:
+            try:
+                with os.scandir(folders.pop()) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            folders.append(entry.path)
+                        elif entry.name.endswith(".py"):
+                            found.append(entry.path)
+            except OSError:
+                continue
+        for path in sorted(found):
+            try:
+                st = os.stat(path)
+                stamp = f"{st.st_size}\0{st.st_mtime_ns}"
+            except OSError:
+                stamp = "unreadable"
+            h.update(f"\0{os.path.relpath(path, skill.root)}\0{stamp}".encode())
         return f"{skill.name}-{h.hexdigest()[:24]}"
 
     def lookup(self, skill: MountedSkill) -> tuple[str, Path | None]:
@@ -60,8 +78,11 @@ class BytecodeCache:
         try:
             os.rename(staging, final)
         except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
+            self.discard(staging)
         return final
 
     def discard(self, staging: Path) -> None:
-        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            tree.remove(staging)  # any depth: it mirrors the skill's tree
+        except OSError:
+            pass

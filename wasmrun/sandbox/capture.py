@@ -18,13 +18,24 @@ class HeadTail:
         self.total = 0
 
     def write(self, data: bytes) -> None:
-        self.total += len(data)
-        room = self.head_limit - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data:
-            self.tail += data
+        head, tail = self.kept(len(data))
+        self.write_parts(len(data), data[:head], data[len(data) - tail :])
+
+    def kept(self, total: int) -> tuple[int, int]:
+        """How many leading and trailing bytes of a `total`-byte write would be
+        kept: a writer need not read (or copy) the rest."""
+        head = min(total, max(0, self.head_limit - len(self.head)))
+        return head, min(total - head, self.tail_limit)
+
+    def write_parts(self, total: int, head: bytes, tail: bytes) -> None:
+        """Record a `total`-byte write given only its first `len(head)` and last
+        `len(tail)` bytes, as `kept(total)` asked for."""
+        self.total += total
+        self.head += head
+        if len(head) + len(tail) < total:  # the skipped middle pushed out the old tail
+            self.tail = bytearray(tail)
+        else:
+            self.tail += tail
             if len(self.tail) > self.tail_limit:
                 del self.tail[: len(self.tail) - self.tail_limit]
 

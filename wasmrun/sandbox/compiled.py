@@ -18,7 +18,6 @@ import logging
 import os
 import stat
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from pathlib import Path
 import wasmtime
 
 from python_wasm import build as guest_build
+from wasmrun.durable import atomic_write, sweep_temporaries
 
 logger = logging.getLogger("wasmrun.sandbox")
 PROGRESS_EVERY_S = 5.0
@@ -86,7 +86,7 @@ def _cached(engine: wasmtime.Engine, path: Path) -> wasmtime.Module | None:
 def load_module(engine: wasmtime.Engine, wasm: Path, engine_settings: str) -> wasmtime.Module:
     """`wasm` compiled for `engine` (whose configuration `engine_settings`
     names), from the cache, or compiled now and cached."""
-    private_cache_dir()
+    sweep_temporaries(private_cache_dir())  # left by a process killed while writing
     path = cached_path(wasm, engine_settings)
     module = _cached(engine, path)
     if module is not None:
@@ -97,10 +97,7 @@ def load_module(engine: wasmtime.Engine, wasm: Path, engine_settings: str) -> wa
             return module
         with _progress(f"compiling {wasm.name} to machine code (once; cached in {path.parent})"):
             module = wasmtime.Module.from_file(engine, str(wasm))
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(module.serialize())
-        os.replace(tmp, path)
+        atomic_write(path, module.serialize())  # all or nothing, on disk; no temporary left on error
     return module
 
 

@@ -25,10 +25,11 @@ from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
 from wasmrun.egress.client import EgressSession
 from wasmrun.egress.secrets import Redactor
-from wasmrun.sandbox import compiled, errors
+from wasmrun.sandbox import compiled, errors, tree
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
 from wasmrun.sandbox.bytecode import guest_dir as bytecode_guest_dir
+from wasmrun.sandbox.guestroot import GuestRoots
 from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, set_current
 from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
@@ -57,6 +58,7 @@ WORKSPACE = "/workspace"
 TMP = "/tmp"  # per run, emptied after it, counted with /workspace against one quota
 BLOBS = "/blobs"  # the run's input blobs as read-only files named by their ids
 COMPILE_LIMITS = Limits(timeout_ms=60_000)
+MEMORY_LIMIT_MARGIN = 1 << 20
 
 
 class EpochTicker:
@@ -168,6 +170,7 @@ class SandboxEngine:
         self.workspace_root = Path(tempfile.mkdtemp(prefix="wasmrun-", dir=root))
         os.chmod(self.workspace_root, 0o700)
         self._dirs = WorkspaceDirs(self.workspace_root)
+        self._roots = GuestRoots(self.workspace_root / "roots")
         self._bytecode = BytecodeCache(guest_build.cache_root() / "bytecode" / self.guest.key)
         guest_build.mark_used(self._bytecode.root)
         self._ticker = EpochTicker(self.engine)
@@ -197,10 +200,11 @@ class SandboxEngine:
         self._supply.close()
         self._ticker.close()
         self._dirs.remove_all()
+        self._roots.remove_all()
         try:
-            os.rmdir(self.workspace_root)
+            tree.remove(self.workspace_root)  # whatever a failed teardown left, at any depth
         except OSError:
-            pass
+            logger.warning("could not remove the workspace root %s", self.workspace_root)
 
     def __enter__(self) -> SandboxEngine:
         return self
@@ -244,6 +248,17 @@ class SandboxEngine:
         wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
         if request.input_blobs:  # each preopen costs every run a little
             wasi.preopen_dir(str(workspace.blobs), BLOBS, fs_mutable=False)
+        # Last, so the others keep their fd numbers; see guestroot.py.
+        mount_points = (
+            guest_build.GUEST_LIB,
+            SKILLS_ROOT,
+            *(f"{SKILLS_ROOT}/{skill.name}" for skill in request.skills),
+            *(bytecode_guest_dir(name) for name in bytecode),
+            WORKSPACE,
+            TMP,
+            *((BLOBS,) if request.input_blobs else ()),
+        )
+        wasi.preopen_dir(str(self._roots.for_mounts(mount_points)), "/", fs_mutable=False)
         # No stdout/stderr here: the fd_write guard captures fds 1 and 2 itself
         # (wasmtime-py's custom-output callbacks also panic at interpreter exit).
         return wasi
@@ -372,7 +387,7 @@ class SandboxEngine:
             except errors.RunAborted as exc:
                 error = RunError(exc.error_type, exc.message)
             except wasmtime.Trap as trap:
-                error = _classify_trap(trap, ctx, memory.data_len(store), limits)
+                error = _classify_trap(trap, memory.data_len(store), limits)
             except wasmtime.WasmtimeError as exc:
                 error = RunError(errors.GUEST_CRASH, f"the sandbox failed: {_first_line(str(exc))}")
             except Exception:
@@ -401,9 +416,11 @@ class SandboxEngine:
         else:
             result.status = "failed"
             result.error = error
-        if result.error is not None and result.error.type == errors.MEMORY_LIMIT:
+        if result.error is not None and result.error.type in (errors.MEMORY_LIMIT, "MemoryError"):
+            # The limit and how to ask for more (for the guest's own MemoryError
+            # too: the host has no evidence it came from the limit, but says what the limit is).
             hint = errors.memory_hint(limits.memory_bytes, CEILING_LIMITS.memory_bytes)
-            result.error = RunError(errors.MEMORY_LIMIT, f"{result.error.message}\n{hint}")
+            result.error = RunError(result.error.type, f"{result.error.message}\n{hint}")
         result.logs = ctx.logs.text()
         result.logs_cut_bytes = ctx.logs.cut
         _redact_secrets(result, request)
@@ -445,7 +462,7 @@ def _apply_response(result: RunResult, response: bytes) -> None:
         if response[:1] == b"F":
             err = json.loads(response[1:])
             result.status = "failed"
-            result.error = RunError(str(err["type"])[:200], str(err["message"]))
+            result.error = RunError(errors.guest_type(str(err["type"])), str(err["message"]))
             return
     except (ValueError, KeyError, TypeError):
         pass
@@ -454,7 +471,10 @@ def _apply_response(result: RunResult, response: bytes) -> None:
     result.error = RunError(errors.GUEST_CRASH, "the interpreter sent a malformed reply")
 
 
-def _classify_trap(trap: wasmtime.Trap, ctx: RunContext, memory_len: int, limits: Limits) -> RunError:
+def _classify_trap(trap: wasmtime.Trap, memory_len: int, limits: Limits) -> RunError:
+    """The error type of a trap, from the host's evidence only: the trap code,
+    and how close the guest's memory is to its limit. Nothing the guest
+    printed counts (it could print anything)."""
     code = trap.trap_code
     if code == wasmtime.TrapCode.INTERRUPT:
         return RunError(errors.TIMEOUT, errors.timed_out(limits.timeout_ms))
@@ -462,12 +482,9 @@ def _classify_trap(trap: wasmtime.Trap, ctx: RunContext, memory_len: int, limits
         return RunError(errors.CPU_LIMIT, f"the run used up its CPU budget ({limits.fuel} fuel)")
     if code == wasmtime.TrapCode.STACK_OVERFLOW:
         return RunError(errors.STACK_OVERFLOW, "the guest's call stack overflowed")
-    logs = ctx.logs.text()
-    if "stack overflow" in logs.lower():
-        return RunError(errors.STACK_OVERFLOW, "the guest's call stack overflowed")
-    # The interpreter aborts when an allocation fails that it cannot turn into MemoryError.
-    if memory_len + (1 << 20) >= limits.memory_bytes or "MemoryError" in logs:
+    # The interpreter aborts when an allocation fails that it cannot turn into
+    # MemoryError: its memory is then within one growth step of the limit.
+    if memory_len + MEMORY_LIMIT_MARGIN >= limits.memory_bytes:
         return RunError(errors.MEMORY_LIMIT, f"the run exceeded its memory limit of {limits.memory_bytes} bytes")
     name = code.name.lower().replace("_", " ") if code is not None else "trap"
     return RunError(errors.GUEST_CRASH, f"the interpreter stopped: {name}")
-

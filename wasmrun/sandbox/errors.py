@@ -1,8 +1,22 @@
 """How a run can end badly: the `error.type` values a result may carry.
 
 Besides these, a run that raised in the guest carries the exception's own
-type name (`ValueError`, `SyntaxError`, ...) and its guest traceback.
+type name (`ValueError`, `SyntaxError`, `MemoryError`, ...) and its guest
+traceback.
+
+Who decides a type: the types in HOST_TYPES come only from the host's own
+evidence (a trap code, a limit the host enforced, a host call it refused),
+never from anything the guest says or prints. Everything in the guest's
+reply is the guest's word, so a guest exception whose class name is one of
+HOST_TYPES is reported as `Guest<name>` (a guest `Timeout` is
+`GuestTimeout`; so is one that differs from a host type only in case,
+width, spacing or punctuation, like `TIME_OUT`): a client can always tell
+the two apart.
+`EntrypointNotFound`, `InvalidOutput` (not JSON) and `SystemExit` are
+reported by our guest runtime about the guest's own code.
 """
+
+import unicodedata
 
 TIMEOUT = "Timeout"  # wall-clock limit (timeout_ms)
 CPU_LIMIT = "CPULimitExceeded"  # fuel spent
@@ -18,6 +32,28 @@ HOST_CALL_ERROR = "InvalidHostCall"  # the guest passed a bad pointer/length
 GUEST_CRASH = "GuestCrashed"  # the interpreter trapped for another reason
 WORKER_CRASHED = "WorkerCrashed"  # the process running the sandbox died
 INTERNAL = "SandboxError"  # a fault on the host side; details only in the server log
+
+
+HOST_TYPES = frozenset({
+    TIMEOUT, CPU_LIMIT, MEMORY_LIMIT, STACK_OVERFLOW, WORKSPACE_QUOTA, BLOB_BUDGET, BLOB_QUOTA,
+    HOST_CALL_ERROR, GUEST_CRASH, WORKER_CRASHED, INTERNAL,
+})
+GUEST_PREFIX = "Guest"
+MAX_GUEST_TYPE = 200
+
+
+def _folded(name: str) -> str:
+    """A name without case, width, spacing or punctuation: `time_out ` is `timeout`."""
+    return "".join(ch for ch in unicodedata.normalize("NFKC", name).casefold() if ch.isalnum())
+
+
+_FOLDED_HOST_TYPES = frozenset(_folded(name) for name in HOST_TYPES)
+
+
+def guest_type(name: str) -> str:
+    """How a type the guest reported is shown: never as (or like) one of the host's."""
+    name = name[:MAX_GUEST_TYPE]
+    return GUEST_PREFIX + name if _folded(name) in _FOLDED_HOST_TYPES else name
 
 
 class RunAborted(Exception):
@@ -38,10 +74,11 @@ def timed_out(timeout_ms: int) -> str:
 
 
 def memory_hint(limit_bytes: int, ceiling_bytes: int) -> str:
-    """The line added to a MemoryLimitExceeded error: the limit and how to ask for more."""
-    limit_mb, ceiling_mb = limit_bytes >> 20, ceiling_bytes >> 20
-    if limit_mb >= ceiling_mb:
-        return (f"hint: the run had {limit_mb} MiB of memory, the server's maximum;"
+    """The line added to a MemoryLimitExceeded (or guest MemoryError) error: the limit and
+    how to ask for more."""
+    limit = f"this run's memory limit is {limit_bytes} bytes ({limit_bytes >> 20} MiB)"
+    if limit_bytes >= ceiling_bytes:
+        return (f"hint: {limit}, the server's maximum;"
                 " process the data in smaller pieces (stream files, write partial results to blobs)")
-    return (f"hint: the run had {limit_mb} MiB of memory; ask for more with"
-            " limits.memory_mb (within your ceiling) or process the data in smaller pieces")
+    return (f"hint: {limit}; ask for more with limits.memory_mb (within your ceiling)"
+            " or process the data in smaller pieces")

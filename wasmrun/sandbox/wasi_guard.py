@@ -11,13 +11,21 @@ against an estimate; when the estimate would pass the quota, /workspace and
 (`WorkspaceQuotaExceeded`). Only /workspace and /tmp are writable (one
 quota for both), so every write to a descriptor other than stdout/stderr is
 a write there.
+
+What is shadowed: every call that adds bytes (fd_write, fd_pwrite,
+fd_allocate, fd_filestat_set_size) or entries (path_open with O_CREAT,
+path_create_directory, path_symlink, path_link). path_rename,
+path_unlink_file, path_remove_directory and the time-setting calls add
+neither, and the read-only mounts refuse them (and links out of them).
+Each guard's own work is bounded whatever the guest passes: at most IOV_MAX
+buffers and MAX_SUBSCRIPTIONS subscriptions are looked at (more is EINVAL,
+without calling the real function), and stdout/stderr copy only the bytes
+the capture keeps.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
-import shutil
 import struct
 import time
 from collections.abc import Callable
@@ -27,14 +35,21 @@ import wasmtime
 from wasmtime._exportable import AsExtern
 
 from python_wasm.exports import func, func_imports
-from wasmrun.sandbox import errors
-from wasmrun.sandbox.hostcalls import current, guest_memory, read_guest, write_guest
+from wasmrun.sandbox import errors, tree
+from wasmrun.sandbox.capture import HeadTail
+from wasmrun.sandbox.hostcalls import U32, current, guest_memory, read_guest, write_guest
 
 WASI = "wasi_snapshot_preview1"
 O_CREAT = 1
 SUBSCRIPTION_SIZE = 48
+EVENT_SIZE = 32
 EVENTTYPE_CLOCK = 0
 SUBCLOCK_ABSTIME = 1
+ERRNO_INVAL = 28  # WASI's EINVAL
+IOV_MAX = 1024  # buffers in one write call, as in wasi-libc and Linux; more is EINVAL
+# Subscriptions one poll_oneoff may pass; more is EINVAL. Every one of them is
+# inspected for a clock, so this bounds the host's work per call (about 3 MiB).
+MAX_SUBSCRIPTIONS = 65_536
 
 
 class Workspace:
@@ -53,17 +68,9 @@ class Workspace:
         self.est_files = 0
 
     def measure(self) -> tuple[int, int]:
-        total = files = 0
-        for top in (self.path, self.tmp):
-            for root, dirs, names in os.walk(top):
-                for name in names + dirs:
-                    files += 1
-                    try:
-                        st = os.lstat(os.path.join(root, name))
-                    except OSError:
-                        continue
-                    total += st.st_size
-        return total, files
+        used_bytes, used_files = tree.measure(self.path)
+        tmp_bytes, tmp_files = tree.measure(self.tmp)
+        return used_bytes + tmp_bytes, used_files + tmp_files
 
     def charge(self, nbytes: int = 0, nfiles: int = 0) -> None:
         if self.est_bytes + nbytes <= self.max_bytes and self.est_files + nfiles <= self.max_files:
@@ -116,79 +123,87 @@ class WorkspaceDirs:
 
     def give_back(self, path: Path) -> None:
         """Empty the run folder `path` and shelve it; one that cannot be emptied is dropped."""
-        clean = True
-        for sub in self.SUBFOLDERS:
-            folder = path / sub
-            try:
-                with os.scandir(folder) as entries:
-                    leftovers = [entry.path for entry in entries]
-            except OSError:
-                clean = False
-                continue
-            if not leftovers:
-                continue  # the common case: the run did not use this folder
-            for item in leftovers:
-                if os.path.isdir(item) and not os.path.islink(item):
-                    shutil.rmtree(item, ignore_errors=True)
-                else:
-                    try:
-                        os.unlink(item)
-                    except OSError:
-                        pass
-            with os.scandir(folder) as entries:
-                if next(entries, None) is not None:
-                    clean = False
-        if clean:
-            self._spare.append(path)
-        else:
-            shutil.rmtree(path, ignore_errors=True)
+        try:
+            for sub in self.SUBFOLDERS:
+                tree.empty(path / sub)
+        except OSError:
+            _remove_quietly(path)
+            return
+        self._spare.append(path)
 
     def remove_all(self) -> None:
         for path in self._spare:
-            shutil.rmtree(path, ignore_errors=True)
+            _remove_quietly(path)
         self._spare.clear()
 
 
-IOV_MAX = 1024  # WASI's limit on buffers in one call
+def _remove_quietly(path: Path) -> None:
+    try:
+        tree.remove(path)
+    except OSError:
+        pass  # left for the engine's close, which removes its whole root
 
 
 def _iovecs(caller: wasmtime.Caller, iovs: int, count: int) -> list[tuple[int, int]] | None:
-    """The (pointer, length) pairs of a write call, or None past IOV_MAX."""
-    count &= 0xFFFFFFFF
+    """The (pointer, length) pairs of a write call, each checked against the
+    guest's memory, or None when the call is invalid (more than IOV_MAX
+    buffers, or more than 4 GiB in all) and must fail with EINVAL."""
+    count &= U32
     if count > IOV_MAX:
         return None
-    return list(struct.iter_unpack("<II", read_guest(caller, iovs, 8 * count)))
+    vecs = list(struct.iter_unpack("<II", read_guest(caller, iovs, 8 * count)))
+    size = guest_memory(caller).data_len(caller)
+    total = 0
+    for ptr, length in vecs:
+        if ptr + length > size:
+            raise errors.RunAborted(errors.HOST_CALL_ERROR, "the guest passed a buffer outside its memory")
+        total += length
+    return None if total > U32 else vecs
 
 
-def _iov_total(caller: wasmtime.Caller, iovs: int, count: int) -> int:
-    vecs = _iovecs(caller, iovs, count)
-    return 0 if vecs is None else sum(length for _, length in vecs)  # None: the real call refuses it
+def _gather(caller: wasmtime.Caller, vecs: list[tuple[int, int]], start: int, length: int) -> bytes:
+    """Bytes [start, start + length) of the buffers' concatenation; only those are copied."""
+    parts = []
+    for ptr, n in vecs:
+        if length <= 0:
+            break
+        if start >= n:
+            start -= n
+            continue
+        take = min(n - start, length)
+        parts.append(read_guest(caller, ptr + start, take))
+        length -= take
+        start = 0
+    return b"".join(parts)
 
 
-def _iov_data(caller: wasmtime.Caller, iovs: int, count: int) -> bytes:
-    vecs = _iovecs(caller, iovs, count)
-    if vecs is None:
-        raise errors.RunAborted(errors.HOST_CALL_ERROR, "too many buffers in one write")
-    return b"".join(read_guest(caller, ptr, n) for ptr, n in vecs)
+def _capture(caller: wasmtime.Caller, vecs: list[tuple[int, int]], logs: HeadTail) -> int:
+    """Write the buffers to the capture, reading only the bytes it keeps."""
+    total = sum(n for _, n in vecs)
+    head, tail = logs.kept(total)
+    logs.write_parts(total, _gather(caller, vecs, 0, head), _gather(caller, vecs, total - tail, tail))
+    return total
+
+
+# One subscription (48 bytes): its tag, and for a clock its id, timeout and flags.
+_SUBSCRIPTION = struct.Struct("<8xB7xI4xQ8xH6x")
 
 
 def _sleep_ns(caller: wasmtime.Caller, subs: int, count: int, now: Callable[[int], int]) -> int | None:
     """The shortest clock timeout among the subscriptions, in ns from now.
 
-    `now(clock_id)` reads the guest's own clock: absolute timeouts (CPython's
-    sleep uses them) are on WASI's clocks, not the host's."""
-    count &= 0xFFFFFFFF
-    if count == 0 or count > 4096:
-        return None
-    raw = read_guest(caller, subs, SUBSCRIPTION_SIZE * count)
+    `now(clock_id)` reads the guest's own clock: absolute timeouts
+    (CPython's sleep uses them) are on WASI's clocks, not the host's."""
     shortest = None
-    for i in range(count):
-        base = i * SUBSCRIPTION_SIZE
-        if raw[base + 8] != EVENTTYPE_CLOCK:
+    clocks: dict[int, int] = {}
+    raw = read_guest(caller, subs, SUBSCRIPTION_SIZE * count)
+    for tag, clock_id, timeout, flags in _SUBSCRIPTION.iter_unpack(raw):
+        if tag != EVENTTYPE_CLOCK:
             continue
-        clock_id, timeout, _precision, flags = struct.unpack_from("<I4xQQH", raw, base + 16)
         if flags & SUBCLOCK_ABSTIME:
-            timeout = max(0, timeout - now(clock_id))
+            if clock_id not in clocks:
+                clocks[clock_id] = now(clock_id)
+            timeout = max(0, timeout - clocks[clock_id])
         shortest = timeout if shortest is None else min(shortest, timeout)
     return shortest
 
@@ -238,20 +253,25 @@ class _Wrappers:
         return int(funcs[name](caller, *args))
 
     def fd_write(self, caller, fd, iovs, iovs_len, nwritten):  # type: ignore[no-untyped-def]
+        vecs = _iovecs(caller, iovs, iovs_len)
+        if vecs is None:
+            return ERRNO_INVAL
+        ctx = current()
         if fd in (1, 2):
             # stdout/stderr go straight to the run's capture: no file behind them.
-            ctx = current()
-            data = _iov_data(caller, iovs, iovs_len)
             ctx.drain_guest_output(caller, guest_memory(caller))
-            ctx.write_output(data)
-            write_guest(caller, nwritten, 4, struct.pack("<I", len(data)))
+            written = _capture(caller, vecs, ctx.logs)
+            write_guest(caller, nwritten, 4, struct.pack("<I", written))
             return 0
-        current().workspace.charge(_iov_total(caller, iovs, iovs_len))
+        ctx.workspace.charge(sum(n for _, n in vecs))
         return self._call(caller, "fd_write", fd, iovs, iovs_len, nwritten)
 
     def fd_pwrite(self, caller, fd, iovs, iovs_len, offset, nwritten):  # type: ignore[no-untyped-def]
+        vecs = _iovecs(caller, iovs, iovs_len)
+        if vecs is None:
+            return ERRNO_INVAL
         # Writing past the end makes the file that long: count the offset too.
-        current().workspace.charge(max(0, offset) + _iov_total(caller, iovs, iovs_len))
+        current().workspace.charge(max(0, offset) + sum(n for _, n in vecs))
         return self._call(caller, "fd_pwrite", fd, iovs, iovs_len, offset, nwritten)
 
     def fd_allocate(self, caller, fd, offset, length):  # type: ignore[no-untyped-def]
@@ -287,11 +307,18 @@ class _Wrappers:
         def guest_clock(clock_id: int) -> int:
             # The events buffer (32 bytes a subscription) is scratch until the real call.
             if self._call(caller, "clock_time_get", clock_id, 1, events) != 0:
-                return 0
+                return 0  # no such clock: its timeout counts in full, as if relative
             (now,) = struct.unpack("<Q", read_guest(caller, events, 8))
             return int(now)
 
-        wait = _sleep_ns(caller, subs, count, guest_clock)
+        count &= U32
+        if count > MAX_SUBSCRIPTIONS:
+            return ERRNO_INVAL
+        # The real call waits first and writes the events after: a bad events
+        # buffer must fail here, not after a sleep the guard did not see.
+        if (events & U32) + EVENT_SIZE * count > guest_memory(caller).data_len(caller):
+            raise errors.RunAborted(errors.HOST_CALL_ERROR, "the guest passed a buffer outside its memory")
+        wait = _sleep_ns(caller, subs, count, guest_clock) if count else None
         if wait is not None:
             remaining = ctx.deadline - time.monotonic()
             if wait / 1e9 >= remaining:

@@ -10,14 +10,13 @@ import fcntl
 import logging
 import os
 import re
-import tempfile
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
 
-from wasmrun.durable import fsync_dir
+from wasmrun.durable import atomic_write
 from wasmrun.tenants.caller import Caller
 from wasmrun.tenants.keys import bearer_token, key_hash, new_key, same_hash
 from wasmrun.tenants.limits import TenantLimits, check_limits
@@ -54,18 +53,7 @@ def _now() -> str:
 
 def write_private(path: Path, data: bytes) -> None:
     """Replace `path` atomically with `data`, readable by its owner only."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")  # mkstemp makes it 0600
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(path.parent)
+    atomic_write(path, data, mode=0o600)
 
 
 class TenantStore:
