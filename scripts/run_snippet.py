@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.jsontext import encode_args
 from wasmrun.sandbox.limits import LimitPolicy
 from wasmrun.sandbox.types import RunRequest
 
@@ -48,7 +49,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, SandboxEngine(FileBlobStore(Path(tmp))) as engine:
         request = RunRequest(
             kind="code", code=_source(opts.snippet), function=opts.entrypoint,
-            args=json.loads(opts.args), limits=limits,
+            args_json=encode_args(json.loads(opts.args)), limits=limits,
         )
         result = engine.run(request)
     print(f"status:  {result.status}")

@@ -73,7 +73,8 @@ def run_summary(result: RunResult) -> str:
     if result.error is not msgspec.UNSET:
         lines.append(f"error: {result.error.type}: {result.error.message}")
     if result.output is not msgspec.UNSET:
-        output = json.dumps(result.output, ensure_ascii=False)
+        # msgspec, not json: a run's output is the guest's checked JSON text (msgspec.Raw)
+        output = msgspec.json.encode(result.output).decode("utf-8")
         if len(output) > PREVIEW_CHARS:
             output = output[:PREVIEW_CHARS] + f"… ({len(output)} chars; all of it is in the structured result)"
         lines.append(f"output: {output}")
@@ -170,7 +171,8 @@ def build_server(
             ref = secrets.token_hex(4)
             logger.exception("internal error (ref %s) in MCP tool %r", ref, params.name)
             return _error(f"internal error (ref {ref})", -32603)
-        plain = msgspec.to_builtins(result)
+        # Through JSON rather than to_builtins: a run's output is JSON text (msgspec.Raw).
+        plain = msgspec.json.decode(msgspec.json.encode(result))
         content: list[types.ContentBlock] = [types.TextContent(text=_text(params.name, result, plain))]
         if isinstance(result, RunResult):
             content.extend(types.ResourceLink(name=blob, uri=blob) for blob in result.output_blobs)

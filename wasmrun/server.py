@@ -120,6 +120,7 @@ def create_app(
         max_body_bytes=settings.max_body_bytes,
         body_timeout=settings.body_timeout,
         on_shutdown=shutdown,
+        health=context.executor.health,
         routes=routes,
         lifespans=lifespans,
         guard=RequestGuard.for_server(settings.host, settings.access.allowed_hosts, settings.access.allowed_origins),

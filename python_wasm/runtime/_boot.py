@@ -55,8 +55,10 @@ def _not_serialisable(value: object) -> None:
 
 
 _scan_request = _json.make_scanner(json.JSONDecoder())
+# Compact separators: the host passes these bytes on as they are (checked, never
+# re-encoded), so what the guest writes is what the client gets.
 _encode_chunks = _json.make_encoder(
-    {}, _not_serialisable, _json.encode_basestring, None, ": ", ", ", False, False, False
+    {}, _not_serialisable, _json.encode_basestring, None, ":", ",", False, False, False
 )
 _encode_error = json.JSONEncoder().encode
 _seed = _random.Random.seed
@@ -271,18 +273,30 @@ def _call_entrypoint(request: dict):
     return value
 
 
-def _serialise(value) -> str:
+def _serialise(value) -> bytes:
+    """The return value as UTF-8 JSON, or InvalidOutput saying why it has none."""
     try:
-        return "".join(_encode_chunks(value, 0))
-    except (TypeError, ValueError) as exc:
-        raise _Failure(
-            "InvalidOutput",
-            f"the return value is not JSON-serialisable: {exc}",
-        ) from None
+        return "".join(_encode_chunks(value, 0)).encode("utf-8")
+    except UnicodeEncodeError:
+        why = "it contains a string that is not valid Unicode (a lone surrogate)"
+    except RecursionError:
+        why = "it is nested too deeply"
+    except ValueError as exc:  # NaN/Infinity, an int too long to write out
+        why = str(exc)
+        if "float" in why:
+            why = "NaN and Infinity have no JSON form (" + why + ")"
+    except TypeError as exc:  # a type JSON has no form for; a key that is not a str
+        why = str(exc)
+    raise _Failure("InvalidOutput", "the return value is not JSON-serialisable: " + why)
+
+
+def _text(value: object) -> str:
+    # Exception text may hold lone surrogates, which have no UTF-8 (nor JSON) form.
+    return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _failed(type_: str, message: str) -> bytes:
-    return b"F" + _encode_error({"type": type_, "message": message}).encode("utf-8")
+    return b"F" + _encode_error({"type": _text(type_), "message": _text(message)}).encode("utf-8")
 
 
 def _compile_skills(request: dict) -> list[str]:
@@ -350,10 +364,10 @@ def _execute(request: dict) -> bytes:
     """The response: b"C" + the output's JSON, or b"F" + {"type", "message"} as JSON."""
     try:
         if request["kind"] == "compile":
-            return b"C" + _serialise(_compile_skills(request)).encode("utf-8")
+            return b"C" + _serialise(_compile_skills(request))
         _prepare(request)
         value = _call_entrypoint(request)
-        return b"C" + _serialise(value).encode("utf-8")
+        return b"C" + _serialise(value)
     except _Failure as f:
         return _failed(f.type, f.message)
     except SystemExit as exc:
@@ -365,8 +379,14 @@ def _execute(request: dict) -> bytes:
 
 
 def run() -> None:
-    request, _ = _scan_request(_wasmrun.request().decode("utf-8"), 0)
-    response = _execute(request)
+    try:
+        request, _ = _scan_request(_wasmrun.request().decode("utf-8"), 0)
+        response = _execute(request)
+    except BaseException as exc:  # never trap: the host gets a reply whatever failed here
+        try:
+            response = _failed("GuestCrashed", "the guest runtime failed: " + _text(type(exc).__name__))
+        except BaseException:
+            response = b'F{"type":"GuestCrashed","message":"the guest runtime failed"}'
     try:  # text layers write through; this only matters if the user replaced them
         sys.stdout.flush()
         sys.stderr.flush()

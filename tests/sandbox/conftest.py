@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.jsontext import encode_args
 from wasmrun.sandbox.limits import LimitPolicy
 from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
 
@@ -78,7 +79,7 @@ def run_code(engine: SandboxEngine):
                 kind="code",
                 code=code,
                 function=function,
-                args=args or {},
+                args_json=encode_args(args or {}),
                 skills=skills or [],
                 input_blobs=input_blobs or [],
                 env=env or {},

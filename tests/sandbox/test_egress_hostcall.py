@@ -8,6 +8,7 @@ import json
 from tests.egress_server import serve
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.jsontext import encode_args
 from wasmrun.sandbox.types import RunRequest
 
 RAW = """\
@@ -42,7 +43,7 @@ def test_malformed_host_calls_are_guest_errors(engine: SandboxEngine) -> None:
             400_000,  # larger than any request head may be
         ]
         grant = NetworkGrant(subject="run_code", requested=None, granted=[server.url], allow_private=True)
-        result = engine.run(RunRequest(kind="code", code=RAW, args={"metas": metas, "url": url}, network=grant))
+        result = engine.run(RunRequest(kind="code", code=RAW, args_json=encode_args({"metas": metas, "url": url}), network=grant))
         assert result.status == "completed", result.error
         assert result.output == ["NetworkError"] * (len(metas) - 1) + ["NetworkLimitExceeded"] * 2
         assert server.seen == []

@@ -9,6 +9,7 @@ import time
 from tests.egress_server import serve
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.jsontext import encode_args
 from wasmrun.sandbox.types import RunRequest, RunResult
 
 SECRET = "hv-7d1e0c2b9a5f4e3d"
@@ -41,7 +42,7 @@ def test_host_secret_is_never_in_guest_memory(engine: SandboxEngine) -> None:
     with serve() as server:
         grant = NetworkGrant(subject="skill t", requested=[server.url], granted=[server.url], allow_private=True,
                              host_secrets={"API_KEY": SECRET})
-        request = RunRequest(kind="code", code=CODE, args={"url": server.url + "/echo"}, network=grant,
+        request = RunRequest(kind="code", code=CODE, args_json=encode_args({"url": server.url + "/echo"}), network=grant,
                              env={"API_KEY": "wasmrun-secret:API_KEY"})
         result, found = _run_and_search(engine, request, SECRET.encode())
         assert result.status == "completed", result.error
@@ -51,7 +52,7 @@ def test_host_secret_is_never_in_guest_memory(engine: SandboxEngine) -> None:
         assert not found
 
         # control: in env mode the guest holds the value, and the search finds it
-        env_request = RunRequest(kind="code", code=CODE, args={"url": server.url + "/echo"},
+        env_request = RunRequest(kind="code", code=CODE, args_json=encode_args({"url": server.url + "/echo"}),
                                  network=NetworkGrant(subject="skill t", requested=[server.url],
                                                       granted=[server.url], allow_private=True),
                                  env={"API_KEY": SECRET})

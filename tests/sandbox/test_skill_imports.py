@@ -72,7 +72,7 @@ def test_only_mounted_skills_are_visible(run_code, leads):
 
 
 def test_execute_skill_export(engine, leads):
-    request = RunRequest(kind="skill", skill=leads.name, function="main", args={"rows": [1, 2, 3]}, skills=[leads])
+    request = RunRequest(kind="skill", skill=leads.name, function="main", args_json=b'{"rows":[1,2,3]}', skills=[leads])
     result = engine.run(request)
     assert result.output == {"count": 3, "env": "dev"}
 

@@ -39,9 +39,7 @@ def needs_output_blob(result: sandbox.RunResult) -> bool:
     """Whether `to_spec_result` will store the output or the logs as a blob (and so do file I/O)."""
     if logs_are_cut(result):
         return True
-    return result.status == "completed" and result.error is None and (
-        result.output_json is None or len(result.output_json.encode("utf-8")) > MAX_OUTPUT_BYTES
-    )
+    return result.status == "completed" and result.error is None and len(result.output_json) > MAX_OUTPUT_BYTES
 
 
 def logs_are_cut(result: sandbox.RunResult) -> bool:
@@ -95,9 +93,11 @@ def to_spec_result(
             ),
             usage=usage,
         )
-    output: Any = result.output
+    # The sandbox checked the JSON (jsontext.output_problem): it is passed on
+    # as it is, never decoded and re-encoded, so big integers stay exact.
+    encoded = result.output_json
+    output: Any = msgspec.Raw(encoded)
     output_blobs = list(result.output_blobs)
-    encoded = msgspec.json.encode(output)
     stored = len(encoded) > MAX_OUTPUT_BYTES
     if stored:
         pointer = blobs.create(encoded, "application/json", run_id=result.run_id, owner=owner, quota=quota)
@@ -108,8 +108,9 @@ def to_spec_result(
             "kind": "application/json",
             "preview": text_head(encoded.decode("utf-8"), OUTPUT_PREVIEW_BYTES),
         }
-    summary = own_summary(result.output) or completed_summary(
-        result.output, len(encoded), output_blobs, usage.total_ms, stored=stored
+    outline = _outline(encoded)
+    summary = own_summary(outline) or completed_summary(
+        outline, len(encoded), output_blobs, usage.total_ms, stored=stored
     )
     return RunResult(
         status="completed",
@@ -121,6 +122,20 @@ def to_spec_result(
         logs_blob=logs_blob,
         usage=usage,
     )
+
+
+# The top level of an output, its items left as JSON text: enough for a summary
+# without building a large output's objects.
+_outline_decoder = msgspec.json.Decoder(
+    dict[str, msgspec.Raw] | list[msgspec.Raw] | str | int | float | bool | None
+)
+
+
+def _outline(encoded: bytes) -> Any:
+    value = _outline_decoder.decode(encoded)
+    if isinstance(value, dict) and isinstance(value.get("summary"), msgspec.Raw):
+        value["summary"] = msgspec.json.decode(value["summary"])
+    return value
 
 
 def own_summary(output: Any) -> str | None:

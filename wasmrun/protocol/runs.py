@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+from typing import Any
 
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.egress.policy import NetworkGrant
@@ -35,6 +36,7 @@ from wasmrun.protocol.types import ExecuteSkillParams, RunCodeParams, RunLimits,
 from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.registry.store import Skill
 from wasmrun.sandbox.executor import Busy
+from wasmrun.sandbox.jsontext import NotSendable, encode_args
 from wasmrun.sandbox.limits import FUEL_PER_MS, MIN_MEMORY_BYTES, LimitPolicy, Limits, MiB
 from wasmrun.sandbox.types import MountedSkill, RunRequest
 from wasmrun.tenants.limits import TenantLimits
@@ -97,6 +99,15 @@ def _mount(skill: Skill) -> MountedSkill:
     runtime = skill.manifest.runtime
     entrypoint = runtime.entrypoint if runtime is not None and skill.manifest.executable else None
     return MountedSkill(name=skill.name, root=str(skill.root), entrypoint=entrypoint)
+
+
+def _args_json(args: dict[str, Any]) -> bytes:
+    """The args as the JSON text the guest gets; checked here, before any
+    sandbox is taken (integers of any size pass through exactly)."""
+    try:
+        return encode_args(args)
+    except NotSendable as exc:
+        raise InvalidParams(f"args {exc}", field="args") from None
 
 
 def _input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
@@ -186,6 +197,7 @@ async def _run(ctx: Context, request: RunRequest) -> RunResult:
 
 
 async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
+    args_json = _args_json(p.args)
     skill = find_skill(ctx, p.name, p.version)
     runtime = skill.manifest.runtime
     if not skill.manifest.executable or runtime is None:
@@ -200,7 +212,7 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
         kind="skill",
         skill=skill.name,
         function=runtime.export,
-        args=p.args,
+        args_json=args_json,
         skills=[_mount(skill)],
         input_blobs=input_blobs,
         env=env,
@@ -215,6 +227,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         raise InvalidParams(
             f"entrypoint {p.entrypoint!r} must be the name of a function", field="entrypoint"
         )
+    args_json = _args_json(p.args)
     mounted: dict[str, MountedSkill] = {}
     for i, entry in enumerate(p.mount_skills):
         # "name" mounts the highest version, "name@1.2.0" that version.
@@ -229,7 +242,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         kind="code",
         code=p.code,
         function=p.entrypoint,
-        args=p.args,
+        args_json=args_json,
         skills=list(mounted.values()),
         input_blobs=input_blobs,
         env={},

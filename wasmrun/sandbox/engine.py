@@ -10,22 +10,20 @@ into a new Store with its own WASI context, limits and workspace, calls
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
-import tempfile
 import threading
 import time
 from pathlib import Path
 
+import msgspec
 import wasmtime
 
 from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
 from wasmrun.egress.client import EgressSession
 from wasmrun.egress.secrets import Redactor
-from wasmrun.sandbox import compiled, errors, tree
+from wasmrun.sandbox import compiled, errors, jsontext, workroots
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
 from wasmrun.sandbox.bytecode import guest_dir as bytecode_guest_dir
@@ -34,15 +32,16 @@ from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, 
 from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
 from wasmrun.sandbox.limits import CEILING_LIMITS, Limits
-from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage
+from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage, host_failure
 from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs, define_guarded_wasi
+from wasmrun.sandbox.workroots import WorkRoot
 
 EPOCH_TICK_S = 0.005
 logger = logging.getLogger("wasmrun.sandbox")
 SKILLS_ROOT = "/skills"
 # Typical runs: the pages any of them writes are copied into every spare instance ahead.
 WARMUP_REQUESTS = (
-    RunRequest(kind="code", code="def main(args):\n    print('warm')\n    return args", args={"x": [1]}),
+    RunRequest(kind="code", code="def main(args):\n    print('warm')\n    return args", args_json=b'{"x":[1]}'),
     RunRequest(
         kind="code",
         code=(
@@ -166,9 +165,9 @@ class SandboxEngine:
         self._pre = linker.instantiate_pre(self.module)
         self._linker = linker
         self._io = self._probe_buffers()
-        root = workspace_root or Path(tempfile.gettempdir())
-        self.workspace_root = Path(tempfile.mkdtemp(prefix="wasmrun-", dir=root))
-        os.chmod(self.workspace_root, 0o700)
+        # This process's own folder under `workspace_root` (see workroots.py).
+        self._root = WorkRoot(workspace_root or workroots.default_parent())
+        self.workspace_root = self._root.path
         self._dirs = WorkspaceDirs(self.workspace_root)
         self._roots = GuestRoots(self.workspace_root / "roots")
         self._bytecode = BytecodeCache(guest_build.cache_root() / "bytecode" / self.guest.key)
@@ -201,10 +200,7 @@ class SandboxEngine:
         self._ticker.close()
         self._dirs.remove_all()
         self._roots.remove_all()
-        try:
-            tree.remove(self.workspace_root)  # whatever a failed teardown left, at any depth
-        except OSError:
-            logger.warning("could not remove the workspace root %s", self.workspace_root)
+        self._root.release()  # whatever a failed teardown left, at any depth
 
     def __enter__(self) -> SandboxEngine:
         return self
@@ -223,16 +219,16 @@ class SandboxEngine:
         sys_path = []
         if request.kind == "skill" and request.skill in skills:
             sys_path.append(skills[request.skill].rsplit("/", 1)[0])
-        return json.dumps({
-            "kind": request.kind,
-            "code": request.code,
-            "skill": request.skill,
-            "function": request.function,
-            "args": request.args,
-            "skills": skills,
-            "sys_path": sys_path,
-            "env": request.env,
-        }).encode()
+        return _guest_request_encoder.encode(GuestRequest(
+            kind=request.kind,
+            code=request.code,
+            skill=request.skill,
+            function=request.function,
+            args=msgspec.Raw(request.args_json),
+            skills=skills,
+            sys_path=sys_path,
+            env=request.env,
+        ))
 
     def _wasi(
         self, request: RunRequest, workspace: Workspace, bytecode: dict[str, Path], bytecode_writable: bool
@@ -307,13 +303,21 @@ class SandboxEngine:
         return hot
 
     def run(self, request: RunRequest) -> RunResult:
-        """Run `request` in a fresh instance; never raises for anything the guest does."""
+        """Run `request` in a fresh instance. Never raises: whatever fails, on
+        the guest's side or (a bug) on ours, fails this run alone."""
         t0 = time.perf_counter()
-        bytecode = self._skill_bytecode(request.skills)
-        fresh = self._supply.take()
-        result, workspace = self._run_on(fresh, request, t0, bytecode)
-        self._supply.retire(fresh.store, workspace)
-        return result
+        try:
+            bytecode = self._skill_bytecode(request.skills)
+            fresh = self._supply.take()
+            try:
+                result, workspace = self._run_on(fresh, request, t0, bytecode)
+            except BaseException:
+                fresh.store.close()
+                raise
+            self._supply.retire(fresh.store, workspace)
+            return result
+        except Exception:
+            return host_failure(request, "the sandbox host failed; the run was stopped")
 
     def _skill_bytecode(self, skills: list[MountedSkill]) -> dict[str, Path]:
         """Each mounted action skill's compiled bytecode, compiling it first if needed."""
@@ -442,32 +446,62 @@ def _redact_secrets(result: RunResult, request: RunRequest) -> None:
     result.logs = redact.text(result.logs)
     if result.error is not None:
         result.error = RunError(result.error.type, redact.text(result.error.message))
-    if result.output_json is not None and redact.text(result.output_json) != result.output_json:
-        result.output = redact.value(result.output)
-        result.output_json = json.dumps(result.output, ensure_ascii=False)
+    if redact.data(result.output_json) != result.output_json:
+        # Redacted in the decoded value, not the text: a replacement must not break JSON escapes.
+        result.output_json = msgspec.json.encode(redact.value(msgspec.json.decode(result.output_json)))
 
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "unknown error"
 
 
+class GuestRequest(msgspec.Struct):
+    """What the guest's `_boot.run` reads: the run, as the guest sees it."""
+
+    kind: str
+    code: str | None
+    skill: str | None
+    function: str
+    args: msgspec.Raw  # already JSON text: passed on as it is
+    skills: dict[str, str]  # skill name -> its entrypoint's path in the guest
+    sys_path: list[str]
+    env: dict[str, str]
+
+
+class GuestFailure(msgspec.Struct):
+    """The guest's b"F" reply: how its run failed."""
+
+    type: str
+    message: str
+
+
+_guest_request_encoder = msgspec.json.Encoder()
+_guest_failure_decoder = msgspec.json.Decoder(GuestFailure)
+
+
 def _apply_response(result: RunResult, response: bytes) -> None:
     """Decode the guest's reply: b"C" + output JSON, or b"F" + error JSON.
-    The guest is untrusted: anything else is a crash, never a host error."""
-    try:
-        if response[:1] == b"C":
-            result.output_json = response[1:].decode("utf-8")
-            result.output = json.loads(result.output_json)
+    The guest is untrusted: its output is checked, never trusted (see
+    jsontext), and anything else is a crash, never a host error."""
+    if response[:1] == b"C":
+        output = response[1:]
+        problem = jsontext.output_problem(output)
+        if problem is None:
+            result.output_json = output
             return
-        if response[:1] == b"F":
-            err = json.loads(response[1:])
+        result.status = "failed"
+        result.error = RunError(errors.INVALID_OUTPUT, f"the return value cannot be passed on: {problem}")
+        return
+    if response[:1] == b"F":
+        try:
+            err = _guest_failure_decoder.decode(response[1:])
+        except (msgspec.DecodeError, ValueError, RecursionError):
+            pass
+        else:
             result.status = "failed"
-            result.error = RunError(errors.guest_type(str(err["type"])), str(err["message"]))
+            result.error = RunError(errors.guest_type(err.type), err.message)
             return
-    except (ValueError, KeyError, TypeError):
-        pass
     result.status = "failed"
-    result.output_json = result.output = None
     result.error = RunError(errors.GUEST_CRASH, "the interpreter sent a malformed reply")
 
 

@@ -11,6 +11,8 @@ import asyncio
 from pathlib import Path
 from typing import Protocol
 
+import msgspec
+
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.types import RunRequest, RunResult
 
@@ -19,8 +21,24 @@ class Busy(Exception):
     """Every sandbox slot stayed taken for the whole wait."""
 
 
+class ExecutorHealth(msgspec.Struct):
+    """What /healthz reports about the sandboxes."""
+
+    total: int  # sandbox workers (or slots) the executor keeps
+    free: int  # idle, ready for a run now
+    unavailable: int  # dead, being restarted, or finishing a cancelled run
+    queued: int  # runs waiting for a free one
+
+    @property
+    def serving(self) -> bool:
+        """Whether any worker is up, busy or not: a run can still be served."""
+        return self.total - self.unavailable > 0
+
+
 class Executor(Protocol):
     async def run(self, request: RunRequest) -> RunResult: ...
+
+    def health(self) -> ExecutorHealth: ...
 
     def capacity(self) -> tuple[int, int]:
         """(busy, free) sandboxes."""
@@ -32,19 +50,26 @@ class _Slots:
     def __init__(self, slots: int, queue_timeout: float) -> None:
         self.slots = slots
         self.queue_timeout = queue_timeout
+        self.taken = 0
+        self.waiting = 0
         self._sem: asyncio.Semaphore | None = None
 
     async def acquire(self) -> None:
         # Created lazily: the semaphore belongs to the running event loop.
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.slots)
+        self.waiting += 1
         try:
             await asyncio.wait_for(self._sem.acquire(), self.queue_timeout)
         except TimeoutError:
             raise Busy(f"all {self.slots} sandboxes are busy; try again shortly") from None
+        finally:
+            self.waiting -= 1
+        self.taken += 1
 
     def release(self) -> None:
         assert self._sem is not None
+        self.taken -= 1
         self._sem.release()
 
     def free(self) -> int:
@@ -76,6 +101,10 @@ class InProcessExecutor:
             return await asyncio.to_thread(self.engine.run, request)
         finally:
             self._slots.release()
+
+    def health(self) -> ExecutorHealth:
+        slots = self._slots
+        return ExecutorHealth(total=slots.slots, free=slots.slots - slots.taken, unavailable=0, queued=slots.waiting)
 
     def capacity(self) -> tuple[int, int]:
         """(busy, free) slots, for /metrics."""

@@ -13,27 +13,40 @@ answer well past the run's own timeout is killed the same way.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import json
 import logging
 import multiprocessing.connection
 import os
+import select
 import signal
 import struct
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from wasmrun.sandbox import errors
-from wasmrun.sandbox.executor import Busy
+from wasmrun.sandbox import errors, workroots
+from wasmrun.sandbox.executor import Busy, ExecutorHealth
 from wasmrun.sandbox.ids import new_run_id
-from wasmrun.sandbox.types import RunError, RunRequest, RunResult
+from wasmrun.sandbox.types import RunError, RunRequest, RunResult, host_failure
+
+if TYPE_CHECKING:
+    from wasmrun.sandbox.engine import SandboxEngine
 
 logger = logging.getLogger("wasmrun.pool")
 
 # Past the run's own timeout, how long a silent worker is given before it is killed.
 WATCHDOG_GRACE_S = 10.0
+# A replacement worker that fails to start is retried after this, doubling up to the max.
+REPLACE_RETRY_S = 0.5
+REPLACE_RETRY_MAX_S = 10.0
 READY = b"ready"
 
 _encoder = msgspec.msgpack.Encoder()
@@ -51,14 +64,17 @@ def _worker_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fd-out", type=int, required=True)
     parser.add_argument("--blobs", required=True, help="module:callable that opens the blob store")
     parser.add_argument("--blobs-args", default="[]", help="JSON list of arguments for it")
+    parser.add_argument("--workspace-parent", type=Path, required=True)
     args = parser.parse_args(argv)
     # The parent handles Ctrl-C and shuts workers down by closing the pipe.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Into the server's stderr: a host failure in a run is logged there, with its traceback.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s[worker %(process)d]: %(message)s")
     from wasmrun.sandbox.engine import SandboxEngine
 
     module, _, name = args.blobs.partition(":")
     open_blobs = getattr(importlib.import_module(module), name)
-    engine = SandboxEngine(open_blobs(*json.loads(args.blobs_args)))
+    engine = SandboxEngine(open_blobs(*json.loads(args.blobs_args)), workspace_root=args.workspace_parent)
     inbox = multiprocessing.connection.Connection(args.fd_in, writable=False)
     outbox = multiprocessing.connection.Connection(args.fd_out, readable=False)
     outbox.send_bytes(READY)
@@ -68,10 +84,24 @@ def _worker_main(argv: list[str] | None = None) -> None:
                 raw = inbox.recv_bytes()
             except (EOFError, OSError):
                 return
-            result = engine.run(_request_decoder.decode(raw))
-            outbox.send_bytes(_encoder.encode(result))
+            outbox.send_bytes(_serve(engine, raw))
     finally:
         engine.close()
+
+
+def _serve(engine: SandboxEngine, raw: bytes) -> bytes:
+    """One run, start to end; whatever fails, the answer is that run's result
+    and the worker goes on serving (the parent names a run it lost an id)."""
+    try:
+        request = _request_decoder.decode(raw)
+    except Exception:
+        request = RunRequest(kind="code")
+        return _encoder.encode(host_failure(request, "the sandbox could not read the run request"))
+    result = engine.run(request)  # never raises
+    try:
+        return _encoder.encode(result)
+    except Exception:
+        return _encoder.encode(host_failure(request, "the sandbox could not send the run's result"))
 
 
 class BlobOpener(msgspec.Struct, frozen=True):
@@ -175,6 +205,19 @@ class _FrameReader:
             timer.cancel()
             self.waiting = None
 
+    def read_blocking(self, timeout: float) -> bytes:
+        """The next message, read on this thread (detached from any loop first),
+        or TimeoutError after `timeout` seconds."""
+        give_up = time.monotonic() + timeout
+        while (message := self._complete()) is None:
+            if self.failure is not None:
+                raise self.failure
+            left = give_up - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                raise TimeoutError("worker did not answer in time")
+            self._on_readable()
+        return message
+
     def detach(self) -> None:
         """Unregister from the loop (a no-op once that loop is closed)."""
         if self.loop is not None:
@@ -186,21 +229,27 @@ class _FrameReader:
 
 
 class _Worker:
-    def __init__(self, opener: BlobOpener) -> None:
+    def __init__(self, opener: BlobOpener, workspace_parent: Path) -> None:
         to_child_r, self.to_child = os.pipe()
         self.from_child, from_child_w = os.pipe()
         cmd = [
             sys.executable, "-m", "wasmrun.sandbox.pool",
             "--fd-in", str(to_child_r), "--fd-out", str(from_child_w),
             "--blobs", opener.target, "--blobs-args", json.dumps(opener.args),
+            "--workspace-parent", str(workspace_parent),
         ]
         # A fresh interpreter, not fork: the server process has threads
         # (uvicorn, the epoch ticker) and forking those is unsafe.
-        self.process = subprocess.Popen(cmd, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL)
+        try:
+            self.process = subprocess.Popen(cmd, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL)
+        except BaseException:
+            for fd in (to_child_r, self.to_child, self.from_child, from_child_w):
+                os.close(fd)
+            raise
         os.close(to_child_r)
         os.close(from_child_w)
         self.reader = _FrameReader(self.from_child)
-        self._closed = False
+        self.answer_by = 0.0  # time.monotonic() by which the run in flight must answer
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         greeting = multiprocessing.connection.Connection(os.dup(self.from_child), writable=False)
@@ -212,6 +261,7 @@ class _Worker:
         os.set_blocking(self.from_child, False)
 
     async def exchange(self, payload: bytes, deadline: float) -> bytes:
+        self.answer_by = time.monotonic() + deadline
         framed = _frame(payload)
         if len(framed) <= PIPE_CAPACITY:
             os.write(self.to_child, framed)
@@ -224,18 +274,26 @@ class _Worker:
         # system call; poll() covers a worker never yet used in this loop.
         return self.reader.failure is None and (self.reader.loop is not None or self.process.poll() is None)
 
-    def close_pipes(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self.reader.detach()
+    def hang_up(self) -> None:
+        """Close the request pipe: an idle worker sees EOF and exits."""
+        if self.to_child >= 0:
             os.close(self.to_child)
+            self.to_child = -1
+
+    def close_pipes(self) -> None:
+        self.hang_up()
+        if self.from_child >= 0:
+            self.reader.detach()
             os.close(self.from_child)
+            self.from_child = -1
 
     def kill(self) -> None:
-        if self.alive():
-            self.process.kill()
-        self.process.wait(timeout=5)
-        self.close_pipes()
+        try:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait(timeout=5)
+        finally:
+            self.close_pipes()
 
     @property
     def pid(self) -> int:
@@ -248,14 +306,103 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _lost_message(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "the process running this sandbox stopped answering and was replaced; the run was lost"
-    return "the process running this sandbox died and was replaced; the run was lost"
+class _IdleWorkers:
+    """Idle workers (last in, first out) and the runs waiting for one (first in,
+    first out). A worker given back goes straight to the longest waiting run;
+    one handed to a run that gave up meanwhile (timed out, cancelled) is passed
+    on, never dropped. Workers come back from the event loop and from
+    replacement threads, so the state is under a lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+        self._waiting: collections.deque[asyncio.Future[_Worker]] = collections.deque()
+
+    def count(self) -> tuple[int, int]:
+        """Idle workers alive, and idle ones found dead (a system call each: for /healthz)."""
+        with self._lock:
+            dead = sum(w.process.poll() is not None for w in self._idle)
+            return len(self._idle) - dead, dead
+
+    def __len__(self) -> int:
+        return len(self._idle)
+
+    @property
+    def waiting(self) -> int:
+        with self._lock:
+            return len(self._waiting)
+
+    def put(self, worker: _Worker) -> None:
+        with self._lock:
+            while self._waiting:
+                waiter = self._waiting.popleft()
+                if not waiter.done():
+                    break
+            else:
+                self._idle.append(worker)
+                return
+        loop = waiter.get_loop()
+        if _running_loop() is loop:
+            waiter.set_result(worker)
+            return
+        try:
+            loop.call_soon_threadsafe(self._hand, waiter, worker)
+        except RuntimeError:  # that loop is closed: its waiter is gone
+            self.put(worker)
+
+    def _hand(self, waiter: asyncio.Future[_Worker], worker: _Worker) -> None:
+        if waiter.done():
+            self.put(worker)
+        else:
+            waiter.set_result(worker)
+
+    def take_all(self) -> list[_Worker]:
+        with self._lock:
+            taken, self._idle = self._idle, []
+            return taken
+
+    async def get(self, timeout: float) -> _Worker:
+        """An idle worker, or TimeoutError after `timeout` seconds."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._idle:  # the common case: no future, no timer
+                return self._idle.pop()
+            waiter: asyncio.Future[_Worker] = loop.create_future()
+            self._waiting.append(waiter)
+
+        def expire() -> None:
+            if not waiter.done():
+                waiter.set_exception(TimeoutError())
+
+        timer = loop.call_later(timeout, expire)
+        try:
+            return await waiter
+        except BaseException:
+            with self._lock:
+                if waiter in self._waiting:
+                    self._waiting.remove(waiter)
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self.put(waiter.result())  # handed over just as this run gave up
+            raise
+        finally:
+            timer.cancel()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class WorkerPool:
-    """The `Executor` the server uses: runs spread over worker processes."""
+    """The `Executor` the server uses: runs spread over worker processes.
+
+    The pool never loses a worker: every run that takes one gives it back, or
+    hands it to a background drain (the run was cancelled: the worker finishes
+    it and returns) or to a replacement thread (it crashed, stopped answering
+    or anything else went wrong), which starts a new one, retrying until it can.
+    """
 
     def __init__(
         self,
@@ -263,17 +410,22 @@ class WorkerPool:
         workers: int | None = None,
         queue_timeout: float = 5.0,
         watchdog_grace: float = WATCHDOG_GRACE_S,
+        workspace_parent: Path | None = None,
     ) -> None:
         self.size = max(1, workers or os.cpu_count() or 1)
         self.queue_timeout = queue_timeout
         self.watchdog_grace = watchdog_grace
+        self.workspace_parent = workspace_parent or workroots.default_parent()
         self._open_blobs = open_blobs
         self._workers: list[_Worker] = []
-        self._idle: asyncio.Queue[_Worker] | None = None
+        self._idle = _IdleWorkers()
+        self._unavailable = 0
         self._closed = False
         self._lock = threading.Lock()
-        starting = [_Worker(open_blobs) for _ in range(self.size)]
+        workroots.sweep(self.workspace_parent)  # orphans of earlier crashes
+        starting: list[_Worker] = []
         try:
+            starting.extend(_Worker(open_blobs, self.workspace_parent) for _ in range(self.size))
             for worker in starting:
                 worker.wait_ready()
         except BaseException:
@@ -281,93 +433,171 @@ class WorkerPool:
                 worker.kill()
             raise
         self._workers = starting
-
-    def _idle_queue(self) -> asyncio.Queue[_Worker]:
-        # Bound to the event loop that first uses the pool. Last in, first
-        # out: sequential requests stay on one warm worker whose housekeeping
-        # waits for a pause, while spreading them (FIFO) put one worker's
-        # housekeeping beside the other's run: measured here, 1.3 ms against
-        # 2.4 ms a hello-world round trip. Under load every worker is busy anyway.
-        if self._idle is None:
-            self._idle = asyncio.LifoQueue()
-            for worker in self._workers:
-                self._idle.put_nowait(worker)
-        return self._idle
+        for worker in starting:
+            self._idle.put(worker)
 
     def capacity(self) -> tuple[int, int]:
-        """(busy, free) workers, for /metrics."""
-        free = self._idle.qsize() if self._idle is not None else len(self._workers)
+        """(busy, free) workers, for /metrics (no system call: see `health` for /healthz)."""
+        free = len(self._idle)
         return max(0, self.size - free), free
 
     def worker_pids(self) -> list[int]:
-        return [w.pid for w in self._workers]
+        with self._lock:
+            return [w.pid for w in self._workers]
+
+    def health(self) -> ExecutorHealth:
+        free, dead = self._idle.count()
+        with self._lock:
+            unavailable = self.size if self._closed else self._unavailable + dead
+        return ExecutorHealth(total=self.size, free=free, unavailable=unavailable, queued=self._idle.waiting)
 
     async def run(self, request: RunRequest) -> RunResult:
         if self._closed:
             raise Busy("the sandbox pool is shutting down")
         if not request.run_id:  # named here so that even a lost run has an id
             request.run_id = new_run_id()
-        idle = self._idle_queue()
-        try:
-            # An idle worker is usually there: take it without wait_for's task.
-            worker = idle.get_nowait() if not idle.empty() else await asyncio.wait_for(idle.get(), self.queue_timeout)
-        except TimeoutError:
-            raise Busy(f"all {self.size} sandbox workers are busy; try again shortly") from None
-        if not worker.alive():  # died while idle: replace it before use
-            replacement = await self._replace(worker)
-            if replacement is None:
-                raise Busy("no sandbox worker could be started")
-            worker = replacement
-        payload = _encoder.encode(request)
+        try:  # before a worker is taken
+            payload = _encoder.encode(request)
+        except Exception:
+            return host_failure(request, "the sandbox could not be sent this run")
         deadline = request.limits.timeout_ms / 1000 + self.watchdog_grace
         try:
-            raw = await worker.exchange(payload, deadline)
+            async with self._worker() as worker:
+                raw = await worker.exchange(payload, deadline)
+        except Busy:
+            raise
         except (EOFError, OSError, TimeoutError) as exc:
-            logger.warning("worker %s lost during run %s: %r", worker.pid, request.run_id, exc)
-            fresh = await self._replace(worker)
-            if fresh is not None:
-                idle.put_nowait(fresh)
-            return RunResult(
-                run_id=request.run_id,
-                status="failed",
-                error=RunError(errors.WORKER_CRASHED, _lost_message(exc)),
-            )
-        idle.put_nowait(worker)
-        return _result_decoder.decode(raw)
+            logger.warning("worker lost during run %s: %r", request.run_id, exc)
+            return _lost(request, exc)
+        except Exception:
+            return host_failure(request, "the sandbox host failed; the run was lost")
+        try:
+            result = _result_decoder.decode(raw)
+        except Exception:
+            return host_failure(request, "the sandbox sent a malformed result")
+        result.run_id = request.run_id
+        return result
 
-    async def _replace(self, dead: _Worker) -> _Worker | None:
-        dead.reader.detach()  # here, on the loop's thread
-        return await asyncio.to_thread(self._replace_blocking, dead)
+    @contextlib.asynccontextmanager
+    async def _worker(self) -> AsyncIterator[_Worker]:
+        """A live worker for one exchange; given back whatever happens in it."""
+        worker = await self._take()
+        try:
+            yield worker
+        except asyncio.CancelledError:  # e.g. the client went away: the run goes on
+            self._drain_later(worker)
+            raise
+        except BaseException:
+            self._retire(worker)
+            raise
+        self._idle.put(worker)
 
-    def _replace_blocking(self, dead: _Worker) -> _Worker | None:
-        dead.kill()
-        with self._lock:
-            if self._closed:
-                return None
-            fresh = _Worker(self._open_blobs)
+    async def _take(self) -> _Worker:
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.queue_timeout
+        while True:
             try:
-                fresh.wait_ready()
-            except (EOFError, OSError, RuntimeError):
+                worker = await self._idle.get(max(0.0, give_up - loop.time()))
+            except TimeoutError:
+                raise Busy(f"all {self.size} sandbox workers are busy; try again shortly") from None
+            if worker.alive():
+                return worker
+            self._retire(worker)  # died while idle: replaced in the background
+
+    def _drain_later(self, worker: _Worker) -> None:
+        """Let a cancelled run's worker finish it, then give it back. On a thread,
+        not a task: the loop may be shutting down (that is what cancelled it)."""
+        worker.reader.detach()  # here, on the loop's thread
+        with self._lock:
+            self._unavailable += 1  # not serving until it has answered
+        threading.Thread(target=self._drain, args=(worker,), name="wasmrun-drain", daemon=True).start()
+
+    def _drain(self, worker: _Worker) -> None:
+        try:
+            try:
+                worker.reader.read_blocking(max(0.0, worker.answer_by - time.monotonic()))
+            except Exception as exc:
+                logger.warning("worker %s lost finishing a cancelled run: %r", worker.pid, exc)
+                self._replace(worker)
+            else:
+                self._idle.put(worker)
+        finally:
+            with self._lock:
+                self._unavailable -= 1
+
+    def _retire(self, dead: _Worker) -> None:
+        """Kill `dead` and start its replacement, off the event loop."""
+        dead.reader.detach()  # here, on the loop's thread
+        with self._lock:
+            self._unavailable += 1
+        threading.Thread(target=self._replace_counted, args=(dead,), name="wasmrun-replace", daemon=True).start()
+
+    def _replace_counted(self, dead: _Worker) -> None:
+        try:
+            self._replace(dead)
+        finally:
+            with self._lock:
+                self._unavailable -= 1
+
+    def _replace(self, dead: _Worker) -> None:
+        """Kill `dead`, remove its workspaces, start a new worker in its place:
+        retried until one starts (or the pool closes), so the pool keeps its size."""
+        try:
+            dead.kill()
+        except Exception:
+            logger.exception("could not stop worker %s", dead.pid)
+        workroots.sweep(self.workspace_parent)  # the dead worker's workspaces
+        delay = REPLACE_RETRY_S
+        while not self._closed:
+            fresh = self._start_worker()
+            if fresh is not None:
+                with self._lock:
+                    if not self._closed:
+                        self._workers[self._workers.index(dead)] = fresh
+                        self._idle.put(fresh)
+                        return
                 fresh.kill()
-                logger.error("could not start a replacement worker")
-                self._workers.remove(dead)
-                return None
-            self._workers[self._workers.index(dead)] = fresh
-            return fresh
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, REPLACE_RETRY_MAX_S)
+
+    def _start_worker(self) -> _Worker | None:
+        try:
+            fresh = _Worker(self._open_blobs, self.workspace_parent)
+        except Exception:
+            logger.exception("could not start a replacement worker; retrying")
+            return None
+        try:
+            fresh.wait_ready()
+        except Exception:
+            logger.exception("a replacement worker did not start; retrying")
+            fresh.kill()
+            return None
+        return fresh
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            for worker in self._workers:
-                os.close(worker.to_child)  # the worker sees EOF and exits
-            for worker in self._workers:
-                try:
-                    worker.process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    worker.process.kill()
-                    worker.process.wait(timeout=5)
-                worker.reader.detach()
-                os.close(worker.from_child)
+            workers = list(self._workers)
+        self._idle.take_all()
+        for worker in workers:
+            worker.hang_up()  # the worker sees EOF and exits
+        for worker in workers:
+            try:
+                worker.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+                worker.process.wait(timeout=5)
+            worker.close_pipes()
+
+
+def _lost(request: RunRequest, exc: BaseException) -> RunResult:
+    message = (
+        "the process running this sandbox stopped answering and was replaced; the run was lost"
+        if isinstance(exc, TimeoutError)
+        else "the process running this sandbox died and was replaced; the run was lost"
+    )
+    return RunResult(run_id=request.run_id, status="failed", error=RunError(errors.WORKER_CRASHED, message))
 
 
 if __name__ == "__main__":

@@ -6,13 +6,18 @@ These know nothing of JSON-RPC; the protocol layer maps its params onto a
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
 import msgspec
 
 from wasmrun.blobs.quota import BlobQuota
 from wasmrun.egress.policy import NetworkGrant
+from wasmrun.sandbox import errors
+from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.limits import Limits
+
+logger = logging.getLogger("wasmrun.sandbox")
 
 
 class MountedSkill(msgspec.Struct, frozen=True):
@@ -26,8 +31,8 @@ class RunRequest(msgspec.Struct, kw_only=True):
     kind: Literal["code", "skill", "compile"]
     code: str | None = None  # kind == "code": the module source
     skill: str | None = None  # kind == "skill": the name of one of `skills`
-    function: str = "main"  # entrypoint / export to call with `args`
-    args: dict[str, Any] = {}
+    function: str = "main"  # entrypoint / export to call with the args
+    args_json: bytes = b"{}"  # its argument, a JSON object as text (jsontext.encode_args)
     skills: list[MountedSkill] = []
     input_blobs: list[str] = []  # blob ids the run may read
     env: dict[str, str] = {}  # the run's whole environment (e.g. granted secrets)
@@ -59,10 +64,25 @@ class Usage(msgspec.Struct):
 class RunResult(msgspec.Struct):
     run_id: str
     status: Literal["completed", "failed"]
-    output: Any = None  # the entrypoint's return value (decoded JSON)
-    output_json: str | None = None  # the same, as the guest serialised it
+    # The entrypoint's return value as JSON text, checked (jsontext.output_problem)
+    # but never decoded on the way: big integers stay exact. null when failed.
+    output_json: bytes = b"null"
     output_blobs: list[str] = []
     logs: str = ""
     logs_cut_bytes: int = 0
     error: RunError | None = None
     usage: Usage = msgspec.field(default_factory=Usage)
+
+    @property
+    def output(self) -> Any:
+        """The return value, decoded (for callers in Python; the server passes the text on)."""
+        return msgspec.json.decode(self.output_json)
+
+
+def host_failure(request: RunRequest, message: str) -> RunResult:
+    """The result of a run that our own code failed (call it while handling the
+    exception): the details go to the server log, the client gets `message`."""
+    logger.exception("sandbox host failure in run %s", request.run_id or "(no id)")
+    return RunResult(
+        run_id=request.run_id or new_run_id(), status="failed", error=RunError(errors.INTERNAL, message)
+    )

@@ -1,4 +1,5 @@
-"""The HTTP side: `POST /rpc` (JSON-RPC 2.0), `GET /healthz`, `GET /metrics`, a request body limit,
+"""The HTTP side: `POST /rpc` (JSON-RPC 2.0), `GET /healthz` (sandbox workers free/total;
+503 when none can serve), `GET /metrics`, a request body limit,
 who is calling (API keys) and which requests are answered at all (guard.py).
 
 Every answer to something a client sent is 2xx or 4xx: 200 with a JSON-RPC
@@ -16,7 +17,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -83,12 +84,29 @@ def is_json(content_type: str) -> bool:
     return content_type.split(";", 1)[0].strip().lower() == JSON
 
 
+class Health(Protocol):
+    """What /healthz reports: the sandbox executor's health, seen structurally
+    (this layer knows nothing of sandboxes)."""
+
+    @property
+    def total(self) -> int: ...
+    @property
+    def free(self) -> int: ...
+    @property
+    def unavailable(self) -> int: ...
+    @property
+    def queued(self) -> int: ...
+    @property
+    def serving(self) -> bool: ...
+
+
 def create_app(
     dispatch: Callable[..., Awaitable[Any]],
     *,
     max_body_bytes: int,
     body_timeout: float = 30.0,
     on_shutdown: Callable[[], None] | None = None,
+    health: Callable[[], Health] | None = None,
     routes: Sequence[BaseRoute] = (),
     lifespans: Sequence[Callable[[], contextlib.AbstractAsyncContextManager[Any]]] = (),
     guard: RequestGuard | None = None,
@@ -150,7 +168,19 @@ def create_app(
         return Response(answer, media_type=JSON, headers=headers)
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        """200 while a sandbox worker can serve runs (even if all are busy),
+        503 when none can (all crashed and restarting, or shutting down)."""
+        if health is None:
+            return JSONResponse({"status": "ok"})
+        now = health()
+        return JSONResponse(
+            {
+                "status": "ok" if now.serving else "unavailable",
+                "workers": {"total": now.total, "free": now.free, "unavailable": now.unavailable},
+                "queued": now.queued,
+            },
+            status_code=200 if now.serving else 503,
+        )
 
     async def prometheus(request: Request) -> Response:
         # Tenant names and usage: for the operator's scraper on this machine, not for clients.
