@@ -27,7 +27,10 @@ READ_BIG = (
     "from runtime import blobs\n\n"
     "def main(args):\n"
     "    data = blobs.read_bytes(args['id'])\n"
-    "    return [len(data), data[1000:1004].hex(), data[-3:].hex(), data == bytes(range(256)) * (len(data) // 256)]\n"
+    "    with open('/blobs/' + args['id'], 'rb') as f:\n"
+    "        mounted = f.read()\n"
+    "    return [len(data), data[1000:1004].hex(), data[-3:].hex(), data == bytes(range(256)) * (len(data) // 256),\n"
+    "            mounted == data]\n"
 )
 
 
@@ -65,7 +68,8 @@ def test_a_blob_created_on_one_server_is_readable_on_every_server(tmp_path: Path
             "language": "python", "code": READ_BIG, "args": {"id": big}, "input_blobs": [big],
         }))
         assert read["status"] == "completed", read
-        assert read["output"] == [n, bytes(range(256))[1000 % 256:1000 % 256 + 4].hex(), "fdfeff", True]
+        # Through the API (ranged reads) and as the run's /blobs file (copied from the store).
+        assert read["output"] == [n, bytes(range(256))[1000 % 256:1000 % 256 + 4].hex(), "fdfeff", True, True]
         # Deleted on B: gone on A at once.
         assert result(call(b, None, "delete_blob", {"blob_id": text_id})) == {"deleted": True}
         gone = call(a, None, "read_blob", {"blob_id": text_id}).json()

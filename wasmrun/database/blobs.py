@@ -24,6 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg
 
@@ -162,6 +163,10 @@ class SharedBlobStore:
     def size(self, blob_id: str, owner: str = LEGACY_OWNER) -> int | None:
         info = self._cached_info(blob_id, owner)
         return None if info is None else info.size_bytes
+
+    def local_path(self, blob_id: str, owner: str = LEGACY_OWNER) -> Path | None:
+        """No host file holds a shared blob: a run's /blobs gets a copy, read in ranges."""
+        return None
 
     def read(self, blob_id: str, offset: int, length: int, owner: str = LEGACY_OWNER) -> bytes:
         info = self._cached_info(blob_id, owner)
