@@ -160,9 +160,12 @@ class SkillImages:
         self._cond = threading.Condition()
         self._closing = False
         self._thread: threading.Thread | None = None
+        self.enabled = True  # off: runs neither use nor make images (the bench compares)
 
     def get(self, key: str) -> SkillImage | None:
         with self._cond:
+            if not self.enabled:
+                return None
             image = self._images.get(key)
             if image is not None:
                 self._images.move_to_end(key)
@@ -173,6 +176,7 @@ class SkillImages:
         with self._cond:
             if (
                 self._closing
+                or not self.enabled
                 or key in self._images
                 or key in self._pending
                 or key in self._refused
