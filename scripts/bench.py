@@ -178,13 +178,27 @@ class Http:
     LENGTH = re.compile(rb"content-length:\s*(\d+)", re.IGNORECASE)
 
     def __init__(self, port: int, key: str | None = None) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.port = port
         self.auth = b"Authorization: Bearer %s\r\n" % key.encode() if key else b""
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buffer = b""
+        self._connect()
         self.n = 0
 
+    def _connect(self) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=60)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = b""
+
     def post(self, body: bytes) -> bytes:
+        try:
+            return self._post(body)
+        except (ConnectionError, BrokenPipeError):
+            # The server closes a keep-alive connection idle for a few seconds
+            # (after a slow row's samples): connect again, as clients do.
+            self.sock.close()
+            self._connect()
+            return self._post(body)
+
+    def _post(self, body: bytes) -> bytes:
         head = b"POST /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         self.sock.sendall(head + self.auth + b"Content-Length: %d\r\n\r\n" % len(body) + body)
         while b"\r\n\r\n" not in self.buffer:

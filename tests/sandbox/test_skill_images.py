@@ -198,3 +198,16 @@ def test_a_bundled_skill_gives_the_same_answer_from_its_image(engine: SandboxEng
     later = engine.run(RunRequest(kind="skill", skill=name, skills=[skill], args_json=args))
     assert first.status == later.status == "completed"
     assert json.loads(later.output_json) == json.loads(first.output_json)
+
+
+def test_an_image_holds_only_the_changed_pages() -> None:
+    page = 4096
+    base = bytearray(4 * page)
+    after = bytearray(base) + bytearray(3 * page)  # grown by three pages
+    after[page + 5] = 1  # one page changed inside the old memory
+    after[5 * page] = 2  # one grown page written; the other two stay zero
+    image = SkillImage.difference(memoryview(bytes(base)), memoryview(after), max_bytes=1 << 20)
+    assert image is not None
+    assert image.memory_bytes == 7 * page
+    assert [(offset, len(data)) for offset, data in image.spans] == [(page, page), (5 * page, page)]
+    assert SkillImage.difference(memoryview(bytes(base)), memoryview(after), max_bytes=page) is None

@@ -319,9 +319,14 @@ class SandboxEngine:
             if result.error is None or result.error.type != IMPORTED:
                 logger.info("skill %s has no import image: %s", skill.name, result.error)
                 return None
-            return SkillImage.difference(
-                memory_view(pristine.store, pristine.memory), memory_view(fresh.store, fresh.memory)
+            image = SkillImage.difference(
+                memory_view(pristine.store, pristine.memory),
+                memory_view(fresh.store, fresh.memory),
+                self.skill_images.max_bytes,
             )
+            if image is None:
+                logger.info("skill %s has no import image: its import changes too much memory", skill.name)
+            return image
         finally:
             fresh.store.close()
             pristine.store.close()

@@ -52,6 +52,7 @@ from wasmrun.sandbox.types import MountedSkill
 logger = logging.getLogger("wasmrun.sandbox")
 
 PAGE = 4096
+ZERO_PAGE = bytes(PAGE)
 WASM_PAGE = 65536
 MAX_IMAGES = 32
 MAX_IMAGE_BYTES = 256 << 20  # all images together
@@ -70,20 +71,30 @@ class SkillImage:
         return sum(len(data) for _, data in self.spans)
 
     @classmethod
-    def difference(cls, base: memoryview, after: memoryview) -> SkillImage:
-        """The pages of `after` that differ from `base` (all of those past its end).
-        Views over the two instances' memories: only changed pages are copied."""
+    def difference(cls, base: memoryview, after: memoryview, max_bytes: int) -> SkillImage | None:
+        """The pages of `after` that differ from `base`; past its end, those not
+        all zero (growing memory zero-fills it). Views over the two instances'
+        memories: only changed pages are copied. None if they come to more than
+        `max_bytes`."""
         spans: list[tuple[int, bytearray]] = []
+        total = 0
         start: int | None = None
-        for offset in range(0, len(after), PAGE):
-            changed = offset >= len(base) or after[offset : offset + PAGE] != base[offset : offset + PAGE]
+        for offset in range(0, len(after) + PAGE, PAGE):
+            page = after[offset : offset + PAGE]
+            if not page:
+                changed = False  # one step past the end: closes the last span
+            elif offset >= len(base):
+                changed = page != ZERO_PAGE[: len(page)]
+            else:
+                changed = page != base[offset : offset + PAGE]
             if changed and start is None:
                 start = offset
             elif not changed and start is not None:
+                total += offset - start
+                if total > max_bytes:
+                    return None
                 spans.append((start, bytearray(after[start:offset])))
                 start = None
-        if start is not None:
-            spans.append((start, bytearray(after[start:])))
         return cls(len(after), tuple(spans))
 
     def apply(self, store: wasmtime.Store, memory: wasmtime.Memory) -> None:
@@ -192,7 +203,7 @@ class SkillImages:
     def put(self, key: str, image: SkillImage) -> None:
         with self._cond:
             if image.nbytes > self.max_bytes:
-                return
+                return  # larger than the whole cache (the maker stops early at this bound too)
             old = self._images.pop(key, None)
             if old is not None:
                 self._bytes -= old.nbytes
