@@ -745,6 +745,10 @@ def wasmtime_version() -> str:
     return version("wasmtime")
 
 
+def ratio(x: float) -> str:
+    return f"{x:.2f}x" if x < 1 else f"{x:.1f}x"
+
+
 def render(report: dict, workers: int) -> str:
     lines = [f"wasmrun bench, {report['date']}, {report['machine']}", ""]
     head = "| row |" + "".join(f" {w} p50 | {w} p99 |" for w in WORKLOADS) + "".join(
@@ -755,7 +759,7 @@ def render(report: dict, workers: int) -> str:
         cells = [label]
         for w in WORKLOADS:
             cells += [f"{per[w]['p50_ms']:.2f} ms", f"{per[w]['p99_ms']:.2f} ms"] if w in per else ["n/a", "n/a"]
-        cells += [f"{per[w]['x_slower_than_a']:.1f}x" if w in per else "n/a" for w in WORKLOADS]
+        cells += [ratio(per[w]["x_slower_than_a"]) if w in per else "n/a" for w in WORKLOADS]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "| hello world, regime | p50 | p99 | times back to back |", "|---|---:|---:|---:|"]
     for label, row in report["regimes"].items():
