@@ -211,3 +211,13 @@ def test_an_image_holds_only_the_changed_pages() -> None:
     assert image.memory_bytes == 7 * page
     assert [(offset, len(data)) for offset, data in image.spans] == [(page, page), (5 * page, page)]
     assert SkillImage.difference(memoryview(bytes(base)), memoryview(after), max_bytes=page) is None
+
+
+def test_a_skill_of_many_files_runs_as_before(engine: SandboxEngine, tmp_path: Path) -> None:
+    files = {f"data/{i}.txt": "x" for i in range(1_001)}
+    skill = make_skill(tmp_path, "img.many", {"code/main.py": "VERSION = 1\n" + MAIN, **files})
+    assert image_key("guest", skill) is None
+    for _ in range(2):
+        result = _run(engine, skill)
+        assert engine.skill_images.wait_ready(120)
+        assert _output(result)["seen"] == 1 and "importing the skill" in result.logs

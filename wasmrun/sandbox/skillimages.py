@@ -57,6 +57,7 @@ WASM_PAGE = 65536
 MAX_IMAGES = 32
 MAX_IMAGE_BYTES = 256 << 20  # all images together
 MAX_PENDING = 64  # import runs waiting; more are dropped (the skill just runs as before)
+MAX_KEY_ENTRIES = 1_000  # files and folders in a skill that images are kept for
 
 
 @dataclass(frozen=True)
@@ -113,17 +114,23 @@ def memory_view(store: wasmtime.Store, memory: wasmtime.Memory) -> memoryview:
     return memoryview((ctypes.c_ubyte * size).from_address(address)).cast("B")
 
 
-def image_key(guest_key: str, skill: MountedSkill) -> str:
+def image_key(guest_key: str, skill: MountedSkill) -> str | None:
     """Names the skill as it is now: any file added, removed or changed (size or
     mtime), another folder (a new version) or another guest build is a new key.
-    A walk with a loop, not recursion: a skill's tree may be deep."""
+    A walk with a loop, not recursion: a skill's tree may be deep. None for a
+    skill of more than MAX_KEY_ENTRIES entries: naming it would cost every run
+    more than an image saves, so it runs as it always did."""
     h = hashlib.sha256(f"{guest_key}\0{skill.name}\0{skill.entrypoint}\0{skill.root}".encode())
     found: list[str] = []
     folders = [skill.root]
+    seen = 0
     while folders:
         try:
             with os.scandir(folders.pop()) as entries:
                 for entry in entries:
+                    seen += 1
+                    if seen > MAX_KEY_ENTRIES:
+                        return None
                     if entry.is_dir(follow_symlinks=False):
                         folders.append(entry.path)
                     else:
