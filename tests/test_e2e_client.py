@@ -7,12 +7,6 @@ data.* skills instead of salesforce.* ones.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.liveserver import LiveServer
 
 
 # ---- verbatim from the spec's "Python Client Example" -------------------------
@@ -112,40 +106,8 @@ class SkillsRuntimeClient:
 # ---- end of the spec's client ----------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, data_dir: Path, secrets_file: Path | None = None) -> None:
-        self.port = _free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}/rpc"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("WASMRUN_")}
-        env["PYTHONPATH"] = str(REPO)
-        cmd = [sys.executable, "-m", "wasmrun", "serve", "--port", str(self.port),
-               "--data-dir", str(data_dir), "--workers", "2"]
-        self.process = subprocess.Popen(
-            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited: {self.process.communicate()[1]}")
-            try:
-                if requests.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).ok:
-                    return
-            except requests.ConnectionError:
-                time.sleep(0.1)
-        self.process.kill()
-        raise RuntimeError("server did not start")
-
-    def stop(self) -> str:
-        self.process.send_signal(signal.SIGINT)
-        _, err = self.process.communicate(timeout=30)
-        assert self.process.returncode == 0, err
-        return err
+# The server under test: a real `wasmrun serve` (tests/liveserver.py).
+Server = LiveServer
 
 
 @pytest.fixture(scope="module")
