@@ -125,7 +125,7 @@ def test_the_cache_is_bounded_by_count_and_bytes() -> None:
     def image(n: int) -> SkillImage:
         return SkillImage(1 << 20, ((0, bytearray(n)),))
 
-    images = SkillImages(lambda skill: None, max_images=2, max_bytes=10_000)
+    images = SkillImages(lambda skill, limits: None, max_images=2, max_bytes=10_000)
     images.put("a", image(1000))
     images.put("b", image(1000))
     assert images.get("a") is not None  # now the most recently used
@@ -165,6 +165,14 @@ def test_an_image_larger_than_the_memory_limit_is_not_used(engine: SandboxEngine
     small = _run(engine, skill, memory_bytes=64 << 20)
     # The skill's own import does not fit this limit: the run fails as it would without images.
     assert small.status == "failed" and "importing the skill" in small.logs
+
+
+def test_a_run_that_fails_makes_no_image(engine: SandboxEngine, tmp_path: Path) -> None:
+    skill = _skill(tmp_path, "img.fails", 1, "def fails(args):\n    raise ValueError('no')\n")
+    for _ in range(2):
+        result = engine.run(RunRequest(kind="skill", skill=skill.name, function="fails", skills=[skill]))
+        assert engine.skill_images.wait_ready(120)
+        assert result.status == "failed" and "importing the skill" in result.logs
 
 
 def test_a_skill_that_fails_to_import_runs_as_before(engine: SandboxEngine, tmp_path: Path) -> None:

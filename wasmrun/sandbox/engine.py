@@ -299,20 +299,22 @@ class SandboxEngine:
                 fresh.store.close()
                 raise
             self._supply.retire(fresh.store, workspace)
-            if skill is not None and key is not None and image is None:
-                self.skill_images.request(key, skill)
+            if skill is not None and key is not None and image is None and result.status == "completed":
+                # Only after a completed run: the import fits these limits (a skill
+                # that hangs at import costs no background run).
+                self.skill_images.request(key, skill, request.limits)
             return result
         except Exception:
             return host_failure(request, "the sandbox host failed; the run was stopped")
 
-    def _make_image(self, skill: MountedSkill) -> SkillImage | None:
+    def _make_image(self, skill: MountedSkill, limits: Limits) -> SkillImage | None:
         """An import run of `skill` in a never-used instance (not a prefaulted
         spare, so that only the import's own writes differ from the snapshot);
         its changed pages, or None if the skill does not import on its own."""
         bytecode = self._skill_bytecode([skill])
         pristine = self._new_instance()  # compared against, never run
         fresh = self._new_instance()
-        request = RunRequest(kind="skill", skill=skill.name, function=IMPORT_ONLY, skills=[skill])
+        request = RunRequest(kind="skill", skill=skill.name, function=IMPORT_ONLY, skills=[skill], limits=limits)
         workspace: Workspace | None = None
         try:
             result, workspace = self._run_on(fresh, request, time.perf_counter(), bytecode, blobs=NoBlobs())

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import wasmtime
 
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
+from wasmrun.sandbox.limits import Limits
 from wasmrun.sandbox.types import MountedSkill
 
 logger = logging.getLogger("wasmrun.sandbox")
@@ -157,13 +158,13 @@ def single_skill(skills: list[MountedSkill]) -> MountedSkill | None:
 class SkillImages:
     """An LRU of images by key, and one background thread making new ones.
 
-    `make(skill)` does an import run and returns the image, or None when the
+    `make(skill, limits)` does an import run and returns the image, or None when the
     skill cannot be imported on its own (it is then not tried again for
     that key)."""
 
     def __init__(
         self,
-        make: Callable[[MountedSkill], SkillImage | None],
+        make: Callable[[MountedSkill, Limits], SkillImage | None],
         max_images: int = MAX_IMAGES,
         max_bytes: int = MAX_IMAGE_BYTES,
     ) -> None:
@@ -172,7 +173,7 @@ class SkillImages:
         self.max_bytes = max_bytes
         self._images: OrderedDict[str, SkillImage] = OrderedDict()
         self._refused: OrderedDict[str, None] = OrderedDict()  # keys whose import run failed
-        self._pending: OrderedDict[str, MountedSkill] = OrderedDict()
+        self._pending: OrderedDict[str, tuple[MountedSkill, Limits]] = OrderedDict()
         self._busy = False
         self._bytes = 0
         self._cond = threading.Condition()
@@ -189,8 +190,9 @@ class SkillImages:
                 self._images.move_to_end(key)
             return image
 
-    def request(self, key: str, skill: MountedSkill) -> None:
-        """Make the image for `key` in the background, unless it is there, queued or refused."""
+    def request(self, key: str, skill: MountedSkill, limits: Limits) -> None:
+        """Make the image for `key` in the background, unless it is there, queued or
+        refused; the import run gets `limits` (those of a run the skill completed in)."""
         with self._cond:
             if (
                 self._closing
@@ -201,7 +203,7 @@ class SkillImages:
                 or len(self._pending) >= MAX_PENDING
             ):
                 return
-            self._pending[key] = skill
+            self._pending[key] = (skill, limits)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="wasmrun-skill-images", daemon=True)
                 self._thread.start()
@@ -236,11 +238,11 @@ class SkillImages:
                     self._cond.wait()
                 if self._closing:
                     return
-                key, skill = self._pending.popitem(last=False)
+                key, (skill, limits) = self._pending.popitem(last=False)
                 self._busy = True
             image: SkillImage | None = None
             try:
-                image = self._make(skill)
+                image = self._make(skill, limits)
             except Exception:
                 logger.exception("making the image of skill %s failed", skill.name)
             with self._cond:
