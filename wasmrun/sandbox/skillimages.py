@@ -3,7 +3,7 @@
 A skill's import work (its modules' top-level code: dataclasses, tables,
 regexes) is the same on every run and costs most of a short skill run
 (about 15 ms of 17 for `text.stats` here, against under 2 ms for hello
-world). So after a skill version's first run, an *import run* in the
+world). So after a skill version's first completed run, an *import run* in the
 background (off the request path) imports the skill in a fresh instance and
 stops before calling anything; the pages of linear memory it changed are
 kept as that skill's image. A later run that mounts exactly that skill (an
@@ -23,7 +23,8 @@ is copied in, never shared); the run's own state starts where the import
 ended, so nothing of one run reaches the next (the guest reseeds `random`
 per run as before); mounts, read-only skill files and the listing of / and
 /skills are the run's own WASI as before. The import run reads and writes no
-blobs and has no network. What a skill's import printed is not in later
+blobs and has no environment and no network, so a run given secrets or a network
+grant (which its import may read) imports for itself. What a skill's import printed is not in later
 runs' logs (the import is not repeated).
 
 Images are kept per key: the guest build, the skill's name and entrypoint,
