@@ -25,7 +25,11 @@ per run as before); mounts, read-only skill files and the listing of / and
 /skills are the run's own WASI as before. The import run reads and writes no
 blobs and has no environment and no network, so a run given secrets or a network
 grant (which its import may read) imports for itself. What a skill's import printed is not in later
-runs' logs (the import is not repeated).
+runs' logs (the import is not repeated), and module-level values are the
+import run's: a timestamp taken, or a `random.Random()` of the skill's own
+seeded, at import is the same in every run from the image (the module-level
+`random` functions are reseeded per run; `secrets`, `uuid4` and `os.urandom`
+draw fresh bytes from the host).
 
 Images are kept per key: the guest build, the skill's name and entrypoint,
 its folder, and the size and mtime of every file in it (a new version is a
