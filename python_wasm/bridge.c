@@ -284,6 +284,17 @@ static PyObject *PyInit__wasmrun(void) {
     return m;
 }
 
+/* Built-in modules compiled beside libpython (see build.py: native_objects). */
+extern PyObject *PyInit_zlib(void);
+extern PyObject *PyInit__sqlite3(void);
+extern PyObject *PyInit__bz2(void);
+extern PyObject *PyInit__lzma(void);
+
+/* SQLite (sqlite3.c, same link). */
+typedef struct sqlite3_vfs sqlite3_vfs;
+extern sqlite3_vfs *sqlite3_vfs_find(const char *name);
+extern int sqlite3_vfs_register(sqlite3_vfs *vfs, int make_default);
+
 static PyObject *boot_module;
 
 static int fail(PyStatus status) {
@@ -296,6 +307,20 @@ static int fail(PyStatus status) {
  * read-only at /lib for the snapshot and for every run. */
 __attribute__((export_name("wasmrun_init"))) int32_t wasmrun_init(void) {
     if (PyImport_AppendInittab("_wasmrun", PyInit__wasmrun) < 0) return 1;
+    if (PyImport_AppendInittab("zlib", PyInit_zlib) < 0) return 1;
+    if (PyImport_AppendInittab("_sqlite3", PyInit__sqlite3) < 0) return 1;
+    if (PyImport_AppendInittab("_bz2", PyInit__bz2) < 0) return 1;
+    if (PyImport_AppendInittab("_lzma", PyInit__lzma) < 0) return 1;
+
+    /* UTF-8 mode (PEP 540): open() without an encoding, file names, stdio
+     * and os.environ are UTF-8, whatever locale WASI reports (none: "C",
+     * which would otherwise mean ASCII). It must be set before the
+     * interpreter's configuration is read, so it is part of the snapshot. */
+    PyPreConfig preconfig;
+    PyPreConfig_InitIsolatedConfig(&preconfig);
+    preconfig.utf8_mode = 1;
+    PyStatus status = Py_PreInitialize(&preconfig);
+    if (PyStatus_Exception(status)) return fail(status);
 
     PyConfig config;
     PyConfig_InitIsolatedConfig(&config);
@@ -306,7 +331,7 @@ __attribute__((export_name("wasmrun_init"))) int32_t wasmrun_init(void) {
     config.pathconfig_warnings = 0;
     config.user_site_directory = 0;
     config.module_search_paths_set = 1;
-    PyStatus status = PyWideStringList_Append(&config.module_search_paths, L"/lib/wasmrun-guest.zip");
+    status = PyWideStringList_Append(&config.module_search_paths, L"/lib/wasmrun-guest.zip");
     if (PyStatus_Exception(status)) return fail(status);
     status = PyConfig_SetString(&config, &config.home, L"/lib");
     if (PyStatus_Exception(status)) return fail(status);
@@ -315,6 +340,13 @@ __attribute__((export_name("wasmrun_init"))) int32_t wasmrun_init(void) {
     status = Py_InitializeFromConfig(&config);
     PyConfig_Clear(&config);
     if (PyStatus_Exception(status)) return fail(status);
+
+    /* WASI has no file locks: SQLite's default VFS then fails on read-only
+     * files ("access permission denied" for a database in /blobs). A run is
+     * one single-threaded process with private folders, so the lock-free
+     * unix VFS is the default. */
+    sqlite3_vfs *nolock = sqlite3_vfs_find("unix-none");
+    if (nolock != NULL) sqlite3_vfs_register(nolock, 1);
 
     boot_module = PyImport_ImportModule("runtime._boot");
     if (boot_module == NULL) {

@@ -165,6 +165,53 @@ def test_run_usage_errors_exit_2(
     assert words in capsys.readouterr().err
 
 
+def test_run_with_blob_files(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import sqlite3
+    import zipfile
+
+    archive = isolated / "in.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("a.txt", "zipped é")
+    db = sqlite3.connect(isolated / "in.db")
+    db.execute("CREATE TABLE t (v)")
+    db.execute("INSERT INTO t VALUES (7)")
+    db.commit()
+    db.close()
+    script = isolated / "job.py"
+    script.write_text(
+        "import sqlite3, zipfile\n"
+        "from runtime import blobs\n"
+        "def main(args):\n"
+        "    text = zipfile.ZipFile('/blobs/' + args['archive']).read('a.txt').decode()\n"
+        "    v = sqlite3.connect('/blobs/' + args['db']).execute('SELECT v FROM t').fetchone()[0]\n"
+        "    return [text, v, blobs.size(args['db'])]\n"
+    )
+    data = isolated / "data"
+    argv = ["run", str(script), "--blob", f"archive={archive}", "--blob", f"db={isolated / 'in.db'}"]
+    code = main([*argv, "--data-dir", str(data)])
+    captured = capsys.readouterr()
+    assert code == 0, captured
+    assert json.loads(captured.out)["output"] == ["zipped é", 7, (isolated / "in.db").stat().st_size]
+    assert f"data in {data}" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        pytest.param(["--blob", "novalue"], "NAME=PATH", id="bad-blob"),
+        pytest.param(["--blob", "x=/no/such/file"], "/no/such/file", id="missing-blob-file"),
+        pytest.param(["--arg", "x=1", "--blob", "x=job.py"], "twice", id="same-name"),
+    ],
+)
+def test_run_blob_usage_errors_exit_2(
+    isolated: Path, capsys: pytest.CaptureFixture[str], argv: list[str], words: str
+) -> None:
+    script = isolated / "job.py"
+    script.write_text("def main(args): pass\n")
+    assert main(["run", str(script), "--data-dir", str(isolated / "data"), *argv]) == 2
+    assert words in capsys.readouterr().err
+
+
 def test_run_missing_file_exits_2(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", str(isolated / "nope.py")]) == 2
     assert "nope.py" in capsys.readouterr().err

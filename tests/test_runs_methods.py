@@ -108,7 +108,7 @@ def test_run_code_outputs(rpc: Rpc, code: str, params: dict[str, Any], expected:
             id="exception",
         ),
         pytest.param("def main(:\n", "SyntaxError", "Failed: SyntaxError", id="syntax-error"),
-        pytest.param("x = 1\n", "EntrypointNotFound", "Failed: EntrypointNotFound", id="no-entrypoint"),
+        pytest.param("main = 42\n", "EntrypointNotFound", "Failed: EntrypointNotFound", id="main-not-callable"),
         pytest.param(
             "def main(args):\n    return object()\n", "InvalidOutput", "Failed: InvalidOutput", id="not-json"
         ),

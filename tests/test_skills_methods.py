@@ -291,7 +291,11 @@ def test_guide_is_the_canonical_skill_md(rpc: Rpc) -> None:
     result = rpc("load_skills_protocol_guide", {})["result"]
     assert result["content"].startswith("# Skills Protocol Overview")
     normalise = lambda s: re.sub(r"\s+", " ", s).strip()  # noqa: E731  (the spec text is reflowed)
-    assert normalise(result["content"]) == normalise(_spec_guide_body())
+    # The spec's text, verbatim, then this runtime's own section on writing
+    # code for its sandbox (the run contract, runtime.blobs, what is there).
+    canonical, _, own = result["content"].partition("\n## Writing code for `run_code`\n")
+    assert normalise(canonical) == normalise(_spec_guide_body())
+    assert "runtime.blobs" in own and "/blobs/<blob id>" in own
     assert (result["name"], result["version"]) == ("skills.protocol.guide", "0.1.0")
 
 

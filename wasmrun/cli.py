@@ -9,7 +9,8 @@
     wasmrun skills add PATH [--data-dir D]
     wasmrun mcp [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F] [--policy-file F] [--with-create-skill]
     wasmrun tools [--format openai|anthropic|mcp|jsonschema] [--strict] [--with-create-skill]
-    wasmrun run FILE.py [--mount SKILL]... [--arg KEY=VALUE]... [--entrypoint NAME] [--timeout-ms N]
+    wasmrun run FILE.py [--mount SKILL]... [--arg KEY=VALUE]... [--blob NAME=PATH]...
+                        [--entrypoint NAME] [--timeout-ms N] [--memory-mb N]
     wasmrun warm                  compile the guest to machine code now (else the first start does)
     wasmrun doctor [--data-dir D] versions, caches, free disk; exits 1 if something is wrong
     wasmrun --version
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import mimetypes
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -151,8 +153,14 @@ def _parser() -> argparse.ArgumentParser:
         "--arg", action="append", default=[], metavar="KEY=VALUE",
         help="an entry of args; VALUE is parsed as JSON when it can be, else taken as a string",
     )
+    run.add_argument(
+        "--blob", action="append", default=[], metavar="NAME=PATH",
+        help="store the file PATH as a blob, pass its id as args[NAME] and list it in input_blobs"
+        " (the run reads it with runtime.blobs or as the file /blobs/<id>); repeatable",
+    )
     run.add_argument("--entrypoint", default="main", help="function to call (default main)")
     run.add_argument("--timeout-ms", type=int)
+    run.add_argument("--memory-mb", type=int, help="the run's memory limit in MiB")
     _common(run)
 
     commands.add_parser(
@@ -354,16 +362,33 @@ def _run(args: argparse.Namespace) -> int:
         if not sep or not key:
             raise ValueError(f"--arg takes KEY=VALUE, not {item!r}")
         run_args[key] = _arg_value(value)
+    blob_files: list[tuple[str, Path]] = []
+    for item in args.blob:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise ValueError(f"--blob takes NAME=PATH, not {item!r}")
+        if key in run_args or key in dict(blob_files):
+            raise ValueError(f"args[{key!r}] is given twice")
+        blob_files.append((key, Path(value)))
+    code = args.file.read_text(encoding="utf-8")
+    settings = _settings(args, workers=1)
+    blobs = FileBlobStore(settings.blobs_dir)
+    input_blobs: list[str] = []
+    for key, path in blob_files:
+        kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        run_args[key] = blobs.create(path.read_bytes(), kind)
+        input_blobs.append(run_args[key])
+    # Blobs (given and written) outlive the command: say where they are.
+    print(f"wasmrun: data in {settings.data_dir} (blobs in {settings.blobs_dir})", file=sys.stderr)
     params = RunCodeParams(
         language="python",
-        code=args.file.read_text(encoding="utf-8"),
+        code=code,
         entrypoint=args.entrypoint,
         args=run_args,
         mount_skills=args.mount,
-        limits=RunLimits(timeout_ms=args.timeout_ms),
+        input_blobs=input_blobs,
+        limits=RunLimits(timeout_ms=args.timeout_ms, memory_mb=args.memory_mb),
     )
-    settings = _settings(args, workers=1)
-    blobs = FileBlobStore(settings.blobs_dir)
     context = build_context(settings, blobs=blobs, executor=make_local_executor(settings, blobs))
     try:
         result = asyncio.run(run_code(context, params))

@@ -15,6 +15,8 @@ from __future__ import annotations
 import _json
 import _random
 import _sitebuiltins
+import ast
+import asyncio
 import builtins
 import importlib
 import importlib.util
@@ -22,12 +24,14 @@ import json
 import linecache
 import os
 import random
+import re
 import sys
 import traceback
 import types
 
 import _wasmrun
-from runtime import _skills, _stdio
+import runtime.blobs
+from runtime import _compat, _skills, _stdio
 
 # Commonly used modules, imported before the snapshot so runs get them free.
 HOT_MODULES = (
@@ -39,6 +43,7 @@ HOT_MODULES = (
     "unicodedata", "urllib.parse", "uuid", "zoneinfo",
     "runtime", "runtime.blobs", "runtime.log", "runtime.http", "urllib.request",
 )
+DEFAULT_FUNCTION = "main"
 RUN_MODULE = "run_code"
 RUN_FILENAME = "<run_code>"
 
@@ -73,6 +78,8 @@ def init() -> None:
     builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
     for name in HOT_MODULES:
         importlib.import_module(name)
+    _compat.install()
+    _compat.install_asyncio()
     _skills.install()
     importlib.import_module("runtime.http").install_urllib()
 
@@ -84,14 +91,83 @@ class _Failure(Exception):
         self.message = message
 
 
+def _harness_frame(module: str) -> bool:
+    return module == __name__ or module.startswith("asyncio.")
+
+
 def _format_exception(exc: BaseException) -> str:
     for filename, source in _SOURCES.items():
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     tb = exc.__traceback__
-    # Drop our own frames: users should see their code, not the harness.
-    while tb is not None and tb.tb_frame.f_globals.get("__name__") == __name__:
+    # Drop our own frames (and asyncio.run's, for async code): users should
+    # see their code, not the harness.
+    while tb is not None and _harness_frame(tb.tb_frame.f_globals.get("__name__") or ""):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
+
+
+# Modules whose errors mean "tried to reach the network" (under WASI even
+# socket.getaddrinfo is missing: an AttributeError, not an OSError).
+_NETWORK_MODULES = frozenset({
+    "socket", "ssl", "urllib.request", "http.client", "smtplib", "ftplib", "imaplib", "poplib",
+    "asyncio.base_events", "asyncio.selector_events", "asyncio.streams",
+})
+HINT_NO_NETWORK = (
+    "hint: the sandbox has no sockets: HTTP(S) goes through runtime.http (or urllib.request),"
+    " only to hosts this run is allowed (run_code: the operator's allowlist, none by default);"
+    " otherwise pass data in through args or input_blobs"
+)
+HINT_THIRD_PARTY = (
+    "hint: the sandbox has the Python standard library and the skills mounted in this run only"
+    " (no pip install); import a mounted skill as `skills.<name>` after listing it in"
+    " run_code's mount_skills, or write the code yourself with the standard library"
+)
+HINT_SKILL_NOT_MOUNTED = (
+    "hint: a skill is importable as skills.<name> only in a run that mounts it:"
+    " list it in run_code's mount_skills (list_skills shows the names)"
+)
+HINT_BLOB = (
+    "hint: a run can read only the blobs listed in its input_blobs (and blobs it wrote itself);"
+    " add {blob!r} to input_blobs and run again"
+)
+
+
+def _network_error(exc: BaseException) -> bool:
+    if type(exc).__module__ == "runtime.http":
+        return False  # the host's own answer (e.g. NetworkNotAllowed) names the rule itself
+    if type(exc).__module__ in ("socket", "ssl", "urllib.error"):
+        return True
+    if not isinstance(exc, (OSError, AttributeError)):
+        return False
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__") in _NETWORK_MODULES:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _hint(exc: BaseException) -> str | None:
+    """One line telling a model what to do next, for errors a sandbox causes."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        top = exc.name.partition(".")[0]
+        if top == _skills.ROOT:
+            return HINT_SKILL_NOT_MOUNTED
+        if top not in sys.stdlib_module_names:
+            return HINT_THIRD_PARTY
+        return None
+    if isinstance(exc, runtime.blobs.BlobNotFound):
+        return HINT_BLOB.format(blob=exc.args[0] if exc.args else "the blob id")
+    if _network_error(exc):
+        return HINT_NO_NETWORK
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    """The guest's traceback as Python prints it, plus a hint line when there is one."""
+    text = _format_exception(exc)
+    hint = _hint(exc)
+    return f"{text}\n{hint}" if hint else text
 
 
 def _prepare(request: dict) -> None:
@@ -113,23 +189,88 @@ def _prepare(request: dict) -> None:
         pass
 
 
-def _load_entrypoint(request: dict):
+_TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+_CO_COROUTINE = 0x80  # inspect.CO_COROUTINE: the code awaits at top level
+_CO_VARARGS = 0x04  # inspect.CO_VARARGS
+
+
+def _exec_code(source: str, namespace: dict) -> tuple[bool, object]:
+    """Run the code as a script; (True, value) when its last statement is an
+    expression (its value, as a notebook cell shows it), else (False, None).
+    `await` at top level works too (the script then runs under asyncio.run)."""
+    tree = _compile(source, "exec", ast.PyCF_ONLY_AST | _TOP_LEVEL_AWAIT)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    _run_code(_compile(tree, "exec", _TOP_LEVEL_AWAIT), namespace)
+    if last is None:
+        return False, None
+    return True, _run_code(_compile(last, "eval", _TOP_LEVEL_AWAIT), namespace)
+
+
+def _exec_module(source: str, namespace: dict) -> None:
+    """Run code that defines its entrypoint: compiled straight from source
+    (the syntax tree round trip of `_exec_code` costs a run about 2 ms)."""
+    _run_code(_compile(source, "exec", _TOP_LEVEL_AWAIT), namespace)
+
+
+# A top-level `def main` / `async def main`: the code follows the main(args)
+# contract, and only main's return value matters.
+_DEFINES_MAIN = re.compile(r"^(?:async[ \t]+)?def[ \t]+main\b", re.MULTILINE)
+
+
+_Coroutine = types.CoroutineType
+
+
+def _compile(source, mode: str, flags: int):
+    try:
+        return compile(source, RUN_FILENAME, mode, flags, dont_inherit=True)
+    except MemoryError:
+        # CPython's parser reports its own stack overflow as MemoryError; it
+        # says nothing about the run's memory limit.
+        raise _Failure(
+            "SyntaxError", "the code is nested too deeply for Python's parser; flatten the expression"
+        ) from None
+
+
+def _run_code(code, namespace: dict):
+    if code.co_flags & _CO_COROUTINE:
+        return asyncio.run(eval(code, namespace))
+    return eval(code, namespace)
+
+
+def _call_entrypoint(request: dict):
+    """The run's output: the entrypoint's return value (awaited if it is a
+    coroutine), or, for code without the default `main`, the script's value."""
+    name = request["function"]
     if request["kind"] == "code":
         source = request["code"]
         module = types.ModuleType(RUN_MODULE)
         module.__file__ = RUN_FILENAME
         sys.modules[RUN_MODULE] = module
         _SOURCES[RUN_FILENAME] = source
-        code = compile(source, RUN_FILENAME, "exec", dont_inherit=True)
-        exec(code, module.__dict__)
+        if name != DEFAULT_FUNCTION or _DEFINES_MAIN.search(source):
+            _exec_module(source, module.__dict__)
+            fn = getattr(module, name, None)
+        else:
+            has_value, value = _exec_code(source, module.__dict__)
+            fn = getattr(module, name, None)
+            if fn is None:
+                return value if has_value else None  # a plain script
     else:
         module = importlib.import_module("skills." + request["skill"])
-    name = request["function"]
-    fn = getattr(module, name, None)
+        fn = getattr(module, name, None)
     if not callable(fn):
         where = "the code" if request["kind"] == "code" else f"skill {request['skill']!r}"
         raise _Failure("EntrypointNotFound", f"{where} defines no function {name!r}")
-    return fn
+    code = getattr(fn, "__code__", None)
+    if code is not None and code.co_argcount == 0 and not code.co_flags & _CO_VARARGS:
+        value = fn()  # def main(): a script's own habit; it has no use for args
+    else:
+        value = fn(request.get("args") or {})
+    if type(value) is _Coroutine:  # async def main(args)
+        value = asyncio.run(value)
+    return value
 
 
 def _serialise(value) -> bytes:
@@ -225,8 +366,7 @@ def _execute(request: dict) -> bytes:
         if request["kind"] == "compile":
             return b"C" + _serialise(_compile_skills(request))
         _prepare(request)
-        fn = _load_entrypoint(request)
-        value = fn(request.get("args") or {})
+        value = _call_entrypoint(request)
         return b"C" + _serialise(value)
     except _Failure as f:
         return _failed(f.type, f.message)
@@ -235,7 +375,7 @@ def _execute(request: dict) -> bytes:
     except BaseException as exc:  # the user's own exception, whatever it is
         # Its own class name, whatever it is: the host alone decides its own
         # error types (a MemoryError here is the guest's, see sandbox/errors.py).
-        return _failed(type(exc).__name__, _format_exception(exc))
+        return _failed(type(exc).__name__, _describe(exc))
 
 
 def run() -> None:

@@ -35,6 +35,9 @@ class MemoryBlobs:
             raise KeyError(blob_id)
         return self.data[blob_id][0][offset : offset + length]
 
+    def local_path(self, blob_id: str, owner: str = "local") -> Path | None:
+        return None  # no files: /blobs gets copies
+
     def create(
         self, data: bytes, kind: str, run_id: str | None = None, owner: str = "local", quota: Any = None
     ) -> str:

@@ -58,13 +58,14 @@ def test_symlink_within_workspace_works(run_code):
 
 
 def test_workspace_is_the_working_directory(run_code):
+    # (temporary files go to the run's own /tmp)
     code = (
         "import os, tempfile\n"
         "def main(args):\n"
         "    open('rel.txt', 'w').write('x')\n"
         "    with tempfile.NamedTemporaryFile() as f:\n"
         "        tmp = f.name\n"
-        "    return [os.getcwd(), os.path.exists('/workspace/rel.txt'), tmp.startswith('/workspace/')]\n"
+        "    return [os.getcwd(), os.path.exists('/workspace/rel.txt'), tmp.startswith('/tmp/')]\n"
     )
     assert run_code(code).output == ["/workspace", True, True]
 

@@ -39,22 +39,27 @@ def deep_root(tmp_path):
 
 
 def test_measure_and_empty_a_very_deep_tree(deep_root):
-    top = deep_root / "ws"
-    top.mkdir()
-    _deep_tree(top, DEPTH)
-    size, entries = Workspace(top, 1 << 30, 1 << 20).measure()
-    assert entries == 2 * DEPTH
+    run_folder = deep_root / "run"  # a run's folder: its /workspace and /tmp share the quota
+    workspace = Workspace(run_folder, 1 << 30, 1 << 20)
+    workspace.path.mkdir(parents=True)
+    workspace.tmp.mkdir()
+    _deep_tree(workspace.path, DEPTH)
+    _deep_tree(workspace.tmp, 3)
+    size, entries = workspace.measure()
+    assert entries == 2 * DEPTH + 2 * 3
     assert size >= 2 * DEPTH  # the files' bytes, and whatever the filesystem reports for folders
-    tree.empty(top)
-    assert list(top.iterdir()) == []
+    tree.empty(workspace.path)
+    assert list(workspace.path.iterdir()) == []
 
 
 def test_workspace_dirs_recycle_a_deep_workspace_and_leave_nothing(deep_root):
     dirs = WorkspaceDirs(deep_root)
-    path = dirs.take()
-    _deep_tree(path, DEPTH)
+    path = dirs.take()  # a run folder: workspace, tmp and blobs
+    _deep_tree(path / "workspace", DEPTH)
+    _deep_tree(path / "tmp", DEPTH)
     dirs.give_back(path)
-    assert list(path.iterdir()) == []
+    assert sorted(sub.name for sub in path.iterdir()) == ["blobs", "tmp", "workspace"]
+    assert all(list(sub.iterdir()) == [] for sub in path.iterdir())
     assert dirs.take() == path  # emptied and shelved
     dirs.give_back(path)
     dirs.remove_all()

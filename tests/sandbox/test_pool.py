@@ -170,10 +170,10 @@ def test_a_dead_workers_workspaces_are_removed(pool, tmp_path):
     async def go():
         run = asyncio.create_task(pool.run(code(writer, timeout_ms=60_000)))
         give_up = time.monotonic() + 60
-        while not (markers := list(parent.glob("*/ws-*/marker"))):
+        while not (markers := list(parent.glob("*/run-*/workspace/marker"))):  # <root>/<run folder>/workspace
             assert time.monotonic() < give_up
             await asyncio.sleep(0.05)
-        folder = markers[0].parent.parent
+        folder = markers[0].parent.parent.parent
         os.kill(int(folder.name.split("-")[0]), signal.SIGKILL)  # as the OOM killer would
         return folder, await run
 

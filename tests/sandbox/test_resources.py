@@ -40,7 +40,10 @@ def test_two_hundred_runs_leak_nothing(run_code, engine):
     # (`roots` beside them holds the guest's read-only `/` folders, see guestroot.py.)
     spares = [name for name in os.listdir(engine.workspace_root) if name != "roots"]
     assert len(spares) <= HARD_MAX_RETIRED + 2
-    assert all(os.listdir(engine.workspace_root / name) == [] for name in spares)
+    for name in spares:  # each run folder keeps its empty workspace, tmp and blobs
+        run_folder = engine.workspace_root / name
+        assert sorted(os.listdir(run_folder)) == ["blobs", "tmp", "workspace"]
+        assert all(os.listdir(run_folder / sub) == [] for sub in os.listdir(run_folder))
 
 
 def test_used_instances_never_pile_up_past_the_bound(engine):

@@ -59,7 +59,6 @@ def test_output_is_capped_keeping_head_and_tail(run_code):
         pytest.param("def main(args):\n    raise ValueError('bad value')", "ValueError", "bad value", id="value-error"),
         pytest.param("def main(args) return 1", "SyntaxError", "line 1", id="syntax-error"),
         pytest.param("import json\nx = 1 / 0\ndef main(args): pass", "ZeroDivisionError", "<run_code>", id="error-at-import"),
-        pytest.param("def other(args): return 1", "EntrypointNotFound", "'main'", id="no-entrypoint"),
         pytest.param("main = 42", "EntrypointNotFound", "'main'", id="entrypoint-not-callable"),
         pytest.param("def main(args): return {1, 2}", "InvalidOutput", "set", id="set-output"),
         pytest.param("def main(args): return float('nan')", "InvalidOutput", "JSON", id="nan-output"),

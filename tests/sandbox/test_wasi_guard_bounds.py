@@ -83,13 +83,15 @@ class Guest:
         self.store = wasmtime.Store(engine.engine)
         self.store.set_fuel(10**12)
         self.store.set_epoch_deadline(10**9)
+        # `workspace` is the run's folder: /workspace is its "workspace" (and /tmp its "tmp").
+        run = Workspace(workspace, limits.workspace_bytes, limits.workspace_files)
+        run.path.mkdir(exist_ok=True)
+        run.tmp.mkdir(exist_ok=True)
         wasi = wasmtime.WasiConfig()
-        wasi.preopen_dir(str(workspace), "/workspace")
+        wasi.preopen_dir(str(run.path), "/workspace")
         self.store.set_wasi(wasi)
         self.exports = engine._linker.instantiate(self.store, module).exports(self.store)
-        self.ctx = RunContext(
-            "run_wat", b"", limits, blobs, [], Workspace(workspace, limits.workspace_bytes, limits.workspace_files)
-        )
+        self.ctx = RunContext("run_wat", b"", limits, blobs, [], run)
         self.ctx.deadline = time.monotonic() + limits.timeout_ms / 1000
         self.memory = self.exports["memory"]
 
@@ -123,7 +125,7 @@ def test_a_write_with_more_buffers_than_iov_max_is_refused_and_writes_nothing(gu
     # 1,100 buffers of 4 KiB: 4.3 MiB, four times the quota (once charged as 0 bytes and written).
     assert g("write", fd, IOV_MAX + 76, 4096) == EINVAL
     assert g("pwrite", fd, IOV_MAX + 76, 4096) == EINVAL
-    assert (tmp_path / "f.bin").stat().st_size == 0
+    assert (tmp_path / "workspace" / "f.bin").stat().st_size == 0
 
 
 def test_a_write_with_iov_max_buffers_is_charged_in_full(guest, tmp_path):
@@ -132,7 +134,7 @@ def test_a_write_with_iov_max_buffers_is_charged_in_full(guest, tmp_path):
     with pytest.raises(errors.RunAborted) as info:
         g("write", fd, IOV_MAX, 4096)
     assert info.value.error_type == errors.WORKSPACE_QUOTA
-    assert (tmp_path / "f.bin").stat().st_size == 0
+    assert (tmp_path / "workspace" / "f.bin").stat().st_size == 0
 
 
 def test_a_small_write_with_many_buffers_goes_through(guest, tmp_path):
@@ -141,7 +143,7 @@ def test_a_small_write_with_many_buffers_goes_through(guest, tmp_path):
     assert g("write", fd, IOV_MAX, 16) == 0
     written = g("written")  # wasmtime may write less than all (a short write, as POSIX allows)
     assert 16 <= written <= IOV_MAX * 16
-    assert (tmp_path / "f.bin").stat().st_size == written
+    assert (tmp_path / "workspace" / "f.bin").stat().st_size == written
 
 
 def test_stdout_copies_only_what_the_capture_keeps(guest):

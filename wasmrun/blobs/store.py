@@ -92,6 +92,8 @@ class BlobStore(Protocol):
 
     def expire(self, ttl_of: Callable[[str], int], now: float | None = None) -> int: ...
 
+    def local_path(self, blob_id: str, owner: str = LEGACY_OWNER) -> Path | None: ...
+
 
 def is_blob_id(value: str) -> bool:
     return BLOB_ID.fullmatch(value) is not None
@@ -203,6 +205,13 @@ class FileBlobStore:
     def size(self, blob_id: str, owner: str = LEGACY_OWNER) -> int | None:
         info = self.info(blob_id, owner)
         return None if info is None else info.size_bytes
+
+    def local_path(self, blob_id: str, owner: str = LEGACY_OWNER) -> Path | None:
+        """The file holding `owner`'s blob (None when `owner` has no such blob)."""
+        paths = self._paths(blob_id)
+        if paths is None or self.info(blob_id, owner) is None:
+            return None
+        return paths[0]
 
     def read(self, blob_id: str, offset: int, length: int, owner: str = LEGACY_OWNER) -> bytes:
         """Up to `length` bytes from `offset`, empty at or past the end whatever the

@@ -6,7 +6,9 @@
       {"output_blob": "blob:…", "size_bytes": 51234,
        "kind": "application/json", "preview": "<first ~1 KB of the JSON>"}
 - `logs_preview` stays under 2 KB: the head and the tail of the logs around a
-  "[... N bytes of logs cut ...]" line.
+  "[... N bytes of logs cut ...]" line. When it is cut, everything the run's
+  output capture kept is stored as a text blob, `logs_blob`, so nothing
+  printed within the output cap is lost.
 - `summary` is the return value's own `summary` when it is a short one-line
   string; otherwise the runtime writes one.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from wasmrun.blobs.quota import BlobQuota
 from wasmrun.blobs.sampling import text_head, text_tail
@@ -33,14 +36,33 @@ MAX_SUMMARY_CHARS = 200
 
 
 def needs_output_blob(result: sandbox.RunResult) -> bool:
-    """Whether `to_spec_result` will store the output as a blob (and so do file I/O)."""
+    """Whether `to_spec_result` will store the output or the logs as a blob (and so do file I/O)."""
+    if logs_are_cut(result):
+        return True
     return result.status == "completed" and result.error is None and len(result.output_json) > MAX_OUTPUT_BYTES
+
+
+def logs_are_cut(result: sandbox.RunResult) -> bool:
+    # Cheap test first: a str never has more UTF-8 bytes than 4 per character.
+    return result.logs_cut_bytes > 0 or (
+        len(result.logs) * 4 > MAX_LOGS_PREVIEW_BYTES
+        and len(result.logs.encode("utf-8", "surrogatepass")) > MAX_LOGS_PREVIEW_BYTES
+    )
+
+
+def _logs_blob(
+    result: sandbox.RunResult, blobs: BlobStore, owner: str, quota: BlobQuota | None
+) -> str | UnsetType:
+    if not logs_are_cut(result):
+        return UNSET
+    data = result.logs.encode("utf-8", "replace")
+    return blobs.create(data, "text/plain; charset=utf-8", run_id=result.run_id, owner=owner, quota=quota)
 
 
 def to_spec_result(
     result: sandbox.RunResult, blobs: BlobStore, owner: str = LEGACY_OWNER, quota: BlobQuota | None = None
 ) -> RunResult:
-    """Raises BlobQuotaExceeded when the output blob would take `owner` over `quota`."""
+    """Raises BlobQuotaExceeded when the output or logs blob would take `owner` over `quota`."""
     u = result.usage
     # Named one by one: the sandbox may track more than the protocol promises.
     usage = RunUsage(
@@ -56,6 +78,7 @@ def to_spec_result(
         http_bytes_in=u.http_bytes_in,
     )
     logs = logs_preview(result.logs, result.logs_cut_bytes)
+    logs_blob = _logs_blob(result, blobs, owner, quota)
     if result.status == "failed" or result.error is not None:
         error = result.error or sandbox.RunError("SandboxError", "the run failed")
         return RunResult(
@@ -64,6 +87,7 @@ def to_spec_result(
             summary=failure_summary(error.type, error.message),
             output_blobs=list(result.output_blobs),
             logs_preview=logs,
+            logs_blob=logs_blob,
             error=RunError(
                 type=error.type, message=cut_middle(error.message, MAX_ERROR_BYTES, ERROR_HEAD_BYTES)
             ),
@@ -95,6 +119,7 @@ def to_spec_result(
         output=output,
         output_blobs=output_blobs,
         logs_preview=logs,
+        logs_blob=logs_blob,
         usage=usage,
     )
 
@@ -157,9 +182,11 @@ def completed_summary(
 
 def failure_summary(error_type: str, message: str) -> str:
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    # A sandbox hint ("hint: ...") follows the exception's own last line.
+    hint = lines.pop() if lines and lines[-1].startswith("hint: ") and len(lines) > 1 else ""
     last = lines[-1] if lines else ""
     reason = last if last.startswith(error_type) else f"{error_type}: {last}" if last else error_type
-    summary = f"Failed: {reason}"
+    summary = f"Failed: {reason}" + (f" ({hint})" if hint else "")
     return summary if len(summary) <= MAX_SUMMARY_CHARS else summary[: MAX_SUMMARY_CHARS - 1] + "…"
 
 

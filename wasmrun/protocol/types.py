@@ -171,6 +171,9 @@ class RunResult(msgspec.Struct, kw_only=True):
     output: Any | UnsetType = UNSET  # absent when the run failed
     output_blobs: list[str]
     logs_preview: str
+    # extension: when logs_preview was cut, the whole captured output (up to
+    # the run's output cap) as a text blob
+    logs_blob: str | UnsetType = UNSET
     error: RunError | UnsetType = UNSET  # present only when the run failed
     usage: RunUsage | UnsetType = UNSET  # extension: what the run cost
 

@@ -5,6 +5,7 @@ blob is "no such blob" to it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 from wasmrun.blobs.quota import BlobQuota
@@ -23,3 +24,7 @@ class BlobAccess(Protocol):
     ) -> str:
         """Store a new blob; returns its id. BlobQuotaExceeded when over `quota`; a
         ValueError when `kind` is not a MIME type."""
+
+    def local_path(self, blob_id: str, owner: str = ...) -> Path | None:
+        """A host file holding exactly `owner`'s blob (hard-linked into a run's
+        /blobs), or None if there is none (the bytes are copied)."""

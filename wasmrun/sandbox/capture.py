@@ -6,6 +6,8 @@ limit and counts what it dropped in between.
 
 from __future__ import annotations
 
+from wasmrun.blobs.sampling import utf8_head, utf8_tail
+
 
 class HeadTail:
     def __init__(self, limit: int) -> None:
@@ -42,10 +44,11 @@ class HeadTail:
         return self.total - len(self.head) - len(self.tail)
 
     def text(self) -> str:
-        head = self.head.decode("utf-8", "replace")
-        if not self.cut:
-            return head + self.tail.decode("utf-8", "replace")
-        tail = self.tail.decode("utf-8", "replace")
+        if not self.cut:  # head and tail meet: decode them as one (a character may span both)
+            return (self.head + self.tail).decode("utf-8", "replace")
+        # Cut ends: drop a character split by the cut rather than show it as U+FFFD.
+        head = utf8_head(bytes(self.head)).decode("utf-8", "replace")
+        tail = utf8_tail(bytes(self.tail)).decode("utf-8", "replace")
         return f"{head}\n[... {self.cut} bytes of output cut ...]\n{tail}"
 
 

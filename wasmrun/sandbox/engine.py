@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 from pathlib import Path
@@ -55,6 +56,8 @@ WARMUP_REQUESTS = (
     RunRequest(kind="code", code="def main(args):\n    raise ValueError('warm')"),
 )
 WORKSPACE = "/workspace"
+TMP = "/tmp"  # per run, emptied after it, counted with /workspace against one quota
+BLOBS = "/blobs"  # the run's input blobs as read-only files named by their ids
 COMPILE_LIMITS = Limits(timeout_ms=60_000)
 # An import run asks for a function no module can define ("" is no identifier):
 # the guest imports the skill, then refuses to call anything.
@@ -246,6 +249,9 @@ class SandboxEngine:
         for name, folder in bytecode.items():
             wasi.preopen_dir(str(folder), bytecode_guest_dir(name), fs_mutable=bytecode_writable)
         wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
+        wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
+        if request.input_blobs:  # each preopen costs every run a little
+            wasi.preopen_dir(str(workspace.blobs), BLOBS, fs_mutable=False)
         # Last, so the others keep their fd numbers; see guestroot.py.
         mount_points = (
             guest_build.GUEST_LIB,
@@ -253,11 +259,39 @@ class SandboxEngine:
             *(f"{SKILLS_ROOT}/{skill.name}" for skill in request.skills),
             *(bytecode_guest_dir(name) for name in bytecode),
             WORKSPACE,
+            TMP,
+            *((BLOBS,) if request.input_blobs else ()),
         )
         wasi.preopen_dir(str(self._roots.for_mounts(mount_points)), "/", fs_mutable=False)
         # No stdout/stderr here: the fd_write guard captures fds 1 and 2 itself
         # (wasmtime-py's custom-output callbacks also panic at interpreter exit).
         return wasi
+
+    def _place_input_blobs(self, blob_ids: list[str], folder: Path, owner: str) -> None:
+        """Each input blob of `owner` as `folder/<blob id>`: a hard link to the
+        store's file (no copy, whatever its size), or a copy where the store has
+        no file on this filesystem. Only ids the store finds become names."""
+        for blob_id in blob_ids:
+            target = folder / blob_id
+            if self.blobs.size(blob_id, owner) is None or target.parent != folder:
+                continue
+            source = self.blobs.local_path(blob_id, owner)
+            if source is not None:
+                try:
+                    os.link(source, target)
+                    continue
+                except FileExistsError:
+                    continue
+                except OSError:
+                    pass  # another filesystem: copy
+            try:
+                size = self.blobs.size(blob_id, owner) or 0
+                with open(target, "wb") as f:
+                    for offset in range(0, size, 1 << 20):
+                        f.write(self.blobs.read(blob_id, offset, 1 << 20, owner))
+            except (OSError, KeyError):
+                logger.warning("could not place input blob %s in /blobs", blob_id)
+                target.unlink(missing_ok=True)
 
     def _new_instance(self) -> Fresh:
         store = wasmtime.Store(self.engine)
@@ -271,7 +305,7 @@ class SandboxEngine:
             _, workspace = self._run_on(fresh, request, time.perf_counter())
             pages |= HotPages.written_pages(fresh.store, fresh.memory)
             fresh.store.close()
-            self._dirs.give_back(workspace.path)
+            self._dirs.give_back(workspace.root)
         hot = HotPages.from_pages(pages)
         logger.debug("%d hot pages will be copied into each spare instance", hot.pages)
         return hot
@@ -333,7 +367,7 @@ class SandboxEngine:
             fresh.store.close()
             pristine.store.close()
             if workspace is not None:
-                self._dirs.give_back(workspace.path)
+                self._dirs.give_back(workspace.root)
 
     def _skill_bytecode(self, skills: list[MountedSkill]) -> dict[str, Path]:
         """Each mounted action skill's compiled bytecode, compiling it first if needed."""
@@ -374,6 +408,8 @@ class SandboxEngine:
         run_id = request.run_id or new_run_id()
         limits = request.limits
         workspace = Workspace(self._dirs.take(), limits.workspace_bytes, limits.workspace_files)
+        if request.input_blobs:
+            self._place_input_blobs(request.input_blobs, workspace.blobs, request.owner)
         ctx = RunContext(
             run_id, self._guest_request(request), limits, blobs or self.blobs, request.input_blobs, workspace, self._io,
             egress=EgressSession(request.network) if request.network is not None else None,
@@ -432,12 +468,14 @@ class SandboxEngine:
         if error is None:
             assert ctx.response is not None
             _apply_response(result, ctx.response)
-            if result.error is not None and result.error.type == "MemoryError":
-                # The guest's own MemoryError (not evidence of the limit): say what the limit is.
-                result.error.message += f"\n(this run's memory limit is {limits.memory_bytes} bytes)"
         else:
             result.status = "failed"
             result.error = error
+        if result.error is not None and result.error.type in (errors.MEMORY_LIMIT, "MemoryError"):
+            # The limit and how to ask for more (for the guest's own MemoryError
+            # too: the host has no evidence it came from the limit, but says what the limit is).
+            hint = errors.memory_hint(limits.memory_bytes, CEILING_LIMITS.memory_bytes)
+            result.error = RunError(result.error.type, f"{result.error.message}\n{hint}")
         result.logs = ctx.logs.text()
         result.logs_cut_bytes = ctx.logs.cut
         _redact_secrets(result, request)

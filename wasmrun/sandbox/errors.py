@@ -71,3 +71,14 @@ def result_too_large(limit: int) -> str:
 
 def timed_out(timeout_ms: int) -> str:
     return f"the run exceeded its time limit of {timeout_ms} ms"
+
+
+def memory_hint(limit_bytes: int, ceiling_bytes: int) -> str:
+    """The line added to a MemoryLimitExceeded (or guest MemoryError) error: the limit and
+    how to ask for more."""
+    limit = f"this run's memory limit is {limit_bytes} bytes ({limit_bytes >> 20} MiB)"
+    if limit_bytes >= ceiling_bytes:
+        return (f"hint: {limit}, the server's maximum;"
+                " process the data in smaller pieces (stream files, write partial results to blobs)")
+    return (f"hint: {limit}; ask for more with limits.memory_mb (within your ceiling)"
+            " or process the data in smaller pieces")

@@ -211,7 +211,7 @@ class InstanceSupply:
             if retired is not None:  # teardown first: it frees memory
                 store, workspace = retired
                 store.close()  # first: the store holds the workspace open
-                self._dirs.give_back(workspace.path)
+                self._dirs.give_back(workspace.root)
             else:
                 spare = self._prepare()
                 with self._cond:

@@ -6,10 +6,11 @@ So the linker shadows a few `wasi_snapshot_preview1` functions with Python
 wrappers that check first and then call the real implementation.
 
 Quota accounting is conservative: every byte a write call may add counts
-against an estimate; when the estimate would pass the quota, the workspace
-is measured for real, and only a real excess stops the run
-(`WorkspaceQuotaExceeded`). Only /workspace is writable, so every write to a
-descriptor other than stdout/stderr is a workspace write.
+against an estimate; when the estimate would pass the quota, /workspace and
+/tmp are measured for real, and only a real excess stops the run
+(`WorkspaceQuotaExceeded`). Only /workspace and /tmp are writable (one
+quota for both), so every write to a descriptor other than stdout/stderr is
+a write there.
 
 What is shadowed: every call that adds bytes (fd_write, fd_pwrite,
 fd_allocate, fd_filestat_set_size) or entries (path_open with O_CREAT,
@@ -52,17 +53,24 @@ MAX_SUBSCRIPTIONS = 65_536
 
 
 class Workspace:
-    """One run's /workspace: an empty host directory, and its quota."""
+    """One run's writable folders and their shared quota: `path` is mounted
+    at /workspace and `tmp` at /tmp, both inside the run's host folder `root`;
+    both are emptied after the run."""
 
-    def __init__(self, path: Path, max_bytes: int, max_files: int) -> None:
-        self.path = path
+    def __init__(self, root: Path, max_bytes: int, max_files: int) -> None:
+        self.root = root
+        self.path = root / "workspace"
+        self.tmp = root / "tmp"
+        self.blobs = root / "blobs"  # the run's input blobs, read-only; not counted
         self.max_bytes = max_bytes
         self.max_files = max_files
         self.est_bytes = 0
         self.est_files = 0
 
     def measure(self) -> tuple[int, int]:
-        return tree.measure(self.path)
+        used_bytes, used_files = tree.measure(self.path)
+        tmp_bytes, tmp_files = tree.measure(self.tmp)
+        return used_bytes + tmp_bytes, used_files + tmp_files
 
     def charge(self, nbytes: int = 0, nfiles: int = 0) -> None:
         if self.est_bytes + nbytes <= self.max_bytes and self.est_files + nfiles <= self.max_files:
@@ -73,12 +81,12 @@ class Workspace:
         if used_bytes + nbytes > self.max_bytes:
             raise errors.RunAborted(
                 errors.WORKSPACE_QUOTA,
-                f"/workspace would exceed its quota of {self.max_bytes} bytes",
+                f"/workspace and /tmp would exceed their quota of {self.max_bytes} bytes",
             )
         if used_files + nfiles > self.max_files:
             raise errors.RunAborted(
                 errors.WORKSPACE_QUOTA,
-                f"/workspace would exceed its quota of {self.max_files} files",
+                f"/workspace and /tmp would exceed their quota of {self.max_files} files",
             )
         self.est_bytes = used_bytes + nbytes
         self.est_files = used_files + nfiles
@@ -86,14 +94,17 @@ class Workspace:
 
 
 class WorkspaceDirs:
-    """Empty directories for workspaces, recycled between runs.
+    """Run folders (each holding an empty `workspace`, `tmp` and `blobs`),
+    recycled between runs.
 
-    A run gets an empty directory; after the run (and after its Store, which
-    holds the directory open, is closed) everything in it is deleted and the
-    empty directory goes back on the shelf. Creating and removing a directory
-    costs more than a short run on some filesystems; emptying one that the
-    run did not touch costs a single scandir.
+    A run gets a folder whose subfolders are empty; after the run (and after
+    its Store, which holds them open, is closed) everything in them is
+    deleted and the folder goes back on the shelf. Creating and removing a
+    directory costs more than a short run on some filesystems; emptying one
+    that the run did not touch costs a single scandir.
     """
+
+    SUBFOLDERS = ("workspace", "tmp", "blobs")
 
     def __init__(self, root: Path) -> None:
         self.root = root  # private to one engine (0700)
@@ -104,14 +115,17 @@ class WorkspaceDirs:
         try:
             return self._spare.pop()
         except IndexError:
-            path = self.root / f"ws-{next(self._serial)}"
+            path = self.root / f"run-{next(self._serial)}"
             path.mkdir(mode=0o700)
+            for sub in self.SUBFOLDERS:
+                (path / sub).mkdir(mode=0o700)
             return path
 
     def give_back(self, path: Path) -> None:
-        """Empty `path` and shelve it; a directory that cannot be emptied is dropped."""
+        """Empty the run folder `path` and shelve it; one that cannot be emptied is dropped."""
         try:
-            tree.empty(path)
+            for sub in self.SUBFOLDERS:
+                tree.empty(path / sub)
         except OSError:
             _remove_quietly(path)
             return

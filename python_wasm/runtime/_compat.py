@@ -1,0 +1,96 @@
+"""What WASI lacks, turned into behaviour a Python user understands.
+
+- Threads: WASI preview 1 has none. Starting one fails at once with a
+  one-line RuntimeError that says so (instead of "can't start new thread").
+- asyncio: the stock event loop needs a socket pair to wake itself up, and
+  WASI has no sockets (OSError 58, then a noisy `__del__` traceback). The
+  sandbox's loop has no self-pipe and a selector that can only wait for time
+  to pass, which is all that code awaiting coroutines, sleeps, tasks, queues
+  and timeouts needs. Sockets, subprocesses and file-descriptor readers fail
+  with a clear error.
+"""
+
+from __future__ import annotations
+
+import _thread
+import selectors
+import threading
+import time
+
+THREADS_UNAVAILABLE = (
+    "threads are not available in the sandbox (WebAssembly/WASI has none): "
+    "run the work sequentially, or use asyncio for concurrent waiting"
+)
+NO_FILE_DESCRIPTORS = "the sandbox's event loop cannot watch sockets or files (the sandbox has no sockets)"
+NO_NETWORK = "the sandbox has no sockets: names cannot be resolved and no connection can be made here"
+
+
+def _no_threads(*args, **kwargs):
+    raise RuntimeError(THREADS_UNAVAILABLE)
+
+
+class _TimeOnlySelector(selectors.BaseSelector):
+    """A selector with nothing to watch: `select(timeout)` just waits."""
+
+    def register(self, fileobj, events, data=None):
+        raise OSError(NO_FILE_DESCRIPTORS)
+
+    def unregister(self, fileobj):
+        raise KeyError(fileobj)
+
+    def select(self, timeout=None):
+        if timeout is None:
+            # Nothing can ever become ready: waiting forever would only burn
+            # the run's time budget. The loop calls this with None only when
+            # it has no scheduled callbacks, i.e. everything awaits forever.
+            raise RuntimeError("deadlock: every task is waiting and nothing can wake them in the sandbox")
+        if timeout > 0:
+            time.sleep(timeout)
+        return []
+
+    def get_map(self):
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def install() -> None:
+    _thread.start_new_thread = _no_threads
+    _thread.start_new = _no_threads
+    threading._start_new_thread = _no_threads
+
+
+def install_asyncio() -> None:
+    """The sandbox's event loop as asyncio's default (asyncio.run, new_event_loop)."""
+    import asyncio
+    from asyncio import selector_events
+
+    class SandboxEventLoop(selector_events.BaseSelectorEventLoop):
+        def __init__(self) -> None:
+            super().__init__(_TimeOnlySelector())
+
+        def _make_self_pipe(self) -> None:
+            self._ssock = self._csock = None
+
+        def _close_self_pipe(self) -> None:
+            pass
+
+        def _write_to_self(self) -> None:
+            pass  # single-threaded: nothing to wake
+
+        def _process_self_data(self, data) -> None:
+            pass
+
+        async def getaddrinfo(self, *args, **kwargs):
+            # The stock loop resolves names in a thread; without sockets there is nothing to resolve for.
+            raise OSError(NO_NETWORK)
+
+        async def getnameinfo(self, *args, **kwargs):
+            raise OSError(NO_NETWORK)
+
+    class SandboxPolicy(asyncio.DefaultEventLoopPolicy):
+        _loop_factory = SandboxEventLoop
+
+    asyncio.SelectorEventLoop = SandboxEventLoop
+    asyncio.set_event_loop_policy(SandboxPolicy())
