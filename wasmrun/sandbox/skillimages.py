@@ -48,6 +48,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import wasmtime
 
@@ -287,3 +288,6 @@ class NoBlobs:
         self, data: bytes, kind: str, run_id: str | None = None, owner: str = "", quota: BlobQuota | None = None
     ) -> str:
         raise BlobQuotaExceeded("max_count", 0, "an import run stores no blobs")
+
+    def local_path(self, blob_id: str, owner: str = "") -> Path | None:
+        return None
