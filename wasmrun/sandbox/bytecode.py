@@ -41,25 +41,7 @@ class BytecodeCache:
         A file that cannot be stat'ed (a dangling or looping symbolic link)
         is named as such; the compile run skips what it cannot read."""
         h = hashlib.sha256(skill.name.encode())
-        found: list[str] = []
-        folders = [skill.root]  # a loop, not os.walk's recursion: a skill's tree may be deep
-        while folders:
-            try:
-                with os.scandir(folders.pop()) as entries:
-                    for entry in entries:
-                        if entry.is_dir(follow_symlinks=False):
-                            folders.append(entry.path)
-                        elif entry.name.endswith(".py"):
-                            found.append(entry.path)
-            except OSError:
-                continue
-        for path in sorted(found):
-            try:
-                st = os.stat(path)
-                stamp = f"{st.st_size}\0{st.st_mtime_ns}"
-            except OSError:
-                stamp = "unreadable"
-            h.update(f"\0{os.path.relpath(path, skill.root)}\0{stamp}".encode())
+        tree.stamp_files(h, Path(skill.root), keep=lambda name: name.endswith(".py"))
         return f"{skill.name}-{h.hexdigest()[:24]}"
 
     def lookup(self, skill: MountedSkill) -> tuple[str, Path | None]:

@@ -43,7 +43,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -53,6 +52,7 @@ from pathlib import Path
 import wasmtime
 
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
+from wasmrun.sandbox import tree
 from wasmrun.sandbox.limits import Limits
 from wasmrun.sandbox.types import MountedSkill
 
@@ -128,29 +128,8 @@ def image_key(guest_key: str, skill: MountedSkill) -> str | None:
     skill of more than MAX_KEY_ENTRIES entries: naming it would cost every run
     more than an image saves, so it runs as it always did."""
     h = hashlib.sha256(f"{guest_key}\0{skill.name}\0{skill.entrypoint}\0{skill.root}".encode())
-    found: list[str] = []
-    folders = [skill.root]
-    seen = 0
-    while folders:
-        try:
-            with os.scandir(folders.pop()) as entries:
-                for entry in entries:
-                    seen += 1
-                    if seen > MAX_KEY_ENTRIES:
-                        return None
-                    if entry.is_dir(follow_symlinks=False):
-                        folders.append(entry.path)
-                    else:
-                        found.append(entry.path)
-        except OSError:
-            continue
-    for path in sorted(found):
-        try:
-            st = os.stat(path)
-            stamp = f"{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
-        except OSError:
-            stamp = "unreadable"
-        h.update(f"\0{os.path.relpath(path, skill.root)}\0{stamp}".encode())
+    if not tree.stamp_files(h, Path(skill.root), inode=True, max_entries=MAX_KEY_ENTRIES):
+        return None
     return h.hexdigest()
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -118,3 +119,42 @@ def remove(top: Path) -> None:
             raise
         return
     os.rmdir(top)
+
+
+def stamp_files(
+    h: Any,
+    root: Path,
+    *,
+    keep: Callable[[str], bool] = lambda name: True,
+    inode: bool = False,
+    max_entries: int | None = None,
+) -> bool:
+    """Feed `h` (a hashlib object) every file under `root` that `keep` takes by name,
+    sorted, with its size and mtime (and inode): the name of the tree as it is now, so
+    a changed, added or removed file changes the digest. A file that cannot be stat'ed
+    (a dangling or looping link) is named as such. A loop, not recursion: a tree may be
+    deep. False, having fed a partial walk, when the tree holds more than `max_entries`."""
+    found: list[str] = []
+    folders = [str(root)]
+    seen = 0
+    while folders:
+        try:
+            with os.scandir(folders.pop()) as entries:
+                for entry in entries:
+                    seen += 1
+                    if max_entries is not None and seen > max_entries:
+                        return False
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.path)
+                    elif keep(entry.name):
+                        found.append(entry.path)
+        except OSError:
+            continue
+    for path in sorted(found):
+        try:
+            st = os.stat(path)
+            stamp = f"{st.st_size}\0{st.st_mtime_ns}" + (f"\0{st.st_ino}" if inode else "")
+        except OSError:
+            stamp = "unreadable"
+        h.update(f"\0{os.path.relpath(path, root)}\0{stamp}".encode())
+    return True
