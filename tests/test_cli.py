@@ -154,6 +154,9 @@ def test_run_failure_exits_1(isolated: Path, capsys: pytest.CaptureFixture[str])
     [
         pytest.param(["--mount", "no.such.skill"], "no skill named 'no.such.skill'", id="unknown-mount"),
         pytest.param(["--arg", "novalue"], "KEY=VALUE", id="bad-arg"),
+        pytest.param(["--blob", "novalue"], "NAME=PATH", id="bad-blob"),
+        pytest.param(["--blob", "x=/no/such/file"], "/no/such/file", id="missing-blob-file"),
+        pytest.param(["--arg", "x=1", "--blob", "x=job.py"], "twice", id="same-name"),
     ],
 )
 def test_run_usage_errors_exit_2(
@@ -193,23 +196,6 @@ def test_run_with_blob_files(isolated: Path, capsys: pytest.CaptureFixture[str])
     assert code == 0, captured
     assert json.loads(captured.out)["output"] == ["zipped é", 7, (isolated / "in.db").stat().st_size]
     assert f"data in {data}" in captured.err
-
-
-@pytest.mark.parametrize(
-    ("argv", "words"),
-    [
-        pytest.param(["--blob", "novalue"], "NAME=PATH", id="bad-blob"),
-        pytest.param(["--blob", "x=/no/such/file"], "/no/such/file", id="missing-blob-file"),
-        pytest.param(["--arg", "x=1", "--blob", "x=job.py"], "twice", id="same-name"),
-    ],
-)
-def test_run_blob_usage_errors_exit_2(
-    isolated: Path, capsys: pytest.CaptureFixture[str], argv: list[str], words: str
-) -> None:
-    script = isolated / "job.py"
-    script.write_text("def main(args): pass\n")
-    assert main(["run", str(script), "--data-dir", str(isolated / "data"), *argv]) == 2
-    assert words in capsys.readouterr().err
 
 
 def test_run_missing_file_exits_2(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
