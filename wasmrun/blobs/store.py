@@ -99,6 +99,13 @@ def is_blob_id(value: str) -> bool:
     return BLOB_ID.fullmatch(value) is not None
 
 
+def content_blob_id(key: bytes, owner: str, kind: str, sha256: str) -> str:
+    """The id of `owner`'s blob of `kind` with these bytes: the same on every store that
+    shares `key` (content addressing within a tenant), unguessable without it."""
+    message = "\0".join((owner, kind, sha256)).encode("utf-8", "surrogatepass")
+    return "blob:" + hmac.new(key, message, hashlib.sha256).hexdigest()[:32]
+
+
 def _owner_file(owner: str) -> str:
     # Owner names are checked by the tenants layer; hashing keeps any name a plain file name.
     return hashlib.sha256(owner.encode("utf-8", "surrogatepass")).hexdigest()[:32]
@@ -122,8 +129,7 @@ class FileBlobStore:
         return path.read_bytes()
 
     def blob_id(self, owner: str, kind: str, sha256: str) -> str:
-        message = "\0".join((owner, kind, sha256)).encode("utf-8", "surrogatepass")
-        return "blob:" + hmac.new(self._key, message, hashlib.sha256).hexdigest()[:32]
+        return content_blob_id(self._key, owner, kind, sha256)
 
     def _paths(self, blob_id: str) -> tuple[Path, Path] | None:
         # Only well-formed ids ever become paths.

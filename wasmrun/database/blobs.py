@@ -15,7 +15,6 @@ read is one ranged GET, never one request per chunk the guest asks for.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import logging
 import os
 import secrets
@@ -31,7 +30,7 @@ import psycopg
 from wasmrun.blobs.kinds import check_kind
 from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
 from wasmrun.blobs.quota import BlobQuota, charge
-from wasmrun.blobs.store import LEGACY_OWNER, BlobInfo, Usage, _check_quota, is_blob_id
+from wasmrun.blobs.store import LEGACY_OWNER, BlobInfo, Usage, _check_quota, content_blob_id, is_blob_id
 from wasmrun.database import DatabaseError
 from wasmrun.database.connection import Database
 
@@ -87,8 +86,7 @@ class SharedBlobStore:
         return self._key
 
     def blob_id(self, owner: str, kind: str, sha256: str) -> str:
-        message = "\0".join((owner, kind, sha256)).encode("utf-8", "surrogatepass")
-        return "blob:" + hmac.new(self._secret(), message, hashlib.sha256).hexdigest()[:32]
+        return content_blob_id(self._secret(), owner, kind, sha256)
 
     @staticmethod
     def _object(blob_id: str) -> str:
