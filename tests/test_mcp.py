@@ -170,8 +170,8 @@ def test_stdio_with_create_skill(tmp_path: Path) -> None:
     assert _structured(ran)["output"] == "hi mcp"
 
 
-def test_non_finite_numbers_are_refused_as_over_rpc(server: LiveServer) -> None:
-    """The SDK's JSON parser takes NaN; /rpc does not, and neither does /mcp."""
+def _raw_call(server: LiveServer, body: str) -> dict[str, Any]:
+    """Send `body` as written (JSON no client library would produce) in a new MCP session."""
     import httpx2
 
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -180,9 +180,15 @@ def test_non_finite_numbers_are_refused_as_over_rpc(server: LiveServer) -> None:
     started = httpx2.post(server.base_url + "/mcp", json=init, headers=headers, timeout=60)
     headers["mcp-session-id"] = started.headers["mcp-session-id"]
     headers["mcp-protocol-version"] = "2025-06-18"
+    answer: dict[str, Any] = httpx2.post(server.base_url + "/mcp", content=body, headers=headers, timeout=60).json()
+    return answer
+
+
+def test_non_finite_numbers_are_refused_as_over_rpc(server: LiveServer) -> None:
+    """The SDK's JSON parser takes NaN; /rpc does not, and neither does /mcp."""
     body = ('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_code","arguments":'
             '{"language":"python","code":"def main(a):\\n    return a","args":{"x":NaN}}}}')
-    answer = httpx2.post(server.base_url + "/mcp", content=body, headers=headers, timeout=60).json()
+    answer = _raw_call(server, body)
     assert answer["result"]["isError"] and "NaN" in answer["result"]["content"][0]["text"]
 
 
@@ -274,16 +280,8 @@ def test_streamable_http_with_tenants(tmp_path: Path) -> None:
 
 def test_arguments_nested_deeper_than_rpc_allows_are_refused(server: LiveServer) -> None:
     """/mcp's JSON parser allows about 250 levels; /rpc allows 64. Both refuse past 64."""
-    import httpx2
-
-    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
-    started = httpx2.post(server.base_url + "/mcp", json=init, headers=headers, timeout=60)
-    headers["mcp-session-id"] = started.headers["mcp-session-id"]
-    headers["mcp-protocol-version"] = "2025-06-18"
     deep = "[" * 150 + "]" * 150
     body = ('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_code","arguments":'
             '{"language":"python","code":"def main(a):\\n    return 1","args":{"x":' + deep + '}}}}')
-    answer = httpx2.post(server.base_url + "/mcp", content=body, headers=headers, timeout=60).json()
+    answer = _raw_call(server, body)
     assert answer["result"]["isError"] and "nest deeper" in answer["result"]["content"][0]["text"]

@@ -98,3 +98,15 @@ def make_skill(root: Path, name: str, files: dict[str, str], entrypoint: str = "
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return MountedSkill(name=name, root=str(folder), entrypoint=entrypoint)
+
+
+@pytest.fixture()
+def deep_root(tmp_path):
+    """A folder for deep trees, removed by descriptor afterwards, even if the test failed:
+    pytest's own cleanup recurses."""
+    from wasmrun.sandbox import tree
+
+    root = tmp_path / "deep-root"
+    root.mkdir()
+    yield root
+    tree.remove(root)

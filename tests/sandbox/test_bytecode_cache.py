@@ -92,14 +92,6 @@ def test_a_dangling_symlink_in_a_skill_does_not_break_it(engine, tmp_path, caplo
     assert not [r for r in caplog.records if "compiling skill" in r.getMessage()]
 
 
-@pytest.fixture()
-def deep_root(tmp_path):
-    """A folder removed by descriptor afterwards: pytest's own cleanup recurses."""
-    root = tmp_path / "deep-root"
-    root.mkdir()
-    yield root
-    tree.remove(root)
-
 
 def test_a_skill_with_a_deep_folder_tree_is_compiled(engine, deep_root, caplog):
     deep = "/".join(["d"] * 1200)  # past the recursion limit of a recursive walk

@@ -29,14 +29,6 @@ def _deep_tree(top: Path, depth: int) -> None:
         os.close(fd)
 
 
-@pytest.fixture()
-def deep_root(tmp_path):
-    """Removed by descriptor afterwards, even if the test failed: pytest's own cleanup recurses."""
-    root = tmp_path / "deep-root"
-    root.mkdir()
-    yield root
-    tree.remove(root)
-
 
 def test_measure_and_empty_a_very_deep_tree(deep_root):
     run_folder = deep_root / "run"  # a run's folder: its /workspace and /tmp share the quota
