@@ -14,8 +14,9 @@ import pytest
 
 from tests.sandbox.conftest import make_skill
 from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.instances import IMAGE_SPARES, HotPages
 from wasmrun.sandbox.limits import LimitPolicy
-from wasmrun.sandbox.skillimages import SkillImage, SkillImages, image_key
+from wasmrun.sandbox.skillimages import MAX_PREFAULT_PAGES, SkillImage, SkillImages, image_key, memory_view
 from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
 
 MAIN = """\
@@ -229,3 +230,76 @@ def test_a_skill_of_many_files_runs_as_before(engine: SandboxEngine, tmp_path: P
         result = _run(engine, skill)
         assert engine.skill_images.wait_ready(120)
         assert _output(result)["seen"] == 1 and "importing the skill" in result.logs
+
+
+# -- writing images in, and spares ready for them --------------------------------
+
+
+def test_an_image_written_in_changes_exactly_its_pages(engine: SandboxEngine) -> None:
+    pristine, target = engine._new_instance(), engine._new_instance()
+    try:
+        size = pristine.memory.data_len(pristine.store)
+        page, wasm_page = 4096, 65536
+        spans = (
+            (page, bytearray(b"\x01" * page)),
+            (3 * page, bytearray(b"\x02" * 2 * page)),
+            (size + page, bytearray(b"\x03" * page)),  # in memory the image grows
+        )
+        image = SkillImage(size + wasm_page, spans)
+        image.apply(target.store, target.memory)
+        expected = bytearray(memory_view(pristine.store, pristine.memory)) + bytearray(wasm_page)
+        for offset, data in spans:
+            expected[offset : offset + len(data)] = data
+        assert memory_view(target.store, target.memory) == expected
+    finally:
+        pristine.store.close()
+        target.store.close()
+
+
+def test_the_pages_copied_ahead_are_bounded_and_follow_the_cache() -> None:
+    def image(first_page: int, pages: int) -> SkillImage:
+        return SkillImage(1 << 30, ((first_page * 4096, bytearray(pages * 4096)),))
+
+    changes: list[int] = []
+    images = SkillImages(lambda skill, limits: None, on_change=lambda: changes.append(1))
+    images.put("a", image(0, 600))
+    images.put("b", image(500, 300))  # overlaps a: the union is 800 pages
+    assert images.prefault_pages() == frozenset(range(800)) and len(changes) == 2
+    images.put("c", image(2000, 400))  # the most recent first; a would pass the bound
+    assert images.prefault_pages() == frozenset(range(500, 800)) | frozenset(range(2000, 2400))
+    assert len(images.prefault_pages()) <= MAX_PREFAULT_PAGES
+    images.enabled = False  # images off: nothing to copy ahead
+    assert images.prefault_pages() == frozenset()
+    images.enabled = True
+    small = SkillImages(lambda skill, limits: None, max_images=1)
+    small.put("a", image(0, 10))
+    small.put("b", image(100, 10))  # a is evicted: its pages are no longer copied ahead
+    assert small.prefault_pages() == frozenset(range(100, 110))
+    images.close()
+    small.close()
+
+
+def test_spares_for_image_runs_hold_the_image_pages_and_nothing_of_the_skill(
+    engine: SandboxEngine, tmp_path: Path
+) -> None:
+    skill = _skill(tmp_path, "img.spare")
+    _warm(engine, skill)
+    image = engine.skill_images.get(image_key(engine.guest.key, skill))
+    assert image is not None and image.pages() <= engine.skill_images.prefault_pages()
+    engine.wait_idle(60)
+    supply = engine._supply
+    with supply._cond:
+        ready = [spare for spare in supply._spares if spare.image_ready]
+    assert len(ready) == IMAGE_SPARES
+    fresh = supply.take(from_image=True)
+    assert fresh in ready
+    mapped = fresh.memory.data_len(fresh.store) // 4096
+    assert {p for p in image.pages() if p < mapped} <= HotPages.written_pages(fresh.store, fresh.memory)
+    # The spare is still the snapshot: a run on it that mounts nothing sees no skill.
+    probe = "import sys\ndef main(args):\n    return [m for m in sys.modules if m.startswith('skills')]"
+    result, workspace = engine._run_on(fresh, RunRequest(kind="code", code=probe), 0.0)
+    supply.retire(fresh.store, workspace)
+    assert _output(result) == []
+    # And a run from the image still gets exactly that skill's state.
+    later = _run(engine, skill)
+    assert "importing the skill" not in later.logs and _output(later)["seen"] == 1
