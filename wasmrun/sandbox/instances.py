@@ -36,6 +36,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import wasmtime
@@ -98,7 +99,7 @@ class HotPages:
         }
 
     @classmethod
-    def from_pages(cls, pages: set[int]) -> HotPages:
+    def from_pages(cls, pages: AbstractSet[int]) -> HotPages:
         spans: list[tuple[int, int]] = []
         for i in sorted(pages):
             if spans and spans[-1][0] + spans[-1][1] == i * PAGE:
