@@ -14,7 +14,7 @@ import pytest
 
 from tests.sandbox.conftest import make_skill
 from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.instances import IMAGE_SPARES, HotPages
+from wasmrun.sandbox.instances import IMAGE_SPARES, SPARES, Fresh, HotPages
 from wasmrun.sandbox.limits import LimitPolicy
 from wasmrun.sandbox.skillimages import MAX_PREFAULT_PAGES, SkillImage, SkillImages, image_key, memory_view
 from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
@@ -279,6 +279,14 @@ def test_the_pages_copied_ahead_are_bounded_and_follow_the_cache() -> None:
     small.close()
 
 
+def _no_skill_modules(engine: SandboxEngine, fresh: Fresh) -> None:
+    """Run, on `fresh`, code that mounts nothing: it must see no skill's state."""
+    probe = "import sys\ndef main(args):\n    return [m for m in sys.modules if m.startswith('skills')]"
+    result, workspace = engine._run_on(fresh, RunRequest(kind="code", code=probe), 0.0)
+    engine._supply.retire(fresh.store, workspace)
+    assert _output(result) == []
+
+
 def test_spares_for_image_runs_hold_the_image_pages_and_nothing_of_the_skill(
     engine: SandboxEngine, tmp_path: Path
 ) -> None:
@@ -291,15 +299,40 @@ def test_spares_for_image_runs_hold_the_image_pages_and_nothing_of_the_skill(
     with supply._cond:
         ready = [spare for spare in supply._spares if spare.image_ready]
     assert len(ready) == IMAGE_SPARES
-    fresh = supply.take(from_image=True)
-    assert fresh in ready
+    other = SkillImage(image.memory_bytes, image.spans)  # an image no spare has written in
+    fresh = supply.take(other)
+    assert fresh in ready and fresh.applied is None
     mapped = fresh.memory.data_len(fresh.store) // 4096
     assert {p for p in image.pages() if p < mapped} <= HotPages.written_pages(fresh.store, fresh.memory)
-    # The spare is still the snapshot: a run on it that mounts nothing sees no skill.
-    probe = "import sys\ndef main(args):\n    return [m for m in sys.modules if m.startswith('skills')]"
-    result, workspace = engine._run_on(fresh, RunRequest(kind="code", code=probe), 0.0)
-    supply.retire(fresh.store, workspace)
-    assert _output(result) == []
-    # And a run from the image still gets exactly that skill's state.
+    # Only copied in, never written: the spare is still the snapshot.
+    _no_skill_modules(engine, fresh)
+
+
+def test_a_spare_with_an_image_written_in_serves_only_runs_from_that_image(
+    engine: SandboxEngine, tmp_path: Path
+) -> None:
+    skill = _skill(tmp_path, "img.applied")
+    _warm(engine, skill)
+    image = engine.skill_images.get(image_key(engine.guest.key, skill))
+    engine.wait_idle(60)
+    supply = engine._supply
+    assert [spare.applied for spare in supply._applied].count(image) == 1
+    # Runs that are not from that image never get it, however many spares they use.
+    for fresh in [supply.take() for _ in range(SPARES + IMAGE_SPARES + 1)]:
+        assert fresh.applied is None
+        _no_skill_modules(engine, fresh)
+    assert [spare.applied for spare in supply._applied].count(image) == 1
+    # A run from the image does, and starts exactly where the import left off.
     later = _run(engine, skill)
     assert "importing the skill" not in later.logs and _output(later)["seen"] == 1
+    assert image not in [spare.applied for spare in supply._applied]
+    engine.wait_idle(60)
+    assert [spare.applied for spare in supply._applied].count(image) == 1  # made again
+    # Images off (or the image evicted): its spare is torn down, never handed out.
+    engine.skill_images.enabled = False
+    try:
+        engine.wait_idle(60)
+        assert supply._applied == []
+        assert "importing the skill" in _run(engine, skill).logs
+    finally:
+        engine.skill_images.enabled = True

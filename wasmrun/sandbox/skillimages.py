@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import logging
 import threading
 from collections import OrderedDict
@@ -181,11 +182,22 @@ class SkillImages:
         self._cond = threading.Condition()
         self._closing = False
         self._thread: threading.Thread | None = None
-        self.enabled = True  # off: runs neither use nor make images (the bench compares)
+        self._enabled = True
+
+    @property
+    def enabled(self) -> bool:
+        """Off: runs neither use nor make images (the bench compares)."""
+        return self._enabled
+
+    @enabled.setter
+    def enabled(self, on: bool) -> None:
+        with self._cond:
+            self._enabled = on
+        self._on_change()
 
     def get(self, key: str) -> SkillImage | None:
         with self._cond:
-            if not self.enabled:
+            if not self._enabled:
                 return None
             image = self._images.get(key)
             if image is not None:
@@ -198,7 +210,7 @@ class SkillImages:
         with self._cond:
             if (
                 self._closing
-                or not self.enabled
+                or not self._enabled
                 or key in self._images
                 or key in self._pending
                 or key in self._refused
@@ -236,12 +248,19 @@ class SkillImages:
                 union |= pages
         return frozenset(union)
 
+    def recent(self, count: int) -> list[SkillImage]:
+        """The `count` most recently used images, the most recent first (none when off)."""
+        with self._cond:
+            if not self._enabled:
+                return []
+            return list(itertools.islice(reversed(self._images.values()), count))
+
     def prefault_pages(self) -> frozenset[int]:
         """Pages worth copying into a spare ahead of a run from an image (empty
         when images are off): a run then writes its image into pages that are
         already its own, instead of taking a page fault on each."""
         with self._cond:
-            return self._prefault if self.enabled else frozenset()
+            return self._prefault if self._enabled else frozenset()
 
     @property
     def total_bytes(self) -> int:
