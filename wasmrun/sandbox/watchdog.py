@@ -161,7 +161,8 @@ class Watchdog:
         _local.watch = watch
         with self._cond:
             self._runs.add(watch)
-            self._cond.notify()
+            if len(self._runs) == 1:
+                self._cond.notify()  # it sleeps while no run is in flight
         return watch
 
     def finish(self, watch: RunWatch) -> None:
