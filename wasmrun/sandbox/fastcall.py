@@ -37,7 +37,7 @@ class FastFunc:
         if len(results) > 1:
             raise ValueError("FastFunc returns at most one value")
         self._params = (ffi.wasmtime_val_t * max(1, len(params)))()
-        for slot, (kind, _) in zip(self._params, params):
+        for slot, (kind, _) in zip(self._params, params, strict=False):  # the array has one slot more when empty
             slot.kind = kind
         self._fields = [field for _, field in params]
         self._results = (ffi.wasmtime_val_t * max(1, len(results)))()
@@ -49,7 +49,7 @@ class FastFunc:
         if len(args) != self._nparams:
             raise TypeError(f"expected {self._nparams} arguments, got {len(args)}")
         params = self._params
-        for i, (field, value) in enumerate(zip(self._fields, args)):
+        for i, (field, value) in enumerate(zip(self._fields, args, strict=True)):
             setattr(params[i].of, field, value)
         with enter_wasm(store) as trap:
             error = ffi.wasmtime_func_call(
