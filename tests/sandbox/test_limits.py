@@ -6,6 +6,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
+import pytest
 
 from wasmrun.sandbox import watchdog
 from wasmrun.sandbox.engine import SandboxEngine
@@ -92,10 +93,11 @@ def test_one_run_stopped_leaves_the_others_on_the_same_engine_running(engine):
     assert msgspec.json.decode(calm.output_json) == 4 * sum(range(200_000))
 
 
-def test_cpu_limit_where_threads_clocks_cannot_be_read_from_outside(blobs, tmp_path, monkeypatch):
-    """Without pthread_getcpuclockid the watchdog advances the epoch every tick
-    and each run's callback reads its own thread's clock."""
-    monkeypatch.setattr(watchdog, "_thread_cpu_clock", None)
+@pytest.mark.parametrize("clock_of_thread", [None, lambda ident: 12345], ids=["no-pthread_getcpuclockid", "refused"])
+def test_cpu_limit_where_threads_clocks_cannot_be_read_from_outside(blobs, tmp_path, monkeypatch, clock_of_thread):
+    """Without pthread_getcpuclockid (or with a clock the kernel refuses) the watchdog
+    advances the epoch every tick and each run's callback reads its own thread's clock."""
+    monkeypatch.setattr(watchdog, "_thread_cpu_clock", clock_of_thread)
     with SandboxEngine(blobs, workspace_root=tmp_path) as engine:
         spin = engine.run(RunRequest(kind="code", code=SPIN, limits=POLICY.resolve(cpu_ms=200, timeout_ms=60_000)))
         hello = engine.run(RunRequest(kind="code", code="def main(args):\n    return 'hi'"))

@@ -47,16 +47,29 @@ UPDATE_DEADLINE_CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE in wasmtime.h
 _thread_cpu_clock: Callable[[int], int] | None = getattr(time, "pthread_getcpuclockid", None)
 
 
+def _outside_clock() -> int | None:
+    """The calling thread's CPU clock as other threads can read it, if they can."""
+    if _thread_cpu_clock is None:
+        return None
+    try:
+        clock = _thread_cpu_clock(threading.get_ident())
+        time.clock_gettime(clock)
+    except (OSError, ValueError, OverflowError):  # a kernel or sandbox that refuses it
+        return None
+    return clock
+
+
 class RunWatch:
     """One run's budgets, started on the thread that runs it."""
 
     def __init__(self, cpu_ms: int, timeout_ms: int) -> None:
         self.cpu_ms_limit = cpu_ms
         self.timeout_ms = timeout_ms
-        self._cpu_budget = cpu_ms / 1000
-        # The clock of the calling thread, readable from the watchdog's thread too.
-        self._clock = _thread_cpu_clock(threading.get_ident()) if _thread_cpu_clock is not None else None
-        self._cpu_start = self._own_cpu()
+        self._cpu_budget_ms = float(cpu_ms)
+        self._start = time.thread_time()
+        # The same thread's clock, for the watchdog's thread (each reader measures from its own start).
+        self._clock = _outside_clock()
+        self._start_outside = time.clock_gettime(self._clock) if self._clock is not None else 0.0
         self.deadline = time.monotonic() + timeout_ms / 1000
         self.fired: str | None = None  # errors.CPU_LIMIT or errors.TIMEOUT once over a budget
 
@@ -64,20 +77,27 @@ class RunWatch:
     def readable_from_outside(self) -> bool:
         return self._clock is not None
 
-    def _own_cpu(self) -> float:
-        return time.clock_gettime(self._clock) if self._clock is not None else time.thread_time()
-
     def cpu_ms(self) -> float:
-        """CPU used so far (on the run's thread, or with its clock from outside)."""
-        return (self._own_cpu() - self._cpu_start) * 1000
+        """CPU used so far; on the run's own thread."""
+        return (time.thread_time() - self._start) * 1000
+
+    def _cpu_ms_from_outside(self) -> float | None:
+        if self._clock is None:
+            return None
+        try:
+            return (time.clock_gettime(self._clock) - self._start_outside) * 1000
+        except OSError:  # from now on the run's callback reads its own clock (every tick)
+            self._clock = None
+            return None
 
     def check(self, outside: bool = False) -> str | None:
         """Which budget the run is over, if any (and it stays marked so).
         From another thread (`outside`) the CPU clock is read only where it can be."""
         if self.fired is None:
+            cpu_ms = self._cpu_ms_from_outside() if outside else self.cpu_ms()
             if time.monotonic() >= self.deadline:
                 self.fired = errors.TIMEOUT
-            elif (not outside or self._clock is not None) and self.cpu_ms() / 1000 >= self._cpu_budget:
+            elif cpu_ms is not None and cpu_ms >= self._cpu_budget_ms:
                 self.fired = errors.CPU_LIMIT
         return self.fired
 
@@ -178,11 +198,18 @@ class Watchdog:
                     self._cond.wait()  # idle: no wake-ups without runs
                     continue
                 self._cond.wait(self._interval)
-                # Under the lock: a run's clock is read only while it is registered.
-                # One epoch bump per run newly over a budget: its deadline is at most one ahead.
-                newly_over = [watch for watch in self._runs if watch.fired is None and watch.check(outside=True)]
-                if newly_over or any(not watch.readable_from_outside for watch in self._runs):
-                    self._engine.increment_epoch()
+                try:
+                    self._tick()
+                except Exception:  # this thread must outlive any fault: every deadline depends on it
+                    logger.exception("watchdog tick failed")
+                    self._engine.increment_epoch()  # each run's callback checks its own budgets
+
+    def _tick(self) -> None:
+        # Under the lock: a run's clock is read only while it is registered.
+        # One epoch bump per run newly over a budget: its deadline is at most one ahead.
+        newly_over = [watch for watch in self._runs if watch.fired is None and watch.check(outside=True)]
+        if newly_over or any(not watch.readable_from_outside for watch in self._runs):
+            self._engine.increment_epoch()
 
     def close(self) -> None:
         with self._cond:
