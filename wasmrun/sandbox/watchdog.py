@@ -3,8 +3,7 @@
 The CPU a run uses is its own thread's CPU clock, as the kernel keeps it
 (wasm and the host calls it makes; not time spent sleeping or waiting).
 wasmtime's fuel would count instructions instead, but every basic block then
-pays for a counter update: measured here, about a quarter of a compute-bound
-run's time.
+pays for a counter update: measured here, 20-30% of a compute-bound run's time.
 
 How a run is stopped: every running store's epoch deadline is one epoch
 ahead, and an epoch-deadline callback is installed on it. A watchdog thread
@@ -18,7 +17,7 @@ marked one. The epoch only advances when some run must stop, so a run within
 its budgets never leaves its wasm code while it computes.
 
 Where Python cannot read another thread's CPU clock (no
-`pthread_getcpuclockid`), the watchdog advances the epoch on every tick while
+`pthread_getcpuclockid`, or the kernel refuses that clock), the watchdog advances the epoch on every tick while
 such a run is in flight, and the callback reads the run thread's own clock.
 
 The callback goes through wasmtime-py's C bindings (no public API for it;
