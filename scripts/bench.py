@@ -262,7 +262,6 @@ class StockWasi:
     def sample(self, body: str) -> float:
         t = time.perf_counter()
         store = wasmtime.Store(self.engine)
-        store.set_fuel(10**12)
         store.set_epoch_deadline(60 * 200)
         wasi = wasmtime.WasiConfig()
         wasi.argv = ["python3.11", "-S", "-c", body]

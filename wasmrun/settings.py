@@ -45,7 +45,6 @@ import wasmrun
 from wasmrun.egress.policy import EgressPolicy, load_egress_policy
 from wasmrun.sandbox.limits import (
     CEILING_LIMITS,
-    FUEL_PER_MS,
     MAX_MEMORY_BYTES,
     MIN_MEMORY_BYTES,
     LimitPolicy,
@@ -73,7 +72,7 @@ logger = logging.getLogger("wasmrun.settings")
 CEILING_VARIABLES: dict[str, tuple[str, int]] = {
     "TIMEOUT_MS": ("timeout_ms", 1),
     "MEMORY_MB": ("memory_bytes", MiB),
-    "CPU_MS": ("fuel", FUEL_PER_MS),
+    "CPU_MS": ("cpu_ms", 1),
     "WORKSPACE_MB": ("workspace_bytes", MiB),
     "OUTPUT_BYTES": ("output_bytes", 1),
 }

@@ -37,7 +37,7 @@ from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.registry.store import Skill
 from wasmrun.sandbox.executor import Busy
 from wasmrun.sandbox.jsontext import NotSendable, encode_args
-from wasmrun.sandbox.limits import FUEL_PER_MS, MIN_MEMORY_BYTES, LimitPolicy, Limits, MiB
+from wasmrun.sandbox.limits import MIN_MEMORY_BYTES, LimitPolicy, Limits, MiB
 from wasmrun.sandbox.types import MountedSkill, RunRequest
 from wasmrun.tenants.limits import TenantLimits
 from wasmrun.tenants.quotas import QueueTimeout, RunQuotaExceeded
@@ -49,12 +49,12 @@ logger = logging.getLogger("wasmrun.runs")
 REQUESTABLE_LIMITS: dict[str, tuple[str, int]] = {
     "timeout_ms": ("timeout_ms", 1),
     "memory_mb": ("memory_bytes", MiB),
-    "cpu_ms": ("fuel", FUEL_PER_MS),
+    "cpu_ms": ("cpu_ms", 1),
     "workspace_mb": ("workspace_bytes", MiB),
     "output_bytes": ("output_bytes", 1),
 }
 # The tenant limit (tenants/limits.py) that can lower a Limits field's ceiling.
-TENANT_CEILINGS = {"timeout_ms": "max_timeout_ms", "memory_bytes": "max_memory_mb", "fuel": "max_cpu_ms"}
+TENANT_CEILINGS = {"timeout_ms": "max_timeout_ms", "memory_bytes": "max_memory_mb", "cpu_ms": "max_cpu_ms"}
 
 
 def _in_units(bounds: tuple[int, int], unit: int) -> tuple[int, int]:
@@ -134,7 +134,7 @@ def tenant_policy(server: LimitPolicy, tenant: TenantLimits) -> LimitPolicy:
     caps = {
         "timeout_ms": tenant.max_timeout_ms,
         "memory_bytes": max(MIN_MEMORY_BYTES, tenant.max_memory_mb * MiB),
-        "fuel": tenant.max_cpu_ms * FUEL_PER_MS,
+        "cpu_ms": tenant.max_cpu_ms,
     }
     ceilings = dataclasses.replace(
         server.ceilings, **{name: min(getattr(server.ceilings, name), cap) for name, cap in caps.items()}
