@@ -20,7 +20,7 @@ HELLO = {"language": "python", "code": "def main(args):\n    return 'hi'\n"}
 SLEEPER = {"language": "python", "code": "import time\n\ndef main(args):\n    time.sleep(20)\n    return 'slept'\n"}
 
 
-def add_tenant(database_url: str, *limits: str) -> str:
+def add_tenant(database_url: str, *limits: str) -> str:  # noqa: F811
     args = [a for limit in limits for a in ("--limit", limit)]
     added = wasmrun("tenants", "add", "acme", *args, "--database-url", database_url)
     assert added.returncode == 0, added.stderr

@@ -40,7 +40,7 @@ from wasmrun.database import DatabaseError
 from wasmrun.database.connection import Database
 from wasmrun.tenants.caller import UNBOUNDED, Caller
 from wasmrun.tenants.limits import TenantLimits
-from wasmrun.tenants.quotas import RATE_WINDOW_S, QueueTimeout, RunGate, RunQuotaExceeded, _TenantRuns
+from wasmrun.tenants.quotas import RATE_WINDOW_S, QueueTimeout, RunGate, RunQuotaExceeded, TenantRuns
 
 logger = logging.getLogger("wasmrun.database")
 HEARTBEAT_S = 5.0
@@ -94,7 +94,7 @@ class SharedRunGate(RunGate):
             self._beating.start()
         local = self._tenants.get(caller.tenant)
         if local is None:
-            local = self._tenants[caller.tenant] = _TenantRuns(0)
+            local = self._tenants[caller.tenant] = TenantRuns(0)
         local.slots = min(limits.concurrent_runs, self.share)
         # This server's sandbox, taken before asking the database, given back if the run waits.
         here = local.running < local.slots
@@ -107,14 +107,14 @@ class SharedRunGate(RunGate):
         try:
             if not lease.running:
                 local.running -= here
-                await self._wait(local, lease, caller.tenant, limits)
+                await self._wait_for_slot(local, lease, caller.tenant, limits)
             yield
         finally:
             if lease.running:
                 local.running -= 1
             await asyncio.to_thread(self._release, lease.id)
 
-    async def _wait(self, local: _TenantRuns, lease: _Lease, tenant: str, limits: TenantLimits) -> None:
+    async def _wait_for_slot(self, local: TenantRuns, lease: _Lease, tenant: str, limits: TenantLimits) -> None:
         deadline = time.monotonic() + self.queue_timeout
         local.waiting += 1
         try:
