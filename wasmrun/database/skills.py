@@ -68,7 +68,8 @@ class PgSkillRegistry(DirectoryRegistry):
         except (psycopg.Error, DatabaseError) as exc:
             logger.error("cannot read created skills from the database, serving those last read: %s", exc)
         for (owner, _, _), skill in self._created.items():
-            self._add(index, skill.root, owner, reserved=operator_names)
+            # As loaded: its cached folder may be evicted meanwhile (runs put it back).
+            self._add_loaded(index, skill, owner, reserved=operator_names)
 
     def _load_new_rows(self) -> None:
         with self.database.connection() as conn:

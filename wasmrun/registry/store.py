@@ -428,6 +428,18 @@ class DirectoryRegistry:
         except Exception:  # one bad folder never stops the server from starting
             logger.exception("skipping skill in %s: it could not be loaded", folder)
             return
+        DirectoryRegistry._add_loaded(index, skill, owner, bundled=bundled, reserved=reserved)
+
+    @staticmethod
+    def _add_loaded(
+        index: dict[SkillKey, Skill],
+        skill: Skill,
+        owner: str | None,
+        *,
+        bundled: bool = False,
+        reserved: set[str] | frozenset[str] = frozenset(),
+    ) -> None:
+        folder = skill.root
         if owner is not None and (skill.name in reserved or is_reserved_namespace(skill.name)):
             logger.warning("skipping %s in %s: the name is the operator's", skill.name, folder)
             return
