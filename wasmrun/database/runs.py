@@ -72,6 +72,16 @@ class SharedRunGate(RunGate):
                         " ON CONFLICT (id) DO UPDATE SET seen = now()",
                         (self.server_id,),
                     )
+                    # What admissions drop per tenant, for tenants that stopped calling too.
+                    conn.execute(
+                        "DELETE FROM wasmrun_run_leases l WHERE NOT EXISTS (SELECT 1 FROM wasmrun_servers s"
+                        " WHERE s.id = l.server AND s.seen > now() - make_interval(secs => %s))",
+                        (SERVER_GONE_S,),
+                    )
+                    conn.execute(
+                        "DELETE FROM wasmrun_run_starts WHERE at <= now() - make_interval(secs => %s)",
+                        (RATE_WINDOW_S,),
+                    )
             except (psycopg.Error, DatabaseError) as exc:
                 logger.error("cannot write this server's heartbeat: %s", exc)
             if self._stop.wait(HEARTBEAT_S):
@@ -144,6 +154,9 @@ class SharedRunGate(RunGate):
         task = asyncio.ensure_future(call)
         try:
             return await asyncio.shield(task)
+        except (psycopg.Error, DatabaseError) as exc:
+            logger.error("cannot count a run against its tenant's limits: %s", exc)
+            raise QueueTimeout("the tenant's run limits cannot be checked right now; try again shortly") from None
         except asyncio.CancelledError:
             loop = asyncio.get_running_loop()
 
