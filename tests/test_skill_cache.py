@@ -221,3 +221,14 @@ def _held_elsewhere(root: Path, name: str) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+def test_the_cache_bounds_come_from_the_environment() -> None:
+    from wasmrun.settings import Settings
+
+    s = Settings.load({"WASMRUN_SKILL_CACHE_ENTRIES": "7", "WASMRUN_SKILL_CACHE_MB": "3"})
+    assert (s.skill_cache_entries, s.skill_cache_bytes) == (7, 3 * 1024 * 1024)
+    assert (Settings.load({}).skill_cache_entries, Settings.load({}).skill_cache_bytes) == (256, 1024 << 20)
+    for name, value in [("ENTRIES", "0"), ("ENTRIES", "-1"), ("MB", "lots"), ("MB", "9" * 5000)]:
+        with pytest.raises(ValueError, match="skill cache"):
+            Settings.load({f"WASMRUN_SKILL_CACHE_{name}": value})
