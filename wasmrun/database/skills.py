@@ -16,7 +16,8 @@ import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import Iterator, Sequence
+import tarfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import psycopg
@@ -110,17 +111,17 @@ class PgSkillRegistry(DirectoryRegistry):
         stack = contextlib.ExitStack()
         with stack:
             for skill in skills:
-                if self.cached(skill):
-                    stack.enter_context(self._held(skill))
+                if not self.cached(skill):
+                    continue
+                try:
+                    stack.enter_context(self.cache.held(skill.root.name, functools.partial(self._fetch, skill)))
+                except (psycopg.Error, DatabaseError, BundleMissing, OSError, tarfile.TarError) as exc:
+                    # Its folder was evicted, and putting it back failed (database away, disk full).
+                    logger.error("cannot put skill %s %s back into the cache: %s", skill.name, skill.version, exc)
+                    raise SkillUnavailable(
+                        f"skill {skill.name} {skill.version} cannot be made ready now; try again"
+                    ) from None
             return stack.pop_all()
-
-    @contextlib.contextmanager
-    def _held(self, skill: Skill) -> Iterator[None]:
-        try:
-            with self.cache.held(skill.root.name, lambda: self._fetch(skill)):
-                yield
-        except (psycopg.Error, DatabaseError, BundleMissing) as exc:
-            raise SkillUnavailable(f"skill {skill.name} {skill.version} cannot be fetched now; try again") from exc
 
     def read_file(self, skill: Skill, path: str, max_bytes: int) -> bytes:
         with self.hold([skill]):
