@@ -76,7 +76,8 @@ def open_registry(settings: Settings) -> DirectoryRegistry:
 
     migrate_database(settings)
     return PgSkillRegistry(
-        settings.operator_skill_dirs, settings.skills_home, Database(settings.database_url), settings.skill_cache
+        settings.operator_skill_dirs, settings.skills_home, Database(settings.database_url), settings.skill_cache,
+        cache_entries=settings.skill_cache_entries, cache_bytes=settings.skill_cache_bytes,
     )
 
 
