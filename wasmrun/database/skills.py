@@ -5,13 +5,18 @@ The operator's skills stay in folders (each server has its own copy of them).
 Each server checks the database's newest skill on every call that reads the
 registry (one indexed query), loads the versions it has not seen, and
 materialises each into its local read-only cache (registry/bundle.py), which is
-what a run mounts.
+what a run mounts. The cache is bounded: a run, or a read of a skill's files,
+holds its folder for as long as it needs it, and puts it back first from the
+database's bundle if it was evicted meanwhile.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import logging
+import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,12 +25,13 @@ import psycopg
 from wasmrun.database import DatabaseError
 from wasmrun.database.connection import Database
 from wasmrun.protocol.errors import SkillExists
-from wasmrun.registry.bundle import SkillCache, digest, pack
+from wasmrun.registry.bundle import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, BundleMissing, SkillCache, digest, pack
 from wasmrun.registry.store import (
     DirectoryRegistry,
     Skill,
     SkillKey,
     SkillQuota,
+    SkillUnavailable,
     check_skill_quota,
     folder_bytes,
     load_skill,
@@ -35,9 +41,12 @@ logger = logging.getLogger("wasmrun.database")
 
 
 class PgSkillRegistry(DirectoryRegistry):
-    def __init__(self, read_only: Sequence[Path], writable: Path, database: Database, cache: Path) -> None:
+    def __init__(
+        self, read_only: Sequence[Path], writable: Path, database: Database, cache: Path,
+        cache_entries: int = DEFAULT_MAX_ENTRIES, cache_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
         self.database = database
-        self.cache = SkillCache(cache)
+        self.cache = SkillCache(cache, cache_entries, cache_bytes)
         self._seen_seq = -1  # the newest created skill loaded
         self._created: dict[SkillKey, Skill] = {}
         super().__init__(read_only, writable)
@@ -60,7 +69,8 @@ class PgSkillRegistry(DirectoryRegistry):
         except (psycopg.Error, DatabaseError) as exc:
             logger.error("cannot read created skills from the database, serving those last read: %s", exc)
         for (owner, _, _), skill in self._created.items():
-            self._add(index, skill.root, owner, reserved=operator_names)
+            # As loaded: its cached folder may be evicted meanwhile (runs put it back).
+            self._add_loaded(index, skill, owner, reserved=operator_names)
 
     def _load_new_rows(self) -> None:
         with self.database.connection() as conn:
@@ -69,22 +79,57 @@ class PgSkillRegistry(DirectoryRegistry):
                 (self._seen_seq,),
             ).fetchall()
             for seq, owner, name, version, sha256 in rows:
-                folder = self.cache.cached(sha256)
-                if folder is None:
-                    fetched = conn.execute(
-                        "SELECT bundle FROM wasmrun_skills WHERE owner = %s AND name = %s AND version = %s",
-                        (owner, name, version),
-                    ).fetchone()
-                    if fetched is None:
-                        continue
-                    folder = self.cache.materialise(bytes(fetched[0]))
                 try:
-                    self._created[(owner, name, version)] = dataclasses.replace(load_skill(folder), owner=owner)
+                    with self.cache.held(sha256, functools.partial(self._bundle, conn, owner, name, version)) as folder:
+                        self._created[(owner, name, version)] = dataclasses.replace(load_skill(folder), owner=owner)
+                except BundleMissing:
+                    continue
                 except Exception:  # one bad row never stops the others from loading
                     logger.exception("skipping created skill %s %s of %s", name, version, owner)
                 self._seen_seq = max(self._seen_seq, int(seq))
             if self._seen_seq < 0:
                 self._seen_seq = 0
+
+    @staticmethod
+    def _bundle(conn: psycopg.Connection, owner: str, name: str, version: str) -> bytes | None:
+        row = conn.execute(
+            "SELECT bundle FROM wasmrun_skills WHERE owner = %s AND name = %s AND version = %s", (owner, name, version)
+        ).fetchone()
+        return bytes(row[0]) if row is not None else None
+
+    def _fetch(self, skill: Skill) -> bytes | None:
+        assert skill.owner is not None
+        with self.database.connection() as conn:
+            return self._bundle(conn, skill.owner, skill.name, skill.version)
+
+    # -- the cached folders, held while in use --------------------------------
+
+    def cached(self, skill: Skill) -> bool:
+        return skill.owner is not None and self.cache.holds(skill.root)
+
+    def hold(self, skills: Sequence[Skill]) -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        with stack:
+            for skill in skills:
+                if not self.cached(skill):
+                    continue
+                try:
+                    stack.enter_context(self.cache.held(skill.root.name, functools.partial(self._fetch, skill)))
+                except (psycopg.Error, DatabaseError, BundleMissing, OSError, tarfile.TarError) as exc:
+                    # Its folder was evicted, and putting it back failed (database away, disk full).
+                    logger.error("cannot put skill %s %s back into the cache: %s", skill.name, skill.version, exc)
+                    raise SkillUnavailable(
+                        f"skill {skill.name} {skill.version} cannot be made ready now; try again"
+                    ) from None
+            return stack.pop_all()
+
+    def read_file(self, skill: Skill, path: str, max_bytes: int) -> bytes:
+        with self.hold([skill]):
+            return super().read_file(skill, path, max_bytes)
+
+    def list_files(self, skill: Skill) -> list[str]:
+        with self.hold([skill]):
+            return super().list_files(skill)
 
     def _publish(self, tmp: Path, key: SkillKey, quota: SkillQuota | None) -> Skill:
         owner, name, version = key
@@ -112,7 +157,8 @@ class PgSkillRegistry(DirectoryRegistry):
                 )
         except psycopg.errors.UniqueViolation:
             raise SkillExists(f"skill {name} {version} already exists", field="manifest") from None
-        created = dataclasses.replace(load_skill(self.cache.materialise(bundle)), owner=owner)
+        with self.cache.held(digest(bundle), lambda: bundle) as folder:
+            created = dataclasses.replace(load_skill(folder), owner=owner)
         with self._lock:  # served here at once; the next check loads it (again) from its row
             self._created[key] = created
             self._set_index({**self._index, key: created})

@@ -8,7 +8,14 @@ import base64
 import msgspec
 
 from wasmrun.protocol.context import Context
-from wasmrun.protocol.errors import InternalError, InvalidParams, InvalidSkill, QuotaExceeded, SkillNotFound
+from wasmrun.protocol.errors import (
+    InternalError,
+    InvalidParams,
+    InvalidSkill,
+    QuotaExceeded,
+    ServerBusy,
+    SkillNotFound,
+)
 from wasmrun.protocol.types import (
     CreateSkillParams,
     CreateSkillResult,
@@ -32,6 +39,7 @@ from wasmrun.registry.store import (
     Skill,
     SkillQuota,
     SkillQuotaExceeded,
+    SkillUnavailable,
     listing_key,
 )
 
@@ -124,15 +132,25 @@ async def describe_skill(ctx: Context, p: DescribeSkillParams) -> DescribeSkillR
     if p.detail in ("summary", "full"):
         description.skill_md_frontmatter = skill.frontmatter
     if p.detail == "full":
-        data = await asyncio.to_thread(ctx.registry.read_file, skill, DOC_FILE, ctx.max_full_read_bytes)
+        data = await _read_file(ctx, skill, DOC_FILE)
         description.skill_md = data.decode("utf-8", "replace")
-        description.files = await asyncio.to_thread(ctx.registry.list_files, skill)
+        try:
+            description.files = await asyncio.to_thread(ctx.registry.list_files, skill)
+        except SkillUnavailable as exc:
+            raise ServerBusy(f"server busy: {exc}") from None
     return DescribeSkillResult(skill=description)
+
+
+async def _read_file(ctx: Context, skill: Skill, path: str) -> bytes:
+    try:
+        return await asyncio.to_thread(ctx.registry.read_file, skill, path, ctx.max_full_read_bytes)
+    except SkillUnavailable as exc:
+        raise ServerBusy(f"server busy: {exc}") from None
 
 
 async def read_skill_file(ctx: Context, p: ReadSkillFileParams) -> ReadSkillFileResult:
     skill = find_skill(ctx, p.name, p.version)
-    data = await asyncio.to_thread(ctx.registry.read_file, skill, p.path, ctx.max_full_read_bytes)
+    data = await _read_file(ctx, skill, p.path)
     try:
         return ReadSkillFileResult(content=data.decode("utf-8"), encoding="utf-8", size_bytes=len(data))
     except UnicodeDecodeError:

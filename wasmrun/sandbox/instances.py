@@ -26,7 +26,7 @@ copy itself, about 1.2 ms here): it serves a run from exactly that image
 object and nothing else, and is torn down once the image is no longer among
 the most recent.
 
-A spare holds no run state: per-run WASI (preopens), fuel, deadline and
+A spare holds no run state: per-run WASI (preopens), epoch deadline and
 memory limit are set on it when a run takes it, and it serves that run only.
 """
 
