@@ -14,7 +14,7 @@ import pytest
 
 from tests.sandbox.conftest import make_skill
 from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.instances import IMAGE_SPARES, SPARES, Fresh, HotPages
+from wasmrun.sandbox.instances import APPLIED_MAX_BYTES, IMAGE_SPARES, SPARES, Fresh, HotPages
 from wasmrun.sandbox.limits import LimitPolicy
 from wasmrun.sandbox.skillimages import MAX_PREFAULT_PAGES, SkillImage, SkillImages, image_key, memory_view
 from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
@@ -336,3 +336,15 @@ def test_a_spare_with_an_image_written_in_serves_only_runs_from_that_image(
         assert "importing the skill" in _run(engine, skill).logs
     finally:
         engine.skill_images.enabled = True
+
+
+def test_a_large_image_gets_no_spare_written_in(engine: SandboxEngine, tmp_path: Path) -> None:
+    skill = _skill(tmp_path, "img.large", 1, "BIG = b'x' * (20 << 20)\n")
+    _warm(engine, skill)
+    image = engine.skill_images.get(image_key(engine.guest.key, skill))
+    assert image is not None and image.nbytes > APPLIED_MAX_BYTES
+    engine.wait_idle(60)
+    # An idle spare holding 20 MB for one skill: not made; runs still start from the image.
+    assert image not in [spare.applied for spare in engine._supply._applied]
+    later = _run(engine, skill)
+    assert "importing the skill" not in later.logs and _output(later)["seen"] == 1

@@ -58,6 +58,7 @@ HARD_MAX_RETIRED = 32  # past this, the run that retires an instance tears one d
 QUIET_S = 0.002  # how long without runs before housekeeping starts
 IMAGE_SPARES = 2  # spares that also have the skill images' pages copied in
 APPLIED_SPARES = 2  # images (the most recently used) that get a spare with them written in
+APPLIED_MAX_BYTES = 16 << 20  # a larger image gets none: an idle spare would hold all of it
 
 
 @dataclass
@@ -80,6 +81,9 @@ class Image(Protocol):
     def apply(self, store: wasmtime.Store, memory: wasmtime.Memory) -> None: ...
 
     def pages(self) -> set[int]: ...
+
+    @property
+    def nbytes(self) -> int: ...
 
 
 class HotPages:
@@ -238,7 +242,7 @@ class InstanceSupply:
         """(an applied spare whose image is no longer among the most recent, to
         tear down) or else (None, a recent image that has no applied spare yet),
         or (None, None) (the lock is held)."""
-        recent = self._recent_images(APPLIED_SPARES)
+        recent = [image for image in self._recent_images(APPLIED_SPARES) if image.nbytes <= APPLIED_MAX_BYTES]
         for spare in self._applied:
             if not any(spare.applied is image for image in recent):
                 return spare, None
