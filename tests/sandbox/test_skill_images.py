@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.sandbox.conftest import make_skill
+from wasmrun.sandbox import instances
 from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.instances import APPLIED_MAX_BYTES, IMAGE_SPARES, SPARES, Fresh, HotPages
+from wasmrun.sandbox.instances import APPLIED_MAX_BYTES, IMAGE_SPARES, SPARES, Fresh, HotPages, InstanceSupply
 from wasmrun.sandbox.limits import LimitPolicy
 from wasmrun.sandbox.skillimages import MAX_PREFAULT_PAGES, SkillImage, SkillImages, image_key, memory_view
 from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
@@ -348,3 +349,20 @@ def test_a_large_image_gets_no_spare_written_in(engine: SandboxEngine, tmp_path:
     assert image not in [spare.applied for spare in engine._supply._applied]
     later = _run(engine, skill)
     assert "importing the skill" not in later.logs and _output(later)["seen"] == 1
+
+
+def test_where_pages_cannot_be_copied_in_the_supply_stops_trying(
+    engine: SandboxEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No MADV_POPULATE_WRITE (an old kernel, not Linux): spares for image runs are
+    # given up on once, not retried in every quiet moment (a housekeeper spinning).
+    monkeypatch.setattr(instances, "_madvise", lambda: None)
+    supply = InstanceSupply(engine._new_instance, engine._dirs, HotPages([]), lambda: frozenset({1, 2, 3}))
+    try:
+        supply.wait_idle(60)
+        with supply._cond:
+            assert len(supply._spares) == SPARES
+            assert not any(spare.image_ready for spare in supply._spares)
+            assert not supply._has_work()
+    finally:
+        supply.close()

@@ -127,6 +127,11 @@ class HotPages:
                 spans.append((i * PAGE, PAGE))
         return cls(spans)
 
+    @property
+    def supported(self) -> bool:
+        """False once copying in failed as unsupported here (or there is nothing to copy)."""
+        return self._madvise is not None
+
     def page_set(self) -> set[int]:
         return {i for offset, length in self.spans for i in range(offset // PAGE, (offset + length) // PAGE)}
 
@@ -188,6 +193,7 @@ class InstanceSupply:
         self._image_pages = image_pages
         self._recent_images = recent_images
         self._applied: list[Fresh] = []  # spares with an image written in, one per image
+        self._can_fill = True  # off once copying pages in proves unsupported here
         self._image_hot: tuple[frozenset[int], HotPages] = (frozenset(), self.hot)
         self._spares: deque[Fresh] = deque()
         self._retired: deque[tuple[wasmtime.Store, Workspace]] = deque()
@@ -255,7 +261,7 @@ class InstanceSupply:
         """A spare to copy the images' current pages into, while too few have
         them: one with an older set of pages first (the lock is held)."""
         pages = self._image_pages()
-        if not self._image_spares_wanted(pages):
+        if not self._can_fill or not self._image_spares_wanted(pages):
             return None
         stale = [spare for spare in self._spares if not _same(spare.image_pages, pages)]
         stale.sort(key=lambda spare: spare.image_pages is None)
@@ -331,8 +337,14 @@ class InstanceSupply:
         """Copy the images' current pages into an unused spare (its content stays
         the snapshot's: populating only makes the pages its own)."""
         pages = self._image_pages()
-        if pages and self._hot_with(pages).populate(spare.store, spare.memory, lambda: self._in_flight > 0):
+        if not pages:
+            return
+        hot = self._hot_with(pages)
+        if hot.populate(spare.store, spare.memory, lambda: self._in_flight > 0):
             spare.image_pages = pages
+        elif not hot.supported:
+            with self._cond:
+                self._can_fill = False  # never again: it would be tried in every quiet moment
 
     def _hot_with(self, pages: frozenset[int]) -> HotPages:
         """The hot pages and `pages`; rebuilt only when `pages` change."""
