@@ -369,7 +369,8 @@ class InstanceSupply:
             self._tearing_down += retired is not None
             to_fill = stale = None
             to_apply: Image | None = None
-            if retired is None and len(self._spares) >= SPARES:
+            make_spare = retired is None and len(self._spares) < SPARES
+            if retired is None and not make_spare:
                 to_fill = self._image_spare_to_fill()
                 if to_fill is not None:
                     self._spares.remove(to_fill)  # no run may take it meanwhile
@@ -394,7 +395,7 @@ class InstanceSupply:
                 applied = self._prepare_applied(to_apply)
                 with self._cond:
                     self._applied.append(applied)
-            else:
+            elif make_spare:  # (else the images changed meanwhile: look again)
                 spare = self._prepare()
                 with self._cond:
                     self._spares.append(spare)
