@@ -1,90 +1,257 @@
 """Created skills in the shared database: a skill one server creates is listed,
 described and run by every server on its next call.
 
-The operator's skills stay in folders (each server has its own copy of them).
-Each server checks the database's newest skill on every call that reads the
-registry (one indexed query), loads the versions it has not seen, and
-materialises each into its local read-only cache (registry/bundle.py), which is
-what a run mounts.
+The operator's skills stay in folders (each server has its own copy of them,
+indexed in memory as DirectoryRegistry does). Created skills are never indexed
+in memory: each call asks the database for what it needs.
+
+- A listing page is one keyset query over the caller's own rows, in the
+  registry's order (namespace, name, version descending: the `version_order`
+  column), filtered by namespace in SQL, merged with the operator's skills of
+  the same page. The row holds the manifest and frontmatter, so listing never
+  reads a bundle.
+- describe/read/execute of a name (and version) reads that one row and
+  materialises its bundle into the local read-only cache (registry/bundle.py),
+  which is what a run mounts. The bundle's bytes are checked against the
+  sha256 recorded with the row before they are unpacked.
+- Bundles are in the object store (`--blob-store`) under `skills/<sha256>`
+  when one is configured, else in the row itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import psycopg
 
+from wasmrun.blobs.objects import ObjectStore, ObjectStoreError
 from wasmrun.database import DatabaseError
 from wasmrun.database.connection import Database
+from wasmrun.database.orphans import BUNDLE_PREFIX, lock_object
 from wasmrun.protocol.errors import SkillExists
-from wasmrun.registry.bundle import SkillCache, digest, pack
+from wasmrun.registry import agentskills
+from wasmrun.registry.bundle import BundleMismatch, SkillCache, digest, pack
+from wasmrun.registry.manifest import MAX_VERSION, SEMVER, ManifestError, validate_manifest
 from wasmrun.registry.store import (
+    RESERVED_NAMESPACE,
     DirectoryRegistry,
+    ListingPosition,
+    Page,
     Skill,
     SkillKey,
     SkillQuota,
+    SkillSummary,
+    SkillUnavailable,
     check_skill_quota,
     folder_bytes,
+    is_reserved_namespace,
+    is_skill_name,
     load_skill,
+    version_order,
 )
 
 logger = logging.getLogger("wasmrun.database")
+# Loaded skills kept per process, by bundle hash (the same bytes are the same skill).
+LOADED_CACHE = 1024
+
+
+def bundle_object(sha256: str) -> str:
+    return BUNDLE_PREFIX + sha256
+
+
+def _json(value: Any) -> str:
+    return msgspec.json.encode(value).decode("utf-8")
+
+
+def _could_exist(name: str, version: str | None) -> bool:
+    """Whether a created skill could have this name and version (else no query is
+    sent: a NUL, a lone surrogate or 5,000 characters never reach the database)."""
+    if not is_skill_name(name) or is_reserved_namespace(name):
+        return False
+    return version is None or (len(version) <= MAX_VERSION and SEMVER.fullmatch(version) is not None)
 
 
 class PgSkillRegistry(DirectoryRegistry):
-    def __init__(self, read_only: Sequence[Path], writable: Path, database: Database, cache: Path) -> None:
+    def __init__(
+        self, read_only: Sequence[Path], writable: Path, database: Database, cache: Path,
+        objects: ObjectStore | None = None,
+    ) -> None:
         self.database = database
         self.cache = SkillCache(cache)
-        self._seen_seq = -1  # the newest created skill loaded
-        self._created: dict[SkillKey, Skill] = {}
+        self.objects = objects
+        self._loaded: OrderedDict[str, Skill] = OrderedDict()  # sha256 -> the skill (owner None)
+        self._loaded_lock = threading.Lock()
         super().__init__(read_only, writable)
+        self._fill_listing_columns()
 
-    def _checks_every_call(self) -> bool:
-        return True
-
-    def _created_changed(self) -> bool:
-        try:
-            with self.database.connection() as conn:
-                row = conn.execute("SELECT coalesce(max(seq), 0) FROM wasmrun_skills").fetchone()
-        except (psycopg.Error, DatabaseError) as exc:
-            logger.error("cannot check the database for created skills, serving those last read: %s", exc)
-            return False
-        return (int(row[0]) if row else 0) != self._seen_seq
-
+    # The in-memory index holds the operator's folders alone.
     def _load_created(self, index: dict[SkillKey, Skill], operator_names: set[str]) -> None:
-        try:
-            self._load_new_rows()
-        except (psycopg.Error, DatabaseError) as exc:
-            logger.error("cannot read created skills from the database, serving those last read: %s", exc)
-        for (owner, _, _), skill in self._created.items():
-            self._add(index, skill.root, owner, reserved=operator_names)
+        return None
 
-    def _load_new_rows(self) -> None:
+    def _check_quota(self, owner: str, quota: SkillQuota, adding: int) -> None:
+        return None  # counted in the database, in the transaction that inserts (_publish)
+
+    # -- reading ----------------------------------------------------------------
+
+    def skills(self, owner: str | None = None) -> list[Skill]:
+        operator = super().skills(None)
+        if owner is None:
+            return operator
         with self.database.connection() as conn:
             rows = conn.execute(
-                "SELECT seq, owner, name, version, sha256 FROM wasmrun_skills WHERE seq > %s ORDER BY seq",
-                (self._seen_seq,),
+                "SELECT owner, name, version, sha256, bundle_object FROM wasmrun_skills"
+                f" WHERE owner = %s AND {self._visible_sql()}", (owner, sorted(self._operator_names)),
             ).fetchall()
-            for seq, owner, name, version, sha256 in rows:
-                folder = self.cache.cached(sha256)
-                if folder is None:
-                    fetched = conn.execute(
+        created = [self._materialised(*row) for row in rows]
+        return sorted([*operator, *created], key=Skill.sort_key)
+
+    def page(
+        self, owner: str | None, *, namespace: str | None = None, after: ListingPosition | None = None,
+        limit: int,
+    ) -> Page:
+        # Up to limit + 1 from each source: the merge's first limit + 1 tell whether more follow.
+        operator_page = super().page(None, namespace=namespace, after=after, limit=limit + 1)
+        created: list[SkillSummary] = []
+        if owner is not None and limit > 0 and (not namespace or is_skill_name(namespace)):
+            created = self._created_page(owner, namespace, after, limit + 1)
+        merged = list(heapq.merge(operator_page.skills, created, key=SkillSummary.sort_key))
+        return Page(merged[:limit], more=len(merged) > limit)
+
+    def _visible_sql(self) -> str:
+        """Rows a tenant sees: none named like the operator's skills (second parameter,
+        a list) or in the reserved namespace; such a row is never listed, as in folders."""
+        return (
+            f"NOT (name = ANY(%s)) AND name <> '{RESERVED_NAMESPACE}'"
+            f" AND NOT starts_with(name, '{RESERVED_NAMESPACE}.')"
+        )
+
+    def _created_page(
+        self, owner: str, namespace: str | None, after: ListingPosition | None, limit: int
+    ) -> list[SkillSummary]:
+        where = [f"owner = %s AND {self._visible_sql()}"]
+        params: list[Any] = [owner, sorted(self._operator_names)]
+        if namespace:
+            where.append("(namespace = %s OR starts_with(namespace, %s))")
+            params += [namespace, namespace + "."]
+        if after is not None:
+            # Keyset: after (namespace, name), or the same name at a lower version_order.
+            where.append(
+                "((namespace, name) > (%s::text COLLATE \"C\", %s::text COLLATE \"C\")"
+                " OR (namespace = %s AND name = %s AND version_order < %s::text COLLATE \"C\"))"
+            )
+            order = version_order(after.version)
+            params += [after.namespace, after.name, after.namespace, after.name, order]
+        sql = (
+            "SELECT owner, manifest, frontmatter FROM wasmrun_skills WHERE " + " AND ".join(where)
+            + " ORDER BY namespace, name, version_order DESC LIMIT %s"
+        )
+        with self.database.connection() as conn:
+            rows = conn.execute(sql, [*params, limit]).fetchall()
+        listed = []
+        for row_owner, manifest, frontmatter in rows:
+            try:
+                parsed = validate_manifest(msgspec.json.decode(manifest))
+            except (ManifestError, msgspec.DecodeError):  # a row this wasmrun wrote and checked
+                logger.error("skipping a created skill of %s: its stored manifest is invalid", row_owner)
+                continue
+            listed.append(SkillSummary(parsed, msgspec.json.decode(frontmatter), owner=str(row_owner)))
+        return listed
+
+    def find(self, name: str, version: str | None = None, owner: str | None = None) -> Skill | None:
+        self._refresh()
+        name = agentskills.normalise_name(name)
+        # An operator's name resolves among the operator's skills only, whatever a tenant created.
+        if owner is None or name in self._operator_names or not _could_exist(name, version):
+            return super().find(name, version, None)
+        sql = "SELECT owner, name, version, sha256, bundle_object FROM wasmrun_skills WHERE owner = %s AND name = %s"
+        params: list[Any] = [owner, name]
+        if version is not None:
+            sql += " AND version = %s"
+            params.append(version)
+        with self.database.connection() as conn:
+            row = conn.execute(sql + " ORDER BY version_order DESC LIMIT 1", params).fetchone()
+        return None if row is None else self._materialised(*row)
+
+    def versions(self, name: str, owner: str | None = None) -> list[str]:
+        self._refresh()
+        name = agentskills.normalise_name(name)
+        if owner is None or name in self._operator_names or not _could_exist(name, None):
+            return super().versions(name, None)
+        with self.database.connection() as conn:
+            rows = conn.execute(
+                "SELECT version FROM wasmrun_skills WHERE owner = %s AND name = %s ORDER BY version_order DESC",
+                (owner, name),
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def every_skill(self) -> list[SkillSummary]:
+        operator = super().every_skill()
+        with self.database.connection() as conn:
+            rows = conn.execute(
+                "SELECT owner, manifest, frontmatter FROM wasmrun_skills ORDER BY owner, namespace, name,"
+                " version_order DESC"
+            ).fetchall()
+        created = [
+            SkillSummary(validate_manifest(msgspec.json.decode(m)), msgspec.json.decode(f), owner=str(o))
+            for o, m, f in rows
+        ]
+        return sorted([*operator, *created], key=lambda s: (s.owner or "", *s.sort_key()))
+
+    def _materialised(self, owner: str, name: str, version: str, sha256: str, location: str | None) -> Skill:
+        """The created skill of this row, unpacked in the local cache (fetched and checked
+        against `sha256` unless it is there already)."""
+        with self._loaded_lock:
+            loaded = self._loaded.get(sha256)
+            if loaded is not None:
+                self._loaded.move_to_end(sha256)
+        if loaded is None or not loaded.root.is_dir():
+            folder = self.cache.cached(sha256)
+            if folder is None:
+                folder = self._fetch(owner, name, version, sha256, location)
+            loaded = load_skill(folder)
+            with self._loaded_lock:
+                self._loaded[sha256] = loaded
+                while len(self._loaded) > LOADED_CACHE:
+                    self._loaded.popitem(last=False)
+        return dataclasses.replace(loaded, owner=owner)
+
+    def _fetch(self, owner: str, name: str, version: str, sha256: str, location: str | None) -> Path:
+        what = f"skill {name} {version}"
+        try:
+            if location is not None:
+                if self.objects is None:
+                    raise SkillUnavailable(f"{what} is in the object store, and this server has no --blob-store")
+                data = self.objects.get(location)
+            else:
+                with self.database.connection() as conn:
+                    row = conn.execute(
                         "SELECT bundle FROM wasmrun_skills WHERE owner = %s AND name = %s AND version = %s",
                         (owner, name, version),
                     ).fetchone()
-                    if fetched is None:
-                        continue
-                    folder = self.cache.materialise(bytes(fetched[0]))
-                try:
-                    self._created[(owner, name, version)] = dataclasses.replace(load_skill(folder), owner=owner)
-                except Exception:  # one bad row never stops the others from loading
-                    logger.exception("skipping created skill %s %s of %s", name, version, owner)
-                self._seen_seq = max(self._seen_seq, int(seq))
-            if self._seen_seq < 0:
-                self._seen_seq = 0
+                if row is None or row[0] is None:
+                    raise KeyError(sha256)
+                data = bytes(row[0])
+            return self.cache.materialise(data, sha256)
+        except KeyError:
+            raise SkillUnavailable(f"{what}: its stored files are missing") from None
+        except ObjectStoreError as exc:
+            raise SkillUnavailable(f"{what} cannot be fetched: {exc}") from None
+        except BundleMismatch as exc:
+            logger.error("%s of %s is not served: %s", what, owner, exc)
+            raise SkillUnavailable(
+                f"{what}: its stored files do not match the hash recorded when it was created"
+                " (changed or damaged since), so they are not served"
+            ) from None
+
+    # -- create_skill -------------------------------------------------------------
 
     def _publish(self, tmp: Path, key: SkillKey, quota: SkillQuota | None) -> Skill:
         owner, name, version = key
@@ -93,11 +260,20 @@ class PgSkillRegistry(DirectoryRegistry):
             self._check_name(name)
         skill = load_skill(tmp)
         bundle = pack(tmp)
+        sha256 = digest(bundle)
         size = folder_bytes(tmp)
+        location = bundle_object(sha256) if self.objects is not None else None
+        exists = SkillExists(f"skill {name} {version} already exists", field="manifest")
         try:
             with self.database.transaction() as conn:
                 # One creation at a time per owner, across servers: the quota counts hold.
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("wasmrun-skills:" + owner,))
+                taken = conn.execute(
+                    "SELECT 1 FROM wasmrun_skills WHERE owner = %s AND name = %s AND version = %s",
+                    (owner, name, version),
+                ).fetchone()
+                if taken is not None:
+                    raise exists
                 if quota is not None:
                     row = conn.execute(
                         "SELECT count(*), coalesce(sum(size_bytes), 0) FROM wasmrun_skills WHERE owner = %s",
@@ -105,15 +281,51 @@ class PgSkillRegistry(DirectoryRegistry):
                     ).fetchone()
                     count, used = (int(row[0]), int(row[1])) if row else (0, 0)
                     check_skill_quota(quota, count, lambda: used, size)
+                if location is not None and self.objects is not None:
+                    # The bytes before the row, under the object's lock until the row commits:
+                    # the orphan sweep never takes them for left over meanwhile.
+                    lock_object(conn, location)
+                    self.objects.put(location, bundle)
                 conn.execute(
-                    "INSERT INTO wasmrun_skills (owner, name, version, namespace, sha256, size_bytes, bundle)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    (owner, name, version, skill.manifest.effective_namespace, digest(bundle), size, bundle),
+                    "INSERT INTO wasmrun_skills (owner, name, version, namespace, sha256, size_bytes, bundle,"
+                    " bundle_object, version_order, manifest, frontmatter)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    (
+                        owner, name, version, skill.manifest.effective_namespace, sha256, size,
+                        None if location is not None else bundle, location, version_order(version),
+                        _json(skill.raw_manifest), _json(skill.frontmatter),
+                    ),
                 )
         except psycopg.errors.UniqueViolation:
-            raise SkillExists(f"skill {name} {version} already exists", field="manifest") from None
-        created = dataclasses.replace(load_skill(self.cache.materialise(bundle)), owner=owner)
-        with self._lock:  # served here at once; the next check loads it (again) from its row
-            self._created[key] = created
-            self._set_index({**self._index, key: created})
-        return created
+            raise exists from None
+        except ObjectStoreError as exc:
+            raise SkillUnavailable(f"skill {name} {version} cannot be stored: {exc}") from None
+        return self._materialised(owner, name, version, sha256, location)
+
+    # -- rows from before the listing columns (schema version 5) -----------------------
+
+    def _fill_listing_columns(self) -> None:
+        """Rows created before the listing columns existed get them from their bundle
+        (once: later starts find none). A row that cannot be read is left unlisted."""
+        try:
+            with self.database.connection() as conn:
+                rows = conn.execute(
+                    "SELECT owner, name, version, sha256, bundle_object FROM wasmrun_skills"
+                    " WHERE version_order IS NULL OR manifest IS NULL OR frontmatter IS NULL"
+                ).fetchall()
+            for owner, name, version, sha256, location in rows:
+                try:
+                    skill = self._materialised(owner, name, version, sha256, location)
+                except Exception:  # one bad row never stops the server from starting
+                    logger.exception("cannot fill the listing columns of skill %s %s of %s", name, version, owner)
+                    continue
+                with self.database.connection() as conn:
+                    conn.execute(
+                        "UPDATE wasmrun_skills SET version_order = %s, manifest = %s, frontmatter = %s"
+                        " WHERE owner = %s AND name = %s AND version = %s",
+                        (version_order(version), _json(skill.raw_manifest), _json(skill.frontmatter),
+                         owner, name, version),
+                    )
+        except (psycopg.Error, DatabaseError) as exc:
+            logger.error("cannot fill the listing columns of created skills: %s", exc)
+

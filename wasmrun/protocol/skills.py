@@ -26,13 +26,14 @@ from wasmrun.protocol.types import (
 from wasmrun.registry import skillmd
 from wasmrun.registry.store import (
     DOC_FILE,
-    ListingKey,
+    ListingPosition,
     NewFile,
     ReservedName,
     Skill,
     SkillQuota,
     SkillQuotaExceeded,
-    listing_key,
+    SkillSummary,
+    SkillUnavailable,
 )
 
 GUIDE_SKILL = "skills.protocol.guide"
@@ -45,41 +46,38 @@ def find_skill(
     """A skill the caller may see: the operator's, or one its own tenant created.
     Another tenant's skill is "not found", exactly like a name never created."""
     owner = ctx.caller.tenant
-    skill = ctx.registry.find(name, version, owner)
+    try:
+        skill = ctx.registry.find(name, version, owner)
+    except SkillUnavailable as exc:
+        raise InternalError(str(exc)) from None
     if skill is not None:
         return skill
-    latest = ctx.registry.find(name, None, owner) if version is not None else None
-    if latest is not None:
-        known = ", ".join(s.version for s in ctx.registry.skills(owner) if s.name == name and s.owner == latest.owner)
+    known = ctx.registry.versions(name, owner) if version is not None else []
+    if known:
         raise SkillNotFound(
-            f"skill {name!r} has no version {version!r} (available: {known})", field=version_field
+            f"skill {name!r} has no version {version!r} (available: {', '.join(known)})", field=version_field
         )
     raise SkillNotFound(f"no skill named {name!r}", field=field)
 
 
 # -- list_skills --------------------------------------------------------------
 
-def _in_namespace(skill: Skill, namespace: str) -> bool:
-    ns = skill.manifest.effective_namespace
-    return ns == namespace or ns.startswith(namespace + ".")
-
-
-def _encode_cursor(skill: Skill) -> str:
+def _encode_cursor(skill: SkillSummary) -> str:
     key = [skill.manifest.effective_namespace, skill.name, skill.version]
     return base64.urlsafe_b64encode(msgspec.json.encode(key)).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str) -> ListingKey:
+def _decode_cursor(cursor: str) -> ListingPosition:
     try:
         data = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         # Typed: anything but three strings stops at its first byte, however deep it nests.
         ns, name, version = msgspec.json.decode(data, type=tuple[str, str, str])
-        return listing_key(ns, name, version)
-    except (ValueError, msgspec.DecodeError):  # binascii.Error and a bad version are ValueErrors
+        return ListingPosition.parse(ns, name, version)
+    except (ValueError, msgspec.DecodeError):  # binascii.Error and a bad position are ValueErrors
         raise InvalidParams("cursor is not one this server gave out", field="cursor") from None
 
 
-def _entry(skill: Skill, detail: str) -> SkillEntry:
+def _entry(skill: SkillSummary, detail: str) -> SkillEntry:
     m = skill.manifest
     entry = SkillEntry(
         name=m.name,
@@ -99,20 +97,14 @@ def _entry(skill: Skill, detail: str) -> SkillEntry:
 
 
 async def list_skills(ctx: Context, p: ListSkillsParams) -> ListSkillsResult:
-    skills = ctx.registry.skills(ctx.caller.tenant)
-    if p.namespace:
-        skills = [s for s in skills if _in_namespace(s, p.namespace)]
-    start = 0
-    if p.cursor:
-        after = _decode_cursor(p.cursor)
-        while start < len(skills) and not after < skills[start].sort_key():
-            start += 1
-    limit = min(p.limit, MAX_LIST_LIMIT)
-    page = skills[start : start + limit]
-    more = start + limit < len(skills)
+    after = _decode_cursor(p.cursor) if p.cursor else None
+    page = await asyncio.to_thread(
+        ctx.registry.page, ctx.caller.tenant, namespace=p.namespace or None, after=after,
+        limit=min(p.limit, MAX_LIST_LIMIT),
+    )
     return ListSkillsResult(
-        skills=[_entry(s, p.detail) for s in page],
-        next_cursor=_encode_cursor(page[-1]) if more and page else None,
+        skills=[_entry(s, p.detail) for s in page.skills],
+        next_cursor=_encode_cursor(page.skills[-1]) if page.more and page.skills else None,
     )
 
 
@@ -176,4 +168,6 @@ async def create_skill(ctx: Context, p: CreateSkillParams) -> CreateSkillResult:
         raise InvalidSkill(str(exc), field="manifest.name") from None
     except SkillQuotaExceeded as exc:
         raise QuotaExceeded(f"quota exceeded: {exc.message}", exc.limit, exc.value) from None
+    except SkillUnavailable as exc:  # its bundle could not be stored: nothing was created
+        raise InternalError(str(exc)) from None
     return CreateSkillResult(name=skill.name, version=skill.version)

@@ -52,6 +52,10 @@ def digest(bundle: bytes) -> str:
     return hashlib.sha256(bundle).hexdigest()
 
 
+class BundleMismatch(Exception):
+    """A bundle's bytes are not the ones that were stored (changed or damaged since)."""
+
+
 class SkillCache:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -67,9 +71,14 @@ class SkillCache:
         folder = self.path(sha256)
         return folder if folder.is_dir() else None
 
-    def materialise(self, bundle: bytes) -> Path:
-        """The bundle's read-only folder, unpacked now unless it is there already."""
-        folder = self.path(digest(bundle))
+    def materialise(self, bundle: bytes, sha256: str | None = None) -> Path:
+        """The bundle's read-only folder, unpacked now unless it is there already.
+        With `sha256` (what was recorded when it was stored), bytes of another hash
+        raise BundleMismatch and are never unpacked."""
+        actual = digest(bundle)
+        if sha256 is not None and actual != sha256:
+            raise BundleMismatch(f"the bundle's sha256 is {actual}, not the {sha256} recorded when it was stored")
+        folder = self.path(actual)
         if folder.is_dir():
             return folder
         tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=self.root))

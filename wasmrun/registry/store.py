@@ -22,6 +22,7 @@ is not loaded: created skills can never shadow the operator's.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import errno
@@ -47,7 +48,17 @@ from wasmrun.protocol.errors import (
     UnsafePath,
 )
 from wasmrun.registry import agentskills, tomlwriter
-from wasmrun.registry.manifest import Manifest, ManifestError, SemVer, shown, validate_manifest
+from wasmrun.registry.manifest import (
+    DOTTED_NAME,
+    MAX_NAME,
+    MAX_VERSION,
+    SEMVER,
+    Manifest,
+    ManifestError,
+    SemVer,
+    shown,
+    validate_manifest,
+)
 from wasmrun.registry.skillmd import parse_frontmatter
 
 MANIFEST_FILE = "skill.toml"
@@ -100,6 +111,94 @@ def is_reserved_namespace(name: str) -> bool:
     return name == RESERVED_NAMESPACE or name.startswith(RESERVED_NAMESPACE + ".")
 
 
+class SkillUnavailable(Exception):
+    """A skill that exists but cannot be served: its stored bundle is missing, or its
+    bytes do not match the hash recorded when it was created (never mounted then)."""
+
+
+@dataclass(frozen=True)
+class SkillSummary:
+    """What a listing shows of a skill: no folder needed (a backend may answer it
+    from an index without materialising the skill)."""
+
+    manifest: Manifest
+    frontmatter: dict[str, Any]
+    owner: str | None = None
+    bundled: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def version(self) -> str:
+        return self.manifest.version
+
+    def sort_key(self) -> ListingKey:
+        return listing_key(self.manifest.effective_namespace, self.name, self.version)
+
+
+@dataclass(frozen=True)
+class ListingPosition:
+    """Where a page of a listing ends: the last skill's namespace, name and version.
+    Every field is checked (`parse`), so a backend can use it in a query as it is."""
+
+    namespace: str
+    name: str
+    version: str
+
+    @classmethod
+    def parse(cls, namespace: str, name: str, version: str) -> ListingPosition:
+        """The position, or ValueError when it could name no skill."""
+        if namespace and not is_skill_name(namespace):
+            raise ValueError("namespace is not a dotted lower-case name")
+        if not is_skill_name(name):
+            raise ValueError("name is not a dotted lower-case name")
+        if len(version) > MAX_VERSION or SEMVER.fullmatch(version) is None:
+            raise ValueError("version is not a semantic version")
+        return cls(namespace, name, version)
+
+    def key(self) -> ListingKey:
+        return listing_key(self.namespace, self.name, self.version)
+
+
+@dataclass(frozen=True)
+class Page:
+    skills: list[SkillSummary]
+    more: bool  # skills follow the last one
+
+
+def is_skill_name(text: str) -> bool:
+    """Whether `text` could be a skill's name or namespace (dotted lower-case identifiers)."""
+    return len(text) <= MAX_NAME and DOTTED_NAME.fullmatch(text) is not None
+
+
+def in_namespace(namespace: str, wanted: str) -> bool:
+    """Whether a skill of `namespace` is listed under the filter `wanted` (itself or below it)."""
+    return namespace == wanted or namespace.startswith(wanted + ".")
+
+
+def version_order(version: str) -> str:
+    """The version as text whose code-point order is its semantic-version order, as
+    `SemVer` orders (precedence, then the text breaks ties): what a database sorts
+    by to list in the registry's order. Numbers are length-prefixed, so 10 > 9."""
+    parsed = SemVer(version)
+
+    def number(n: int) -> str:
+        digits = str(n)
+        return f"{len(digits):03d}{digits}"
+
+    parts = [number(n) for n in parsed.core]
+    if parsed.pre is None:
+        parts.append("1")  # a release after all of its pre-releases
+    else:
+        parts.append("0")
+        # Each identifier ends in "!", below every identifier character: a shorter list first.
+        parts.extend(("0" + number(p) if isinstance(p, int) else "1" + p) + "!" for _, p in parsed.pre)
+    # " " is below "!", "0" and "1": the text breaks ties only among equal precedence.
+    return "".join(parts) + " " + version
+
+
 @dataclass(frozen=True)
 class Skill:
     manifest: Manifest
@@ -123,6 +222,9 @@ class Skill:
 
     def sort_key(self) -> ListingKey:
         return listing_key(self.manifest.effective_namespace, self.name, self.version)
+
+    def summary(self) -> SkillSummary:
+        return SkillSummary(self.manifest, self.frontmatter, self.owner, self.bundled)
 
 
 def listing_key(namespace: str, name: str, version: str) -> ListingKey:
@@ -150,12 +252,26 @@ class NewFile:
 
 
 class SkillRegistry(Protocol):
+    """What the protocol methods use of a registry; the folders (DirectoryRegistry)
+    and the shared database (database/skills.py PgSkillRegistry) both satisfy it."""
+
     def skills(self, owner: str | None = None) -> list[Skill]:
         """Every skill version `owner` sees (the operator's and its own), sorted by
         (namespace, name, version descending); owner None: the operator's alone."""
 
+    def page(
+        self, owner: str | None, *, namespace: str | None = None, after: ListingPosition | None = None,
+        limit: int,
+    ) -> Page:
+        """Up to `limit` of what `owner` sees, in the order of `skills`: only namespace
+        `namespace` and those below it when given, only those after `after` when given."""
+
     def find(self, name: str, version: str | None = None, owner: str | None = None) -> Skill | None:
-        """That version, or the highest one when `version` is None, among what `owner` sees."""
+        """That version, or the highest one when `version` is None, among what `owner` sees.
+        SkillUnavailable when it exists but cannot be served."""
+
+    def versions(self, name: str, owner: str | None = None) -> list[str]:
+        """The versions of `name` that `owner` sees, highest first."""
 
     def read_file(self, skill: Skill, path: str, max_bytes: int) -> bytes: ...
 
@@ -446,10 +562,26 @@ class DirectoryRegistry:
             return self._operator
         return self._by_owner.get(owner, self._operator)
 
-    def every_skill(self) -> list[Skill]:
+    def page(
+        self, owner: str | None, *, namespace: str | None = None, after: ListingPosition | None = None,
+        limit: int,
+    ) -> Page:
+        listed = self.skills(owner)
+        if namespace:
+            listed = [s for s in listed if in_namespace(s.manifest.effective_namespace, namespace)]
+        start = bisect.bisect_right(listed, after.key(), key=Skill.sort_key) if after is not None else 0
+        return Page([s.summary() for s in listed[start:start + limit]], more=start + limit < len(listed))
+
+    def versions(self, name: str, owner: str | None = None) -> list[str]:
+        found = self.find(name, None, owner)
+        if found is None:
+            return []
+        return [s.version for s in self.skills(owner) if s.name == found.name and s.owner == found.owner]
+
+    def every_skill(self) -> list[SkillSummary]:
         """The operator's skills and every tenant's, for the operator's own listing."""
         self._refresh()
-        return sorted(self._index.values(), key=lambda s: (s.owner or "", *s.sort_key()))
+        return [s.summary() for s in sorted(self._index.values(), key=lambda s: (s.owner or "", *s.sort_key()))]
 
     def operator_names(self) -> frozenset[str]:
         self._refresh()
