@@ -36,9 +36,9 @@ from wasmrun.blobs.objects import ObjectStore, ObjectStoreError
 from wasmrun.database import DatabaseError
 from wasmrun.database.connection import Database
 from wasmrun.database.orphans import BUNDLE_PREFIX, lock_object
-from wasmrun.protocol.errors import SkillExists
 from wasmrun.registry import agentskills
 from wasmrun.registry.bundle import BundleMismatch, SkillCache, digest, pack
+from wasmrun.registry.errors import SkillAlreadyExists, SkillUnavailable
 from wasmrun.registry.manifest import MAX_VERSION, SEMVER, ManifestError, validate_manifest
 from wasmrun.registry.store import (
     RESERVED_NAMESPACE,
@@ -49,7 +49,6 @@ from wasmrun.registry.store import (
     SkillKey,
     SkillQuota,
     SkillSummary,
-    SkillUnavailable,
     check_skill_quota,
     folder_bytes,
     is_reserved_namespace,
@@ -263,7 +262,7 @@ class PgSkillRegistry(DirectoryRegistry):
         sha256 = digest(bundle)
         size = folder_bytes(tmp)
         location = bundle_object(sha256) if self.objects is not None else None
-        exists = SkillExists(f"skill {name} {version} already exists", field="manifest")
+        exists = SkillAlreadyExists(f"skill {name} {version} already exists", field="manifest")
         try:
             with self.database.transaction() as conn:
                 # One creation at a time per owner, across servers: the quota counts hold.

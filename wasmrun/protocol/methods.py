@@ -29,7 +29,7 @@ from wasmrun.protocol.types import (
     ReadSkillFileParams,
     RunCodeParams,
 )
-from wasmrun.registry.store import SkillUnavailable
+from wasmrun.registry.errors import SkillUnavailable
 from wasmrun.tenants.caller import Caller
 
 

@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+from collections.abc import Iterator
 
 import msgspec
 
 from wasmrun.protocol.context import Context
-from wasmrun.protocol.errors import InternalError, InvalidParams, InvalidSkill, QuotaExceeded, SkillNotFound
+from wasmrun.protocol.errors import (
+    ContentTooLarge,
+    InternalError,
+    InvalidParams,
+    InvalidSkill,
+    QuotaExceeded,
+    RPCError,
+    SkillExists,
+    SkillNotFound,
+    UnsafePath,
+)
 from wasmrun.protocol.types import (
     CreateSkillParams,
     CreateSkillResult,
@@ -24,6 +36,14 @@ from wasmrun.protocol.types import (
     SkillEntry,
 )
 from wasmrun.registry import skillmd
+from wasmrun.registry.errors import (
+    InvalidSkillFiles,
+    RegistryError,
+    SkillAlreadyExists,
+    SkillFileTooLarge,
+    SkillUnavailable,
+    UnsafeSkillPath,
+)
 from wasmrun.registry.store import (
     DOC_FILE,
     ListingPosition,
@@ -33,11 +53,34 @@ from wasmrun.registry.store import (
     SkillQuota,
     SkillQuotaExceeded,
     SkillSummary,
-    SkillUnavailable,
 )
 
 GUIDE_SKILL = "skills.protocol.guide"
 MAX_LIST_LIMIT = 200
+
+
+_RPC_ERRORS: dict[type[RegistryError], type[InvalidParams]] = {
+    SkillAlreadyExists: SkillExists,
+    InvalidSkillFiles: InvalidSkill,
+    UnsafeSkillPath: UnsafePath,
+    SkillFileTooLarge: ContentTooLarge,
+}
+
+
+def rpc_error(exc: RegistryError) -> RPCError:
+    """The JSON-RPC error a client sees for what the registry refused."""
+    if isinstance(exc, SkillUnavailable):  # the server's storage failed, not the request
+        return InternalError(exc.message)
+    extra = {"problems": exc.problems} if exc.problems is not None else {}
+    return _RPC_ERRORS.get(type(exc), InvalidParams)(exc.message, field=exc.field, **extra)
+
+
+@contextlib.contextmanager
+def registry_errors() -> Iterator[None]:
+    try:
+        yield
+    except RegistryError as exc:
+        raise rpc_error(exc) from None
 
 
 def find_skill(
@@ -46,10 +89,8 @@ def find_skill(
     """A skill the caller may see: the operator's, or one its own tenant created.
     Another tenant's skill is "not found", exactly like a name never created."""
     owner = ctx.caller.tenant
-    try:
+    with registry_errors():
         skill = ctx.registry.find(name, version, owner)
-    except SkillUnavailable as exc:
-        raise InternalError(str(exc)) from None
     if skill is not None:
         return skill
     known = ctx.registry.versions(name, owner) if version is not None else []
@@ -116,15 +157,17 @@ async def describe_skill(ctx: Context, p: DescribeSkillParams) -> DescribeSkillR
     if p.detail in ("summary", "full"):
         description.skill_md_frontmatter = skill.frontmatter
     if p.detail == "full":
-        data = await asyncio.to_thread(ctx.registry.read_file, skill, DOC_FILE, ctx.max_full_read_bytes)
+        with registry_errors():
+            data = await asyncio.to_thread(ctx.registry.read_file, skill, DOC_FILE, ctx.max_full_read_bytes)
+            description.files = await asyncio.to_thread(ctx.registry.list_files, skill)
         description.skill_md = data.decode("utf-8", "replace")
-        description.files = await asyncio.to_thread(ctx.registry.list_files, skill)
     return DescribeSkillResult(skill=description)
 
 
 async def read_skill_file(ctx: Context, p: ReadSkillFileParams) -> ReadSkillFileResult:
     skill = find_skill(ctx, p.name, p.version)
-    data = await asyncio.to_thread(ctx.registry.read_file, skill, p.path, ctx.max_full_read_bytes)
+    with registry_errors():
+        data = await asyncio.to_thread(ctx.registry.read_file, skill, p.path, ctx.max_full_read_bytes)
     try:
         return ReadSkillFileResult(content=data.decode("utf-8"), encoding="utf-8", size_bytes=len(data))
     except UnicodeDecodeError:
@@ -140,7 +183,8 @@ async def load_skills_protocol_guide(ctx: Context, p: LoadGuideParams) -> LoadGu
     skill = max(bundled, key=lambda s: s.semver) if bundled else None
     if skill is None:
         raise InternalError(f"the canonical {GUIDE_SKILL} skill is not installed on this server")
-    data = await asyncio.to_thread(ctx.registry.read_file, skill, DOC_FILE, ctx.max_full_read_bytes)
+    with registry_errors():
+        data = await asyncio.to_thread(ctx.registry.read_file, skill, DOC_FILE, ctx.max_full_read_bytes)
     body = skillmd.body(data.decode("utf-8"))
     return LoadGuideResult(content=body, name=skill.name, version=skill.version)
 
@@ -168,6 +212,6 @@ async def create_skill(ctx: Context, p: CreateSkillParams) -> CreateSkillResult:
         raise InvalidSkill(str(exc), field="manifest.name") from None
     except SkillQuotaExceeded as exc:
         raise QuotaExceeded(f"quota exceeded: {exc.message}", exc.limit, exc.value) from None
-    except SkillUnavailable as exc:  # its bundle could not be stored: nothing was created
-        raise InternalError(str(exc)) from None
+    except RegistryError as exc:  # SkillUnavailable: its bundle could not be stored, nothing was created
+        raise rpc_error(exc) from None
     return CreateSkillResult(name=skill.name, version=skill.version)

@@ -40,14 +40,14 @@ from typing import Any, Protocol
 import tomli
 
 from wasmrun.durable import atomic_write, fsync_dir, fsync_tree
-from wasmrun.protocol.errors import (
-    ContentTooLarge,
-    InvalidParams,
-    InvalidSkill,
-    SkillExists,
-    UnsafePath,
-)
 from wasmrun.registry import agentskills, tomlwriter
+from wasmrun.registry.errors import (
+    InvalidSkillFiles,
+    SkillAlreadyExists,
+    SkillFileMissing,
+    SkillFileTooLarge,
+    UnsafeSkillPath,
+)
 from wasmrun.registry.manifest import (
     DOTTED_NAME,
     MAX_NAME,
@@ -109,11 +109,6 @@ class SkillQuotaExceeded(Exception):
 
 def is_reserved_namespace(name: str) -> bool:
     return name == RESERVED_NAMESPACE or name.startswith(RESERVED_NAMESPACE + ".")
-
-
-class SkillUnavailable(Exception):
-    """A skill that exists but cannot be served: its stored bundle is missing, or its
-    bytes do not match the hash recorded when it was created (never mounted then)."""
 
 
 @dataclass(frozen=True)
@@ -400,7 +395,7 @@ def check_folder(top: Path) -> list[tuple[Path, list[str]]]:
 
 
 def check_relative_path(path: str, field: str) -> PurePosixPath:
-    """A relative path with no way out of its folder, or UnsafePath."""
+    """A relative path with no way out of its folder, or UnsafeSkillPath."""
     problem = None
     segments = path.split("/")
     if not path:
@@ -424,7 +419,7 @@ def check_relative_path(path: str, field: str) -> PurePosixPath:
     elif any(part in ("", ".") for part in segments):
         problem = "has an empty or '.' segment"
     if problem is not None:
-        raise UnsafePath(f"path {shown(path)} {problem}", field=field)
+        raise UnsafeSkillPath(f"path {shown(path)} {problem}", field=field)
     return PurePosixPath(path)
 
 
@@ -602,24 +597,24 @@ class DirectoryRegistry:
         check_relative_path(path, "path")
         target = skill.root / path
         if not _inside(skill.root, target):
-            raise UnsafePath(f"path {path!r} leads outside the skill's folder", field="path")
+            raise UnsafeSkillPath(f"path {path!r} leads outside the skill's folder", field="path")
         try:
             with open(target.resolve(), "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if size > max_bytes:
-                    raise ContentTooLarge(
+                    raise SkillFileTooLarge(
                         f"{path!r} is {size} bytes, above the {max_bytes}-byte read limit",
                         field="path",
                     )
                 return f.read(max_bytes + 1)[:max_bytes]
         except (FileNotFoundError, NotADirectoryError):
-            raise InvalidParams(
+            raise SkillFileMissing(
                 f"skill {skill.name} {skill.version} has no file {path!r}", field="path"
             ) from None
         except IsADirectoryError:
-            raise InvalidParams(f"{path!r} is a folder, not a file", field="path") from None
+            raise SkillFileMissing(f"{path!r} is a folder, not a file", field="path") from None
         except OSError as exc:  # e.g. ENAMETOOLONG, ELOOP: about the path the client named
-            raise InvalidParams(f"{path!r} cannot be read: {exc.strerror}", field="path") from None
+            raise SkillFileMissing(f"{path!r} cannot be read: {exc.strerror}", field="path") from None
 
     def list_files(self, skill: Skill) -> list[str]:
         found = []
@@ -642,26 +637,26 @@ class DirectoryRegistry:
         try:
             parsed = validate_manifest(manifest)
         except ManifestError as exc:
-            raise InvalidSkill(f"invalid manifest: {exc}", field="manifest", problems=exc.problems) from None
+            raise InvalidSkillFiles(f"invalid manifest: {exc}", field="manifest", problems=exc.problems) from None
         self._check_name(parsed.name)
         key: SkillKey = (owner, parsed.name, parsed.version)
         if key in self._index:
-            raise SkillExists(f"skill {parsed.name} {parsed.version} already exists", field="manifest")
+            raise SkillAlreadyExists(f"skill {parsed.name} {parsed.version} already exists", field="manifest")
         seen = set()
         for i, f in enumerate(files):
             rel = check_relative_path(f.path, f"files[{i}].path")
             if rel.as_posix() in (MANIFEST_FILE, DOC_FILE):
-                raise InvalidSkill(
+                raise InvalidSkillFiles(
                     f"files[{i}]: {f.path} comes from the `manifest` / `skill_md` params",
                     field=f"files[{i}].path",
                 )
             if rel.as_posix() in seen:
-                raise InvalidSkill(f"files[{i}]: {f.path} is listed twice", field=f"files[{i}].path")
+                raise InvalidSkillFiles(f"files[{i}]: {f.path} is listed twice", field=f"files[{i}].path")
             seen.add(rel.as_posix())
         try:
             parse_frontmatter(skill_md)  # said here to name the param; load_skill checks it again
         except ValueError as exc:
-            raise InvalidSkill(f"invalid skill_md: {exc}", field="skill_md") from None
+            raise InvalidSkillFiles(f"invalid skill_md: {exc}", field="skill_md") from None
         toml_text = _manifest_toml(manifest)
         if quota is not None:
             size = len(toml_text.encode()) + len(skill_md.encode()) + sum(len(f.content) for f in files)
@@ -680,26 +675,26 @@ class DirectoryRegistry:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     _write_file(target, f.content)
                 except (FileExistsError, NotADirectoryError, IsADirectoryError):
-                    raise InvalidSkill(
+                    raise InvalidSkillFiles(
                         f"{f.path!r} clashes with another file's folder", field=f"files[{i}].path"
                     ) from None
                 except OSError as exc:
                     if exc.errno not in _PATH_ERRNOS:
                         raise
-                    raise InvalidSkill(
+                    raise InvalidSkillFiles(
                         f"files[{i}].path cannot be written: {exc.strerror}", field=f"files[{i}].path"
                     ) from None
             try:
                 load_skill(tmp)
             except SkillProblems as exc:
-                raise InvalidSkill(f"invalid skill: {exc}", field="manifest", problems=exc.problems) from None
+                raise InvalidSkillFiles(f"invalid skill: {exc}", field="manifest", problems=exc.problems) from None
             return self._publish(tmp, key, quota)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
 
     def _publish(self, tmp: Path, key: SkillKey, quota: SkillQuota | None) -> Skill:
-        """Make the validated folder `tmp` the created skill `key`, or raise SkillExists
+        """Make the validated folder `tmp` the created skill `key`, or raise SkillAlreadyExists
         when that name and version exist (created meanwhile by another process too)."""
         owner, name, version = key
         assert owner is not None
@@ -710,14 +705,14 @@ class DirectoryRegistry:
             if quota is not None:
                 self._check_quota(owner, quota, 0)
             if key in self._index:
-                raise SkillExists(f"skill {name} {version} already exists", field="manifest")
+                raise SkillAlreadyExists(f"skill {name} {version} already exists", field="manifest")
             fsync_tree(tmp)
             try:
                 # Atomic, and refused when another process got there first.
                 os.rename(tmp, dest)
             except OSError as exc:
                 if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
-                    raise SkillExists(f"skill {name} {version} already exists", field="manifest") from None
+                    raise SkillAlreadyExists(f"skill {name} {version} already exists", field="manifest") from None
                 raise
             fsync_dir(dest.parent)
             skill = dataclasses.replace(load_skill(dest), owner=owner)
@@ -730,7 +725,7 @@ class DirectoryRegistry:
         """Copy a skill folder (an Agent Skill or one with a skill.toml) into `into`, one
         of the operator's skills folders: validated first, copied to a staging folder
         there, then renamed into place. Raises SkillProblems when it is invalid,
-        SkillExists when it is there already."""
+        SkillAlreadyExists when it is there already."""
         source = Path(source)
         if not source.is_dir():
             raise SkillProblems([f"{source} is not a folder"])
@@ -756,7 +751,7 @@ class DirectoryRegistry:
             dest.parent.mkdir(parents=True, exist_ok=True)
             with self._lock:
                 if (None, copied.name, copied.version) in self._index or dest.exists():
-                    raise SkillExists(f"skill {copied.name} {copied.version} already exists", field="path")
+                    raise SkillAlreadyExists(f"skill {copied.name} {copied.version} already exists", field="path")
                 os.rename(tmp, dest)
                 fsync_dir(dest.parent)
                 self._reload_locked()
@@ -815,9 +810,9 @@ def _manifest_toml(manifest: dict[str, Any]) -> str:
         text = tomlwriter.dumps(manifest)
         same = tomli.loads(text) == manifest
     except (ValueError, tomli.TOMLDecodeError) as exc:
-        raise InvalidSkill(f"manifest cannot be written as TOML: {exc}", field="manifest") from None
+        raise InvalidSkillFiles(f"manifest cannot be written as TOML: {exc}", field="manifest") from None
     if not same:
-        raise InvalidSkill("manifest cannot be written as TOML faithfully", field="manifest")
+        raise InvalidSkillFiles("manifest cannot be written as TOML faithfully", field="manifest")
     return text
 
 
