@@ -34,6 +34,7 @@ BUNDLE_PREFIX = "skills/"  # a created skill's bundle, by its sha256 (database/s
 # from checking that no row names the object until it is deleted.
 OBJECT_LOCK_CLASS = 0x776F
 SWEEP_EVERY_S = 600.0
+SWEEP_BATCH = 500  # object names checked against the rows in one query
 _BLOB_OBJECT = re.compile(r"blobs/([0-9a-f]{32})", re.ASCII)  # database/blobs.py SharedBlobStore._object
 _BUNDLE_OBJECT = re.compile(r"skills/([0-9a-f]{64})", re.ASCII)
 
@@ -52,6 +53,19 @@ def _row_query(name: str) -> tuple[str, tuple[str]] | None:
     return None
 
 
+def _named(database: Database, names: list[str]) -> set[str]:
+    """Those of `names` (all under one prefix) that a committed row names: one query for a batch."""
+    with database.connection() as conn:
+        if names[0].startswith(BLOB_PREFIX):
+            ids = ["blob:" + name[len(BLOB_PREFIX):] for name in names]
+            rows = conn.execute("SELECT blob_id FROM wasmrun_blobs WHERE blob_id = ANY(%s)", (ids,)).fetchall()
+            return {BLOB_PREFIX + str(r[0])[5:] for r in rows}
+        rows = conn.execute(
+            "SELECT DISTINCT bundle_object FROM wasmrun_skills WHERE bundle_object = ANY(%s)", (names,)
+        ).fetchall()
+        return {str(r[0]) for r in rows}
+
+
 def sweep_orphans(
     database: Database, objects: ObjectStore, older_than_s: float = STALE_WRITE_S, now: float | None = None
 ) -> int:
@@ -60,22 +74,33 @@ def sweep_orphans(
     cutoff = datetime.fromtimestamp((time.time() if now is None else now) - older_than_s, UTC)
     removed = 0
     for prefix in (BLOB_PREFIX, BUNDLE_PREFIX):
-        for name, written in objects.listing(prefix):
-            query = _row_query(name)
-            if query is None or written >= cutoff:
-                continue
-            with database.transaction() as conn:
-                locked = conn.execute(
-                    "SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))", (OBJECT_LOCK_CLASS, name)
-                ).fetchone()
-                if not (locked and locked[0]):
-                    continue  # a writer holds it: its row is on its way
-                if conn.execute(*query).fetchone() is not None:
-                    continue
-                objects.delete(name)
-                removed += 1
+        batch: list[str] = []
+        for name, written in [*objects.listing(prefix), ("", cutoff)]:  # the sentinel ends the last batch
+            if name and written < cutoff and _row_query(name) is not None:
+                batch.append(name)
+            if batch and (len(batch) >= SWEEP_BATCH or not name):
+                removed += _delete_unnamed(database, objects, sorted(set(batch) - _named(database, batch)))
+                batch = []
     if removed:
         logger.info("removed %d objects no row names (left by interrupted writes)", removed)
+    return removed
+
+
+def _delete_unnamed(database: Database, objects: ObjectStore, names: list[str]) -> int:
+    """Delete each of `names` that still has no row, under its object lock (skipped
+    when a writer holds the lock: its row is on its way)."""
+    removed = 0
+    for name in names:
+        query = _row_query(name)
+        assert query is not None
+        with database.transaction() as conn:
+            locked = conn.execute(
+                "SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))", (OBJECT_LOCK_CLASS, name)
+            ).fetchone()
+            if not (locked and locked[0]) or conn.execute(*query).fetchone() is not None:
+                continue
+            objects.delete(name)
+            removed += 1
     return removed
 
 

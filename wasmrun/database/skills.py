@@ -70,6 +70,12 @@ def _json(value: Any) -> str:
     return msgspec.json.encode(value).decode("utf-8")
 
 
+def _listed_frontmatter(frontmatter: dict[str, Any]) -> str:
+    """The frontmatter a listing reads (its text entries, e.g. `name`, `short_description`),
+    as JSON: a YAML date or number would come back from JSON as another type."""
+    return _json({k: v for k, v in frontmatter.items() if isinstance(k, str) and isinstance(v, str)})
+
+
 def _could_exist(name: str, version: str | None) -> bool:
     """Whether a created skill could have this name and version (else no query is
     sent: a NUL, a lone surrogate or 5,000 characters never reach the database)."""
@@ -135,7 +141,9 @@ class PgSkillRegistry(DirectoryRegistry):
     def _created_page(
         self, owner: str, namespace: str | None, after: ListingPosition | None, limit: int
     ) -> list[SkillSummary]:
-        where = [f"owner = %s AND {self._visible_sql()}"]
+        # A row without its listing columns (stored by a wasmrun older than schema 5 since
+        # this server started) is listed once a start has filled them (_fill_listing_columns).
+        where = [f"owner = %s AND {self._visible_sql()} AND manifest IS NOT NULL"]
         params: list[Any] = [owner, sorted(self._operator_names)]
         if namespace:
             where.append("(namespace = %s OR starts_with(namespace, %s))")
@@ -176,7 +184,7 @@ class PgSkillRegistry(DirectoryRegistry):
             sql += " AND version = %s"
             params.append(version)
         with self.database.connection() as conn:
-            row = conn.execute(sql + " ORDER BY version_order DESC LIMIT 1", params).fetchone()
+            row = conn.execute(sql + " ORDER BY version_order DESC NULLS LAST LIMIT 1", params).fetchone()
         return None if row is None else self._materialised(*row)
 
     def versions(self, name: str, owner: str | None = None) -> list[str]:
@@ -186,7 +194,8 @@ class PgSkillRegistry(DirectoryRegistry):
             return super().versions(name, None)
         with self.database.connection() as conn:
             rows = conn.execute(
-                "SELECT version FROM wasmrun_skills WHERE owner = %s AND name = %s ORDER BY version_order DESC",
+                "SELECT version FROM wasmrun_skills WHERE owner = %s AND name = %s"
+                " ORDER BY version_order DESC NULLS LAST",
                 (owner, name),
             ).fetchall()
         return [str(r[0]) for r in rows]
@@ -195,8 +204,7 @@ class PgSkillRegistry(DirectoryRegistry):
         operator = super().every_skill()
         with self.database.connection() as conn:
             rows = conn.execute(
-                "SELECT owner, manifest, frontmatter FROM wasmrun_skills ORDER BY owner, namespace, name,"
-                " version_order DESC"
+                "SELECT owner, manifest, frontmatter FROM wasmrun_skills WHERE manifest IS NOT NULL"
             ).fetchall()
         created = [
             SkillSummary(validate_manifest(msgspec.json.decode(m)), msgspec.json.decode(f), owner=str(o))
@@ -292,7 +300,7 @@ class PgSkillRegistry(DirectoryRegistry):
                     (
                         owner, name, version, skill.manifest.effective_namespace, sha256, size,
                         None if location is not None else bundle, location, version_order(version),
-                        _json(skill.raw_manifest), _json(skill.frontmatter),
+                        _json(skill.raw_manifest), _listed_frontmatter(skill.frontmatter),
                     ),
                 )
         except psycopg.errors.UniqueViolation:
@@ -322,7 +330,7 @@ class PgSkillRegistry(DirectoryRegistry):
                     conn.execute(
                         "UPDATE wasmrun_skills SET version_order = %s, manifest = %s, frontmatter = %s"
                         " WHERE owner = %s AND name = %s AND version = %s",
-                        (version_order(version), _json(skill.raw_manifest), _json(skill.frontmatter),
+                        (version_order(version), _json(skill.raw_manifest), _listed_frontmatter(skill.frontmatter),
                          owner, name, version),
                     )
         except (psycopg.Error, DatabaseError) as exc:
