@@ -186,6 +186,13 @@ def test_the_sweep_covers_every_method() -> None:
 def test_hostile_value_is_a_client_error(
     hostile_client: TestClient, blob_id: str, method: str, path: tuple[Any, ...], value: bytes
 ) -> None:
+    check_hostile_value(hostile_client, blob_id, method, path, value)
+
+
+def check_hostile_value(
+    hostile_client: TestClient, blob_id: str, method: str, path: tuple[Any, ...], value: bytes
+) -> None:
+    """The answer to `method` with `value` at `path` is a client error or a result, never -32603."""
     params = put(baseline(method, blob_id), path, MARK)
     template = json.dumps({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}).encode()
     body = template.replace(MARK_JSON, value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -285,3 +286,26 @@ def test_arguments_nested_deeper_than_rpc_allows_are_refused(server: LiveServer)
             '{"language":"python","code":"def main(a):\\n    return 1","args":{"x":' + deep + '}}}}')
     answer = _raw_call(server, body)
     assert answer["result"]["isError"] and "nest deeper" in answer["result"]["content"][0]["text"]
+
+
+def test_the_sdk_loads_on_the_first_mcp_request_only(tmp_path: Path) -> None:
+    """A server whose clients never use /mcp does not import the MCP SDK (~34 MB);
+    the first /mcp request loads it and is served, and shutdown stops its sessions."""
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from starlette.testclient import TestClient\n"
+        "from wasmrun.server import create_app\n"
+        "from wasmrun.settings import Settings\n"
+        f"app = create_app(Settings(data_dir=Path({str(tmp_path / 'data')!r}), workers=1))\n"
+        "with TestClient(app, base_url='http://localhost') as client:\n"
+        "    assert client.post('/rpc', json={'jsonrpc': '2.0', 'id': 1, 'method': 'list_skills'}).status_code == 200\n"
+        "    before = 'mcp' in sys.modules\n"
+        "    init = {'jsonrpc': '2.0', 'id': 1, 'method': 'initialize', 'params': {'protocolVersion': '2025-06-18',\n"
+        "            'capabilities': {}, 'clientInfo': {'name': 't', 'version': '1'}}}\n"
+        "    answer = client.post('/mcp', json=init, headers={'accept': 'application/json, text/event-stream'})\n"
+        "    print(before, 'mcp' in sys.modules, answer.status_code, answer.json()['result']['serverInfo']['name'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=wasmrun_env())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "200", "wasmrun"]

@@ -514,6 +514,49 @@ def test_secret_in_the_url_query_is_substituted(call: Caller, web: LocalServer) 
     assert got["output"] == ["/echo?key=wasmrun-secret:DEMO_TOKEN", "/echo?q=a+b&key=wasmrun-secret:DEMO_TOKEN"]
 
 
+def test_secret_in_a_request_body_is_substituted(call: Caller, web: LocalServer, secure: LocalServer) -> None:
+    code = (
+        "import urllib.parse\n"
+        "from runtime import http\n"
+        "def main(args):\n"
+        "    url = args['url']\n"
+        "    http.post(url + '/echo', json={'api_key': 'wasmrun-secret:DEMO_TOKEN', 'n': 1})\n"
+        "    form = urllib.parse.urlencode({'key': 'wasmrun-secret:DEMO_TOKEN'})\n"
+        "    http.post(url + '/echo', body=form, headers={'Content-Type': 'application/x-www-form-urlencoded'})\n"
+        "    r = http.post(url + '/echo', body=b'token=wasmrun-secret:DEMO_TOKEN',\n"
+        "                  headers={'Content-Type': 'text/plain'})\n"
+        "    return r.json()['body']\n"
+    )
+    write_skill(call.skills_dir, "net.body", code=code, permissions={"network": [web.url], "secrets": ["DEMO_TOKEN"]})
+    with call.with_policy(network_policy(web, web, "")) as rpc:
+        got = rpc("execute_skill", {"name": "net.body", "args": {"url": web.url}})
+    assert got["status"] == "completed", got
+    assert json.loads(web.seen[0].body) == {"api_key": "s3cret", "n": 1}
+    assert web.seen[1].body == b"key=s3cret"
+    assert web.seen[2].body == b"token=s3cret"
+    assert got["output"] == "token=wasmrun-secret:DEMO_TOKEN"  # the echo came back redacted
+
+
+def test_a_secret_in_a_body_does_not_follow_a_redirect_to_another_origin(
+    call: Caller, web: LocalServer, secure: LocalServer
+) -> None:
+    code = (
+        "from runtime import http\n"
+        "def main(args):\n"
+        "    r = http.post(args['url'], json={'api_key': 'wasmrun-secret:DEMO_TOKEN'})\n"
+        "    return [r.status, r.json()['body']]\n"
+    )
+    write_skill(call.skills_dir, "net.bodyhop", code=code,
+                permissions={"network": [web.url, secure.url], "secrets": ["DEMO_TOKEN"]})
+    with call.with_policy(network_policy(web, secure, call.settings.egress.network.ca_file or "")) as rpc:
+        same = rpc("execute_skill", {"name": "net.bodyhop", "args": {"url": f"{web.url}/redirect?status=307&to=/echo"}})
+        assert same["output"] == [200, '{"api_key": "wasmrun-secret:DEMO_TOKEN"}'], same  # same origin: sent again
+        other = f"{web.url}/redirect?status=307&to={secure.url}/echo"
+        got = rpc("execute_skill", {"name": "net.bodyhop", "args": {"url": other}})
+        assert "only sent to the origin it was written for" in refused(got)
+    assert secure.seen == []
+
+
 def test_env_mode_secret_is_redacted_in_what_the_run_returns(call: Caller) -> None:
     got = call("execute_skill", {"name": "net.legacy"})
     assert got["output"] == ["wasmrun-secret:OTHER_TOKEN", True]  # the guest had the value itself

@@ -33,7 +33,6 @@ import msgspec
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
-from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from wasmrun.protocol.errors import RPCError, Unauthorized
@@ -192,17 +191,17 @@ def _version() -> str:
         return "0"
 
 
-def http_route(
+def http_app(
     dispatcher: Dispatcher,
     *,
     authenticate: Callable[[str | None], Caller | None],
     unauthorized: Callable[[], ASGIApp],
     max_body_bytes: int,
     with_create_skill: bool = False,
-) -> tuple[Route, Callable[[], AbstractAsyncContextManager[None]]]:
-    """`/mcp` (streamable HTTP), to be served by the wire app beside /rpc so that the
-    same middleware (the Host/Origin guard) applies, and the lifespan that runs its
-    session manager.
+) -> tuple[ASGIApp, Callable[[], AbstractAsyncContextManager[None]]]:
+    """The ASGI app of `/mcp` (streamable HTTP), to be served by the wire app beside
+    /rpc so that the same middleware (the Host/Origin guard) applies, and the lifespan
+    that runs its session manager.
 
     Every HTTP request is authenticated like /rpc's (`authenticate` takes the
     Authorization header): one without a valid key is answered `unauthorized()` before
@@ -225,8 +224,7 @@ def http_route(
         session_idle_timeout=MCP_SESSION_IDLE_S,
         max_sessions=MCP_MAX_SESSIONS,
     )
-    endpoint = _Authenticated(StreamableHTTPASGIApp(manager), authenticate, unauthorized)
-    return Route("/mcp", endpoint=endpoint), manager.run
+    return _Authenticated(StreamableHTTPASGIApp(manager), authenticate, unauthorized), manager.run
 
 
 class _Authenticated:

@@ -6,14 +6,17 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp
 
 from wasmrun.blobs.store import BlobStore, FileBlobStore
 from wasmrun.observe.audit import AuditLog
@@ -32,6 +35,7 @@ from wasmrun.tenants.store import TenantDirectory, TenantEditor, TenantStore
 from wasmrun.wire.app import create_app as create_wire_app
 from wasmrun.wire.app import unauthorized
 from wasmrun.wire.guard import RequestGuard, is_loopback
+from wasmrun.wire.lazy import LazyEndpoint
 from wasmrun.wire.tools_route import tools_route
 
 if TYPE_CHECKING:
@@ -157,17 +161,22 @@ def create_app(
     dispatcher = Dispatcher(context, Observers(metrics, *([audit] if audit is not None else [])), require_caller=True)
     routes: list[BaseRoute] = [tools_route()]
     lifespans = []
-    try:
-        from wasmrun.mcp_server import http_route
-    except ImportError:
+    if importlib.util.find_spec("mcp") is None:
         logging.getLogger("wasmrun").info("no MCP at /mcp: the mcp SDK is not installed (wasmrun[mcp])")
     else:
-        route, lifespan = http_route(
-            dispatcher, authenticate=tenants.authenticate, unauthorized=unauthorized,
-            max_body_bytes=settings.max_body_bytes, with_create_skill=mcp_with_create_skill,
-        )
-        routes.append(route)
-        lifespans.append(lifespan)
+
+        def build_mcp() -> tuple[ASGIApp, Callable[[], AbstractAsyncContextManager[None]]]:
+            from wasmrun.mcp_server import http_app
+
+            return http_app(
+                dispatcher, authenticate=tenants.authenticate, unauthorized=unauthorized,
+                max_body_bytes=settings.max_body_bytes, with_create_skill=mcp_with_create_skill,
+            )
+
+        # The SDK is imported on the first /mcp request, not at start (see wire/lazy.py).
+        mcp = LazyEndpoint(build_mcp)
+        routes.append(Route("/mcp", endpoint=mcp))
+        lifespans.append(mcp.lifespan)
     return create_wire_app(
         dispatcher,
         max_body_bytes=settings.max_body_bytes,

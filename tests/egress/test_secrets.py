@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from wasmrun.egress.secrets import Redactor, UnknownSecret, substitute, substitute_header
+from wasmrun.egress.secrets import Redactor, UnknownSecret, substitute, substitute_body, substitute_header
 
 SECRETS = {"API_KEY": 'k3y"with\\quotes/é', "TOKEN": "tok-123456"}
 
@@ -27,6 +27,25 @@ def test_substitute_inside_basic_credentials() -> None:
     assert substitute_header("Bearer wasmrun-secret:TOKEN", SECRETS) == "Bearer tok-123456"
     with pytest.raises(UnknownSecret):
         substitute_header("Basic " + base64.b64encode(b"u:wasmrun-secret:OTHER").decode(), SECRETS)
+
+
+def test_substitute_in_bodies_as_their_type_needs() -> None:
+    import json
+
+    body = json.dumps({"key": "wasmrun-secret:API_KEY", "n": 1}).encode()
+    sent = substitute_body(body, "application/json; charset=utf-8", SECRETS)
+    assert json.loads(sent) == {"key": SECRETS["API_KEY"], "n": 1}  # still valid JSON: escaped
+    assert json.loads(substitute_body(body, "application/vnd.api+json", SECRETS))["key"] == SECRETS["API_KEY"]
+    form = b"a=1&key=wasmrun-secret%3AAPI_KEY&t=wasmrun-secret:TOKEN"
+    assert substitute_body(form, "application/x-www-form-urlencoded", SECRETS) == (
+        b"a=1&key=k3y%22with%5Cquotes%2F%C3%A9&t=tok-123456"
+    )
+    assert substitute_body(b"token wasmrun-secret:TOKEN\n", "text/plain", SECRETS) == b"token tok-123456\n"
+    assert substitute_body(b"wasmrun-secret:TOKEN", None, SECRETS) == b"tok-123456"
+    raw = bytes(range(256)) * 4  # no placeholder: the very same bytes
+    assert substitute_body(raw, "application/octet-stream", SECRETS) is raw
+    with pytest.raises(UnknownSecret):
+        substitute_body(b'{"k": "wasmrun-secret:NOT_GRANTED"}', "application/json", SECRETS)
 
 
 def test_redactor_replaces_every_form() -> None:

@@ -39,7 +39,15 @@ from urllib3.util.ssl_match_hostname import CertificateError
 from wasmrun.egress import addresses
 from wasmrun.egress.patterns import Target, UrlError, parse_url
 from wasmrun.egress.policy import NetworkGrant
-from wasmrun.egress.secrets import PREFIX, Redactor, UnknownSecret, substitute, substitute_header
+from wasmrun.egress.secrets import (
+    PREFIX,
+    Redactor,
+    UnknownSecret,
+    has_placeholder,
+    substitute,
+    substitute_body,
+    substitute_header,
+)
 
 NOT_ALLOWED = "NetworkNotAllowed"
 LIMIT = "NetworkLimitExceeded"
@@ -171,6 +179,10 @@ class EgressSession:
             if origin is not None and target.origin != origin:
                 # Credentials are for the origin they were written for.
                 headers = [(k, v) for k, v in headers if k.lower() not in _CROSS_ORIGIN_DROPPED and PREFIX not in v]
+                if send_body is not None and has_placeholder(send_body):
+                    # A 307/308 sends the body again: a secret in it stays with its origin.
+                    raise Refused(NOT_ALLOWED, f"redirect to {target.host_header}: the request body holds a"
+                                  " secret placeholder, which is only sent to the origin it was written for")
             origin = target.origin
             reply = self._send(target, method, headers, send_body, stop, deadline)
             location = dict((k.lower(), v) for k, v in reply.headers).get("location")
@@ -255,6 +267,8 @@ class EgressSession:
                 raise Refused(FAILED, "a secret's value cannot be sent in a header (it contains a line break)")
             wire_target = target.path + ("?" + substitute(target.query, grant.host_secrets, url_query=True)
                                          if target.query else "")
+            content_type = next((v for k, v in headers if k.lower() == "content-type"), None)
+            wire_body = substitute_body(body, content_type, grant.host_secrets) if body is not None else None
         except UnknownSecret as exc:
             raise Refused(NOT_ALLOWED, f"secret {exc.name} is not granted to {grant.subject} in host mode") from None
         candidates = self._connect_addresses(target, stop, deadline)
@@ -262,7 +276,7 @@ class EgressSession:
         out_headers = {"Host": target.host_header}
         for k, v in wire_headers:
             out_headers[k] = f"{out_headers[k]}, {v}" if k in out_headers else v
-        exchange = (target, method, wire_target, out_headers, body, stop, deadline)
+        exchange = (target, method, wire_target, out_headers, wire_body, stop, deadline)
         conn = self._idle_connection(target, candidates)
         if conn is not None:
             try:

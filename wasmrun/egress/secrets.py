@@ -1,7 +1,7 @@
 """Host-held secrets: the guest sees `wasmrun-secret:NAME`; the value stays on the host.
 
-The host puts the value into an outgoing request (a header, or the URL's
-query) only once the request has passed the run's network check, and
+The host puts the value into an outgoing request (a header, the URL's query
+or the body) only once the request has passed the run's network check, and
 replaces it by its placeholder in anything coming back: a reply the server
 echoes, and everything the run returns (output, logs, error messages).
 """
@@ -19,6 +19,7 @@ from urllib.parse import quote
 PREFIX = "wasmrun-secret:"
 PLACEHOLDER = re.compile(r"wasmrun-secret:([A-Za-z_][A-Za-z0-9_]*)")
 _ENCODED_PREFIX = re.compile(r"wasmrun-secret%3a(?=[A-Za-z_])", re.IGNORECASE)
+_BODY_PLACEHOLDER = re.compile(rb"wasmrun-secret(?::|%3[aA])([A-Za-z_][A-Za-z0-9_]*)")
 # Shorter values are too likely to occur by chance to be replaced in output.
 MIN_REDACTED_LENGTH = 4
 
@@ -61,6 +62,34 @@ def substitute_header(value: str, secrets: Mapping[str, str]) -> str:
             return f"{scheme} " + base64.b64encode(substitute(decoded, secrets).encode("utf-8")).decode("ascii")
         return value
     return substitute(value, secrets)
+
+
+def has_placeholder(body: bytes) -> bool:
+    return _BODY_PLACEHOLDER.search(body) is not None
+
+
+def substitute_body(body: bytes, content_type: str | None, secrets: Mapping[str, str]) -> bytes:
+    """A request body with its placeholders replaced, written as the body's type needs:
+    JSON-escaped in JSON (the placeholder sits in a string literal), percent-encoded in
+    a form (also found as `wasmrun-secret%3ANAME`, as urlencode writes it), as UTF-8
+    text in anything else."""
+    if not has_placeholder(body):
+        return body
+    media = (content_type or "").partition(";")[0].strip().lower()
+    form = media == "application/x-www-form-urlencoded"
+    json_text = media == "application/json" or media.endswith("+json")
+
+    def value(match: re.Match[bytes]) -> bytes:
+        name = match.group(1).decode("ascii")
+        if name not in secrets:
+            raise UnknownSecret(name)
+        if form:
+            return quote(secrets[name], safe="").encode("ascii")
+        if json_text:
+            return json.dumps(secrets[name])[1:-1].encode("ascii")
+        return secrets[name].encode("utf-8", "surrogatepass")
+
+    return _BODY_PLACEHOLDER.sub(value, body)
 
 
 def _forms(value: str) -> list[str]:

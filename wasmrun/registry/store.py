@@ -29,6 +29,7 @@ import errno
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -73,6 +74,8 @@ AGENT_SKILLS_DIR = "agent-skills"  # in the writable folder, for `wasmrun skills
 MAX_PATH_CHARS = 1024
 MAX_PATH_SEGMENTS = 32
 MAX_SEGMENT_BYTES = 255
+# skill.toml and SKILL.md are read whole into memory at load time: far above any real one.
+MAX_DESCRIPTOR_BYTES = 1024 * 1024
 
 logger = logging.getLogger("wasmrun.registry")
 # OS refusals caused by a name a client chose, not by the server's disk.
@@ -296,11 +299,14 @@ def load_skill(root: Path) -> Skill:
     raw: dict[str, Any] = {}
     manifest: Manifest | None = None
     try:
-        with open(root / MANIFEST_FILE, "rb") as f:
-            raw = tomli.load(f)
+        raw = tomli.loads(read_regular(root / MANIFEST_FILE, MAX_DESCRIPTOR_BYTES).decode("utf-8"))
         manifest = validate_manifest(raw)
     except FileNotFoundError:
         problems.append(f"{MANIFEST_FILE} is missing")
+    except UnicodeDecodeError:
+        problems.append(f"{MANIFEST_FILE} is not UTF-8")
+    except FileTooLarge as exc:
+        problems.append(f"{MANIFEST_FILE} is too large ({exc})")
     except tomli.TOMLDecodeError as exc:
         problems.append(f"{MANIFEST_FILE} is not valid TOML: {exc}")
     except RecursionError:  # tomli refuses inline tables/arrays nested 400 deep this way
@@ -311,11 +317,13 @@ def load_skill(root: Path) -> Skill:
         problems.append(f"{MANIFEST_FILE} cannot be read: {exc.strerror}")
     meta: dict[str, Any] = {}
     try:
-        meta = parse_frontmatter((root / DOC_FILE).read_text(encoding="utf-8"))
+        meta = parse_frontmatter(read_doc(root))
     except FileNotFoundError:
         problems.append(f"{DOC_FILE} is missing")
     except UnicodeDecodeError:
         problems.append(f"{DOC_FILE} is not UTF-8")
+    except FileTooLarge as exc:
+        problems.append(f"{DOC_FILE} is too large ({exc})")
     except ValueError as exc:  # FrontmatterError
         problems.append(f"{DOC_FILE}: {exc}")
     except OSError as exc:
@@ -331,13 +339,20 @@ def load_skill(root: Path) -> Skill:
     return Skill(manifest=manifest, raw_manifest=raw, frontmatter=meta, root=root)
 
 
+def read_doc(root: Path) -> str:
+    return read_regular(root / DOC_FILE, MAX_DESCRIPTOR_BYTES).decode("utf-8")
+
+
 def load_agent_skill(root: Path) -> Skill:
     """An Agent Skills folder (SKILL.md with YAML frontmatter, no skill.toml)."""
     try:
-        text = (root / DOC_FILE).read_text(encoding="utf-8")
-        meta = parse_frontmatter(text)
+        meta = parse_frontmatter(read_doc(root))
     except UnicodeDecodeError:
         raise SkillProblems([f"{DOC_FILE} is not UTF-8"]) from None
+    except FileTooLarge as exc:
+        raise SkillProblems([f"{DOC_FILE} is too large ({exc})"]) from None
+    except OSError as exc:
+        raise SkillProblems([f"{DOC_FILE} cannot be read: {exc.strerror}"]) from None
     except ValueError as exc:
         raise SkillProblems([f"{DOC_FILE}: {exc}"]) from None
     if not meta:
@@ -428,6 +443,40 @@ def _inside(root: Path, path: Path) -> bool:
         return path.resolve().is_relative_to(root.resolve())
     except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
         return False
+
+
+class NotRegularFile(OSError):
+    """A FIFO, socket or device where a file was expected: opening it for real could block forever."""
+
+
+def read_regular(path: Path, max_bytes: int) -> bytes:
+    """Read a regular file, refusing anything else without blocking.
+
+    An operator's skill folder may hold a FIFO (or a device) under a file's name;
+    a plain open() of a FIFO blocks until a writer appears, which would hang the
+    registry's reload or a request. O_NONBLOCK makes the open return at once and
+    the fstat decides. Raises FileTooLarge past `max_bytes`.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularFile(errno.EINVAL, "not a regular file")
+        if info.st_size > max_bytes:
+            raise FileTooLarge(info.st_size, max_bytes)
+        data = f.read(max_bytes + 1)
+        if len(data) > max_bytes:  # grew since the fstat
+            raise FileTooLarge(len(data), max_bytes)
+        return data
+
+
+class FileTooLarge(Exception):
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"{size} bytes, above the {limit}-byte limit")
+        self.size = size
+        self.limit = limit
 
 
 def _is_file(path: Path) -> bool:
@@ -599,14 +648,13 @@ class DirectoryRegistry:
         if not _inside(skill.root, target):
             raise UnsafeSkillPath(f"path {path!r} leads outside the skill's folder", field="path")
         try:
-            with open(target.resolve(), "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size > max_bytes:
-                    raise SkillFileTooLarge(
-                        f"{path!r} is {size} bytes, above the {max_bytes}-byte read limit",
-                        field="path",
-                    )
-                return f.read(max_bytes + 1)[:max_bytes]
+            return read_regular(target.resolve(), max_bytes)
+        except FileTooLarge as exc:
+            raise SkillFileTooLarge(
+                f"{path!r} is {exc.size} bytes, above the {max_bytes}-byte read limit", field="path"
+            ) from None
+        except NotRegularFile:
+            raise SkillFileMissing(f"{path!r} is not a regular file", field="path") from None
         except (FileNotFoundError, NotADirectoryError):
             raise SkillFileMissing(
                 f"skill {skill.name} {skill.version} has no file {path!r}", field="path"

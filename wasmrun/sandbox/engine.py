@@ -10,6 +10,7 @@ into a new Store with its own WASI context, limits and workspace, calls
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -240,18 +241,30 @@ class SandboxEngine:
 
     def _wasi(
         self, request: RunRequest, workspace: Workspace, bytecode: dict[str, Path], bytecode_writable: bool
-    ) -> wasmtime.WasiConfig:
+    ) -> tuple[wasmtime.WasiConfig, frozenset[int]]:
+        """The run's WASI config, and the fds of its preopens that cannot hold a
+        FIFO or device (every one but the skills': ours, or made through WASI,
+        which cannot make them), whose opens the path_open guard need not check."""
         wasi = wasmtime.WasiConfig()
+        plain: set[int] = set()
+        fds = itertools.count(3)  # WASI numbers preopens from fd 3 in the order they are given
+
+        def preopen(host: str, guest: str, *, mutable: bool, may_hold_specials: bool = False) -> None:
+            fd = next(fds)
+            if not may_hold_specials:
+                plain.add(fd)
+            wasi.preopen_dir(host, guest, fs_mutable=mutable)
+
         # Order matters only for fd numbers; the guest re-scans preopens every run.
-        wasi.preopen_dir(str(self.guest.lib_dir), guest_build.GUEST_LIB, fs_mutable=False)
+        preopen(str(self.guest.lib_dir), guest_build.GUEST_LIB, mutable=False)
         for skill in request.skills:
-            wasi.preopen_dir(skill.root, f"{SKILLS_ROOT}/{skill.name}", fs_mutable=False)
+            preopen(skill.root, f"{SKILLS_ROOT}/{skill.name}", mutable=False, may_hold_specials=True)
         for name, folder in bytecode.items():
-            wasi.preopen_dir(str(folder), bytecode_guest_dir(name), fs_mutable=bytecode_writable)
-        wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
-        wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
+            preopen(str(folder), bytecode_guest_dir(name), mutable=bytecode_writable)
+        preopen(str(workspace.path), WORKSPACE, mutable=True)
+        preopen(str(workspace.tmp), TMP, mutable=True)
         if request.input_blobs:  # each preopen costs every run a little
-            wasi.preopen_dir(str(workspace.blobs), BLOBS, fs_mutable=False)
+            preopen(str(workspace.blobs), BLOBS, mutable=False)
         # Last, so the others keep their fd numbers; see guestroot.py.
         mount_points = (
             guest_build.GUEST_LIB,
@@ -262,10 +275,10 @@ class SandboxEngine:
             TMP,
             *((BLOBS,) if request.input_blobs else ()),
         )
-        wasi.preopen_dir(str(self._roots.for_mounts(mount_points)), "/", fs_mutable=False)
+        preopen(str(self._roots.for_mounts(mount_points)), "/", mutable=False)
         # No stdout/stderr here: the fd_write guard captures fds 1 and 2 itself
         # (wasmtime-py's custom-output callbacks also panic at interpreter exit).
-        return wasi
+        return wasi, frozenset(plain)
 
     def _place_input_blobs(self, blob_ids: list[str], folder: Path, owner: str) -> None:
         """Each input blob of `owner` as `folder/<blob id>`: a hard link to the
@@ -422,7 +435,8 @@ class SandboxEngine:
             store.set_limits(memory_size=limits.memory_bytes)
             store.set_fuel(limits.fuel)
             store.set_epoch_deadline(max(1, math.ceil(limits.timeout_ms / 1000 / EPOCH_TICK_S)))
-            store.set_wasi(self._wasi(request, workspace, bytecode or {}, bytecode_writable))
+            wasi, ctx.plain_fds = self._wasi(request, workspace, bytecode or {}, bytecode_writable)
+            store.set_wasi(wasi)
             io = self._io
             request_len = -1  # too large for the buffer: the guest asks by host call
             if len(ctx.request_bytes) <= io.io_capacity:

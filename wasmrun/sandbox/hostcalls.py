@@ -25,6 +25,7 @@ from wasmrun.egress.client import EgressSession, RunDeadline
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.capture import HeadTail, log_line
+from wasmrun.sandbox.fastcall import FastFunc
 from wasmrun.sandbox.limits import Limits
 
 if TYPE_CHECKING:
@@ -68,7 +69,9 @@ class RunContext:
         self.deadline = 0.0  # time.monotonic() when the run must stop
         self.workspace = workspace
         self.buffers = buffers
-        self.wasi_funcs: dict[str, wasmtime.Func] = {}  # the real WASI calls, per store
+        self.wasi_funcs: dict[str, FastFunc] = {}  # the real WASI calls, per store
+        # Preopen fds whose folders cannot hold a FIFO or device (see engine._wasi).
+        self.plain_fds: frozenset[int] = frozenset()
         self.egress = egress or EgressSession(None)
         self.http_reply: bytes | None = None  # the last request's reply, until the guest reads it
 

@@ -1,4 +1,4 @@
-"""WASI calls the host intercepts: the /workspace quota and sleeping past the deadline.
+"""WASI calls the host intercepts: the /workspace quota, sleeping past the deadline, blocking opens.
 
 wasmtime's WASI has no disk quota, and a guest blocked in `poll_oneoff`
 (`time.sleep`) is in host code where epoch interruption cannot reach it.
@@ -20,7 +20,8 @@ neither, and the read-only mounts refuse them (and links out of them).
 Each guard's own work is bounded whatever the guest passes: at most IOV_MAX
 buffers and MAX_SUBSCRIPTIONS subscriptions are looked at (more is EINVAL,
 without calling the real function), and stdout/stderr copy only the bytes
-the capture keeps.
+the capture keeps. path_open also refuses (EACCES) to open a FIFO, socket or
+device: the real open would block in host code.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from wasmtime._exportable import AsExtern
 from python_wasm.exports import func, func_imports
 from wasmrun.sandbox import errors, tree
 from wasmrun.sandbox.capture import HeadTail
+from wasmrun.sandbox.fastcall import FastFunc
 from wasmrun.sandbox.hostcalls import U32, current, guest_memory, read_guest, write_guest
 
 WASI = "wasi_snapshot_preview1"
@@ -46,6 +48,14 @@ EVENT_SIZE = 32
 EVENTTYPE_CLOCK = 0
 SUBCLOCK_ABSTIME = 1
 ERRNO_INVAL = 28  # WASI's EINVAL
+ERRNO_ACCES = 2  # WASI's EACCES
+FILESTAT_SIZE = 64
+FILESTAT_FILETYPE = 16  # offset of the u8 filetype in a filestat
+# What path_open may open. A FIFO, socket or device (only an operator's skill
+# folder can hold one: WASI cannot make them) would block the real open in
+# host code, out of the epoch's reach, until the pool gives up on the worker.
+REGULAR_FILE = 4
+OPENABLE_FILETYPES = frozenset({3, REGULAR_FILE, 7})  # directory, regular file, symbolic link
 IOV_MAX = 1024  # buffers in one write call, as in wasi-libc and Linux; more is EINVAL
 # Subscriptions one poll_oneoff may pass; more is EINVAL. Every one of them is
 # inspected for a clock, so this bounds the host's work per call (about 3 MiB).
@@ -239,6 +249,7 @@ class _Wrappers:
         self.real = wasmtime.Linker(engine)
         self.real.define_wasi()
         self.names = list(types)
+        self.types = types
         self.trampoline = wasmtime.Module(engine, _trampoline_wat(types))
 
     def _call(self, caller: wasmtime.Caller, name: str, *args: int) -> int:
@@ -249,7 +260,7 @@ class _Wrappers:
             imports: list[AsExtern] = [memory] + [self.real.get(caller, WASI, n) for n in self.names]
             instance = wasmtime.Instance(caller, self.trampoline, imports)
             exports = instance.exports(caller)
-            funcs.update((n, func(exports, n)) for n in self.names)
+            funcs.update((n, FastFunc(func(exports, n), self.types[n])) for n in self.names)
         return int(funcs[name](caller, *args))
 
     def fd_write(self, caller, fd, iovs, iovs_len, nwritten):  # type: ignore[no-untyped-def]
@@ -283,11 +294,35 @@ class _Wrappers:
         return self._call(caller, "fd_filestat_set_size", fd, size)
 
     def path_open(self, caller, fd, dirflags, path, path_len, oflags, base, inheriting, fdflags, out):  # type: ignore[no-untyped-def]
+        ctx = current()
         if oflags & O_CREAT:
-            current().workspace.charge(nfiles=1)
+            ctx.workspace.charge(nfiles=1)
+        if fd not in ctx.plain_fds and self._filetype(caller, fd, dirflags, path, path_len) not in OPENABLE_FILETYPES:
+            return ERRNO_ACCES
         return self._call(
             caller, "path_open", fd, dirflags, path, path_len, oflags, base, inheriting, fdflags, out
         )
+
+    def _filetype(self, caller: wasmtime.Caller, fd: int, dirflags: int, path: int, path_len: int) -> int:
+        """The WASI filetype of what `path` names (as path_open would follow it),
+        or a regular file's type when it cannot be stat-ed (the real call then
+        answers, e.g. creating the file or saying it does not exist)."""
+        memory_len = guest_memory(caller).data_len(caller)
+        path, path_len = path & U32, path_len & U32
+        # The filestat needs 64 bytes of guest memory: borrow the bytes beside
+        # the path and put them back (the guest is blocked in this call).
+        # (WASI wants it 8-byte aligned.)
+        after = (path + path_len + 7) & ~7
+        scratch = after if after + FILESTAT_SIZE <= memory_len else (path - FILESTAT_SIZE) & ~7
+        if scratch < 0 or path + path_len > memory_len:
+            return REGULAR_FILE
+        saved = read_guest(caller, scratch, FILESTAT_SIZE)
+        try:
+            if self._call(caller, "path_filestat_get", fd, dirflags, path, path_len, scratch) != 0:
+                return REGULAR_FILE
+            return read_guest(caller, scratch + FILESTAT_FILETYPE, 1)[0]
+        finally:
+            write_guest(caller, scratch, FILESTAT_SIZE, saved)
 
     def path_create_directory(self, caller, fd, path, path_len):  # type: ignore[no-untyped-def]
         current().workspace.charge(nfiles=1)
@@ -334,7 +369,7 @@ GUARDED = (
     "path_create_directory", "path_symlink", "path_link", "poll_oneoff",
 )
 # Real WASI calls the wrappers need but do not shadow.
-PASSED_THROUGH = ("clock_time_get",)
+PASSED_THROUGH = ("clock_time_get", "path_filestat_get")
 
 
 def define_guarded_wasi(engine: wasmtime.Engine, linker: wasmtime.Linker, module: wasmtime.Module) -> None:
