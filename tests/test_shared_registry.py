@@ -24,7 +24,6 @@ from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
 from wasmrun.database.blobs import SharedBlobStore
 from wasmrun.database.connection import Database
 from wasmrun.database.orphans import OBJECT_LOCK_CLASS, sweep_orphans
-from wasmrun.database.skills import PgSkillRegistry
 from wasmrun.registry.bundle import digest, pack
 from wasmrun.registry.manifest import SemVer
 from wasmrun.registry.store import version_order
@@ -243,9 +242,11 @@ def test_bundles_are_in_the_object_store_and_checked_when_materialised(
         c.stop()
 
 
-def test_rows_from_before_the_listing_columns_are_listed(tmp_path: Path, database_url: str) -> None:  # noqa: F811
+def test_rows_from_before_the_listing_columns_are_listed(
+    tmp_path: Path, shared: list[str], database_url: str  # noqa: F811
+) -> None:
     """A skill stored by an older wasmrun (bundle in its row, no listing columns) is
-    given them at start, then listed and run."""
+    given them at start, then listed and run; with --blob-store its bundle moves there."""
     database = Database(database_url)
     database.migrate()
     folder = tmp_path / "old"
@@ -272,11 +273,21 @@ def test_rows_from_before_the_listing_columns_are_listed(tmp_path: Path, databas
         assert ran["output"] == {"user.old.echo 0.3.0": {}}, ran
     finally:
         server.stop()
-        database.close()
-    # Filled once: a registry opened later finds no row to fill.
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    with database.connection() as conn:
         assert conn.execute("SELECT count(*) FROM wasmrun_skills WHERE manifest IS NULL").fetchone() == (0,)
-    PgSkillRegistry([], tmp_path / "again", Database(database_url), tmp_path / "cache")
+        assert conn.execute("SELECT bundle IS NOT NULL, bundle_object FROM wasmrun_skills").fetchone() == (True, None)
+    # A server with an object store moves the bundle there; one with an empty cache runs it from there.
+    server = LiveServer(tmp_path / "data-s3", *shared)
+    try:
+        ran = result(call(server, None, "execute_skill", {"name": "user.old.echo", "args": {"x": 1}}))
+        assert ran["output"] == {"user.old.echo 0.3.0": {"x": 1}}, ran
+    finally:
+        server.stop()
+    with database.connection() as conn:
+        row = conn.execute("SELECT bundle IS NULL, bundle_object FROM wasmrun_skills").fetchone()
+    assert row == (True, "skills/" + digest(bundle))
+    assert ObjectStore(ObjectStoreLocation.parse(shared[3])).get(str(row[1])) == bundle
+    database.close()
 
 
 def test_the_sweep_deletes_old_objects_no_row_names(

@@ -96,6 +96,7 @@ class PgSkillRegistry(DirectoryRegistry):
         self._loaded_lock = threading.Lock()
         super().__init__(read_only, writable)
         self._fill_listing_columns()
+        self._move_bundles_to_store()
 
     # The in-memory index holds the operator's folders alone.
     def _load_created(self, index: dict[SkillKey, Skill], operator_names: set[str]) -> None:
@@ -336,3 +337,44 @@ class PgSkillRegistry(DirectoryRegistry):
         except (psycopg.Error, DatabaseError) as exc:
             logger.error("cannot fill the listing columns of created skills: %s", exc)
 
+    def _move_bundles_to_store(self) -> None:
+        """With --blob-store, bundles still in their rows (stored without one, or by a
+        wasmrun older than schema 5) move to the object store, one row per transaction:
+        the object first, under its lock, then the row names it. A bundle whose bytes do
+        not match its hash stays where it is (and is refused when asked for)."""
+        if self.objects is None:
+            return
+        try:
+            with self.database.connection() as conn:
+                keys = conn.execute(
+                    "SELECT owner, name, version FROM wasmrun_skills WHERE bundle IS NOT NULL"
+                ).fetchall()
+            moved = 0
+            for owner, name, version in keys:
+                with self.database.transaction() as conn:
+                    row = conn.execute(
+                        "SELECT sha256, bundle FROM wasmrun_skills WHERE owner = %s AND name = %s AND version = %s"
+                        " AND bundle IS NOT NULL FOR UPDATE",
+                        (owner, name, version),
+                    ).fetchone()
+                    if row is None:  # another server moved it meanwhile
+                        continue
+                    sha256, data = str(row[0]), bytes(row[1])
+                    if digest(data) != sha256:
+                        logger.error("skill %s %s of %s: its bundle does not match its hash; left in place",
+                                     name, version, owner)
+                        continue
+                    location = bundle_object(sha256)
+                    lock_object(conn, location)
+                    self.objects.put(location, data)
+                    conn.execute(
+                        "UPDATE wasmrun_skills SET bundle = NULL, bundle_object = %s"
+                        " WHERE owner = %s AND name = %s AND version = %s",
+                        (location, owner, name, version),
+                    )
+                    moved += 1
+            if moved:
+                logger.info("moved %d created skills' bundles from the database to the object store", moved)
+        except (psycopg.Error, DatabaseError, ObjectStoreError) as exc:
+            logger.error("cannot move created skills' bundles to the object store (they are served from the"
+                         " database meanwhile): %s", exc)
