@@ -182,6 +182,19 @@ def test_paging_across_servers_is_the_local_registrys_order(
             assert answer["error"]["code"] in ((-32602, -32700) if "\ud800" in name else (-32602,)), answer
         # Both keep serving, the table whole.
         assert walk(servers, acme, 7)[0] == everything
+        # Skills created mid-walk: one after the cursor shows later in that walk, one before it
+        # does not; nothing repeats or goes missing.
+        first = result(call(servers[0], acme, "list_skills", {"limit": 3}))
+        for made in (params("zzz.new", "1.0.0", None), params("a", "1.0.0", None)):
+            assert "result" in call(servers[1], acme, "create_skill", made).json()
+        rest, cursor = [], first["next_cursor"]
+        while cursor is not None:
+            page = result(call(servers[len(rest) % 2], acme, "list_skills", {"limit": 3, "cursor": cursor}))
+            rest += [(s["name"], s["version"]) for s in page["skills"]]
+            cursor = page["next_cursor"]
+        seen = [(s["name"], s["version"]) for s in first["skills"]] + rest
+        assert seen == everything + [("zzz.new", "1.0.0")]
+        assert walk(servers, acme, 5)[0] == [("a", "1.0.0"), *everything, ("zzz.new", "1.0.0")]
     finally:
         for server in [*servers, local]:
             server.stop()

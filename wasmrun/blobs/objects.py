@@ -56,7 +56,9 @@ class ObjectStore:
         from botocore.config import Config
 
         self.location = location
-        self._client: Any = boto3.client(
+        # A session of its own: its credentials are read from the environment now, not
+        # the ones boto3's default session cached for the first client of the process.
+        self._client: Any = boto3.session.Session().client(
             "s3",
             endpoint_url=location.endpoint,
             region_name=location.region or "us-east-1",
