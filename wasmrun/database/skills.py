@@ -150,10 +150,12 @@ class PgSkillRegistry(DirectoryRegistry):
             where.append("(namespace = %s OR starts_with(namespace, %s))")
             params += [namespace, namespace + "."]
         if after is not None:
-            # Keyset: after (namespace, name), or the same name at a lower version_order.
+            # Keyset: after (namespace, name), or the same name at a lower version_order. Said
+            # as one range from (namespace, name) less that name's higher versions, so the
+            # index scan starts at the cursor instead of filtering the owner's rows before it.
             where.append(
-                "((namespace, name) > (%s::text COLLATE \"C\", %s::text COLLATE \"C\")"
-                " OR (namespace = %s AND name = %s AND version_order < %s::text COLLATE \"C\"))"
+                "(namespace, name) >= (%s::text COLLATE \"C\", %s::text COLLATE \"C\")"
+                " AND NOT (namespace = %s AND name = %s AND version_order >= %s::text COLLATE \"C\")"
             )
             order = version_order(after.version)
             params += [after.namespace, after.name, after.namespace, after.name, order]
