@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 import httpx2
 import psycopg
 
-from tests.liveserver import LiveServer
+from tests.liveserver import LiveServer, wasmrun_env
 from tests.objectstore import S3Server, s3_server  # noqa: F401  (fixtures)
 from tests.postgres import database_url, postgres_server  # noqa: F401  (fixtures)
 from tests.test_shared_blobs import result, shared  # noqa: F401  (fixture)
@@ -301,6 +303,14 @@ def test_rows_from_before_the_listing_columns_are_listed(
     assert row == (True, "skills/" + digest(bundle))
     assert ObjectStore(ObjectStoreLocation.parse(shared[3])).get(str(row[1])) == bundle
     database.close()
+    # The operator's `skills list` shows it with its owner, from the row (no bundle read).
+    listed = subprocess.run(
+        [sys.executable, "-m", "wasmrun", "skills", "list", "--data-dir", str(tmp_path / "cli")],
+        env={**wasmrun_env(), "WASMRUN_DATABASE_URL": database_url}, capture_output=True, text=True, timeout=180,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert any(line.split()[:3] == ["local", "user.old.echo", "0.3.0"] for line in listed.stdout.splitlines())
+    assert any(line.split()[:2] == ["-", "text.stats"] for line in listed.stdout.splitlines())
 
 
 def test_the_sweep_deletes_old_objects_no_row_names(
