@@ -33,6 +33,13 @@ loops forever, HTTP throughput with 1 and N workers, and memory (RSS).
 
     python scripts/bench.py --fairness   # only: two tenants, one flooding with sleepers
 
+Last, the shared backend (scripts/bench_shared.py; issue 13): hello world and a 5 MB
+blob read in a run through a server on PostgreSQL + `rclone serve s3` against one on
+local files, and hello throughput of two shared servers against one; skipped with a
+note when PostgreSQL or rclone is not installed (and with --no-shared).
+
+    python scripts/bench.py --shared     # only the shared-backend rows
+
 Prints a table and writes JSON (bench-results/latest.json by default).
 """
 
@@ -262,7 +269,6 @@ class StockWasi:
     def sample(self, body: str) -> float:
         t = time.perf_counter()
         store = wasmtime.Store(self.engine)
-        store.set_fuel(10**12)
         store.set_epoch_deadline(60 * 200)
         wasi = wasmtime.WasiConfig()
         wasi.argv = ["python3.11", "-S", "-c", body]
@@ -627,7 +633,15 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=ROOT / "bench-results" / "latest.json")
     parser.add_argument("--no-pyodide", action="store_true")
     parser.add_argument("--no-peers", action="store_true", help="skip (f) llm-wasm-sandbox and (g) pydantic-monty")
+    parser.add_argument("--shared", action="store_true",
+                        help="only the shared-backend rows (PostgreSQL + S3 against local files, two servers vs one)")
+    parser.add_argument("--no-shared", action="store_true", help="skip the shared-backend rows")
     opts = parser.parse_args()
+    if opts.shared:
+        guest_build.build()
+        rounds = 10 if opts.quick else opts.rounds
+        print("\n".join(shared_render(shared_rows(rounds, 3.0 if opts.quick else 9.0))))
+        return 0
     if opts.fairness:
         guest_build.build()
         figures = fairness(opts.workers, 100 if opts.quick else 300)
@@ -700,6 +714,11 @@ def main() -> int:
         for peer in peers:
             peer.close()
         tput = compare_throughput(tmp, (1, opts.workers), tp_seconds)
+        if opts.no_shared:
+            shared: dict = {"skipped": "--no-shared"}
+        else:
+            print("shared backend ...", file=sys.stderr)
+            shared = shared_rows(rounds, tp_seconds)
     finally:
         inproc.close()
         stock.close()
@@ -724,6 +743,7 @@ def main() -> int:
         "timeouts": timeouts,
         "throughput_runs_per_s": {str(k): v for k, v in tput.items()},
         "rss_mb": {"server": server_rss, "workers": worker_rss},
+        "shared": shared,
         "notes": notes,
     }
     base = {w: statistics.median(samples[InProcess.label][w]) for w in WORKLOADS}
@@ -795,7 +815,28 @@ def render(report: dict, workers: int) -> str:
         + ", ".join(f"{w:.0f} MB" for w in report["rss_mb"]["workers"]),
     ]
     lines += [f"- {n}" for n in report["notes"]]
+    if "shared" in report:
+        lines += ["", *shared_render(report["shared"])]
     return "\n".join(lines)
+
+
+def shared_rows(rounds: int, seconds: float) -> dict:
+    """The shared-backend figures (scripts/bench_shared.py), or why they were skipped."""
+    try:
+        import bench_shared
+    except ImportError as exc:  # its servers come from tests/ (pytest, httpx2: the test extra)
+        return {"skipped": f"needs the test extra ({exc})"}
+    figures: dict = bench_shared.measure(max(5, rounds), seconds)
+    return figures
+
+
+def shared_render(figures: dict) -> list[str]:
+    if "skipped" in figures:
+        return [f"- shared backend (PostgreSQL + S3): skipped: {figures['skipped']}"]
+    import bench_shared
+
+    lines: list[str] = bench_shared.render(figures)
+    return lines
 
 
 if __name__ == "__main__":

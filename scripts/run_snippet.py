@@ -62,7 +62,7 @@ def main() -> int:
     u = result.usage
     print(
         f"usage:   instantiate {u.instantiate_ms:.2f} ms, run {u.run_ms:.2f} ms, total {u.total_ms:.2f} ms, "
-        f"fuel {u.fuel_used:,}, peak memory {u.peak_memory_bytes / 2**20:.1f} MiB"
+        f"cpu {u.cpu_ms:.1f} ms, peak memory {u.peak_memory_bytes / 2**20:.1f} MiB"
     )
     return 0 if result.status == "completed" else 1
 

@@ -3,13 +3,17 @@ each up to a ceiling the operator sets; anything else is -32602 naming the membe
 
 from __future__ import annotations
 
+import dataclasses
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.skillfiles import write_skill
 from wasmrun.protocol.runs import run_limits
 from wasmrun.protocol.types import RunLimits
-from wasmrun.sandbox.limits import CEILING_LIMITS, FUEL_PER_MS, LimitPolicy, MiB
+from wasmrun.sandbox.limits import CEILING_LIMITS, LimitPolicy, MiB
 from wasmrun.settings import Settings
 from wasmrun.tenants.limits import TenantLimits
 
@@ -33,11 +37,47 @@ def test_memory_mb_lowers_the_memory_limit(rpc: Rpc) -> None:
     assert f"memory limit is {64 * MiB} bytes" in failed["error"]["message"]
 
 
-def test_cpu_ms_is_a_fuel_budget(rpc: Rpc) -> None:
-    spin = "def main(args):\n    while True:\n        pass\n"
-    failed = run_code(rpc, spin, cpu_ms=20, timeout_ms=120_000)["result"]
-    assert failed["error"]["type"] == "CPULimitExceeded"
-    assert str(20 * FUEL_PER_MS) in failed["error"]["message"]
+SPIN = "def main(args):\n    while True:\n        pass\n"
+
+
+def test_cpu_ms_is_a_cpu_time_budget(rpc: Rpc) -> None:
+    start = time.monotonic()
+    failed = run_code(rpc, SPIN, cpu_ms=200, timeout_ms=120_000)["result"]
+    assert failed["error"] == {"type": "CPULimitExceeded", "message": "the run exceeded its CPU limit of 200 ms"}
+    assert failed["usage"]["cpu_ms"] >= 200
+    assert time.monotonic() - start < 30  # a hang guard only
+
+
+def test_time_asleep_is_not_cpu_time(rpc: Rpc) -> None:
+    nap = "import time\ndef main(args):\n    time.sleep(1.5)\n    return 'awake'\n"
+    result = run_code(rpc, nap, cpu_ms=200)["result"]
+    assert result["output"] == "awake"
+    assert 0 < result["usage"]["cpu_ms"] < 200
+    sleeper = "import time\ndef main(args):\n    time.sleep(60)\n"
+    failed = run_code(rpc, sleeper, cpu_ms=200, timeout_ms=300)["result"]
+    assert failed["error"]["type"] == "Timeout"
+
+
+class TestCpuCeilingForSkills:
+    """execute_skill has no cpu_ms of its own: its runs get the server's CPU limit,
+    cut to the operator's ceiling (WASMRUN_MAX_CPU_MS)."""
+
+    @pytest.fixture()
+    def skills_dir(self, tmp_path: Path) -> Path:
+        top = tmp_path / "extra-skills"
+        write_skill(top, "demo.spin", code=SPIN)
+        return top
+
+    @pytest.fixture()
+    def settings(self, settings: Settings) -> Settings:
+        return dataclasses.replace(settings, limits=Settings.load({"WASMRUN_MAX_CPU_MS": "300"}).limits)
+
+    def test_a_spinning_skill_stops_at_the_cpu_ceiling(self, rpc: Rpc) -> None:
+        failed = rpc("execute_skill", {"name": "demo.spin", "timeout_ms": 120_000})["result"]
+        assert failed["error"] == {"type": "CPULimitExceeded", "message": "the run exceeded its CPU limit of 300 ms"}
+        assert failed["usage"]["cpu_ms"] >= 300
+        error = run_code(rpc, SPIN, cpu_ms=301)["error"]
+        assert (error["code"], error["data"]["field"], error["data"]["maximum"]) == (-32602, "limits.cpu_ms", 300)
 
 
 def test_workspace_mb_bounds_the_workspace(rpc: Rpc) -> None:
@@ -65,7 +105,7 @@ LOCAL = TenantLimits()  # the implicit local tenant's own ceilings, under the se
     [
         ("timeout_ms", min(CEILING_LIMITS.timeout_ms, LOCAL.max_timeout_ms)),
         ("memory_mb", min(CEILING_LIMITS.memory_bytes // MiB, LOCAL.max_memory_mb)),
-        ("cpu_ms", min(CEILING_LIMITS.fuel // FUEL_PER_MS, LOCAL.max_cpu_ms)),
+        ("cpu_ms", min(CEILING_LIMITS.cpu_ms, LOCAL.max_cpu_ms)),
         ("workspace_mb", CEILING_LIMITS.workspace_bytes // MiB),
         ("output_bytes", CEILING_LIMITS.output_bytes),
     ],
@@ -108,7 +148,7 @@ def test_operator_ceilings_come_from_the_environment() -> None:
     policy = Settings.load(env).limits
     assert policy.ceilings.timeout_ms == 5000
     assert policy.ceilings.memory_bytes == 128 * MiB
-    assert policy.ceilings.fuel == 1000 * FUEL_PER_MS
+    assert policy.ceilings.cpu_ms == 1000
     assert policy.ceilings.workspace_bytes == 8 * MiB
     assert policy.ceilings.output_bytes == 4096
     # The defaults above a lowered ceiling come down to it.

@@ -77,7 +77,7 @@ def test_run_code_result_shape(rpc: Rpc) -> None:
     )
     assert "error" not in result
     usage = result["usage"]
-    assert usage["fuel_used"] > 0 and usage["peak_memory_bytes"] > 0 and usage["total_ms"] > 0
+    assert usage["cpu_ms"] > 0 and usage["peak_memory_bytes"] > 0 and usage["total_ms"] > 0
 
 
 @pytest.mark.parametrize(

@@ -83,7 +83,7 @@ def open_registry(settings: Settings) -> DirectoryRegistry:
         objects = ObjectStore(ObjectStoreLocation.parse(settings.blob_store))
     return PgSkillRegistry(
         settings.operator_skill_dirs, settings.skills_home, Database(settings.database_url), settings.skill_cache,
-        objects,
+        objects, cache_entries=settings.skill_cache_entries, cache_bytes=settings.skill_cache_bytes,
     )
 
 

@@ -18,6 +18,8 @@
     --blob-ttl        WASMRUN_BLOB_TTL              0 (seconds blobs are kept; 0: until deleted; per tenant: blob_ttl_s)
                       WASMRUN_SECRET_<NAME>         the secret <NAME>
                       WASMRUN_QUEUE_TIMEOUT         5 (seconds a call waits for a free sandbox)
+                      WASMRUN_SKILL_CACHE_ENTRIES   256   bounds of the cache of created skills
+                      WASMRUN_SKILL_CACHE_MB        1024  (with --database-url; shared by servers on one data dir)
                       WASMRUN_MAX_BODY_BYTES        33554432
                       WASMRUN_BODY_TIMEOUT          30 (seconds to receive a request body)
                       WASMRUN_MAX_FULL_READ_BYTES   10485760
@@ -45,7 +47,6 @@ import wasmrun
 from wasmrun.egress.policy import EgressPolicy, load_egress_policy
 from wasmrun.sandbox.limits import (
     CEILING_LIMITS,
-    FUEL_PER_MS,
     MAX_MEMORY_BYTES,
     MIN_MEMORY_BYTES,
     LimitPolicy,
@@ -73,7 +74,7 @@ logger = logging.getLogger("wasmrun.settings")
 CEILING_VARIABLES: dict[str, tuple[str, int]] = {
     "TIMEOUT_MS": ("timeout_ms", 1),
     "MEMORY_MB": ("memory_bytes", MiB),
-    "CPU_MS": ("fuel", FUEL_PER_MS),
+    "CPU_MS": ("cpu_ms", 1),
     "WORKSPACE_MB": ("workspace_bytes", MiB),
     "OUTPUT_BYTES": ("output_bytes", 1),
 }
@@ -93,6 +94,9 @@ class Settings:
     skills_dirs: tuple[Path, ...] = (BUNDLED_SKILLS,)
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     queue_timeout: float = 5.0
+    # The local cache of created skills from the shared database (registry/bundle.py).
+    skill_cache_entries: int = 256
+    skill_cache_bytes: int = 1024 * 1024 * 1024
     max_body_bytes: int = 32 * 1024 * 1024
     body_timeout: float = 30.0
     max_full_read_bytes: int = 10 * 1024 * 1024
@@ -173,6 +177,10 @@ class Settings:
             "body_timeout": _float(env.get(ENV_PREFIX + "BODY_TIMEOUT"), "body timeout"),
             "max_full_read_bytes": _int(
                 env.get(ENV_PREFIX + "MAX_FULL_READ_BYTES"), "max full read bytes"
+            ),
+            "skill_cache_entries": _int(env.get(ENV_PREFIX + "SKILL_CACHE_ENTRIES"), "skill cache entries"),
+            "skill_cache_bytes": (
+                mb * 1024 * 1024 if (mb := _int(env.get(ENV_PREFIX + "SKILL_CACHE_MB"), "skill cache MB")) else None
             ),
         }
         chosen = {k: v for k, v in values.items() if v is not None}

@@ -53,7 +53,6 @@ def wasm_file(tmp_path, monkeypatch):
 
 def _answer(engine, module) -> int:
     store = wasmtime.Store(engine)
-    store.set_fuel(10**6)
     store.set_epoch_deadline(10**6)
     return wasmtime.Instance(store, module, []).exports(store)["answer"](store)
 

@@ -48,7 +48,6 @@ HOSTILE = """
 def hostile(engine, blobs, tmp_path):
     module = wasmtime.Module(engine.engine, HOSTILE)
     store = wasmtime.Store(engine.engine)
-    store.set_fuel(10**9)
     store.set_epoch_deadline(10**6)
     instance = engine._linker.instantiate(store, module)
     workspace = Workspace(tmp_path, Limits().workspace_bytes, Limits().workspace_files)

@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
+
+import msgspec
+import pytest
+
+from wasmrun.sandbox import watchdog
+from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.limits import LimitPolicy
+from wasmrun.sandbox.types import RunRequest
+
+POLICY = LimitPolicy()
 
 
 def test_timeout_busy_loop(run_code):
@@ -26,10 +37,73 @@ def test_short_sleep_completes(run_code):
     assert result.output == "awake"
 
 
+SPIN = "def main(args):\n    i = 0\n    while True:\n        i += 1"
+
+
 def test_cpu_budget(run_code):
-    result = run_code("def main(args):\n    i = 0\n    while True:\n        i += 1", fuel=500_000_000, timeout_ms=60_000)
+    start = time.monotonic()
+    result = run_code(SPIN, cpu_ms=200, timeout_ms=60_000)
     assert result.error.type == "CPULimitExceeded"
-    assert result.usage.fuel_used >= 500_000_000 - 1
+    assert result.error.message == "the run exceeded its CPU limit of 200 ms"
+    assert result.usage.cpu_ms >= 200  # measured: the run's thread's CPU clock
+    assert time.monotonic() - start < 30  # a hang guard only
+
+
+def test_sleeping_is_not_charged_as_cpu(run_code):
+    # 1.5 s asleep within a 200 ms CPU budget: only the CPU the run used counts.
+    code = "import time\ndef main(args):\n    time.sleep(1.5)\n    return 'awake'"
+    result = run_code(code, cpu_ms=200, timeout_ms=60_000)
+    assert result.output == "awake", result.error
+    assert 0 < result.usage.cpu_ms < 200
+
+
+def test_a_sleeping_run_still_stops_at_its_timeout(run_code):
+    result = run_code("import time\ndef main(args):\n    time.sleep(60)", cpu_ms=200, timeout_ms=300)
+    assert result.error.type == "Timeout"
+    assert result.usage.cpu_ms < 200
+
+
+def test_a_cpu_budget_above_the_timeout_is_a_timeout(run_code):
+    result = run_code(SPIN, cpu_ms=600_000, timeout_ms=300)
+    assert result.error.type == "Timeout"
+    assert "300 ms" in result.error.message
+
+
+def test_one_run_stopped_leaves_the_others_on_the_same_engine_running(engine):
+    """Runs share one engine (and its epoch): stopping one over its budget
+    must not stop another in flight at the same time."""
+    steady = (
+        "import time\n"
+        "def main(args):\n"
+        "    total = 0\n"
+        "    for _ in range(4):\n"
+        "        time.sleep(0.2)\n"
+        "        total += sum(range(200_000))\n"
+        "    return total\n"
+    )
+    requests = [
+        RunRequest(kind="code", code=SPIN, limits=POLICY.resolve(cpu_ms=200, timeout_ms=60_000)),
+        RunRequest(kind="code", code=steady, limits=POLICY.resolve(timeout_ms=60_000)),
+        RunRequest(kind="code", code=SPIN, limits=POLICY.resolve(cpu_ms=300, timeout_ms=60_000)),
+    ]
+    with ThreadPoolExecutor(len(requests)) as pool:
+        spin1, calm, spin2 = pool.map(engine.run, requests)
+    assert (spin1.error.type, spin2.error.type) == ("CPULimitExceeded", "CPULimitExceeded")
+    assert calm.status == "completed", calm.error
+    assert msgspec.json.decode(calm.output_json) == 4 * sum(range(200_000))
+
+
+@pytest.mark.parametrize("clock_of_thread", [None, lambda ident: 12345], ids=["no-pthread_getcpuclockid", "refused"])
+def test_cpu_limit_where_threads_clocks_cannot_be_read_from_outside(blobs, tmp_path, monkeypatch, clock_of_thread):
+    """Without pthread_getcpuclockid (or with a clock the kernel refuses) the watchdog
+    advances the epoch every tick and each run's callback reads its own thread's clock."""
+    monkeypatch.setattr(watchdog, "_thread_cpu_clock", clock_of_thread)
+    with SandboxEngine(blobs, workspace_root=tmp_path) as engine:
+        spin = engine.run(RunRequest(kind="code", code=SPIN, limits=POLICY.resolve(cpu_ms=200, timeout_ms=60_000)))
+        hello = engine.run(RunRequest(kind="code", code="def main(args):\n    return 'hi'"))
+    assert spin.error.type == "CPULimitExceeded"
+    assert spin.usage.cpu_ms >= 200
+    assert hello.output_json == b'"hi"'
 
 
 def test_memory_cap_single_allocation(run_code):

@@ -81,7 +81,6 @@ class Guest:
     def __init__(self, engine, blobs, workspace: Path, limits: Limits) -> None:
         module = wasmtime.Module(engine.engine, WAT)
         self.store = wasmtime.Store(engine.engine)
-        self.store.set_fuel(10**12)
         self.store.set_epoch_deadline(10**9)
         # `workspace` is the run's folder: /workspace is its "workspace" (and /tmp its "tmp").
         run = Workspace(workspace, limits.workspace_bytes, limits.workspace_files)

@@ -133,6 +133,21 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX wasmrun_skills_bundle_object ON wasmrun_skills (bundle_object);
         """,
     ),
+    (
+        6,
+        """
+        -- queued_runs and runs_per_minute across servers (database/runs.py): a run waiting
+        -- for one of its tenant's slots holds a lease too, marked waiting (dropped with its
+        -- server like the others); each run's start is a row, counted over the last minute.
+        ALTER TABLE wasmrun_run_leases ADD COLUMN waiting boolean NOT NULL DEFAULT false;
+        CREATE TABLE wasmrun_run_starts (
+            id bigserial PRIMARY KEY,
+            tenant text NOT NULL,
+            at timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE INDEX wasmrun_run_starts_tenant ON wasmrun_run_starts (tenant, at);
+        """,
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]

@@ -1,13 +1,24 @@
-"""A tenant's `concurrent_runs` counted across every server sharing the database.
+"""A tenant's run limits counted across every server sharing the database:
+`concurrent_runs`, `queued_runs` and `runs_per_minute` hold for the tenant as a
+whole, not per server.
 
-Each server first admits a run as on its own (its share of its sandboxes, its
-queue, the rate: tenants/quotas.py), then takes a lease in the database, where
-a tenant never holds more leases than its `concurrent_runs`; a run waiting for
-one waits at most the queue timeout, then gets the usual "server busy".
+Every run of a limited tenant holds a lease row while it is admitted: running
+(in a sandbox) or waiting for one of the tenant's slots. A run starts when its
+lease is running, the tenant holds fewer running leases than its
+`concurrent_runs`, and this server has a sandbox in the tenant's share (all its
+sandboxes but one, tenants/quotas.py); otherwise it waits, as a waiting lease,
+unless the tenant already has `queued_runs` waiting (refused, -32002 naming
+queued_runs). A waiting run waits at most the queue timeout, then gets the
+usual "server busy". Each start is a row of wasmrun_run_starts; a tenant with
+`runs_per_minute` of them in the last minute (by the database's clock, one for
+every server) is refused with the seconds until the oldest leaves the minute.
+All of a tenant's decisions are made under one lock per tenant in the
+database, so two servers never both take its last slot or its last start.
 
-A server writes a heartbeat every HEARTBEAT_S; the leases of a server silent
-for SERVER_GONE_S (killed mid-run) are dropped by the next admission, so a dead
-server holds its tenants' slots for that long at most.
+A server writes a heartbeat every HEARTBEAT_S; the leases (running and waiting)
+of a server silent for SERVER_GONE_S (killed mid-run) are dropped by the next
+admission, so a dead server holds its tenants' slots and queue places for that
+long at most. Its starts count for the minute they were made in, as any start.
 """
 
 from __future__ import annotations
@@ -15,22 +26,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 
 from wasmrun.database import DatabaseError
 from wasmrun.database.connection import Database
 from wasmrun.tenants.caller import UNBOUNDED, Caller
-from wasmrun.tenants.quotas import QueueTimeout, RunGate
+from wasmrun.tenants.limits import TenantLimits
+from wasmrun.tenants.quotas import RATE_WINDOW_S, QueueTimeout, RunGate, RunQuotaExceeded, TenantRuns
 
 logger = logging.getLogger("wasmrun.database")
 HEARTBEAT_S = 5.0
 SERVER_GONE_S = 30
 POLL_S = 0.05
+
+
+@dataclass
+class _Lease:
+    id: int
+    running: bool
 
 
 class SharedRunGate(RunGate):
@@ -51,6 +72,16 @@ class SharedRunGate(RunGate):
                         " ON CONFLICT (id) DO UPDATE SET seen = now()",
                         (self.server_id,),
                     )
+                    # What admissions drop per tenant, for tenants that stopped calling too.
+                    conn.execute(
+                        "DELETE FROM wasmrun_run_leases l WHERE NOT EXISTS (SELECT 1 FROM wasmrun_servers s"
+                        " WHERE s.id = l.server AND s.seen > now() - make_interval(secs => %s))",
+                        (SERVER_GONE_S,),
+                    )
+                    conn.execute(
+                        "DELETE FROM wasmrun_run_starts WHERE at <= now() - make_interval(secs => %s)",
+                        (RATE_WINDOW_S,),
+                    )
             except (psycopg.Error, DatabaseError) as exc:
                 logger.error("cannot write this server's heartbeat: %s", exc)
             if self._stop.wait(HEARTBEAT_S):
@@ -64,53 +95,168 @@ class SharedRunGate(RunGate):
 
     @contextlib.asynccontextmanager
     async def admit(self, caller: Caller) -> AsyncIterator[None]:
-        async with super().admit(caller):
-            limit = caller.limits.concurrent_runs
-            if limit >= UNBOUNDED:
-                yield
-                return
-            if self._beating is None:
-                self._beating = threading.Thread(target=self._heartbeat, name="wasmrun-heartbeat", daemon=True)
-                self._beating.start()
-            lease = await self._acquire(caller.tenant, limit)
-            try:
-                yield
-            finally:
-                await asyncio.to_thread(self._release, lease)
+        limits = caller.limits
+        if limits.concurrent_runs >= UNBOUNDED and limits.runs_per_minute >= UNBOUNDED:
+            yield  # the implicit local tenant: nothing to count
+            return
+        if self._beating is None:
+            self._beating = threading.Thread(target=self._heartbeat, name="wasmrun-heartbeat", daemon=True)
+            self._beating.start()
+        local = self._tenants.get(caller.tenant)
+        if local is None:
+            local = self._tenants[caller.tenant] = TenantRuns(0)
+        local.slots = min(limits.concurrent_runs, self.share)
+        # This server's sandbox, taken before asking the database, given back if the run waits.
+        here = local.running < local.slots
+        local.running += here
+        try:
+            lease = await self._kept(asyncio.to_thread(self._enter, caller.tenant, limits, here))
+        except BaseException:
+            local.running -= here
+            raise
+        try:
+            if not lease.running:
+                local.running -= here
+                await self._wait_for_slot(local, lease, caller.tenant, limits)
+            yield
+        finally:
+            if lease.running:
+                local.running -= 1
+            await asyncio.to_thread(self._release, lease.id)
 
-    async def _acquire(self, tenant: str, limit: int) -> int:
+    async def _wait_for_slot(self, local: TenantRuns, lease: _Lease, tenant: str, limits: TenantLimits) -> None:
         deadline = time.monotonic() + self.queue_timeout
-        while True:
-            lease = await asyncio.to_thread(self._try_lease, tenant, limit)
-            if lease is not None:
-                return lease
-            if time.monotonic() >= deadline:
-                raise QueueTimeout(
-                    f"this tenant's {limit} concurrent runs (concurrent_runs) are all taken across the servers;"
-                    " try again shortly"
-                )
-            await asyncio.sleep(POLL_S)
+        local.waiting += 1
+        try:
+            while True:
+                await asyncio.sleep(POLL_S)
+                if local.running < local.slots:
+                    local.running += 1
+                    try:
+                        promoted = await self._kept(asyncio.to_thread(self._promote, lease.id, tenant, limits))
+                        lease.id, lease.running = promoted.id, promoted.running
+                    finally:
+                        if not lease.running:
+                            local.running -= 1
+                    if lease.running:
+                        return
+                if time.monotonic() >= deadline:
+                    raise QueueTimeout(
+                        f"this tenant's {limits.concurrent_runs} concurrent runs (concurrent_runs) stayed taken"
+                        " across the servers; try again shortly"
+                    )
+        finally:
+            local.waiting -= 1
 
-    def _try_lease(self, tenant: str, limit: int) -> int | None:
+    async def _kept(self, call: Coroutine[Any, Any, _Lease]) -> _Lease:
+        """The lease `call` takes in its thread; if the caller goes away meanwhile (a client
+        disconnecting), the thread still finishes, and the lease it took is given back."""
+        task = asyncio.ensure_future(call)
+        try:
+            return await asyncio.shield(task)
+        except (psycopg.Error, DatabaseError) as exc:
+            logger.error("cannot count a run against its tenant's limits: %s", exc)
+            raise QueueTimeout("the tenant's run limits cannot be checked right now; try again shortly") from None
+        except asyncio.CancelledError:
+            loop = asyncio.get_running_loop()
+
+            def give_back(done: asyncio.Future[_Lease]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    loop.run_in_executor(None, self._release, done.result().id)
+
+            task.add_done_callback(give_back)
+            raise
+
+    # -- in the database, one tenant's decisions at a time ---------------------
+
+    def _begin(self, conn: psycopg.Connection, tenant: str, per_minute: int) -> None:
+        """Lock the tenant, drop what dead servers held and starts past the minute,
+        and refuse a run over the tenant's `runs_per_minute`."""
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("wasmrun-runs:" + tenant,))
+        conn.execute(
+            "INSERT INTO wasmrun_servers (id, seen) VALUES (%s, now()) ON CONFLICT (id) DO UPDATE SET seen = now()",
+            (self.server_id,),
+        )
+        conn.execute(
+            "DELETE FROM wasmrun_run_leases l WHERE tenant = %s AND NOT EXISTS (SELECT 1 FROM wasmrun_servers s"
+            " WHERE s.id = l.server AND s.seen > now() - make_interval(secs => %s))",
+            (tenant, SERVER_GONE_S),
+        )
+        if per_minute >= UNBOUNDED:
+            return
+        conn.execute(
+            "DELETE FROM wasmrun_run_starts WHERE tenant = %s AND at <= now() - make_interval(secs => %s)",
+            (tenant, RATE_WINDOW_S),
+        )
+        row = conn.execute(
+            "SELECT count(*), extract(epoch FROM now() - min(at)) FROM wasmrun_run_starts WHERE tenant = %s",
+            (tenant,),
+        ).fetchone()
+        started = int(row[0]) if row else 0
+        if started >= per_minute:
+            age = float(row[1]) if row and row[1] is not None else 0.0
+            wait = max(1, math.ceil(RATE_WINDOW_S - age))
+            raise RunQuotaExceeded(
+                "runs_per_minute", per_minute,
+                f"this tenant started {started} runs in the last minute across the servers, its limit"
+                f" (runs_per_minute = {per_minute}); retry in {wait} s",
+                retry_after_s=wait,
+            )
+
+    def _running(self, conn: psycopg.Connection, tenant: str) -> tuple[int, int]:
+        row = conn.execute(
+            "SELECT count(*) FILTER (WHERE NOT waiting), count(*) FILTER (WHERE waiting)"
+            " FROM wasmrun_run_leases WHERE tenant = %s",
+            (tenant,),
+        ).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    def _start(self, conn: psycopg.Connection, tenant: str, limits: TenantLimits) -> None:
+        if limits.runs_per_minute < UNBOUNDED:
+            conn.execute("INSERT INTO wasmrun_run_starts (tenant) VALUES (%s)", (tenant,))
+
+    def _enter(self, tenant: str, limits: TenantLimits, here: bool) -> _Lease:
+        """A running lease if the run may start now, a waiting one if it may wait, else
+        RunQuotaExceeded naming the limit."""
         with self.database.transaction() as conn:
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("wasmrun-runs:" + tenant,))
-            conn.execute(
-                "INSERT INTO wasmrun_servers (id, seen) VALUES (%s, now()) ON CONFLICT (id) DO UPDATE SET seen = now()",
-                (self.server_id,),
-            )
-            conn.execute(
-                "DELETE FROM wasmrun_run_leases l WHERE tenant = %s AND NOT EXISTS (SELECT 1 FROM wasmrun_servers s"
-                " WHERE s.id = l.server AND s.seen > now() - make_interval(secs => %s))",
-                (tenant, SERVER_GONE_S),
-            )
-            row = conn.execute("SELECT count(*) FROM wasmrun_run_leases WHERE tenant = %s", (tenant,)).fetchone()
-            if row is not None and int(row[0]) >= limit:
-                return None
+            self._begin(conn, tenant, limits.runs_per_minute)
+            running, waiting = self._running(conn, tenant)
+            start = here and running < limits.concurrent_runs
+            if not start and waiting >= limits.queued_runs:
+                raise RunQuotaExceeded(
+                    "queued_runs", limits.queued_runs,
+                    f"{running} runs of this tenant are running and {waiting} waiting across the servers,"
+                    f" its limits (concurrent_runs = {limits.concurrent_runs}, queued_runs = {limits.queued_runs})",
+                    retry_after_s=1,
+                )
             made = conn.execute(
-                "INSERT INTO wasmrun_run_leases (tenant, server) VALUES (%s, %s) RETURNING id", (tenant, self.server_id)
+                "INSERT INTO wasmrun_run_leases (tenant, server, waiting) VALUES (%s, %s, %s) RETURNING id",
+                (tenant, self.server_id, not start),
             ).fetchone()
             assert made is not None
-            return int(made[0])
+            if start:
+                self._start(conn, tenant, limits)
+            return _Lease(int(made[0]), start)
+
+    def _promote(self, lease: int, tenant: str, limits: TenantLimits) -> _Lease:
+        """The lease, running once the waiting run may start; a start over the rate is refused."""
+        with self.database.transaction() as conn:
+            self._begin(conn, tenant, limits.runs_per_minute)
+            running, _ = self._running(conn, tenant)
+            if running >= limits.concurrent_runs:
+                return _Lease(lease, False)
+            moved = conn.execute(
+                "UPDATE wasmrun_run_leases SET waiting = false, started = now() WHERE id = %s RETURNING id", (lease,)
+            ).fetchone()
+            if moved is None:  # dropped as a dead server's (this one paused past SERVER_GONE_S): take another
+                made = conn.execute(
+                    "INSERT INTO wasmrun_run_leases (tenant, server) VALUES (%s, %s) RETURNING id",
+                    (tenant, self.server_id),
+                ).fetchone()
+                assert made is not None
+                lease = int(made[0])
+            self._start(conn, tenant, limits)
+            return _Lease(lease, True)
 
     def _release(self, lease: int) -> None:
         try:

@@ -13,19 +13,24 @@ in memory: each call asks the database for what it needs.
 - describe/read/execute of a name (and version) reads that one row and
   materialises its bundle into the local read-only cache (registry/bundle.py),
   which is what a run mounts. The bundle's bytes are checked against the
-  sha256 recorded with the row before they are unpacked.
+  sha256 recorded with the row before they are unpacked. The cache is bounded:
+  a run, or a read of a skill's files, holds its folder for as long as it needs
+  it, and puts it back first from the bundle if it was evicted meanwhile.
 - Bundles are in the object store (`--blob-store`) under `skills/<sha256>`
   when one is configured, else in the row itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import heapq
 import logging
+import tarfile
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +42,16 @@ from wasmrun.database import DatabaseError
 from wasmrun.database.connection import Database
 from wasmrun.database.orphans import BUNDLE_PREFIX, lock_object
 from wasmrun.registry import agentskills
-from wasmrun.registry.bundle import BundleMismatch, SkillCache, digest, pack
-from wasmrun.registry.errors import SkillAlreadyExists, SkillUnavailable
+from wasmrun.registry.bundle import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ENTRIES,
+    BundleMismatch,
+    BundleMissing,
+    SkillCache,
+    digest,
+    pack,
+)
+from wasmrun.registry.errors import SkillAlreadyExists, SkillDamaged, SkillUnavailable
 from wasmrun.registry.manifest import MAX_VERSION, SEMVER, ManifestError, validate_manifest
 from wasmrun.registry.store import (
     RESERVED_NAMESPACE,
@@ -87,10 +100,11 @@ def _could_exist(name: str, version: str | None) -> bool:
 class PgSkillRegistry(DirectoryRegistry):
     def __init__(
         self, read_only: Sequence[Path], writable: Path, database: Database, cache: Path,
-        objects: ObjectStore | None = None,
+        objects: ObjectStore | None = None, *,
+        cache_entries: int = DEFAULT_MAX_ENTRIES, cache_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.database = database
-        self.cache = SkillCache(cache)
+        self.cache = SkillCache(cache, cache_entries, cache_bytes)
         self.objects = objects
         self._loaded: OrderedDict[str, Skill] = OrderedDict()  # sha256 -> the skill (owner None)
         self._loaded_lock = threading.Lock()
@@ -113,7 +127,7 @@ class PgSkillRegistry(DirectoryRegistry):
             return operator
         with self.database.connection() as conn:
             rows = conn.execute(
-                "SELECT owner, name, version, sha256, bundle_object FROM wasmrun_skills"
+                "SELECT owner, name, version, sha256 FROM wasmrun_skills"
                 f" WHERE owner = %s AND {self._visible_sql()}", (owner, sorted(self._operator_names)),
             ).fetchall()
         created = [self._materialised(*row) for row in rows]
@@ -181,7 +195,7 @@ class PgSkillRegistry(DirectoryRegistry):
         # An operator's name resolves among the operator's skills only, whatever a tenant created.
         if owner is None or name in self._operator_names or not _could_exist(name, version):
             return super().find(name, version, None)
-        sql = "SELECT owner, name, version, sha256, bundle_object FROM wasmrun_skills WHERE owner = %s AND name = %s"
+        sql = "SELECT owner, name, version, sha256 FROM wasmrun_skills WHERE owner = %s AND name = %s"
         params: list[Any] = [owner, name]
         if version is not None:
             sql += " AND version = %s"
@@ -215,51 +229,89 @@ class PgSkillRegistry(DirectoryRegistry):
         ]
         return sorted([*operator, *created], key=lambda s: (s.owner or "", *s.sort_key()))
 
-    def _materialised(self, owner: str, name: str, version: str, sha256: str, location: str | None) -> Skill:
-        """The created skill of this row, unpacked in the local cache (fetched and checked
-        against `sha256` unless it is there already)."""
+    def _materialised(self, owner: str, name: str, version: str, sha256: str) -> Skill:
+        """The created skill of this row, its folder in the local cache (fetched and checked
+        against `sha256` unless it is there already; a run holds it again, `hold`)."""
         with self._loaded_lock:
             loaded = self._loaded.get(sha256)
             if loaded is not None:
                 self._loaded.move_to_end(sha256)
-        if loaded is None or not loaded.root.is_dir():
-            folder = self.cache.cached(sha256)
-            if folder is None:
-                folder = self._fetch(owner, name, version, sha256, location)
-            loaded = load_skill(folder)
-            with self._loaded_lock:
-                self._loaded[sha256] = loaded
-                while len(self._loaded) > LOADED_CACHE:
-                    self._loaded.popitem(last=False)
+        if loaded is None:
+            with self._held(owner, name, version, sha256) as folder:
+                loaded = load_skill(folder)
+            self._remember(sha256, loaded)
         return dataclasses.replace(loaded, owner=owner)
 
-    def _fetch(self, owner: str, name: str, version: str, sha256: str, location: str | None) -> Path:
+    def _remember(self, sha256: str, loaded: Skill) -> None:
+        with self._loaded_lock:
+            self._loaded[sha256] = loaded
+            while len(self._loaded) > LOADED_CACHE:
+                self._loaded.popitem(last=False)
+
+    @contextlib.contextmanager
+    def _held(self, owner: str, name: str, version: str, sha256: str) -> Iterator[Path]:
+        """The version's cached folder, kept from eviction during the block; unpacked first,
+        from its bundle checked against `sha256`, when it is not cached."""
         what = f"skill {name} {version}"
+        stack = contextlib.ExitStack()
         try:
-            if location is not None:
-                if self.objects is None:
-                    raise SkillUnavailable(f"{what} is in the object store, and this server has no --blob-store")
-                data = self.objects.get(location)
-            else:
-                with self.database.connection() as conn:
-                    row = conn.execute(
-                        "SELECT bundle FROM wasmrun_skills WHERE owner = %s AND name = %s AND version = %s",
-                        (owner, name, version),
-                    ).fetchone()
-                if row is None or row[0] is None:
-                    raise KeyError(sha256)
-                data = bytes(row[0])
-            return self.cache.materialise(data, sha256)
-        except KeyError:
-            raise SkillUnavailable(f"{what}: its stored files are missing") from None
-        except ObjectStoreError as exc:
-            raise SkillUnavailable(f"{what} cannot be fetched: {exc}") from None
+            folder = stack.enter_context(
+                self.cache.held(sha256, functools.partial(self._bundle, owner, name, version))
+            )
         except BundleMismatch as exc:
             logger.error("%s of %s is not served: %s", what, owner, exc)
-            raise SkillUnavailable(
+            raise SkillDamaged(
                 f"{what}: its stored files do not match the hash recorded when it was created"
                 " (changed or damaged since), so they are not served"
             ) from None
+        except BundleMissing:
+            raise SkillDamaged(f"{what}: its stored files are missing") from None
+        except (ObjectStoreError, psycopg.Error, DatabaseError, OSError, tarfile.TarError) as exc:
+            # The store or database out of reach, or the disk full: it may work next time.
+            logger.error("cannot make %s of %s ready: %s", what, owner, exc)
+            raise SkillUnavailable(f"{what} cannot be made ready now; try again") from None
+        with stack:
+            yield folder
+
+    def _bundle(self, owner: str, name: str, version: str) -> bytes | None:
+        """The version's bundle, from the object store or its row; None when it is gone."""
+        with self.database.connection() as conn:
+            row = conn.execute(
+                "SELECT bundle, bundle_object FROM wasmrun_skills WHERE owner = %s AND name = %s AND version = %s",
+                (owner, name, version),
+            ).fetchone()
+        if row is None:
+            return None
+        if row[0] is not None:
+            return bytes(row[0])
+        if self.objects is None:
+            raise SkillUnavailable(f"skill {name} {version} is in the object store, and this server has no --blob-store")
+        try:
+            return self.objects.get(str(row[1]))
+        except KeyError:
+            return None
+
+    # -- the cached folders, held while in use --------------------------------
+
+    def cached(self, skill: Skill) -> bool:
+        return skill.owner is not None and self.cache.holds(skill.root)
+
+    def hold(self, skills: Sequence[Skill]) -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        with stack:
+            for skill in skills:
+                if self.cached(skill):
+                    assert skill.owner is not None
+                    stack.enter_context(self._held(skill.owner, skill.name, skill.version, skill.root.name))
+            return stack.pop_all()
+
+    def read_file(self, skill: Skill, path: str, max_bytes: int) -> bytes:
+        with self.hold([skill]):
+            return super().read_file(skill, path, max_bytes)
+
+    def list_files(self, skill: Skill) -> list[str]:
+        with self.hold([skill]):
+            return super().list_files(skill)
 
     # -- create_skill -------------------------------------------------------------
 
@@ -309,8 +361,11 @@ class PgSkillRegistry(DirectoryRegistry):
         except psycopg.errors.UniqueViolation:
             raise exists from None
         except ObjectStoreError as exc:
-            raise SkillUnavailable(f"skill {name} {version} cannot be stored: {exc}") from None
-        return self._materialised(owner, name, version, sha256, location)
+            raise SkillUnavailable(f"skill {name} {version} cannot be stored now ({exc}); try again") from None
+        with self.cache.held(sha256, lambda: bundle) as folder:
+            created = load_skill(folder)
+        self._remember(sha256, created)
+        return dataclasses.replace(created, owner=owner)
 
     # -- rows from before the listing columns (schema version 5) -----------------------
 
@@ -320,12 +375,12 @@ class PgSkillRegistry(DirectoryRegistry):
         try:
             with self.database.connection() as conn:
                 rows = conn.execute(
-                    "SELECT owner, name, version, sha256, bundle_object FROM wasmrun_skills"
+                    "SELECT owner, name, version, sha256 FROM wasmrun_skills"
                     " WHERE version_order IS NULL OR manifest IS NULL OR frontmatter IS NULL"
                 ).fetchall()
-            for owner, name, version, sha256, location in rows:
+            for owner, name, version, sha256 in rows:
                 try:
-                    skill = self._materialised(owner, name, version, sha256, location)
+                    skill = self._materialised(owner, name, version, sha256)
                 except Exception:  # one bad row never stops the server from starting
                     logger.exception("cannot fill the listing columns of skill %s %s of %s", name, version, owner)
                     continue

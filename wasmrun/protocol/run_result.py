@@ -66,7 +66,7 @@ def to_spec_result(
     u = result.usage
     # Named one by one: the sandbox may track more than the protocol promises.
     usage = RunUsage(
-        fuel_used=u.fuel_used,
+        cpu_ms=u.cpu_ms,
         peak_memory_bytes=u.peak_memory_bytes,
         blob_io_bytes=u.blob_io_bytes,
         instantiate_ms=u.instantiate_ms,

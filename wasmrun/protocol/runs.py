@@ -19,9 +19,11 @@ run's network grant and is put into requests on the host.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import logging
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from wasmrun.blobs.quota import BlobQuotaExceeded
@@ -31,13 +33,14 @@ from wasmrun.protocol.blobs import blob_info, quota_error
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, NotExecutable, QuotaExceeded, ServerBusy
 from wasmrun.protocol.run_result import needs_output_blob, to_spec_result
-from wasmrun.protocol.skills import find_skill
+from wasmrun.protocol.skills import find_skill, rpc_error
 from wasmrun.protocol.types import ExecuteSkillParams, RunCodeParams, RunLimits, RunResult
+from wasmrun.registry.errors import RegistryError, SkillUnavailable
 from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.registry.store import Skill
 from wasmrun.sandbox.executor import Busy
 from wasmrun.sandbox.jsontext import NotSendable, encode_args
-from wasmrun.sandbox.limits import FUEL_PER_MS, MIN_MEMORY_BYTES, LimitPolicy, Limits, MiB
+from wasmrun.sandbox.limits import MIN_MEMORY_BYTES, LimitPolicy, Limits, MiB
 from wasmrun.sandbox.types import MountedSkill, RunRequest
 from wasmrun.tenants.limits import TenantLimits
 from wasmrun.tenants.quotas import QueueTimeout, RunQuotaExceeded
@@ -49,12 +52,12 @@ logger = logging.getLogger("wasmrun.runs")
 REQUESTABLE_LIMITS: dict[str, tuple[str, int]] = {
     "timeout_ms": ("timeout_ms", 1),
     "memory_mb": ("memory_bytes", MiB),
-    "cpu_ms": ("fuel", FUEL_PER_MS),
+    "cpu_ms": ("cpu_ms", 1),
     "workspace_mb": ("workspace_bytes", MiB),
     "output_bytes": ("output_bytes", 1),
 }
 # The tenant limit (tenants/limits.py) that can lower a Limits field's ceiling.
-TENANT_CEILINGS = {"timeout_ms": "max_timeout_ms", "memory_bytes": "max_memory_mb", "fuel": "max_cpu_ms"}
+TENANT_CEILINGS = {"timeout_ms": "max_timeout_ms", "memory_bytes": "max_memory_mb", "cpu_ms": "max_cpu_ms"}
 
 
 def _in_units(bounds: tuple[int, int], unit: int) -> tuple[int, int]:
@@ -134,7 +137,7 @@ def tenant_policy(server: LimitPolicy, tenant: TenantLimits) -> LimitPolicy:
     caps = {
         "timeout_ms": tenant.max_timeout_ms,
         "memory_bytes": max(MIN_MEMORY_BYTES, tenant.max_memory_mb * MiB),
-        "fuel": tenant.max_cpu_ms * FUEL_PER_MS,
+        "cpu_ms": tenant.max_cpu_ms,
     }
     ceilings = dataclasses.replace(
         server.ceilings, **{name: min(getattr(server.ceilings, name), cap) for name, cap in caps.items()}
@@ -175,16 +178,37 @@ async def _checked_input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
     return await asyncio.to_thread(_input_blobs, ctx, blob_ids)
 
 
-async def _run(ctx: Context, request: RunRequest) -> RunResult:
+@contextlib.asynccontextmanager
+async def _skill_folders(ctx: Context, skills: Sequence[Skill]) -> AsyncIterator[None]:
+    """The mounted skills' folders, kept for the run when they are cached copies
+    (a shared cache evicts only what no run holds)."""
+    cached = [s for s in skills if ctx.registry.cached(s)]
+    if not cached:  # the common case: the skills' own folders, no thread hop
+        yield
+        return
+    holding = asyncio.ensure_future(asyncio.to_thread(ctx.registry.hold, cached))
+    try:
+        held = await asyncio.shield(holding)
+    except asyncio.CancelledError:
+        # The thread finishes anyway: let go of what it took.
+        holding.add_done_callback(lambda done: None if done.cancelled() or done.exception() else done.result().close())
+        raise
+    with held:
+        yield
+
+
+async def _run(ctx: Context, request: RunRequest, skills: Sequence[Skill] = ()) -> RunResult:
     request.owner = ctx.caller.tenant
     request.blob_quota = ctx.caller.blob_quota
     try:
-        async with ctx.gate.admit(ctx.caller):
+        async with ctx.gate.admit(ctx.caller), _skill_folders(ctx, skills):
             result = await ctx.executor.run(request)
     except RunQuotaExceeded as exc:
         raise QuotaExceeded(f"quota exceeded: {exc.message}", exc.limit, exc.value, exc.retry_after_s) from None
-    except (Busy, QueueTimeout) as exc:
+    except (Busy, QueueTimeout, SkillUnavailable) as exc:
         raise ServerBusy(f"server busy: {exc}") from None
+    except RegistryError as exc:  # SkillDamaged: an evicted version's bundle is not the one stored
+        raise rpc_error(exc) from None
     # Only an output too large for the result is written to the blob store;
     # everything else is quick enough for the event loop, and a thread hop
     # costs a short run a noticeable share of its latency.
@@ -219,7 +243,7 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
         network=network,
         limits=_limits(ctx, RunLimits(timeout_ms=p.timeout_ms), prefix=""),
     )
-    return await _run(ctx, request)
+    return await _run(ctx, request, [skill])
 
 
 async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
@@ -229,6 +253,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         )
     args_json = _args_json(p.args)
     mounted: dict[str, MountedSkill] = {}
+    skills: list[Skill] = []
     for i, entry in enumerate(p.mount_skills):
         # "name" mounts the highest version, "name@1.2.0" that version.
         name, _, version = entry.partition("@")
@@ -237,6 +262,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         if skill.name in mounted and mounted[skill.name].root != str(skill.root):
             raise InvalidParams(f"skill {skill.name!r} is listed twice with different versions", field=where)
         mounted[skill.name] = _mount(skill)
+        skills.append(skill)
     input_blobs = await _checked_input_blobs(ctx, p.input_blobs)
     request = RunRequest(
         kind="code",
@@ -249,4 +275,4 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         network=ctx.egress.network.for_run_code(),  # never a mounted skill's grant
         limits=_limits(ctx, p.limits),
     )
-    return await _run(ctx, request)
+    return await _run(ctx, request, skills)

@@ -17,6 +17,7 @@ from wasmrun.protocol.errors import (
     InvalidSkill,
     QuotaExceeded,
     RPCError,
+    ServerBusy,
     SkillExists,
     SkillNotFound,
     UnsafePath,
@@ -40,6 +41,7 @@ from wasmrun.registry.errors import (
     InvalidSkillFiles,
     RegistryError,
     SkillAlreadyExists,
+    SkillDamaged,
     SkillFileTooLarge,
     SkillUnavailable,
     UnsafeSkillPath,
@@ -69,7 +71,9 @@ _RPC_ERRORS: dict[type[RegistryError], type[InvalidParams]] = {
 
 def rpc_error(exc: RegistryError) -> RPCError:
     """The JSON-RPC error a client sees for what the registry refused."""
-    if isinstance(exc, SkillUnavailable):  # the server's storage failed, not the request
+    if isinstance(exc, SkillUnavailable):  # out of reach for now: worth trying again
+        return ServerBusy(f"server busy: {exc.message}")
+    if isinstance(exc, SkillDamaged):  # the server's storage failed, not the request
         return InternalError(exc.message)
     extra = {"problems": exc.problems} if exc.problems is not None else {}
     return _RPC_ERRORS.get(type(exc), InvalidParams)(exc.message, field=exc.field, **extra)

@@ -152,7 +152,7 @@ class RunError(msgspec.Struct):
 
 
 class RunUsage(msgspec.Struct):
-    fuel_used: int
+    cpu_ms: float  # CPU time of the run's thread (wasm and host calls; sleeping is not counted)
     peak_memory_bytes: int
     blob_io_bytes: int
     instantiate_ms: float

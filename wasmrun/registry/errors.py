@@ -34,5 +34,10 @@ class SkillFileTooLarge(RegistryError):
 
 
 class SkillUnavailable(RegistryError):
-    """A skill that exists but cannot be served: its stored bundle is missing, or its
-    bytes do not match the hash recorded when it was created (never mounted then)."""
+    """A skill's files cannot be had right now (a cached copy evicted and its bundle out
+    of reach, the object store not answering): worth trying again."""
+
+
+class SkillDamaged(RegistryError):
+    """A skill that exists but cannot be served: its stored bundle is gone, or its bytes
+    do not match the hash recorded when it was created (never unpacked, never mounted)."""

@@ -266,7 +266,7 @@ class SkillRegistry(Protocol):
 
     def find(self, name: str, version: str | None = None, owner: str | None = None) -> Skill | None:
         """That version, or the highest one when `version` is None, among what `owner` sees.
-        SkillUnavailable when it exists but cannot be served."""
+        SkillDamaged when it exists but cannot be served, SkillUnavailable when not now."""
 
     def versions(self, name: str, owner: str | None = None) -> list[str]:
         """The versions of `name` that `owner` sees, highest first."""
@@ -274,6 +274,13 @@ class SkillRegistry(Protocol):
     def read_file(self, skill: Skill, path: str, max_bytes: int) -> bytes: ...
 
     def list_files(self, skill: Skill) -> list[str]: ...
+
+    def cached(self, skill: Skill) -> bool:
+        """Whether the skill's folder is a cached copy, which a run must `hold`."""
+
+    def hold(self, skills: Sequence[Skill]) -> contextlib.ExitStack:
+        """Keep the cached skills' folders (put back if evicted) until the stack closes;
+        SkillUnavailable if one cannot be put back."""
 
     def create(
         self, manifest: dict[str, Any], skill_md: str, files: list[NewFile], owner: str = LEGACY_OWNER,
@@ -576,6 +583,18 @@ class DirectoryRegistry:
         except Exception:  # one bad folder never stops the server from starting
             logger.exception("skipping skill in %s: it could not be loaded", folder)
             return
+        DirectoryRegistry._add_loaded(index, skill, owner, bundled=bundled, reserved=reserved)
+
+    @staticmethod
+    def _add_loaded(
+        index: dict[SkillKey, Skill],
+        skill: Skill,
+        owner: str | None,
+        *,
+        bundled: bool = False,
+        reserved: set[str] | frozenset[str] = frozenset(),
+    ) -> None:
+        folder = skill.root
         if owner is not None and (skill.name in reserved or is_reserved_namespace(skill.name)):
             logger.warning("skipping %s in %s: the name is the operator's", skill.name, folder)
             return
@@ -663,6 +682,12 @@ class DirectoryRegistry:
             raise SkillFileMissing(f"{path!r} is a folder, not a file", field="path") from None
         except OSError as exc:  # e.g. ENAMETOOLONG, ELOOP: about the path the client named
             raise SkillFileMissing(f"{path!r} cannot be read: {exc.strerror}", field="path") from None
+
+    def cached(self, skill: Skill) -> bool:
+        return False  # folders of their own, never evicted
+
+    def hold(self, skills: Sequence[Skill]) -> contextlib.ExitStack:
+        return contextlib.ExitStack()
 
     def list_files(self, skill: Skill) -> list[str]:
         found = []

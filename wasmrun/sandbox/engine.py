@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -37,9 +35,9 @@ from wasmrun.sandbox.limits import CEILING_LIMITS, Limits
 from wasmrun.sandbox.skillimages import NoBlobs, SkillImage, SkillImages, image_key, memory_view, single_skill
 from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage, host_failure
 from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs, define_guarded_wasi
+from wasmrun.sandbox.watchdog import Watchdog
 from wasmrun.sandbox.workroots import WorkRoot
 
-EPOCH_TICK_S = 0.005
 logger = logging.getLogger("wasmrun.sandbox")
 SKILLS_ROOT = "/skills"
 # Typical runs: the pages any of them writes are copied into every spare instance ahead.
@@ -67,25 +65,6 @@ IMPORTED = "EntrypointNotFound"
 MEMORY_LIMIT_MARGIN = 1 << 20
 
 
-class EpochTicker:
-    """Advances the engine's epoch so that deadlines fire while wasm runs."""
-
-    def __init__(self, engine: wasmtime.Engine, interval: float = EPOCH_TICK_S) -> None:
-        self._engine = engine
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="wasmrun-epoch", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            self._engine.increment_epoch()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 # Instances alive at once in one engine: spares, runs in flight and used ones
 # awaiting teardown (bounded in instances.py) fit well within this.
 POOL_SLOTS = 128
@@ -94,7 +73,7 @@ DECOMMIT_BATCH = 16
 
 def _engine_config() -> wasmtime.Config:
     config = wasmtime.Config()
-    config.consume_fuel = True
+    # CPU is measured by the run thread's clock, not fuel (see watchdog.py).
     config.epoch_interruption = True
     _use_pooling_allocator(config)
     return config
@@ -122,7 +101,7 @@ def _use_pooling_allocator(config: wasmtime.Config) -> None:
         ffi.wasmtime_pooling_allocation_config_delete(pool)
 
 
-ENGINE_SETTINGS = f"fuel=1;epoch=1;pool={POOL_SLOTS}"
+ENGINE_SETTINGS = f"fuel=0;epoch=1;pool={POOL_SLOTS}"
 
 
 def load_module(engine: wasmtime.Engine, wasm: Path) -> wasmtime.Module:
@@ -151,7 +130,7 @@ def precompiled_state(guest: guest_build.Guest) -> tuple[Path, str | None]:
 
 
 class SandboxEngine:
-    """Owns the wasmtime Engine, the compiled guest and the epoch ticker."""
+    """Owns the wasmtime Engine, the compiled guest and the watchdog."""
 
     def __init__(
         self,
@@ -179,7 +158,7 @@ class SandboxEngine:
         self._roots = GuestRoots(self.workspace_root / "roots")
         self._bytecode = BytecodeCache(guest_build.cache_root() / "bytecode" / self.guest.key)
         guest_build.mark_used(self._bytecode.root)
-        self._ticker = EpochTicker(self.engine)
+        self._watchdog = Watchdog(self.engine)
         self._supply = InstanceSupply(self._new_instance, self._dirs, self._learn_hot_pages())
         self.skill_images = SkillImages(self._make_image)
 
@@ -187,7 +166,6 @@ class SandboxEngine:
         """Where the guest's static buffers live: the same addresses in every
         instance of this module, so asked once."""
         store = wasmtime.Store(self.engine)
-        store.set_fuel(10_000_000)
         store.set_epoch_deadline(1 << 30)
         store.set_wasi(wasmtime.WasiConfig())
         exports = self._pre.instantiate(store).exports(store)
@@ -206,7 +184,7 @@ class SandboxEngine:
     def close(self) -> None:
         self.skill_images.close()
         self._supply.close()
-        self._ticker.close()
+        self._watchdog.close()
         self._dirs.remove_all()
         self._roots.remove_all()
         self._root.release()  # whatever a failed teardown left, at any depth
@@ -433,8 +411,7 @@ class SandboxEngine:
         error: RunError | None = None
         try:
             store.set_limits(memory_size=limits.memory_bytes)
-            store.set_fuel(limits.fuel)
-            store.set_epoch_deadline(max(1, math.ceil(limits.timeout_ms / 1000 / EPOCH_TICK_S)))
+            Watchdog.arm(store)
             wasi, ctx.plain_fds = self._wasi(request, workspace, bytecode or {}, bytecode_writable)
             store.set_wasi(wasi)
             io = self._io
@@ -443,7 +420,8 @@ class SandboxEngine:
                 memory.write(store, ctx.request_bytes, io.io_buffer)
                 request_len = len(ctx.request_bytes)
             t1 = time.perf_counter()
-            ctx.deadline = time.monotonic() + limits.timeout_ms / 1000
+            watch = self._watchdog.start(limits.cpu_ms, limits.timeout_ms)
+            ctx.deadline = watch.deadline
             set_current(ctx)
             try:
                 response_len = fresh.run(store, request_len)
@@ -455,19 +433,22 @@ class SandboxEngine:
                     error = RunError(errors.INVALID_OUTPUT, errors.result_too_large(limits.result_bytes))
             except errors.RunAborted as exc:
                 error = RunError(exc.error_type, exc.message)
+            # A run marked over a budget was stopped by the watchdog (an error from
+            # its epoch callback), whatever else raced it.
             except wasmtime.Trap as trap:
-                error = _classify_trap(trap, memory.data_len(store), limits)
+                error = watch.error() or _classify_trap(trap, memory.data_len(store), limits)
             except wasmtime.WasmtimeError as exc:
-                error = RunError(errors.GUEST_CRASH, f"the sandbox failed: {_first_line(str(exc))}")
+                error = watch.error() or RunError(errors.GUEST_CRASH, f"the sandbox failed: {_first_line(str(exc))}")
             except Exception:
                 # A bug on our side of a host call: keep the details in the server log only.
                 logger.exception("host call failed in run %s", run_id)
                 error = RunError(errors.INTERNAL, "the sandbox host failed; the run was stopped")
             finally:
+                usage.cpu_ms = round(watch.cpu_ms(), 3)
+                self._watchdog.finish(watch)
                 set_current(None)
                 ctx.drain_guest_output(store, memory)
             t2 = time.perf_counter()
-            usage.fuel_used = limits.fuel - store.get_fuel()
             usage.peak_memory_bytes = memory.data_len(store)
             usage.instantiate_ms = round((t1 - t0) * 1000, 3)
             usage.run_ms = round((t2 - t1) * 1000, 3)
@@ -575,10 +556,6 @@ def _classify_trap(trap: wasmtime.Trap, memory_len: int, limits: Limits) -> RunE
     and how close the guest's memory is to its limit. Nothing the guest
     printed counts (it could print anything)."""
     code = trap.trap_code
-    if code == wasmtime.TrapCode.INTERRUPT:
-        return RunError(errors.TIMEOUT, errors.timed_out(limits.timeout_ms))
-    if code == wasmtime.TrapCode.OUT_OF_FUEL:
-        return RunError(errors.CPU_LIMIT, f"the run used up its CPU budget ({limits.fuel} fuel)")
     if code == wasmtime.TrapCode.STACK_OVERFLOW:
         return RunError(errors.STACK_OVERFLOW, "the guest's call stack overflowed")
     # The interpreter aborts when an allocation fails that it cannot turn into

@@ -19,7 +19,7 @@ reported by our guest runtime about the guest's own code.
 import unicodedata
 
 TIMEOUT = "Timeout"  # wall-clock limit (timeout_ms)
-CPU_LIMIT = "CPULimitExceeded"  # fuel spent
+CPU_LIMIT = "CPULimitExceeded"  # the run thread's CPU time (cpu_ms)
 MEMORY_LIMIT = "MemoryLimitExceeded"  # linear memory cap
 STACK_OVERFLOW = "StackOverflow"
 WORKSPACE_QUOTA = "WorkspaceQuotaExceeded"  # /workspace bytes or files
@@ -71,6 +71,10 @@ def result_too_large(limit: int) -> str:
 
 def timed_out(timeout_ms: int) -> str:
     return f"the run exceeded its time limit of {timeout_ms} ms"
+
+
+def cpu_limit(cpu_ms: int) -> str:
+    return f"the run exceeded its CPU limit of {cpu_ms} ms"
 
 
 def memory_hint(limit_bytes: int, ceiling_bytes: int) -> str:

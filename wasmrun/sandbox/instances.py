@@ -16,7 +16,7 @@ and several spares are kept so a burst finds them ready. Under sustained
 back-to-back load runs make their instance on the spot, and used ones are
 torn down anyway once too many pile up.
 
-A spare holds no run state: per-run WASI (preopens), fuel, deadline and
+A spare holds no run state: per-run WASI (preopens), epoch deadline and
 memory limit are set on it when a run takes it, and it serves that run only.
 """
 

@@ -49,7 +49,7 @@ class RunError(msgspec.Struct):
 
 
 class Usage(msgspec.Struct):
-    fuel_used: int = 0
+    cpu_ms: float = 0.0  # CPU time of the run's thread while in the guest (host calls included)
     peak_memory_bytes: int = 0
     blob_io_bytes: int = 0
     instantiate_ms: float = 0.0  # from the request to the guest's first instruction

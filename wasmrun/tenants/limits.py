@@ -23,7 +23,7 @@ class TenantLimits:
     skill_bytes: int = 64 * MiB  # their files, all versions together
     max_timeout_ms: int = 15 * 60_000  # the most `timeout_ms` a request may ask for
     max_memory_mb: int = 2048  # the most guest memory a request may ask for
-    max_cpu_ms: int = 15 * 60_000  # the most CPU time (fuel) a request may ask for
+    max_cpu_ms: int = 15 * 60_000  # the most CPU time a request may ask for
     blob_ttl_s: int = 0  # blobs older than this are deleted; 0: kept until deleted
 
     def with_values(self, values: Mapping[str, int]) -> TenantLimits:

@@ -41,7 +41,7 @@ class QueueTimeout(Exception):
 
 
 @dataclass
-class _TenantRuns:
+class TenantRuns:
     slots: int
     running: int = 0
     waiting: int = 0
@@ -56,7 +56,7 @@ class RunGate:
         self.queue_timeout = queue_timeout
         # The most sandboxes one tenant may hold: all but one, so another tenant always finds one.
         self.share = max(1, pool_size - 1) if pool_size else UNBOUNDED
-        self._tenants: dict[str, _TenantRuns] = {}
+        self._tenants: dict[str, TenantRuns] = {}
 
     def close(self) -> None:
         """Nothing held outside this process (the database's gate releases its leases)."""
@@ -74,7 +74,7 @@ class RunGate:
         slots = min(limits.concurrent_runs, self.share)
         state = self._tenants.get(caller.tenant)
         if state is None:
-            state = self._tenants[caller.tenant] = _TenantRuns(slots)
+            state = self._tenants[caller.tenant] = TenantRuns(slots)
         state.slots = slots  # `tenants set` takes effect on the next call
         self._check_rate(state, limits.runs_per_minute)
         if state.running >= state.slots:
@@ -96,7 +96,7 @@ class RunGate:
                 async with state.freed:
                     state.freed.notify(1)
 
-    async def _wait(self, state: _TenantRuns) -> None:
+    async def _wait(self, state: TenantRuns) -> None:
         if state.freed is None:
             state.freed = asyncio.Condition()
         state.waiting += 1
@@ -113,7 +113,7 @@ class RunGate:
             state.waiting -= 1
 
     @staticmethod
-    def _check_rate(state: _TenantRuns, per_minute: int) -> None:
+    def _check_rate(state: TenantRuns, per_minute: int) -> None:
         now = time.monotonic()
         while state.starts and now - state.starts[0] >= RATE_WINDOW_S:
             state.starts.popleft()

@@ -1,0 +1,217 @@
+"""A run's CPU and wall-clock budgets, and the thread that stops a run over either.
+
+The CPU a run uses is its own thread's CPU clock, as the kernel keeps it
+(wasm and the host calls it makes; not time spent sleeping or waiting).
+wasmtime's fuel would count instructions instead, but every basic block then
+pays for a counter update: measured here, 20-30% of a compute-bound run's time.
+
+How a run is stopped: every running store's epoch deadline is one epoch
+ahead, and an epoch-deadline callback is installed on it. A watchdog thread
+looks at each run in flight every `TICK_S` (its thread's CPU clock, read from
+outside with `pthread_getcpuclockid`, and the wall clock); when one is over a
+budget it marks that run with the limit and advances the engine's epoch.
+Several stores can share one engine (in-process slots, the skill-image
+thread), and the epoch is engine-wide: each store's callback, on its own run
+thread, lets a run that is not marked go on to the next epoch and stops the
+marked one. The epoch only advances when some run must stop, so a run within
+its budgets never leaves its wasm code while it computes.
+
+Where Python cannot read another thread's CPU clock (no
+`pthread_getcpuclockid`, or the kernel refuses that clock), the watchdog advances the epoch on every tick while
+such a run is in flight, and the callback reads the run thread's own clock.
+
+The callback goes through wasmtime-py's C bindings (no public API for it;
+wasmtime is pinned, see pyproject.toml), like the pooling allocator.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import wasmtime
+from wasmtime import _ffi as ffi
+
+from wasmrun.sandbox import errors
+from wasmrun.sandbox.types import RunError
+
+logger = logging.getLogger("wasmrun.sandbox")
+
+TICK_S = 0.005
+UPDATE_DEADLINE_CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE in wasmtime.h
+
+_thread_cpu_clock: Callable[[int], int] | None = getattr(time, "pthread_getcpuclockid", None)
+
+
+def _outside_clock() -> int | None:
+    """The calling thread's CPU clock as other threads can read it, if they can."""
+    if _thread_cpu_clock is None:
+        return None
+    try:
+        clock = _thread_cpu_clock(threading.get_ident())
+        time.clock_gettime(clock)
+    except (OSError, ValueError, OverflowError):  # a kernel or sandbox that refuses it
+        return None
+    return clock
+
+
+class RunWatch:
+    """One run's budgets, started on the thread that runs it."""
+
+    def __init__(self, cpu_ms: int, timeout_ms: int) -> None:
+        self.cpu_ms_limit = cpu_ms
+        self.timeout_ms = timeout_ms
+        self._cpu_budget_ms = float(cpu_ms)
+        self._start = time.thread_time()
+        # The same thread's clock, for the watchdog's thread (each reader measures from its own start).
+        self._clock = _outside_clock()
+        self._start_outside = time.clock_gettime(self._clock) if self._clock is not None else 0.0
+        self.deadline = time.monotonic() + timeout_ms / 1000
+        self.fired: str | None = None  # errors.CPU_LIMIT or errors.TIMEOUT once over a budget
+
+    @property
+    def readable_from_outside(self) -> bool:
+        return self._clock is not None
+
+    def cpu_ms(self) -> float:
+        """CPU used so far; on the run's own thread."""
+        return (time.thread_time() - self._start) * 1000
+
+    def _cpu_ms_from_outside(self) -> float | None:
+        if self._clock is None:
+            return None
+        try:
+            return (time.clock_gettime(self._clock) - self._start_outside) * 1000
+        except OSError:  # from now on the run's callback reads its own clock (every tick)
+            self._clock = None
+            return None
+
+    def check(self, outside: bool = False) -> str | None:
+        """Which budget the run is over, if any (and it stays marked so).
+        From another thread (`outside`) the CPU clock is read only where it can be."""
+        if self.fired is None:
+            cpu_ms = self._cpu_ms_from_outside() if outside else self.cpu_ms()
+            if time.monotonic() >= self.deadline:
+                self.fired = errors.TIMEOUT
+            elif cpu_ms is not None and cpu_ms >= self._cpu_budget_ms:
+                self.fired = errors.CPU_LIMIT
+        return self.fired
+
+    def error_message(self) -> str:
+        if self.fired == errors.CPU_LIMIT:
+            return errors.cpu_limit(self.cpu_ms_limit)
+        return errors.timed_out(self.timeout_ms)
+
+    def error(self) -> RunError | None:
+        """The run's error if it was marked over a budget."""
+        return RunError(self.fired, self.error_message()) if self.fired is not None else None
+
+
+_local = threading.local()
+
+
+def _current() -> RunWatch | None:
+    watch: RunWatch | None = getattr(_local, "watch", None)
+    return watch
+
+
+_CALLBACK_TYPE = ctypes.CFUNCTYPE(
+    ctypes.c_size_t,
+    ctypes.POINTER(ffi.wasmtime_context_t),
+    ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_uint64),
+    ctypes.POINTER(ffi.wasmtime_update_deadline_kind_t),
+)
+_FINALIZER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def _error(message: str) -> int:
+    """A new wasmtime error (wasmtime takes ownership): returning it traps the store."""
+    err = ffi.wasmtime_error_new(message.encode())
+    address = ctypes.cast(err, ctypes.c_void_p).value
+    assert address is not None
+    return address
+
+
+@_CALLBACK_TYPE  # type: ignore[untyped-decorator]
+def _on_epoch(_context: object, _data: object, delta: ctypes._Pointer[ctypes.c_uint64], kind: object) -> int:
+    """On the run's thread, when the engine's epoch reached the store's deadline."""
+    try:
+        watch = _current()
+        if watch is not None and watch.check() is not None:
+            return _error(watch.error_message())
+        delta[0] = 1
+        kind[0] = UPDATE_DEADLINE_CONTINUE  # type: ignore[index]
+        return 0
+    except BaseException:  # never let an exception cross into wasmtime: stop the run instead
+        logger.exception("epoch callback failed")
+        return _error("the sandbox host failed")
+
+
+@_FINALIZER_TYPE  # type: ignore[untyped-decorator]
+def _no_finalizer(_data: object) -> None:
+    return None
+
+
+class Watchdog:
+    """Stops runs over their CPU or wall-clock budget (see the module docstring)."""
+
+    def __init__(self, engine: wasmtime.Engine, interval: float = TICK_S) -> None:
+        self._engine = engine
+        self._interval = interval
+        self._runs: set[RunWatch] = set()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="wasmrun-watchdog", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def arm(store: wasmtime.Store) -> None:
+        """Before a store runs: the epoch callback, the deadline one epoch ahead."""
+        ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), _on_epoch, None, _no_finalizer)
+        store.set_epoch_deadline(1)
+
+    def start(self, cpu_ms: int, timeout_ms: int) -> RunWatch:
+        """On the run's thread, just before it enters wasm."""
+        watch = RunWatch(cpu_ms, timeout_ms)
+        _local.watch = watch
+        with self._cond:
+            self._runs.add(watch)
+            if len(self._runs) == 1:
+                self._cond.notify()  # it sleeps while no run is in flight
+        return watch
+
+    def finish(self, watch: RunWatch) -> None:
+        """On the run's thread, once it left wasm (its clock is read no more after this)."""
+        with self._cond:
+            self._runs.discard(watch)
+        _local.watch = None
+
+    def _loop(self) -> None:
+        with self._cond:
+            while not self._closed:
+                if not self._runs:
+                    self._cond.wait()  # idle: no wake-ups without runs
+                    continue
+                self._cond.wait(self._interval)
+                try:
+                    self._tick()
+                except Exception:  # this thread must outlive any fault: every deadline depends on it
+                    logger.exception("watchdog tick failed")
+                    self._engine.increment_epoch()  # each run's callback checks its own budgets
+
+    def _tick(self) -> None:
+        # Under the lock: a run's clock is read only while it is registered.
+        # One epoch bump per run newly over a budget: its deadline is at most one ahead.
+        newly_over = [watch for watch in self._runs if watch.fired is None and watch.check(outside=True)]
+        if newly_over or any(not watch.readable_from_outside for watch in self._runs):
+            self._engine.increment_epoch()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
