@@ -29,7 +29,7 @@ from wasmrun.protocol.types import (
     ReadSkillFileParams,
     RunCodeParams,
 )
-from wasmrun.registry.errors import SkillUnavailable
+from wasmrun.registry.errors import RegistryError
 from wasmrun.tenants.caller import Caller
 
 
@@ -151,7 +151,7 @@ class Dispatcher:
             record.skill = name[:200]
             try:
                 skill = ctx.registry.find(name, getattr(params, "version", None), ctx.caller.tenant)
-            except SkillUnavailable:  # the call's own answer said so; the record names no version
+            except RegistryError:  # the call's own answer said so; the record names no version
                 skill = None
             record.version = skill.version if skill is not None else None
         if error is not None:
