@@ -223,16 +223,23 @@ def test_bundles_are_in_the_object_store_and_checked_when_materialised(
     stored = objects.get(rows[0][2])
     assert digest(stored) == rows[0][1]  # the bytes are in the store, named by their hash
 
-    # A second server with an empty cache restores the bundle from the store and runs it.
-    b = LiveServer(tmp_path / "data-b", *shared)
+    # A second server with an empty cache of one entry restores each bundle from the store
+    # and runs it, again after the other one evicted it.
+    b = LiveServer(tmp_path / "data-b", *shared, env=wasmrun_env() | {"WASMRUN_SKILL_CACHE_ENTRIES": "1"})
     try:
-        ran = result(call(b, None, "execute_skill", {"name": "user.team.echo", "args": {"n": 1}}))
-        assert ran["status"] == "completed" and ran["output"] == {"user.team.echo 1.0.0": {"n": 1}}, ran
+        for name in ("user.team.echo", "user.team.other", "user.team.echo", "user.team.other"):
+            ran = result(call(b, None, "execute_skill", {"name": name, "args": {"n": 1}}))
+            assert ran["status"] == "completed" and ran["output"] == {f"{name} 1.0.0": {"n": 1}}, ran
+        # Bytes changed in the store (another valid bundle): putting the evicted version
+        # back for a run is a clear error, nothing mounted.
+        objects.put(rows[0][2], objects.get(rows[1][2]))
+        error = error_of(call(b, None, "execute_skill", {"name": "user.team.echo", "args": {}}))
+        assert error["code"] == -32603 and "do not match the hash recorded" in error["message"], error
+        assert result(call(b, None, "execute_skill", {"name": "user.team.other", "args": {}}))["status"] == "completed"
     finally:
         b.stop()
 
-    # Bytes changed in the store (another valid bundle): a clear error, never mounted.
-    objects.put(rows[0][2], objects.get(rows[1][2]))
+    # A server that never had it: the same error for every way to reach it.
     c = LiveServer(tmp_path / "data-c", *shared)
     try:
         for method, extra in [("execute_skill", {"args": {}}), ("describe_skill", {}), ("run_code", None)]:
