@@ -11,7 +11,7 @@ import pytest
 import tomli
 from skillfiles import write_skill
 
-from wasmrun.protocol.errors import SkillExists
+from wasmrun.registry.errors import SkillAlreadyExists
 from wasmrun.registry.store import DirectoryRegistry, NewFile, check_folder
 from wasmrun.settings import Settings
 
@@ -339,7 +339,7 @@ def test_concurrent_creates_of_one_version_store_exactly_one(settings: Settings)
                 manifest(), SKILL_MD, [NewFile("code/main.py", f"def main(a): return {n}\n".encode())]
             )
             outcomes.append("created")
-        except SkillExists:
+        except SkillAlreadyExists:
             outcomes.append("exists")
 
     threads = [threading.Thread(target=create, args=(registries[i % 2], i)) for i in range(4)]

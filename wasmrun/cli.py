@@ -361,7 +361,7 @@ def _tools(args: argparse.Namespace) -> int:
 
 
 def _skills_add(args: argparse.Namespace) -> int:
-    from wasmrun.protocol.errors import SkillExists
+    from wasmrun.registry.errors import SkillAlreadyExists
     from wasmrun.registry.store import SkillProblems
     from wasmrun.server import open_registry
 
@@ -374,7 +374,7 @@ def _skills_add(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(f"         - {problem}")
         return 1
-    except SkillExists as exc:
+    except SkillAlreadyExists as exc:
         print(f"wasmrun: {exc.message}", file=sys.stderr)
         return 1
     print(f"added {skill.name} {skill.version} to {dest}")

@@ -40,6 +40,7 @@ from wasmrun.wire.tools_route import tools_route
 
 if TYPE_CHECKING:
     from wasmrun.database.audit import PgAuditLog
+    from wasmrun.database.orphans import OrphanSweeper
 
 
 def make_executor(settings: Settings) -> Executor:
@@ -75,9 +76,14 @@ def open_registry(settings: Settings) -> DirectoryRegistry:
     from wasmrun.database.skills import PgSkillRegistry
 
     migrate_database(settings)
+    objects = None
+    if settings.blob_store is not None:  # bundles beside the blobs' bytes
+        from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
+
+        objects = ObjectStore(ObjectStoreLocation.parse(settings.blob_store))
     return PgSkillRegistry(
         settings.operator_skill_dirs, settings.skills_home, Database(settings.database_url), settings.skill_cache,
-        cache_entries=settings.skill_cache_entries, cache_bytes=settings.skill_cache_bytes,
+        objects, cache_entries=settings.skill_cache_entries, cache_bytes=settings.skill_cache_bytes,
     )
 
 
@@ -140,9 +146,12 @@ def create_app(
     audit = open_audit_log(settings)
     retention = BlobRetention(context.blobs, tenants, settings.access.limits.blob_ttl_s)
     retention.start()
+    orphans = open_orphan_sweeper(settings)
 
     def shutdown() -> None:
         retention.stop()
+        if orphans is not None:
+            orphans.stop()
         if audit is not None:
             audit.close()
         if owned:
@@ -180,6 +189,20 @@ def create_app(
         authenticate=tenants.authenticate,
         metrics=metrics.render,
     )
+
+
+def open_orphan_sweeper(settings: Settings) -> OrphanSweeper | None:
+    """With --blob-store: objects a killed server stored without their row are deleted
+    (at start, then periodically); nothing to do for files (FileBlobStore.sweep)."""
+    if settings.blob_store is None or settings.database_url is None:
+        return None
+    from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
+    from wasmrun.database.connection import Database
+    from wasmrun.database.orphans import OrphanSweeper
+
+    sweeper = OrphanSweeper(Database(settings.database_url), ObjectStore(ObjectStoreLocation.parse(settings.blob_store)))
+    sweeper.start()
+    return sweeper
 
 
 def migrate_database(settings: Settings) -> list[int]:

@@ -10,7 +10,9 @@ and the length is checked here either way.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -54,7 +56,9 @@ class ObjectStore:
         from botocore.config import Config
 
         self.location = location
-        self._client: Any = boto3.client(
+        # A session of its own: its credentials are read from the environment now, not
+        # the ones boto3's default session cached for the first client of the process.
+        self._client: Any = boto3.session.Session().client(
             "s3",
             endpoint_url=location.endpoint,
             region_name=location.region or "us-east-1",
@@ -107,6 +111,36 @@ class ObjectStore:
             # A server that ignored the range altogether: keep the part asked for.
             data = data[offset:offset + length]
         return data[:length]
+
+    def get(self, name: str) -> bytes:
+        """The whole object; KeyError when there is none."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            data: bytes = self._client.get_object(Bucket=self.location.bucket, Key=self._key(name))["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise KeyError(name) from None
+            raise self._fail("read an object", exc) from None
+        except BotoCoreError as exc:
+            raise self._fail("read an object", exc) from None
+        return data
+
+    def listing(self, prefix: str) -> Iterator[tuple[str, datetime]]:
+        """Each object whose name starts with `prefix`: its name (as `put` was given it)
+        and when it was last written; a page of names at a time."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        strip = len(self._key(""))
+        try:
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.location.bucket, Prefix=self._key(prefix)
+            )
+            for page in pages:
+                for item in page.get("Contents", []):
+                    yield str(item["Key"])[strip:], item["LastModified"]
+        except (BotoCoreError, ClientError) as exc:
+            raise self._fail("list objects", exc) from None
 
     def delete(self, name: str) -> None:
         from botocore.exceptions import BotoCoreError, ClientError

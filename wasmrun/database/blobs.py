@@ -33,6 +33,7 @@ from wasmrun.blobs.quota import BlobQuota, charge
 from wasmrun.blobs.store import LEGACY_OWNER, BlobInfo, Usage, _check_quota, content_blob_id, is_blob_id
 from wasmrun.database import DatabaseError
 from wasmrun.database.connection import Database
+from wasmrun.database.orphans import BLOB_PREFIX, lock_object
 
 logger = logging.getLogger("wasmrun.database")
 INFO_CACHE = 1024  # blob metadata kept per process
@@ -90,7 +91,7 @@ class SharedBlobStore:
 
     @staticmethod
     def _object(blob_id: str) -> str:
-        return "blobs/" + blob_id[5:]
+        return BLOB_PREFIX + blob_id[5:]
 
     # -- the BlobStore contract -------------------------------------------------
 
@@ -121,6 +122,8 @@ class SharedBlobStore:
             if quota is not None:
                 _check_quota(usage, quota, charge(len(data)))
             # The bytes before the row (committed after them): a row always has its bytes.
+            # The object's lock until then keeps the orphan sweep (database/orphans.py) off them.
+            lock_object(conn, self._object(blob_id))
             self.objects.put(self._object(blob_id), data)
             conn.execute(
                 f"INSERT INTO wasmrun_blobs ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",

@@ -110,6 +110,30 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         """,
     ),
     (
+        5,
+        """
+        -- The registry pages created skills in SQL (database/skills.py), in the local
+        -- registry's order: namespace and name by code point (the "C" collation),
+        -- then version_order descending (registry/store.py version_order: semantic
+        -- precedence as text). A listing reads manifest and frontmatter (JSON text,
+        -- as the audit log keeps its lines) from the row, never the bundle.
+        ALTER TABLE wasmrun_skills ALTER COLUMN namespace TYPE text COLLATE "C";
+        ALTER TABLE wasmrun_skills ALTER COLUMN name TYPE text COLLATE "C";
+        ALTER TABLE wasmrun_skills ADD COLUMN version_order text COLLATE "C";
+        ALTER TABLE wasmrun_skills ADD COLUMN manifest text;
+        ALTER TABLE wasmrun_skills ADD COLUMN frontmatter text;
+        -- With --blob-store a bundle's bytes are the object bundle_object (named by
+        -- its sha256) and `bundle` is null; without it they stay in `bundle`.
+        ALTER TABLE wasmrun_skills ALTER COLUMN bundle DROP NOT NULL;
+        ALTER TABLE wasmrun_skills ADD COLUMN bundle_object text;
+        ALTER TABLE wasmrun_skills ADD CONSTRAINT wasmrun_skills_bundle_somewhere
+            CHECK ((bundle IS NULL) <> (bundle_object IS NULL));
+        DROP INDEX wasmrun_skills_listing;
+        CREATE INDEX wasmrun_skills_page ON wasmrun_skills (owner, namespace, name, version_order DESC);
+        CREATE INDEX wasmrun_skills_bundle_object ON wasmrun_skills (bundle_object);
+        """,
+    ),
+    (
         6,
         """
         -- queued_runs and runs_per_minute across servers (database/runs.py): a run waiting

@@ -29,6 +29,7 @@ from wasmrun.protocol.types import (
     ReadSkillFileParams,
     RunCodeParams,
 )
+from wasmrun.registry.errors import RegistryError
 from wasmrun.tenants.caller import Caller
 
 
@@ -148,7 +149,10 @@ class Dispatcher:
         name = getattr(params, "name", None)
         if isinstance(name, str):
             record.skill = name[:200]
-            skill = ctx.registry.find(name, getattr(params, "version", None), ctx.caller.tenant)
+            try:
+                skill = ctx.registry.find(name, getattr(params, "version", None), ctx.caller.tenant)
+            except RegistryError:  # the call's own answer said so; the record names no version
+                skill = None
             record.version = skill.version if skill is not None else None
         if error is not None:
             record.error_code = error.code

@@ -33,10 +33,11 @@ from wasmrun.protocol.blobs import blob_info, quota_error
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, NotExecutable, QuotaExceeded, ServerBusy
 from wasmrun.protocol.run_result import needs_output_blob, to_spec_result
-from wasmrun.protocol.skills import find_skill
+from wasmrun.protocol.skills import find_skill, rpc_error
 from wasmrun.protocol.types import ExecuteSkillParams, RunCodeParams, RunLimits, RunResult
+from wasmrun.registry.errors import RegistryError, SkillUnavailable
 from wasmrun.registry.manifest import IDENTIFIER
-from wasmrun.registry.store import Skill, SkillUnavailable
+from wasmrun.registry.store import Skill
 from wasmrun.sandbox.executor import Busy
 from wasmrun.sandbox.jsontext import NotSendable, encode_args
 from wasmrun.sandbox.limits import MIN_MEMORY_BYTES, LimitPolicy, Limits, MiB
@@ -206,6 +207,8 @@ async def _run(ctx: Context, request: RunRequest, skills: Sequence[Skill] = ()) 
         raise QuotaExceeded(f"quota exceeded: {exc.message}", exc.limit, exc.value, exc.retry_after_s) from None
     except (Busy, QueueTimeout, SkillUnavailable) as exc:
         raise ServerBusy(f"server busy: {exc}") from None
+    except RegistryError as exc:  # SkillDamaged: an evicted version's bundle is not the one stored
+        raise rpc_error(exc) from None
     # Only an output too large for the result is written to the blob store;
     # everything else is quick enough for the event loop, and a thread hop
     # costs a short run a noticeable share of its latency.

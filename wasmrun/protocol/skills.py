@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+from collections.abc import Iterator
 
 import msgspec
 
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import (
+    ContentTooLarge,
     InternalError,
     InvalidParams,
     InvalidSkill,
     QuotaExceeded,
+    RPCError,
     ServerBusy,
+    SkillExists,
     SkillNotFound,
+    UnsafePath,
 )
 from wasmrun.protocol.types import (
     CreateSkillParams,
@@ -31,20 +37,54 @@ from wasmrun.protocol.types import (
     SkillEntry,
 )
 from wasmrun.registry import skillmd
+from wasmrun.registry.errors import (
+    InvalidSkillFiles,
+    RegistryError,
+    SkillAlreadyExists,
+    SkillDamaged,
+    SkillFileTooLarge,
+    SkillUnavailable,
+    UnsafeSkillPath,
+)
 from wasmrun.registry.store import (
     DOC_FILE,
-    ListingKey,
+    ListingPosition,
     NewFile,
     ReservedName,
     Skill,
     SkillQuota,
     SkillQuotaExceeded,
-    SkillUnavailable,
-    listing_key,
+    SkillSummary,
 )
 
 GUIDE_SKILL = "skills.protocol.guide"
 MAX_LIST_LIMIT = 200
+
+
+_RPC_ERRORS: dict[type[RegistryError], type[InvalidParams]] = {
+    SkillAlreadyExists: SkillExists,
+    InvalidSkillFiles: InvalidSkill,
+    UnsafeSkillPath: UnsafePath,
+    SkillFileTooLarge: ContentTooLarge,
+}
+
+
+def rpc_error(exc: RegistryError) -> RPCError:
+    """The JSON-RPC error a client sees for what the registry refused."""
+    if isinstance(exc, SkillUnavailable):  # out of reach for now: worth trying again
+        return ServerBusy(f"server busy: {exc.message}")
+    if isinstance(exc, SkillDamaged):  # the server's storage failed, not the request
+        return InternalError(exc.message)
+    extra = {"problems": exc.problems} if exc.problems is not None else {}
+    return _RPC_ERRORS.get(type(exc), InvalidParams)(exc.message, field=exc.field, **extra)
+
+
+@contextlib.contextmanager
+def registry_errors() -> Iterator[None]:
+    try:
+        yield
+    except RegistryError as exc:
+        raise rpc_error(exc) from None
 
 
 def find_skill(
@@ -53,41 +93,36 @@ def find_skill(
     """A skill the caller may see: the operator's, or one its own tenant created.
     Another tenant's skill is "not found", exactly like a name never created."""
     owner = ctx.caller.tenant
-    skill = ctx.registry.find(name, version, owner)
+    with registry_errors():
+        skill = ctx.registry.find(name, version, owner)
     if skill is not None:
         return skill
-    latest = ctx.registry.find(name, None, owner) if version is not None else None
-    if latest is not None:
-        known = ", ".join(s.version for s in ctx.registry.skills(owner) if s.name == name and s.owner == latest.owner)
+    known = ctx.registry.versions(name, owner) if version is not None else []
+    if known:
         raise SkillNotFound(
-            f"skill {name!r} has no version {version!r} (available: {known})", field=version_field
+            f"skill {name!r} has no version {version!r} (available: {', '.join(known)})", field=version_field
         )
     raise SkillNotFound(f"no skill named {name!r}", field=field)
 
 
 # -- list_skills --------------------------------------------------------------
 
-def _in_namespace(skill: Skill, namespace: str) -> bool:
-    ns = skill.manifest.effective_namespace
-    return ns == namespace or ns.startswith(namespace + ".")
-
-
-def _encode_cursor(skill: Skill) -> str:
+def _encode_cursor(skill: SkillSummary) -> str:
     key = [skill.manifest.effective_namespace, skill.name, skill.version]
     return base64.urlsafe_b64encode(msgspec.json.encode(key)).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str) -> ListingKey:
+def _decode_cursor(cursor: str) -> ListingPosition:
     try:
         data = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         # Typed: anything but three strings stops at its first byte, however deep it nests.
         ns, name, version = msgspec.json.decode(data, type=tuple[str, str, str])
-        return listing_key(ns, name, version)
-    except (ValueError, msgspec.DecodeError):  # binascii.Error and a bad version are ValueErrors
+        return ListingPosition.parse(ns, name, version)
+    except (ValueError, msgspec.DecodeError):  # binascii.Error and a bad position are ValueErrors
         raise InvalidParams("cursor is not one this server gave out", field="cursor") from None
 
 
-def _entry(skill: Skill, detail: str) -> SkillEntry:
+def _entry(skill: SkillSummary, detail: str) -> SkillEntry:
     m = skill.manifest
     entry = SkillEntry(
         name=m.name,
@@ -107,20 +142,14 @@ def _entry(skill: Skill, detail: str) -> SkillEntry:
 
 
 async def list_skills(ctx: Context, p: ListSkillsParams) -> ListSkillsResult:
-    skills = ctx.registry.skills(ctx.caller.tenant)
-    if p.namespace:
-        skills = [s for s in skills if _in_namespace(s, p.namespace)]
-    start = 0
-    if p.cursor:
-        after = _decode_cursor(p.cursor)
-        while start < len(skills) and not after < skills[start].sort_key():
-            start += 1
-    limit = min(p.limit, MAX_LIST_LIMIT)
-    page = skills[start : start + limit]
-    more = start + limit < len(skills)
+    after = _decode_cursor(p.cursor) if p.cursor else None
+    page = await asyncio.to_thread(
+        ctx.registry.page, ctx.caller.tenant, namespace=p.namespace or None, after=after,
+        limit=min(p.limit, MAX_LIST_LIMIT),
+    )
     return ListSkillsResult(
-        skills=[_entry(s, p.detail) for s in page],
-        next_cursor=_encode_cursor(page[-1]) if more and page else None,
+        skills=[_entry(s, p.detail) for s in page.skills],
+        next_cursor=_encode_cursor(page.skills[-1]) if page.more and page.skills else None,
     )
 
 
@@ -132,25 +161,17 @@ async def describe_skill(ctx: Context, p: DescribeSkillParams) -> DescribeSkillR
     if p.detail in ("summary", "full"):
         description.skill_md_frontmatter = skill.frontmatter
     if p.detail == "full":
-        data = await _read_file(ctx, skill, DOC_FILE)
-        description.skill_md = data.decode("utf-8", "replace")
-        try:
+        with registry_errors():
+            data = await asyncio.to_thread(ctx.registry.read_file, skill, DOC_FILE, ctx.max_full_read_bytes)
             description.files = await asyncio.to_thread(ctx.registry.list_files, skill)
-        except SkillUnavailable as exc:
-            raise ServerBusy(f"server busy: {exc}") from None
+        description.skill_md = data.decode("utf-8", "replace")
     return DescribeSkillResult(skill=description)
-
-
-async def _read_file(ctx: Context, skill: Skill, path: str) -> bytes:
-    try:
-        return await asyncio.to_thread(ctx.registry.read_file, skill, path, ctx.max_full_read_bytes)
-    except SkillUnavailable as exc:
-        raise ServerBusy(f"server busy: {exc}") from None
 
 
 async def read_skill_file(ctx: Context, p: ReadSkillFileParams) -> ReadSkillFileResult:
     skill = find_skill(ctx, p.name, p.version)
-    data = await _read_file(ctx, skill, p.path)
+    with registry_errors():
+        data = await asyncio.to_thread(ctx.registry.read_file, skill, p.path, ctx.max_full_read_bytes)
     try:
         return ReadSkillFileResult(content=data.decode("utf-8"), encoding="utf-8", size_bytes=len(data))
     except UnicodeDecodeError:
@@ -166,7 +187,8 @@ async def load_skills_protocol_guide(ctx: Context, p: LoadGuideParams) -> LoadGu
     skill = max(bundled, key=lambda s: s.semver) if bundled else None
     if skill is None:
         raise InternalError(f"the canonical {GUIDE_SKILL} skill is not installed on this server")
-    data = await asyncio.to_thread(ctx.registry.read_file, skill, DOC_FILE, ctx.max_full_read_bytes)
+    with registry_errors():
+        data = await asyncio.to_thread(ctx.registry.read_file, skill, DOC_FILE, ctx.max_full_read_bytes)
     body = skillmd.body(data.decode("utf-8"))
     return LoadGuideResult(content=body, name=skill.name, version=skill.version)
 
@@ -194,4 +216,6 @@ async def create_skill(ctx: Context, p: CreateSkillParams) -> CreateSkillResult:
         raise InvalidSkill(str(exc), field="manifest.name") from None
     except SkillQuotaExceeded as exc:
         raise QuotaExceeded(f"quota exceeded: {exc.message}", exc.limit, exc.value) from None
+    except RegistryError as exc:  # SkillUnavailable: its bundle could not be stored, nothing was created
+        raise rpc_error(exc) from None
     return CreateSkillResult(name=skill.name, version=skill.version)

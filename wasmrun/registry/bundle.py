@@ -76,6 +76,11 @@ class BundleMissing(Exception):
     """The bundle of a cached skill version can no longer be fetched (or is not the one named)."""
 
 
+class BundleMismatch(BundleMissing):
+    """The bundle fetched is not the one named: its bytes changed or were damaged since they
+    were stored (never unpacked)."""
+
+
 class SkillCache:
     def __init__(self, root: Path, max_entries: int = DEFAULT_MAX_ENTRIES, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         if max_entries < 1 or max_bytes < 1:
@@ -112,8 +117,10 @@ class SkillCache:
                 os.utime(fd)  # the last use: eviction takes the least recent first
             if not folder.is_dir():
                 bundle = fetch()
-                if bundle is None or digest(bundle) != sha256:
-                    raise BundleMissing(f"the bundle {sha256[:12]} is gone or changed")
+                if bundle is None:
+                    raise BundleMissing(f"the bundle {sha256[:12]} is gone")
+                if digest(bundle) != sha256:
+                    raise BundleMismatch(f"the bundle {sha256[:12]} does not match its hash")
                 self._unpack(bundle, folder)
                 self.trim()
             yield folder

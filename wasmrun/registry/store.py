@@ -22,6 +22,7 @@ is not loaded: created skills can never shadow the operator's.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import errno
@@ -40,15 +41,25 @@ from typing import Any, Protocol
 import tomli
 
 from wasmrun.durable import atomic_write, fsync_dir, fsync_tree
-from wasmrun.protocol.errors import (
-    ContentTooLarge,
-    InvalidParams,
-    InvalidSkill,
-    SkillExists,
-    UnsafePath,
-)
 from wasmrun.registry import agentskills, tomlwriter
-from wasmrun.registry.manifest import Manifest, ManifestError, SemVer, shown, validate_manifest
+from wasmrun.registry.errors import (
+    InvalidSkillFiles,
+    SkillAlreadyExists,
+    SkillFileMissing,
+    SkillFileTooLarge,
+    UnsafeSkillPath,
+)
+from wasmrun.registry.manifest import (
+    DOTTED_NAME,
+    MAX_NAME,
+    MAX_VERSION,
+    SEMVER,
+    Manifest,
+    ManifestError,
+    SemVer,
+    shown,
+    validate_manifest,
+)
 from wasmrun.registry.skillmd import parse_frontmatter
 
 MANIFEST_FILE = "skill.toml"
@@ -91,11 +102,6 @@ class SkillQuota:
     max_bytes: int  # the bytes of all their files
 
 
-class SkillUnavailable(Exception):
-    """A skill's files cannot be had right now (a cached copy evicted, and its bundle
-    out of reach): worth trying again."""
-
-
 class SkillQuotaExceeded(Exception):
     def __init__(self, limit: str, value: int, message: str) -> None:
         super().__init__(message)
@@ -106,6 +112,89 @@ class SkillQuotaExceeded(Exception):
 
 def is_reserved_namespace(name: str) -> bool:
     return name == RESERVED_NAMESPACE or name.startswith(RESERVED_NAMESPACE + ".")
+
+
+@dataclass(frozen=True)
+class SkillSummary:
+    """What a listing shows of a skill: no folder needed (a backend may answer it
+    from an index without materialising the skill)."""
+
+    manifest: Manifest
+    frontmatter: dict[str, Any]
+    owner: str | None = None
+    bundled: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def version(self) -> str:
+        return self.manifest.version
+
+    def sort_key(self) -> ListingKey:
+        return listing_key(self.manifest.effective_namespace, self.name, self.version)
+
+
+@dataclass(frozen=True)
+class ListingPosition:
+    """Where a page of a listing ends: the last skill's namespace, name and version.
+    Every field is checked (`parse`), so a backend can use it in a query as it is."""
+
+    namespace: str
+    name: str
+    version: str
+
+    @classmethod
+    def parse(cls, namespace: str, name: str, version: str) -> ListingPosition:
+        """The position, or ValueError when it could name no skill."""
+        if namespace and not is_skill_name(namespace):
+            raise ValueError("namespace is not a dotted lower-case name")
+        if not is_skill_name(name):
+            raise ValueError("name is not a dotted lower-case name")
+        if len(version) > MAX_VERSION or SEMVER.fullmatch(version) is None:
+            raise ValueError("version is not a semantic version")
+        return cls(namespace, name, version)
+
+    def key(self) -> ListingKey:
+        return listing_key(self.namespace, self.name, self.version)
+
+
+@dataclass(frozen=True)
+class Page:
+    skills: list[SkillSummary]
+    more: bool  # skills follow the last one
+
+
+def is_skill_name(text: str) -> bool:
+    """Whether `text` could be a skill's name or namespace (dotted lower-case identifiers)."""
+    return len(text) <= MAX_NAME and DOTTED_NAME.fullmatch(text) is not None
+
+
+def in_namespace(namespace: str, wanted: str) -> bool:
+    """Whether a skill of `namespace` is listed under the filter `wanted` (itself or below it)."""
+    return namespace == wanted or namespace.startswith(wanted + ".")
+
+
+def version_order(version: str) -> str:
+    """The version as text whose code-point order is its semantic-version order, as
+    `SemVer` orders (precedence, then the text breaks ties): what a database sorts
+    by to list in the registry's order. Numbers are length-prefixed, so 10 > 9."""
+    parsed = SemVer(version)
+
+    def number(n: int) -> str:
+        digits = str(n)
+        return f"{len(digits):03d}{digits}"
+
+    parts = [number(n) for n in parsed.core]
+    if parsed.pre is None:
+        parts.append("1")  # a release after all of its pre-releases
+    else:
+        parts.append("0")
+        # Each identifier ends in "!", below every identifier character: a shorter list first.
+        parts.extend(("0" + number(p) if isinstance(p, int) else "1" + p) + "!" for _, p in parsed.pre)
+    # " " is below "!", "0" and "1": the text breaks ties only among equal precedence.
+    return "".join(parts) + " " + version
 
 
 @dataclass(frozen=True)
@@ -131,6 +220,9 @@ class Skill:
 
     def sort_key(self) -> ListingKey:
         return listing_key(self.manifest.effective_namespace, self.name, self.version)
+
+    def summary(self) -> SkillSummary:
+        return SkillSummary(self.manifest, self.frontmatter, self.owner, self.bundled)
 
 
 def listing_key(namespace: str, name: str, version: str) -> ListingKey:
@@ -158,12 +250,26 @@ class NewFile:
 
 
 class SkillRegistry(Protocol):
+    """What the protocol methods use of a registry; the folders (DirectoryRegistry)
+    and the shared database (database/skills.py PgSkillRegistry) both satisfy it."""
+
     def skills(self, owner: str | None = None) -> list[Skill]:
         """Every skill version `owner` sees (the operator's and its own), sorted by
         (namespace, name, version descending); owner None: the operator's alone."""
 
+    def page(
+        self, owner: str | None, *, namespace: str | None = None, after: ListingPosition | None = None,
+        limit: int,
+    ) -> Page:
+        """Up to `limit` of what `owner` sees, in the order of `skills`: only namespace
+        `namespace` and those below it when given, only those after `after` when given."""
+
     def find(self, name: str, version: str | None = None, owner: str | None = None) -> Skill | None:
-        """That version, or the highest one when `version` is None, among what `owner` sees."""
+        """That version, or the highest one when `version` is None, among what `owner` sees.
+        SkillDamaged when it exists but cannot be served, SkillUnavailable when not now."""
+
+    def versions(self, name: str, owner: str | None = None) -> list[str]:
+        """The versions of `name` that `owner` sees, highest first."""
 
     def read_file(self, skill: Skill, path: str, max_bytes: int) -> bytes: ...
 
@@ -311,7 +417,7 @@ def check_folder(top: Path) -> list[tuple[Path, list[str]]]:
 
 
 def check_relative_path(path: str, field: str) -> PurePosixPath:
-    """A relative path with no way out of its folder, or UnsafePath."""
+    """A relative path with no way out of its folder, or UnsafeSkillPath."""
     problem = None
     segments = path.split("/")
     if not path:
@@ -335,7 +441,7 @@ def check_relative_path(path: str, field: str) -> PurePosixPath:
     elif any(part in ("", ".") for part in segments):
         problem = "has an empty or '.' segment"
     if problem is not None:
-        raise UnsafePath(f"path {shown(path)} {problem}", field=field)
+        raise UnsafeSkillPath(f"path {shown(path)} {problem}", field=field)
     return PurePosixPath(path)
 
 
@@ -519,10 +625,26 @@ class DirectoryRegistry:
             return self._operator
         return self._by_owner.get(owner, self._operator)
 
-    def every_skill(self) -> list[Skill]:
+    def page(
+        self, owner: str | None, *, namespace: str | None = None, after: ListingPosition | None = None,
+        limit: int,
+    ) -> Page:
+        listed = self.skills(owner)
+        if namespace:
+            listed = [s for s in listed if in_namespace(s.manifest.effective_namespace, namespace)]
+        start = bisect.bisect_right(listed, after.key(), key=Skill.sort_key) if after is not None else 0
+        return Page([s.summary() for s in listed[start:start + limit]], more=start + limit < len(listed))
+
+    def versions(self, name: str, owner: str | None = None) -> list[str]:
+        found = self.find(name, None, owner)
+        if found is None:
+            return []
+        return [s.version for s in self.skills(owner) if s.name == found.name and s.owner == found.owner]
+
+    def every_skill(self) -> list[SkillSummary]:
         """The operator's skills and every tenant's, for the operator's own listing."""
         self._refresh()
-        return sorted(self._index.values(), key=lambda s: (s.owner or "", *s.sort_key()))
+        return [s.summary() for s in sorted(self._index.values(), key=lambda s: (s.owner or "", *s.sort_key()))]
 
     def operator_names(self) -> frozenset[str]:
         self._refresh()
@@ -543,23 +665,23 @@ class DirectoryRegistry:
         check_relative_path(path, "path")
         target = skill.root / path
         if not _inside(skill.root, target):
-            raise UnsafePath(f"path {path!r} leads outside the skill's folder", field="path")
+            raise UnsafeSkillPath(f"path {path!r} leads outside the skill's folder", field="path")
         try:
             return read_regular(target.resolve(), max_bytes)
         except FileTooLarge as exc:
-            raise ContentTooLarge(
+            raise SkillFileTooLarge(
                 f"{path!r} is {exc.size} bytes, above the {max_bytes}-byte read limit", field="path"
             ) from None
         except NotRegularFile:
-            raise InvalidParams(f"{path!r} is not a regular file", field="path") from None
+            raise SkillFileMissing(f"{path!r} is not a regular file", field="path") from None
         except (FileNotFoundError, NotADirectoryError):
-            raise InvalidParams(
+            raise SkillFileMissing(
                 f"skill {skill.name} {skill.version} has no file {path!r}", field="path"
             ) from None
         except IsADirectoryError:
-            raise InvalidParams(f"{path!r} is a folder, not a file", field="path") from None
+            raise SkillFileMissing(f"{path!r} is a folder, not a file", field="path") from None
         except OSError as exc:  # e.g. ENAMETOOLONG, ELOOP: about the path the client named
-            raise InvalidParams(f"{path!r} cannot be read: {exc.strerror}", field="path") from None
+            raise SkillFileMissing(f"{path!r} cannot be read: {exc.strerror}", field="path") from None
 
     def cached(self, skill: Skill) -> bool:
         return False  # folders of their own, never evicted
@@ -588,26 +710,26 @@ class DirectoryRegistry:
         try:
             parsed = validate_manifest(manifest)
         except ManifestError as exc:
-            raise InvalidSkill(f"invalid manifest: {exc}", field="manifest", problems=exc.problems) from None
+            raise InvalidSkillFiles(f"invalid manifest: {exc}", field="manifest", problems=exc.problems) from None
         self._check_name(parsed.name)
         key: SkillKey = (owner, parsed.name, parsed.version)
         if key in self._index:
-            raise SkillExists(f"skill {parsed.name} {parsed.version} already exists", field="manifest")
+            raise SkillAlreadyExists(f"skill {parsed.name} {parsed.version} already exists", field="manifest")
         seen = set()
         for i, f in enumerate(files):
             rel = check_relative_path(f.path, f"files[{i}].path")
             if rel.as_posix() in (MANIFEST_FILE, DOC_FILE):
-                raise InvalidSkill(
+                raise InvalidSkillFiles(
                     f"files[{i}]: {f.path} comes from the `manifest` / `skill_md` params",
                     field=f"files[{i}].path",
                 )
             if rel.as_posix() in seen:
-                raise InvalidSkill(f"files[{i}]: {f.path} is listed twice", field=f"files[{i}].path")
+                raise InvalidSkillFiles(f"files[{i}]: {f.path} is listed twice", field=f"files[{i}].path")
             seen.add(rel.as_posix())
         try:
             parse_frontmatter(skill_md)  # said here to name the param; load_skill checks it again
         except ValueError as exc:
-            raise InvalidSkill(f"invalid skill_md: {exc}", field="skill_md") from None
+            raise InvalidSkillFiles(f"invalid skill_md: {exc}", field="skill_md") from None
         toml_text = _manifest_toml(manifest)
         if quota is not None:
             size = len(toml_text.encode()) + len(skill_md.encode()) + sum(len(f.content) for f in files)
@@ -626,26 +748,26 @@ class DirectoryRegistry:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     _write_file(target, f.content)
                 except (FileExistsError, NotADirectoryError, IsADirectoryError):
-                    raise InvalidSkill(
+                    raise InvalidSkillFiles(
                         f"{f.path!r} clashes with another file's folder", field=f"files[{i}].path"
                     ) from None
                 except OSError as exc:
                     if exc.errno not in _PATH_ERRNOS:
                         raise
-                    raise InvalidSkill(
+                    raise InvalidSkillFiles(
                         f"files[{i}].path cannot be written: {exc.strerror}", field=f"files[{i}].path"
                     ) from None
             try:
                 load_skill(tmp)
             except SkillProblems as exc:
-                raise InvalidSkill(f"invalid skill: {exc}", field="manifest", problems=exc.problems) from None
+                raise InvalidSkillFiles(f"invalid skill: {exc}", field="manifest", problems=exc.problems) from None
             return self._publish(tmp, key, quota)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
 
     def _publish(self, tmp: Path, key: SkillKey, quota: SkillQuota | None) -> Skill:
-        """Make the validated folder `tmp` the created skill `key`, or raise SkillExists
+        """Make the validated folder `tmp` the created skill `key`, or raise SkillAlreadyExists
         when that name and version exist (created meanwhile by another process too)."""
         owner, name, version = key
         assert owner is not None
@@ -656,14 +778,14 @@ class DirectoryRegistry:
             if quota is not None:
                 self._check_quota(owner, quota, 0)
             if key in self._index:
-                raise SkillExists(f"skill {name} {version} already exists", field="manifest")
+                raise SkillAlreadyExists(f"skill {name} {version} already exists", field="manifest")
             fsync_tree(tmp)
             try:
                 # Atomic, and refused when another process got there first.
                 os.rename(tmp, dest)
             except OSError as exc:
                 if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
-                    raise SkillExists(f"skill {name} {version} already exists", field="manifest") from None
+                    raise SkillAlreadyExists(f"skill {name} {version} already exists", field="manifest") from None
                 raise
             fsync_dir(dest.parent)
             skill = dataclasses.replace(load_skill(dest), owner=owner)
@@ -676,7 +798,7 @@ class DirectoryRegistry:
         """Copy a skill folder (an Agent Skill or one with a skill.toml) into `into`, one
         of the operator's skills folders: validated first, copied to a staging folder
         there, then renamed into place. Raises SkillProblems when it is invalid,
-        SkillExists when it is there already."""
+        SkillAlreadyExists when it is there already."""
         source = Path(source)
         if not source.is_dir():
             raise SkillProblems([f"{source} is not a folder"])
@@ -702,7 +824,7 @@ class DirectoryRegistry:
             dest.parent.mkdir(parents=True, exist_ok=True)
             with self._lock:
                 if (None, copied.name, copied.version) in self._index or dest.exists():
-                    raise SkillExists(f"skill {copied.name} {copied.version} already exists", field="path")
+                    raise SkillAlreadyExists(f"skill {copied.name} {copied.version} already exists", field="path")
                 os.rename(tmp, dest)
                 fsync_dir(dest.parent)
                 self._reload_locked()
@@ -761,9 +883,9 @@ def _manifest_toml(manifest: dict[str, Any]) -> str:
         text = tomlwriter.dumps(manifest)
         same = tomli.loads(text) == manifest
     except (ValueError, tomli.TOMLDecodeError) as exc:
-        raise InvalidSkill(f"manifest cannot be written as TOML: {exc}", field="manifest") from None
+        raise InvalidSkillFiles(f"manifest cannot be written as TOML: {exc}", field="manifest") from None
     if not same:
-        raise InvalidSkill("manifest cannot be written as TOML faithfully", field="manifest")
+        raise InvalidSkillFiles("manifest cannot be written as TOML faithfully", field="manifest")
     return text
 
 
