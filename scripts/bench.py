@@ -32,6 +32,8 @@ workload in the sandbox against native CPython, a `timeout_ms: 100` run that
 loops forever, HTTP throughput with 1 and N workers, and memory (RSS).
 
     python scripts/bench.py --fairness   # only: two tenants, one flooding with sleepers
+    python scripts/bench.py --only skills --only regimes --rounds 12
+                                         # only these sections (their tables; no JSON)
 
 Last, the shared backend (scripts/bench_shared.py; issue 13): hello world and a 5 MB
 blob read in a run through a server on PostgreSQL + `rclone serve s3` against one on
@@ -633,10 +635,17 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=ROOT / "bench-results" / "latest.json")
     parser.add_argument("--no-pyodide", action="store_true")
     parser.add_argument("--no-peers", action="store_true", help="skip (f) llm-wasm-sandbox and (g) pydantic-monty")
+    parser.add_argument("--only", action="append", choices=SECTIONS,
+                        help="only this section (repeatable): the HTTP latency regimes or the bundled skills; "
+                        "prints their tables and writes no JSON")
     parser.add_argument("--shared", action="store_true",
                         help="only the shared-backend rows (PostgreSQL + S3 against local files, two servers vs one)")
     parser.add_argument("--no-shared", action="store_true", help="skip the shared-backend rows")
     opts = parser.parse_args()
+    if opts.only:
+        guest_build.build()
+        print(only_sections(set(opts.only), 10 if opts.quick else opts.rounds, opts.workers))
+        return 0
     if opts.shared:
         guest_build.build()
         rounds = 10 if opts.quick else opts.rounds
@@ -760,6 +769,29 @@ def main() -> int:
     return 0
 
 
+SECTIONS = ("regimes", "skills")
+
+
+def only_sections(sections: set[str], rounds: int, workers: int) -> str:
+    """The chosen sections alone, measured as in the full run, rendered as there."""
+    tmp = Path(tempfile.mkdtemp(prefix="wasmrun-bench-"))
+    inproc = InProcess(tmp / "blobs-a")
+    lines: list[str] = []
+    try:
+        if "regimes" in sections:
+            with server(workers, tmp / "data-n") as (port, _):
+                http = Http(port)
+                for row in (inproc, http):  # warm up both paths once
+                    row.sample(WORKLOADS["hello"])
+                lines += render_regimes(regimes(inproc, http, max(3, rounds // 4)))
+        if "skills" in sections:
+            lines += render_skills(skill_rows(inproc, FileBlobStore(tmp / "blobs-a"), max(3, rounds // 4)))
+    finally:
+        inproc.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return "\n".join(lines)
+
+
 def wasmtime_version() -> str:
     from importlib.metadata import version
 
@@ -782,24 +814,8 @@ def render(report: dict, workers: int) -> str:
             cells += [f"{per[w]['p50_ms']:.2f} ms", f"{per[w]['p99_ms']:.2f} ms"] if w in per else ["n/a", "n/a"]
         cells += [ratio(per[w]["x_slower_than_a"]) if w in per else "n/a" for w in WORKLOADS]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "| hello world, regime | p50 | p99 | times back to back |", "|---|---:|---:|---:|"]
-    for label, row in report["regimes"].items():
-        times = f"{row['x_back_to_back']:.2f}x" if "x_back_to_back" in row else ""
-        lines.append(f"| {label} | {row['p50_ms']:.2f} ms | {row['p99_ms']:.2f} ms | {times} |")
-    skills = report["skills"]
-    lines += [
-        "",
-        f"| execute_skill in-process (hello: {skills['hello']['p50_ms']:.2f} ms) | from its image | times hello "
-        "| no image | no image, no bytecode |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for name, modes in skills.items():
-        if name == "hello":
-            continue
-        lines.append(
-            f"| {name} | {modes['image']['p50_ms']:.2f} ms | {modes['image']['x_hello']:.1f}x "
-            f"| {modes['no image']['p50_ms']:.2f} ms | {modes['no image, no bytecode']['p50_ms']:.2f} ms |"
-        )
+    lines += render_regimes(report["regimes"])
+    lines += render_skills(report["skills"])
     c = report["compute"]
     tput = report["throughput_runs_per_s"]
     one, many = tput["1"], tput[str(workers)]
@@ -818,6 +834,31 @@ def render(report: dict, workers: int) -> str:
     if "shared" in report:
         lines += ["", *shared_render(report["shared"])]
     return "\n".join(lines)
+
+
+def render_regimes(regime_rows: dict) -> list[str]:
+    lines = ["", "| hello world, regime | p50 | p99 | times back to back |", "|---|---:|---:|---:|"]
+    for label, row in regime_rows.items():
+        times = f"{row['x_back_to_back']:.2f}x" if "x_back_to_back" in row else ""
+        lines.append(f"| {label} | {row['p50_ms']:.2f} ms | {row['p99_ms']:.2f} ms | {times} |")
+    return lines
+
+
+def render_skills(skills: dict) -> list[str]:
+    lines = [
+        "",
+        f"| execute_skill in-process (hello: {skills['hello']['p50_ms']:.2f} ms) | from its image | times hello "
+        "| no image | no image, no bytecode |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, modes in skills.items():
+        if name == "hello":
+            continue
+        lines.append(
+            f"| {name} | {modes['image']['p50_ms']:.2f} ms | {modes['image']['x_hello']:.1f}x "
+            f"| {modes['no image']['p50_ms']:.2f} ms | {modes['no image, no bytecode']['p50_ms']:.2f} ms |"
+        )
+    return lines
 
 
 def shared_rows(rounds: int, seconds: float) -> dict:

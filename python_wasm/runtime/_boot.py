@@ -18,6 +18,7 @@ import _sitebuiltins
 import ast
 import asyncio
 import builtins
+import codecs
 import importlib
 import importlib.util
 import json
@@ -43,6 +44,10 @@ HOT_MODULES = (
     "unicodedata", "urllib.parse", "uuid", "zoneinfo",
     "runtime", "runtime.blobs", "runtime.log", "runtime.http", "urllib.request",
 )
+# Codecs that text-reading code names (a CSV's BOM, Latin-1 and Windows
+# exports): looked up at init, so a run's first decode finds them in the
+# codec cache instead of importing them from the stdlib zip (about 4 ms a run).
+HOT_CODECS = ("utf-8", "utf-8-sig", "latin-1", "ascii", "utf-16", "cp1252")
 DEFAULT_FUNCTION = "main"
 RUN_MODULE = "run_code"
 RUN_FILENAME = "<run_code>"
@@ -78,6 +83,8 @@ def init() -> None:
     builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
     for name in HOT_MODULES:
         importlib.import_module(name)
+    for name in HOT_CODECS:
+        codecs.lookup(name)
     _compat.install()
     _compat.install_asyncio()
     _skills.install()

@@ -48,6 +48,34 @@ def test_files_default_to_utf8_text_and_names(run_code) -> None:
     assert (out["fs"], out["utf8_mode"]) == ("utf-8", 1)
 
 
+def test_common_codecs_are_ready_before_the_run_and_decode_right(run_code) -> None:
+    # A CSV with a byte-order mark, Latin-1 and Windows exports: the codecs text
+    # readers name come with the snapshot (a run no longer imports them from the
+    # stdlib zip, about 4 ms), and they still decode exactly as CPython's do.
+    code = (
+        "import codecs, sys\n"
+        "READY = sorted(m for m in sys.modules if m.startswith('encodings.'))\n"
+        "def main(args):\n"
+        "    sig = codecs.getincrementaldecoder('utf-8-sig')()\n"
+        "    return {\n"
+        "        'ready': READY,\n"
+        "        'sig': sig.decode(b'\\xef\\xbb') + sig.decode(b'\\xbfa,b\\n', final=True),\n"
+        "        'latin': b'caf\\xe9'.decode('latin-1'),\n"
+        "        'cp1252': b'\\x80 \\x93q\\x94'.decode('cp1252'),\n"
+        "        'utf16': 'ü€'.encode('utf-16').decode('utf-16'),\n"
+        "        'ascii_error': b'\\xff'.decode('ascii', 'replace'),\n"
+        "    }\n"
+    )
+    out = completed(run_code(code))
+    for module in ("utf_8_sig", "latin_1", "cp1252", "utf_16", "ascii"):
+        assert f"encodings.{module}" in out["ready"]
+    assert out["sig"] == "a,b\n"
+    assert out["latin"] == "café"
+    assert out["cp1252"] == "€ \u201cq\u201d"
+    assert out["utf16"] == "ü€"
+    assert out["ascii_error"] == "\ufffd"
+
+
 # -- zlib, gzip, zipfile, tarfile -----------------------------------------------
 
 

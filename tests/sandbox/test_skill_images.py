@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.sandbox.conftest import make_skill
+from wasmrun.sandbox import instances
 from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.instances import APPLIED_MAX_BYTES, IMAGE_SPARES, SPARES, Fresh, HotPages, InstanceSupply
 from wasmrun.sandbox.limits import LimitPolicy
-from wasmrun.sandbox.skillimages import SkillImage, SkillImages, image_key
+from wasmrun.sandbox.skillimages import MAX_PREFAULT_PAGES, SkillImage, SkillImages, image_key, memory_view
 from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
 
 MAIN = """\
@@ -229,3 +231,138 @@ def test_a_skill_of_many_files_runs_as_before(engine: SandboxEngine, tmp_path: P
         result = _run(engine, skill)
         assert engine.skill_images.wait_ready(120)
         assert _output(result)["seen"] == 1 and "importing the skill" in result.logs
+
+
+# -- writing images in, and spares ready for them --------------------------------
+
+
+def test_an_image_written_in_changes_exactly_its_pages(engine: SandboxEngine) -> None:
+    pristine, target = engine._new_instance(), engine._new_instance()
+    try:
+        size = pristine.memory.data_len(pristine.store)
+        page, wasm_page = 4096, 65536
+        spans = (
+            (page, bytearray(b"\x01" * page)),
+            (3 * page, bytearray(b"\x02" * 2 * page)),
+            (size + page, bytearray(b"\x03" * page)),  # in memory the image grows
+        )
+        image = SkillImage(size + wasm_page, spans)
+        image.apply(target.store, target.memory)
+        expected = bytearray(memory_view(pristine.store, pristine.memory)) + bytearray(wasm_page)
+        for offset, data in spans:
+            expected[offset : offset + len(data)] = data
+        assert memory_view(target.store, target.memory) == expected
+    finally:
+        pristine.store.close()
+        target.store.close()
+
+
+def test_the_pages_copied_ahead_are_bounded_and_follow_the_cache() -> None:
+    def image(first_page: int, pages: int) -> SkillImage:
+        return SkillImage(1 << 30, ((first_page * 4096, bytearray(pages * 4096)),))
+
+    changes: list[int] = []
+    images = SkillImages(lambda skill, limits: None, on_change=lambda: changes.append(1))
+    images.put("a", image(0, 600))
+    images.put("b", image(500, 300))  # overlaps a: the union is 800 pages
+    assert images.prefault_pages() == frozenset(range(800)) and len(changes) == 2
+    images.put("c", image(2000, 400))  # the most recent first; a would pass the bound
+    assert images.prefault_pages() == frozenset(range(500, 800)) | frozenset(range(2000, 2400))
+    assert len(images.prefault_pages()) <= MAX_PREFAULT_PAGES
+    images.enabled = False  # images off: nothing to copy ahead
+    assert images.prefault_pages() == frozenset()
+    images.enabled = True
+    small = SkillImages(lambda skill, limits: None, max_images=1)
+    small.put("a", image(0, 10))
+    small.put("b", image(100, 10))  # a is evicted: its pages are no longer copied ahead
+    assert small.prefault_pages() == frozenset(range(100, 110))
+    images.close()
+    small.close()
+
+
+def _no_skill_modules(engine: SandboxEngine, fresh: Fresh) -> None:
+    """Run, on `fresh`, code that mounts nothing: it must see no skill's state."""
+    probe = "import sys\ndef main(args):\n    return [m for m in sys.modules if m.startswith('skills')]"
+    result, workspace = engine._run_on(fresh, RunRequest(kind="code", code=probe), 0.0)
+    engine._supply.retire(fresh.store, workspace)
+    assert _output(result) == []
+
+
+def test_spares_for_image_runs_hold_the_image_pages_and_nothing_of_the_skill(
+    engine: SandboxEngine, tmp_path: Path
+) -> None:
+    skill = _skill(tmp_path, "img.spare")
+    _warm(engine, skill)
+    image = engine.skill_images.get(image_key(engine.guest.key, skill))
+    assert image is not None and image.pages() <= engine.skill_images.prefault_pages()
+    engine.wait_idle(60)
+    supply = engine._supply
+    with supply._cond:
+        ready = [spare for spare in supply._spares if spare.image_ready]
+    assert len(ready) == IMAGE_SPARES
+    other = SkillImage(image.memory_bytes, image.spans)  # an image no spare has written in
+    fresh = supply.take(other)
+    assert fresh in ready and fresh.applied is None
+    mapped = fresh.memory.data_len(fresh.store) // 4096
+    assert {p for p in image.pages() if p < mapped} <= HotPages.written_pages(fresh.store, fresh.memory)
+    # Only copied in, never written: the spare is still the snapshot.
+    _no_skill_modules(engine, fresh)
+
+
+def test_a_spare_with_an_image_written_in_serves_only_runs_from_that_image(
+    engine: SandboxEngine, tmp_path: Path
+) -> None:
+    skill = _skill(tmp_path, "img.applied")
+    _warm(engine, skill)
+    image = engine.skill_images.get(image_key(engine.guest.key, skill))
+    engine.wait_idle(60)
+    supply = engine._supply
+    assert [spare.applied for spare in supply._applied].count(image) == 1
+    # Runs that are not from that image never get it, however many spares they use.
+    for fresh in [supply.take() for _ in range(SPARES + IMAGE_SPARES + 1)]:
+        assert fresh.applied is None
+        _no_skill_modules(engine, fresh)
+    assert [spare.applied for spare in supply._applied].count(image) == 1
+    # A run from the image does, and starts exactly where the import left off.
+    later = _run(engine, skill)
+    assert "importing the skill" not in later.logs and _output(later)["seen"] == 1
+    assert image not in [spare.applied for spare in supply._applied]
+    engine.wait_idle(60)
+    assert [spare.applied for spare in supply._applied].count(image) == 1  # made again
+    # Images off (or the image evicted): its spare is torn down, never handed out.
+    engine.skill_images.enabled = False
+    try:
+        engine.wait_idle(60)
+        assert supply._applied == []
+        assert "importing the skill" in _run(engine, skill).logs
+    finally:
+        engine.skill_images.enabled = True
+
+
+def test_a_large_image_gets_no_spare_written_in(engine: SandboxEngine, tmp_path: Path) -> None:
+    skill = _skill(tmp_path, "img.large", 1, "BIG = b'x' * (20 << 20)\n")
+    _warm(engine, skill)
+    image = engine.skill_images.get(image_key(engine.guest.key, skill))
+    assert image is not None and image.nbytes > APPLIED_MAX_BYTES
+    engine.wait_idle(60)
+    # An idle spare holding 20 MB for one skill: not made; runs still start from the image.
+    assert image not in [spare.applied for spare in engine._supply._applied]
+    later = _run(engine, skill)
+    assert "importing the skill" not in later.logs and _output(later)["seen"] == 1
+
+
+def test_where_pages_cannot_be_copied_in_the_supply_stops_trying(
+    engine: SandboxEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No MADV_POPULATE_WRITE (an old kernel, not Linux): spares for image runs are
+    # given up on once, not retried in every quiet moment (a housekeeper spinning).
+    monkeypatch.setattr(instances, "_madvise", lambda: None)
+    supply = InstanceSupply(engine._new_instance, engine._dirs, HotPages([]), lambda: frozenset({1, 2, 3}))
+    try:
+        supply.wait_idle(60)
+        with supply._cond:
+            assert len(supply._spares) == SPARES
+            assert not any(spare.image_ready for spare in supply._spares)
+            assert not supply._has_work()
+    finally:
+        supply.close()

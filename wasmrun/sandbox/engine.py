@@ -159,8 +159,12 @@ class SandboxEngine:
         self._bytecode = BytecodeCache(guest_build.cache_root() / "bytecode" / self.guest.key)
         guest_build.mark_used(self._bytecode.root)
         self._watchdog = Watchdog(self.engine)
-        self._supply = InstanceSupply(self._new_instance, self._dirs, self._learn_hot_pages())
-        self.skill_images = SkillImages(self._make_image)
+        # (Images are only made after runs: the supply exists by then.)
+        self.skill_images = SkillImages(self._make_image, on_change=lambda: self._supply.wake())
+        self._supply = InstanceSupply(
+            self._new_instance, self._dirs, self._learn_hot_pages(),
+            self.skill_images.prefault_pages, self.skill_images.recent,
+        )
 
     def _probe_buffers(self) -> GuestBuffers:
         """Where the guest's static buffers live: the same addresses in every
@@ -315,9 +319,9 @@ class SandboxEngine:
             image = self.skill_images.get(key) if key is not None else None
             if image is not None and image.memory_bytes > request.limits.memory_bytes:
                 image = None  # the import alone would not fit this run's memory limit
-            fresh = self._supply.take()
+            fresh = self._supply.take(image)
             try:
-                if image is not None:
+                if image is not None and fresh.applied is not image:
                     image.apply(fresh.store, fresh.memory)
                 result, workspace = self._run_on(fresh, request, t0, bytecode)
             except BaseException:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import logging
 import threading
 from collections import OrderedDict
@@ -65,6 +66,9 @@ MAX_IMAGES = 32
 MAX_IMAGE_BYTES = 256 << 20  # all images together
 MAX_PENDING = 64  # import runs waiting; more are dropped (the skill just runs as before)
 MAX_KEY_ENTRIES = 1_000  # files and folders in a skill that images are kept for
+# Pages of images (most recently used first) that spares set aside for skill runs
+# have copied in ahead (see instances.py): 4 MiB per such spare at most.
+MAX_PREFAULT_PAGES = 1024
 
 
 @dataclass(frozen=True)
@@ -106,12 +110,23 @@ class SkillImage:
         return cls(len(after), tuple(spans))
 
     def apply(self, store: wasmtime.Store, memory: wasmtime.Memory) -> None:
-        """Write the image into a fresh instance's memory (growing it first)."""
+        """Write the image into a fresh instance's memory (growing it first).
+
+        One memmove per span into the memory's base address: `Memory.write`
+        costs about 5 us a call in bindings, over a ms for an image's few
+        hundred spans (bounds: every span lies below `memory_bytes`)."""
         size = memory.data_len(store)
         if self.memory_bytes > size:
             memory.grow(store, (self.memory_bytes - size + WASM_PAGE - 1) // WASM_PAGE)
+        if memory.data_len(store) < self.memory_bytes:
+            raise ValueError("the memory did not grow to the image's size")
+        base = ctypes.addressof(memory.data_ptr(store).contents)
         for offset, data in self.spans:
-            memory.write(store, data, offset)
+            ctypes.memmove(base + offset, (ctypes.c_char * len(data)).from_buffer(data), len(data))
+
+    def pages(self) -> set[int]:
+        """Indexes of the (4 KiB) pages the image writes."""
+        return {i for offset, data in self.spans for i in range(offset // PAGE, (offset + len(data)) // PAGE)}
 
 
 def memory_view(store: wasmtime.Store, memory: wasmtime.Memory) -> memoryview:
@@ -152,8 +167,10 @@ class SkillImages:
         make: Callable[[MountedSkill, Limits], SkillImage | None],
         max_images: int = MAX_IMAGES,
         max_bytes: int = MAX_IMAGE_BYTES,
+        on_change: Callable[[], None] = lambda: None,
     ) -> None:
         self._make = make
+        self._on_change = on_change  # called with no lock held: it may take the caller's
         self.max_images = max_images
         self.max_bytes = max_bytes
         self._images: OrderedDict[str, SkillImage] = OrderedDict()
@@ -161,14 +178,26 @@ class SkillImages:
         self._pending: OrderedDict[str, tuple[MountedSkill, Limits]] = OrderedDict()
         self._busy = False
         self._bytes = 0
+        self._prefault: frozenset[int] = frozenset()
         self._cond = threading.Condition()
         self._closing = False
         self._thread: threading.Thread | None = None
-        self.enabled = True  # off: runs neither use nor make images (the bench compares)
+        self._enabled = True
+
+    @property
+    def enabled(self) -> bool:
+        """Off: runs neither use nor make images (the bench compares)."""
+        return self._enabled
+
+    @enabled.setter
+    def enabled(self, on: bool) -> None:
+        with self._cond:
+            self._enabled = on
+        self._on_change()
 
     def get(self, key: str) -> SkillImage | None:
         with self._cond:
-            if not self.enabled:
+            if not self._enabled:
                 return None
             image = self._images.get(key)
             if image is not None:
@@ -181,7 +210,7 @@ class SkillImages:
         with self._cond:
             if (
                 self._closing
-                or not self.enabled
+                or not self._enabled
                 or key in self._images
                 or key in self._pending
                 or key in self._refused
@@ -206,6 +235,32 @@ class SkillImages:
             while len(self._images) > self.max_images or self._bytes > self.max_bytes:
                 _, evicted = self._images.popitem(last=False)
                 self._bytes -= evicted.nbytes
+            self._prefault = self._union_of_pages()
+        self._on_change()
+
+    def _union_of_pages(self) -> frozenset[int]:
+        """The pages the images write, the most recently used images first, up to
+        MAX_PREFAULT_PAGES (an image that would pass it is left out whole)."""
+        union: set[int] = set()
+        for image in reversed(self._images.values()):
+            pages = image.pages()
+            if len(union | pages) <= MAX_PREFAULT_PAGES:
+                union |= pages
+        return frozenset(union)
+
+    def recent(self, count: int) -> list[SkillImage]:
+        """The `count` most recently used images, the most recent first (none when off)."""
+        with self._cond:
+            if not self._enabled:
+                return []
+            return list(itertools.islice(reversed(self._images.values()), count))
+
+    def prefault_pages(self) -> frozenset[int]:
+        """Pages worth copying into a spare ahead of a run from an image (empty
+        when images are off): a run then writes its image into pages that are
+        already its own, instead of taking a page fault on each."""
+        with self._cond:
+            return self._prefault if self._enabled else frozenset()
 
     @property
     def total_bytes(self) -> int:
@@ -230,11 +285,11 @@ class SkillImages:
                 image = self._make(skill, limits)
             except Exception:
                 logger.exception("making the image of skill %s failed", skill.name)
+            if image is not None:
+                self.put(key, image)  # before `_busy` clears: wait_ready then finds it
             with self._cond:
                 self._busy = False
-                if image is not None:
-                    self.put(key, image)  # the condition's lock is re-entrant
-                else:
+                if image is None:
                     self._refused[key] = None
                     while len(self._refused) > MAX_PENDING:
                         self._refused.popitem(last=False)
