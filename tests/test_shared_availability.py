@@ -1,0 +1,95 @@
+"""The shared backend stays responsive and says "busy" when its stores are slow or
+gone: an upload stuck in the object store holds up no other call, a database out
+of reach is -32000 (worth retrying), never -32603, and a stalled admission ends
+at the queue timeout. Real PostgreSQL (tests/postgres.py), real `rclone serve s3`
+(tests/objectstore.py) behind a real proxy that holds uploads, real servers."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import psycopg
+import pytest
+
+from tests.liveserver import LiveServer, wasmrun_env
+from tests.objectstore import HeldUploads, S3Server, s3_server  # noqa: F401  (fixtures)
+from tests.postgres import PostgresServer, database_url, postgres_server  # noqa: F401  (fixtures)
+from tests.test_shared_blobs import result
+from tests.test_shared_database import call, skill_params, wasmrun
+from wasmrun.database import locks
+
+
+def add_tenant(name: str, database_url: str, *limits: str) -> str:  # noqa: F811
+    args = [a for limit in limits for a in ("--limit", limit)]
+    added = wasmrun("tenants", "add", name, *args, "--database-url", database_url)
+    assert added.returncode == 0, added.stderr
+    return added.stdout.strip()
+
+
+def error_of(response: httpx2.Response) -> dict[str, Any]:
+    body = response.json()
+    assert "error" in body, body
+    error: dict[str, Any] = body["error"]
+    return error
+
+
+@pytest.fixture
+def held_uploads(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[HeldUploads]:  # noqa: F811
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    proxy = HeldUploads(s3_server.port)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+def test_a_stuck_upload_holds_up_no_other_tenants_calls(
+    tmp_path: Path, s3_server: S3Server, held_uploads: HeldUploads, database_url: str  # noqa: F811
+) -> None:
+    """While alice's create_skill waits for its upload, bob lists, describes, executes and
+    mounts his own created skill through the same server: every answer comes before the
+    upload is let through."""
+    alice = add_tenant("alice", database_url)
+    bob = add_tenant("bob", database_url)
+    server = LiveServer(tmp_path / "data", "--database-url", database_url,
+                        "--blob-store", held_uploads.url(s3_server.new_bucket()))
+    try:
+        assert "result" in call(server, bob, "create_skill", skill_params("user.bob.echo", "1.0.0", "bob")).json()
+        held_uploads.hold()
+        created: list[httpx2.Response] = []
+        creating = threading.Thread(target=lambda: created.append(
+            call(server, alice, "create_skill", skill_params("user.alice.echo", "1.0.0", "alice"))))
+        creating.start()
+        assert held_uploads.put_arrived.wait(60), "alice's upload never reached the object store"
+
+        listed = result(call(server, bob, "list_skills", {"namespace": "user"}))
+        assert [s["name"] for s in listed["skills"]] == ["user.bob.echo"]
+        described = result(call(server, bob, "describe_skill", {"name": "user.bob.echo", "detail": "full"}))
+        assert described["skill"]["manifest"]["version"] == "1.0.0"
+        ran = result(call(server, bob, "execute_skill", {"name": "user.bob.echo", "args": {"n": 1}}))
+        assert ran["status"] == "completed" and ran["output"] == {"bob": {"n": 1}}, ran
+        mounted = result(call(server, bob, "run_code", {
+            "language": "python", "mount_skills": ["user.bob.echo"],
+            "code": "from skills.user.bob.echo import main\n",
+        }))
+        assert mounted["status"] == "completed" and mounted["output"] == {"bob": {}}, mounted
+        missing = error_of(call(server, bob, "describe_skill", {"name": "user.bob.none"}))
+        assert missing["code"] == -32602
+
+        # Every one of bob's answers came while alice's upload was still held.
+        assert not held_uploads.gave_up.is_set() and creating.is_alive()
+        held_uploads.release()
+        creating.join(120)
+        assert "result" in created[0].json(), created[0].json()
+        mine = result(call(server, alice, "list_skills", {"namespace": "user"}))
+        assert [s["name"] for s in mine["skills"]] == ["user.alice.echo"]
+        ran = result(call(server, alice, "execute_skill", {"name": "user.alice.echo", "args": {}}))
+        assert ran["output"] == {"alice": {}}, ran
+    finally:
+        held_uploads.release()
+        server.stop()
