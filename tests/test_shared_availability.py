@@ -93,3 +93,73 @@ def test_a_stuck_upload_holds_up_no_other_tenants_calls(
     finally:
         held_uploads.release()
         server.stop()
+
+
+SLOW_ECHO = {
+    "path": "code/main.py",
+    "content": "import time\n\ndef main(args):\n    time.sleep(args.get('sleep', 0))\n    return {'slept': args}\n",
+}
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL of the test's own: the test stops it."""
+    postgres = PostgresServer()
+    try:
+        yield postgres
+    finally:
+        postgres.stop()
+
+
+def test_a_run_under_way_when_the_database_stops_still_answers(tmp_path: Path, own_postgres: PostgresServer) -> None:
+    """The run happened: its answer is its result, never -32603 (a client would run it
+    again). Recording the call names the version the call resolved, with no second
+    lookup that the stopped database could fail."""
+    server = LiveServer(tmp_path / "data", "--database-url", own_postgres.new_database())
+    try:
+        slow = skill_params("user.team.slow", "1.0.0")
+        slow["files"] = [SLOW_ECHO]
+        assert "result" in call(server, None, "create_skill", slow).json()
+        running: list[httpx2.Response] = []
+        run = threading.Thread(target=lambda: running.append(
+            call(server, None, "execute_skill", {"name": "user.team.slow", "args": {"sleep": 4}})))
+        run.start()
+        for _ in range(1200):  # until the run holds a sandbox: its skill was found and fetched
+            workers = httpx2.get(f"{server.base_url}/healthz", timeout=30).json()["workers"]
+            if workers["free"] < workers["total"]:
+                break
+            threading.Event().wait(0.02)
+        own_postgres.stop()
+        run.join(120)
+        body = running[0].json()
+        assert "result" in body, body
+        assert body["result"]["status"] == "completed" and body["result"]["output"] == {"slept": {"sleep": 4}}
+    finally:
+        server.stop()
+
+
+def test_a_database_out_of_reach_is_server_busy(tmp_path: Path, own_postgres: PostgresServer) -> None:
+    """A database that stops: every answer that needs it is -32000 (try again), never
+    -32603, naming no host path; the operator's skills are served from their folders."""
+    server = LiveServer(tmp_path / "data", "--database-url", own_postgres.new_database())
+    try:
+        assert "result" in call(server, None, "create_skill", skill_params("user.team.echo", "1.0.0")).json()
+        own_postgres.stop()
+        for method, params in [
+            ("list_skills", {}),
+            ("list_skills", {"namespace": "user"}),
+            ("describe_skill", {"name": "user.team.echo"}),
+            ("describe_skill", {"name": "user.team.none"}),
+            ("execute_skill", {"name": "user.team.echo", "args": {}}),
+            ("read_skill_file", {"name": "user.team.echo", "path": "SKILL.md"}),
+            ("run_code", {"language": "python", "code": "def main(args):\n    return 1\n",
+                          "mount_skills": ["user.team.echo@1.0.0"]}),
+            ("create_skill", skill_params("user.team.new", "1.0.0")),
+        ]:
+            error = error_of(call(server, None, method, params))
+            assert error["code"] == -32000, (method, error)
+            assert "try again" in error["message"] and str(own_postgres.root) not in error["message"], error
+        ran = result(call(server, None, "execute_skill", {"name": "text.stats", "args": {"text": "a b"}}))
+        assert ran["status"] == "completed", ran
+    finally:
+        server.stop()
