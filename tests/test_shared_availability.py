@@ -163,3 +163,93 @@ def test_a_database_out_of_reach_is_server_busy(tmp_path: Path, own_postgres: Po
         assert ran["status"] == "completed", ran
     finally:
         server.stop()
+
+
+HELLO = {"language": "python", "code": "def main(args):\n    return 'hi'\n"}
+
+
+@pytest.mark.parametrize("stall", ["the tenant's admission lock", "the leases table"])
+def test_a_stalled_admission_ends_at_the_queue_timeout(tmp_path: Path, database_url: str, stall: str) -> None:  # noqa: F811
+    """Another transaction (any server's, or an operator's by hand) holding what admitting
+    the tenant's runs needs: the run is "server busy" once its queue timeout passes,
+    never a wait without end; once the stall ends, runs start again."""
+    acme = add_tenant("acme", database_url, "concurrent_runs=2", "runs_per_minute=100")
+    env = wasmrun_env() | {"WASMRUN_QUEUE_TIMEOUT": "2"}
+    server = LiveServer(tmp_path / "data", "--database-url", database_url, env=env)
+    try:
+        assert result(call(server, acme, "run_code", HELLO))["output"] == "hi"
+        with psycopg.connect(database_url) as stalled:  # a transaction left open
+            if stall == "the leases table":
+                stalled.execute("LOCK TABLE wasmrun_run_leases IN ACCESS EXCLUSIVE MODE")
+            else:
+                locks.hold(stalled, locks.RUNS_OF_TENANT, "acme")
+            error = error_of(call(server, acme, "run_code", HELLO))
+            assert error["code"] == -32000 and "try again" in error["message"], error
+            stalled.rollback()
+        assert result(call(server, acme, "run_code", HELLO))["output"] == "hi"
+    finally:
+        server.stop()
+
+
+def test_a_skill_that_cannot_be_fetched_costs_no_run_start(tmp_path: Path, database_url: str) -> None:  # noqa: F811
+    """The skill's folder is made ready before the run is admitted: a version whose stored
+    bundle turns out damaged is refused without taking one of the tenant's runs_per_minute."""
+    acme = add_tenant("acme", database_url, "runs_per_minute=2")
+    env = wasmrun_env() | {"WASMRUN_SKILL_CACHE_ENTRIES": "1"}
+    server = LiveServer(tmp_path / "data", "--database-url", database_url, env=env)
+    try:
+        for name in ("user.team.first", "user.team.second"):  # the second evicts the first's folder
+            assert "result" in call(server, acme, "create_skill", skill_params(name, "1.0.0")).json()
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("UPDATE wasmrun_skills SET bundle = 'damaged'::bytea WHERE name = 'user.team.first'")
+        for _ in range(3):
+            error = error_of(call(server, acme, "execute_skill", {"name": "user.team.first", "args": {}}))
+            assert error["code"] == -32603, error
+        for _ in range(2):  # both starts of the minute are still the tenant's
+            assert result(call(server, acme, "run_code", HELLO))["output"] == "hi"
+        assert error_of(call(server, acme, "run_code", HELLO))["code"] == -32002
+    finally:
+        server.stop()
+
+
+def _tenants_whose_old_lock_keys_collide(database_url: str) -> tuple[str, str]:  # noqa: F811
+    """Two tenant names, x and y, whose blob lock and run lock were one key when every
+    purpose hashed "purpose:owner" into one 32-bit space (hashtext): ~9 such pairs among
+    200,000 names each."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute(
+            "WITH x AS (SELECT 'x' || i AS name, hashtext('wasmrun-blobs:x' || i) AS key"
+            "           FROM generate_series(1, 200000) i),"
+            " y AS (SELECT 'y' || i AS name, hashtext('wasmrun-runs:y' || i) AS key FROM generate_series(1, 200000) i)"
+            " SELECT x.name, y.name FROM x JOIN y USING (key) ORDER BY x.name, y.name LIMIT 1"
+        ).fetchone()
+    assert row is not None
+    return str(row[0]), str(row[1])
+
+
+def test_one_tenants_blob_write_never_holds_up_anothers_runs(
+    tmp_path: Path, s3_server: S3Server, held_uploads: HeldUploads, database_url: str  # noqa: F811
+) -> None:
+    """Each purpose's locks are apart from every other's: while tenant x's blob write holds
+    x's blob lock (its upload held), tenant y's runs are admitted, even for a y whose
+    lock key once was x's."""
+    x, y = _tenants_whose_old_lock_keys_collide(database_url)
+    x_key = add_tenant(x, database_url)
+    y_key = add_tenant(y, database_url, "concurrent_runs=2", "runs_per_minute=100")
+    server = LiveServer(tmp_path / "data", "--database-url", database_url,
+                        "--blob-store", held_uploads.url(s3_server.new_bucket()))
+    try:
+        held_uploads.hold()
+        written: list[httpx2.Response] = []
+        writing = threading.Thread(target=lambda: written.append(
+            call(server, x_key, "create_blob", {"content": "x's bytes", "kind": "text/plain"})))
+        writing.start()
+        assert held_uploads.put_arrived.wait(60), "x's upload never reached the object store"
+        assert result(call(server, y_key, "run_code", HELLO))["output"] == "hi"
+        assert not held_uploads.gave_up.is_set() and writing.is_alive()  # y ran while x's write was held
+        held_uploads.release()
+        writing.join(120)
+        assert "result" in written[0].json(), written[0].json()
+    finally:
+        held_uploads.release()
+        server.stop()
