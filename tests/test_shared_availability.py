@@ -7,7 +7,9 @@ at the queue timeout. Real PostgreSQL (tests/postgres.py), real `rclone serve s3
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,9 @@ from tests.objectstore import HeldUploads, S3Server, s3_server  # noqa: F401  (f
 from tests.postgres import PostgresServer, database_url, postgres_server  # noqa: F401  (fixtures)
 from tests.test_shared_blobs import result
 from tests.test_shared_database import call, skill_params, wasmrun
-from wasmrun.database import locks
+from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
+from wasmrun.database import locks, orphans
+from wasmrun.database.connection import Database
 
 
 def add_tenant(name: str, database_url: str, *limits: str) -> str:  # noqa: F811
@@ -253,3 +257,40 @@ def test_one_tenants_blob_write_never_holds_up_anothers_runs(
     finally:
         held_uploads.release()
         server.stop()
+
+
+class CountedListing(ObjectStore):
+    """The real object store, counting the names its listing has handed out so far."""
+
+    listed = 0
+    listed_at_first_delete: int | None = None
+
+    def listing(self, prefix: str) -> Iterator[tuple[str, datetime]]:
+        for entry in super().listing(prefix):
+            self.listed += 1
+            yield entry
+
+    def delete(self, name: str) -> None:
+        if self.listed_at_first_delete is None:
+            self.listed_at_first_delete = self.listed
+        super().delete(name)
+
+
+def test_the_sweep_checks_a_long_listing_batch_by_batch(
+    s3_server: S3Server, database_url: str, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    """A bucket of many left-over objects is swept a batch at a time as its listing
+    streams in, never read whole first (its names would all be in memory at once)."""
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(orphans, "SWEEP_BATCH", 4)
+    database = Database(database_url)
+    database.migrate()
+    objects = CountedListing(ObjectStoreLocation.parse(s3_server.new_bucket()))
+    names = [f"blobs/{i:032x}" for i in range(13)]
+    for name in names:
+        objects.put(name, b"left over")
+    assert orphans.sweep_orphans(database, objects, now=time.time() + orphans.STALE_WRITE_S + 60) == 13
+    assert objects.listed_at_first_delete is not None and objects.listed_at_first_delete <= 5
+    assert list(objects.listing("blobs/")) == []
+    database.close()
