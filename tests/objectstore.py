@@ -11,8 +11,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
