@@ -137,13 +137,13 @@ def memory_view(store: wasmtime.Store, memory: wasmtime.Memory) -> memoryview:
 
 
 def image_key(guest_key: str, skill: MountedSkill) -> str | None:
-    """Names the skill as it is now: any file added, removed or changed (size or
-    mtime), another folder (a new version) or another guest build is a new key.
+    """Names the skill as it is now: any file added, removed or changed (see
+    tree.stamp_files), another folder (a new version) or another guest build is a new key.
     A walk with a loop, not recursion: a skill's tree may be deep. None for a
     skill of more than MAX_KEY_ENTRIES entries: naming it would cost every run
     more than an image saves, so it runs as it always did."""
     h = hashlib.sha256(f"{guest_key}\0{skill.name}\0{skill.entrypoint}\0{skill.root}".encode())
-    if not tree.stamp_files(h, Path(skill.root), inode=True, max_entries=MAX_KEY_ENTRIES):
+    if not tree.stamp_files(h, Path(skill.root), max_entries=MAX_KEY_ENTRIES):
         return None
     return h.hexdigest()
 
