@@ -41,6 +41,7 @@ from wasmrun.egress.patterns import Target, UrlError, parse_url
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.egress.secrets import (
     PREFIX,
+    BodyTooLarge,
     Redactor,
     UnknownSecret,
     has_placeholder,
@@ -263,12 +264,20 @@ class EgressSession:
             raise Refused(LIMIT, f"this run may make at most {grant.max_requests} requests")
         try:
             wire_headers = [(k, substitute_header(v, grant.host_secrets)) for k, v in headers]
+            if sum(len(k) + len(v) for k, v in wire_headers) > MAX_HEADER_BYTES:
+                raise Refused(LIMIT, f"the request's headers with their secrets put in are larger than"
+                              f" {MAX_HEADER_BYTES} bytes")
             if any(c in v for _, v in wire_headers for c in "\r\n\0"):
                 raise Refused(FAILED, "a secret's value cannot be sent in a header (it contains a line break)")
             wire_target = target.path + ("?" + substitute(target.query, grant.host_secrets, url_query=True)
                                          if target.query else "")
             content_type = next((v for k, v in headers if k.lower() == "content-type"), None)
-            wire_body = substitute_body(body, content_type, grant.host_secrets) if body is not None else None
+            # The limit is on what goes out: values may be longer than their placeholders.
+            wire_body = (substitute_body(body, content_type, grant.host_secrets, grant.max_request_bytes)
+                         if body is not None else None)
+        except BodyTooLarge:
+            raise Refused(LIMIT, "the request body with its secrets put in is larger than this run's"
+                          f" limit of {grant.max_request_bytes} bytes") from None
         except UnknownSecret as exc:
             raise Refused(NOT_ALLOWED, f"secret {exc.name} is not granted to {grant.subject} in host mode") from None
         candidates = self._connect_addresses(target, stop, deadline)
