@@ -273,8 +273,7 @@ class EgressSession:
                                          if target.query else "")
             content_type = next((v for k, v in headers if k.lower() == "content-type"), None)
             # The limit is on what goes out: values may be longer than their placeholders.
-            wire_body = (substitute_body(body, content_type, grant.host_secrets, grant.max_request_bytes)
-                         if body is not None else None)
+            wire_body = self._body_with_secrets(body, content_type) if body is not None else None
         except BodyTooLarge:
             raise Refused(LIMIT, "the request body with its secrets put in is larger than this run's"
                           f" limit of {grant.max_request_bytes} bytes") from None
@@ -295,6 +294,20 @@ class EgressSession:
                 # reply came back): the request goes once more, on a new connection.
                 pass
         return self._exchange(self._connect(target, candidates, stop, deadline), *exchange, reused=False)
+
+    def _body_with_secrets(self, body: bytes, content_type: str | None) -> bytes:
+        """The body with the placeholders of the secrets the operator lets into bodies put in."""
+        grant = self.grant
+        assert grant is not None
+        in_bodies = {name: grant.host_secrets[name] for name in grant.body_secrets if name in grant.host_secrets}
+        try:
+            return substitute_body(body, content_type, in_bodies, grant.max_request_bytes)
+        except UnknownSecret as exc:
+            if exc.name not in grant.host_secrets:
+                raise
+            raise Refused(NOT_ALLOWED, f"secret {exc.name} may be sent in headers and the URL query but not in a"
+                          " request body: the operator lists the secrets allowed in bodies in the policy's"
+                          " [secrets] in_bodies") from None
 
     def _idle_connection(self, target: Target, candidates: list[str]) -> HTTPConnection | None:
         """A connection this run kept open to one of the addresses just checked."""
