@@ -416,7 +416,8 @@ class SandboxEngine:
         try:
             store.set_limits(memory_size=limits.memory_bytes)
             Watchdog.arm(store)
-            wasi, ctx.plain_fds = self._wasi(request, workspace, bytecode or {}, bytecode_writable)
+            wasi, plain_fds = self._wasi(request, workspace, bytecode or {}, bytecode_writable)
+            ctx.plain_fds = set(plain_fds)
             store.set_wasi(wasi)
             io = self._io
             request_len = -1  # too large for the buffer: the guest asks by host call
