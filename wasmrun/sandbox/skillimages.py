@@ -168,8 +168,13 @@ class SkillImages:
         max_images: int = MAX_IMAGES,
         max_bytes: int = MAX_IMAGE_BYTES,
         on_change: Callable[[], None] = lambda: None,
+        key_of: Callable[[MountedSkill], str | None] | None = None,
     ) -> None:
         self._make = make
+        # Names the skill's files as they are after its import run: an image is kept
+        # only if they are still what the request named (files changed or removed
+        # meanwhile, e.g. a skill-cache folder evicted, would make a wrong image).
+        self._key_of = key_of
         self._on_change = on_change  # called with no lock held: it may take the caller's
         self.max_images = max_images
         self.max_bytes = max_bytes
@@ -283,6 +288,9 @@ class SkillImages:
             image: SkillImage | None = None
             try:
                 image = self._make(skill, limits)
+                if image is not None and self._key_of is not None and self._key_of(skill) != key:
+                    logger.info("skill %s changed while its image was made: no image this time", skill.name)
+                    image = None
             except Exception:
                 logger.exception("making the image of skill %s failed", skill.name)
             if image is not None:
