@@ -22,6 +22,7 @@ from wasmrun.protocol.types import (
     ReadBlobResult,
     ReadSkillFileResult,
     RunResult,
+    RunUsage,
 )
 from wasmrun.tools import render_all
 
@@ -174,6 +175,23 @@ def test_api_key_goes_as_a_bearer_header() -> None:
     with Client("http://wasmrun.invalid", transport=httpx2.MockTransport(answer)) as c:
         c.load_skills_protocol_guide()
     assert seen == ["Bearer k-123", None]
+
+
+def test_a_result_with_another_servers_usage_members_decodes() -> None:
+    """`usage` is an extension: a server reporting other members (wasmrun before cpu_ms
+    reported fuel_used) still gives a result, with the members it lacks at zero."""
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        body = json.loads(request.content)
+        return httpx2.Response(200, json={"jsonrpc": "2.0", "id": body["id"], "result": {
+            "status": "completed", "run_id": "run_1", "summary": "ok", "output": 1, "output_blobs": [],
+            "logs_preview": "", "usage": {"fuel_used": 563033, "peak_memory_bytes": 21757952, "total_ms": 1.7}}})
+
+    with Client("http://wasmrun.invalid", transport=httpx2.MockTransport(answer)) as c:
+        result = c.run_code("def main(args):\n    return 1\n")
+    assert result.output == 1
+    assert isinstance(result.usage, RunUsage)
+    assert result.usage.peak_memory_bytes == 21757952 and result.usage.cpu_ms == 0.0
 
 
 def test_async_client(server: LiveServer) -> None:

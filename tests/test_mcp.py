@@ -289,23 +289,32 @@ def test_arguments_nested_deeper_than_rpc_allows_are_refused(server: LiveServer)
 
 
 def test_the_sdk_loads_on_the_first_mcp_request_only(tmp_path: Path) -> None:
-    """A server whose clients never use /mcp does not import the MCP SDK (~34 MB);
-    the first /mcp request loads it and is served, and shutdown stops its sessions."""
+    """A server whose clients never use /mcp does not import the MCP SDK (~34 MB); nor
+    does a /mcp request without a valid key (401 first). The first authenticated /mcp
+    request loads it and is served, and shutdown stops its sessions."""
+    from wasmrun.tenants.store import TenantStore
+
+    data = tmp_path / "data"
+    key = TenantStore(data).add("alice")
     script = (
         "import sys\n"
         "from pathlib import Path\n"
         "from starlette.testclient import TestClient\n"
         "from wasmrun.server import create_app\n"
         "from wasmrun.settings import Settings\n"
-        f"app = create_app(Settings(data_dir=Path({str(tmp_path / 'data')!r}), workers=1))\n"
+        f"app = create_app(Settings(data_dir=Path({str(data)!r}), workers=1))\n"
+        f"auth = {{'authorization': 'Bearer {key}'}}\n"
+        "accept = {'accept': 'application/json, text/event-stream'}\n"
+        "init = {'jsonrpc': '2.0', 'id': 1, 'method': 'initialize', 'params': {'protocolVersion': '2025-06-18',\n"
+        "        'capabilities': {}, 'clientInfo': {'name': 't', 'version': '1'}}}\n"
         "with TestClient(app, base_url='http://localhost') as client:\n"
-        "    assert client.post('/rpc', json={'jsonrpc': '2.0', 'id': 1, 'method': 'list_skills'}).status_code == 200\n"
+        "    rpc = client.post('/rpc', json={'jsonrpc': '2.0', 'id': 1, 'method': 'list_skills'}, headers=auth)\n"
+        "    refused = client.post('/mcp', json=init, headers=accept)\n"
         "    before = 'mcp' in sys.modules\n"
-        "    init = {'jsonrpc': '2.0', 'id': 1, 'method': 'initialize', 'params': {'protocolVersion': '2025-06-18',\n"
-        "            'capabilities': {}, 'clientInfo': {'name': 't', 'version': '1'}}}\n"
-        "    answer = client.post('/mcp', json=init, headers={'accept': 'application/json, text/event-stream'})\n"
-        "    print(before, 'mcp' in sys.modules, answer.status_code, answer.json()['result']['serverInfo']['name'])\n"
+        "    answer = client.post('/mcp', json=init, headers={**accept, **auth})\n"
+        "    print(rpc.status_code, refused.status_code, before, 'mcp' in sys.modules, answer.status_code,\n"
+        "          answer.json()['result']['serverInfo']['name'])\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=wasmrun_env())
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "True", "200", "wasmrun"]
+    assert done.stdout.split() == ["200", "401", "False", "True", "200", "wasmrun"]

@@ -105,7 +105,9 @@ def _clear(web: LocalServer, secure: LocalServer) -> None:
     secure.seen.clear()
 
 
-def network_policy(web: LocalServer, secure: LocalServer, ca_file: str, **network: Any) -> EgressPolicy:
+def network_policy(
+    web: LocalServer, secure: LocalServer, ca_file: str, in_bodies: tuple[str, ...] = (), **network: Any
+) -> EgressPolicy:
     section: dict[str, Any] = {
         "allow_private_addresses": True,  # the test servers are on loopback
         "ca_file": ca_file,
@@ -117,7 +119,8 @@ def network_policy(web: LocalServer, secure: LocalServer, ca_file: str, **networ
         },
     }
     section.update(network)
-    return parse_egress_policy({"network": section, "secrets": {"modes": {"OTHER_TOKEN": "env"}}})
+    secrets = {"modes": {"OTHER_TOKEN": "env"}, "in_bodies": list(in_bodies)}
+    return parse_egress_policy({"network": section, "secrets": secrets})
 
 
 @pytest.fixture()
@@ -528,7 +531,11 @@ def test_secret_in_a_request_body_is_substituted(call: Caller, web: LocalServer,
         "    return r.json()['body']\n"
     )
     write_skill(call.skills_dir, "net.body", code=code, permissions={"network": [web.url], "secrets": ["DEMO_TOKEN"]})
-    with call.with_policy(network_policy(web, web, "")) as rpc:
+    with call.with_policy(network_policy(web, web, "")) as rpc:  # bodies not allowed: refused, nothing sent
+        got = rpc("execute_skill", {"name": "net.body", "args": {"url": web.url}})
+        assert "not in a request body" in refused(got) and "[secrets] in_bodies" in refused(got)
+        assert web.seen == []
+    with call.with_policy(network_policy(web, web, "", in_bodies=("DEMO_TOKEN",))) as rpc:
         got = rpc("execute_skill", {"name": "net.body", "args": {"url": web.url}})
     assert got["status"] == "completed", got
     assert json.loads(web.seen[0].body) == {"api_key": "s3cret", "n": 1}
@@ -548,7 +555,8 @@ def test_a_secret_in_a_body_does_not_follow_a_redirect_to_another_origin(
     )
     write_skill(call.skills_dir, "net.bodyhop", code=code,
                 permissions={"network": [web.url, secure.url], "secrets": ["DEMO_TOKEN"]})
-    with call.with_policy(network_policy(web, secure, call.settings.egress.network.ca_file or "")) as rpc:
+    policy = network_policy(web, secure, call.settings.egress.network.ca_file or "", in_bodies=("DEMO_TOKEN",))
+    with call.with_policy(policy) as rpc:
         same = rpc("execute_skill", {"name": "net.bodyhop", "args": {"url": f"{web.url}/redirect?status=307&to=/echo"}})
         assert same["output"] == [200, '{"api_key": "wasmrun-secret:DEMO_TOKEN"}'], same  # same origin: sent again
         other = f"{web.url}/redirect?status=307&to={secure.url}/echo"

@@ -33,7 +33,7 @@ import msgspec
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from wasmrun.protocol.errors import RPCError, Unauthorized
 from wasmrun.protocol.methods import Dispatcher
@@ -195,7 +195,6 @@ def http_app(
     dispatcher: Dispatcher,
     *,
     authenticate: Callable[[str | None], Caller | None],
-    unauthorized: Callable[[], ASGIApp],
     max_body_bytes: int,
     with_create_skill: bool = False,
 ) -> tuple[ASGIApp, Callable[[], AbstractAsyncContextManager[None]]]:
@@ -224,26 +223,7 @@ def http_app(
         session_idle_timeout=MCP_SESSION_IDLE_S,
         max_sessions=MCP_MAX_SESSIONS,
     )
-    return _Authenticated(StreamableHTTPASGIApp(manager), authenticate, unauthorized), manager.run
-
-
-class _Authenticated:
-    """An ASGI app (a class, so that Starlette's Route hands it the raw ASGI call) that
-    lets through to `app` only requests whose Authorization header names a caller."""
-
-    def __init__(
-        self, app: ASGIApp, authenticate: Callable[[str | None], Caller | None], unauthorized: Callable[[], ASGIApp]
-    ) -> None:
-        self.app = app
-        self.authenticate = authenticate
-        self.unauthorized = unauthorized
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        header = next((v for k, v in scope.get("headers", []) if k == b"authorization"), None)
-        if self.authenticate(header.decode("latin-1") if header is not None else None) is None:
-            await self.unauthorized()(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+    return StreamableHTTPASGIApp(manager), manager.run
 
 
 async def serve_stdio(

@@ -32,8 +32,8 @@ from wasmrun.tenants.caller import LOCAL_TENANT, local_caller
 from wasmrun.tenants.quotas import RunGate
 from wasmrun.tenants.retention import BlobRetention
 from wasmrun.tenants.store import TenantDirectory, TenantEditor, TenantStore
+from wasmrun.wire.app import Authenticated
 from wasmrun.wire.app import create_app as create_wire_app
-from wasmrun.wire.app import unauthorized
 from wasmrun.wire.guard import RequestGuard, is_loopback
 from wasmrun.wire.lazy import LazyEndpoint
 from wasmrun.wire.tools_route import tools_route
@@ -169,13 +169,15 @@ def create_app(
             from wasmrun.mcp_server import http_app
 
             return http_app(
-                dispatcher, authenticate=tenants.authenticate, unauthorized=unauthorized,
+                dispatcher, authenticate=tenants.authenticate,
                 max_body_bytes=settings.max_body_bytes, with_create_skill=mcp_with_create_skill,
             )
 
-        # The SDK is imported on the first /mcp request, not at start (see wire/lazy.py).
+        # The SDK is imported on the first authenticated /mcp request, not at start (see
+        # wire/lazy.py). Every request is authenticated like /rpc's before the SDK sees it,
+        # and each tool call runs as the key on its own request (mcp_server.http_app).
         mcp = LazyEndpoint(build_mcp)
-        routes.append(Route("/mcp", endpoint=mcp))
+        routes.append(Route("/mcp", endpoint=Authenticated(mcp, tenants.authenticate)))
         lifespans.append(mcp.lifespan)
     return create_wire_app(
         dispatcher,

@@ -76,6 +76,14 @@ def test_secret_modes_default_to_host_in_a_policy_file() -> None:
     assert parse_egress_policy({"secrets": {"default_mode": "env"}}).secret_mode("X") == "env"
 
 
+def test_secrets_in_bodies_are_opt_in_and_only_host_held_ones() -> None:
+    policy = parse_egress_policy({"secrets": {"in_bodies": ["STRIPE_KEY", "NOT_HELD"]}})
+    assert policy.body_secrets == {"STRIPE_KEY", "NOT_HELD"}
+    assert parse_egress_policy({}).body_secrets == frozenset()
+    grant = policy.network.for_skill("pay.charge", [], {"STRIPE_KEY": "sk", "OTHER": "o"}, body_secrets=policy.body_secrets)
+    assert grant.body_secrets == ["STRIPE_KEY"]
+
+
 @pytest.mark.parametrize(
     "table, fragment",
     [
@@ -90,6 +98,8 @@ def test_secret_modes_default_to_host_in_a_policy_file() -> None:
         ({"secrets": {"modes": {"X": "memory"}}}, "secrets.modes.X"),
         ({"secrets": {"default_mode": "disk"}}, "secrets.default_mode"),
         ({"secrets": {"modes": ["X"]}}, "[secrets.modes]"),
+        ({"secrets": {"in_bodies": "X"}}, "secrets.in_bodies"),
+        ({"secrets": {"in_bodies": ["X", 3]}}, "secrets.in_bodies"),
     ],
 )
 def test_bad_policies_name_the_key(table: dict, fragment: str) -> None:

@@ -6,7 +6,14 @@ import base64
 
 import pytest
 
-from wasmrun.egress.secrets import Redactor, UnknownSecret, substitute, substitute_body, substitute_header
+from wasmrun.egress.secrets import (
+    BodyTooLarge,
+    Redactor,
+    UnknownSecret,
+    substitute,
+    substitute_body,
+    substitute_header,
+)
 
 SECRETS = {"API_KEY": 'k3y"with\\quotes/é', "TOKEN": "tok-123456"}
 
@@ -46,6 +53,18 @@ def test_substitute_in_bodies_as_their_type_needs() -> None:
     assert substitute_body(raw, "application/octet-stream", SECRETS) is raw
     with pytest.raises(UnknownSecret):
         substitute_body(b'{"k": "wasmrun-secret:NOT_GRANTED"}', "application/json", SECRETS)
+
+
+def test_a_body_is_bounded_with_its_secrets_put_in() -> None:
+    long = {"LONG": "v" * 3000}
+    body = b"wasmrun-secret:LONG " * 60_000  # 1.2 MB of placeholders: 180 MB once substituted
+    with pytest.raises(BodyTooLarge) as too_large:
+        substitute_body(body, "text/plain", long, max_bytes=2 * 1024 * 1024)
+    assert too_large.value.size == 60_000 * 3001
+    small = b"k=wasmrun-secret:LONG"
+    assert substitute_body(small, "text/plain", long, max_bytes=3002) == b"k=" + b"v" * 3000
+    with pytest.raises(BodyTooLarge):
+        substitute_body(small, "text/plain", long, max_bytes=3001)
 
 
 def test_redactor_replaces_every_form() -> None:

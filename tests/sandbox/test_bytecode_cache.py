@@ -56,6 +56,29 @@ def test_changed_source_is_recompiled(run_code, skill, tmp_path):
     assert run_code(use, skills=[skill]).output == "version two"
 
 
+def _unpacked_like_a_created_skill(folder):
+    """Every file's mtime 0, as a created skill's bundle is unpacked (registry/bundle.py)."""
+    for path in folder.rglob("*"):
+        os.utime(path, ns=(0, 0))
+
+
+def test_same_name_and_sizes_with_mtime_zero_never_share_bytecode(run_code, tmp_path):
+    """Two versions (or two tenants' skills) of one name whose files have equal sizes and
+    mtime 0 each run their own code, not the bytecode compiled for the other."""
+    use = "from skills.user.team.echo import main as m\ndef main(args): return m({})"
+    first = make_skill(tmp_path / "a", "user.team.echo", {"code/main.py": "def main(args):\n    return 'AAAA'\n"})
+    second = make_skill(tmp_path / "b", "user.team.echo", {"code/main.py": "def main(args):\n    return 'BBBB'\n"})
+    for skill in (first, second):
+        _unpacked_like_a_created_skill(tmp_path / skill.root)
+    assert run_code(use, skills=[first]).output == "AAAA"
+    assert run_code(use, skills=[second]).output == "BBBB"
+    assert run_code(use, skills=[first]).output == "AAAA"
+    # and in one folder: same size, mtime put back to 0, new content
+    (tmp_path / first.root / "code" / "main.py").write_text("def main(args):\n    return 'CCCC'\n")
+    _unpacked_like_a_created_skill(tmp_path / first.root)
+    assert run_code(use, skills=[first]).output == "CCCC"
+
+
 def test_a_syntax_error_still_surfaces_at_import(run_code, tmp_path):
     broken = make_skill(tmp_path, "broken.skill", {"code/main.py": "def main(args) return 1\n"})
     result = run_code("from skills.broken.skill import main\ndef main(args): return 1", skills=[broken])

@@ -41,7 +41,7 @@ def _run_and_search(engine: SandboxEngine, request: RunRequest, needle: bytes) -
 def test_host_secret_is_never_in_guest_memory(engine: SandboxEngine) -> None:
     with serve() as server:
         grant = NetworkGrant(subject="skill t", requested=[server.url], granted=[server.url], allow_private=True,
-                             host_secrets={"API_KEY": SECRET})
+                             host_secrets={"API_KEY": SECRET}, body_secrets=["API_KEY"])
         request = RunRequest(kind="code", code=CODE, args_json=encode_args({"url": server.url + "/echo"}), network=grant,
                              env={"API_KEY": "wasmrun-secret:API_KEY"})
         result, found = _run_and_search(engine, request, SECRET.encode())

@@ -123,6 +123,26 @@ def test_the_key_names_the_guest_build_and_the_skill(tmp_path: Path) -> None:
     assert key != image_key("guest-a", skill)  # a file added
 
 
+@pytest.mark.parametrize("changes_files", [False, True])
+def test_an_image_is_kept_only_if_the_skill_did_not_change_while_it_was_made(tmp_path, changes_files) -> None:
+    """A skill's files removed or changed during its import run (a skill-cache folder
+    evicted, an operator editing) would make a wrong image under the old key."""
+    skill = make_skill(tmp_path, "img.moving", {"code/main.py": "VALUE = 1\n"})
+
+    def make(skill: MountedSkill, limits: object) -> SkillImage:
+        if changes_files:
+            (Path(skill.root) / "code" / "main.py").unlink()
+        return SkillImage(1 << 20, ((0, bytearray(10)),))
+
+    images = SkillImages(make, key_of=lambda s: image_key("guest", s))
+    key = image_key("guest", skill)
+    assert key is not None
+    images.request(key, skill, LimitPolicy().resolve())
+    assert images.wait_ready()
+    assert (images.get(key) is None) == changes_files
+    images.close()
+
+
 def test_the_cache_is_bounded_by_count_and_bytes() -> None:
     def image(n: int) -> SkillImage:
         return SkillImage(1 << 20, ((0, bytearray(n)),))

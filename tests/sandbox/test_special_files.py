@@ -8,6 +8,7 @@ path_open guard refuses such opens with EACCES, however the path is reached.
 
 from __future__ import annotations
 
+import json
 import os
 
 from tests.sandbox.conftest import make_skill
@@ -46,11 +47,44 @@ def test_opening_a_fifo_in_a_skill_is_refused_not_blocking(run_code, tmp_path):
     )
     result = run_code(code, skills=[skill], timeout_ms=5000)
     assert result.status == "completed", result.error
-    import json
     out = json.loads(result.output_json)
     assert out["plain"] == out["symlink"] == out["dir_fd"] == "PermissionError"
     assert out["regular"] == "notes"
     assert out["listed"] == ["notes.txt", "pipe", "to-pipe"]
+
+
+def test_a_reused_fd_number_does_not_skip_the_check(run_code, tmp_path):
+    """Closing a preopen that needs no check (the stdlib's, fd 3) and opening a skill's
+    folder, which gets that number back, must not let a FIFO under it be opened."""
+    skill = _skill_with_fifo(tmp_path)
+    code = (
+        "import os\n"
+        "def main(args):\n"
+        "    os.close(3)\n"
+        "    d = os.open('/skills/piped/resources', os.O_RDONLY | os.O_DIRECTORY)\n"
+        "    try:\n"
+        "        os.open('pipe', os.O_RDONLY, dir_fd=d)\n"
+        "        return [d, 'opened']\n"
+        "    except OSError as exc:\n"
+        "        return [d, type(exc).__name__]\n"
+    )
+    result = run_code(code, skills=[skill], timeout_ms=5000)
+    assert result.status == "completed", result.error
+    assert json.loads(result.output_json) == [3, "PermissionError"]
+
+
+def test_creating_files_under_a_skill_is_still_refused_as_before(run_code, tmp_path):
+    skill = _skill_with_fifo(tmp_path)
+    code = (
+        "def main(args):\n"
+        "    try:\n"
+        "        open('/skills/piped/resources/new.txt', 'w')\n"
+        "    except OSError as exc:\n"
+        "        return type(exc).__name__\n"
+    )
+    result = run_code(code, skills=[skill])
+    assert result.status == "completed", result.error
+    assert json.loads(result.output_json) in ("PermissionError", "OSError")
 
 
 def test_a_skill_holding_a_fifo_still_runs(engine, tmp_path):

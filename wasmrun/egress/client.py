@@ -41,6 +41,7 @@ from wasmrun.egress.patterns import Target, UrlError, parse_url
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.egress.secrets import (
     PREFIX,
+    BodyTooLarge,
     Redactor,
     UnknownSecret,
     has_placeholder,
@@ -263,12 +264,19 @@ class EgressSession:
             raise Refused(LIMIT, f"this run may make at most {grant.max_requests} requests")
         try:
             wire_headers = [(k, substitute_header(v, grant.host_secrets)) for k, v in headers]
+            if sum(len(k) + len(v) for k, v in wire_headers) > MAX_HEADER_BYTES:
+                raise Refused(LIMIT, f"the request's headers with their secrets put in are larger than"
+                              f" {MAX_HEADER_BYTES} bytes")
             if any(c in v for _, v in wire_headers for c in "\r\n\0"):
                 raise Refused(FAILED, "a secret's value cannot be sent in a header (it contains a line break)")
             wire_target = target.path + ("?" + substitute(target.query, grant.host_secrets, url_query=True)
                                          if target.query else "")
             content_type = next((v for k, v in headers if k.lower() == "content-type"), None)
-            wire_body = substitute_body(body, content_type, grant.host_secrets) if body is not None else None
+            # The limit is on what goes out: values may be longer than their placeholders.
+            wire_body = self._body_with_secrets(body, content_type) if body is not None else None
+        except BodyTooLarge:
+            raise Refused(LIMIT, "the request body with its secrets put in is larger than this run's"
+                          f" limit of {grant.max_request_bytes} bytes") from None
         except UnknownSecret as exc:
             raise Refused(NOT_ALLOWED, f"secret {exc.name} is not granted to {grant.subject} in host mode") from None
         candidates = self._connect_addresses(target, stop, deadline)
@@ -286,6 +294,20 @@ class EgressSession:
                 # reply came back): the request goes once more, on a new connection.
                 pass
         return self._exchange(self._connect(target, candidates, stop, deadline), *exchange, reused=False)
+
+    def _body_with_secrets(self, body: bytes, content_type: str | None) -> bytes:
+        """The body with the placeholders of the secrets the operator lets into bodies put in."""
+        grant = self.grant
+        assert grant is not None
+        in_bodies = {name: grant.host_secrets[name] for name in grant.body_secrets if name in grant.host_secrets}
+        try:
+            return substitute_body(body, content_type, in_bodies, grant.max_request_bytes)
+        except UnknownSecret as exc:
+            if exc.name not in grant.host_secrets:
+                raise
+            raise Refused(NOT_ALLOWED, f"secret {exc.name} may be sent in headers and the URL query but not in a"
+                          " request body: the operator lists the secrets allowed in bodies in the policy's"
+                          " [secrets] in_bodies") from None
 
     def _idle_connection(self, target: Target, candidates: list[str]) -> HTTPConnection | None:
         """A connection this run kept open to one of the addresses just checked."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import functools
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,9 @@ class NetworkGrant(msgspec.Struct, frozen=True, kw_only=True):
     ca_file: str | None = None
     # Secrets the host keeps and substitutes for their placeholders (`host` mode).
     host_secrets: dict[str, str] = msgspec.field(default_factory=dict)
+    # Those of them the operator lets into request bodies too ([secrets] in_bodies):
+    # a body is data a server may store and show again, so it is opt-in per secret.
+    body_secrets: list[str] = msgspec.field(default_factory=list)
 
     def refusal(self, target: Target) -> str | None:
         """Why `target` may not be requested, or None if it may."""
@@ -114,7 +117,7 @@ class NetworkPolicy:
         return found
 
     def _grant(self, subject: str, requested: list[str] | None, granted: list[str],
-               host_secrets: Mapping[str, str]) -> NetworkGrant:
+               host_secrets: Mapping[str, str], body_secrets: Collection[str] = ()) -> NetworkGrant:
         # Even an empty grant is carried: a refusal then says which side said no.
         return NetworkGrant(
             subject=subject,
@@ -127,14 +130,18 @@ class NetworkPolicy:
             max_redirects=self.max_redirects,
             ca_file=self.ca_file,
             host_secrets=dict(host_secrets),
+            body_secrets=sorted(n for n in body_secrets if n in host_secrets),
         )
 
     def for_skill(
-        self, name: str, requested: list[str], host_secrets: Mapping[str, str], tenant: str | None = None
+        self, name: str, requested: list[str], host_secrets: Mapping[str, str], tenant: str | None = None,
+        body_secrets: Collection[str] = (),
     ) -> NetworkGrant:
         """The grant of an execute_skill run: the manifest's request ∩ the operator's
         grant (everyone's, plus the calling tenant's own)."""
-        return self._grant(f"skill {name}", list(requested), self.granted_for_skill(name, tenant), host_secrets)
+        return self._grant(
+            f"skill {name}", list(requested), self.granted_for_skill(name, tenant), host_secrets, body_secrets
+        )
 
     def for_run_code(self) -> NetworkGrant:
         """run_code: only what the operator enabled for it, never a mounted skill's grant."""
@@ -215,6 +222,7 @@ class EgressPolicy:
     secret_modes: Mapping[str, str] = field(default_factory=dict)
     default_secret_mode: str = "env"
     configured: bool = False
+    body_secrets: frozenset[str] = frozenset()  # host-mode secrets also put into request bodies
 
     def secret_mode(self, name: str) -> str:
         return self.secret_modes.get(name, self.default_secret_mode)
@@ -229,6 +237,7 @@ def parse_egress_policy(table: Mapping[str, Any]) -> EgressPolicy:
 
         [secrets]
         default_mode = "host"             # the default in a policy file
+        in_bodies = ["STRIPE_KEY"]        # host-mode secrets also put into request bodies
         [secrets.modes]
         LEGACY_TOKEN = "env"              # this one is put in the run's environment
 
@@ -256,7 +265,11 @@ def parse_egress_policy(table: Mapping[str, Any]) -> EgressPolicy:
         if mode not in SECRET_MODES:
             raise PolicyError(f"secrets.modes.{name} must be \"host\" or \"env\", not {mode!r}")
         modes[name] = mode
-    return EgressPolicy(network=network, secret_modes=modes, default_secret_mode=default, configured=True)
+    in_bodies = secrets.get("in_bodies", [])
+    if not isinstance(in_bodies, list) or not all(isinstance(n, str) and n for n in in_bodies):
+        raise PolicyError("secrets.in_bodies must be a list of secret names")
+    return EgressPolicy(network=network, secret_modes=modes, default_secret_mode=default, configured=True,
+                        body_secrets=frozenset(in_bodies))
 
 
 def load_egress_policy(path: str | None) -> EgressPolicy:

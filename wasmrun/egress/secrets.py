@@ -68,7 +68,9 @@ def has_placeholder(body: bytes) -> bool:
     return _BODY_PLACEHOLDER.search(body) is not None
 
 
-def substitute_body(body: bytes, content_type: str | None, secrets: Mapping[str, str]) -> bytes:
+def substitute_body(
+    body: bytes, content_type: str | None, secrets: Mapping[str, str], max_bytes: int | None = None
+) -> bytes:
     """A request body with its placeholders replaced, written as the body's type needs:
     JSON-escaped in JSON (the placeholder sits in a string literal), percent-encoded in
     a form (also found as `wasmrun-secret%3ANAME`, as urlencode writes it), as UTF-8
@@ -79,17 +81,35 @@ def substitute_body(body: bytes, content_type: str | None, secrets: Mapping[str,
     form = media == "application/x-www-form-urlencoded"
     json_text = media == "application/json" or media.endswith("+json")
 
-    def value(match: re.Match[bytes]) -> bytes:
-        name = match.group(1).decode("ascii")
-        if name not in secrets:
-            raise UnknownSecret(name)
-        if form:
-            return quote(secrets[name], safe="").encode("ascii")
-        if json_text:
-            return json.dumps(secrets[name])[1:-1].encode("ascii")
-        return secrets[name].encode("utf-8", "surrogatepass")
+    encoded: dict[bytes, bytes] = {}
 
+    def value(match: re.Match[bytes]) -> bytes:
+        name = match.group(1)
+        if name not in encoded:
+            text = name.decode("ascii")
+            if text not in secrets:
+                raise UnknownSecret(text)
+            if form:
+                encoded[name] = quote(secrets[text], safe="").encode("ascii")
+            elif json_text:
+                encoded[name] = json.dumps(secrets[text])[1:-1].encode("ascii")
+            else:
+                encoded[name] = secrets[text].encode("utf-8", "surrogatepass")
+        return encoded[name]
+
+    if max_bytes is not None:
+        # Bound the result before building it: a body of many placeholders of a long value
+        # would otherwise grow far past the limit in host memory first.
+        grown = sum(len(value(m)) - len(m.group(0)) for m in _BODY_PLACEHOLDER.finditer(body))
+        if len(body) + grown > max_bytes:
+            raise BodyTooLarge(len(body) + grown)
     return _BODY_PLACEHOLDER.sub(value, body)
+
+
+class BodyTooLarge(ValueError):
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
 
 
 def _forms(value: str) -> list[str]:

@@ -167,7 +167,8 @@ def _skill_env_and_network(ctx: Context, skill: Skill) -> tuple[dict[str, str], 
         else:
             env[name] = value
     network = ctx.egress.network.for_skill(
-        skill.name, skill.manifest.permissions.network, host_held, tenant=ctx.caller.tenant
+        skill.name, skill.manifest.permissions.network, host_held, tenant=ctx.caller.tenant,
+        body_secrets=ctx.egress.body_secrets,
     )
     return env, network
 

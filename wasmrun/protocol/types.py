@@ -152,13 +152,17 @@ class RunError(msgspec.Struct):
 
 
 class RunUsage(msgspec.Struct):
-    cpu_ms: float  # CPU time of the run's thread (wasm and host calls; sleeping is not counted)
-    peak_memory_bytes: int
-    blob_io_bytes: int
-    instantiate_ms: float
-    run_ms: float
-    total_ms: float  # in the sandbox process; HTTP and queueing come on top
-    prepared_ahead: bool  # the instance was made and prefaulted before the request came
+    """An extension; every member has a default so that a client decodes the usage of
+    a server that reports other members (another implementation, an older wasmrun
+    with `fuel_used`) instead of failing on the whole result."""
+
+    cpu_ms: float = 0.0  # CPU time of the run's thread (wasm and host calls; sleeping is not counted)
+    peak_memory_bytes: int = 0
+    blob_io_bytes: int = 0
+    instantiate_ms: float = 0.0
+    run_ms: float = 0.0
+    total_ms: float = 0.0  # in the sandbox process; HTTP and queueing come on top
+    prepared_ahead: bool = False  # the instance was made and prefaulted before the request came
     http_requests: int = 0  # requests the host made for the run (each redirect hop counts)
     http_bytes_out: int = 0
     http_bytes_in: int = 0

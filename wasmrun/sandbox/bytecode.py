@@ -41,6 +41,7 @@ class BytecodeCache:
         A file that cannot be stat'ed (a dangling or looping symbolic link)
         is named as such; the compile run skips what it cannot read."""
         h = hashlib.sha256(skill.name.encode())
+        h.update(b"\0" + os.fsencode(os.path.realpath(skill.root)))
         tree.stamp_files(h, Path(skill.root), keep=lambda name: name.endswith(".py"))
         return f"{skill.name}-{h.hexdigest()[:24]}"
 

@@ -160,7 +160,10 @@ class SandboxEngine:
         guest_build.mark_used(self._bytecode.root)
         self._watchdog = Watchdog(self.engine)
         # (Images are only made after runs: the supply exists by then.)
-        self.skill_images = SkillImages(self._make_image, on_change=lambda: self._supply.wake())
+        self.skill_images = SkillImages(
+            self._make_image, on_change=lambda: self._supply.wake(),
+            key_of=lambda skill: image_key(self.guest.key, skill),
+        )
         self._supply = InstanceSupply(
             self._new_instance, self._dirs, self._learn_hot_pages(),
             self.skill_images.prefault_pages, self.skill_images.recent,
@@ -416,7 +419,8 @@ class SandboxEngine:
         try:
             store.set_limits(memory_size=limits.memory_bytes)
             Watchdog.arm(store)
-            wasi, ctx.plain_fds = self._wasi(request, workspace, bytecode or {}, bytecode_writable)
+            wasi, plain_fds = self._wasi(request, workspace, bytecode or {}, bytecode_writable)
+            ctx.plain_fds = set(plain_fds)
             store.set_wasi(wasi)
             io = self._io
             request_len = -1  # too large for the buffer: the guest asks by host call

@@ -71,7 +71,7 @@ class RunContext:
         self.buffers = buffers
         self.wasi_funcs: dict[str, FastFunc] = {}  # the real WASI calls, per store
         # Preopen fds whose folders cannot hold a FIFO or device (see engine._wasi).
-        self.plain_fds: frozenset[int] = frozenset()
+        self.plain_fds: set[int] = set()
         self.egress = egress or EgressSession(None)
         self.http_reply: bytes | None = None  # the last request's reply, until the guest reads it
 

@@ -137,13 +137,13 @@ def memory_view(store: wasmtime.Store, memory: wasmtime.Memory) -> memoryview:
 
 
 def image_key(guest_key: str, skill: MountedSkill) -> str | None:
-    """Names the skill as it is now: any file added, removed or changed (size or
-    mtime), another folder (a new version) or another guest build is a new key.
+    """Names the skill as it is now: any file added, removed or changed (see
+    tree.stamp_files), another folder (a new version) or another guest build is a new key.
     A walk with a loop, not recursion: a skill's tree may be deep. None for a
     skill of more than MAX_KEY_ENTRIES entries: naming it would cost every run
     more than an image saves, so it runs as it always did."""
     h = hashlib.sha256(f"{guest_key}\0{skill.name}\0{skill.entrypoint}\0{skill.root}".encode())
-    if not tree.stamp_files(h, Path(skill.root), inode=True, max_entries=MAX_KEY_ENTRIES):
+    if not tree.stamp_files(h, Path(skill.root), max_entries=MAX_KEY_ENTRIES):
         return None
     return h.hexdigest()
 
@@ -168,8 +168,13 @@ class SkillImages:
         max_images: int = MAX_IMAGES,
         max_bytes: int = MAX_IMAGE_BYTES,
         on_change: Callable[[], None] = lambda: None,
+        key_of: Callable[[MountedSkill], str | None] | None = None,
     ) -> None:
         self._make = make
+        # Names the skill's files as they are after its import run: an image is kept
+        # only if they are still what the request named (files changed or removed
+        # meanwhile, e.g. a skill-cache folder evicted, would make a wrong image).
+        self._key_of = key_of
         self._on_change = on_change  # called with no lock held: it may take the caller's
         self.max_images = max_images
         self.max_bytes = max_bytes
@@ -283,6 +288,9 @@ class SkillImages:
             image: SkillImage | None = None
             try:
                 image = self._make(skill, limits)
+                if image is not None and self._key_of is not None and self._key_of(skill) != key:
+                    logger.info("skill %s changed while its image was made: no image this time", skill.name)
+                    image = None
             except Exception:
                 logger.exception("making the image of skill %s failed", skill.name)
             if image is not None:

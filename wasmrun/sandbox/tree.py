@@ -126,14 +126,17 @@ def stamp_files(
     root: Path,
     *,
     keep: Callable[[str], bool] = lambda name: True,
-    inode: bool = False,
     max_entries: int | None = None,
 ) -> bool:
     """Feed `h` (a hashlib object) every file under `root` that `keep` takes by name,
-    sorted, with its size and mtime (and inode): the name of the tree as it is now, so
-    a changed, added or removed file changes the digest. A file that cannot be stat'ed
-    (a dangling or looping link) is named as such. A loop, not recursion: a tree may be
-    deep. False, having fed a partial walk, when the tree holds more than `max_entries`."""
+    sorted, with its identity on this machine (device, inode, size, mtime and ctime):
+    the name of the tree as it is now, so a changed, added or removed file changes the
+    digest. Size and mtime alone are not enough: a created skill's files are unpacked
+    with mtime 0, so two skills of one name with files of equal sizes would look the
+    same; ctime is set by the kernel on every change and cannot be chosen by whoever
+    wrote the file. A file that cannot be stat'ed (a dangling or looping link) is named
+    as such. A loop, not recursion: a tree may be deep. False, having fed a partial
+    walk, when the tree holds more than `max_entries`."""
     found: list[str] = []
     folders = [str(root)]
     seen = 0
@@ -153,7 +156,7 @@ def stamp_files(
     for path in sorted(found):
         try:
             st = os.stat(path)
-            stamp = f"{st.st_size}\0{st.st_mtime_ns}" + (f"\0{st.st_ino}" if inode else "")
+            stamp = f"{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
         except OSError:
             stamp = "unreadable"
         h.update(f"\0{os.path.relpath(path, root)}\0{stamp}".encode())

@@ -21,7 +21,9 @@ Each guard's own work is bounded whatever the guest passes: at most IOV_MAX
 buffers and MAX_SUBSCRIPTIONS subscriptions are looked at (more is EINVAL,
 without calling the real function), and stdout/stderr copy only the bytes
 the capture keeps. path_open also refuses (EACCES) to open a FIFO, socket or
-device: the real open would block in host code.
+device under a skill's folder: the real open would block in host code. Which
+fds need that check is tracked per run (path_open and fd_renumber keep it
+right when the guest closes a preopen and its number is reused).
 """
 
 from __future__ import annotations
@@ -49,13 +51,13 @@ EVENTTYPE_CLOCK = 0
 SUBCLOCK_ABSTIME = 1
 ERRNO_INVAL = 28  # WASI's EINVAL
 ERRNO_ACCES = 2  # WASI's EACCES
+ERRNO_NOENT = 44  # WASI's ENOENT
 FILESTAT_SIZE = 64
 FILESTAT_FILETYPE = 16  # offset of the u8 filetype in a filestat
 # What path_open may open. A FIFO, socket or device (only an operator's skill
 # folder can hold one: WASI cannot make them) would block the real open in
 # host code, out of the epoch's reach, until the pool gives up on the worker.
-REGULAR_FILE = 4
-OPENABLE_FILETYPES = frozenset({3, REGULAR_FILE, 7})  # directory, regular file, symbolic link
+OPENABLE_FILETYPES = frozenset({3, 4, 7})  # directory, regular file, symbolic link
 IOV_MAX = 1024  # buffers in one write call, as in wasi-libc and Linux; more is EINVAL
 # Subscriptions one poll_oneoff may pass; more is EINVAL. Every one of them is
 # inspected for a clock, so this bounds the host's work per call (about 3 MiB).
@@ -297,16 +299,38 @@ class _Wrappers:
         ctx = current()
         if oflags & O_CREAT:
             ctx.workspace.charge(nfiles=1)
-        if fd not in ctx.plain_fds and self._filetype(caller, fd, dirflags, path, path_len) not in OPENABLE_FILETYPES:
-            return ERRNO_ACCES
-        return self._call(
+        plain = fd in ctx.plain_fds
+        if not plain:
+            refused = self._refuse_special(caller, fd, dirflags, path, path_len)
+            # A path that does not exist yet is no FIFO: O_CREAT gets the real call's answer.
+            if refused and not (refused == ERRNO_NOENT and oflags & O_CREAT):
+                return refused
+        result = self._call(
             caller, "path_open", fd, dirflags, path, path_len, oflags, base, inheriting, fdflags, out
         )
+        if result == 0 and not plain:
+            # The new fd names something under a skill: whatever plain fd had its number
+            # before (a closed preopen's number is reused) no longer vouches for it.
+            (opened,) = struct.unpack("<I", read_guest(caller, out, 4))
+            ctx.plain_fds.discard(opened)
+        return result
 
-    def _filetype(self, caller: wasmtime.Caller, fd: int, dirflags: int, path: int, path_len: int) -> int:
-        """The WASI filetype of what `path` names (as path_open would follow it),
-        or a regular file's type when it cannot be stat-ed (the real call then
-        answers, e.g. creating the file or saying it does not exist)."""
+    def fd_renumber(self, caller, fd, to):  # type: ignore[no-untyped-def]
+        ctx = current()
+        result = self._call(caller, "fd_renumber", fd, to)
+        if result == 0:
+            # `to` now names what `fd` named; `fd` is closed.
+            if fd in ctx.plain_fds:
+                ctx.plain_fds.add(to)
+            else:
+                ctx.plain_fds.discard(to)
+            ctx.plain_fds.discard(fd)
+        return result
+
+    def _refuse_special(self, caller: wasmtime.Caller, fd: int, dirflags: int, path: int, path_len: int) -> int:
+        """0 when `path` may be opened; else the errno to answer: EACCES for a FIFO,
+        socket or device, or the stat's own error (the open would fail alike). Fails
+        closed: a path the check cannot look at is not opened."""
         memory_len = guest_memory(caller).data_len(caller)
         path, path_len = path & U32, path_len & U32
         # The filestat needs 64 bytes of guest memory: borrow the bytes beside
@@ -315,12 +339,14 @@ class _Wrappers:
         after = (path + path_len + 7) & ~7
         scratch = after if after + FILESTAT_SIZE <= memory_len else (path - FILESTAT_SIZE) & ~7
         if scratch < 0 or path + path_len > memory_len:
-            return REGULAR_FILE
+            return ERRNO_INVAL
         saved = read_guest(caller, scratch, FILESTAT_SIZE)
         try:
-            if self._call(caller, "path_filestat_get", fd, dirflags, path, path_len, scratch) != 0:
-                return REGULAR_FILE
-            return read_guest(caller, scratch + FILESTAT_FILETYPE, 1)[0]
+            error = self._call(caller, "path_filestat_get", fd, dirflags, path, path_len, scratch)
+            if error:
+                return error
+            filetype = read_guest(caller, scratch + FILESTAT_FILETYPE, 1)[0]
+            return 0 if filetype in OPENABLE_FILETYPES else ERRNO_ACCES
         finally:
             write_guest(caller, scratch, FILESTAT_SIZE, saved)
 
@@ -365,7 +391,7 @@ class _Wrappers:
 
 
 GUARDED = (
-    "fd_write", "fd_pwrite", "fd_allocate", "fd_filestat_set_size", "path_open",
+    "fd_write", "fd_pwrite", "fd_allocate", "fd_filestat_set_size", "path_open", "fd_renumber",
     "path_create_directory", "path_symlink", "path_link", "poll_oneoff",
 )
 # Real WASI calls the wrappers need but do not shadow.

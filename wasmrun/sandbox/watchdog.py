@@ -205,9 +205,12 @@ class Watchdog:
 
     def _tick(self) -> None:
         # Under the lock: a run's clock is read only while it is registered.
-        # One epoch bump per run newly over a budget: its deadline is at most one ahead.
-        newly_over = [watch for watch in self._runs if watch.fired is None and watch.check(outside=True)]
-        if newly_over or any(not watch.readable_from_outside for watch in self._runs):
+        # A bump on every tick while some run is marked and still registered, not only
+        # when it is first marked: a bump can land while that run's callback is moving
+        # its deadline one epoch ahead (it was under budget when it looked), and then it
+        # needs another. Other runs only pass through their callback.
+        over = [watch for watch in self._runs if watch.check(outside=True) is not None]
+        if over or any(not watch.readable_from_outside for watch in self._runs):
             self._engine.increment_epoch()
 
     def close(self) -> None:

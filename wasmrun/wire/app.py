@@ -63,6 +63,23 @@ def unauthorized() -> Response:
     )
 
 
+class Authenticated:
+    """An ASGI app (a class, so that Starlette's Route hands it the raw ASGI call) that
+    lets through to `app` only requests whose Authorization header names a caller;
+    the others get `unauthorized()` (401) before `app` sees them."""
+
+    def __init__(self, app: ASGIApp, authenticate: Authenticate) -> None:
+        self.app = app
+        self.authenticate = authenticate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        header = next((v for k, v in scope.get("headers", []) if k == b"authorization"), None)
+        if self.authenticate(header.decode("latin-1") if header is not None else None) is None:
+            await unauthorized()(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 class GuardMiddleware:
     """Refuses, on every route, a request whose Host or Origin the server does not answer."""
 
