@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -84,3 +85,75 @@ def s3_server() -> Iterator[S3Server]:
         yield server
     finally:
         server.stop()
+
+
+class HeldUploads:
+    """A real TCP proxy in front of an S3 server that, once `hold()` is called, keeps
+    every upload (an HTTP PUT) from reaching the store until `release()`: an object
+    store whose puts are as slow as a test needs. `put_arrived` is set when a held PUT
+    arrives; a held PUT goes on by itself after `hold_s` at the latest (a test never hangs)."""
+
+    def __init__(self, upstream_port: int, hold_s: float = 60.0) -> None:
+        import socket
+        import threading
+
+        self.upstream_port = upstream_port
+        self.hold_s = hold_s
+        self.holding = threading.Event()
+        self.released = threading.Event()
+        self.put_arrived = threading.Event()
+        self.gave_up = threading.Event()  # a held PUT went on because nobody released it
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, blob_store: str) -> str:
+        """A --blob-store URL (of S3Server.new_bucket) through this proxy."""
+        return blob_store.replace(f"127.0.0.1:{self.upstream_port}", f"127.0.0.1:{self.port}")
+
+    def hold(self) -> None:
+        self.released.clear()
+        self.holding.set()
+
+    def release(self) -> None:
+        self.holding.clear()
+        self.released.set()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, source: Any, sink: Any, from_client: bool) -> None:
+        import socket
+
+        try:
+            while chunk := source.recv(65536):
+                if from_client and chunk.startswith(b"PUT ") and self.holding.is_set():
+                    self.put_arrived.set()
+                    if not self.released.wait(self.hold_s):
+                        self.gave_up.set()
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._closed = True
+        self.release()
+        self._listener.close()

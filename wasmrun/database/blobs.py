@@ -31,7 +31,7 @@ from wasmrun.blobs.kinds import check_kind
 from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
 from wasmrun.blobs.quota import BlobQuota, charge
 from wasmrun.blobs.store import LEGACY_OWNER, BlobInfo, Usage, _check_quota, content_blob_id, is_blob_id
-from wasmrun.database import DatabaseError
+from wasmrun.database import DatabaseError, locks
 from wasmrun.database.connection import Database
 from wasmrun.database.orphans import BLOB_PREFIX, lock_object
 
@@ -110,7 +110,7 @@ class SharedBlobStore:
         now = datetime.now(UTC)
         with self.database.transaction() as conn:
             # One change at a time per owner, from any server: the usage row stays exact.
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("wasmrun-blobs:" + owner,))
+            locks.hold(conn, locks.BLOBS_OF_OWNER, owner)
             found = conn.execute(
                 "UPDATE wasmrun_blobs SET created = %s, run_id = %s WHERE blob_id = %s RETURNING blob_id",
                 (now, run_id, blob_id),
@@ -194,7 +194,7 @@ class SharedBlobStore:
         if not is_blob_id(blob_id):
             return False
         with self.database.transaction() as conn:
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("wasmrun-blobs:" + owner,))
+            locks.hold(conn, locks.BLOBS_OF_OWNER, owner)
             row = conn.execute(
                 "DELETE FROM wasmrun_blobs WHERE blob_id = %s AND owner = %s RETURNING size_bytes", (blob_id, owner)
             ).fetchone()

@@ -13,6 +13,7 @@ Names outside the two prefixes this wasmrun writes are never touched.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import threading
@@ -23,7 +24,7 @@ import psycopg
 
 from wasmrun.blobs.objects import ObjectStore, ObjectStoreError
 from wasmrun.blobs.store import STALE_WRITE_S
-from wasmrun.database import DatabaseError
+from wasmrun.database import DatabaseError, locks
 from wasmrun.database.connection import Database
 
 logger = logging.getLogger("wasmrun.database")
@@ -32,7 +33,7 @@ BUNDLE_PREFIX = "skills/"  # a created skill's bundle, by its sha256 (database/s
 # The advisory-lock class of an object's name (the second key is the name's hash):
 # held by a writer from storing the object until its row commits, and by the sweep
 # from checking that no row names the object until it is deleted.
-OBJECT_LOCK_CLASS = 0x776F
+OBJECT_LOCK_CLASS = locks.OBJECT
 SWEEP_EVERY_S = 600.0
 SWEEP_BATCH = 500  # object names checked against the rows in one query
 _BLOB_OBJECT = re.compile(r"blobs/([0-9a-f]{32})", re.ASCII)  # database/blobs.py SharedBlobStore._object
@@ -41,7 +42,7 @@ _BUNDLE_OBJECT = re.compile(r"skills/([0-9a-f]{64})", re.ASCII)
 
 def lock_object(conn: psycopg.Connection, name: str) -> None:
     """Hold object `name`'s lock until the transaction ends."""
-    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (OBJECT_LOCK_CLASS, name))
+    locks.hold(conn, OBJECT_LOCK_CLASS, name)
 
 
 def _row_query(name: str) -> tuple[str, tuple[str]] | None:
@@ -74,13 +75,13 @@ def sweep_orphans(
     cutoff = datetime.fromtimestamp((time.time() if now is None else now) - older_than_s, UTC)
     removed = 0
     for prefix in (BLOB_PREFIX, BUNDLE_PREFIX):
-        batch: list[str] = []
-        for name, written in [*objects.listing(prefix), ("", cutoff)]:  # the sentinel ends the last batch
-            if name and written < cutoff and _row_query(name) is not None:
-                batch.append(name)
-            if batch and (len(batch) >= SWEEP_BATCH or not name):
-                removed += _delete_unnamed(database, objects, sorted(set(batch) - _named(database, batch)))
-                batch = []
+        # The listing streams (a page of names at a time): a bucket of millions of
+        # objects is checked SWEEP_BATCH names at a time, never held whole.
+        candidates = (
+            name for name, written in objects.listing(prefix) if written < cutoff and _row_query(name) is not None
+        )
+        while batch := list(itertools.islice(candidates, SWEEP_BATCH)):
+            removed += _delete_unnamed(database, objects, sorted(set(batch) - _named(database, batch)))
     if removed:
         logger.info("removed %d objects no row names (left by interrupted writes)", removed)
     return removed
@@ -94,10 +95,7 @@ def _delete_unnamed(database: Database, objects: ObjectStore, names: list[str]) 
         query = _row_query(name)
         assert query is not None
         with database.transaction() as conn:
-            locked = conn.execute(
-                "SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))", (OBJECT_LOCK_CLASS, name)
-            ).fetchone()
-            if not (locked and locked[0]) or conn.execute(*query).fetchone() is not None:
+            if not locks.try_hold(conn, OBJECT_LOCK_CLASS, name) or conn.execute(*query).fetchone() is not None:
                 continue
             objects.delete(name)
             removed += 1

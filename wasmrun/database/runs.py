@@ -30,13 +30,13 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
-from wasmrun.database import DatabaseError
+from wasmrun.database import DatabaseError, locks
 from wasmrun.database.connection import Database
 from wasmrun.tenants.caller import UNBOUNDED, Caller
 from wasmrun.tenants.limits import TenantLimits
@@ -46,6 +46,9 @@ logger = logging.getLogger("wasmrun.database")
 HEARTBEAT_S = 5.0
 SERVER_GONE_S = 30
 POLL_S = 0.05
+# The longest one statement of an admission may take (a stalled database, a table locked
+# by hand): bounded so that no admission waits past its queue timeout for the database.
+STATEMENT_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -109,23 +112,25 @@ class SharedRunGate(RunGate):
         # This server's sandbox, taken before asking the database, given back if the run waits.
         here = local.running < local.slots
         local.running += here
+        deadline = time.monotonic() + self.queue_timeout  # for the whole admission, lock waits included
         try:
-            lease = await self._kept(asyncio.to_thread(self._enter, caller.tenant, limits, here))
+            lease = await self._kept(asyncio.to_thread(self._enter, caller.tenant, limits, here, deadline))
         except BaseException:
             local.running -= here
             raise
         try:
             if not lease.running:
                 local.running -= here
-                await self._wait_for_slot(local, lease, caller.tenant, limits)
+                await self._wait_for_slot(local, lease, caller.tenant, limits, deadline)
             yield
         finally:
             if lease.running:
                 local.running -= 1
             await asyncio.to_thread(self._release, lease.id)
 
-    async def _wait_for_slot(self, local: TenantRuns, lease: _Lease, tenant: str, limits: TenantLimits) -> None:
-        deadline = time.monotonic() + self.queue_timeout
+    async def _wait_for_slot(
+        self, local: TenantRuns, lease: _Lease, tenant: str, limits: TenantLimits, deadline: float
+    ) -> None:
         local.waiting += 1
         try:
             while True:
@@ -133,7 +138,7 @@ class SharedRunGate(RunGate):
                 if local.running < local.slots:
                     local.running += 1
                     try:
-                        promoted = await self._kept(asyncio.to_thread(self._promote, lease.id, tenant, limits))
+                        promoted = await self._kept(asyncio.to_thread(self._promote, lease.id, tenant, limits, deadline))
                         lease.id, lease.running = promoted.id, promoted.running
                     finally:
                         if not lease.running:
@@ -169,10 +174,26 @@ class SharedRunGate(RunGate):
 
     # -- in the database, one tenant's decisions at a time ---------------------
 
+    @contextlib.contextmanager
+    def _locked(self, tenant: str, deadline: float) -> Iterator[psycopg.Connection]:
+        """A transaction holding the tenant's lock, each statement bounded. The lock is
+        tried, not waited for: while another transaction (of any server) holds it, the
+        connection is let go and the lock tried again every POLL_S, until `deadline`
+        (the run's queue timeout), then QueueTimeout, the usual "server busy"."""
+        statement_ms = max(1, int(min(self.queue_timeout, STATEMENT_TIMEOUT_S) * 1000))
+        while True:
+            with self.database.transaction() as conn:
+                conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(statement_ms),))
+                if locks.try_hold(conn, locks.RUNS_OF_TENANT, tenant):
+                    yield conn
+                    return
+            if time.monotonic() >= deadline:
+                raise QueueTimeout("the tenant's run limits are being checked by another run for too long; try again")
+            time.sleep(POLL_S)
+
     def _begin(self, conn: psycopg.Connection, tenant: str, per_minute: int) -> None:
-        """Lock the tenant, drop what dead servers held and starts past the minute,
+        """With the tenant locked: drop what dead servers held and starts past the minute,
         and refuse a run over the tenant's `runs_per_minute`."""
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("wasmrun-runs:" + tenant,))
         conn.execute(
             "INSERT INTO wasmrun_servers (id, seen) VALUES (%s, now()) ON CONFLICT (id) DO UPDATE SET seen = now()",
             (self.server_id,),
@@ -215,10 +236,10 @@ class SharedRunGate(RunGate):
         if limits.runs_per_minute < UNBOUNDED:
             conn.execute("INSERT INTO wasmrun_run_starts (tenant) VALUES (%s)", (tenant,))
 
-    def _enter(self, tenant: str, limits: TenantLimits, here: bool) -> _Lease:
+    def _enter(self, tenant: str, limits: TenantLimits, here: bool, deadline: float) -> _Lease:
         """A running lease if the run may start now, a waiting one if it may wait, else
         RunQuotaExceeded naming the limit."""
-        with self.database.transaction() as conn:
+        with self._locked(tenant, deadline) as conn:
             self._begin(conn, tenant, limits.runs_per_minute)
             running, waiting = self._running(conn, tenant)
             start = here and running < limits.concurrent_runs
@@ -238,9 +259,9 @@ class SharedRunGate(RunGate):
                 self._start(conn, tenant, limits)
             return _Lease(int(made[0]), start)
 
-    def _promote(self, lease: int, tenant: str, limits: TenantLimits) -> _Lease:
+    def _promote(self, lease: int, tenant: str, limits: TenantLimits, deadline: float) -> _Lease:
         """The lease, running once the waiting run may start; a start over the rate is refused."""
-        with self.database.transaction() as conn:
+        with self._locked(tenant, deadline) as conn:
             self._begin(conn, tenant, limits.runs_per_minute)
             running, _ = self._running(conn, tenant)
             if running >= limits.concurrent_runs:

@@ -29,6 +29,7 @@ import heapq
 import logging
 import tarfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -38,7 +39,8 @@ import msgspec
 import psycopg
 
 from wasmrun.blobs.objects import ObjectStore, ObjectStoreError
-from wasmrun.database import DatabaseError
+from wasmrun.blobs.store import STALE_WRITE_S
+from wasmrun.database import DatabaseError, locks
 from wasmrun.database.connection import Database
 from wasmrun.database.orphans import BUNDLE_PREFIX, lock_object
 from wasmrun.registry import agentskills
@@ -119,13 +121,23 @@ class PgSkillRegistry(DirectoryRegistry):
     def _check_quota(self, owner: str, quota: SkillQuota, adding: int) -> None:
         return None  # counted in the database, in the transaction that inserts (_publish)
 
+    @contextlib.contextmanager
+    def _reachable(self) -> Iterator[None]:
+        """The database out of reach (stopped, restarting, a statement cancelled) is the
+        registry's SkillUnavailable, worth trying again; any other database error is a bug."""
+        try:
+            yield
+        except (psycopg.OperationalError, DatabaseError) as exc:
+            logger.error("the skill registry cannot reach its database: %s", exc)
+            raise SkillUnavailable("the skill registry's database cannot be reached now; try again") from None
+
     # -- reading ----------------------------------------------------------------
 
     def skills(self, owner: str | None = None) -> list[Skill]:
         operator = super().skills(None)
         if owner is None:
             return operator
-        with self.database.connection() as conn:
+        with self._reachable(), self.database.connection() as conn:
             rows = conn.execute(
                 "SELECT owner, name, version, sha256 FROM wasmrun_skills"
                 f" WHERE owner = %s AND {self._visible_sql()}", (owner, sorted(self._operator_names)),
@@ -177,7 +189,7 @@ class PgSkillRegistry(DirectoryRegistry):
             "SELECT owner, manifest, frontmatter FROM wasmrun_skills WHERE " + " AND ".join(where)
             + " ORDER BY namespace, name, version_order DESC LIMIT %s"
         )
-        with self.database.connection() as conn:
+        with self._reachable(), self.database.connection() as conn:
             rows = conn.execute(sql, [*params, limit]).fetchall()
         listed = []
         for row_owner, manifest, frontmatter in rows:
@@ -188,6 +200,12 @@ class PgSkillRegistry(DirectoryRegistry):
                 continue
             listed.append(SkillSummary(parsed, msgspec.json.decode(frontmatter), owner=str(row_owner)))
         return listed
+
+    def finds_in_memory(self, name: str, owner: str | None = None) -> bool:
+        # The operator's skills, or a name no created skill can have: the folders' index.
+        return owner is None or agentskills.normalise_name(name) in self._operator_names or not _could_exist(
+            agentskills.normalise_name(name), None
+        )
 
     def find(self, name: str, version: str | None = None, owner: str | None = None) -> Skill | None:
         self._refresh()
@@ -200,7 +218,7 @@ class PgSkillRegistry(DirectoryRegistry):
         if version is not None:
             sql += " AND version = %s"
             params.append(version)
-        with self.database.connection() as conn:
+        with self._reachable(), self.database.connection() as conn:
             row = conn.execute(sql + " ORDER BY version_order DESC NULLS LAST LIMIT 1", params).fetchone()
         return None if row is None else self._materialised(*row)
 
@@ -209,7 +227,7 @@ class PgSkillRegistry(DirectoryRegistry):
         name = agentskills.normalise_name(name)
         if owner is None or name in self._operator_names or not _could_exist(name, None):
             return super().versions(name, None)
-        with self.database.connection() as conn:
+        with self._reachable(), self.database.connection() as conn:
             rows = conn.execute(
                 "SELECT version FROM wasmrun_skills WHERE owner = %s AND name = %s"
                 " ORDER BY version_order DESC NULLS LAST",
@@ -219,7 +237,7 @@ class PgSkillRegistry(DirectoryRegistry):
 
     def every_skill(self) -> list[SkillSummary]:
         operator = super().every_skill()
-        with self.database.connection() as conn:
+        with self._reachable(), self.database.connection() as conn:
             rows = conn.execute(
                 "SELECT owner, manifest, frontmatter FROM wasmrun_skills WHERE manifest IS NOT NULL"
             ).fetchall()
@@ -327,27 +345,28 @@ class PgSkillRegistry(DirectoryRegistry):
         location = bundle_object(sha256) if self.objects is not None else None
         exists = SkillAlreadyExists(f"skill {name} {version} already exists", field="manifest")
         try:
-            with self.database.transaction() as conn:
+            with self._reachable():
+                # What would refuse it, asked before uploading anything (asked again, under
+                # the owner's lock, in the transaction that inserts).
+                with self.database.connection() as conn:
+                    self._check_room(conn, key, quota, size, exists)
+            # The bytes before the row, uploaded outside any transaction: however slow the
+            # store, no connection, lock or event loop waits for it. The name is the content's
+            # hash, so another creation of the same bytes writes the same object. Until the row
+            # commits nothing names it; the orphan sweep leaves objects younger than its grace
+            # period alone, and under the object's lock (taken below) it leaves it alone for good.
+            uploaded = time.monotonic()
+            if location is not None and self.objects is not None:
+                self.objects.put(location, bundle)
+            with self._reachable(), self.database.transaction() as conn:
                 # One creation at a time per owner, across servers: the quota counts hold.
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("wasmrun-skills:" + owner,))
-                taken = conn.execute(
-                    "SELECT 1 FROM wasmrun_skills WHERE owner = %s AND name = %s AND version = %s",
-                    (owner, name, version),
-                ).fetchone()
-                if taken is not None:
-                    raise exists
-                if quota is not None:
-                    row = conn.execute(
-                        "SELECT count(*), coalesce(sum(size_bytes), 0) FROM wasmrun_skills WHERE owner = %s",
-                        (owner,),
-                    ).fetchone()
-                    count, used = (int(row[0]), int(row[1])) if row else (0, 0)
-                    check_skill_quota(quota, count, lambda: used, size)
+                locks.hold(conn, locks.SKILLS_OF_OWNER, owner)
+                self._check_room(conn, key, quota, size, exists)
                 if location is not None and self.objects is not None:
-                    # The bytes before the row, under the object's lock until the row commits:
-                    # the orphan sweep never takes them for left over meanwhile.
                     lock_object(conn, location)
-                    self.objects.put(location, bundle)
+                    if time.monotonic() - uploaded > STALE_WRITE_S / 2:
+                        # Old enough that a sweep may have taken it for left over: again, under the lock.
+                        self.objects.put(location, bundle)
                 conn.execute(
                     "INSERT INTO wasmrun_skills (owner, name, version, namespace, sha256, size_bytes, bundle,"
                     " bundle_object, version_order, manifest, frontmatter)"
@@ -366,6 +385,24 @@ class PgSkillRegistry(DirectoryRegistry):
             created = load_skill(folder)
         self._remember(sha256, created)
         return dataclasses.replace(created, owner=owner)
+
+    @staticmethod
+    def _check_room(
+        conn: psycopg.Connection, key: SkillKey, quota: SkillQuota | None, size: int, exists: SkillAlreadyExists
+    ) -> None:
+        """Refuse a version the owner has already, or one over the owner's quota."""
+        owner, name, version = key
+        taken = conn.execute(
+            "SELECT 1 FROM wasmrun_skills WHERE owner = %s AND name = %s AND version = %s", (owner, name, version),
+        ).fetchone()
+        if taken is not None:
+            raise exists
+        if quota is not None:
+            row = conn.execute(
+                "SELECT count(*), coalesce(sum(size_bytes), 0) FROM wasmrun_skills WHERE owner = %s", (owner,),
+            ).fetchone()
+            count, used = (int(row[0]), int(row[1])) if row else (0, 0)
+            check_skill_quota(quota, count, lambda: used, size)
 
     # -- rows from before the listing columns (schema version 5) -----------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -29,7 +30,7 @@ from wasmrun.protocol.types import (
     ReadSkillFileParams,
     RunCodeParams,
 )
-from wasmrun.registry.errors import RegistryError
+from wasmrun.registry.store import Skill
 from wasmrun.tenants.caller import Caller
 
 
@@ -53,6 +54,7 @@ METHODS: dict[str, Method] = {
     "delete_blob": Method(DeleteBlobParams, blobs.delete_blob),
 }
 
+logger = logging.getLogger("wasmrun.observe")
 _encoder = msgspec.json.Encoder()
 _MISSING = re.compile(r"Object missing required field `([^`]*)`")
 _UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
@@ -123,18 +125,33 @@ class Dispatcher:
             return await entry.handler(ctx, decode_params(entry.params, raw_params))
         started = time.perf_counter()
         params: Params | None = None
+        resolved: list[Skill] = []
+        token = skills.RESOLVED.set(resolved)
         try:
             params = decode_params(entry.params, raw_params)
             result = await entry.handler(ctx, params)
         except RPCError as exc:
-            self._observe(ctx, method, raw_params, params, started, None, exc)
+            self._observe(ctx, method, raw_params, params, started, None, exc, resolved)
             raise
-        self._observe(ctx, method, raw_params, params, started, result, None)
+        finally:
+            skills.RESOLVED.reset(token)
+        self._observe(ctx, method, raw_params, params, started, result, None, resolved)
         return result
 
     def _observe(
         self, ctx: Context, method: str, raw: msgspec.Raw, params: Params | None, started: float,
-        result: msgspec.Struct | None, error: RPCError | None,
+        result: msgspec.Struct | None, error: RPCError | None, resolved: list[Skill],
+    ) -> None:
+        """Tell the observer of the call. Observing never changes a call's answer: a call
+        that completed (a run that happened) is never reported to its client as failed."""
+        try:
+            self._record(ctx, method, raw, params, started, result, error, resolved)
+        except Exception:
+            logger.exception("cannot record a call of %s", method)
+
+    def _record(
+        self, ctx: Context, method: str, raw: msgspec.Raw, params: Params | None, started: float,
+        result: msgspec.Struct | None, error: RPCError | None, resolved: list[Skill],
     ) -> None:
         assert self.observer is not None
         record = CallRecord(
@@ -149,11 +166,9 @@ class Dispatcher:
         name = getattr(params, "name", None)
         if isinstance(name, str):
             record.skill = name[:200]
-            try:
-                skill = ctx.registry.find(name, getattr(params, "version", None), ctx.caller.tenant)
-            except RegistryError:  # the call's own answer said so; the record names no version
-                skill = None
-            record.version = skill.version if skill is not None else None
+            # The version the call itself resolved (none when it found no skill): never a
+            # second lookup, which could answer otherwise or fail after the call succeeded.
+            record.version = resolved[0].version if resolved else None
         if error is not None:
             record.error_code = error.code
             record.error_type = type(error).__name__

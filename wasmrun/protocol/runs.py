@@ -202,7 +202,9 @@ async def _run(ctx: Context, request: RunRequest, skills: Sequence[Skill] = ()) 
     request.owner = ctx.caller.tenant
     request.blob_quota = ctx.caller.blob_quota
     try:
-        async with ctx.gate.admit(ctx.caller), _skill_folders(ctx, skills):
+        # The skills' folders first (a fetch that fails costs the tenant no start), kept
+        # for the run's whole length; then the run's admission.
+        async with _skill_folders(ctx, skills), ctx.gate.admit(ctx.caller):
             result = await ctx.executor.run(request)
     except RunQuotaExceeded as exc:
         raise QuotaExceeded(f"quota exceeded: {exc.message}", exc.limit, exc.value, exc.retry_after_s) from None
@@ -223,7 +225,7 @@ async def _run(ctx: Context, request: RunRequest, skills: Sequence[Skill] = ()) 
 
 async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
     args_json = _args_json(p.args)
-    skill = find_skill(ctx, p.name, p.version)
+    skill = await find_skill(ctx, p.name, p.version)
     runtime = skill.manifest.runtime
     if not skill.manifest.executable or runtime is None:
         raise NotExecutable(
@@ -259,7 +261,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         # "name" mounts the highest version, "name@1.2.0" that version.
         name, _, version = entry.partition("@")
         where = f"mount_skills[{i}]"
-        skill = find_skill(ctx, name, version or None, field=where, version_field=where)
+        skill = await find_skill(ctx, name, version or None, field=where, version_field=where)
         if skill.name in mounted and mounted[skill.name].root != str(skill.root):
             raise InvalidParams(f"skill {skill.name!r} is listed twice with different versions", field=where)
         mounted[skill.name] = _mount(skill)

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import contextlib
 from collections.abc import Iterator
+from contextvars import ContextVar
 
 import msgspec
 
@@ -57,6 +58,11 @@ from wasmrun.registry.store import (
     SkillSummary,
 )
 
+# The skills a call's handler resolved (find_skill appends each), for the call's
+# record (protocol/methods.py Dispatcher): set per call by the dispatcher, so the
+# record names the version the call used without a second lookup.
+RESOLVED: ContextVar[list[Skill] | None] = ContextVar("wasmrun_resolved_skills", default=None)
+
 GUIDE_SKILL = "skills.protocol.guide"
 MAX_LIST_LIMIT = 200
 
@@ -87,17 +93,32 @@ def registry_errors() -> Iterator[None]:
         raise rpc_error(exc) from None
 
 
-def find_skill(
+async def find_skill(
     ctx: Context, name: str, version: str | None, field: str = "name", version_field: str = "version"
 ) -> Skill:
     """A skill the caller may see: the operator's, or one its own tenant created.
-    Another tenant's skill is "not found", exactly like a name never created."""
+    Another tenant's skill is "not found", exactly like a name never created.
+    A lookup that may wait for the database or the object store (a created skill's
+    row, its bundle fetched and unpacked) runs in a thread: the event loop serves
+    other calls meanwhile. The skill found is told to the call's observer (RESOLVED)."""
     owner = ctx.caller.tenant
+    in_memory = ctx.registry.finds_in_memory(name, owner)
     with registry_errors():
-        skill = ctx.registry.find(name, version, owner)
-    if skill is not None:
-        return skill
-    known = ctx.registry.versions(name, owner) if version is not None else []
+        if in_memory:
+            skill = ctx.registry.find(name, version, owner)
+        else:
+            skill = await asyncio.to_thread(ctx.registry.find, name, version, owner)
+        if skill is not None:
+            resolved = RESOLVED.get()
+            if resolved is not None:
+                resolved.append(skill)
+            return skill
+        known: list[str] = []
+        if version is not None:
+            if in_memory:
+                known = ctx.registry.versions(name, owner)
+            else:
+                known = await asyncio.to_thread(ctx.registry.versions, name, owner)
     if known:
         raise SkillNotFound(
             f"skill {name!r} has no version {version!r} (available: {', '.join(known)})", field=version_field
@@ -143,10 +164,11 @@ def _entry(skill: SkillSummary, detail: str) -> SkillEntry:
 
 async def list_skills(ctx: Context, p: ListSkillsParams) -> ListSkillsResult:
     after = _decode_cursor(p.cursor) if p.cursor else None
-    page = await asyncio.to_thread(
-        ctx.registry.page, ctx.caller.tenant, namespace=p.namespace or None, after=after,
-        limit=min(p.limit, MAX_LIST_LIMIT),
-    )
+    with registry_errors():
+        page = await asyncio.to_thread(
+            ctx.registry.page, ctx.caller.tenant, namespace=p.namespace or None, after=after,
+            limit=min(p.limit, MAX_LIST_LIMIT),
+        )
     return ListSkillsResult(
         skills=[_entry(s, p.detail) for s in page.skills],
         next_cursor=_encode_cursor(page.skills[-1]) if page.more and page.skills else None,
@@ -156,7 +178,7 @@ async def list_skills(ctx: Context, p: ListSkillsParams) -> ListSkillsResult:
 # -- describe_skill, read_skill_file ------------------------------------------
 
 async def describe_skill(ctx: Context, p: DescribeSkillParams) -> DescribeSkillResult:
-    skill = find_skill(ctx, p.name, p.version)
+    skill = await find_skill(ctx, p.name, p.version)
     description = SkillDescription(manifest=skill.raw_manifest)
     if p.detail in ("summary", "full"):
         description.skill_md_frontmatter = skill.frontmatter
@@ -169,7 +191,7 @@ async def describe_skill(ctx: Context, p: DescribeSkillParams) -> DescribeSkillR
 
 
 async def read_skill_file(ctx: Context, p: ReadSkillFileParams) -> ReadSkillFileResult:
-    skill = find_skill(ctx, p.name, p.version)
+    skill = await find_skill(ctx, p.name, p.version)
     with registry_errors():
         data = await asyncio.to_thread(ctx.registry.read_file, skill, p.path, ctx.max_full_read_bytes)
     try:

@@ -271,6 +271,11 @@ class SkillRegistry(Protocol):
     def versions(self, name: str, owner: str | None = None) -> list[str]:
         """The versions of `name` that `owner` sees, highest first."""
 
+    def finds_in_memory(self, name: str, owner: str | None = None) -> bool:
+        """Whether `find` and `versions` of `name` for `owner` answer from memory alone;
+        otherwise they may wait for a database or an object store, and are called off
+        the event loop."""
+
     def read_file(self, skill: Skill, path: str, max_bytes: int) -> bytes: ...
 
     def list_files(self, skill: Skill) -> list[str]: ...
@@ -649,6 +654,9 @@ class DirectoryRegistry:
     def operator_names(self) -> frozenset[str]:
         self._refresh()
         return self._operator_names
+
+    def finds_in_memory(self, name: str, owner: str | None = None) -> bool:
+        return True  # the index of the folders
 
     def find(self, name: str, version: str | None = None, owner: str | None = None) -> Skill | None:
         self._refresh()
