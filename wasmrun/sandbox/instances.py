@@ -310,7 +310,11 @@ class InstanceSupply:
         fresh = self._make()
         with self._cond:
             pages = self._image_pages()
-            if not self._image_spares_wanted(pages):
+            # A spare holding an older set of image pages is brought up to date in place
+            # (_image_spare_to_fill) rather than joined by a new one: at most IMAGE_SPARES
+            # spares hold image pages, whatever the images did meanwhile.
+            stale = any(spare.image_ready and not _same(spare.image_pages, pages) for spare in self._spares)
+            if stale or not self._image_spares_wanted(pages):
                 pages = frozenset()
         hot = self._hot_with(pages) if pages else self.hot
         if hot.populate(fresh.store, fresh.memory, interrupted=lambda: self._in_flight > 0) and pages:
