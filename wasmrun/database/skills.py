@@ -203,9 +203,8 @@ class PgSkillRegistry(DirectoryRegistry):
 
     def finds_in_memory(self, name: str, owner: str | None = None) -> bool:
         # The operator's skills, or a name no created skill can have: the folders' index.
-        return owner is None or agentskills.normalise_name(name) in self._operator_names or not _could_exist(
-            agentskills.normalise_name(name), None
-        )
+        name = agentskills.normalise_name(name)
+        return owner is None or name in self._operator_names or not _could_exist(name, None)
 
     def find(self, name: str, version: str | None = None, owner: str | None = None) -> Skill | None:
         self._refresh()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -58,6 +59,8 @@ from wasmrun.registry.store import (
     SkillSummary,
 )
 
+T = TypeVar("T")
+
 # The skills a call's handler resolved (find_skill appends each), for the call's
 # record (protocol/methods.py Dispatcher): set per call by the dispatcher, so the
 # record names the version the call used without a second lookup.
@@ -103,22 +106,18 @@ async def find_skill(
     other calls meanwhile. The skill found is told to the call's observer (RESOLVED)."""
     owner = ctx.caller.tenant
     in_memory = ctx.registry.finds_in_memory(name, owner)
+
+    async def ask(lookup: Callable[..., T], *args: Any) -> T:
+        return lookup(*args) if in_memory else await asyncio.to_thread(lookup, *args)
+
     with registry_errors():
-        if in_memory:
-            skill = ctx.registry.find(name, version, owner)
-        else:
-            skill = await asyncio.to_thread(ctx.registry.find, name, version, owner)
+        skill = await ask(ctx.registry.find, name, version, owner)
         if skill is not None:
             resolved = RESOLVED.get()
             if resolved is not None:
                 resolved.append(skill)
             return skill
-        known: list[str] = []
-        if version is not None:
-            if in_memory:
-                known = ctx.registry.versions(name, owner)
-            else:
-                known = await asyncio.to_thread(ctx.registry.versions, name, owner)
+        known: list[str] = await ask(ctx.registry.versions, name, owner) if version is not None else []
     if known:
         raise SkillNotFound(
             f"skill {name!r} has no version {version!r} (available: {', '.join(known)})", field=version_field

@@ -38,6 +38,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from wasmrun.registry.store import folder_bytes
+
 logger = logging.getLogger("wasmrun.registry")
 TMP_PREFIX = ".tmp-"
 EVICTING_PREFIX = ".evict-"
@@ -194,7 +196,7 @@ class SkillCache:
 
     def _size(self, name: str) -> int:
         if name not in self._sizes:
-            self._sizes[name] = _tree_bytes(self.root / name)
+            self._sizes[name] = folder_bytes(self.root / name)
         return self._sizes[name]
 
     def _evict(self, name: str) -> bool:
@@ -240,15 +242,6 @@ class SkillCache:
 
 def _is_hash(name: str) -> bool:
     return len(name) == 64 and all(c in "0123456789abcdef" for c in name)
-
-
-def _tree_bytes(top: Path) -> int:
-    total = 0
-    for folder, _, files in os.walk(top):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(folder, name)).st_size
-    return total
 
 
 def _read_only(top: Path) -> None:
