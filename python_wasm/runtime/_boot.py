@@ -75,9 +75,11 @@ _SOURCES: dict[str, str] = {}
 
 def init() -> None:
     _stdio.install()
-    # Mounted skills' compiled modules are read from here (the host mounts
-    # each skill's cache at /pycache/skills/<name>); nothing is written.
-    sys.pycache_prefix = "/pycache"
+    # CPython's WASI build lowers the recursion limit to 600 for WASI's small
+    # default stacks; the guest has a native-sized C stack (8 MiB, see
+    # build.LINK_FLAGS) and wasm stack (engine.py), so the native 1000 holds,
+    # and with it the compiler's limits (3x this) on deeply nested code.
+    sys.setrecursionlimit(1000)
     # `site` is not imported (isolated start-up), but users call exit()/quit().
     builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
     builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")

@@ -15,6 +15,10 @@ import importlib.util
 import sys
 
 ROOT = "skills"
+# The host mounts each skill's compiled bytecode, read-only, at
+# /pycache/skills/<name> (wasmrun/sandbox/bytecode.py).
+SKILLS_DIR = "/skills/"
+BYTECODE_PREFIX = "/pycache"
 
 
 class SkillFinder:
@@ -48,6 +52,31 @@ class SkillFinder:
 FINDER = SkillFinder()
 
 
+def _skill_bytecode_paths() -> None:
+    """Bytecode of a file under /skills lives under /pycache (as if
+    sys.pycache_prefix were "/pycache"); every other file keeps CPython's
+    default, __pycache__ beside its source. A global sys.pycache_prefix would
+    send py_compile, compileall and PyZipFile.writepy for files in /workspace
+    to the read-only /pycache as well."""
+    import importlib._bootstrap_external as external
+
+    original = external.cache_from_source
+
+    def cache_from_source(path, debug_override=None, *, optimization=None):
+        if sys.pycache_prefix is None and str(path).startswith(SKILLS_DIR):
+            sys.pycache_prefix = BYTECODE_PREFIX
+            try:
+                return original(path, debug_override, optimization=optimization)
+            finally:
+                sys.pycache_prefix = None
+        return original(path, debug_override, optimization=optimization)
+
+    cache_from_source.__doc__ = original.__doc__
+    external.cache_from_source = cache_from_source
+    importlib.util.cache_from_source = cache_from_source
+
+
 def install() -> None:
     if FINDER not in sys.meta_path:
         sys.meta_path.insert(0, FINDER)
+        _skill_bytecode_paths()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -71,12 +72,36 @@ POOL_SLOTS = 128
 DECOMMIT_BATCH = 16
 
 
+# The stack compiled wasm code may use on the thread that runs it. wasmtime's
+# default (512 KiB) ended runs with a StackOverflow trap where CPython's own
+# limits (the parser's nesting bound, the recursion limit, the compiler's 3x of
+# it) raise a catchable MemoryError or RecursionError: those need about
+# 1 MiB; this leaves room for C recursion through extension modules.
+WASM_STACK_BYTES = 4 << 20
+# Threads that run guests need the wasm stack plus the host's own frames.
+RUN_THREAD_STACK_BYTES = 16 << 20
+
+
 def _engine_config() -> wasmtime.Config:
+    from wasmtime import _ffi as ffi
+
     config = wasmtime.Config()
     # CPU is measured by the run thread's clock, not fuel (see watchdog.py).
     config.epoch_interruption = True
+    # wasmtime refuses a wasm stack larger than its (unused here) async stacks.
+    ffi.wasmtime_config_async_stack_size_set(config.ptr(), WASM_STACK_BYTES + (1 << 20))
+    config.max_wasm_stack = WASM_STACK_BYTES
     _use_pooling_allocator(config)
     return config
+
+
+def _roomy_thread_stacks() -> None:
+    """Threads started from now on (asyncio.to_thread's pool runs guests) get a
+    stack with room for WASM_STACK_BYTES: past the thread's real stack a deep
+    guest would crash the process instead of trapping. Address space only;
+    pages are used as the stack grows."""
+    if threading.stack_size() < RUN_THREAD_STACK_BYTES:
+        threading.stack_size(RUN_THREAD_STACK_BYTES)
 
 
 def _use_pooling_allocator(config: wasmtime.Config) -> None:
@@ -101,7 +126,7 @@ def _use_pooling_allocator(config: wasmtime.Config) -> None:
         ffi.wasmtime_pooling_allocation_config_delete(pool)
 
 
-ENGINE_SETTINGS = f"fuel=0;epoch=1;pool={POOL_SLOTS}"
+ENGINE_SETTINGS = f"fuel=0;epoch=1;pool={POOL_SLOTS};stack={WASM_STACK_BYTES}"
 
 
 def load_module(engine: wasmtime.Engine, wasm: Path) -> wasmtime.Module:
@@ -142,6 +167,7 @@ class SandboxEngine:
         if not self.guest.packaged:
             guest_build.mark_used(self.guest.folder)
         self.blobs = blobs
+        _roomy_thread_stacks()
         self.engine = wasmtime.Engine(_engine_config())
         self.module = load_module(self.engine, self.guest.snapshot_wasm)
         linker = wasmtime.Linker(self.engine)

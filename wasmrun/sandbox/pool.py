@@ -44,6 +44,8 @@ logger = logging.getLogger("wasmrun.pool")
 
 # Past the run's own timeout, how long a silent worker is given before it is killed.
 WATCHDOG_GRACE_S = 10.0
+# How often the monitor looks at the list of workers again (it sees a death at once).
+MONITOR_REFRESH_S = 0.25
 # A replacement worker that fails to start is retried after this, doubling up to the max.
 REPLACE_RETRY_S = 0.5
 REPLACE_RETRY_MAX_S = 10.0
@@ -356,6 +358,14 @@ class _IdleWorkers:
         else:
             waiter.set_result(worker)
 
+    def remove(self, worker: _Worker) -> bool:
+        """Take `worker` out if it is idle (False: a run has it)."""
+        with self._lock:
+            if worker in self._idle:
+                self._idle.remove(worker)
+                return True
+            return False
+
     def take_all(self) -> list[_Worker]:
         with self._lock:
             taken, self._idle = self._idle, []
@@ -435,6 +445,7 @@ class WorkerPool:
         self._workers = starting
         for worker in starting:
             self._idle.put(worker)
+        threading.Thread(target=self._monitor, name="wasmrun-pool-monitor", daemon=True).start()
 
     def capacity(self) -> tuple[int, int]:
         """(busy, free) workers, for /metrics (no system call: see `health` for /healthz)."""
@@ -525,6 +536,46 @@ class WorkerPool:
             with self._lock:
                 self._unavailable -= 1
 
+    def _monitor(self) -> None:
+        """Replace a worker that dies while idle as soon as it dies, not when the
+        next run picks it (a run that has one finds out itself: EOF)."""
+        pidfds: dict[_Worker, int] = {}
+        try:
+            while not self._closed:
+                with self._lock:
+                    workers = list(self._workers)
+                for worker in [w for w in pidfds if w not in workers]:
+                    os.close(pidfds.pop(worker))
+                for worker in workers:
+                    if worker not in pidfds:
+                        pidfds[worker] = _pidfd(worker)
+                watched = {fd: w for w, fd in pidfds.items() if fd >= 0}
+                select.select(list(watched), [], [], MONITOR_REFRESH_S)
+                for worker in workers:
+                    if worker.process.poll() is None:
+                        continue
+                    if pidfds[worker] >= 0:  # seen: watched no more until it leaves the list
+                        os.close(pidfds[worker])
+                        pidfds[worker] = -1
+                    if self._idle.remove(worker):
+                        logger.warning("worker %s died while idle; replacing it", worker.pid)
+                        self._retire_from_monitor(worker)
+        finally:
+            for fd in pidfds.values():
+                if fd >= 0:
+                    os.close(fd)
+
+    def _retire_from_monitor(self, dead: _Worker) -> None:
+        """`_retire` belongs on the loop whose reader the worker's pipe is on."""
+        loop = dead.reader.loop
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(self._retire, dead)
+                return
+            except RuntimeError:  # that loop is closed: its registration is gone
+                dead.reader.loop = None
+        self._retire(dead)
+
     def _retire(self, dead: _Worker) -> None:
         """Kill `dead` and start its replacement, off the event loop."""
         dead.reader.detach()  # here, on the loop's thread
@@ -589,6 +640,15 @@ class WorkerPool:
                 worker.process.kill()
                 worker.process.wait(timeout=5)
             worker.close_pipes()
+
+
+def _pidfd(worker: _Worker) -> int:
+    """A descriptor that becomes readable when the worker exits (-1: none;
+    the monitor then notices the death at its next refresh)."""
+    try:
+        return os.pidfd_open(worker.pid)
+    except (AttributeError, OSError):
+        return -1
 
 
 def _lost(request: RunRequest, exc: BaseException) -> RunResult:
