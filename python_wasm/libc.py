@@ -59,8 +59,7 @@ STRING_FILES = tuple(
         "strspn", "strcspn", "strpbrk", "strstr",
     )
 )
-# libc_fixes.c corrects musl's acosh (zig's libc has musl's) by wrapping it.
-LINK_FLAGS = ("-Wl,--wrap=acosh",)
+LINK_FLAGS: tuple[str, ...] = ()
 DLMALLOC = f"{ROOT}/dlmalloc/src/dlmalloc.c"
 FIXES = build.NATIVE_DIR / "libc_fixes.c"
 FLAGS = ("-fno-trapping-math",)
