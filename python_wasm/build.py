@@ -166,6 +166,12 @@ MODULE_PATCHES = (
     ("Python-3.11.2/Modules/_sqlite/clinic/connection.c.h", "row = _PyLong_AsInt(args[2]);",
      "row = _pysqlite_long_as_int64(args[2]);"),
     ("Python-3.11.2/Modules/_sqlite/connection.c", "int row, int readonly", "sqlite_int64 row, int readonly"),
+    # gh-104282 (3.11.4): a BCJ filter decoded from empty properties has no
+    # options; 3.11.2 read them through a null pointer (in wasm: address 0).
+    ("Python-3.11.2/Modules/_lzmamodule.c",
+     "            lzma_options_bcj *options = f->options;\n            ADD_FIELD(options, start_offset);",
+     "            lzma_options_bcj *options = f->options;\n            if (options) {\n"
+     "                ADD_FIELD(options, start_offset);\n            }"),
 )
 # The CPython modules are compiled as built-ins of libpython (internal headers).
 MODULE_FLAGS = ("-DPy_BUILD_CORE_BUILTIN", '-DMODULE_NAME="sqlite3"', "-DLZMA_API_STATIC")
@@ -473,6 +479,7 @@ def _inputs_key() -> str:
         h.update(path.relative_to(RUNTIME_DIR).as_posix().encode())
         h.update(path.read_bytes())
     h.update((HERE / "snapshot.py").read_bytes())
+    h.update((HERE / "parser_stack.py").read_bytes())
     return h.hexdigest()[:20]
 
 
@@ -653,6 +660,9 @@ def build(quiet: bool = False) -> Guest:
     try:
         (tmp / "lib").mkdir()
         link(cpython, zig, objects, tmp / "python.wasm", progress)
+        from python_wasm import parser_stack
+
+        parser_stack.patch(tmp / "python.wasm")
         package(cpython, tzdata, tmp / "lib" / ZIP_NAME, progress)
         progress.step("snapshot the initialised interpreter")
         from python_wasm import snapshot
