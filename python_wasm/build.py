@@ -484,8 +484,6 @@ def _inputs_key() -> str:
 
 
 def link(cpython: Path, zig: Path, objects: list[Path], out: Path, progress: Progress) -> None:
-    from python_wasm import libc
-
     progress.step("link interpreter (zig cc, about 30 s the first time)")
     env = _zig_env()
     lib = cpython / "lib"
@@ -498,7 +496,6 @@ def link(cpython: Path, zig: Path, objects: list[Path], out: Path, progress: Pro
         # pthread stubs as well as libpython's own (duplicate symbols).
         *map(str, objects),
         *LINK_FLAGS[4:],
-        *libc.LINK_FLAGS,
         "-o", str(out),
     ]
     subprocess.run(cmd, check=True, env=env)

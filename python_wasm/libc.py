@@ -59,7 +59,6 @@ STRING_FILES = tuple(
         "strspn", "strcspn", "strpbrk", "strstr",
     )
 )
-LINK_FLAGS: tuple[str, ...] = ()
 DLMALLOC = f"{ROOT}/dlmalloc/src/dlmalloc.c"
 FIXES = build.NATIVE_DIR / "libc_fixes.c"
 FLAGS = ("-fno-trapping-math",)
@@ -70,23 +69,25 @@ RECIPE = "1"
 
 def inputs() -> str:
     """What the compiled objects depend on (part of the guest's key)."""
-    return repr((RECIPE, WASI_LIBC_SRC.sha256, LIBM_FILES, STRING_FILES, DLMALLOC, FLAGS, build.CFLAGS, LINK_FLAGS)) + FIXES.read_text()
+    recipe = (RECIPE, WASI_LIBC_SRC.sha256, LIBM_FILES, STRING_FILES, DLMALLOC, FLAGS, build.CFLAGS)
+    return repr(recipe) + FIXES.read_text()
 
 
 def objects(zig: Path, progress: build.Progress) -> list[Path]:
-    """dlmalloc and musl's libm for wasm32-wasi, compiled (cached by their inputs)."""
+    """dlmalloc, musl's libm and string functions and libc_fixes.c for
+    wasm32-wasi, compiled (cached by their inputs)."""
     key = hashlib.sha256((inputs() + build.ZIGLANG.sha256).encode()).hexdigest()[:16]
     final = build.cache_root() / "native" / f"libc-{key}"
     if (final / "done").exists():
         build.mark_used(final)
         return sorted(final.glob("*.o"))
     tarball = build.fetch(WASI_LIBC_SRC, progress)
-    progress.step("compile wasi-libc's dlmalloc and musl's libm")
+    progress.step("compile wasi-libc's dlmalloc and musl's libm and string functions")
     tmp = Path(tempfile.mkdtemp(dir=build._private_dir(final.parent)))
     src = tmp / "src"
-    build._extract(tarball, src, (f"{ROOT}/dlmalloc/", f"{MUSL}/src/math/", f"{MUSL}/src/string/", f"{MUSL}/src/include/", f"{MUSL}/include/",
-                                  f"{MUSL}/src/internal/", f"{MUSL}/arch/wasm32/", f"{MUSL}/arch/generic/",
-                                  f"{ROOT}/libc-top-half/headers/private/"))
+    wanted = (f"{ROOT}/dlmalloc/", f"{MUSL}/src/math/", f"{MUSL}/src/string/", f"{MUSL}/include/",
+              *(f"{d}/" for d in LIBM_INCLUDES))
+    build._extract(tarball, src, wanted)
     libm_flags = tuple(f"-I{src / d}" for d in LIBM_INCLUDES)
     jobs: list[tuple[Path, tuple[str, ...]]] = [(src / DLMALLOC, (f"-I{src / ROOT / 'dlmalloc/include'}",))]
     jobs += [(src / f, libm_flags) for f in LIBM_FILES + STRING_FILES]

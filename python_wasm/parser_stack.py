@@ -36,13 +36,13 @@ _FC_ULEBS = {0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: 0, 6: 0, 7: 0, 8: 2, 9: 1, 10: 2, 
              15: 1, 16: 1, 17: 1}
 
 
-def _uleb_end(code: bytes, pos: int) -> int:
+def _uleb_end(code: bytes | bytearray, pos: int) -> int:
     while code[pos] & 0x80:
         pos += 1
     return pos + 1
 
 
-def _next(code: bytes, pos: int) -> int:
+def _next(code: bytes | bytearray, pos: int) -> int:
     """The position after the instruction at `pos`."""
     op = code[pos]
     pos += 1

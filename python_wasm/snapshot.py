@@ -28,7 +28,7 @@ GLOBAL_EXPORT_PREFIX = "__wasmrun_snapshot_global_"
 
 # --- a minimal reader/writer for the wasm binary format -------------------
 
-def _uleb(data: bytes, pos: int) -> tuple[int, int]:
+def _uleb(data: bytes | bytearray, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         byte = data[pos]

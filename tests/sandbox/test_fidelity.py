@@ -126,7 +126,7 @@ def test_math_agrees_with_the_hosts_libm(run_code) -> None:
     worst = {}
     for name in FUNCTIONS:
         f = getattr(math, name)
-        for x, got in zip(values, out[name]):
+        for x, got in zip(values, out[name], strict=True):
             try:
                 want: float | str = f(x)
             except (ValueError, OverflowError) as exc:
