@@ -452,9 +452,16 @@ def test_unmounted_skill_hint(run_code) -> None:
 
 @pytest.mark.parametrize("define_main", [False, True])
 def test_code_nested_too_deeply_is_a_syntax_error_not_a_memory_limit(run_code, define_main: bool) -> None:
-    nested = "[" * 150 + "]" * 150
-    code = f"def main(args):\n    return {nested}\n" if define_main else f"x = {nested}\nx\n"
-    result = run_code(code)
+    def wrap(expression: str) -> str:
+        return f"def main(args):\n    return {expression}\n" if define_main else f"x = {expression}\nx\n"
+
+    # CPython's own limits, as natively: 200 nested brackets are fine, 201 are not.
+    assert completed(run_code(wrap("[" * 200 + "]" * 200))) is not None
+    result = run_code(wrap("[" * 201 + "]" * 201))
+    assert result.error.type == "SyntaxError"
+    assert "too many nested parentheses" in result.error.message
+    # Past the parser's own bound CPython raises MemoryError: reported as what it is.
+    result = run_code(wrap("-" * 100_000 + "1"))
     assert result.status == "failed"
     assert result.error.type == "SyntaxError"
     assert "nested too deeply" in result.error.message
