@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import resource
 import threading
 import time
 from pathlib import Path
@@ -96,12 +97,17 @@ def _engine_config() -> wasmtime.Config:
 
 
 def _roomy_thread_stacks() -> None:
-    """Threads started from now on (asyncio.to_thread's pool runs guests) get a
-    stack with room for WASM_STACK_BYTES: past the thread's real stack a deep
-    guest would crash the process instead of trapping. Address space only;
-    pages are used as the stack grows."""
+    """Threads started from now on (asyncio.to_thread's pool runs guests) and
+    the main thread get a stack with room for WASM_STACK_BYTES: past the
+    thread's real stack a deep guest would crash the process instead of
+    trapping. Address space only; pages are used as the stack grows."""
     if threading.stack_size() < RUN_THREAD_STACK_BYTES:
         threading.stack_size(RUN_THREAD_STACK_BYTES)
+    # The main thread (a pool worker runs guests there) grows up to RLIMIT_STACK.
+    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+    if soft != resource.RLIM_INFINITY and soft < RUN_THREAD_STACK_BYTES:
+        wanted = RUN_THREAD_STACK_BYTES if hard == resource.RLIM_INFINITY else min(hard, RUN_THREAD_STACK_BYTES)
+        resource.setrlimit(resource.RLIMIT_STACK, (wanted, hard))
 
 
 def _use_pooling_allocator(config: wasmtime.Config) -> None:

@@ -545,7 +545,9 @@ class WorkerPool:
                 with self._lock:
                     workers = list(self._workers)
                 for worker in [w for w in pidfds if w not in workers]:
-                    os.close(pidfds.pop(worker))
+                    fd = pidfds.pop(worker)
+                    if fd >= 0:
+                        os.close(fd)
                 for worker in workers:
                     if worker not in pidfds:
                         pidfds[worker] = _pidfd(worker)
