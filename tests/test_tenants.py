@@ -208,9 +208,10 @@ def test_a_tenant_cannot_reach_another_tenants_skills(http: TestClient, keys: di
 
 @pytest.fixture()
 def granted(settings: Settings, context: Context, keys: dict[str, str]) -> Iterator[TestClient]:
+    from wasmrun.tenants.grants import Grant
     from wasmrun.tenants.policy import AccessPolicy
 
-    policy = AccessPolicy(tenant_secret_grants={"alice": (("user.report", frozenset({"DEMO_TOKEN"})),)})
+    policy = AccessPolicy(tenant_secret_grants={"alice": (Grant("user.report", ("DEMO_TOKEN",), "any"),)})
     app = create_app(dataclasses.replace(settings, access=policy), dataclasses.replace(context, access=policy))
     with TestClient(app, base_url="http://localhost") as c:
         yield c

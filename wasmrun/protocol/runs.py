@@ -2,7 +2,8 @@
 
 Secrets: a manifest's `permissions.secrets` only asks. execute_skill gives the
 guest a secret when the skill asks for it and the operator's policy grants it
-to this skill for this tenant (tenants/policy.py). run_code gets none: its code is written by the model,
+to this skill, for this tenant, reaching the skill's owner (tenants/grants.py:
+a grant for everyone reaches only the operator's skills unless it says so). run_code gets none: its code is written by the model,
 and any mounted skill shares its interpreter, so a secret handed to a
 mounted skill would be readable by that code.
 
@@ -124,7 +125,9 @@ def _granted_secrets(ctx: Context, skill: Skill) -> dict[str, str]:
     wanted = skill.manifest.permissions.secrets
     if not wanted:
         return {}
-    granted = ctx.access.granted(ctx.caller.tenant, skill.name)
+    # Grants follow ownership (tenants/grants.py): a tenant's created `data.evil` gets
+    # nothing from the operator's `"data.*"`, only what names that tenant or created skills.
+    granted = ctx.access.granted(ctx.caller.tenant, skill.name, skill.owner)
     missing = [name for name in wanted if name in granted and name not in ctx.secrets]
     if missing:
         logger.warning("skill %s is granted secrets not configured: %s", skill.name, ", ".join(missing))
@@ -168,7 +171,7 @@ def _skill_env_and_network(ctx: Context, skill: Skill) -> tuple[dict[str, str], 
             env[name] = value
     network = ctx.egress.network.for_skill(
         skill.name, skill.manifest.permissions.network, host_held, tenant=ctx.caller.tenant,
-        body_secrets=ctx.egress.body_secrets,
+        body_secrets=ctx.egress.body_secrets, owner=skill.owner,
     )
     return env, network
 
