@@ -71,6 +71,11 @@ class NetworkGrant(msgspec.Struct, frozen=True, kw_only=True):
     def refusal(self, target: Target) -> str | None:
         """Why `target` may not be requested, or None if it may."""
         where = target.host_header
+        if target.ambiguity is not None and _path_grant_for(
+            (*(self.requested or ()), *self.granted), target
+        ):
+            return (f"{where}{target.path[:200]}: {target.ambiguity}, which a path-prefix grant"
+                    " cannot judge (an upstream may read it otherwise); write the path plainly")
         if self.requested is not None and not _any_match(tuple(self.requested), target):
             return f"{where} is not in this skill's permissions.network"
         if not _any_match(tuple(self.granted), target):
@@ -95,6 +100,11 @@ def _patterns(texts: tuple[str, ...]) -> tuple[UrlPattern, ...]:
 
 def _any_match(texts: tuple[str, ...], target: Target) -> bool:
     return any(p.matches(target) for p in _patterns(texts))
+
+
+def _path_grant_for(texts: tuple[str, ...], target: Target) -> bool:
+    """Whether a pattern with a path prefix names `target`'s origin (so its path matters)."""
+    return any(p.path and p.matches_origin(target) for p in _patterns(texts))
 
 
 @dataclass(frozen=True)
