@@ -37,10 +37,10 @@ from starlette.types import ASGIApp
 
 from wasmrun.protocol.errors import RPCError, Unauthorized
 from wasmrun.protocol.methods import Dispatcher
-from wasmrun.protocol.types import ReadBlobResult, RunResult
+from wasmrun.protocol.types import MAX_ARGS_DEPTH, ReadBlobResult, RunResult
 from wasmrun.tenants.caller import Caller
 from wasmrun.tools import render, tools
-from wasmrun.wire.jsonrpc import MAX_DEPTH, MAX_MESSAGE_CHARS, nests_deeper_than
+from wasmrun.wire.jsonrpc import MAX_MESSAGE_CHARS, nests_deeper_than
 
 logger = logging.getLogger("wasmrun.mcp")
 
@@ -159,8 +159,8 @@ def build_server(
             arguments = json.dumps(params.arguments or {}, allow_nan=False).encode()
         except ValueError:
             return _error("invalid params: arguments hold NaN or Infinity, which JSON does not allow", -32602)
-        if nests_deeper_than(arguments, MAX_DEPTH - 2):  # /rpc's bound; its envelope takes 2 levels
-            return _error(f"invalid params: arguments nest deeper than {MAX_DEPTH - 2} levels", -32602)
+        if nests_deeper_than(arguments, MAX_ARGS_DEPTH + 1):  # /rpc's bound: the arguments object holds args
+            return _error(f"invalid params: arguments nest deeper than {MAX_ARGS_DEPTH} levels", -32602)
         raw = msgspec.Raw(arguments)
         try:
             result = await dispatch(params.name, raw, ctx)

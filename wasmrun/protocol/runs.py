@@ -35,7 +35,7 @@ from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, NotExecutable, QuotaExceeded, ServerBusy
 from wasmrun.protocol.run_result import needs_output_blob, to_spec_result
 from wasmrun.protocol.skills import find_skill, rpc_error
-from wasmrun.protocol.types import ExecuteSkillParams, RunCodeParams, RunLimits, RunResult
+from wasmrun.protocol.types import MAX_ARGS_DEPTH, ExecuteSkillParams, RunCodeParams, RunLimits, RunResult
 from wasmrun.registry.errors import RegistryError, SkillUnavailable
 from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.registry.store import Skill
@@ -109,7 +109,7 @@ def _args_json(args: dict[str, Any]) -> bytes:
     """The args as the JSON text the guest gets; checked here, before any
     sandbox is taken (integers of any size pass through exactly)."""
     try:
-        return encode_args(args)
+        return encode_args(args, MAX_ARGS_DEPTH)
     except NotSendable as exc:
         raise InvalidParams(f"args {exc}", field="args") from None
 
