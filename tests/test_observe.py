@@ -23,6 +23,9 @@ from wasmrun.tenants.retention import BlobRetention
 from wasmrun.tenants.store import TenantStore
 
 
+METRICS_KEY = "operator-metrics-key-0123456789"
+
+
 @pytest.fixture()
 def names() -> dict[str, str]:
     suffix = uuid.uuid4().hex[:8]
@@ -31,7 +34,7 @@ def names() -> dict[str, str]:
 
 @pytest.fixture()
 def audited(settings: Settings, tmp_path: Path) -> Settings:
-    return dataclasses.replace(settings, audit_log=tmp_path / "audit" / "audit.log")
+    return dataclasses.replace(settings, audit_log=tmp_path / "audit" / "audit.log", metrics_key=METRICS_KEY)
 
 
 @pytest.fixture()
@@ -80,7 +83,9 @@ def test_metrics_in_prometheus_format(http: TestClient, keys: dict[str, str], na
     a = caller(http, keys["a"])
     a("run_code", {"language": "python", "code": "def main(args):\n    return 1\n"})
     a("create_blob", {"content": "x" * 10_000, "kind": "text/plain"})
-    response = http.get("/metrics")
+    assert http.get("/metrics").status_code == 403  # tenants exist: a loopback client proves nothing
+    assert http.get("/metrics", headers={"authorization": f"Bearer {keys['a']}"}).status_code == 403  # a tenant's key
+    response = http.get("/metrics", headers={"authorization": f"Bearer {METRICS_KEY}"})
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
     text = response.text
     tenant = names["a"]

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import hmac
 import importlib.util
 import logging
 import os
@@ -190,7 +192,28 @@ def create_app(
         guard=RequestGuard.for_server(settings.host, settings.access.allowed_hosts, settings.access.allowed_origins),
         authenticate=tenants.authenticate,
         metrics=metrics.render,
+        metrics_refusal=functools.partial(metrics_refusal, settings.metrics_key, tenants),
     )
+
+
+def metrics_refusal(
+    metrics_key: str | None, tenants: TenantDirectory, authorization: str | None, client: str | None
+) -> str | None:
+    """Why a /metrics request is refused, or None. /metrics (tenant names and usage) is the
+    operator's: with WASMRUN_METRICS_KEY set, only `Authorization: Bearer <that key>` opens
+    it, from anywhere; without one, only a loopback client of a server with no tenants (where
+    the local user is the operator). A tenant's API key never opens it, and once tenants exist
+    a loopback address proves nothing (a reverse proxy on this machine is loopback too)."""
+    if metrics_key is not None:
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), metrics_key.encode()):
+            return None
+        return "/metrics needs the operator's metrics key (Authorization: Bearer <WASMRUN_METRICS_KEY>)"
+    if tenants.has_tenants():
+        return "/metrics is the operator's: set WASMRUN_METRICS_KEY on the server and send it as a Bearer token"
+    if client is None or not is_loopback(client):
+        return "/metrics is served to this machine only (or with WASMRUN_METRICS_KEY set, to its key)"
+    return None
 
 
 def open_orphan_sweeper(settings: Settings) -> OrphanSweeper | None:

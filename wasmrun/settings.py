@@ -17,6 +17,8 @@
                                                     with --database-url; AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
     --blob-ttl        WASMRUN_BLOB_TTL              0 (seconds blobs are kept; 0: until deleted; per tenant: blob_ttl_s)
                       WASMRUN_SECRET_<NAME>         the secret <NAME>
+                      WASMRUN_METRICS_KEY           (none) the operator's key for GET /metrics; without it
+                                                    /metrics answers loopback clients of a server without tenants only
                       WASMRUN_QUEUE_TIMEOUT         5 (seconds a call waits for a free sandbox)
                       WASMRUN_SKILL_CACHE_ENTRIES   256   bounds of the cache of created skills
                       WASMRUN_SKILL_CACHE_MB        1024  (with --database-url; shared by servers on one data dir)
@@ -111,6 +113,8 @@ class Settings:
     database_url: str | None = field(default=None, repr=False)
     # s3://BUCKET?endpoint=URL&region=R: blob bytes shared by several servers (metadata in the database).
     blob_store: str | None = None
+    # The operator's bearer key for GET /metrics (an environment variable only: never on a command line).
+    metrics_key: str | None = field(default=None, repr=False)
 
     @property
     def installed_skills(self) -> Path:
@@ -196,6 +200,10 @@ class Settings:
             seconds = _int(ttl, "blob ttl") if ttl != "0" else 0
             access = dataclasses.replace(access, limits=dataclasses.replace(access.limits, blob_ttl_s=seconds or 0))
         chosen["database_url"] = pick(database_url, "DATABASE_URL")
+        metrics_key = env.get(ENV_PREFIX + "METRICS_KEY") or None
+        if metrics_key is not None and (len(metrics_key) < 16 or not metrics_key.isascii() or not metrics_key.isprintable()):
+            raise ValueError("WASMRUN_METRICS_KEY must be at least 16 printable ASCII characters")
+        chosen["metrics_key"] = metrics_key
         chosen["blob_store"] = pick(blob_store, "BLOB_STORE")
         if chosen["blob_store"] is not None:
             from wasmrun.blobs.objects import ObjectStoreLocation

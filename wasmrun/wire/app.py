@@ -1,5 +1,5 @@
 """The HTTP side: `POST /rpc` (JSON-RPC 2.0), `GET /healthz` (sandbox workers free/total;
-503 when none can serve), `GET /metrics`, a request body limit,
+503 when none can serve), `GET /metrics` (the operator's: see `metrics_refusal`), a request body limit,
 who is calling (API keys) and which requests are answered at all (guard.py).
 
 Every answer to something a client sent is 2xx or 4xx: 200 with a JSON-RPC
@@ -129,11 +129,13 @@ def create_app(
     guard: RequestGuard | None = None,
     authenticate: Authenticate | None = None,
     metrics: Callable[[], bytes] | None = None,
+    metrics_refusal: Callable[[str | None, str | None], str | None] | None = None,
 ) -> Starlette:
     """`dispatch(method, params)` answers calls; with `authenticate`, every call first
     needs a caller, and dispatch gets it as `caller=`. `routes` are served by the same
     app as /rpc (so its middleware applies to them); each of `lifespans` is entered at
-    startup and left at shutdown."""
+    startup and left at shutdown. `metrics_refusal(authorization, client_host)` says why
+    a /metrics request is refused (None: served); without it, loopback clients only."""
 
     def too_large() -> Response:
         error = RequestTooLarge(
@@ -200,9 +202,14 @@ def create_app(
         )
 
     async def prometheus(request: Request) -> Response:
-        # Tenant names and usage: for the operator's scraper on this machine, not for clients.
-        if metrics is None or request.client is None or not is_loopback(request.client.host):
-            return error_response(Forbidden("forbidden: /metrics is served to this machine only"), 403)
+        # Tenant names and usage: for the operator's scraper, never for a tenant.
+        client = request.client.host if request.client is not None else None
+        if metrics_refusal is not None:
+            why = metrics_refusal(request.headers.get("authorization"), client)
+        else:
+            why = None if client is not None and is_loopback(client) else "/metrics is served to this machine only"
+        if metrics is None or why is not None:
+            return error_response(Forbidden(f"forbidden: {why or 'no metrics here'}"), 403)
         return Response(await asyncio.to_thread(metrics), media_type=METRICS_TYPE)
 
     @contextlib.asynccontextmanager
