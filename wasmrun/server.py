@@ -31,6 +31,7 @@ from wasmrun.sandbox.executor import Executor, InProcessExecutor
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
 from wasmrun.settings import Settings
 from wasmrun.tenants.caller import LOCAL_TENANT, local_caller
+from wasmrun.tenants.calls import CallGate
 from wasmrun.tenants.quotas import RunGate
 from wasmrun.tenants.retention import BlobRetention
 from wasmrun.tenants.store import TenantDirectory, TenantEditor, TenantStore
@@ -106,6 +107,7 @@ def build_context(
         max_full_read_bytes=settings.max_full_read_bytes,
         caller=local_caller(settings.access.limits),
         gate=open_run_gate(settings),
+        calls=CallGate(settings.queue_timeout),
     )
 
 

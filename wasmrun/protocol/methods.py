@@ -16,7 +16,7 @@ import msgspec
 from wasmrun.observe.record import CallRecord, Observer, describe_result
 from wasmrun.protocol import blobs, runs, skills
 from wasmrun.protocol.context import Context
-from wasmrun.protocol.errors import InvalidParams, MethodNotFound, RPCError, Unauthorized
+from wasmrun.protocol.errors import InvalidParams, MethodNotFound, QuotaExceeded, RPCError, Unauthorized
 from wasmrun.protocol.types import (
     CreateBlobParams,
     CreateSkillParams,
@@ -32,6 +32,7 @@ from wasmrun.protocol.types import (
 )
 from wasmrun.registry.store import Skill
 from wasmrun.tenants.caller import Caller
+from wasmrun.tenants.calls import CallsBusy
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ METHODS: dict[str, Method] = {
     # Extensions beyond the spec's methods:
     "delete_blob": Method(DeleteBlobParams, blobs.delete_blob),
 }
+
+# Admitted by the run gate (tenants/quotas.py); every other method by the call gate (tenants/calls.py).
+RUN_METHODS = frozenset({"execute_skill", "run_code"})
 
 logger = logging.getLogger("wasmrun.observe")
 _encoder = msgspec.json.Encoder()
@@ -121,6 +125,15 @@ class Dispatcher:
             raise Unauthorized("unauthorized: this transport did not identify the caller")
         same = caller is None or caller == self.context.caller
         ctx = self.context if same or caller is None else dataclasses.replace(self.context, caller=caller)
+        if method in RUN_METHODS:
+            return await self._call(ctx, method, entry, raw_params)
+        try:
+            async with ctx.calls.admit(ctx.caller):
+                return await self._call(ctx, method, entry, raw_params)
+        except CallsBusy as exc:
+            raise QuotaExceeded(exc.message, exc.limit, exc.value, retry_after_s=1) from None
+
+    async def _call(self, ctx: Context, method: str, entry: Method, raw_params: msgspec.Raw) -> msgspec.Struct:
         if self.observer is None:
             return await entry.handler(ctx, decode_params(entry.params, raw_params))
         started = time.perf_counter()

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from wasmrun.blobs.quota import BlobQuotaExceeded
+from wasmrun.offload import for_run
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.egress.secrets import placeholder
 from wasmrun.protocol.blobs import blob_info, quota_error
@@ -179,7 +180,7 @@ def _skill_env_and_network(ctx: Context, skill: Skill) -> tuple[dict[str, str], 
 async def _checked_input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
     if not blob_ids:  # the common case: no file I/O, no thread hop
         return []
-    return await asyncio.to_thread(_input_blobs, ctx, blob_ids)
+    return await for_run(_input_blobs, ctx, blob_ids)
 
 
 @contextlib.asynccontextmanager
@@ -190,7 +191,7 @@ async def _skill_folders(ctx: Context, skills: Sequence[Skill]) -> AsyncIterator
     if not cached:  # the common case: the skills' own folders, no thread hop
         yield
         return
-    holding = asyncio.ensure_future(asyncio.to_thread(ctx.registry.hold, cached))
+    holding = asyncio.ensure_future(for_run(ctx.registry.hold, cached))
     try:
         held = await asyncio.shield(holding)
     except asyncio.CancelledError:
@@ -220,7 +221,7 @@ async def _run(ctx: Context, request: RunRequest, skills: Sequence[Skill] = ()) 
     # costs a short run a noticeable share of its latency.
     try:
         if needs_output_blob(result):
-            return await asyncio.to_thread(to_spec_result, result, ctx.blobs, request.owner, request.blob_quota)
+            return await for_run(to_spec_result, result, ctx.blobs, request.owner, request.blob_quota)
         return to_spec_result(result, ctx.blobs)
     except BlobQuotaExceeded as exc:
         raise quota_error(exc) from None
@@ -228,7 +229,7 @@ async def _run(ctx: Context, request: RunRequest, skills: Sequence[Skill] = ()) 
 
 async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
     args_json = _args_json(p.args)
-    skill = await find_skill(ctx, p.name, p.version)
+    skill = await find_skill(ctx, p.name, p.version, for_runs=True)
     runtime = skill.manifest.runtime
     if not skill.manifest.executable or runtime is None:
         raise NotExecutable(
@@ -264,7 +265,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         # "name" mounts the highest version, "name@1.2.0" that version.
         name, _, version = entry.partition("@")
         where = f"mount_skills[{i}]"
-        skill = await find_skill(ctx, name, version or None, field=where, version_field=where)
+        skill = await find_skill(ctx, name, version or None, field=where, version_field=where, for_runs=True)
         if skill.name in mounted and mounted[skill.name].root != str(skill.root):
             raise InvalidParams(f"skill {skill.name!r} is listed twice with different versions", field=where)
         mounted[skill.name] = _mount(skill)

@@ -1,0 +1,93 @@
+"""Admission of the methods that are not runs (read_blob, create_blob, list_skills,
+describe_skill, read_skill_file, create_skill, delete_blob, ...), per tenant.
+
+They are short, but they share the event loop and a thread pool (their file and
+database I/O) with every other tenant: without a bound, one tenant's 64 concurrent
+`read_blob`s of large blobs hold every thread and the others' calls wait behind
+them. So a tenant has at most `concurrent_calls` of them in flight; more wait, in
+the tenant's own queue (at most `queued_calls`, at most the queue timeout), and are
+refused past that with -32002 naming the limit ("busy for this tenant"). Runs are
+admitted by tenants/quotas.py; their bookkeeping uses a thread pool of its own
+(wasmrun/offload.py), so neither can starve the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from wasmrun.tenants.caller import UNBOUNDED, Caller
+
+
+class CallsBusy(Exception):
+    """Over the tenant's `concurrent_calls` + `queued_calls`, or waited the whole queue timeout."""
+
+    def __init__(self, limit: str, value: int, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.value = value
+        self.message = message
+
+
+@dataclass
+class _TenantCalls:
+    running: int = 0
+    waiting: int = 0
+    freed: asyncio.Condition | None = None
+
+
+class CallGate:
+    """One per server; `admit(caller)` holds one of the tenant's call slots."""
+
+    def __init__(self, queue_timeout: float = 5.0) -> None:
+        self.queue_timeout = queue_timeout
+        self._tenants: dict[str, _TenantCalls] = {}
+
+    def load(self) -> dict[str, tuple[int, int]]:
+        """Per tenant: (calls in flight, calls waiting)."""
+        return {name: (t.running, t.waiting) for name, t in self._tenants.items()}
+
+    @contextlib.asynccontextmanager
+    async def admit(self, caller: Caller) -> AsyncIterator[None]:
+        limits = caller.limits
+        if limits.concurrent_calls >= UNBOUNDED:
+            yield  # the implicit local tenant, alone on its server
+            return
+        state = self._tenants.setdefault(caller.tenant, _TenantCalls())
+        if state.running >= limits.concurrent_calls:  # taken synchronously when free: no await before
+            if state.waiting >= limits.queued_calls:
+                raise CallsBusy(
+                    "concurrent_calls", limits.concurrent_calls,
+                    f"busy for this tenant: {state.running} of its calls are in flight and {state.waiting}"
+                    f" waiting, its limits (concurrent_calls = {limits.concurrent_calls},"
+                    f" queued_calls = {limits.queued_calls}); other tenants are not affected, retry shortly",
+                )
+            await self._wait(state, limits.concurrent_calls)
+        state.running += 1
+        try:
+            yield
+        finally:
+            state.running -= 1
+            if state.freed is not None and state.waiting:
+                async with state.freed:
+                    state.freed.notify(1)
+            elif state.running == 0 and not state.waiting:
+                self._tenants.pop(caller.tenant, None)  # idle tenants cost nothing
+
+    async def _wait(self, state: _TenantCalls, slots: int) -> None:
+        if state.freed is None:
+            state.freed = asyncio.Condition()
+        state.waiting += 1
+        try:
+            async with state.freed:
+                await asyncio.wait_for(state.freed.wait_for(lambda: state.running < slots), self.queue_timeout)
+        except TimeoutError:
+            raise CallsBusy(
+                "concurrent_calls", slots,
+                f"busy for this tenant: its {slots} calls in flight (concurrent_calls) stayed busy for"
+                f" {self.queue_timeout:g} s; other tenants are not affected, retry shortly",
+            ) from None
+        finally:
+            state.waiting -= 1
