@@ -294,10 +294,30 @@ def check_exposure(settings: Settings) -> None:
     )
 
 
+def check_workers(settings: Settings) -> None:
+    """Refuse to serve several tenants from fewer than two workers unless told to: each tenant
+    may hold all the sandboxes but one (tenants/quotas.py), and with one worker that is all of
+    them, so one tenant's sleeping runs make every other tenant's run "server busy"."""
+    tenants = len(tenant_directory(settings).names())
+    if settings.workers >= 2 or tenants < 2:
+        return
+    if not settings.allow_one_worker:
+        raise ValueError(
+            f"--workers {settings.workers} with {tenants} tenants: one tenant's runs could hold the only"
+            " sandbox and every other tenant's runs would be refused as server busy meanwhile. Use"
+            " --workers 2 or more (on one CPU the system time-slices them, and each tenant keeps one for"
+            " the others), or pass --allow-one-worker (WASMRUN_ALLOW_ONE_WORKER=1) to accept that"
+        )
+    logging.getLogger("wasmrun").warning(
+        "--allow-one-worker: %d tenants share one sandbox; one tenant's runs can hold it from the others", tenants
+    )
+
+
 def serve(settings: Settings, *, mcp_with_create_skill: bool = False) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     migrate_database(settings)
     check_exposure(settings)
+    check_workers(settings)
     if settings.blob_store is None:  # the database's counters change with its rows: nothing to recount
         FileBlobStore(settings.blobs_dir).recount()  # quotas start from what is on disk
     app = create_app(settings, mcp_with_create_skill=mcp_with_create_skill)

@@ -10,6 +10,7 @@
     --policy-file     WASMRUN_POLICY_FILE           (none: no network; secrets in env mode) secret grants and modes,
                                                     network grants, allowed hosts/origins
     --insecure        WASMRUN_INSECURE=1            serve a non-loopback --host without API keys
+    --allow-one-worker WASMRUN_ALLOW_ONE_WORKER=1   serve several tenants with fewer than 2 workers
     --audit-log       WASMRUN_AUDIT_LOG             <data_dir>/audit.log ("-": none)
     --database-url    WASMRUN_DATABASE_URL          (none: tenants and the audit log in files under the data dir)
                                                     postgresql://... shared by several servers
@@ -108,6 +109,7 @@ class Settings:
     egress: EgressPolicy = field(default_factory=EgressPolicy)
     access: AccessPolicy = field(default_factory=AccessPolicy)
     insecure: bool = False
+    allow_one_worker: bool = False  # several tenants with one worker: one tenant can hold the only sandbox
     audit_log: Path | None = None  # None: no audit log
     # postgresql://...: tenants and the audit log shared by several servers. Never shown (a password).
     database_url: str | None = field(default=None, repr=False)
@@ -156,6 +158,7 @@ class Settings:
         blob_ttl: int | None = None,
         database_url: str | None = None,
         blob_store: str | None = None,
+        allow_one_worker: bool | None = None,
     ) -> Settings:
         """Flags (the keyword arguments, None when not given) over `env` over defaults."""
         env = os.environ if env is None else env
@@ -218,6 +221,7 @@ class Settings:
             egress=load_egress_policy(str(Path(policy_path).expanduser()) if policy_path else None),
             access=access,
             insecure=bool(insecure) or env.get(ENV_PREFIX + "INSECURE", "") in ("1", "true", "yes"),
+            allow_one_worker=bool(allow_one_worker) or env.get(ENV_PREFIX + "ALLOW_ONE_WORKER", "") in ("1", "true", "yes"),
             **chosen,
         )
 
