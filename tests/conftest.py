@@ -16,8 +16,8 @@ from wasmrun.protocol.context import Context
 from wasmrun.sandbox.executor import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
-from wasmrun.tenants.policy import AccessPolicy
 from wasmrun.tenants.grants import Grant
+from wasmrun.tenants.policy import AccessPolicy
 
 
 @pytest.fixture(scope="session")

@@ -30,8 +30,8 @@ from wasmrun.egress.policy import EgressPolicy, parse_egress_policy
 from wasmrun.sandbox.executor import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import Settings
-from wasmrun.tenants.policy import AccessPolicy
 from wasmrun.tenants.grants import Grant
+from wasmrun.tenants.policy import AccessPolicy
 
 FETCH_CODE = """\
 from runtime import http

@@ -22,7 +22,6 @@ from wasmrun.settings import Settings
 from wasmrun.tenants.retention import BlobRetention
 from wasmrun.tenants.store import TenantStore
 
-
 METRICS_KEY = "operator-metrics-key-0123456789"
 
 

@@ -11,8 +11,8 @@ from wasmrun.egress.policy import EgressPolicy
 from wasmrun.registry.store import SkillRegistry
 from wasmrun.sandbox.executor import Executor
 from wasmrun.sandbox.limits import LimitPolicy
-from wasmrun.tenants.calls import CallGate
 from wasmrun.tenants.caller import LOCAL, Caller
+from wasmrun.tenants.calls import CallGate
 from wasmrun.tenants.policy import AccessPolicy
 from wasmrun.tenants.quotas import RunGate
 

@@ -28,9 +28,9 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from wasmrun.blobs.quota import BlobQuotaExceeded
-from wasmrun.offload import for_run
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.egress.secrets import placeholder
+from wasmrun.offload import for_run
 from wasmrun.protocol.blobs import blob_info, quota_error
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, NotExecutable, QuotaExceeded, ServerBusy
