@@ -354,3 +354,21 @@ def test_mcp_arguments_nest_as_deep_as_rpc_args() -> None:
     from wasmrun.protocol.types import MAX_ARGS_DEPTH
 
     assert MCP_DEPTH == MAX_ARGS_DEPTH
+
+
+def test_one_tenants_bytes_are_paced_for_it_alone(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    store = TenantStore(data)
+    keys = {"alice": store.add("alice", {"call_bytes_per_s": 1000}), "bob": store.add("bob")}
+    server = LiveServer(data)
+    try:
+        made = _rpc(server, keys["alice"], "create_blob", {"content": "x" * 100_000, "kind": "text/plain"})
+        # 100 kB at 1 kB/s: alice's next call would have to wait far past the queue timeout
+        busy = _rpc(server, keys["alice"], "list_skills", {})["error"]
+        assert busy["code"] == -32002 and "busy for this tenant" in busy["message"]
+        assert busy["data"]["limit"] == "call_bytes_per_s" and busy["data"]["value"] == 1000
+        theirs = _rpc(server, keys["bob"], "create_blob", {"content": "y" * 100_000, "kind": "text/plain"})
+        assert "result" in theirs and "result" in made
+        assert "result" in _rpc(server, keys["bob"], "list_skills", {})
+    finally:
+        server.stop()

@@ -64,6 +64,12 @@ _MISSING = re.compile(r"Object missing required field `([^`]*)`")
 _UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
 
 
+def _content_bytes(result: msgspec.Struct) -> int:
+    """The bulk a call's result carries (a blob's or a file's content), without encoding it."""
+    content = getattr(result, "content", None)
+    return len(content) if isinstance(content, (str, bytes)) else 0
+
+
 def decode_params(params_type: type[Params], raw: msgspec.Raw) -> Params:
     """Raw JSON params → the method's Struct. Absent, null and `[]` mean no params;
     a member set to null counts as omitted."""
@@ -128,8 +134,10 @@ class Dispatcher:
         if method in RUN_METHODS:
             return await self._call(ctx, method, entry, raw_params)
         try:
-            async with ctx.calls.admit(ctx.caller):
-                return await self._call(ctx, method, entry, raw_params)
+            async with ctx.calls.admit(ctx.caller) as charge:
+                result = await self._call(ctx, method, entry, raw_params)
+                charge.bytes = len(raw_params) + _content_bytes(result)
+                return result
         except CallsBusy as exc:
             raise QuotaExceeded(exc.message, exc.limit, exc.value, retry_after_s=1) from None
 

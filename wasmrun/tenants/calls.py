@@ -6,7 +6,11 @@ database I/O) with every other tenant: without a bound, one tenant's 64 concurre
 `read_blob`s of large blobs hold every thread and the others' calls wait behind
 them. So a tenant has at most `concurrent_calls` of them in flight; more wait, in
 the tenant's own queue (at most `queued_calls`, at most the queue timeout), and are
-refused past that with -32002 naming the limit ("busy for this tenant"). Runs are
+refused past that with -32002 naming the limit ("busy for this tenant"). The bytes
+those calls move (params in, content out) are paced at `call_bytes_per_s`: a call
+that finds the tenant ahead of its pace waits in the tenant's queue until it is
+not (refused if that is longer than the queue timeout), so one tenant's stream of
+large reads cannot keep the event loop encoding for it alone. Runs are
 admitted by tenants/quotas.py; their bookkeeping uses a thread pool of its own
 (wasmrun/offload.py), so neither can starve the other.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -36,6 +41,16 @@ class _TenantCalls:
     running: int = 0
     waiting: int = 0
     freed: asyncio.Condition | None = None
+    paced_until: float = 0.0  # monotonic time the bytes moved so far are paid for
+
+
+class Charge:
+    """What a call moved, told by the caller once known (bytes in and out)."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        self.bytes = 0
 
 
 class CallGate:
@@ -50,12 +65,16 @@ class CallGate:
         return {name: (t.running, t.waiting) for name, t in self._tenants.items()}
 
     @contextlib.asynccontextmanager
-    async def admit(self, caller: Caller) -> AsyncIterator[None]:
+    async def admit(self, caller: Caller) -> AsyncIterator[Charge]:
         limits = caller.limits
+        charge = Charge()
         if limits.concurrent_calls >= UNBOUNDED:
-            yield  # the implicit local tenant, alone on its server
+            yield charge  # the implicit local tenant, alone on its server
             return
         state = self._tenants.setdefault(caller.tenant, _TenantCalls())
+        ahead = state.paced_until - time.monotonic()
+        if ahead > 0:
+            await self._pace(caller, state, ahead)
         if state.running >= limits.concurrent_calls:  # taken synchronously when free: no await before
             if state.waiting >= limits.queued_calls:
                 raise CallsBusy(
@@ -67,14 +86,33 @@ class CallGate:
             await self._wait(state, limits.concurrent_calls)
         state.running += 1
         try:
-            yield
+            yield charge
         finally:
             state.running -= 1
+            if charge.bytes:
+                start = max(state.paced_until, time.monotonic())
+                state.paced_until = start + charge.bytes / max(1, limits.call_bytes_per_s)
             if state.freed is not None and state.waiting:
                 async with state.freed:
                     state.freed.notify(1)
-            elif state.running == 0 and not state.waiting:
+            elif state.running == 0 and not state.waiting and state.paced_until <= time.monotonic():
                 self._tenants.pop(caller.tenant, None)  # idle tenants cost nothing
+
+    async def _pace(self, caller: Caller, state: _TenantCalls, ahead: float) -> None:
+        """Wait until the tenant's bytes so far are paid for, counted as waiting."""
+        limits = caller.limits
+        if ahead > self.queue_timeout or state.waiting >= limits.queued_calls:
+            raise CallsBusy(
+                "call_bytes_per_s", limits.call_bytes_per_s,
+                f"busy for this tenant: its calls moved more than its limit (call_bytes_per_s ="
+                f" {limits.call_bytes_per_s}) allows for the next {ahead:.1f} s; other tenants are not"
+                " affected, retry shortly",
+            )
+        state.waiting += 1
+        try:
+            await asyncio.sleep(ahead)
+        finally:
+            state.waiting -= 1
 
     async def _wait(self, state: _TenantCalls, slots: int) -> None:
         if state.freed is None:
