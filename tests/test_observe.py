@@ -119,3 +119,14 @@ def test_blob_ttl_flag_sets_the_default(tmp_path: Path) -> None:
     assert Settings.load({"WASMRUN_BLOB_TTL": "60"}, data_dir=tmp_path).access.limits.blob_ttl_s == 60
     assert Settings.load({}, data_dir=tmp_path).audit_log == tmp_path / "audit.log"
     assert Settings.load({}, data_dir=tmp_path, audit_log="-").audit_log is None
+
+
+@pytest.mark.parametrize("key", ["short", "x" * 15, "a key with\ttab-0123456789", "ключ-0123456789abcdef"])
+def test_a_weak_or_odd_metrics_key_is_refused_at_start(tmp_path: Path, key: str) -> None:
+    with pytest.raises(ValueError, match="WASMRUN_METRICS_KEY"):
+        Settings.load({"WASMRUN_METRICS_KEY": key, "WASMRUN_DATA_DIR": str(tmp_path)})
+
+
+def test_metrics_without_tenants_and_without_a_key_stay_on_this_machine(settings: Settings, context: Context) -> None:
+    with TestClient(create_app(settings, context), base_url="http://localhost", client=("127.0.0.1", 1)) as c:
+        assert c.get("/metrics").status_code == 200
