@@ -208,6 +208,9 @@ def test_one_tenants_calls_past_its_cap_are_busy_for_it_alone(two_tenants: tuple
     batch = [{**call, "params": {"blob_id": theirs}} for call in batch]
     answer = httpx2.post(server.endpoint, json=batch, headers={"authorization": f"Bearer {keys['bob']}"}, timeout=60)
     assert all("result" in r for r in answer.json()), answer.json()
+    # the refusals are counted as calls, for the operator to see
+    metrics = httpx2.get(server.base_url + "/metrics", headers={"authorization": f"Bearer {METRICS_KEY}"}, timeout=30)
+    assert 'wasmrun_calls_total{method="read_blob",status="-32002",tenant="alice"} 3.0' in metrics.text
 
 
 def _open_mcp(server: LiveServer, key: str) -> httpx2.Response:
@@ -244,6 +247,7 @@ def test_metrics_are_the_operators_even_from_loopback(two_tenants: tuple[LiveSer
         assert refused.status_code == 403 and "alice" not in refused.text
     shown = httpx2.get(url, headers={"authorization": f"Bearer {METRICS_KEY}"}, timeout=30)
     assert shown.status_code == 200 and "wasmrun_workers_free" in shown.text
+    assert "wasmrun_calls_running" in shown.text
 
 
 def test_a_second_tenant_on_one_worker_refuses_to_start(tmp_path: Path) -> None:

@@ -145,7 +145,8 @@ def create_app(
     migrate_database(settings)
     tenants = tenant_directory(settings)
     metrics = Metrics(
-        context.gate, context.executor.capacity, context.blobs, lambda: [LOCAL_TENANT, *tenants.names()]
+        context.gate, context.executor.capacity, context.blobs, lambda: [LOCAL_TENANT, *tenants.names()],
+        context.calls,
     )
     audit = open_audit_log(settings)
     retention = BlobRetention(context.blobs, tenants, settings.access.limits.blob_ttl_s)

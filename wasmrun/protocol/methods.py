@@ -133,13 +133,17 @@ class Dispatcher:
         ctx = self.context if same or caller is None else dataclasses.replace(self.context, caller=caller)
         if method in RUN_METHODS:
             return await self._call(ctx, method, entry, raw_params)
+        started = time.perf_counter()
         try:
             async with ctx.calls.admit(ctx.caller) as charge:
                 result = await self._call(ctx, method, entry, raw_params)
                 charge.bytes = len(raw_params) + _content_bytes(result)
                 return result
         except CallsBusy as exc:
-            raise QuotaExceeded(exc.message, exc.limit, exc.value, retry_after_s=1) from None
+            refused = QuotaExceeded(exc.message, exc.limit, exc.value, retry_after_s=1)
+            if self.observer is not None:  # a refusal is a call too: counted and audited
+                self._observe(ctx, method, raw_params, None, started, None, refused, [])
+            raise refused from None
 
     async def _call(self, ctx: Context, method: str, entry: Method, raw_params: msgspec.Raw) -> msgspec.Struct:
         if self.observer is None:
