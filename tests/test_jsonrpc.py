@@ -357,7 +357,7 @@ def test_duplicate_members_are_found_as_a_full_decoder_finds_them() -> None:
     def key(name: str) -> str:
         text = stdjson.dumps(name, ensure_ascii=rng.random() < 0.5)
         if rng.random() < 0.2 and name.isascii() and name.isalpha():  # spelled with an escape
-            text = '"\\u%04x' % ord(name[0]) + name[1:] + '"'
+            text = f'"\\u{ord(name[0]):04x}{name[1:]}"'
         return text
 
     def obj(depth: int) -> str:
