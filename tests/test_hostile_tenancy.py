@@ -230,6 +230,12 @@ def test_mcp_sessions_are_capped_per_tenant(two_tenants: tuple[LiveServer, dict[
     assert refused.json()["error"]["data"] == {"limit": "mcp_sessions", "value": 2}
     # bob opens his as if alice had none
     assert _open_mcp(server, keys["bob"]).status_code == 200
+    # bob cannot end (nor use) alice's session with her session id
+    stolen = httpx2.delete(server.base_url + "/mcp", headers={
+        "authorization": f"Bearer {keys['bob']}", "mcp-session-id": opened[1].headers["mcp-session-id"],
+        "accept": "application/json, text/event-stream"}, timeout=60)
+    assert stolen.status_code == 404
+    assert _open_mcp(server, keys["alice"]).status_code == 429  # hers are still both open
     # alice ending one session frees its place
     ended = httpx2.delete(server.base_url + "/mcp", headers={
         "authorization": f"Bearer {keys['alice']}", "mcp-session-id": opened[0].headers["mcp-session-id"],

@@ -250,7 +250,9 @@ class TenantSessions:
     naming `mcp_sessions`) while the tenant has `mcp_sessions` open, else passed on and,
     when the SDK answers it with a session id, counted for the tenant. A session stops
     counting when the client ends it (DELETE), when the SDK no longer knows it (404), or
-    once it has been idle as long as the SDK keeps idle sessions (MCP_SESSION_IDLE_S)."""
+    once it has been idle as long as the SDK keeps idle sessions (MCP_SESSION_IDLE_S).
+    A session is its tenant's: another tenant's key naming it is answered 404, as if it
+    did not exist (it can neither use nor end it)."""
 
     def __init__(self, app: ASGIApp, authenticate: Callable[[str | None], Caller | None]) -> None:
         self.app = app
@@ -273,6 +275,10 @@ class TenantSessions:
         session = headers.get(b"mcp-session-id", b"").decode("latin-1")
         if caller is None:  # Authenticated in front of this refuses it first; never counted
             await self.app(scope, receive, send)
+            return
+        known = self._sessions.get(session)
+        if known is not None and known[0] != caller.tenant:  # another tenant's session: as if none
+            await _not_found()(scope, receive, send)
             return
         pending = ""
         if not session:
@@ -306,6 +312,11 @@ class TenantSessions:
                     del self._sessions[session]
                 else:
                     self._sessions[session] = (self._sessions[session][0], now)
+
+
+def _not_found() -> Response:
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Session not found"}})
+    return Response(body, status_code=404, media_type="application/json")
 
 
 def _busy(cap: int) -> Response:
