@@ -147,7 +147,7 @@ class NetworkPolicy:
 
     def for_skill(
         self, name: str, requested: list[str], host_secrets: Mapping[str, str], tenant: str | None = None,
-        body_secrets: Collection[str] = (), owner: str | None = None,
+        body_secrets: Collection[str] = (), *, owner: str | None,
     ) -> NetworkGrant:
         """The grant of an execute_skill run: the manifest's request ∩ the operator's
         grant (everyone's, plus the calling tenant's own) that reaches the skill's owner."""

@@ -45,7 +45,7 @@ class AccessPolicy:
     allowed_origins: tuple[str, ...] = ()
     limits: TenantLimits = field(default_factory=TenantLimits)  # every tenant's, unless set per tenant
 
-    def granted(self, tenant: str, skill: str, owner: str | None = None) -> frozenset[str]:
+    def granted(self, tenant: str, skill: str, owner: str | None) -> frozenset[str]:
         """The secret names the operator grants to `tenant`'s runs of `skill`, created
         by `owner` (None: the operator's; a tenant only runs the operator's and its own)."""
         grants = (*self.secret_grants, *self.tenant_secret_grants.get(tenant, ()))
