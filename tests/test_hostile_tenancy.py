@@ -382,3 +382,10 @@ def test_one_tenants_bytes_are_paced_for_it_alone(tmp_path: Path) -> None:
         assert "result" in _rpc(server, keys["bob"], "list_skills", {})
     finally:
         server.stop()
+
+
+def test_a_whole_batch_of_small_calls_waits_rather_than_failing(two_tenants: tuple[LiveServer, dict[str, str]]) -> None:
+    server, keys = two_tenants
+    batch = [{"jsonrpc": "2.0", "id": i, "method": "list_skills", "params": {}} for i in range(100)]
+    answer = httpx2.post(server.endpoint, json=batch, headers={"authorization": f"Bearer {keys['bob']}"}, timeout=60)
+    assert all("result" in r for r in answer.json())  # bob's defaults: 8 in flight, the rest wait their turn

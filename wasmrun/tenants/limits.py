@@ -26,7 +26,7 @@ class TenantLimits:
     max_cpu_ms: int = 15 * 60_000  # the most CPU time a request may ask for
     blob_ttl_s: int = 0  # blobs older than this are deleted; 0: kept until deleted
     concurrent_calls: int = 8  # other methods' calls (read_blob, list_skills, ...) in flight at once
-    queued_calls: int = 64  # such calls waiting for one of those at once, beyond them (0: refused at once)
+    queued_calls: int = 128  # such calls waiting, beyond those (a whole batch of 100 waits; 0: refused at once)
     mcp_sessions: int = 16  # MCP sessions open at once over /mcp
     call_bytes_per_s: int = 64 * MiB  # bytes those other calls move (params in, content out), per second
 
