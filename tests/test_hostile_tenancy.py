@@ -389,3 +389,45 @@ def test_a_whole_batch_of_small_calls_waits_rather_than_failing(two_tenants: tup
     batch = [{"jsonrpc": "2.0", "id": i, "method": "list_skills", "params": {}} for i in range(100)]
     answer = httpx2.post(server.endpoint, json=batch, headers={"authorization": f"Bearer {keys['bob']}"}, timeout=60)
     assert all("result" in r for r in answer.json())  # bob's defaults: 8 in flight, the rest wait their turn
+
+
+def test_a_tenants_requests_in_flight_are_capped_for_it_alone(tmp_path: Path) -> None:
+    """alice's one allowed request is a body that never finishes arriving: her next request
+    is 429 at once, bob's are served, and once hers ends she is served again."""
+    import socket
+    import time
+
+    data = tmp_path / "data"
+    store = TenantStore(data)
+    keys = {"alice": store.add("alice", {"concurrent_requests": 1}), "bob": store.add("bob")}
+    server = LiveServer(data)
+    slow = socket.create_connection(("127.0.0.1", server.port))
+    try:
+        slow.sendall(
+            b"POST /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {keys['alice']}\r\nContent-Length: 1000\r\n\r\n".encode() + b'{"jsonrpc":'
+        )
+
+        def alice_answer() -> httpx2.Response:
+            return httpx2.post(server.endpoint, json={"jsonrpc": "2.0", "id": 1, "method": "list_skills"},
+                               headers={"authorization": f"Bearer {keys['alice']}"}, timeout=30)
+
+        for _ in range(100):  # until the server has read the slow request's headers
+            refused = alice_answer()
+            if refused.status_code == 429:
+                break
+            time.sleep(0.05)
+        assert refused.status_code == 429, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == -32002 and error["data"]["limit"] == "concurrent_requests"
+        assert "busy for this tenant" in error["message"]
+        assert "result" in _rpc(server, keys["bob"], "list_skills", {})
+        slow.close()
+        for _ in range(100):
+            if alice_answer().status_code == 200:
+                break
+            time.sleep(0.05)
+        assert alice_answer().status_code == 200
+    finally:
+        slow.close()
+        server.stop()

@@ -31,7 +31,7 @@ from wasmrun.sandbox.executor import Executor, InProcessExecutor
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
 from wasmrun.settings import Settings
 from wasmrun.tenants.caller import LOCAL_TENANT, local_caller
-from wasmrun.tenants.calls import CallGate
+from wasmrun.tenants.calls import CallGate, RequestsInFlight
 from wasmrun.tenants.quotas import RunGate
 from wasmrun.tenants.retention import BlobRetention
 from wasmrun.tenants.store import TenantDirectory, TenantEditor, TenantStore
@@ -164,6 +164,7 @@ def create_app(
             context.gate.close()
 
     dispatcher = Dispatcher(context, Observers(metrics, *([audit] if audit is not None else [])), require_caller=True)
+    in_flight = RequestsInFlight()  # each tenant's HTTP requests, /rpc and /mcp together
     routes: list[BaseRoute] = [tools_route()]
     lifespans = []
     if importlib.util.find_spec("mcp") is None:
@@ -182,7 +183,7 @@ def create_app(
         # wire/lazy.py). Every request is authenticated like /rpc's before the SDK sees it,
         # and each tool call runs as the key on its own request (mcp_server.http_app).
         mcp = LazyEndpoint(build_mcp)
-        routes.append(Route("/mcp", endpoint=Authenticated(mcp, tenants.authenticate)))
+        routes.append(Route("/mcp", endpoint=Authenticated(mcp, tenants.authenticate, in_flight)))
         lifespans.append(mcp.lifespan)
     return create_wire_app(
         dispatcher,
@@ -196,6 +197,7 @@ def create_app(
         authenticate=tenants.authenticate,
         metrics=metrics.render,
         metrics_refusal=functools.partial(metrics_refusal, settings.metrics_key, tenants),
+        in_flight=in_flight,
     )
 
 

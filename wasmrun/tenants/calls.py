@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 from wasmrun.tenants.caller import UNBOUNDED, Caller
@@ -129,3 +129,41 @@ class CallGate:
             ) from None
         finally:
             state.waiting -= 1
+
+
+class RequestsInFlight:
+    """Each tenant's HTTP requests in flight (/rpc and /mcp, from the moment the key is
+    checked, so a request whose body is still arriving counts): at most its
+    `concurrent_requests`. Past it, `enter` returns None at once (no waiting: the wire
+    answers 429), so one tenant's slow or large bodies cannot hold the server's
+    connections and memory for the others."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def enter(self, caller: Caller) -> Iterator[bool]:
+        """Yields whether the request may go on; counted until the block ends."""
+        cap = caller.limits.concurrent_requests
+        if cap >= UNBOUNDED:
+            yield True
+            return
+        count = self._counts.get(caller.tenant, 0)
+        if count >= cap:
+            yield False
+            return
+        self._counts[caller.tenant] = count + 1
+        try:
+            yield True
+        finally:
+            left = self._counts[caller.tenant] - 1
+            if left:
+                self._counts[caller.tenant] = left
+            else:
+                del self._counts[caller.tenant]
+
+
+def too_many_requests_message(caller: Caller) -> str:
+    cap = caller.limits.concurrent_requests
+    return (f"busy for this tenant: it has {cap} requests in flight, its limit (concurrent_requests);"
+            " other tenants are not affected, retry shortly")

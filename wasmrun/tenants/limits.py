@@ -28,6 +28,7 @@ class TenantLimits:
     concurrent_calls: int = 8  # other methods' calls (read_blob, list_skills, ...) in flight at once
     queued_calls: int = 128  # such calls waiting, beyond those (a whole batch of 100 waits; 0: refused at once)
     mcp_sessions: int = 16  # MCP sessions open at once over /mcp
+    concurrent_requests: int = 64  # HTTP requests (/rpc, /mcp) in flight at once, bodies being received included
     call_bytes_per_s: int = 64 * MiB  # bytes those other calls move (params in, content out), per second
 
     def with_values(self, values: Mapping[str, int]) -> TenantLimits:
