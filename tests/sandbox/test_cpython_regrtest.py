@@ -57,7 +57,8 @@ def _test_lib() -> Path:
 
 def _modules() -> tuple[str, ...]:
     if os.environ.get("WASMRUN_CPYTHON_TESTS") == "all":
-        return tuple(sorted(p.stem for p in (_test_lib() / "test").glob("test_*.py")))
+        found = (_test_lib() / "test").glob("test_*")
+        return tuple(sorted(p.stem for p in found if p.suffix == ".py" or (p / "__init__.py").exists()))
     return CI_MODULES
 
 
