@@ -483,6 +483,9 @@ def _inputs_key() -> str:
     return h.hexdigest()[:20]
 
 
+FIRST_OBJECTS = ("libc_libc_fixes.o",)
+
+
 def link(cpython: Path, zig: Path, objects: list[Path], out: Path, progress: Progress) -> None:
     progress.step("link interpreter (zig cc, about 30 s the first time)")
     env = _zig_env()
@@ -491,10 +494,13 @@ def link(cpython: Path, zig: Path, objects: list[Path], out: Path, progress: Pro
         str(zig), "cc", *LINK_FLAGS[:4],
         f"-I{cpython / 'include' / 'python3.11'}",
         str(BRIDGE_C),
+        # Our libc corrections define what zig's libc.a also has: ahead of
+        # libpython, so they are defined before libpython's modules ask.
+        *(str(o) for o in objects if o.name in FIRST_OBJECTS),
         str(lib / "libpython3.11.a"), str(lib / "libmpdec.a"), str(lib / "libexpat.a"),
         # After libpython: listed first, they made the linker take libc's
         # pthread stubs as well as libpython's own (duplicate symbols).
-        *map(str, objects),
+        *(str(o) for o in objects if o.name not in FIRST_OBJECTS),
         *LINK_FLAGS[4:],
         "-o", str(out),
     ]

@@ -91,11 +91,11 @@ def _sweep() -> list[float]:
     values = [2.0**n for n in range(-1074, 1024)] + [float(f"1e{k}") for k in range(-323, 309)]
     values += [rng.uniform(0.5, 1) * 2.0 ** rng.randint(-1074, 1023) for _ in range(3000)]
     values += [rng.uniform(-20, 20) for _ in range(2000)]
-    return values
+    return values + [-v for v in values[:2730]]  # negative powers of 2 and 10 too
 
 
 FUNCTIONS = ("log", "log2", "log10", "log1p", "exp", "exp2", "expm1", "sin", "cos", "tan", "asin", "acos",
-             "atan", "sinh", "cosh", "tanh", "asinh", "atanh", "sqrt", "cbrt", "erf", "erfc", "floor")
+             "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sqrt", "cbrt", "erf", "erfc", "floor")
 
 
 def _ordered(x: float) -> int:
