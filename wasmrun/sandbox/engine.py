@@ -405,7 +405,9 @@ class SandboxEngine:
     ) -> tuple[RunResult, Workspace]:
         run_id = request.run_id or new_run_id()
         limits = request.limits
-        workspace = Workspace(self._dirs.take(), limits.workspace_bytes, limits.workspace_files)
+        workspace = Workspace(
+            self._dirs.take(), limits.workspace_bytes, limits.workspace_files, self._dirs.block
+        )
         if request.input_blobs:
             self._place_input_blobs(request.input_blobs, workspace.blobs, request.owner)
         ctx = RunContext(
@@ -501,6 +503,11 @@ def _redact_secrets(result: RunResult, request: RunRequest) -> None:
     if result.error is not None:
         result.error = RunError(result.error.type, redact.text(result.error.message))
     if redact.data(result.output_json) != result.output_json:
+        if len(result.output_json) > jsontext.FULL_DECODE_BYTES:
+            # Redacting means decoding: not for a value that large (its objects would cost the host ~30x).
+            result.status, result.output_json = "failed", b"null"
+            result.error = RunError(errors.INVALID_OUTPUT, errors.secret_in_large_output(jsontext.FULL_DECODE_BYTES))
+            return
         # Redacted in the decoded value, not the text: a replacement must not break JSON escapes.
         result.output_json = msgspec.json.encode(redact.value(msgspec.json.decode(result.output_json)))
 

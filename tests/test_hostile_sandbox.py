@@ -1,0 +1,181 @@
+"""An attacker with a tenant key, against the sandbox's own resources on a real `wasmrun serve`.
+
+The sandbox-side classes of the second round of findings (issue 19): the
+workspace quota counts what the host's disk allocates (files unlinked while
+open, sparse and past-the-end writes, truncation growth, fallocate), checked
+before the write; host memory for a run's output is bounded by its size, not
+its number of values; guest work the server starts itself (a skill's
+background import run) has its own small limits, is stopped there, shows in
+/metrics, and a run with tiny limits cannot spoil a skill's image for others.
+See docs/threat-model.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from tests.liveserver import LiveServer, wasmrun_env
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, Path]]:
+    """A server whose workspaces live under a temp folder of its own (TMPDIR), to look at its disk."""
+    base = tmp_path_factory.mktemp("hostile-sandbox")
+    temp = base / "tmp"
+    temp.mkdir()
+    live = LiveServer(base / "data", env={**wasmrun_env(), "TMPDIR": str(temp)})
+    try:
+        yield live, temp
+    finally:
+        live.stop()
+
+
+def _call(server: LiveServer, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    answer = httpx2.post(server.endpoint, json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    reply: dict[str, Any] = answer.json()
+    return reply
+
+
+def run_code(server: LiveServer, code: str, args: dict[str, Any] | None = None, **limits: Any) -> dict[str, Any]:
+    reply = _call(server, "run_code", {"language": "python", "code": code, "args": args or {}, "limits": limits})
+    assert "result" in reply, reply
+    result: dict[str, Any] = reply["result"]
+    return result
+
+
+def allocated_under(folder: Path) -> int:
+    """Bytes the host's disk allocates for the files under `folder`."""
+    total = 0
+    for parent, _dirs, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(parent, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total
+
+
+def assert_quota_stop(result: dict[str, Any]) -> None:
+    assert result["status"] == "failed", result
+    assert result["error"]["type"] == "WorkspaceQuotaExceeded", result["error"]
+
+
+# -- workspace disk: what the host allocates --------------------------------------------
+
+UNLINKED_OPEN = """\
+import os
+def main(args):
+    files = []
+    chunk = b'x' * (1 << 20)
+    for i in range(args['files']):
+        f = open(f'/workspace/f{i}', 'wb', buffering=0)
+        os.unlink(f'/workspace/f{i}')
+        files.append(f)
+        for _ in range(args['mib_each']):
+            f.write(chunk)
+    return 'kept ' + str(len(files))
+"""
+
+
+@pytest.mark.parametrize("files, mib_each", [(1, 32), (10, 2)])
+def test_files_unlinked_while_open_count_against_the_quota(
+    server: tuple[LiveServer, Path], files: int, mib_each: int
+) -> None:
+    live, temp = server
+    result = run_code(live, UNLINKED_OPEN, {"files": files, "mib_each": mib_each}, workspace_mb=4)
+    assert_quota_stop(result)
+    # The run's files are gone with it, the unlinked ones included.
+    assert allocated_under(temp) < 4 * MiB
+
+
+def test_unlinked_files_within_the_quota_complete(server: tuple[LiveServer, Path]) -> None:
+    live, _ = server
+    result = run_code(live, UNLINKED_OPEN, {"files": 2, "mib_each": 1}, workspace_mb=4)
+    assert result["status"] == "completed", result
+    assert result["output"] == "kept 2"
+
+
+SEEK_AHEAD = """\
+import os
+def main(args):
+    with open('/workspace/sparse', 'wb', buffering=0) as f:
+        for i in range(args['count']):
+            if args['how'] == 'seek':
+                f.seek(i * args['step'])
+                f.write(b'x')
+            else:
+                os.pwrite(f.fileno(), b'x', i * args['step'])
+    return os.stat('/workspace/sparse').st_size
+"""
+
+
+@pytest.mark.parametrize("how", ["seek", "pwrite"])
+def test_a_byte_every_block_is_charged_a_block(server: tuple[LiveServer, Path], how: str) -> None:
+    live, temp = server
+    # 4,000 blocks of one byte each: 16 MB of disk for 4,000 bytes written.
+    result = run_code(live, SEEK_AHEAD, {"how": how, "count": 4000, "step": 4096}, workspace_mb=1)
+    assert_quota_stop(result)
+    assert allocated_under(temp) < 2 * MiB
+
+
+@pytest.mark.parametrize("how", ["seek", "pwrite"])
+def test_a_write_far_past_the_end_costs_only_its_block(server: tuple[LiveServer, Path], how: str) -> None:
+    live, _ = server
+    # One byte at 1 GiB: a hole, then one block. The disk, not the apparent size, is what counts.
+    result = run_code(live, SEEK_AHEAD, {"how": how, "count": 2, "step": 1 << 30}, workspace_mb=1)
+    assert result["status"] == "completed", result
+    assert result["output"] == (1 << 30) + 1
+
+
+GROW = """\
+import os
+def main(args):
+    path = '/workspace/grown'
+    open(path, 'wb').close()
+    if args['how'] == 'truncate':
+        os.truncate(path, args['size'])
+    else:
+        with open(path, 'r+b') as f:
+            f.truncate(args['size'])
+    return os.stat(path).st_size
+"""
+
+
+@pytest.mark.parametrize("how", ["truncate", "ftruncate"])
+def test_growing_a_file_past_the_quota_is_refused_before_it_grows(server: tuple[LiveServer, Path], how: str) -> None:
+    live, temp = server
+    result = run_code(live, GROW, {"how": how, "size": 64 * MiB}, workspace_mb=1)
+    assert_quota_stop(result)
+    assert allocated_under(temp) < 2 * MiB
+
+
+@pytest.mark.parametrize("how", ["truncate", "ftruncate"])
+def test_growing_a_file_within_the_quota_works(server: tuple[LiveServer, Path], how: str) -> None:
+    live, _ = server
+    result = run_code(live, GROW, {"how": how, "size": 256 * 1024}, workspace_mb=1)
+    assert result["status"] == "completed", result
+    assert result["output"] == 256 * 1024
+
+
+def test_ordinary_files_up_to_the_quota_still_fit(server: tuple[LiveServer, Path]) -> None:
+    code = (
+        "def main(args):\n"
+        "    for i in range(40):\n"
+        "        with open(f'/workspace/f{i}.csv', 'w') as f:\n"
+        "            f.write('a,b,c\\n' * 10_000)\n"
+        "    with open('/workspace/big.bin', 'wb') as f:\n"
+        "        f.write(b'y' * (40 << 20))\n"
+        "    return 'ok'\n"
+    )
+    live, _ = server
+    assert run_code(live, code, workspace_mb=64)["status"] == "completed"
