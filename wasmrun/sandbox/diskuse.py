@@ -48,7 +48,7 @@ def usage(tops: list[Path], root: Path) -> tuple[int, int]:
 def open_files(root: Path) -> list[os.stat_result]:
     """The stat of every file this process has open at a path under `root`."""
     prefix = os.path.realpath(root) + os.sep
-    found = []
+    found: list[os.stat_result] = []
     try:
         names = os.listdir(PROC_FDS)
     except OSError:
