@@ -179,3 +179,66 @@ def test_ordinary_files_up_to_the_quota_still_fit(server: tuple[LiveServer, Path
     )
     live, _ = server
     assert run_code(live, code, workspace_mb=64)["status"] == "completed"
+
+
+# -- host memory: a run's output costs in proportion to its size ------------------------
+
+
+def _rss_bytes_of(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _rss_bytes(pid: int) -> int:
+    """Resident memory of `pid` and of its children (the sandbox workers)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return _rss_bytes_of(pid) + sum(_rss_bytes_of(int(child)) for child in children)
+
+
+MANY_CONTAINERS = "def main(args):\n    return [{}] * args['n']\n"
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads resident memory from /proc")
+def test_a_return_value_of_millions_of_containers_is_refused_without_costing_the_host(
+    server: tuple[LiveServer, Path],
+) -> None:
+    live, _ = server
+    hello = run_code(live, "def main(args):\n    return 'hi'\n")
+    assert hello["status"] == "completed"
+    before = _rss_bytes(live.process.pid)
+    server_before = _rss_bytes_of(live.process.pid)
+    for _ in range(2):
+        # 29 MiB of JSON, under the 32 MiB result limit: ten million empty objects.
+        result = run_code(live, MANY_CONTAINERS, {"n": 10_000_000}, memory_mb=512)
+        assert result["status"] == "failed", result["summary"]
+        assert result["error"]["type"] == "InvalidOutput"
+        assert "arrays and objects" in result["error"]["message"]
+    after = _rss_bytes(live.process.pid)
+    # Decoding it as objects cost ~900 MiB a run, and stayed. Now the server holds no
+    # copy of it at all, and a worker what the guest's own pages cost (about 150 MiB a run
+    # here: wasmtime returns a used instance's pages to the system in batches).
+    assert _rss_bytes_of(live.process.pid) - server_before < 64 * MiB
+    assert after - before < 512 * MiB, (before, after)
+    assert run_code(live, "def main(args):\n    return 'still serving'\n")["output"] == "still serving"
+
+
+def test_a_large_return_value_of_many_plain_values_is_passed_on_with_a_bounded_outline(
+    server: tuple[LiveServer, Path],
+) -> None:
+    live, _ = server
+    result = run_code(live, "def main(args):\n    return list(range(args['n']))\n", {"n": 2_000_000})
+    assert result["status"] == "completed", result
+    assert "a list of more than" in result["summary"]
+    pointer = result["output"]
+    assert pointer["kind"] == "application/json" and pointer["size_bytes"] > 10 * MiB
+    # The many-containers bound is about containers: a value of many nested lists under it still passes.
+    nested = run_code(live, "def main(args):\n    return [[i] for i in range(args['n'])]\n", {"n": 200_000})
+    assert nested["status"] == "completed", nested["summary"]
