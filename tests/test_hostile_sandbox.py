@@ -13,6 +13,7 @@ See docs/threat-model.md.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -242,3 +243,108 @@ def test_a_large_return_value_of_many_plain_values_is_passed_on_with_a_bounded_o
     # The many-containers bound is about containers: a value of many nested lists under it still passes.
     nested = run_code(live, "def main(args):\n    return [[i] for i in range(args['n'])]\n", {"n": 200_000})
     assert nested["status"] == "completed", nested["summary"]
+
+
+# -- background guest work: own limits, visible, retried ----------------------------------
+
+METRICS_KEY = "hostile-sandbox-metrics-key-0123"
+# Its import spins, or takes a while, only where there is no /blobs, as in the import run
+# that builds its image: the client's runs of it (given an input blob) complete quickly.
+SPINS_AT_IMPORT = """\
+import os
+if not os.path.exists('/blobs'):
+    while True:
+        pass
+def main(args):
+    return 'ran'
+"""
+SLOW_AT_IMPORT = """\
+import os, time
+print('importing slow.import')
+if not os.path.exists('/blobs'):
+    end = time.monotonic() + 0.5
+    while time.monotonic() < end:
+        pass
+def main(args):
+    return 'ok'
+"""
+
+
+@pytest.fixture(scope="module")
+def skill_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One worker (so that every run meets the same skill images) and two skills of the kind above."""
+    from tests.skillfiles import write_skill
+
+    base = tmp_path_factory.mktemp("background")
+    skills = base / "skills"
+    write_skill(skills, "spin.import", code=SPINS_AT_IMPORT)
+    write_skill(skills, "slow.import", code=SLOW_AT_IMPORT)
+    live = LiveServer(
+        base / "data", "--skills-dir", str(skills), "--workers", "1",
+        env={**wasmrun_env(), "WASMRUN_METRICS_KEY": METRICS_KEY},
+    )
+    try:
+        yield live
+    finally:
+        live.stop()
+
+
+def _execute(live: LiveServer, name: str, timeout_ms: int | None = None) -> dict[str, Any]:
+    blob = _call(live, "create_blob", {"content": "x", "kind": "text/plain"})["result"]["blob_id"]
+    params: dict[str, Any] = {"name": name, "args": {}, "input_blobs": [blob]}
+    if timeout_ms is not None:
+        params["timeout_ms"] = timeout_ms
+    reply = _call(live, "execute_skill", params)
+    assert "result" in reply, reply
+    result: dict[str, Any] = reply["result"]
+    return result
+
+
+def _background_metrics(live: LiveServer) -> dict[str, float]:
+    page = httpx2.get(live.base_url + "/metrics", headers={"authorization": f"Bearer {METRICS_KEY}"}, timeout=30)
+    assert page.status_code == 200, page.text
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in page.text.splitlines()
+        if line.startswith("wasmrun_background_")
+    }
+
+
+def test_a_skill_spinning_in_its_import_run_is_stopped_at_the_import_runs_own_limits(skill_server: LiveServer) -> None:
+    from wasmrun.sandbox.background import IMPORT_LIMITS
+
+    # The client asks for the ceiling: the import run does not get it.
+    first = _execute(skill_server, "spin.import", timeout_ms=900_000)
+    assert first["status"] == "completed" and first["output"] == "ran"
+    stopped: dict[str, float] = {}
+    for _ in range(120):  # the import run reports with the worker's next result
+        assert _execute(skill_server, "spin.import")["output"] == "ran"  # runs are served meanwhile
+        metrics = _background_metrics(skill_server)
+        stopped = {k: v for k, v in metrics.items() if 'kind="import"' in k and "completed" not in k}
+        if stopped and any(k.startswith("wasmrun_background_runs") for k in stopped):
+            break
+        time.sleep(0.5)
+    assert any('outcome="CPULimitExceeded"' in k or 'outcome="Timeout"' in k for k in stopped), stopped
+    cpu = _background_metrics(skill_server)['wasmrun_background_cpu_seconds_total{kind="import"}']
+    assert 0 < cpu <= IMPORT_LIMITS.cpu_ms / 1000 * 1.5  # its own bound (plus what the slow skill below used)
+    # Warm-up runs are counted too.
+    assert any('kind="warmup"' in k for k in _background_metrics(skill_server))
+
+
+def test_a_run_with_tiny_limits_does_not_spoil_a_skills_image_for_later_runs(skill_server: LiveServer) -> None:
+    # A completed run with a tight timeout asks for the image: the import run (0.5 s) would
+    # not fit in 200 ms, and used to take them, fail, and never be tried again.
+    for _ in range(20):
+        tight = _execute(skill_server, "slow.import", timeout_ms=200)
+        if tight["status"] == "completed":
+            break
+    assert tight["status"] == "completed", tight
+    from_image = False
+    for _ in range(60):
+        later = _execute(skill_server, "slow.import")
+        assert later["status"] == "completed"
+        if "importing slow.import" not in later["logs_preview"]:
+            from_image = True  # started from the skill's image: its import did not run again
+            break
+        time.sleep(0.5)
+    assert from_image
