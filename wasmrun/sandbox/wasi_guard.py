@@ -5,9 +5,11 @@ wasmtime's WASI has no disk quota, and a guest blocked in `poll_oneoff`
 So the linker shadows a few `wasi_snapshot_preview1` functions with Python
 wrappers that check first and then call the real implementation.
 
-Quota accounting is conservative: every byte a write call may add counts
-against an estimate; when the estimate would pass the quota, /workspace and
-/tmp are measured for real, and only a real excess stops the run
+Quota accounting is conservative and counts the disk the host allocates
+(see `Workspace` and diskuse.py): every block a call may allocate counts
+against an estimate before the call; when the estimate would pass the quota,
+/workspace and /tmp (and the files the run holds open, unlinked or not) are
+measured for real, and only a real excess stops the run
 (`WorkspaceQuotaExceeded`). Only /workspace and /tmp are writable (one
 quota for both), so every write to a descriptor other than stdout/stderr is
 a write there.
