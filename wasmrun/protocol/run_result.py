@@ -107,7 +107,8 @@ def to_spec_result(
             "output_blob": pointer,
             "size_bytes": len(encoded),
             "kind": "application/json",
-            "preview": text_head(encoded.decode("utf-8"), OUTPUT_PREVIEW_BYTES),
+            # Only the head is decoded (the output is valid UTF-8: only the cut can split a character).
+            "preview": text_head(encoded[: 4 * OUTPUT_PREVIEW_BYTES].decode("utf-8", "ignore"), OUTPUT_PREVIEW_BYTES),
         }
     outline = _outline(encoded)
     summary = own_summary(outline) or completed_summary(
