@@ -31,7 +31,7 @@ from wasmrun.sandbox.bytecode import guest_dir as bytecode_guest_dir
 from wasmrun.sandbox.guestroot import GuestRoots
 from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, set_current
 from wasmrun.sandbox.ids import new_run_id
-from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
+from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply, release_pages
 from wasmrun.sandbox.limits import CEILING_LIMITS, Limits
 from wasmrun.sandbox.skillimages import NoBlobs, SkillImage, SkillImages, image_key, memory_view, single_skill
 from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage, host_failure
@@ -332,6 +332,7 @@ class SandboxEngine:
             except BaseException:
                 fresh.store.close()
                 raise
+            release_pages(fresh.store, fresh.memory)
             self._supply.retire(fresh.store, workspace)
             if skill is not None and key is not None and image is None and result.status == "completed":
                 # Only after a completed run: the import fits these limits (a skill
