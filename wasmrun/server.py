@@ -24,6 +24,7 @@ from wasmrun.observe.metrics import Metrics
 from wasmrun.observe.record import Observers
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.methods import Dispatcher
+from wasmrun.protocol.sessionstore import SessionStore, session_expired
 from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox.executor import Executor, InProcessExecutor
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
@@ -104,6 +105,7 @@ def build_context(
         max_full_read_bytes=settings.max_full_read_bytes,
         caller=local_caller(settings.access.limits),
         gate=open_run_gate(settings),
+        sessions=SessionStore(settings.data_dir / "sessions", settings.sessions),
     )
 
 
@@ -140,15 +142,23 @@ def create_app(
     context = context if context is not None else build_context(settings)
     migrate_database(settings)
     tenants = tenant_directory(settings)
+    sessions = context.sessions
     metrics = Metrics(
-        context.gate, context.executor.capacity, context.blobs, lambda: [LOCAL_TENANT, *tenants.names()]
+        context.gate, context.executor.capacity, context.blobs, lambda: [LOCAL_TENANT, *tenants.names()],
+        sessions.tenants if sessions is not None else None,
     )
     audit = open_audit_log(settings)
+    observers = Observers(metrics, *([audit] if audit is not None else []))
+    if sessions is not None:
+        sessions.on_end = lambda meta, reason: observers.record(session_expired(meta)) if reason == "expired" else None
+        sessions.start()
     retention = BlobRetention(context.blobs, tenants, settings.access.limits.blob_ttl_s)
     retention.start()
     orphans = open_orphan_sweeper(settings)
 
     def shutdown() -> None:
+        if sessions is not None:
+            sessions.stop()
         retention.stop()
         if orphans is not None:
             orphans.stop()
@@ -158,7 +168,7 @@ def create_app(
             context.executor.close()
             context.gate.close()
 
-    dispatcher = Dispatcher(context, Observers(metrics, *([audit] if audit is not None else [])), require_caller=True)
+    dispatcher = Dispatcher(context, observers, require_caller=True)
     routes: list[BaseRoute] = [tools_route()]
     lifespans = []
     if importlib.util.find_spec("mcp") is None:

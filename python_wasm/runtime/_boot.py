@@ -185,11 +185,15 @@ def _prepare(request: dict) -> None:
         os.environ.update(env)
     # The snapshot baked in one random state; every run gets its own seed from
     # the host (random.seed() without its Python layer: C seeds from urandom).
-    _seed(random._inst, None)
-    random._inst.gauss_next = None
+    # A session's runs keep theirs (a seed the code set holds), except its
+    # first run and a fork's first run (`reseed`).
+    if request.get("reseed", True):
+        _seed(random._inst, None)
+        random._inst.gauss_next = None
     _skills.FINDER.mount(request.get("skills") or {})
     for folder in request.get("sys_path") or ():
-        sys.path.append(folder)
+        if folder not in sys.path:  # a session's runs share sys.path
+            sys.path.append(folder)
     try:
         os.chdir("/workspace")
     except OSError:
@@ -252,16 +256,21 @@ def _call_entrypoint(request: dict):
     name = request["function"]
     if request["kind"] == "code":
         source = request["code"]
-        module = types.ModuleType(RUN_MODULE)
-        module.__file__ = RUN_FILENAME
-        sys.modules[RUN_MODULE] = module
+        # A session's runs share one module, as a notebook's cells share globals.
+        session = request.get("session", False)
+        module = sys.modules.get(RUN_MODULE) if session else None
+        if module is None:
+            module = types.ModuleType(RUN_MODULE)
+            module.__file__ = RUN_FILENAME
+            sys.modules[RUN_MODULE] = module
         _SOURCES[RUN_FILENAME] = source
         if name != DEFAULT_FUNCTION or _DEFINES_MAIN.search(source):
             _exec_module(source, module.__dict__)
             fn = getattr(module, name, None)
         else:
             has_value, value = _exec_code(source, module.__dict__)
-            fn = getattr(module, name, None)
+            # In a session a `main` from an earlier run is not this script's entrypoint.
+            fn = None if session else getattr(module, name, None)
             if fn is None:
                 return value if has_value else None  # a plain script
     else:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from wasmrun.blobs.store import BlobStore
 from wasmrun.egress.policy import EgressPolicy
+from wasmrun.protocol.sessionstore import SessionStore
 from wasmrun.registry.store import SkillRegistry
 from wasmrun.sandbox.executor import Executor
 from wasmrun.sandbox.limits import LimitPolicy
@@ -28,3 +29,4 @@ class Context:
     max_full_read_bytes: int = 10 * 1024 * 1024
     caller: Caller = LOCAL
     gate: RunGate = field(default_factory=RunGate)  # each tenant's share of the sandboxes
+    sessions: SessionStore | None = None  # None: no sessions on this server

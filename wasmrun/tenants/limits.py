@@ -25,9 +25,20 @@ class TenantLimits:
     max_memory_mb: int = 2048  # the most guest memory a request may ask for
     max_cpu_ms: int = 15 * 60_000  # the most CPU time a request may ask for
     blob_ttl_s: int = 0  # blobs older than this are deleted; 0: kept until deleted
+    sessions: int = 8  # sessions open at once
+    session_bytes: int = 2048 * MiB  # their memory images and files on disk, together
 
     def with_values(self, values: Mapping[str, int]) -> TenantLimits:
         return dataclasses.replace(self, **check_limits(values))
+
+
+@dataclass(frozen=True)
+class SessionPolicy:
+    """The operator's bounds on sessions' lifetime (settings: WASMRUN_SESSION_*)."""
+
+    idle_timeout_s: int = 600  # when create_session names none
+    max_idle_timeout_s: int = 3600  # the most it may name
+    max_age_s: int = 24 * 3600  # from creation, however busy
 
 
 NAMES = tuple(f.name for f in dataclasses.fields(TenantLimits))

@@ -1,0 +1,226 @@
+"""A run inside a session: the worker's half (the server's is protocol/sessions.py).
+
+A session's state lives in its folder on disk, one version at a time:
+
+    <folder>/v<N>/memory      the pages of linear memory that differ from the
+                              guest snapshot (at page grain: the pages written
+                              since the snapshot), and the memory's size
+    <folder>/v<N>/workspace/  its /workspace
+    <folder>/v<N>/tmp/        its /tmp
+
+A run of version N takes a fresh instance of the snapshot (as every run does),
+writes the image's pages into it, mounts copies of N's folders, runs, and,
+unless a limit or a crash stopped it midway, writes version N+1. So:
+
+- rollback is free: a run stopped midway (timeout, CPU, memory, a trap, a host
+  call refused) leaves N as it was, memory and files; N+1 is deleted;
+- a session holds no worker and no instance between runs: any worker can run
+  it next (it is paused on disk after every run), and it survives a restart;
+- a fork is a hard link of the memory image (never changed in place: each
+  version writes a new file) and a copy of the folders;
+- only linear memory carries over. The one mutable global, `__stack_pointer`,
+  is back at its start value whenever the guest returns normally (the only
+  runs whose state is kept); WASI state (the fd table, offsets) is the run's
+  own: the guest re-scans its preopens every run, and a file object left open
+  by an earlier run fails as closed (EBADF) rather than reaching anything else.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import wasmtime
+
+from wasmrun.sandbox import errors, tree
+from wasmrun.sandbox.skillimages import WASM_PAGE, memory_view
+from wasmrun.sandbox.types import RunError, RunRequest, RunResult, SessionOutcome, host_failure
+
+if TYPE_CHECKING:
+    from wasmrun.sandbox.engine import SandboxEngine
+
+PAGE = 4096
+MAGIC = b"WRSESS01"
+_HEADER = struct.Struct("<8sH")  # magic, length of the guest key that follows
+_SIZES = struct.Struct("<QI")  # memory size in bytes, number of spans
+_SPAN = struct.Struct("<QQ")  # offset, length
+MEMORY = "memory"
+FOLDERS = ("workspace", "tmp")
+# Errors after which the interpreter may have stopped midway: its memory is not
+# kept. A guest MemoryError is the memory limit reached inside the interpreter.
+ROLLBACK_TYPES = errors.HOST_TYPES | {"MemoryError"}
+
+
+class ImageMismatch(Exception):
+    """The image was made from another guest build: this server cannot resume it."""
+
+
+def version_dir(folder: Path, version: int) -> Path:
+    return folder / f"v{version}"
+
+
+def rolls_back(result: RunResult) -> bool:
+    return result.error is not None and result.error.type in ROLLBACK_TYPES
+
+
+def run_in_session(engine: SandboxEngine, request: RunRequest, t0: float) -> RunResult:
+    """Run `request` in its session's state; never raises (as engine.run)."""
+    spec = request.session
+    assert spec is not None
+    folder = Path(spec.folder)
+    current = version_dir(folder, spec.version)
+    following = version_dir(folder, spec.version + 1)
+    try:
+        _stage(current, following)
+        result = _run_staged(engine, request, t0, current, following)
+    except ImageMismatch:
+        _discard(following)
+        result = RunResult(
+            run_id=request.run_id, status="failed",
+            error=RunError(errors.INTERNAL, "this session was made by another build of the sandbox; start a new one"),
+        )
+        result.session = SessionOutcome(committed=False)
+    except Exception:
+        _discard(following)
+        result = host_failure(request, "the sandbox host failed; the run was stopped")
+        result.session = SessionOutcome(committed=False)
+    return result
+
+
+def _run_staged(engine: SandboxEngine, request: RunRequest, t0: float, current: Path, following: Path) -> RunResult:
+    bytecode = engine._skill_bytecode(request.skills)
+    fresh = engine._supply.take()
+    try:
+        if (current / MEMORY).exists():
+            read_image(current / MEMORY, fresh.store, fresh.memory, engine.guest.key)
+        result, _ = engine._run_on(fresh, request, t0, bytecode, workspace_root=following)
+        tree.remove(following / "blobs")
+        if rolls_back(result):
+            _discard(following)
+            result.session = SessionOutcome(committed=False, memory_bytes=fresh.memory.data_len(fresh.store))
+        else:
+            image_bytes = write_image(following / MEMORY, fresh.store, fresh.memory, engine.guest.key)
+            files_bytes = sum(tree.measure(following / name)[0] for name in FOLDERS)
+            result.session = SessionOutcome(
+                committed=True, memory_bytes=fresh.memory.data_len(fresh.store),
+                image_bytes=image_bytes, files_bytes=files_bytes,
+            )
+    finally:
+        fresh.store.close()
+    result.usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
+    return result
+
+
+def _stage(current: Path, following: Path) -> None:
+    """Version N+1's folders, as copies of N's (an earlier run's leftovers gone)."""
+    _discard(following)
+    following.mkdir(mode=0o700)
+    for name in FOLDERS:
+        source = current / name
+        if source.is_dir():
+            shutil.copytree(source, following / name, symlinks=True)
+        else:
+            (following / name).mkdir(mode=0o700)
+    (following / "blobs").mkdir(mode=0o700)
+
+
+def _discard(path: Path) -> None:
+    if path.exists():
+        tree.remove(path)
+
+
+def copy_version(source: Path, target: Path) -> None:
+    """A fork: the image hard-linked (files are never changed in place), the folders copied."""
+    target.mkdir(mode=0o700)
+    if (source / MEMORY).exists():
+        try:
+            os.link(source / MEMORY, target / MEMORY)
+        except OSError:
+            shutil.copyfile(source / MEMORY, target / MEMORY)
+    for name in FOLDERS:
+        if (source / name).is_dir():
+            shutil.copytree(source / name, target / name, symlinks=True)
+
+
+# -- the memory image ---------------------------------------------------------
+
+
+def written_spans(store: wasmtime.Store, memory: wasmtime.Memory) -> list[tuple[int, int]]:
+    """(offset, length) spans covering every page written since the snapshot:
+    read from /proc/self/pagemap (present and anonymous = copied on write, or
+    grown and touched). Where that is unavailable, the whole memory."""
+    size = memory.data_len(store)
+    pages = _pagemap_written(store, memory)
+    if pages is None:
+        return [(0, size)] if size else []
+    spans: list[tuple[int, int]] = []
+    for i in pages:
+        if spans and spans[-1][0] + spans[-1][1] == i * PAGE:
+            spans[-1] = (spans[-1][0], spans[-1][1] + PAGE)
+        else:
+            spans.append((i * PAGE, PAGE))
+    return spans
+
+
+def _pagemap_written(store: wasmtime.Store, memory: wasmtime.Memory) -> list[int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    base = ctypes.addressof(memory.data_ptr(store).contents)
+    size = memory.data_len(store)
+    try:
+        with open("/proc/self/pagemap", "rb", buffering=0) as f:
+            raw = os.pread(f.fileno(), size // PAGE * 8, base // PAGE * 8)
+    except OSError:
+        return None
+    entries = struct.unpack(f"<{len(raw) // 8}Q", raw)
+    # present (bit 63) and not file-backed (bit 61)
+    return [i for i, entry in enumerate(entries) if entry >> 61 == 0b100]
+
+
+def write_image(path: Path, store: wasmtime.Store, memory: wasmtime.Memory, guest_key: str) -> int:
+    """Write the written pages to `path` (straight from linear memory); their byte count."""
+    spans = written_spans(store, memory)
+    key = guest_key.encode()
+    header = [_HEADER.pack(MAGIC, len(key)), key, _SIZES.pack(memory.data_len(store), len(spans))]
+    header += [_SPAN.pack(offset, length) for offset, length in spans]
+    view = memory_view(store, memory)
+    partial = path.with_name(path.name + ".partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(b"".join(header))
+            for offset, length in spans:
+                f.write(view[offset : offset + length])
+        os.replace(partial, path)
+    finally:
+        view.release()
+        partial.unlink(missing_ok=True)
+    return sum(length for _, length in spans)
+
+
+def read_image(path: Path, store: wasmtime.Store, memory: wasmtime.Memory, guest_key: str) -> None:
+    """Grow a fresh instance's memory to the image's size and read its pages
+    straight into it (one read per span, no copy in between)."""
+    with open(path, "rb", buffering=0) as f:
+        magic, key_len = _HEADER.unpack(f.read(_HEADER.size))
+        if magic != MAGIC or f.read(key_len).decode() != guest_key:
+            raise ImageMismatch(str(path))
+        memory_bytes, count = _SIZES.unpack(f.read(_SIZES.size))
+        table = f.read(_SPAN.size * count)
+        spans = [_SPAN.unpack_from(table, i * _SPAN.size) for i in range(count)]
+        size = memory.data_len(store)
+        if memory_bytes > size:
+            memory.grow(store, (memory_bytes - size + WASM_PAGE - 1) // WASM_PAGE)
+        view = memory_view(store, memory)
+        try:
+            for offset, length in spans:
+                if offset + length > len(view) or f.readinto(view[offset : offset + length]) != length:
+                    raise ValueError(f"damaged session image {path}")
+        finally:
+            view.release()
