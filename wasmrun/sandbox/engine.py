@@ -189,6 +189,7 @@ class SandboxEngine:
         self._supply.wait_idle(timeout)
 
     def close(self) -> None:
+        sessions.close_warm(self)
         self.skill_images.close()
         self._supply.close()
         self._watchdog.close()

@@ -29,16 +29,20 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import struct
 import sys
 import time
+import weakref
+from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import wasmtime
 
 from wasmrun.sandbox import errors, tree
+from wasmrun.sandbox.instances import Fresh
 from wasmrun.sandbox.skillimages import WASM_PAGE, memory_view
 from wasmrun.sandbox.types import RunError, RunRequest, RunResult, SessionOutcome, host_failure
 
@@ -55,6 +59,8 @@ FOLDERS = ("workspace", "tmp")
 # Errors after which the interpreter may have stopped midway: its memory is not
 # kept. A guest MemoryError is the memory limit reached inside the interpreter.
 ROLLBACK_TYPES = errors.HOST_TYPES | {"MemoryError"}
+WARM_SESSIONS = 4  # instances a worker keeps for the sessions it ran last
+WARM_MAX_BYTES = 512 << 20  # a session with more memory is read from disk every run
 
 
 class ImageMismatch(Exception):
@@ -95,10 +101,18 @@ def run_in_session(engine: SandboxEngine, request: RunRequest, t0: float) -> Run
 
 def _run_staged(engine: SandboxEngine, request: RunRequest, t0: float, current: Path, following: Path) -> RunResult:
     bytecode = engine._skill_bytecode(request.skills)
-    fresh = engine._supply.take()
-    try:
+    warm = _warm_instances(engine)
+    fresh = warm.take(current)
+    if fresh is None:
+        fresh = engine._supply.take()
         if (current / MEMORY).exists():
-            read_image(current / MEMORY, fresh.store, fresh.memory, engine.guest.key)
+            try:
+                read_image(current / MEMORY, fresh.store, fresh.memory, engine.guest.key)
+            except BaseException:
+                fresh.store.close()
+                raise
+    kept = False
+    try:
         result, _ = engine._run_on(fresh, request, t0, bytecode, workspace_root=following)
         tree.remove(following / "blobs")
         if rolls_back(result):
@@ -111,10 +125,65 @@ def _run_staged(engine: SandboxEngine, request: RunRequest, t0: float, current: 
                 committed=True, memory_bytes=fresh.memory.data_len(fresh.store),
                 image_bytes=image_bytes, files_bytes=files_bytes,
             )
+            kept = warm.keep(following, fresh)
     finally:
-        fresh.store.close()
+        if not kept:
+            fresh.store.close()
     result.usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
     return result
+
+
+class WarmInstances:
+    """The instances of a worker's most recent session runs, kept after a run
+    that kept its state, each exactly its version's image: the next run of
+    that version on this worker skips reading the image. A run that rolls back
+    closes its instance (its memory may be midway through anything); any other
+    version, a session ended or evicted here, is read from disk as before.
+    The pool hands a quiet server's runs to the last worker used (idle workers
+    are a stack), so a session's back-to-back runs find their instance."""
+
+    def __init__(self, limit: int = WARM_SESSIONS, max_bytes: int = WARM_MAX_BYTES) -> None:
+        self.limit = limit
+        self.max_bytes = max_bytes
+        self._kept: OrderedDict[Path, Fresh] = OrderedDict()  # version folder -> its instance
+
+    def take(self, version: Path) -> Fresh | None:
+        self._drop_ended()
+        return self._kept.pop(version, None)
+
+    def keep(self, version: Path, fresh: Fresh) -> bool:
+        if self.limit <= 0 or fresh.memory.data_len(fresh.store) > self.max_bytes:
+            return False
+        self._kept[version] = fresh
+        while len(self._kept) > self.limit:
+            _, oldest = self._kept.popitem(last=False)
+            oldest.store.close()
+        return True
+
+    def _drop_ended(self) -> None:
+        """Versions no longer on disk (a later one won, the session ended): their memory goes now."""
+        for version in [v for v in self._kept if not v.exists()]:
+            self._kept.pop(version).store.close()
+
+    def close(self) -> None:
+        while self._kept:
+            self._kept.popitem()[1].store.close()
+
+
+_warm: weakref.WeakKeyDictionary[SandboxEngine, WarmInstances] = weakref.WeakKeyDictionary()
+
+
+def _warm_instances(engine: SandboxEngine) -> WarmInstances:
+    found = _warm.get(engine)
+    if found is None:
+        found = _warm[engine] = WarmInstances()
+    return found
+
+
+def close_warm(engine: SandboxEngine) -> None:
+    found = _warm.pop(engine, None)
+    if found is not None:
+        found.close()
 
 
 def _stage(current: Path, following: Path) -> None:
@@ -122,12 +191,21 @@ def _stage(current: Path, following: Path) -> None:
     _discard(following)
     following.mkdir(mode=0o700)
     for name in FOLDERS:
-        source = current / name
-        if source.is_dir():
-            shutil.copytree(source, following / name, symlinks=True)
-        else:
-            (following / name).mkdir(mode=0o700)
+        _copy_folder(current / name, following / name)
     (following / "blobs").mkdir(mode=0o700)
+
+
+def _copy_folder(source: Path, target: Path) -> None:
+    """`source`'s tree at `target` (links copied as links, never followed)."""
+    try:
+        with os.scandir(source) as entries:
+            empty = next(entries, None) is None
+    except FileNotFoundError:
+        empty = True
+    if empty:
+        target.mkdir(mode=0o700)
+    else:
+        shutil.copytree(source, target, symlinks=True)
 
 
 def _discard(path: Path) -> None:
@@ -144,8 +222,7 @@ def copy_version(source: Path, target: Path) -> None:
         except OSError:
             shutil.copyfile(source / MEMORY, target / MEMORY)
     for name in FOLDERS:
-        if (source / name).is_dir():
-            shutil.copytree(source / name, target / name, symlinks=True)
+        _copy_folder(source / name, target / name)
 
 
 # -- the memory image ---------------------------------------------------------
@@ -156,19 +233,21 @@ def written_spans(store: wasmtime.Store, memory: wasmtime.Memory) -> list[tuple[
     read from /proc/self/pagemap (present and anonymous = copied on write, or
     grown and touched). Where that is unavailable, the whole memory."""
     size = memory.data_len(store)
-    pages = _pagemap_written(store, memory)
-    if pages is None:
+    spans = _pagemap_written(store, memory)
+    if spans is None:
         return [(0, size)] if size else []
-    spans: list[tuple[int, int]] = []
-    for i in pages:
-        if spans and spans[-1][0] + spans[-1][1] == i * PAGE:
-            spans[-1] = (spans[-1][0], spans[-1][1] + PAGE)
-        else:
-            spans.append((i * PAGE, PAGE))
     return spans
 
 
-def _pagemap_written(store: wasmtime.Store, memory: wasmtime.Memory) -> list[int] | None:
+# Each pagemap entry's top byte, mapped to 1 when the page is present (bit 63)
+# and not file-backed (bit 61): written since the snapshot's image was mapped.
+_WRITTEN = bytes(int(b & 0xA0 == 0x80) for b in range(256))
+_RUNS = re.compile(b"\x01+")
+
+
+def _pagemap_written(store: wasmtime.Store, memory: wasmtime.Memory) -> list[tuple[int, int]] | None:
+    """Spans of written pages, from one read of /proc/self/pagemap (8 bytes a
+    page) scanned in C (translate, then a regex for runs of ones)."""
     if not sys.platform.startswith("linux"):
         return None
     base = ctypes.addressof(memory.data_ptr(store).contents)
@@ -178,9 +257,8 @@ def _pagemap_written(store: wasmtime.Store, memory: wasmtime.Memory) -> list[int
             raw = os.pread(f.fileno(), size // PAGE * 8, base // PAGE * 8)
     except OSError:
         return None
-    entries = struct.unpack(f"<{len(raw) // 8}Q", raw)
-    # present (bit 63) and not file-backed (bit 61)
-    return [i for i, entry in enumerate(entries) if entry >> 61 == 0b100]
+    flags = raw[7::8].translate(_WRITTEN)
+    return [(m.start() * PAGE, (m.end() - m.start()) * PAGE) for m in _RUNS.finditer(flags)]
 
 
 def write_image(path: Path, store: wasmtime.Store, memory: wasmtime.Memory, guest_key: str) -> int:
