@@ -235,3 +235,26 @@ def test_a_session_survives_a_restart(tmp_path: Path) -> None:
         assert os.listdir(data / "sessions") == []
     finally:
         server.stop()
+
+
+def test_the_typed_client_and_the_cli(servers: Servers, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from wasmrun.cli import main
+    from wasmrun.client import Client
+
+    with Client(servers.server.base_url, api_key=servers.alice_key) as client:
+        info = client.create_session({"memory_mb": 256}, idle_timeout_s=120)
+        assert info.idle_timeout_s == 120 and info.runs == 0
+        assert client.run_code("z = 5", session_id=info.session_id).session_rolled_back is False
+        fork = client.fork_session(info.session_id)
+        assert client.run_code("z + 1", session_id=fork.session_id).output == 6
+        assert {info.session_id, fork.session_id} <= {s.session_id for s in client.list_sessions().sessions}
+        assert client.close_session(fork.session_id).closed
+    script = tmp_path / "cell.py"
+    script.write_text("z * 10\n")
+    base = ["session", "--url", servers.server.base_url, "--api-key", servers.alice_key]
+    assert main([*base, "run", info.session_id, str(script)]) == 0
+    assert json.loads(capsys.readouterr().out)["output"] == 50
+    assert main([*base, "close", info.session_id]) == 0
+    capsys.readouterr()
+    assert main([*base, "run", info.session_id, str(script)]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -197,19 +197,41 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
     _check_room(ctx, store)
     request = runs.code_request(ctx, p, args_json, skills, input_blobs, limits)
     _acquire(store, meta)
-    outcome: list[SessionOutcome | None] = [None]
-
-    def keep(result: SandboxResult) -> None:
-        outcome[0] = result.session
-
+    request.session = SessionRun(folder=str(store.folder(meta)), version=meta.version, reseed=meta.reseed)
+    run = _SessionRun(store, meta)
+    task = asyncio.ensure_future(runs._run(ctx, request, skills, on_result=run.keep))
+    # A call cancelled midway (its client went away) leaves the run going on in
+    # its worker, writing the next version: the session stays held until it ends.
+    task.add_done_callback(lambda _: run.settle())
     try:
-        request.session = SessionRun(folder=str(store.folder(meta)), version=meta.version, reseed=meta.reseed)
-        result = await runs._run(ctx, request, skills, on_result=keep)
+        result = await asyncio.shield(task)
     finally:
-        try:
-            store.finish_run(meta, outcome[0])
-        finally:
-            store.release(meta)
-    kept = outcome[0] is not None and outcome[0].committed
-    result.session_rolled_back = not kept
+        if task.done():
+            run.settle()
+    result.session_rolled_back = not run.kept
     return result
+
+
+class _SessionRun:
+    """One run's hold on its session: released once, when the run has ended."""
+
+    def __init__(self, store: SessionStore, meta: SessionMeta) -> None:
+        self.store, self.meta = store, meta
+        self.outcome: SessionOutcome | None = None
+        self._settled = False
+
+    def keep(self, result: SandboxResult) -> None:
+        self.outcome = result.session
+
+    @property
+    def kept(self) -> bool:
+        return self.outcome is not None and self.outcome.committed
+
+    def settle(self) -> None:
+        if self._settled:
+            return
+        self._settled = True
+        try:
+            self.store.finish_run(self.meta, self.outcome)
+        finally:
+            self.store.release(self.meta)
