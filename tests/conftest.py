@@ -16,6 +16,7 @@ from wasmrun.protocol.context import Context
 from wasmrun.sandbox.executor import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
+from wasmrun.tenants.grants import Grant
 from wasmrun.tenants.policy import AccessPolicy
 
 
@@ -52,7 +53,7 @@ def settings(tmp_path: Path, skills_dir: Path) -> Settings:
         workers=2,
         secrets={"DEMO_TOKEN": "s3cret", "OTHER_TOKEN": "not-for-you"},
         # The operator grants DEMO_TOKEN (and one never configured) to the demo.* skills only.
-        access=AccessPolicy(secret_grants=(("demo.*", frozenset({"DEMO_TOKEN", "MISSING_ONE"})),)),
+        access=AccessPolicy(secret_grants=(Grant("demo.*", ("DEMO_TOKEN", "MISSING_ONE")),)),
     )
 
 

@@ -256,9 +256,9 @@ def test_policy_file_grants_secrets_per_skill_and_tenant(tmp_path: Path) -> None
     )
     policy = Settings.load({}, policy_file=file).access
     assert policy == load_access_policy(file)
-    assert policy.granted("bob", "data.csv.profile") == {"KEY"}
-    assert policy.granted("bob", "user.report") == set()
-    assert policy.granted("alice", "user.report") == {"REPORT"}
+    assert policy.granted("bob", "data.csv.profile", None) == {"KEY"}
+    assert policy.granted("bob", "user.report", None) == set()
+    assert policy.granted("alice", "user.report", None) == {"REPORT"}
     assert policy.allowed_hosts == ("wasmrun.internal",)
     file.write_text('[secrets.grants]\n"x" = "KEY"\n')
     with pytest.raises(ValueError, match="list of strings"):

@@ -318,3 +318,68 @@ def test_long_error_messages_are_cut() -> None:
     with _app(wordy) as client:
         message = post(client, call("anything"))["error"]["message"]
     assert len(message) <= jsonrpc.MAX_MESSAGE_CHARS
+
+
+def _reference_duplicates(text: bytes) -> set[str]:
+    """What a decoder that keeps every member says: the names repeated in the call object
+    or in its (first) params object."""
+    import json as stdjson
+
+    def repeated(pairs: list[tuple[str, object]], prefix: str) -> set[str]:
+        names = [name for name, _ in pairs]
+        return {prefix + n for n in names if names.count(n) > 1}
+
+    pairs = stdjson.loads(text, object_pairs_hook=lambda p: p)
+    found = repeated(pairs, "")
+    params = [v for k, v in pairs if k == "params"]
+    if params and isinstance(params[0], list) and all(isinstance(p, tuple) for p in params[0]):
+        found |= repeated(params[0], "params.")
+    return found
+
+
+def test_duplicate_members_are_found_as_a_full_decoder_finds_them() -> None:
+    import json as stdjson
+    import random
+
+    from wasmrun.wire.jsonrpc import duplicate_member
+
+    rng = random.Random(19)
+    names = ["method", "params", "id", "jsonrpc", "name", "args", 'a"b', "a\\b", "é", "\u006d", "x y"]
+
+    def value(depth: int) -> str:
+        roll = rng.random()
+        if depth > 2 or roll < 0.4:
+            return stdjson.dumps(rng.choice([1, "s", "method", None, "a\\\"", [1]]))
+        if roll < 0.7:
+            return "[" + ",".join(value(depth + 1) for _ in range(rng.randint(0, 3))) + "]"
+        return obj(depth + 1)
+
+    def key(name: str) -> str:
+        text = stdjson.dumps(name, ensure_ascii=rng.random() < 0.5)
+        if rng.random() < 0.2 and name.isascii() and name.isalpha():  # spelled with an escape
+            text = f'"\\u{ord(name[0]):04x}{name[1:]}"'
+        return text
+
+    def obj(depth: int) -> str:
+        members = [rng.choice(names) for _ in range(rng.randint(0, 4))]
+        return "{" + ", ".join(f"{key(n)} : {value(depth)}" for n in members) + "}"
+
+    for _ in range(3000):
+        text = obj(0).encode()
+        expected = _reference_duplicates(text)
+        found = duplicate_member(text)
+        assert (found is None) == (not expected), (text, found, expected)
+        assert found is None or found in expected, (text, found, expected)
+
+
+@pytest.mark.parametrize(
+    "params",
+    ['{"blob_id":"a","blob\\u005fid":"b"}', '{"a\\/b":1,"a/b":2}', '{"x\\bz":1,"x\\u0008z":2}'],
+)
+def test_a_member_spelled_twice_two_ways_is_found(params: str) -> None:
+    """Through the cheap pre-check too: escapes that spell one name two ways."""
+    from wasmrun.wire.jsonrpc import _may_repeat, duplicate_member
+
+    body = ('{"jsonrpc":"2.0","id":1,"method":"read_blob","params":' + params + "}").encode()
+    assert _may_repeat(body, params.encode())
+    assert duplicate_member(body) is not None

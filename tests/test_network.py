@@ -30,6 +30,7 @@ from wasmrun.egress.policy import EgressPolicy, parse_egress_policy
 from wasmrun.sandbox.executor import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import Settings
+from wasmrun.tenants.grants import Grant
 from wasmrun.tenants.policy import AccessPolicy
 
 FETCH_CODE = """\
@@ -183,8 +184,8 @@ def settings(settings: Settings, web: LocalServer, secure: LocalServer, ca_file:
     secrets = {**settings.secrets, "SALESFORCE_API_KEY": "sf-real-key-0001"}
     # The operator grants the secrets (the access policy) and the network (the egress policy).
     access = AccessPolicy(secret_grants=(
-        ("net.*", frozenset({"DEMO_TOKEN", "OTHER_TOKEN"})),
-        ("salesforce.*", frozenset({"SALESFORCE_API_KEY"})),
+        Grant("net.*", ("DEMO_TOKEN", "OTHER_TOKEN")),
+        Grant("salesforce.*", ("SALESFORCE_API_KEY",)),
     ))
     return dataclasses.replace(settings, secrets=secrets, access=access, egress=network_policy(web, secure, ca_file))
 

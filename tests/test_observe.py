@@ -22,6 +22,8 @@ from wasmrun.settings import Settings
 from wasmrun.tenants.retention import BlobRetention
 from wasmrun.tenants.store import TenantStore
 
+METRICS_KEY = "operator-metrics-key-0123456789"
+
 
 @pytest.fixture()
 def names() -> dict[str, str]:
@@ -31,7 +33,7 @@ def names() -> dict[str, str]:
 
 @pytest.fixture()
 def audited(settings: Settings, tmp_path: Path) -> Settings:
-    return dataclasses.replace(settings, audit_log=tmp_path / "audit" / "audit.log")
+    return dataclasses.replace(settings, audit_log=tmp_path / "audit" / "audit.log", metrics_key=METRICS_KEY)
 
 
 @pytest.fixture()
@@ -80,7 +82,9 @@ def test_metrics_in_prometheus_format(http: TestClient, keys: dict[str, str], na
     a = caller(http, keys["a"])
     a("run_code", {"language": "python", "code": "def main(args):\n    return 1\n"})
     a("create_blob", {"content": "x" * 10_000, "kind": "text/plain"})
-    response = http.get("/metrics")
+    assert http.get("/metrics").status_code == 403  # tenants exist: a loopback client proves nothing
+    assert http.get("/metrics", headers={"authorization": f"Bearer {keys['a']}"}).status_code == 403  # a tenant's key
+    response = http.get("/metrics", headers={"authorization": f"Bearer {METRICS_KEY}"})
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
     text = response.text
     tenant = names["a"]
@@ -115,3 +119,14 @@ def test_blob_ttl_flag_sets_the_default(tmp_path: Path) -> None:
     assert Settings.load({"WASMRUN_BLOB_TTL": "60"}, data_dir=tmp_path).access.limits.blob_ttl_s == 60
     assert Settings.load({}, data_dir=tmp_path).audit_log == tmp_path / "audit.log"
     assert Settings.load({}, data_dir=tmp_path, audit_log="-").audit_log is None
+
+
+@pytest.mark.parametrize("key", ["short", "x" * 15, "a key with\ttab-0123456789", "ключ-0123456789abcdef"])
+def test_a_weak_or_odd_metrics_key_is_refused_at_start(tmp_path: Path, key: str) -> None:
+    with pytest.raises(ValueError, match="WASMRUN_METRICS_KEY"):
+        Settings.load({"WASMRUN_METRICS_KEY": key, "WASMRUN_DATA_DIR": str(tmp_path)})
+
+
+def test_metrics_without_tenants_and_without_a_key_stay_on_this_machine(settings: Settings, context: Context) -> None:
+    with TestClient(create_app(settings, context), base_url="http://localhost", client=("127.0.0.1", 1)) as c:
+        assert c.get("/metrics").status_code == 200

@@ -436,9 +436,16 @@ def test_a_created_skill_cannot_grant_itself_a_secret(rpc: Rpc) -> None:
     assert "s3cret" not in json.dumps(result) and "not-for-you" not in json.dumps(result)
 
 
-def test_a_manifest_asking_for_an_ungranted_secret_gets_none(rpc: Rpc, tmp_path: Path) -> None:
-    # demo.* is granted DEMO_TOKEN only: asking for OTHER_TOKEN too gets DEMO_TOKEN alone.
-    _create_env_skill(rpc, "demo.asks", "1.0.0", ["DEMO_TOKEN", "OTHER_TOKEN"])
+def test_a_manifest_asking_for_an_ungranted_secret_gets_none(rpc: Rpc, skills_dir: Path) -> None:
+    # demo.* is granted DEMO_TOKEN only: the operator's skill asking for OTHER_TOKEN too gets DEMO_TOKEN alone.
+    write_skill(skills_dir, "demo.asks", code=ENV_CODE, permissions={"secrets": ["DEMO_TOKEN", "OTHER_TOKEN"]})
     result = rpc("execute_skill", {"name": "demo.asks"})["result"]
     # (the value is replaced by its placeholder in what the run returns)
     assert result["output"] == {"env": {"DEMO_TOKEN": "wasmrun-secret:DEMO_TOKEN"}}
+
+
+def test_an_everyone_grant_does_not_reach_a_created_skill_of_a_matching_name(rpc: Rpc) -> None:
+    # Grants follow ownership: "demo.*" was written for the operator's demo skills.
+    _create_env_skill(rpc, "demo.mine", "1.0.0", ["DEMO_TOKEN", "OTHER_TOKEN"])
+    result = rpc("execute_skill", {"name": "demo.mine"})["result"]
+    assert result["status"] == "completed" and result["output"] == {"env": {}}, result

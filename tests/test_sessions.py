@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import stat
 import threading
 import time
@@ -14,7 +15,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from liveserver import LiveServer
+from liveserver import LiveServer, wasmrun_env
 
 from wasmrun.tenants.store import TenantStore
 
@@ -54,7 +55,8 @@ class Servers:
         store = TenantStore(data)
         self.alice_key = store.add("alice")
         self.bob_key = store.add("bob", {"sessions": 2})
-        self.server = LiveServer(data, env=None)
+        self.metrics_key = secrets.token_urlsafe(32)
+        self.server = LiveServer(data, env={**wasmrun_env(), "WASMRUN_METRICS_KEY": self.metrics_key})
         self.alice = _caller(self.server, self.alice_key)
         self.bob = _caller(self.server, self.bob_key)
 
@@ -205,7 +207,9 @@ def test_state_is_private_on_disk_and_deleted_when_the_session_ends(servers: Ser
     while folder.exists():  # the sweeper deletes it
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    metrics = httpx2.get(servers.server.base_url + "/metrics", timeout=30).text
+    metrics = httpx2.get(
+        servers.server.base_url + "/metrics", headers={"authorization": f"Bearer {servers.metrics_key}"}, timeout=30
+    ).text
     assert 'wasmrun_sessions_ended_total{reason="expired",tenant="alice"}' in metrics
     assert 'wasmrun_session_rollbacks_total{tenant="alice"}' in metrics
     assert 'wasmrun_sessions_open{tenant="alice"}' in metrics

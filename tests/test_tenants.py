@@ -208,9 +208,10 @@ def test_a_tenant_cannot_reach_another_tenants_skills(http: TestClient, keys: di
 
 @pytest.fixture()
 def granted(settings: Settings, context: Context, keys: dict[str, str]) -> Iterator[TestClient]:
+    from wasmrun.tenants.grants import Grant
     from wasmrun.tenants.policy import AccessPolicy
 
-    policy = AccessPolicy(tenant_secret_grants={"alice": (("user.report", frozenset({"DEMO_TOKEN"})),)})
+    policy = AccessPolicy(tenant_secret_grants={"alice": (Grant("user.report", ("DEMO_TOKEN",), "any"),)})
     app = create_app(dataclasses.replace(settings, access=policy), dataclasses.replace(context, access=policy))
     with TestClient(app, base_url="http://localhost") as c:
         yield c
@@ -273,10 +274,12 @@ def test_a_real_server_with_tenants(tmp_path: Path) -> None:
     import requests
     from test_e2e_client import Server
 
+    from tests.liveserver import wasmrun_env
+
     data = tmp_path / "data"
     store = TenantStore(data)
     alice, bob = store.add("alice"), store.add("bob")
-    server = Server(data)
+    server = Server(data, env={**wasmrun_env(), "WASMRUN_METRICS_KEY": "metrics-key-for-the-operator"})
     try:
         def call(key: str | None, method: str, params: dict[str, Any], **headers: str) -> requests.Response:
             sent = {"content-type": "application/json", **headers}
@@ -296,7 +299,12 @@ def test_a_real_server_with_tenants(tmp_path: Path) -> None:
         plain = requests.post(server.endpoint, data="{}", headers={"content-type": "text/plain",
                                                                    "authorization": f"Bearer {alice}"}, timeout=60)
         assert plain.status_code == 415
-        metrics = requests.get(server.endpoint.replace("/rpc", "/metrics"), timeout=60).text
+        metrics_url = server.endpoint.replace("/rpc", "/metrics")
+        assert requests.get(metrics_url, timeout=60).status_code == 403  # loopback, but tenants exist
+        assert requests.get(metrics_url, headers={"authorization": f"Bearer {alice}"}, timeout=60).status_code == 403
+        metrics = requests.get(
+            metrics_url, headers={"authorization": "Bearer metrics-key-for-the-operator"}, timeout=60
+        ).text
         assert 'wasmrun_runs_total{method="run_code",status="completed",tenant="bob"} 1.0' in metrics
     finally:
         server.stop()

@@ -101,6 +101,11 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     serve.add_argument(
+        "--allow-one-worker", action="store_true", default=None,
+        help="serve several tenants with fewer than 2 workers: one tenant's runs can then hold the only"
+        " sandbox, and every other tenant's run is 'server busy' meanwhile (WASMRUN_ALLOW_ONE_WORKER=1)",
+    )
+    serve.add_argument(
         "--with-create-skill", action="store_true", help="offer the create_skill tool at /mcp too"
     )
     _database_url(serve)
@@ -237,7 +242,7 @@ def _serve(args: argparse.Namespace) -> int:
         _settings(
             args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file,
             policy_file=args.policy_file, insecure=args.insecure, audit_log=args.audit_log, blob_ttl=args.blob_ttl,
-            database_url=args.database_url, blob_store=args.blob_store,
+            database_url=args.database_url, blob_store=args.blob_store, allow_one_worker=args.allow_one_worker,
         ),
         mcp_with_create_skill=args.with_create_skill,
     )

@@ -24,6 +24,7 @@ import importlib.metadata
 import json
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
@@ -33,14 +34,15 @@ import msgspec
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
-from starlette.types import ASGIApp
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from wasmrun.protocol.errors import RPCError, Unauthorized
 from wasmrun.protocol.methods import Dispatcher
-from wasmrun.protocol.types import ReadBlobResult, RunResult
+from wasmrun.protocol.types import MAX_ARGS_DEPTH, ReadBlobResult, RunResult
 from wasmrun.tenants.caller import Caller
 from wasmrun.tools import render, tools
-from wasmrun.wire.jsonrpc import MAX_DEPTH, MAX_MESSAGE_CHARS, nests_deeper_than
+from wasmrun.wire.jsonrpc import MAX_MESSAGE_CHARS, nests_deeper_than
 
 logger = logging.getLogger("wasmrun.mcp")
 
@@ -52,6 +54,7 @@ INSTRUCTIONS = (
 )
 MCP_SESSION_IDLE_S = 600.0  # an MCP session over HTTP unused this long is closed
 MCP_MAX_SESSIONS = 1000  # beyond it, a new session is answered 503 until one ends
+# Per tenant: its `mcp_sessions` limit (tenants/limits.py), so one tenant cannot take the 1,000.
 PREVIEW_CHARS = 2000  # of a run's output, in the text block; the structured result has all of it
 BLOB_TEMPLATE = types.ResourceTemplate(
     name="blob",
@@ -159,8 +162,8 @@ def build_server(
             arguments = json.dumps(params.arguments or {}, allow_nan=False).encode()
         except ValueError:
             return _error("invalid params: arguments hold NaN or Infinity, which JSON does not allow", -32602)
-        if nests_deeper_than(arguments, MAX_DEPTH - 2):  # /rpc's bound; its envelope takes 2 levels
-            return _error(f"invalid params: arguments nest deeper than {MAX_DEPTH - 2} levels", -32602)
+        if nests_deeper_than(arguments, MAX_ARGS_DEPTH + 1):  # /rpc's bound: the arguments object holds args
+            return _error(f"invalid params: arguments nest deeper than {MAX_ARGS_DEPTH} levels", -32602)
         raw = msgspec.Raw(arguments)
         try:
             result = await dispatch(params.name, raw, ctx)
@@ -223,7 +226,7 @@ def http_app(
         session_idle_timeout=MCP_SESSION_IDLE_S,
         max_sessions=MCP_MAX_SESSIONS,
     )
-    return StreamableHTTPASGIApp(manager), manager.run
+    return TenantSessions(StreamableHTTPASGIApp(manager), authenticate), manager.run
 
 
 async def serve_stdio(
@@ -238,3 +241,89 @@ async def serve_stdio(
         with open_dispatcher() as dispatcher:
             server = build_server(dispatcher, with_create_skill=with_create_skill)
             await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+class TenantSessions:
+    """The MCP session cap per tenant, in front of the SDK's server-wide one.
+
+    A request without an `mcp-session-id` opens a session: refused (429, a JSON-RPC error
+    naming `mcp_sessions`) while the tenant has `mcp_sessions` open, else passed on and,
+    when the SDK answers it with a session id, counted for the tenant. A session stops
+    counting when the client ends it (DELETE), when the SDK no longer knows it (404), or
+    once it has been idle as long as the SDK keeps idle sessions (MCP_SESSION_IDLE_S).
+    A session is its tenant's: another tenant's key naming it is answered 404, as if it
+    did not exist (it can neither use nor end it)."""
+
+    def __init__(self, app: ASGIApp, authenticate: Callable[[str | None], Caller | None]) -> None:
+        self.app = app
+        self.authenticate = authenticate
+        self._sessions: dict[str, tuple[str, float]] = {}  # session id -> (tenant, last used)
+
+    def open_sessions(self, tenant: str) -> int:
+        horizon = time.monotonic() - MCP_SESSION_IDLE_S
+        for sid in [sid for sid, (_, used) in self._sessions.items() if used < horizon]:
+            del self._sessions[sid]
+        return sum(1 for owner, _ in self._sessions.values() if owner == tenant)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        header = headers.get(b"authorization")
+        caller = self.authenticate(header.decode("latin-1") if header is not None else None)
+        session = headers.get(b"mcp-session-id", b"").decode("latin-1")
+        if caller is None:  # Authenticated in front of this refuses it first; never counted
+            await self.app(scope, receive, send)
+            return
+        known = self._sessions.get(session)
+        if known is not None and known[0] != caller.tenant:  # another tenant's session: as if none
+            await _not_found()(scope, receive, send)
+            return
+        pending = ""
+        if not session:
+            cap = caller.limits.mcp_sessions
+            if self.open_sessions(caller.tenant) >= cap:
+                await _busy(cap)(scope, receive, send)
+                return
+            pending = f"opening-{secrets.token_hex(8)}"  # counted while the SDK answers: no race past the cap
+            self._sessions[pending] = (caller.tenant, time.monotonic())
+        status: list[int] = []
+        opened: list[str] = []
+
+        async def watch(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+                if not session:
+                    opened.extend(
+                        v.decode("latin-1") for k, v in message.get("headers", []) if k.lower() == b"mcp-session-id"
+                    )
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            now = time.monotonic()
+            self._sessions.pop(pending, None)
+            if opened and status and status[0] < 400:
+                self._sessions[opened[0]] = (caller.tenant, now)
+            elif session in self._sessions:
+                if scope.get("method") == "DELETE" or (status and status[0] == 404):
+                    del self._sessions[session]
+                else:
+                    self._sessions[session] = (self._sessions[session][0], now)
+
+
+def _not_found() -> Response:
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Session not found"}})
+    return Response(body, status_code=404, media_type="application/json")
+
+
+def _busy(cap: int) -> Response:
+    body = json.dumps({
+        "jsonrpc": "2.0", "id": None,
+        "error": {"code": -32002, "message": f"busy for this tenant: it has {cap} MCP sessions open, its limit"
+                  " (mcp_sessions); end one (DELETE /mcp with its mcp-session-id) or let an idle one expire",
+                  "data": {"limit": "mcp_sessions", "value": cap}},
+    })
+    return Response(body, status_code=429, media_type="application/json", headers={"Retry-After": "1"})

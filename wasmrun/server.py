@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import hmac
 import importlib.util
 import logging
 import os
@@ -30,6 +32,7 @@ from wasmrun.sandbox.executor import Executor, InProcessExecutor
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
 from wasmrun.settings import Settings
 from wasmrun.tenants.caller import LOCAL_TENANT, local_caller
+from wasmrun.tenants.calls import CallGate, RequestsInFlight
 from wasmrun.tenants.quotas import RunGate
 from wasmrun.tenants.retention import BlobRetention
 from wasmrun.tenants.store import TenantDirectory, TenantEditor, TenantStore
@@ -105,6 +108,7 @@ def build_context(
         max_full_read_bytes=settings.max_full_read_bytes,
         caller=local_caller(settings.access.limits),
         gate=open_run_gate(settings),
+        calls=CallGate(settings.queue_timeout),
         sessions=SessionStore(settings.data_dir / "sessions", settings.sessions),
     )
 
@@ -145,6 +149,7 @@ def create_app(
     sessions = context.sessions
     metrics = Metrics(
         context.gate, context.executor.capacity, context.blobs, lambda: [LOCAL_TENANT, *tenants.names()],
+        context.calls,
         sessions.tenants if sessions is not None else None,
     )
     audit = open_audit_log(settings)
@@ -169,6 +174,7 @@ def create_app(
             context.gate.close()
 
     dispatcher = Dispatcher(context, observers, require_caller=True)
+    in_flight = RequestsInFlight()  # each tenant's HTTP requests, /rpc and /mcp together
     routes: list[BaseRoute] = [tools_route()]
     lifespans = []
     if importlib.util.find_spec("mcp") is None:
@@ -187,7 +193,7 @@ def create_app(
         # wire/lazy.py). Every request is authenticated like /rpc's before the SDK sees it,
         # and each tool call runs as the key on its own request (mcp_server.http_app).
         mcp = LazyEndpoint(build_mcp)
-        routes.append(Route("/mcp", endpoint=Authenticated(mcp, tenants.authenticate)))
+        routes.append(Route("/mcp", endpoint=Authenticated(mcp, tenants.authenticate, in_flight)))
         lifespans.append(mcp.lifespan)
     return create_wire_app(
         dispatcher,
@@ -200,7 +206,29 @@ def create_app(
         guard=RequestGuard.for_server(settings.host, settings.access.allowed_hosts, settings.access.allowed_origins),
         authenticate=tenants.authenticate,
         metrics=metrics.render,
+        metrics_refusal=functools.partial(metrics_refusal, settings.metrics_key, tenants),
+        in_flight=in_flight,
     )
+
+
+def metrics_refusal(
+    metrics_key: str | None, tenants: TenantDirectory, authorization: str | None, client: str | None
+) -> str | None:
+    """Why a /metrics request is refused, or None. /metrics (tenant names and usage) is the
+    operator's: with WASMRUN_METRICS_KEY set, only `Authorization: Bearer <that key>` opens
+    it, from anywhere; without one, only a loopback client of a server with no tenants (where
+    the local user is the operator). A tenant's API key never opens it, and once tenants exist
+    a loopback address proves nothing (a reverse proxy on this machine is loopback too)."""
+    if metrics_key is not None:
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), metrics_key.encode()):
+            return None
+        return "/metrics needs the operator's metrics key (Authorization: Bearer <WASMRUN_METRICS_KEY>)"
+    if tenants.has_tenants():
+        return "/metrics is the operator's: set WASMRUN_METRICS_KEY on the server and send it as a Bearer token"
+    if client is None or not is_loopback(client):
+        return "/metrics is served to this machine only (or with WASMRUN_METRICS_KEY set, to its key)"
+    return None
 
 
 def open_orphan_sweeper(settings: Settings) -> OrphanSweeper | None:
@@ -279,10 +307,30 @@ def check_exposure(settings: Settings) -> None:
     )
 
 
+def check_workers(settings: Settings) -> None:
+    """Refuse to serve several tenants from fewer than two workers unless told to: each tenant
+    may hold all the sandboxes but one (tenants/quotas.py), and with one worker that is all of
+    them, so one tenant's sleeping runs make every other tenant's run "server busy"."""
+    tenants = len(tenant_directory(settings).names())
+    if settings.workers >= 2 or tenants < 2:
+        return
+    if not settings.allow_one_worker:
+        raise ValueError(
+            f"--workers {settings.workers} with {tenants} tenants: one tenant's runs could hold the only"
+            " sandbox and every other tenant's runs would be refused as server busy meanwhile. Use"
+            " --workers 2 or more (on one CPU the system time-slices them, and each tenant keeps one for"
+            " the others), or pass --allow-one-worker (WASMRUN_ALLOW_ONE_WORKER=1) to accept that"
+        )
+    logging.getLogger("wasmrun").warning(
+        "--allow-one-worker: %d tenants share one sandbox; one tenant's runs can hold it from the others", tenants
+    )
+
+
 def serve(settings: Settings, *, mcp_with_create_skill: bool = False) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     migrate_database(settings)
     check_exposure(settings)
+    check_workers(settings)
     if settings.blob_store is None:  # the database's counters change with its rows: nothing to recount
         FileBlobStore(settings.blobs_dir).recount()  # quotas start from what is on disk
     app = create_app(settings, mcp_with_create_skill=mcp_with_create_skill)

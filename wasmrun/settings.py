@@ -10,6 +10,7 @@
     --policy-file     WASMRUN_POLICY_FILE           (none: no network; secrets in env mode) secret grants and modes,
                                                     network grants, allowed hosts/origins
     --insecure        WASMRUN_INSECURE=1            serve a non-loopback --host without API keys
+    --allow-one-worker WASMRUN_ALLOW_ONE_WORKER=1   serve several tenants with fewer than 2 workers
     --audit-log       WASMRUN_AUDIT_LOG             <data_dir>/audit.log ("-": none)
     --database-url    WASMRUN_DATABASE_URL          (none: tenants and the audit log in files under the data dir)
                                                     postgresql://... shared by several servers
@@ -17,6 +18,8 @@
                                                     with --database-url; AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
     --blob-ttl        WASMRUN_BLOB_TTL              0 (seconds blobs are kept; 0: until deleted; per tenant: blob_ttl_s)
                       WASMRUN_SECRET_<NAME>         the secret <NAME>
+                      WASMRUN_METRICS_KEY           (none) the operator's key for GET /metrics; without it
+                                                    /metrics answers loopback clients of a server without tenants only
                       WASMRUN_QUEUE_TIMEOUT         5 (seconds a call waits for a free sandbox)
                       WASMRUN_SKILL_CACHE_ENTRIES   256   bounds of the cache of created skills
                       WASMRUN_SKILL_CACHE_MB        1024  (with --database-url; shared by servers on one data dir)
@@ -110,11 +113,14 @@ class Settings:
     egress: EgressPolicy = field(default_factory=EgressPolicy)
     access: AccessPolicy = field(default_factory=AccessPolicy)
     insecure: bool = False
+    allow_one_worker: bool = False  # several tenants with one worker: one tenant can hold the only sandbox
     audit_log: Path | None = None  # None: no audit log
     # postgresql://...: tenants and the audit log shared by several servers. Never shown (a password).
     database_url: str | None = field(default=None, repr=False)
     # s3://BUCKET?endpoint=URL&region=R: blob bytes shared by several servers (metadata in the database).
     blob_store: str | None = None
+    # The operator's bearer key for GET /metrics (an environment variable only: never on a command line).
+    metrics_key: str | None = field(default=None, repr=False)
     sessions: SessionPolicy = field(default_factory=SessionPolicy)
 
     @property
@@ -157,6 +163,7 @@ class Settings:
         blob_ttl: int | None = None,
         database_url: str | None = None,
         blob_store: str | None = None,
+        allow_one_worker: bool | None = None,
     ) -> Settings:
         """Flags (the keyword arguments, None when not given) over `env` over defaults."""
         env = os.environ if env is None else env
@@ -201,6 +208,10 @@ class Settings:
             seconds = _int(ttl, "blob ttl") if ttl != "0" else 0
             access = dataclasses.replace(access, limits=dataclasses.replace(access.limits, blob_ttl_s=seconds or 0))
         chosen["database_url"] = pick(database_url, "DATABASE_URL")
+        metrics_key = env.get(ENV_PREFIX + "METRICS_KEY") or None
+        if metrics_key is not None and (len(metrics_key) < 16 or not metrics_key.isascii() or not metrics_key.isprintable()):
+            raise ValueError("WASMRUN_METRICS_KEY must be at least 16 printable ASCII characters")
+        chosen["metrics_key"] = metrics_key
         chosen["blob_store"] = pick(blob_store, "BLOB_STORE")
         if chosen["blob_store"] is not None:
             from wasmrun.blobs.objects import ObjectStoreLocation
@@ -216,6 +227,7 @@ class Settings:
             egress=load_egress_policy(str(Path(policy_path).expanduser()) if policy_path else None),
             access=access,
             insecure=bool(insecure) or env.get(ENV_PREFIX + "INSECURE", "") in ("1", "true", "yes"),
+            allow_one_worker=bool(allow_one_worker) or env.get(ENV_PREFIX + "ALLOW_ONE_WORKER", "") in ("1", "true", "yes"),
             **chosen,
         )
 

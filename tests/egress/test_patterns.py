@@ -100,3 +100,42 @@ def test_parsed_url_is_what_is_sent() -> None:
     assert target.request_target == "/v1/a/c?x=1&y=%20"
     assert target.host_header == "api.example.com"
     assert parse_url("http://[::1]:8080").host_header == "[::1]:8080"
+
+
+AMBIGUOUS_PATHS = [
+    "/v1/..;/admin", "/v1/..%2fadmin", "/v1/..%2Fadmin", "/v1/..\\admin", "/v1/..%5cadmin",
+    "/v1/%2e%2e/admin", "/v1/.%2e/admin", "/v1/%252e%252e/admin", "/v1/%25252e/admin", "/v1/x;jsessionid=1",
+    "/v1/x%3b/admin", "/v1/./x", "/v1/x/..", "/v1/%2e", "/v1/a%2fb", "/v1/x%00", "/v1/x%zz",
+]
+
+
+@pytest.mark.parametrize("path", AMBIGUOUS_PATHS)
+def test_a_path_grant_refuses_paths_an_upstream_could_read_otherwise(path: str) -> None:
+    target = parse_url("http://127.0.0.1:8080" + path)
+    assert target.ambiguity is not None
+    assert not UrlPattern.parse("http://127.0.0.1:8080/v1").matches(target)
+    # A host-only grant does not judge paths: the same URL passes it.
+    assert UrlPattern.parse("http://127.0.0.1:8080").matches(target)
+
+
+@pytest.mark.parametrize(
+    "path, expected",
+    [("/%76%31/x", True), ("/v1/%7euser", True), ("/v1/caf%C3%A9", True), ("/V1/x", False), ("/v1x", False)],
+)
+def test_a_path_grant_compares_the_normalised_path(path: str, expected: bool) -> None:
+    assert matches("http://127.0.0.1:8080/v1", "http://127.0.0.1:8080" + path) is expected
+
+
+@pytest.mark.parametrize("pattern", ["http://h.example/v1/../admin", "http://h.example/v1;x", "http://h.example/a%2fb"])
+def test_a_path_pattern_must_be_written_plainly(pattern: str) -> None:
+    with pytest.raises(PatternError, match="write the path plainly"):
+        UrlPattern.parse(pattern)
+
+
+def test_the_refusal_names_the_ambiguity() -> None:
+    from wasmrun.egress.policy import NetworkGrant
+
+    grant = NetworkGrant(subject="skill a", requested=["http://127.0.0.1:8080/v1"], granted=["http://127.0.0.1:8080/v1"])
+    assert grant.refusal(parse_url("http://127.0.0.1:8080/v1/x")) is None
+    why = grant.refusal(parse_url("http://127.0.0.1:8080/v1/..;/admin"))
+    assert why is not None and "path-prefix grant cannot judge" in why and "';'" in why

@@ -28,7 +28,7 @@ POLICY = {
 
 def test_grant_is_the_intersection() -> None:
     policy = parse_egress_policy(POLICY)
-    grant = policy.network.for_skill("weather.forecast", ["https://*.example.org", "https://evil.com"], {})
+    grant = policy.network.for_skill("weather.forecast", ["https://*.example.org", "https://evil.com"], {}, owner=None)
     assert grant is not None and grant.max_requests == 3
     assert grant.refusal(parse_url("https://a.example.org/x")) is None
     # requested but not granted by the operator
@@ -41,20 +41,20 @@ def test_grant_is_the_intersection() -> None:
 def test_no_grant_means_no_network() -> None:
     url = parse_url("https://na1.salesforce.com/")
     policy = parse_egress_policy(POLICY)
-    other = policy.network.for_skill("other.skill", ["https://*.salesforce.com"], {})
+    other = policy.network.for_skill("other.skill", ["https://*.salesforce.com"], {}, owner=None)
     assert "not allowed for skill other.skill" in (other.refusal(url) or "")
-    assert "permissions.network" in (policy.network.for_skill("salesforce.leads.sync", [], {}).refusal(url) or "")
+    assert "permissions.network" in (policy.network.for_skill("salesforce.leads.sync", [], {}, owner=None).refusal(url) or "")
     assert "run_code has no network access" in (EgressPolicy().network.for_run_code().refusal(url) or "")
-    nothing = EgressPolicy().network.for_skill("salesforce.leads.sync", ["https://*.salesforce.com"], {})
+    nothing = EgressPolicy().network.for_skill("salesforce.leads.sync", ["https://*.salesforce.com"], {}, owner=None)
     assert "by the server's network policy" in (nothing.refusal(url) or "")
 
 
 def test_a_tenant_grant_adds_to_everyone_s_for_that_tenant_only() -> None:
     network = parse_egress_policy(POLICY).network
     url = parse_url("https://crm.alice.example/v1")
-    assert network.for_skill("crm.sync", ["https://crm.alice.example"], {}, tenant="alice").refusal(url) is None
-    assert network.for_skill("crm.sync", ["https://crm.alice.example"], {}, tenant="bob").refusal(url) is not None
-    assert network.for_skill("crm.sync", ["https://crm.alice.example"], {}).refusal(url) is not None
+    assert network.for_skill("crm.sync", ["https://crm.alice.example"], {}, tenant="alice", owner=None).refusal(url) is None
+    assert network.for_skill("crm.sync", ["https://crm.alice.example"], {}, tenant="bob", owner=None).refusal(url) is not None
+    assert network.for_skill("crm.sync", ["https://crm.alice.example"], {}, owner=None).refusal(url) is not None
     both = network.granted_for_skill("salesforce.leads.sync", "alice")
     assert both == ["https://*.salesforce.com"]
     with pytest.raises(PolicyError, match="tenants.carol.network"):
@@ -80,7 +80,9 @@ def test_secrets_in_bodies_are_opt_in_and_only_host_held_ones() -> None:
     policy = parse_egress_policy({"secrets": {"in_bodies": ["STRIPE_KEY", "NOT_HELD"]}})
     assert policy.body_secrets == {"STRIPE_KEY", "NOT_HELD"}
     assert parse_egress_policy({}).body_secrets == frozenset()
-    grant = policy.network.for_skill("pay.charge", [], {"STRIPE_KEY": "sk", "OTHER": "o"}, body_secrets=policy.body_secrets)
+    grant = policy.network.for_skill(
+        "pay.charge", [], {"STRIPE_KEY": "sk", "OTHER": "o"}, body_secrets=policy.body_secrets, owner=None
+    )
     assert grant.body_secrets == ["STRIPE_KEY"]
 
 

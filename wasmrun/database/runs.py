@@ -38,6 +38,7 @@ import psycopg
 
 from wasmrun.database import DatabaseError, locks
 from wasmrun.database.connection import Database
+from wasmrun.offload import for_run, run_pool
 from wasmrun.tenants.caller import UNBOUNDED, Caller
 from wasmrun.tenants.limits import TenantLimits
 from wasmrun.tenants.quotas import RATE_WINDOW_S, QueueTimeout, RunGate, RunQuotaExceeded, TenantRuns
@@ -114,7 +115,7 @@ class SharedRunGate(RunGate):
         local.running += here
         deadline = time.monotonic() + self.queue_timeout  # for the whole admission, lock waits included
         try:
-            lease = await self._kept(asyncio.to_thread(self._enter, caller.tenant, limits, here, deadline))
+            lease = await self._kept(for_run(self._enter, caller.tenant, limits, here, deadline))
         except BaseException:
             local.running -= here
             raise
@@ -126,7 +127,7 @@ class SharedRunGate(RunGate):
         finally:
             if lease.running:
                 local.running -= 1
-            await asyncio.to_thread(self._release, lease.id)
+            await for_run(self._release, lease.id)
 
     async def _wait_for_slot(
         self, local: TenantRuns, lease: _Lease, tenant: str, limits: TenantLimits, deadline: float
@@ -138,7 +139,7 @@ class SharedRunGate(RunGate):
                 if local.running < local.slots:
                     local.running += 1
                     try:
-                        promoted = await self._kept(asyncio.to_thread(self._promote, lease.id, tenant, limits, deadline))
+                        promoted = await self._kept(for_run(self._promote, lease.id, tenant, limits, deadline))
                         lease.id, lease.running = promoted.id, promoted.running
                     finally:
                         if not lease.running:
@@ -167,7 +168,7 @@ class SharedRunGate(RunGate):
 
             def give_back(done: asyncio.Future[_Lease]) -> None:
                 if not done.cancelled() and done.exception() is None:
-                    loop.run_in_executor(None, self._release, done.result().id)
+                    loop.run_in_executor(run_pool(), self._release, done.result().id)
 
             task.add_done_callback(give_back)
             raise

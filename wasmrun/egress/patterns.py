@@ -10,10 +10,20 @@
 The scheme is http or https; without one, https. Without a port a pattern means the
 scheme's default port. A path prefix matches whole segments (`/v1` does not
 match `/v10`). Hosts compare case-insensitively, in their IDNA (ASCII) form.
+
+A path prefix is compared with the request's *normalised* path (dot segments
+removed, percent-encoded unreserved characters decoded, `%xx` in upper case),
+and a request whose path an upstream could read in more than one way is refused
+by every path-prefix pattern: a dot segment (`..`, `.`, `%2e%2e`), an encoded
+slash or backslash (`%2f`, `%5c`), a backslash, a `;` (path parameters, `..;/`),
+an encoded `%` (double encoding, `%252e`), or an encoded control character.
+Whether `/v1/..;/admin` reaches `/admin` depends on the upstream; with a
+path grant it never leaves the host.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
@@ -39,8 +49,10 @@ class Target:
     scheme: str  # "http" or "https"
     host: str  # lower-case ASCII name, or an IP literal without brackets
     port: int
-    path: str  # dot segments removed; starts with "/"
+    path: str  # dot segments removed; starts with "/"; what is sent
     query: str  # without "?"
+    plain_path: str = ""  # `path` normalised for comparing with path prefixes
+    ambiguity: str | None = None  # why path prefixes may not judge this path, or None
 
     @property
     def origin(self) -> str:
@@ -101,6 +113,44 @@ def remove_dot_segments(path: str) -> str:
     return "/" + "/".join(out)
 
 
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
+_BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _normal_escape(match: re.Match[str]) -> str:
+    byte = int(match.group(1), 16)
+    return chr(byte) if byte in _UNRESERVED else "%" + match.group(1).upper()
+
+
+def path_ambiguity(raw_path: str) -> str | None:
+    """Why an upstream could read `raw_path` (as the URL spelled it) otherwise than a
+    prefix comparison does, or None when it is plain."""
+    lowered = raw_path.lower()
+    if "\\" in raw_path or "%5c" in lowered:
+        return "a backslash in the path"
+    if "%2f" in lowered:
+        return "an encoded '/' (%2F) in the path"
+    if ";" in raw_path or "%3b" in lowered:
+        return "a ';' (path parameters) in the path"
+    if "%25" in lowered:
+        return "an encoded '%' (double encoding) in the path"
+    if _BAD_PERCENT.search(raw_path):
+        return "a '%' that is not a %XX escape in the path"
+    if any(int(m.group(1), 16) < 0x20 or int(m.group(1), 16) == 0x7F for m in _PERCENT.finditer(raw_path)):
+        return "an encoded control character in the path"
+    for segment in raw_path.split("/"):
+        if segment and unquote(segment).strip(".") == "":
+            return f"a dot segment ({segment[:20]!r}) in the path"
+    return None
+
+
+def normal_path(path: str) -> str:
+    """RFC 3986 normalisation: unreserved characters decoded, other escapes upper-cased,
+    dot segments removed."""
+    return remove_dot_segments(_PERCENT.sub(_normal_escape, path))
+
+
 def parse_url(url: str) -> Target:
     if not isinstance(url, str) or len(url) > MAX_URL:
         raise UrlError(f"a URL must be a string of at most {MAX_URL} characters")
@@ -125,7 +175,10 @@ def parse_url(url: str) -> Target:
     if port == 0:
         raise UrlError("port 0 cannot be requested")
     path = remove_dot_segments(parts.path or "/")
-    return Target(scheme, host, port or DEFAULT_PORTS[scheme], path, parts.query)
+    return Target(
+        scheme, host, port or DEFAULT_PORTS[scheme], path, parts.query,
+        plain_path=normal_path(path), ambiguity=path_ambiguity(parts.path),
+    )
 
 
 @dataclass(frozen=True)
@@ -180,7 +233,9 @@ class UrlPattern:
             raise PatternError(f"{text!r}: {exc}") from None
         prefix = ""
         if slash:
-            prefix = remove_dot_segments("/" + path)
+            if why := path_ambiguity("/" + path):
+                raise PatternError(f"{text!r}: {why}; write the path plainly")
+            prefix = normal_path("/" + path)
             if prefix == "/":
                 prefix = ""
         return cls(text, scheme, host, port, prefix)
@@ -197,9 +252,16 @@ class UrlPattern:
             return False
         if not self.path:
             return True
+        if target.ambiguity is not None:  # a prefix cannot judge it: refused (see the module's text)
+            return False
+        path = target.plain_path or normal_path(target.path)
         if self.path.endswith("/"):
-            return target.path.startswith(self.path)
-        return target.path == self.path or target.path.startswith(self.path + "/")
+            return path.startswith(self.path)
+        return path == self.path or path.startswith(self.path + "/")
+
+    def matches_origin(self, target: Target) -> bool:
+        """Whether the scheme, host and port match, whatever the path."""
+        return dataclasses.replace(self, path="").matches(target)
 
 
 def parse_patterns(texts: list[str]) -> tuple[UrlPattern, ...]:

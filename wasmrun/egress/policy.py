@@ -3,7 +3,10 @@
 Who grants what:
 - a skill's manifest *requests* network access (`permissions.network`);
 - the operator *grants* it, per skill name pattern, in the policy file's
-  `[network]` section;
+  `[network]` section; a grant reaches the operator's skills only, unless it
+  names a tenant or says `owner` (wasmrun/tenants/grants.py: grants follow
+  ownership, so a tenant's created `salesforce.evil` gets nothing from
+  `"salesforce.*"`);
 - a run may reach a URL only if it matches both (the intersection).
 `run_code` has no manifest: it gets the operator's `run_code` allowlist, empty
 (no network) unless the operator writes one. Code that imports a mounted
@@ -18,17 +21,17 @@ skill runs with its caller's grant, never the skill's.
     ca_file = "/path/extra-ca.pem"    # trust this CA too (e.g. a test server's)
     run_code = []                     # URL patterns run_code may reach
 
-    [network.skills]
+    [network.skills]                  # the operator's skills
     "salesforce.*" = ["https://*.salesforce.com"]
+    "hooks.*" = { urls = ["https://hooks.example"], owner = "any" }   # tenants' created hooks.* too
 
-    [tenants.alice.network.skills]    # only tenant alice's runs (added to the above)
+    [tenants.alice.network.skills]    # only tenant alice's runs (added to the above; her created skills too)
     "crm.*" = ["https://crm.alice.example"]
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import functools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +41,7 @@ from typing import Any
 import msgspec
 
 from wasmrun.egress.patterns import PatternError, Target, UrlPattern
+from wasmrun.tenants.grants import EVERYONE_DEFAULT, TENANT_DEFAULT, GrantError, Grants, granted, parse_grants
 
 MiB = 1 << 20
 
@@ -67,6 +71,11 @@ class NetworkGrant(msgspec.Struct, frozen=True, kw_only=True):
     def refusal(self, target: Target) -> str | None:
         """Why `target` may not be requested, or None if it may."""
         where = target.host_header
+        if target.ambiguity is not None and _path_grant_for(
+            (*(self.requested or ()), *self.granted), target
+        ):
+            return (f"{where}{target.path[:200]}: {target.ambiguity}, which a path-prefix grant"
+                    " cannot judge (an upstream may read it otherwise); write the path plainly")
         if self.requested is not None and not _any_match(tuple(self.requested), target):
             return f"{where} is not in this skill's permissions.network"
         if not _any_match(tuple(self.granted), target):
@@ -93,13 +102,18 @@ def _any_match(texts: tuple[str, ...], target: Target) -> bool:
     return any(p.matches(target) for p in _patterns(texts))
 
 
+def _path_grant_for(texts: tuple[str, ...], target: Target) -> bool:
+    """Whether a pattern with a path prefix names `target`'s origin (so its path matters)."""
+    return any(p.path and p.matches_origin(target) for p in _patterns(texts))
+
+
 @dataclass(frozen=True)
 class NetworkPolicy:
     """The `[network]` section of the operator's policy file."""
 
-    skills: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (skill-name pattern, URL patterns)
+    skills: Grants = ()  # skill-name pattern -> URL patterns, for whose skills
     # One tenant's grants, added to everyone's: [tenants.<name>.network.skills].
-    tenant_skills: Mapping[str, tuple[tuple[str, tuple[str, ...]], ...]] = field(default_factory=dict)
+    tenant_skills: Mapping[str, Grants] = field(default_factory=dict)
     run_code: tuple[str, ...] = ()
     allow_private_addresses: bool = False
     max_requests: int = 50
@@ -108,13 +122,11 @@ class NetworkPolicy:
     max_redirects: int = 5
     ca_file: str | None = None
 
-    def granted_for_skill(self, name: str, tenant: str | None = None) -> list[str]:
-        found: list[str] = []
+    def granted_for_skill(self, name: str, tenant: str | None = None, owner: str | None = None) -> list[str]:
+        """The URL patterns granted to `tenant`'s runs of skill `name`, created by `owner`
+        (None: the operator's skill)."""
         extra = self.tenant_skills.get(tenant, ()) if tenant is not None else ()
-        for name_pattern, urls in (*self.skills, *extra):
-            if fnmatch.fnmatchcase(name, name_pattern):
-                found.extend(u for u in urls if u not in found)
-        return found
+        return granted((*self.skills, *extra), name, owner)
 
     def _grant(self, subject: str, requested: list[str] | None, granted: list[str],
                host_secrets: Mapping[str, str], body_secrets: Collection[str] = ()) -> NetworkGrant:
@@ -135,12 +147,13 @@ class NetworkPolicy:
 
     def for_skill(
         self, name: str, requested: list[str], host_secrets: Mapping[str, str], tenant: str | None = None,
-        body_secrets: Collection[str] = (),
+        body_secrets: Collection[str] = (), *, owner: str | None,
     ) -> NetworkGrant:
         """The grant of an execute_skill run: the manifest's request ∩ the operator's
-        grant (everyone's, plus the calling tenant's own)."""
+        grant (everyone's, plus the calling tenant's own) that reaches the skill's owner."""
         return self._grant(
-            f"skill {name}", list(requested), self.granted_for_skill(name, tenant), host_secrets, body_secrets
+            f"skill {name}", list(requested), self.granted_for_skill(name, tenant, owner), host_secrets,
+            body_secrets,
         )
 
     def for_run_code(self) -> NetworkGrant:
@@ -163,13 +176,16 @@ def _url_list(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _skill_grants(table: Any, where: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+def _skill_grants(table: Any, where: str, default_owner: str = EVERYONE_DEFAULT) -> Grants:
     if not isinstance(table, dict):
         raise PolicyError(f"[{where}] must be a table of skill-name pattern = [URL patterns]")
-    return tuple((str(name), _url_list(urls, f"{where}.{name!r}")) for name, urls in table.items())
+    try:
+        return parse_grants(table, where, values_key="urls", check=_url_list, default_owner=default_owner)
+    except GrantError as exc:
+        raise PolicyError(str(exc)) from None
 
 
-def _tenant_grants(tenants: Any) -> dict[str, tuple[tuple[str, tuple[str, ...]], ...]]:
+def _tenant_grants(tenants: Any) -> dict[str, Grants]:
     """`[tenants.<name>.network.skills]`: only the network part of each tenant's table."""
     if not isinstance(tenants, dict):
         return {}  # the access policy reports a malformed [tenants]
@@ -180,7 +196,9 @@ def _tenant_grants(tenants: Any) -> dict[str, tuple[tuple[str, tuple[str, ...]],
             continue
         if not isinstance(network, dict) or set(network) - {"skills"}:
             raise PolicyError(f"[tenants.{tenant}.network] may only hold a [skills] table")
-        found[str(tenant)] = _skill_grants(network.get("skills", {}), f"tenants.{tenant}.network.skills")
+        found[str(tenant)] = _skill_grants(
+            network.get("skills", {}), f"tenants.{tenant}.network.skills", TENANT_DEFAULT
+        )
     return found
 
 

@@ -4,6 +4,7 @@
     wasmrun_runs_total{tenant,method,status}          runs; status "completed" or "failed"
     wasmrun_run_duration_seconds{method}              histogram of run call durations
     wasmrun_runs_queued / wasmrun_runs_running        runs waiting for / holding a tenant slot
+    wasmrun_calls_queued / wasmrun_calls_running      other calls waiting for / holding a tenant slot
     wasmrun_workers_busy / wasmrun_workers_free       the sandbox pool
     wasmrun_blob_bytes{tenant} / wasmrun_blobs{tenant}  what each tenant stores (charged bytes)
     wasmrun_sessions_open{tenant} / wasmrun_session_bytes{tenant}  sessions and their bytes on disk
@@ -24,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from wasmrun.blobs.store import BlobStore
 from wasmrun.observe.record import CallRecord
+from wasmrun.tenants.calls import CallGate
 from wasmrun.tenants.quotas import RunGate
 
 RUN_METHODS = frozenset({"run_code", "execute_skill"})
@@ -39,6 +41,7 @@ class _Gauges(Collector):
         workers: Callable[[], tuple[int, int]],
         blobs: BlobStore,
         tenants: Callable[[], Iterable[str]],
+        calls: CallGate | None = None,
         sessions: Callable[[], dict[str, tuple[int, int]]] | None = None,
     ) -> None:
         self.sessions = sessions  # tenant -> (sessions open, their bytes on disk)
@@ -46,16 +49,12 @@ class _Gauges(Collector):
         self.workers = workers
         self.blobs = blobs
         self.tenants = tenants
+        self.calls = calls
 
     def collect(self) -> Iterator[Metric]:
-        load = self.gate.load()
-        queued = GaugeMetricFamily("wasmrun_runs_queued", "Runs waiting for one of their tenant's slots", labels=["tenant"])
-        running = GaugeMetricFamily("wasmrun_runs_running", "Runs holding one of their tenant's slots", labels=["tenant"])
-        for tenant, (holding, waiting) in sorted(load.items()):
-            running.add_metric([tenant], holding)
-            queued.add_metric([tenant], waiting)
-        yield queued
-        yield running
+        yield from _slots("runs", "Runs", self.gate.load())
+        if self.calls is not None:
+            yield from _slots("calls", "Calls other than runs", self.calls.load())
         busy, free = self.workers()
         yield GaugeMetricFamily("wasmrun_workers_busy", "Sandbox workers running a call", value=busy)
         yield GaugeMetricFamily("wasmrun_workers_free", "Sandbox workers free", value=free)
@@ -77,6 +76,18 @@ class _Gauges(Collector):
             yield held
 
 
+def _slots(kind: str, what: str, load: dict[str, tuple[int, int]]) -> Iterator[Metric]:
+    queued = GaugeMetricFamily(f"wasmrun_{kind}_queued", f"{what} waiting for one of their tenant's slots",
+                               labels=["tenant"])
+    running = GaugeMetricFamily(f"wasmrun_{kind}_running", f"{what} holding one of their tenant's slots",
+                                labels=["tenant"])
+    for tenant, (holding, waiting) in sorted(load.items()):
+        running.add_metric([tenant], holding)
+        queued.add_metric([tenant], waiting)
+    yield queued
+    yield running
+
+
 class Metrics:
     def __init__(
         self,
@@ -84,6 +95,7 @@ class Metrics:
         workers: Callable[[], tuple[int, int]],
         blobs: BlobStore,
         tenants: Callable[[], Iterable[str]],
+        calls: CallGate | None = None,
         sessions: Callable[[], dict[str, tuple[int, int]]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -102,7 +114,7 @@ class Metrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900),
             registry=self.registry,
         )
-        self.registry.register(_Gauges(gate, workers, blobs, tenants, sessions))
+        self.registry.register(_Gauges(gate, workers, blobs, tenants, calls, sessions))
 
     def record(self, call: CallRecord) -> None:
         status = "ok" if call.error_code is None else str(call.error_code)

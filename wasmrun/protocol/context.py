@@ -13,6 +13,7 @@ from wasmrun.registry.store import SkillRegistry
 from wasmrun.sandbox.executor import Executor
 from wasmrun.sandbox.limits import LimitPolicy
 from wasmrun.tenants.caller import LOCAL, Caller
+from wasmrun.tenants.calls import CallGate
 from wasmrun.tenants.policy import AccessPolicy
 from wasmrun.tenants.quotas import RunGate
 
@@ -29,4 +30,5 @@ class Context:
     max_full_read_bytes: int = 10 * 1024 * 1024
     caller: Caller = LOCAL
     gate: RunGate = field(default_factory=RunGate)  # each tenant's share of the sandboxes
+    calls: CallGate = field(default_factory=CallGate)  # each tenant's share of the other methods' capacity
     sessions: SessionStore | None = None  # None: no sessions on this server

@@ -16,7 +16,7 @@ import msgspec
 from wasmrun.observe.record import CallRecord, Observer, describe_result
 from wasmrun.protocol import blobs, runs, sessions, skills
 from wasmrun.protocol.context import Context
-from wasmrun.protocol.errors import InvalidParams, MethodNotFound, RPCError, Unauthorized
+from wasmrun.protocol.errors import InvalidParams, MethodNotFound, QuotaExceeded, RPCError, Unauthorized
 from wasmrun.protocol.sessionstore import key_of
 from wasmrun.protocol.types import (
     CreateBlobParams,
@@ -36,6 +36,7 @@ from wasmrun.protocol.types import (
 )
 from wasmrun.registry.store import Skill
 from wasmrun.tenants.caller import Caller
+from wasmrun.tenants.calls import CallsBusy
 
 
 @dataclass(frozen=True)
@@ -62,10 +63,19 @@ METHODS: dict[str, Method] = {
     "list_sessions": Method(ListSessionsParams, sessions.list_sessions),
 }
 
+# Admitted by the run gate (tenants/quotas.py); every other method by the call gate (tenants/calls.py).
+RUN_METHODS = frozenset({"execute_skill", "run_code"})
+
 logger = logging.getLogger("wasmrun.observe")
 _encoder = msgspec.json.Encoder()
 _MISSING = re.compile(r"Object missing required field `([^`]*)`")
 _UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
+
+
+def _content_bytes(result: msgspec.Struct) -> int:
+    """The bulk a call's result carries (a blob's or a file's content), without encoding it."""
+    content = getattr(result, "content", None)
+    return len(content) if isinstance(content, (str, bytes)) else 0
 
 
 def decode_params(params_type: type[Params], raw: msgspec.Raw) -> Params:
@@ -129,6 +139,21 @@ class Dispatcher:
             raise Unauthorized("unauthorized: this transport did not identify the caller")
         same = caller is None or caller == self.context.caller
         ctx = self.context if same or caller is None else dataclasses.replace(self.context, caller=caller)
+        if method in RUN_METHODS:
+            return await self._call(ctx, method, entry, raw_params)
+        started = time.perf_counter()
+        try:
+            async with ctx.calls.admit(ctx.caller) as charge:
+                result = await self._call(ctx, method, entry, raw_params)
+                charge.bytes = len(raw_params) + _content_bytes(result)
+                return result
+        except CallsBusy as exc:
+            refused = QuotaExceeded(exc.message, exc.limit, exc.value, retry_after_s=1)
+            if self.observer is not None:  # a refusal is a call too: counted and audited
+                self._observe(ctx, method, raw_params, None, started, None, refused, [])
+            raise refused from None
+
+    async def _call(self, ctx: Context, method: str, entry: Method, raw_params: msgspec.Raw) -> msgspec.Struct:
         if self.observer is None:
             return await entry.handler(ctx, decode_params(entry.params, raw_params))
         started = time.perf_counter()

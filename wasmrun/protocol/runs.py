@@ -2,7 +2,8 @@
 
 Secrets: a manifest's `permissions.secrets` only asks. execute_skill gives the
 guest a secret when the skill asks for it and the operator's policy grants it
-to this skill for this tenant (tenants/policy.py). run_code gets none: its code is written by the model,
+to this skill, for this tenant, reaching the skill's owner (tenants/grants.py:
+a grant for everyone reaches only the operator's skills unless it says so). run_code gets none: its code is written by the model,
 and any mounted skill shares its interpreter, so a secret handed to a
 mounted skill would be readable by that code.
 
@@ -29,12 +30,13 @@ from typing import Any
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.egress.secrets import placeholder
+from wasmrun.offload import for_run
 from wasmrun.protocol.blobs import blob_info, quota_error
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, NotExecutable, QuotaExceeded, ServerBusy
 from wasmrun.protocol.run_result import needs_output_blob, to_spec_result
 from wasmrun.protocol.skills import find_skill, rpc_error
-from wasmrun.protocol.types import ExecuteSkillParams, RunCodeParams, RunLimits, RunResult
+from wasmrun.protocol.types import MAX_ARGS_DEPTH, ExecuteSkillParams, RunCodeParams, RunLimits, RunResult
 from wasmrun.registry.errors import RegistryError, SkillUnavailable
 from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.registry.store import Skill
@@ -109,7 +111,7 @@ def _args_json(args: dict[str, Any]) -> bytes:
     """The args as the JSON text the guest gets; checked here, before any
     sandbox is taken (integers of any size pass through exactly)."""
     try:
-        return encode_args(args)
+        return encode_args(args, MAX_ARGS_DEPTH)
     except NotSendable as exc:
         raise InvalidParams(f"args {exc}", field="args") from None
 
@@ -125,7 +127,9 @@ def _granted_secrets(ctx: Context, skill: Skill) -> dict[str, str]:
     wanted = skill.manifest.permissions.secrets
     if not wanted:
         return {}
-    granted = ctx.access.granted(ctx.caller.tenant, skill.name)
+    # Grants follow ownership (tenants/grants.py): a tenant's created `data.evil` gets
+    # nothing from the operator's `"data.*"`, only what names that tenant or created skills.
+    granted = ctx.access.granted(ctx.caller.tenant, skill.name, skill.owner)
     missing = [name for name in wanted if name in granted and name not in ctx.secrets]
     if missing:
         logger.warning("skill %s is granted secrets not configured: %s", skill.name, ", ".join(missing))
@@ -169,7 +173,7 @@ def _skill_env_and_network(ctx: Context, skill: Skill) -> tuple[dict[str, str], 
             env[name] = value
     network = ctx.egress.network.for_skill(
         skill.name, skill.manifest.permissions.network, host_held, tenant=ctx.caller.tenant,
-        body_secrets=ctx.egress.body_secrets,
+        body_secrets=ctx.egress.body_secrets, owner=skill.owner,
     )
     return env, network
 
@@ -177,7 +181,7 @@ def _skill_env_and_network(ctx: Context, skill: Skill) -> tuple[dict[str, str], 
 async def _checked_input_blobs(ctx: Context, blob_ids: list[str]) -> list[str]:
     if not blob_ids:  # the common case: no file I/O, no thread hop
         return []
-    return await asyncio.to_thread(_input_blobs, ctx, blob_ids)
+    return await for_run(_input_blobs, ctx, blob_ids)
 
 
 @contextlib.asynccontextmanager
@@ -188,7 +192,7 @@ async def _skill_folders(ctx: Context, skills: Sequence[Skill]) -> AsyncIterator
     if not cached:  # the common case: the skills' own folders, no thread hop
         yield
         return
-    holding = asyncio.ensure_future(asyncio.to_thread(ctx.registry.hold, cached))
+    holding = asyncio.ensure_future(for_run(ctx.registry.hold, cached))
     try:
         held = await asyncio.shield(holding)
     except asyncio.CancelledError:
@@ -224,7 +228,7 @@ async def _run(
     # costs a short run a noticeable share of its latency.
     try:
         if needs_output_blob(result):
-            return await asyncio.to_thread(to_spec_result, result, ctx.blobs, request.owner, request.blob_quota)
+            return await for_run(to_spec_result, result, ctx.blobs, request.owner, request.blob_quota)
         return to_spec_result(result, ctx.blobs)
     except BlobQuotaExceeded as exc:
         raise quota_error(exc) from None
@@ -232,7 +236,7 @@ async def _run(
 
 async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
     args_json = _args_json(p.args)
-    skill = await find_skill(ctx, p.name, p.version)
+    skill = await find_skill(ctx, p.name, p.version, for_runs=True)
     runtime = skill.manifest.runtime
     if not skill.manifest.executable or runtime is None:
         raise NotExecutable(
@@ -290,7 +294,7 @@ async def mounted_skills(ctx: Context, entries: Sequence[str], param: str = "mou
     for i, entry in enumerate(entries):
         name, _, version = entry.partition("@")
         where = f"{param}[{i}]"
-        skill = await find_skill(ctx, name, version or None, field=where, version_field=where)
+        skill = await find_skill(ctx, name, version or None, field=where, version_field=where, for_runs=True)
         if skill.name in mounted and mounted[skill.name].root != skill.root:
             raise InvalidParams(f"skill {skill.name!r} is listed twice with different versions", field=where)
         mounted[skill.name] = skill

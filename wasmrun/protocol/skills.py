@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from wasmrun.offload import for_run
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import (
     ContentTooLarge,
@@ -97,7 +98,8 @@ def registry_errors() -> Iterator[None]:
 
 
 async def find_skill(
-    ctx: Context, name: str, version: str | None, field: str = "name", version_field: str = "version"
+    ctx: Context, name: str, version: str | None, field: str = "name", version_field: str = "version",
+    *, for_runs: bool = False,
 ) -> Skill:
     """A skill the caller may see: the operator's, or one its own tenant created.
     Another tenant's skill is "not found", exactly like a name never created.
@@ -108,7 +110,10 @@ async def find_skill(
     in_memory = ctx.registry.finds_in_memory(name, owner)
 
     async def ask(lookup: Callable[..., T], *args: Any) -> T:
-        return lookup(*args) if in_memory else await asyncio.to_thread(lookup, *args)
+        if in_memory:
+            return lookup(*args)
+        # A run's lookup on the run bookkeeping pool (wasmrun/offload.py), others on the default one.
+        return await (for_run(lookup, *args) if for_runs else asyncio.to_thread(lookup, *args))
 
     with registry_errors():
         skill = await ask(ctx.registry.find, name, version, owner)

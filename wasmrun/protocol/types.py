@@ -23,6 +23,11 @@ Encoding = Literal["utf-8", "base64"]
 SkillName = Annotated[str, Meta(max_length=256)]  # also versions and namespaces
 BlobRef = Annotated[str, Meta(max_length=128)]
 Identifier = Annotated[str, Meta(max_length=256)]
+# How deep a request's JSON may nest, one number for every way in: the body (/rpc, the
+# envelope included) and, 3 levels fewer (a batch's array, the call, its params), `args`
+# (the args object itself is one level), over /rpc, in a batch and over /mcp alike.
+BODY_MAX_DEPTH = 64
+MAX_ARGS_DEPTH = BODY_MAX_DEPTH - 3
 MAX_INPUT_BLOBS = 1000
 MAX_MOUNTED_SKILLS = 100
 MAX_NEW_FILES = 1000

@@ -15,8 +15,9 @@ from typing import Any
 
 import msgspec
 
-# Deeper than any real data, and far from the recursion limit of whoever
-# decodes it next (this server's event loop, a client's json.loads).
+# A return value: deeper than any real data, and far from the recursion limit of
+# whoever decodes it next (this server's event loop, a client's json.loads). `args`
+# have the request's bound (protocol/types.py MAX_ARGS_DEPTH), passed by the caller.
 MAX_DEPTH = 256
 
 _encoder = msgspec.json.Encoder()
@@ -30,16 +31,17 @@ class NotSendable(ValueError):
     """A value that cannot be passed into a run (the message says why)."""
 
 
-def encode_args(args: dict[str, Any]) -> bytes:
-    """`args` as JSON text for the guest, or NotSendable."""
+def encode_args(args: dict[str, Any], max_depth: int = MAX_DEPTH) -> bytes:
+    """`args` as JSON text for the guest (nested at most `max_depth` levels, the args
+    object itself one), or NotSendable."""
     try:
         data = _encoder.encode(args)
     except RecursionError:
-        raise NotSendable(f"is nested deeper than {MAX_DEPTH} levels") from None
+        raise NotSendable(f"is nested deeper than {max_depth} levels") from None
     except (TypeError, ValueError, OverflowError) as exc:
         raise NotSendable(f"cannot be passed as JSON: {exc}") from None
-    if _deeper_than(data, MAX_DEPTH):
-        raise NotSendable(f"is nested deeper than {MAX_DEPTH} levels")
+    if _deeper_than(data, max_depth):
+        raise NotSendable(f"is nested deeper than {max_depth} levels")
     return data
 
 

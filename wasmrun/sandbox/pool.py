@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from wasmrun.offload import for_run
 from wasmrun.sandbox import errors, workroots
 from wasmrun.sandbox.executor import Busy, ExecutorHealth
 from wasmrun.sandbox.ids import new_run_id
@@ -266,7 +267,7 @@ class _Worker:
         if len(framed) <= PIPE_CAPACITY:
             os.write(self.to_child, framed)
         else:  # a large request may fill the pipe: write it off the loop
-            await asyncio.to_thread(_write_all, self.to_child, framed)
+            await for_run(_write_all, self.to_child, framed)
         return await self.reader.read(deadline)
 
     def alive(self) -> bool:

@@ -29,7 +29,8 @@ def local_caller(defaults: TenantLimits | None = None) -> Caller:
     return Caller(
         LOCAL_TENANT,
         dataclasses.replace(
-            defaults or TenantLimits(), concurrent_runs=UNBOUNDED, queued_runs=UNBOUNDED, runs_per_minute=UNBOUNDED
+            defaults or TenantLimits(), concurrent_runs=UNBOUNDED, queued_runs=UNBOUNDED, runs_per_minute=UNBOUNDED,
+            concurrent_calls=UNBOUNDED, queued_calls=UNBOUNDED, concurrent_requests=UNBOUNDED,
         ),
     )
 

@@ -25,6 +25,11 @@ class TenantLimits:
     max_memory_mb: int = 2048  # the most guest memory a request may ask for
     max_cpu_ms: int = 15 * 60_000  # the most CPU time a request may ask for
     blob_ttl_s: int = 0  # blobs older than this are deleted; 0: kept until deleted
+    concurrent_calls: int = 8  # other methods' calls (read_blob, list_skills, ...) in flight at once
+    queued_calls: int = 128  # such calls waiting, beyond those (a whole batch of 100 waits; 0: refused at once)
+    mcp_sessions: int = 16  # MCP sessions open at once over /mcp
+    concurrent_requests: int = 64  # HTTP requests (/rpc, /mcp) in flight at once, bodies being received included
+    call_bytes_per_s: int = 64 * MiB  # bytes those other calls move (params in, content out), per second
     sessions: int = 8  # sessions open at once
     session_bytes: int = 2048 * MiB  # their memory images and files on disk, together
 
@@ -52,7 +57,7 @@ def check_limits(values: Mapping[str, object]) -> dict[str, int]:
             raise ValueError(f"unknown limit {name!r} (known: {', '.join(NAMES)})")
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
             raise ValueError(f"limit {name} must be a whole number from 0, not {value!r}")
-        if value == 0 and name != "blob_ttl_s":
+        if value == 0 and name not in ("blob_ttl_s", "queued_calls"):
             raise ValueError(f"limit {name} must be at least 1")
         checked[name] = value
     return checked

@@ -6,10 +6,11 @@ tenants' default limits.
     allowed_hosts = ["wasmrun.internal", "wasmrun.internal:8080"]
     allowed_origins = ["https://agents.example.com"]
 
-    [secrets.grants]                     # every tenant's runs of these skills
+    [secrets.grants]                     # every tenant's runs of the operator's skills
     "data.*" = ["WAREHOUSE_TOKEN"]
+    "report.*" = { secrets = ["REPORT_KEY"], owner = "any" }   # tenants' created report.* too
 
-    [tenants.alice.secrets.grants]       # only tenant alice's runs
+    [tenants.alice.secrets.grants]       # only tenant alice's runs (her created skills too)
     "user.report" = ["REPORT_KEY"]
 
     [limits]                             # every tenant's defaults (tenants/limits.py)
@@ -17,12 +18,13 @@ tenants' default limits.
 
 A skill's manifest (`permissions.secrets`) only asks: a run gets a secret when
 the skill asks for it AND a grant here names the skill (exactly or by an
-fnmatch pattern such as `data.*`) AND the secret is configured.
+fnmatch pattern such as `data.*`) AND reaches its owner (tenants/grants.py: an
+everyone grant reaches only the operator's skills unless it says `owner`) AND
+the secret is configured.
 """
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +33,8 @@ from typing import Any
 import tomli
 
 from wasmrun.registry.manifest import SECRET_NAME
+from wasmrun.tenants.grants import EVERYONE_DEFAULT, TENANT_DEFAULT, Grants, granted, parse_grants
 from wasmrun.tenants.limits import TenantLimits
-
-Grants = tuple[tuple[str, frozenset[str]], ...]  # (skill name pattern, secret names)
 
 
 @dataclass(frozen=True)
@@ -44,13 +45,11 @@ class AccessPolicy:
     allowed_origins: tuple[str, ...] = ()
     limits: TenantLimits = field(default_factory=TenantLimits)  # every tenant's, unless set per tenant
 
-    def granted(self, tenant: str, skill: str) -> frozenset[str]:
-        """The secret names the operator grants to `tenant`'s runs of `skill`."""
-        names: set[str] = set()
-        for pattern, secrets in (*self.secret_grants, *self.tenant_secret_grants.get(tenant, ())):
-            if fnmatch.fnmatchcase(skill, pattern):
-                names |= secrets
-        return frozenset(names)
+    def granted(self, tenant: str, skill: str, owner: str | None) -> frozenset[str]:
+        """The secret names the operator grants to `tenant`'s runs of `skill`, created
+        by `owner` (None: the operator's; a tenant only runs the operator's and its own)."""
+        grants = (*self.secret_grants, *self.tenant_secret_grants.get(tenant, ()))
+        return frozenset(granted(grants, skill, owner))
 
 
 def load_access_policy(path: Path | None) -> AccessPolicy:
@@ -69,9 +68,9 @@ def load_access_policy(path: Path | None) -> AccessPolicy:
     for name, table in tenants.items():
         if not isinstance(name, str) or not isinstance(table, dict):
             raise ValueError(f"{path}: [tenants.{name}] is not a tenant table")
-        per_tenant[name] = _grants(table.get("secrets", {}), f"{path}: tenants.{name}.secrets")
+        per_tenant[name] = _grants(table.get("secrets", {}), f"{path}: tenants.{name}.secrets", TENANT_DEFAULT)
     return AccessPolicy(
-        secret_grants=_grants(doc.get("secrets", {}), f"{path}: secrets"),
+        secret_grants=_grants(doc.get("secrets", {}), f"{path}: secrets", EVERYONE_DEFAULT),
         tenant_secret_grants=per_tenant,
         allowed_hosts=_strings(doc.get("allowed_hosts", []), f"{path}: allowed_hosts"),
         allowed_origins=_strings(doc.get("allowed_origins", []), f"{path}: allowed_origins"),
@@ -88,19 +87,20 @@ def _limits(table: Any, where: str) -> TenantLimits:
         raise ValueError(f"{where}: {exc}") from None
 
 
-def _grants(table: Any, where: str) -> Grants:
+def _grants(table: Any, where: str, default_owner: str) -> Grants:
     if not isinstance(table, dict):
         raise ValueError(f"{where} must be a table")
     grants = table.get("grants", {})
     if not isinstance(grants, dict):
         raise ValueError(f"{where}.grants must be a table of \"pattern\" = [\"SECRET\", ...]")
-    found = []
-    for pattern, names in grants.items():
-        checked = _strings(names, f"{where}.grants.{pattern}")
-        if bad := [n for n in checked if not SECRET_NAME.fullmatch(n)]:
-            raise ValueError(f"{where}.grants.{pattern}: not secret names: {bad}")
-        found.append((pattern, frozenset(checked)))
-    return tuple(found)
+    return parse_grants(grants, f"{where}.grants", values_key="secrets", check=_secret_names, default_owner=default_owner)
+
+
+def _secret_names(value: Any, where: str) -> tuple[str, ...]:
+    checked = _strings(value, where)
+    if bad := [n for n in checked if not SECRET_NAME.fullmatch(n)]:
+        raise ValueError(f"{where}: not secret names: {bad}")
+    return checked
 
 
 def _strings(value: Any, where: str) -> tuple[str, ...]:

@@ -1,5 +1,5 @@
 """The HTTP side: `POST /rpc` (JSON-RPC 2.0), `GET /healthz` (sandbox workers free/total;
-503 when none can serve), `GET /metrics`, a request body limit,
+503 when none can serve), `GET /metrics` (the operator's: see `metrics_refusal`), a request body limit,
 who is calling (API keys) and which requests are answered at all (guard.py).
 
 Every answer to something a client sent is 2xx or 4xx: 200 with a JSON-RPC
@@ -31,6 +31,7 @@ from wasmrun.protocol.errors import (
     Forbidden,
     InternalError,
     InvalidRequest,
+    QuotaExceeded,
     RequestTimeout,
     RequestTooLarge,
     RetryHint,
@@ -38,6 +39,7 @@ from wasmrun.protocol.errors import (
     Unauthorized,
 )
 from wasmrun.tenants.caller import Caller
+from wasmrun.tenants.calls import RequestsInFlight, too_many_requests_message
 from wasmrun.wire import jsonrpc
 from wasmrun.wire.deadline import BodyDeadline
 from wasmrun.wire.guard import RequestGuard, is_loopback
@@ -63,21 +65,34 @@ def unauthorized() -> Response:
     )
 
 
+def too_many_requests(caller: Caller) -> Response:
+    limit = caller.limits.concurrent_requests
+    error = QuotaExceeded(too_many_requests_message(caller), "concurrent_requests", limit, retry_after_s=1)
+    return error_response(error, 429, {"Retry-After": "1"})
+
+
 class Authenticated:
     """An ASGI app (a class, so that Starlette's Route hands it the raw ASGI call) that
     lets through to `app` only requests whose Authorization header names a caller;
-    the others get `unauthorized()` (401) before `app` sees them."""
+    the others get `unauthorized()` (401) before `app` sees them. With `in_flight`, a
+    caller over its `concurrent_requests` gets `too_many_requests` (429)."""
 
-    def __init__(self, app: ASGIApp, authenticate: Authenticate) -> None:
+    def __init__(self, app: ASGIApp, authenticate: Authenticate, in_flight: RequestsInFlight | None = None) -> None:
         self.app = app
         self.authenticate = authenticate
+        self.in_flight = in_flight if in_flight is not None else RequestsInFlight()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         header = next((v for k, v in scope.get("headers", []) if k == b"authorization"), None)
-        if self.authenticate(header.decode("latin-1") if header is not None else None) is None:
+        caller = self.authenticate(header.decode("latin-1") if header is not None else None)
+        if caller is None:
             await unauthorized()(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        with self.in_flight.enter(caller) as admitted:
+            if not admitted:
+                await too_many_requests(caller)(scope, receive, send)
+                return
+            await self.app(scope, receive, send)
 
 
 class GuardMiddleware:
@@ -129,11 +144,14 @@ def create_app(
     guard: RequestGuard | None = None,
     authenticate: Authenticate | None = None,
     metrics: Callable[[], bytes] | None = None,
+    metrics_refusal: Callable[[str | None, str | None], str | None] | None = None,
+    in_flight: RequestsInFlight | None = None,
 ) -> Starlette:
     """`dispatch(method, params)` answers calls; with `authenticate`, every call first
     needs a caller, and dispatch gets it as `caller=`. `routes` are served by the same
     app as /rpc (so its middleware applies to them); each of `lifespans` is entered at
-    startup and left at shutdown."""
+    startup and left at shutdown. `metrics_refusal(authorization, client_host)` says why
+    a /metrics request is refused (None: served); without it, loopback clients only."""
 
     def too_large() -> Response:
         error = RequestTooLarge(
@@ -152,17 +170,24 @@ def create_app(
                 return None
         return bytes(body)
 
+    requests_in_flight = in_flight if in_flight is not None else RequestsInFlight()
+
     async def rpc(request: Request) -> Response:
         if not is_json(request.headers.get("content-type", "")):
             return error_response(
                 InvalidRequest("invalid request: /rpc takes `Content-Type: application/json`"), 415
             )
-        call = dispatch
-        if authenticate is not None:
-            caller = authenticate(request.headers.get("authorization"))
-            if caller is None:
-                return unauthorized()
-            call = functools.partial(dispatch, caller=caller)
+        if authenticate is None:
+            return await answer_rpc(request, dispatch)
+        caller = authenticate(request.headers.get("authorization"))
+        if caller is None:
+            return unauthorized()
+        with requests_in_flight.enter(caller) as admitted:
+            if not admitted:
+                return too_many_requests(caller)
+            return await answer_rpc(request, functools.partial(dispatch, caller=caller))
+
+    async def answer_rpc(request: Request, call: Callable[..., Awaitable[Any]]) -> Response:
         declared = request.headers.get("content-length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > max_body_bytes:
             return too_large()
@@ -200,9 +225,14 @@ def create_app(
         )
 
     async def prometheus(request: Request) -> Response:
-        # Tenant names and usage: for the operator's scraper on this machine, not for clients.
-        if metrics is None or request.client is None or not is_loopback(request.client.host):
-            return error_response(Forbidden("forbidden: /metrics is served to this machine only"), 403)
+        # Tenant names and usage: for the operator's scraper, never for a tenant.
+        client = request.client.host if request.client is not None else None
+        if metrics_refusal is not None:
+            why = metrics_refusal(request.headers.get("authorization"), client)
+        else:
+            why = None if client is not None and is_loopback(client) else "/metrics is served to this machine only"
+        if metrics is None or why is not None:
+            return error_response(Forbidden(f"forbidden: {why or 'no metrics here'}"), 403)
         return Response(await asyncio.to_thread(metrics), media_type=METRICS_TYPE)
 
     @contextlib.asynccontextmanager

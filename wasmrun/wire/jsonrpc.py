@@ -11,6 +11,11 @@ echoed `id` is too), hold at most `MAX_CONTAINERS` arrays/objects and nest them
 at most `MAX_DEPTH` deep, so no later step (msgspec, the params Structs, the
 guest request) meets a document deep enough to exhaust a recursion limit or
 large enough in objects to exhaust memory.
+
+A member named twice in a call object or in its params object (two `method`s,
+two `name`s) is refused (-32600): decoders disagree on which one counts (msgspec
+takes the last, many proxies the first), so a front proxy that filters on one
+would be bypassed by the other.
 """
 
 from __future__ import annotations
@@ -26,12 +31,13 @@ import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
 from wasmrun.protocol.errors import InternalError, InvalidRequest, ParseError, RPCError
+from wasmrun.protocol.types import BODY_MAX_DEPTH
 
 Dispatch = Callable[[str, Raw], Awaitable[Any]]
 
 MAX_BATCH = 100
 MAX_MESSAGE_CHARS = 1000
-MAX_DEPTH = 64  # arrays/objects, the envelope included
+MAX_DEPTH = BODY_MAX_DEPTH  # arrays/objects, the envelope included (protocol/types.py: MAX_ARGS_DEPTH)
 # Each decoded array/object is a Python object of 50+ bytes: this bounds what a
 # body can cost in memory and decoding time (a 32 MiB body of `[]` is 16 million).
 MAX_CONTAINERS = 1_000_000
@@ -182,11 +188,65 @@ async def handle(body: bytes, dispatch: Dispatch) -> bytes | None:
     return b"[" + b",".join(answers) + b"]" if answers else None
 
 
+_ENVELOPE_MEMBERS = tuple(b'"%s"' % name.encode() for name in Request.__struct_fields__)
+# A string (escapes included) or a bracket: the tokens the duplicate scan needs.
+_TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+"|[\[\]{}]')
+_COLON = re.compile(rb"[ \t\r\n]*:")
+
+
+def _may_repeat(raw: bytes, params: bytes) -> bool:
+    """Cheap: False when no member of the call or of its params can occur twice (each
+    name's quoted text occurs once at most, and no escape could spell one otherwise)."""
+    if b"\\u" in raw or b"\\/" in raw:  # the only spellings msgspec's encoder does not write
+        return True
+    names = list(_ENVELOPE_MEMBERS)
+    if params[:1] == b"{":
+        try:
+            names.extend(msgspec.json.encode(k) for k in msgspec.json.decode(params, type=dict[str, Raw]))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return True
+    return any(raw.count(name) > 1 for name in names)
+
+
+def duplicate_member(raw: bytes) -> str | None:
+    """`raw` (one valid JSON call object): the first member named twice in it or in its
+    params object, as `method` or `params.name`; None when there is none. One pass over
+    its strings and brackets, only when a cheap count says a repeat is possible."""
+    depth, member, in_params = 0, "", False
+    seen: list[set[str]] = [set(), set()]
+    for token in _TOKEN.finditer(raw):
+        first = raw[token.start()]
+        if first == 0x22:  # a string: a member's name when a ':' follows
+            if depth == 1 or (depth == 2 and in_params):
+                if _COLON.match(raw, token.end()) is None:
+                    continue
+                name = msgspec.json.decode(token.group(), type=str)
+                if name in seen[depth - 1]:
+                    return name if depth == 1 else f"params.{name}"
+                seen[depth - 1].add(name)
+                if depth == 1:
+                    member = name
+        elif first in b"[{":
+            depth += 1
+            if depth == 2:
+                in_params = member == "params" and first == 0x7B
+                seen[1] = set()
+        else:
+            depth -= 1
+    return None
+
+
 async def _one(raw: Raw, dispatch: Dispatch) -> bytes | None:
     try:
         request = msgspec.json.decode(raw, type=Request)
     except msgspec.ValidationError as exc:
         return error_body(InvalidRequest(f"invalid request: {exc}"), _salvage_id(raw))
+    text = bytes(raw)
+    if _may_repeat(text, bytes(request.params)) and (twice := duplicate_member(text)) is not None:
+        return error_body(
+            InvalidRequest(f"invalid request: member {twice[:100]!r} is given twice", {"member": twice[:100]}),
+            request.id if twice != "id" and _is_id(request.id) else NULL,
+        )
     is_notification = len(request.id) == 0
     if not is_notification and not _is_id(request.id):
         return error_body(InvalidRequest("invalid request: id must be a string, a number or null"))
