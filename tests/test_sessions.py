@@ -262,3 +262,28 @@ def test_the_typed_client_and_the_cli(servers: Servers, tmp_path: Path, capsys: 
     capsys.readouterr()
     assert main([*base, "run", info.session_id, str(script)]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_the_operator_sets_the_idle_timeout_default_ceiling_and_max_age(tmp_path: Path) -> None:
+    from wasmrun.settings import Settings
+
+    env = {"WASMRUN_SESSION_IDLE_S": "30", "WASMRUN_SESSION_MAX_IDLE_S": "90", "WASMRUN_SESSION_MAX_AGE_S": "2"}
+    policy = Settings.load(env, data_dir=tmp_path).sessions
+    assert (policy.idle_timeout_s, policy.max_idle_timeout_s, policy.max_age_s) == (30, 90, 2)
+    with pytest.raises(ValueError, match="SESSION"):
+        Settings.load({"WASMRUN_SESSION_MAX_AGE_S": "0"}, data_dir=tmp_path)
+    key = TenantStore(tmp_path / "data").add("dave")
+    server = LiveServer(tmp_path / "data", env={**wasmrun_env(), **env})
+    try:
+        call = _caller(server, key)
+        info = _result(call("create_session", language="python"))
+        assert info["idle_timeout_s"] == 30
+        over = call("create_session", language="python", idle_timeout_s=91)
+        assert over["error"]["data"] == {"field": "idle_timeout_s", "minimum": 1, "maximum": 90}
+        _run(call, info["session_id"], "x = 1")
+        time.sleep(2.2)  # past the maximum age, however recently used
+        aged = call("run_code", language="python", code="x", session_id=info["session_id"])
+        assert aged["error"]["data"] == {"field": "session_id"}
+        assert _result(call("list_sessions"))["sessions"] == []
+    finally:
+        server.stop()
