@@ -287,3 +287,29 @@ def test_the_operator_sets_the_idle_timeout_default_ceiling_and_max_age(tmp_path
         assert _result(call("list_sessions"))["sessions"] == []
     finally:
         server.stop()
+
+
+def test_a_large_session_keeps_every_change_across_saves_and_loads(servers: Servers) -> None:
+    """A base image, then runs that change a few bytes (saved as deltas over it),
+    read back by a fork (a cold load of base and delta) and by the session itself."""
+    import hashlib
+
+    call = servers.alice
+    sid = _new(call, limits={"memory_mb": 256})
+    local = bytearray(range(256)) * (80 * 1024)  # 20 MiB
+    _run(call, sid, "import hashlib\nblob = bytearray(range(256)) * (80 * 1024)")
+    for step in range(4):
+        at = (step * 7_919_993) % len(local)
+        local[at] ^= 0xFF
+        _run(call, sid, f"blob[{at}] ^= 0xFF")
+    expected = hashlib.sha256(local).hexdigest()
+    fork = _result(call("fork_session", session_id=sid))["session_id"]
+    for session in (fork, sid):
+        assert _run(call, session, "hashlib.sha256(blob).hexdigest()")["output"] == expected
+    stopped = _run(call, sid, "blob[0] ^= 0xFF\nwhile True: pass", limits={"timeout_ms": 300})
+    assert stopped["session_rolled_back"] is True
+    assert _run(call, sid, "hashlib.sha256(blob).hexdigest()")["output"] == expected
+    info = next(s for s in _result(call("list_sessions"))["sessions"] if s["session_id"] == sid)
+    assert info["image_bytes"] < 2 * len(local) + (16 << 20)  # a base and a small delta, not a copy per run
+    for session in (fork, sid):
+        _result(call("close_session", session_id=session))

@@ -2,9 +2,9 @@
 
 A session's state lives in its folder on disk, one version at a time:
 
-    <folder>/v<N>/memory      the pages of linear memory that differ from the
-                              guest snapshot (at page grain: the pages written
-                              since the snapshot), and the memory's size
+    <folder>/v<N>/memory      the pages of linear memory written since the guest
+                              snapshot, and the memory's size (with
+                              memory.delta: see sessionimages.py)
     <folder>/v<N>/workspace/  its /workspace
     <folder>/v<N>/tmp/        its /tmp
 
@@ -27,44 +27,28 @@ unless a limit or a crash stopped it midway, writes version N+1. So:
 
 from __future__ import annotations
 
-import ctypes
 import os
-import re
 import shutil
-import struct
-import sys
 import time
 import weakref
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import wasmtime
-
-from wasmrun.sandbox import errors, tree
+from wasmrun.sandbox import errors, sessionimages, tree
 from wasmrun.sandbox.instances import Fresh
-from wasmrun.sandbox.skillimages import WASM_PAGE, memory_view
+from wasmrun.sandbox.sessionimages import ImageMismatch
 from wasmrun.sandbox.types import RunError, RunRequest, RunResult, SessionOutcome, host_failure
 
 if TYPE_CHECKING:
     from wasmrun.sandbox.engine import SandboxEngine
 
-PAGE = 4096
-MAGIC = b"WRSESS01"
-_HEADER = struct.Struct("<8sH")  # magic, length of the guest key that follows
-_SIZES = struct.Struct("<QI")  # memory size in bytes, number of spans
-_SPAN = struct.Struct("<QQ")  # offset, length
-MEMORY = "memory"
 FOLDERS = ("workspace", "tmp")
 # Errors after which the interpreter may have stopped midway: its memory is not
 # kept. A guest MemoryError is the memory limit reached inside the interpreter.
 ROLLBACK_TYPES = errors.HOST_TYPES | {"MemoryError"}
 WARM_SESSIONS = 4  # instances a worker keeps for the sessions it ran last
 WARM_MAX_BYTES = 512 << 20  # a session with more memory is read from disk every run
-
-
-class ImageMismatch(Exception):
-    """The image was made from another guest build: this server cannot resume it."""
 
 
 def version_dir(folder: Path, version: int) -> Path:
@@ -105,12 +89,11 @@ def _run_staged(engine: SandboxEngine, request: RunRequest, t0: float, current: 
     fresh = warm.take(current)
     if fresh is None:
         fresh = engine._supply.take()
-        if (current / MEMORY).exists():
-            try:
-                read_image(current / MEMORY, fresh.store, fresh.memory, engine.guest.key)
-            except BaseException:
-                fresh.store.close()
-                raise
+        try:
+            sessionimages.load(current, fresh.store, fresh.memory, engine.guest.key)
+        except BaseException:
+            fresh.store.close()
+            raise
     kept = False
     try:
         result, _ = engine._run_on(fresh, request, t0, bytecode, workspace_root=following)
@@ -119,7 +102,7 @@ def _run_staged(engine: SandboxEngine, request: RunRequest, t0: float, current: 
             _discard(following)
             result.session = SessionOutcome(committed=False, memory_bytes=fresh.memory.data_len(fresh.store))
         else:
-            image_bytes = write_image(following / MEMORY, fresh.store, fresh.memory, engine.guest.key)
+            image_bytes = sessionimages.save(current, following, fresh.store, fresh.memory, engine.guest.key)
             files_bytes = sum(tree.measure(following / name)[0] for name in FOLDERS)
             result.session = SessionOutcome(
                 committed=True, memory_bytes=fresh.memory.data_len(fresh.store),
@@ -216,89 +199,6 @@ def _discard(path: Path) -> None:
 def copy_version(source: Path, target: Path) -> None:
     """A fork: the image hard-linked (files are never changed in place), the folders copied."""
     target.mkdir(mode=0o700)
-    if (source / MEMORY).exists():
-        try:
-            os.link(source / MEMORY, target / MEMORY)
-        except OSError:
-            shutil.copyfile(source / MEMORY, target / MEMORY)
+    sessionimages.copy(source, target)
     for name in FOLDERS:
         _copy_folder(source / name, target / name)
-
-
-# -- the memory image ---------------------------------------------------------
-
-
-def written_spans(store: wasmtime.Store, memory: wasmtime.Memory) -> list[tuple[int, int]]:
-    """(offset, length) spans covering every page written since the snapshot:
-    read from /proc/self/pagemap (present and anonymous = copied on write, or
-    grown and touched). Where that is unavailable, the whole memory."""
-    size = memory.data_len(store)
-    spans = _pagemap_written(store, memory)
-    if spans is None:
-        return [(0, size)] if size else []
-    return spans
-
-
-# Each pagemap entry's top byte, mapped to 1 when the page is present (bit 63)
-# and not file-backed (bit 61): written since the snapshot's image was mapped.
-_WRITTEN = bytes(int(b & 0xA0 == 0x80) for b in range(256))
-_RUNS = re.compile(b"\x01+")
-
-
-def _pagemap_written(store: wasmtime.Store, memory: wasmtime.Memory) -> list[tuple[int, int]] | None:
-    """Spans of written pages, from one read of /proc/self/pagemap (8 bytes a
-    page) scanned in C (translate, then a regex for runs of ones)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    base = ctypes.addressof(memory.data_ptr(store).contents)
-    size = memory.data_len(store)
-    try:
-        with open("/proc/self/pagemap", "rb", buffering=0) as f:
-            raw = os.pread(f.fileno(), size // PAGE * 8, base // PAGE * 8)
-    except OSError:
-        return None
-    flags = raw[7::8].translate(_WRITTEN)
-    return [(m.start() * PAGE, (m.end() - m.start()) * PAGE) for m in _RUNS.finditer(flags)]
-
-
-def write_image(path: Path, store: wasmtime.Store, memory: wasmtime.Memory, guest_key: str) -> int:
-    """Write the written pages to `path` (straight from linear memory); their byte count."""
-    spans = written_spans(store, memory)
-    key = guest_key.encode()
-    header = [_HEADER.pack(MAGIC, len(key)), key, _SIZES.pack(memory.data_len(store), len(spans))]
-    header += [_SPAN.pack(offset, length) for offset, length in spans]
-    view = memory_view(store, memory)
-    partial = path.with_name(path.name + ".partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(b"".join(header))
-            for offset, length in spans:
-                f.write(view[offset : offset + length])
-        os.replace(partial, path)
-    finally:
-        view.release()
-        partial.unlink(missing_ok=True)
-    return sum(length for _, length in spans)
-
-
-def read_image(path: Path, store: wasmtime.Store, memory: wasmtime.Memory, guest_key: str) -> None:
-    """Grow a fresh instance's memory to the image's size and read its pages
-    straight into it (one read per span, no copy in between)."""
-    with open(path, "rb", buffering=0) as f:
-        magic, key_len = _HEADER.unpack(f.read(_HEADER.size))
-        if magic != MAGIC or f.read(key_len).decode() != guest_key:
-            raise ImageMismatch(str(path))
-        memory_bytes, count = _SIZES.unpack(f.read(_SIZES.size))
-        table = f.read(_SPAN.size * count)
-        spans = [_SPAN.unpack_from(table, i * _SPAN.size) for i in range(count)]
-        size = memory.data_len(store)
-        if memory_bytes > size:
-            memory.grow(store, (memory_bytes - size + WASM_PAGE - 1) // WASM_PAGE)
-        view = memory_view(store, memory)
-        try:
-            for offset, length in spans:
-                if offset + length > len(view) or f.readinto(view[offset : offset + length]) != length:
-                    raise ValueError(f"damaged session image {path}")
-        finally:
-            view.release()
