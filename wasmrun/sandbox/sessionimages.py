@@ -186,23 +186,22 @@ def _pagemap_written(store: wasmtime.Store, memory: wasmtime.Memory) -> Spans | 
 
 
 def _write(path: Path, spans: Spans, store: wasmtime.Store, memory: wasmtime.Memory, guest_key: str) -> int:
-    """`spans` of memory to `path`, straight from linear memory; the file's size."""
+    """`spans` of memory to `path`, straight from linear memory; the file's size.
+    No temporary name: `path` is in a version folder that becomes the session's
+    only once the server records it, after this returns."""
     key = guest_key.encode()
     header = [_HEADER.pack(MAGIC, len(key)), key, _SIZES.pack(memory.data_len(store), len(spans))]
     header += [_SPAN.pack(offset, length) for offset, length in spans]
     view = memory_view(store, memory)
-    partial = path.with_name(path.name + ".partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(b"".join(header))
             for offset, length in spans:
                 f.write(view[offset : offset + length])
-            size = f.tell()
-        os.replace(partial, path)
+            size: int = f.tell()
     finally:
         view.release()
-        partial.unlink(missing_ok=True)
     return size
 
 

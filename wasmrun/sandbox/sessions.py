@@ -67,7 +67,7 @@ def run_in_session(engine: SandboxEngine, request: RunRequest, t0: float) -> Run
     current = version_dir(folder, spec.version)
     following = version_dir(folder, spec.version + 1)
     try:
-        _stage(current, following)
+        _stage(current, following, blobs=bool(request.input_blobs))
         result = _run_staged(engine, request, t0, current, following)
     except ImageMismatch:
         _discard(following)
@@ -97,7 +97,8 @@ def _run_staged(engine: SandboxEngine, request: RunRequest, t0: float, current: 
     kept = False
     try:
         result, _ = engine._run_on(fresh, request, t0, bytecode, workspace_root=following)
-        tree.remove(following / "blobs")
+        if request.input_blobs:
+            tree.remove(following / "blobs")
         if rolls_back(result):
             _discard(following)
             result.session = SessionOutcome(committed=False, memory_bytes=fresh.memory.data_len(fresh.store))
@@ -169,13 +170,15 @@ def close_warm(engine: SandboxEngine) -> None:
         found.close()
 
 
-def _stage(current: Path, following: Path) -> None:
-    """Version N+1's folders, as copies of N's (an earlier run's leftovers gone)."""
+def _stage(current: Path, following: Path, blobs: bool) -> None:
+    """Version N+1's folders, as copies of N's (an earlier run's leftovers gone);
+    `blobs`: and a folder for the run's input blobs."""
     _discard(following)
     following.mkdir(mode=0o700)
     for name in FOLDERS:
         _copy_folder(current / name, following / name)
-    (following / "blobs").mkdir(mode=0o700)
+    if blobs:
+        (following / "blobs").mkdir(mode=0o700)
 
 
 def _copy_folder(source: Path, target: Path) -> None:
