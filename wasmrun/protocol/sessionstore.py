@@ -23,6 +23,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -100,6 +101,7 @@ class SessionStore:
         self._load()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._deleter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wasmrun-sessions-delete")
 
     # -- start, stop, expiry ------------------------------------------------
 
@@ -134,6 +136,7 @@ class SessionStore:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._deleter.shutdown(wait=True)
 
     def _sweep_loop(self) -> None:
         while not self._stop.wait(SWEEP_INTERVAL_S):
@@ -252,7 +255,8 @@ class SessionStore:
             outcome.memory_bytes, outcome.image_bytes, outcome.files_bytes,
         )
         self._write(meta)  # the new version is the session's from here on
-        _remove(sandbox_sessions.version_dir(folder, meta.version - 1))
+        # The old one is deleted off the call's path (a start deletes any left over).
+        self._deleter.submit(_remove, sandbox_sessions.version_dir(folder, meta.version - 1))
 
     def close(self, owner: str, session_id: str) -> None:
         meta = self.get(owner, session_id)
