@@ -313,3 +313,14 @@ def test_a_large_session_keeps_every_change_across_saves_and_loads(servers: Serv
     assert info["image_bytes"] < 2 * len(local) + (16 << 20)  # a base and a small delta, not a copy per run
     for session in (fork, sid):
         _result(call("close_session", session_id=session))
+
+
+def test_tracebacks_name_each_run_as_a_cell(servers: Servers) -> None:
+    call = servers.alice
+    sid = _new(call)
+    _run(call, sid, "def divide(a, b):\n    return a / b\n")
+    failed = _run(call, sid, "x = 1\ndivide(x, 0)")
+    assert failed["error"]["type"] == "ZeroDivisionError"
+    message = failed["error"]["message"]
+    assert 'File "<cell 2>", line 2' in message and 'File "<cell 1>", line 2, in divide' in message
+    assert "return a / b" in message

@@ -51,6 +51,10 @@ HOT_CODECS = ("utf-8", "utf-8-sig", "latin-1", "ascii", "utf-16", "cp1252")
 DEFAULT_FUNCTION = "main"
 RUN_MODULE = "run_code"
 RUN_FILENAME = "<run_code>"
+# The code's name in tracebacks: in a session each run is a cell of its own
+# (`<cell 3>`), so a function an earlier run defined shows that run's lines.
+_run_filename = RUN_FILENAME
+_cells = 0
 
 # The C scanner and encoder themselves, skipping json's Python layers. The
 # request is the host's own compact JSON; the output encoder's circular-
@@ -235,7 +239,7 @@ _Coroutine = types.CoroutineType
 
 def _compile(source, mode: str, flags: int):
     try:
-        return compile(source, RUN_FILENAME, mode, flags, dont_inherit=True)
+        return compile(source, _run_filename, mode, flags, dont_inherit=True)
     except MemoryError:
         # CPython's parser reports its own stack overflow as MemoryError; it
         # says nothing about the run's memory limit.
@@ -263,7 +267,11 @@ def _call_entrypoint(request: dict):
             module = types.ModuleType(RUN_MODULE)
             module.__file__ = RUN_FILENAME
             sys.modules[RUN_MODULE] = module
-        _SOURCES[RUN_FILENAME] = source
+        if session:
+            global _run_filename, _cells
+            _cells += 1
+            _run_filename = f"<cell {_cells}>"
+        _SOURCES[_run_filename] = source
         if name != DEFAULT_FUNCTION or _DEFINES_MAIN.search(source):
             _exec_module(source, module.__dict__)
             fn = getattr(module, name, None)
