@@ -324,3 +324,14 @@ def test_tracebacks_name_each_run_as_a_cell(servers: Servers) -> None:
     message = failed["error"]["message"]
     assert 'File "<cell 2>", line 2' in message and 'File "<cell 1>", line 2, in divide' in message
     assert "return a / b" in message
+
+
+def test_the_workspace_quota_counts_what_earlier_runs_left(servers: Servers) -> None:
+    call = servers.alice
+    sid = _new(call, limits={"workspace_mb": 1})
+    _run(call, sid, "open('/workspace/a', 'wb').write(b'a' * 600_000)")
+    over = _run(call, sid, "open('/tmp/b', 'wb').write(b'b' * 600_000)")
+    assert over["status"] == "failed" and over["error"]["type"] == "WorkspaceQuotaExceeded"
+    assert over["session_rolled_back"] is True
+    after = _run(call, sid, "import os\n[os.path.getsize('/workspace/a'), os.path.exists('/tmp/b')]")
+    assert after["output"] == [600_000, False]
