@@ -48,7 +48,7 @@ FOLDERS = ("workspace", "tmp")
 # kept. A guest MemoryError is the memory limit reached inside the interpreter.
 ROLLBACK_TYPES = errors.HOST_TYPES | {"MemoryError"}
 WARM_SESSIONS = 4  # instances a worker keeps for the sessions it ran last
-WARM_MAX_BYTES = 512 << 20  # a session with more memory is read from disk every run
+WARM_MAX_BYTES = 512 << 20  # their memory in all: idle sessions hold no more of a worker's RAM
 
 
 def version_dir(folder: Path, version: int) -> Path:
@@ -136,10 +136,12 @@ class WarmInstances:
         return self._kept.pop(version, None)
 
     def keep(self, version: Path, fresh: Fresh) -> bool:
-        if self.limit <= 0 or fresh.memory.data_len(fresh.store) > self.max_bytes:
+        """Keep `fresh` as `version`'s (False: not kept, close it), evicting the
+        least recently kept past `limit` instances or `max_bytes` of memory in all."""
+        if self.limit <= 0 or _size(fresh) > self.max_bytes:
             return False
         self._kept[version] = fresh
-        while len(self._kept) > self.limit:
+        while len(self._kept) > self.limit or sum(_size(f) for f in self._kept.values()) > self.max_bytes:
             _, oldest = self._kept.popitem(last=False)
             oldest.store.close()
         return True
@@ -152,6 +154,10 @@ class WarmInstances:
     def close(self) -> None:
         while self._kept:
             self._kept.popitem()[1].store.close()
+
+
+def _size(fresh: Fresh) -> int:
+    return fresh.memory.data_len(fresh.store)
 
 
 _warm: weakref.WeakKeyDictionary[SandboxEngine, WarmInstances] = weakref.WeakKeyDictionary()
