@@ -335,3 +335,15 @@ def test_the_workspace_quota_counts_what_earlier_runs_left(servers: Servers) -> 
     assert over["session_rolled_back"] is True
     after = _run(call, sid, "import os\n[os.path.getsize('/workspace/a'), os.path.exists('/tmp/b')]")
     assert after["output"] == [600_000, False]
+
+
+def test_skills_named_at_creation_are_mounted_in_every_run(servers: Servers) -> None:
+    call = servers.alice
+    sid = _new(call, skills=["text.stats"])
+    info = next(s for s in _result(call("list_sessions"))["sessions"] if s["session_id"] == sid)
+    assert len(info["skills"]) == 1 and info["skills"][0].startswith("text.stats@")
+    _run(call, sid, "from skills.text import stats\nfirst = stats.main({'text': 'a b c'})")
+    again = _run(call, sid, "from skills.text import stats as again\n[again is stats, first == again.main({'text': 'a b c'})]")
+    assert again["output"] == [True, True]
+    refused = call("run_code", language="python", code="1", session_id=sid, mount_skills=["data.csv.profile"])
+    assert refused["error"]["data"]["field"] == "mount_skills"
