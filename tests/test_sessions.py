@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import stat
 import threading
 import time
@@ -227,14 +228,25 @@ def test_a_session_survives_a_restart(tmp_path: Path) -> None:
         call = _caller(server, key)
         sid = _new(call)
         _run(call, sid, "import statistics\nrows = [3, 1, 2]\nopen('/workspace/r.txt', 'w').write('saved')")
+        lost = _new(call)
+        _run(call, lost, "x = 1")
     finally:
         server.stop()
+    # One session's state gone (as after a machine crash): dropped, never resumed blank.
+    for meta in (data / "sessions").glob("*/meta.json"):
+        if lost in meta.read_text():
+            for version in meta.parent.glob("v*"):
+                shutil.rmtree(version)
+    (data / "sessions" / ("0" * 64)).mkdir()
+    (data / "sessions" / ("0" * 64) / "meta.json").write_text("{not json")
     server = LiveServer(data)
     try:
         call = _caller(server, key)
         after = _run(call, sid, "[statistics.median(rows), open('/workspace/r.txt').read()]")
         assert after["output"] == [2, "saved"]
         assert [s["session_id"] for s in _result(call("list_sessions"))["sessions"]] == [sid]
+        gone = call("run_code", language="python", code="x", session_id=lost)
+        assert gone["error"]["data"] == {"field": "session_id"}
         _result(call("close_session", session_id=sid))
         assert os.listdir(data / "sessions") == []
     finally:

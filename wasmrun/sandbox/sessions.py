@@ -179,6 +179,8 @@ def close_warm(engine: SandboxEngine) -> None:
 def _stage(current: Path, following: Path, blobs: bool) -> None:
     """Version N+1's folders, as copies of N's (an earlier run's leftovers gone);
     `blobs`: and a folder for the run's input blobs."""
+    if current.name != "v0" and not current.is_dir():
+        raise FileNotFoundError(f"session state {current} is missing")  # never run it from a blank state
     _discard(following)
     following.mkdir(mode=0o700)
     for name in FOLDERS:
