@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 import weakref
 from collections import OrderedDict
@@ -130,20 +131,23 @@ class WarmInstances:
         self.limit = limit
         self.max_bytes = max_bytes
         self._kept: OrderedDict[Path, Fresh] = OrderedDict()  # version folder -> its instance
+        self._lock = threading.Lock()  # an in-process engine runs on several threads
 
     def take(self, version: Path) -> Fresh | None:
-        self._drop_ended()
-        return self._kept.pop(version, None)
+        with self._lock:
+            self._drop_ended()
+            return self._kept.pop(version, None)
 
     def keep(self, version: Path, fresh: Fresh) -> bool:
         """Keep `fresh` as `version`'s (False: not kept, close it), evicting the
         least recently kept past `limit` instances or `max_bytes` of memory in all."""
         if self.limit <= 0 or _size(fresh) > self.max_bytes:
             return False
-        self._kept[version] = fresh
-        while len(self._kept) > self.limit or sum(_size(f) for f in self._kept.values()) > self.max_bytes:
-            _, oldest = self._kept.popitem(last=False)
-            oldest.store.close()
+        with self._lock:
+            self._kept[version] = fresh
+            while len(self._kept) > self.limit or sum(_size(f) for f in self._kept.values()) > self.max_bytes:
+                _, oldest = self._kept.popitem(last=False)
+                oldest.store.close()
         return True
 
     def _drop_ended(self) -> None:
@@ -152,8 +156,9 @@ class WarmInstances:
             self._kept.pop(version).store.close()
 
     def close(self) -> None:
-        while self._kept:
-            self._kept.popitem()[1].store.close()
+        with self._lock:
+            while self._kept:
+                self._kept.popitem()[1].store.close()
 
 
 def _size(fresh: Fresh) -> int:
@@ -163,11 +168,15 @@ def _size(fresh: Fresh) -> int:
 _warm: weakref.WeakKeyDictionary[SandboxEngine, WarmInstances] = weakref.WeakKeyDictionary()
 
 
+_warm_lock = threading.Lock()
+
+
 def _warm_instances(engine: SandboxEngine) -> WarmInstances:
-    found = _warm.get(engine)
-    if found is None:
-        found = _warm[engine] = WarmInstances()
-    return found
+    with _warm_lock:
+        found = _warm.get(engine)
+        if found is None:
+            found = _warm[engine] = WarmInstances()
+        return found
 
 
 def close_warm(engine: SandboxEngine) -> None:
