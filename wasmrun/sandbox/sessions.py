@@ -198,8 +198,9 @@ def _stage(current: Path, following: Path, blobs: bool) -> None:
         (following / "blobs").mkdir(mode=0o700)
 
 
-def _copy_folder(source: Path, target: Path) -> None:
-    """`source`'s tree at `target` (links copied as links, never followed)."""
+def _copy_folder(source: Path, target: Path, link: bool = False) -> None:
+    """`source`'s tree at `target` (symbolic links copied as links, never
+    followed); `link`: its files hard-linked rather than copied."""
     try:
         with os.scandir(source) as entries:
             empty = next(entries, None) is None
@@ -208,7 +209,14 @@ def _copy_folder(source: Path, target: Path) -> None:
     if empty:
         target.mkdir(mode=0o700)
     else:
-        shutil.copytree(source, target, symlinks=True)
+        shutil.copytree(source, target, symlinks=True, copy_function=_link_or_copy if link else shutil.copy2)
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def _discard(path: Path) -> None:
@@ -217,8 +225,10 @@ def _discard(path: Path) -> None:
 
 
 def copy_version(source: Path, target: Path) -> None:
-    """A fork: the image hard-linked (files are never changed in place), the folders copied."""
+    """A fork: every file hard-linked, none copied. A version's files are never
+    changed in place once it is recorded: each run works on copies (`_stage`),
+    so the two sessions' next runs each copy them before writing."""
     target.mkdir(mode=0o700)
     sessionimages.copy(source, target)
     for name in FOLDERS:
-        _copy_folder(source / name, target / name)
+        _copy_folder(source / name, target / name, link=True)
