@@ -359,3 +359,15 @@ def test_skills_named_at_creation_are_mounted_in_every_run(servers: Servers) -> 
     assert again["output"] == [True, True]
     refused = call("run_code", language="python", code="1", session_id=sid, mount_skills=["data.csv.profile"])
     assert refused["error"]["data"]["field"] == "mount_skills"
+
+
+def test_the_cap_holds_under_concurrent_creates(servers: Servers) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda _: servers.bob("create_session", language="python"), range(6)))
+    made = [a["result"]["session_id"] for a in answers if "result" in a]
+    refused = [a["error"] for a in answers if "error" in a]
+    assert len(made) == 2 and all(e["code"] == -32002 for e in refused)
+    for sid in made:
+        _result(servers.bob("close_session", session_id=sid))
