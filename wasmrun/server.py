@@ -352,9 +352,13 @@ async def serve_mcp_stdio(settings: Settings, *, with_create_skill: bool = False
     @contextlib.contextmanager
     def open_dispatcher() -> Iterator[Dispatcher]:
         context = build_context(settings)
+        if context.sessions is not None:
+            context.sessions.start()  # expired sessions deleted as under `serve`
         try:
             yield Dispatcher(context)
         finally:
+            if context.sessions is not None:
+                context.sessions.stop()
             context.executor.close()
 
     await serve_stdio(open_dispatcher, with_create_skill=with_create_skill)
