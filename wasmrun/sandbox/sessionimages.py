@@ -4,7 +4,7 @@ A version's memory is one or two files, each a header and spans of pages:
 
     memory        the base: every page written since the snapshot, when it was made
     memory.delta  (optional) every written page that now differs from the base,
-                  at 64 KiB grain, read over it
+                  read over it
 
 A run that keeps its state hard-links the base into the next version and
 writes only a new delta: the pages the session changed since the base, found
@@ -34,7 +34,7 @@ import wasmtime
 from wasmrun.sandbox.skillimages import WASM_PAGE, memory_view
 
 PAGE = 4096
-CHUNK = 64 * 1024  # the delta's grain: one memcmp per chunk
+CHUNK = 64 * 1024  # one memcmp per chunk, then per page within a chunk that differs
 MAGIC = b"WRSESS01"
 BASE = "memory"
 DELTA = "memory.delta"
@@ -115,7 +115,7 @@ def _changed(spans: Spans, base: Path, base_spans: list[tuple[int, int, int]], s
                 upto = min(end, span_start + span_length, (offset // CHUNK + 1) * CHUNK)
                 source = file_address + file_offset + (offset - span_start)
                 if _compare(address + offset, source, upto - offset):
-                    _add(changed, offset, upto - offset)
+                    _add_changed_pages(changed, address, source, offset, upto)
                 offset = upto
     return changed
 
@@ -145,6 +145,15 @@ _libc.mmap.restype = ctypes.c_void_p
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.munmap.restype = ctypes.c_int
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
+def _add_changed_pages(changed: Spans, address: int, source: int, start: int, end: int) -> None:
+    """Within a chunk that differs, the pages that do (a run changes a few
+    scattered pages: the delta, written every run, stays that small)."""
+    for offset in range(start, end, PAGE):
+        length = min(PAGE, end - offset)
+        if _compare(address + offset, source + (offset - start), length):
+            _add(changed, offset, length)
 
 
 def _add(spans: Spans, offset: int, length: int) -> None:
