@@ -149,7 +149,7 @@ def create_app(
     sessions = context.sessions
     metrics = Metrics(
         context.gate, context.executor.capacity, context.blobs, lambda: [LOCAL_TENANT, *tenants.names()],
-        context.calls,
+        context.calls, getattr(context.executor, "background", None),
         sessions.tenants if sessions is not None else None,
     )
     audit = open_audit_log(settings)

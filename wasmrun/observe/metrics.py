@@ -7,6 +7,8 @@
     wasmrun_calls_queued / wasmrun_calls_running      other calls waiting for / holding a tenant slot
     wasmrun_workers_busy / wasmrun_workers_free       the sandbox pool
     wasmrun_blob_bytes{tenant} / wasmrun_blobs{tenant}  what each tenant stores (charged bytes)
+    wasmrun_background_runs_total{kind,outcome}   guest runs the server made for no client
+    wasmrun_background_cpu_seconds_total{kind}    (skill import runs, compile runs, warm-ups)
     wasmrun_sessions_open{tenant} / wasmrun_session_bytes{tenant}  sessions and their bytes on disk
     wasmrun_sessions_ended_total{tenant,reason}       sessions closed or expired
     wasmrun_session_rollbacks_total{tenant}           session runs a limit or a crash undid
@@ -20,11 +22,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from wasmrun.blobs.store import BlobStore
 from wasmrun.observe.record import CallRecord
+from wasmrun.sandbox.background import BackgroundTotals
 from wasmrun.tenants.calls import CallGate
 from wasmrun.tenants.quotas import RunGate
 
@@ -42,8 +45,10 @@ class _Gauges(Collector):
         blobs: BlobStore,
         tenants: Callable[[], Iterable[str]],
         calls: CallGate | None = None,
+        background: BackgroundTotals | None = None,
         sessions: Callable[[], dict[str, tuple[int, int]]] | None = None,
     ) -> None:
+        self.background = background
         self.sessions = sessions  # tenant -> (sessions open, their bytes on disk)
         self.gate = gate
         self.workers = workers
@@ -58,6 +63,8 @@ class _Gauges(Collector):
         busy, free = self.workers()
         yield GaugeMetricFamily("wasmrun_workers_busy", "Sandbox workers running a call", value=busy)
         yield GaugeMetricFamily("wasmrun_workers_free", "Sandbox workers free", value=free)
+        if self.background is not None:
+            yield from _background(self.background.snapshot())
         stored = GaugeMetricFamily("wasmrun_blob_bytes", "Blob bytes a tenant stores (as charged)", labels=["tenant"])
         count = GaugeMetricFamily("wasmrun_blobs", "Blobs a tenant stores", labels=["tenant"])
         for tenant in sorted(set(self.tenants())):
@@ -74,6 +81,22 @@ class _Gauges(Collector):
                 held.add_metric([tenant], used)
             yield open_
             yield held
+
+
+def _background(totals: dict[tuple[str, str], tuple[int, float]]) -> Iterator[Metric]:
+    runs = CounterMetricFamily(
+        "wasmrun_background_runs", "Guest runs the server started for no client, by kind and outcome",
+        labels=["kind", "outcome"],
+    )
+    cpu = CounterMetricFamily("wasmrun_background_cpu_seconds", "CPU time of those runs", labels=["kind"])
+    by_kind: dict[str, float] = {}
+    for (kind, outcome), (count, cpu_s) in sorted(totals.items()):
+        runs.add_metric([kind, outcome], count)
+        by_kind[kind] = by_kind.get(kind, 0.0) + cpu_s
+    for kind, cpu_s in sorted(by_kind.items()):
+        cpu.add_metric([kind], cpu_s)
+    yield runs
+    yield cpu
 
 
 def _slots(kind: str, what: str, load: dict[str, tuple[int, int]]) -> Iterator[Metric]:
@@ -96,6 +119,7 @@ class Metrics:
         blobs: BlobStore,
         tenants: Callable[[], Iterable[str]],
         calls: CallGate | None = None,
+        background: BackgroundTotals | None = None,
         sessions: Callable[[], dict[str, tuple[int, int]]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -114,7 +138,7 @@ class Metrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900),
             registry=self.registry,
         )
-        self.registry.register(_Gauges(gate, workers, blobs, tenants, calls, sessions))
+        self.registry.register(_Gauges(gate, workers, blobs, tenants, calls, background, sessions))
 
     def record(self, call: CallRecord) -> None:
         status = "ok" if call.error_code is None else str(call.error_code)
