@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wasmrun.sandbox import errors, sessionimages, tree
-from wasmrun.sandbox.instances import Fresh
+from wasmrun.sandbox.instances import Fresh, release_pages
 from wasmrun.sandbox.sessionimages import ImageMismatch
 from wasmrun.sandbox.types import RunError, RunRequest, RunResult, SessionOutcome, host_failure
 
@@ -93,7 +93,7 @@ def _run_staged(engine: SandboxEngine, request: RunRequest, t0: float, current: 
         try:
             sessionimages.load(current, fresh.store, fresh.memory, engine.guest.key)
         except BaseException:
-            fresh.store.close()
+            _close(fresh)
             raise
     kept = False
     try:
@@ -113,7 +113,7 @@ def _run_staged(engine: SandboxEngine, request: RunRequest, t0: float, current: 
             kept = warm.keep(following, fresh)
     finally:
         if not kept:
-            fresh.store.close()
+            _close(fresh)
     result.usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
     return result
 
@@ -147,18 +147,24 @@ class WarmInstances:
             self._kept[version] = fresh
             while len(self._kept) > self.limit or sum(_size(f) for f in self._kept.values()) > self.max_bytes:
                 _, oldest = self._kept.popitem(last=False)
-                oldest.store.close()
+                _close(oldest)
         return True
 
     def _drop_ended(self) -> None:
         """Versions no longer on disk (a later one won, the session ended): their memory goes now."""
         for version in [v for v in self._kept if not v.exists()]:
-            self._kept.pop(version).store.close()
+            _close(self._kept.pop(version))
 
     def close(self) -> None:
         with self._lock:
             while self._kept:
-                self._kept.popitem()[1].store.close()
+                _close(self._kept.popitem()[1])
+
+
+def _close(fresh: Fresh) -> None:
+    """Done with an instance: a large one's pages go back to the system now (release_pages)."""
+    release_pages(fresh.store, fresh.memory)
+    fresh.store.close()
 
 
 def _size(fresh: Fresh) -> int:
