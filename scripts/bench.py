@@ -41,6 +41,7 @@ local files, and hello throughput of two shared servers against one; skipped wit
 note when PostgreSQL or rclone is not installed (and with --no-shared).
 
     python scripts/bench.py --shared     # only the shared-backend rows
+    python scripts/bench.py --sessions   # only the session rows (scripts/bench_sessions.py; issue 22)
 
 Prints a table and writes JSON (bench-results/latest.json by default).
 """
@@ -642,7 +643,15 @@ def main() -> int:
     parser.add_argument("--shared", action="store_true",
                         help="only the shared-backend rows (PostgreSQL + S3 against local files, two servers vs one)")
     parser.add_argument("--no-shared", action="store_true", help="skip the shared-backend rows")
+    parser.add_argument("--sessions", action="store_true",
+                        help="only the session rows (warm run against a fresh one, fork and resume of 100 MB, size)")
     opts = parser.parse_args()
+    if opts.sessions:
+        import bench_sessions
+
+        guest_build.build()
+        print("\n".join(bench_sessions.render(bench_sessions.rows(5 if opts.quick else 15))))
+        return 0
     if opts.only:
         guest_build.build()
         print(only_sections(set(opts.only), 10 if opts.quick else opts.rounds, opts.workers))

@@ -87,6 +87,10 @@ def baseline(method: str, blob_id: str) -> dict[str, Any]:
         "read_blob": {"blob_id": blob_id},
         "delete_blob": {"blob_id": "blob:" + "0" * 32},  # none such: the sweep must not delete blob_id
         "load_skills_protocol_guide": {},
+        "create_session": {"language": "python", "idle_timeout_s": 1},
+        "fork_session": {"session_id": "ses_" + "0" * 32},  # none such: a client error, whatever else is sent
+        "close_session": {"session_id": "ses_" + "0" * 32},
+        "list_sessions": {},
         "create_skill": {
             "manifest": {
                 "name": "user.hostile",

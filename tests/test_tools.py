@@ -18,7 +18,8 @@ from starlette.testclient import TestClient
 
 from tests.liveserver import wasmrun_env
 from wasmrun.protocol.methods import METHODS
-from wasmrun.tools import CREATE_SKILL, FORMATS, TOOLS, render_all, strict_allowed
+from wasmrun.tools import FORMATS, TOOLS, render_all, strict_allowed
+from wasmrun.tools import tools as tools_served
 
 SPEC = Path("/work/shared/spec/skills-protocol-v0.1.txt")
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # OpenAI's and Anthropic's rule for tool names
@@ -45,9 +46,18 @@ def test_the_eight_tools_are_the_spec_text() -> None:
 
 def test_create_skill_only_on_request() -> None:
     for format in FORMATS:
-        assert len(render_all(format)) == 8
+        assert [_name(t) for t in render_all(format)] == [*EIGHT, *SESSIONS]
         names = [_name(t) for t in render_all(format, with_create_skill=True)]
-        assert names == [*EIGHT, "create_skill"]
+        assert names == [*EIGHT, *SESSIONS, "create_skill"]
+
+
+SESSIONS = ["create_session", "fork_session", "close_session", "list_sessions"]
+
+
+def test_run_code_takes_a_session_id_beside_the_spec_params() -> None:
+    run_code = next(t for t in render_all("mcp") if t["name"] == "run_code")
+    assert "session_id" in run_code["inputSchema"]["properties"]
+    assert "session_id" not in next(t for t in TOOLS if t.name == "run_code").parameters["properties"]
 
 
 def _name(tool: dict[str, Any]) -> str:
@@ -115,14 +125,14 @@ def test_openai_strict_follows_the_strict_rules() -> None:
     tools = render_all("openai", strict=True, with_create_skill=True)
     strict = {t["function"]["name"] for t in tools if t["function"]["strict"]}
     # The tools whose schemas have a free-form object (args, manifest) cannot be strict.
-    assert strict == {n for n in EIGHT if n not in ("execute_skill", "run_code")}
+    assert strict == {n for n in [*EIGHT, *SESSIONS] if n not in ("execute_skill", "run_code")}
     for tool in tools:
         function = tool["function"]
         jsonschema.Draft202012Validator.check_schema(function["parameters"])
         if function["strict"]:
             _check_strict(function["parameters"], function["name"])
         else:
-            plain = next(t for t in (*TOOLS, CREATE_SKILL) if t.name == function["name"])
+            plain = next(t for t in tools_served(with_create_skill=True) if t.name == function["name"])
             assert not strict_allowed(plain) and function["parameters"] == plain.parameters
 
 
@@ -149,7 +159,13 @@ def test_unknown_format_and_strict_misuse_are_refused() -> None:
 
 def _example_arguments(rpc: Callable[..., dict[str, Any]]) -> dict[str, dict[str, Any]]:
     blob = rpc("create_blob", {"content": "a,b\n1,2\n", "kind": "text/csv"})["result"]["blob_id"]
+    forked = rpc("create_session", {"language": "python"})["result"]["session_id"]
+    closed = rpc("create_session", {"language": "python"})["result"]["session_id"]
     return {
+        "create_session": {"language": "python", "idle_timeout_s": 60, "skills": []},
+        "fork_session": {"session_id": forked},
+        "close_session": {"session_id": closed},
+        "list_sessions": {},
         "list_skills": {"namespace": "data", "detail": "summary", "limit": 5},
         "describe_skill": {"name": "data.csv.profile", "detail": "full"},
         "read_skill_file": {"name": "data.csv.profile", "path": "SKILL.md"},

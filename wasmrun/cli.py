@@ -32,6 +32,7 @@ from typing import Any
 
 import msgspec
 
+from wasmrun import sessioncli
 from wasmrun.database import DatabaseError
 from wasmrun.settings import Settings
 from wasmrun.tools import FORMATS
@@ -190,6 +191,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--memory-mb", type=int, help="the run's memory limit in MiB")
     _common(run)
 
+    sessioncli.add_parser(commands)
     commands.add_parser(
         "warm", help="compile the guest to machine code now, e.g. while building an image (else the first start does)"
     )
@@ -217,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _warm()
         if args.command == "doctor":
             return _doctor(args)
+        if args.command == "session":
+            return sessioncli.main(args)
         if args.skills_command == "list":
             return _skills_list(args)
         if args.skills_command == "add":

@@ -44,13 +44,18 @@ from wasmrun.protocol.errors import (
     ServerBusy,
 )
 from wasmrun.protocol.types import (
+    CloseSessionResult,
     CreateBlobParams,
     CreateBlobResult,
+    CreateSessionParams,
     CreateSkillParams,
     CreateSkillResult,
     DescribeSkillParams,
     DescribeSkillResult,
     ExecuteSkillParams,
+    ForkSessionResult,
+    ListSessionsParams,
+    ListSessionsResult,
     ListSkillsParams,
     ListSkillsResult,
     LoadGuideParams,
@@ -63,6 +68,8 @@ from wasmrun.protocol.types import (
     RunCodeParams,
     RunLimits,
     RunResult,
+    SessionInfo,
+    SessionRef,
     SkillFile,
 )
 
@@ -176,12 +183,22 @@ def _blob_params(content: str | bytes, kind: str) -> CreateBlobParams:
 
 def _run_code_params(
     code: str, language: Language, entrypoint: str, args: dict[str, Any] | None, mount_skills: list[str] | None,
-    input_blobs: list[str] | None, timeout_ms: int | None,
+    input_blobs: list[str] | None, timeout_ms: int | None, session_id: str | None = None,
 ) -> RunCodeParams:
     return RunCodeParams(
         language=language,
         code=code, entrypoint=entrypoint, args=args or {}, mount_skills=mount_skills or [],
-        input_blobs=input_blobs or [], limits=RunLimits(timeout_ms=timeout_ms),
+        input_blobs=input_blobs or [], limits=RunLimits(timeout_ms=timeout_ms), session_id=session_id,
+    )
+
+
+def _create_session_params(
+    limits: RunLimits | dict[str, int] | None, idle_timeout_s: int | None, skills: list[str] | None,
+) -> CreateSessionParams:
+    if isinstance(limits, dict):
+        limits = msgspec.convert(limits, RunLimits)
+    return CreateSessionParams(
+        language="python", limits=limits or RunLimits(), idle_timeout_s=idle_timeout_s, skills=skills or [],
     )
 
 
@@ -257,9 +274,28 @@ class Client(_Calls):
     def run_code(
         self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
+        session_id: str | None = None,
     ) -> RunResult:
-        params = _run_code_params(code, language, entrypoint, args, mount_skills, input_blobs, timeout_ms)
+        """With `session_id`: inside that session (create_session)."""
+        params = _run_code_params(code, language, entrypoint, args, mount_skills, input_blobs, timeout_ms, session_id)
         return self._call("run_code", params, RunResult)
+
+    def create_session(
+        self, limits: RunLimits | dict[str, int] | None = None, idle_timeout_s: int | None = None,
+        skills: list[str] | None = None,
+    ) -> SessionInfo:
+        """A new Python session: its globals, imports, /workspace and /tmp carry over between runs."""
+        params = _create_session_params(limits, idle_timeout_s, skills)
+        return self._call("create_session", params, SessionInfo)
+
+    def fork_session(self, session_id: str) -> ForkSessionResult:
+        return self._call("fork_session", SessionRef(session_id=session_id), ForkSessionResult)
+
+    def close_session(self, session_id: str) -> CloseSessionResult:
+        return self._call("close_session", SessionRef(session_id=session_id), CloseSessionResult)
+
+    def list_sessions(self) -> ListSessionsResult:
+        return self._call("list_sessions", ListSessionsParams(), ListSessionsResult)
 
     def create_blob(self, content: str | bytes, kind: str = "text/plain") -> CreateBlobResult:
         """`bytes` travel as base64; a `str` as text."""
@@ -350,9 +386,28 @@ class AsyncClient(_Calls):
     async def run_code(
         self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
+        session_id: str | None = None,
     ) -> RunResult:
-        params = _run_code_params(code, language, entrypoint, args, mount_skills, input_blobs, timeout_ms)
+        """With `session_id`: inside that session (create_session)."""
+        params = _run_code_params(code, language, entrypoint, args, mount_skills, input_blobs, timeout_ms, session_id)
         return await self._call("run_code", params, RunResult)
+
+    async def create_session(
+        self, limits: RunLimits | dict[str, int] | None = None, idle_timeout_s: int | None = None,
+        skills: list[str] | None = None,
+    ) -> SessionInfo:
+        """A new Python session: its globals, imports, /workspace and /tmp carry over between runs."""
+        params = _create_session_params(limits, idle_timeout_s, skills)
+        return await self._call("create_session", params, SessionInfo)
+
+    async def fork_session(self, session_id: str) -> ForkSessionResult:
+        return await self._call("fork_session", SessionRef(session_id=session_id), ForkSessionResult)
+
+    async def close_session(self, session_id: str) -> CloseSessionResult:
+        return await self._call("close_session", SessionRef(session_id=session_id), CloseSessionResult)
+
+    async def list_sessions(self) -> ListSessionsResult:
+        return await self._call("list_sessions", ListSessionsParams(), ListSessionsResult)
 
     async def create_blob(self, content: str | bytes, kind: str = "text/plain") -> CreateBlobResult:
         return await self._call("create_blob", _blob_params(content, kind), CreateBlobResult)

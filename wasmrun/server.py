@@ -26,6 +26,7 @@ from wasmrun.observe.metrics import Metrics
 from wasmrun.observe.record import Observers
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.methods import Dispatcher
+from wasmrun.protocol.sessionstore import SessionStore, session_expired
 from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox.executor import Executor, InProcessExecutor
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
@@ -108,6 +109,7 @@ def build_context(
         caller=local_caller(settings.access.limits),
         gate=open_run_gate(settings),
         calls=CallGate(settings.queue_timeout),
+        sessions=SessionStore(settings.data_dir / "sessions", settings.sessions),
     )
 
 
@@ -144,16 +146,24 @@ def create_app(
     context = context if context is not None else build_context(settings)
     migrate_database(settings)
     tenants = tenant_directory(settings)
+    sessions = context.sessions
     metrics = Metrics(
         context.gate, context.executor.capacity, context.blobs, lambda: [LOCAL_TENANT, *tenants.names()],
         context.calls, getattr(context.executor, "background", None),
+        sessions.tenants if sessions is not None else None,
     )
     audit = open_audit_log(settings)
+    observers = Observers(metrics, *([audit] if audit is not None else []))
+    if sessions is not None:
+        sessions.on_end = lambda meta, reason: observers.record(session_expired(meta)) if reason == "expired" else None
+        sessions.start()
     retention = BlobRetention(context.blobs, tenants, settings.access.limits.blob_ttl_s)
     retention.start()
     orphans = open_orphan_sweeper(settings)
 
     def shutdown() -> None:
+        if sessions is not None:
+            sessions.stop()
         retention.stop()
         if orphans is not None:
             orphans.stop()
@@ -163,7 +173,7 @@ def create_app(
             context.executor.close()
             context.gate.close()
 
-    dispatcher = Dispatcher(context, Observers(metrics, *([audit] if audit is not None else [])), require_caller=True)
+    dispatcher = Dispatcher(context, observers, require_caller=True)
     in_flight = RequestsInFlight()  # each tenant's HTTP requests, /rpc and /mcp together
     routes: list[BaseRoute] = [tools_route()]
     lifespans = []
@@ -342,9 +352,13 @@ async def serve_mcp_stdio(settings: Settings, *, with_create_skill: bool = False
     @contextlib.contextmanager
     def open_dispatcher() -> Iterator[Dispatcher]:
         context = build_context(settings)
+        if context.sessions is not None:
+            context.sessions.start()  # expired sessions deleted as under `serve`
         try:
             yield Dispatcher(context)
         finally:
+            if context.sessions is not None:
+                context.sessions.stop()
             context.executor.close()
 
     await serve_stdio(open_dispatcher, with_create_skill=with_create_skill)

@@ -31,6 +31,9 @@
                       WASMRUN_MAX_CPU_MS            1000000  (the defaults are lowered to a
                       WASMRUN_MAX_WORKSPACE_MB      1024     ceiling set below them)
                       WASMRUN_MAX_OUTPUT_BYTES      1048576
+                      WASMRUN_SESSION_IDLE_S        600    a session's idle timeout when create_session names none
+                      WASMRUN_SESSION_MAX_IDLE_S    3600   the most idle_timeout_s may ask for
+                      WASMRUN_SESSION_MAX_AGE_S     86400  a session ends this long after creation
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from wasmrun.sandbox.limits import (
     LimitPolicy,
     MiB,
 )
+from wasmrun.tenants.limits import SessionPolicy
 from wasmrun.tenants.policy import AccessPolicy, load_access_policy
 
 ENV_PREFIX = "WASMRUN_"
@@ -117,6 +121,7 @@ class Settings:
     blob_store: str | None = None
     # The operator's bearer key for GET /metrics (an environment variable only: never on a command line).
     metrics_key: str | None = field(default=None, repr=False)
+    sessions: SessionPolicy = field(default_factory=SessionPolicy)
 
     @property
     def installed_skills(self) -> Path:
@@ -214,6 +219,7 @@ class Settings:
             ObjectStoreLocation.parse(chosen["blob_store"])  # a ValueError naming what is wrong
             if chosen["database_url"] is None:
                 raise ValueError("--blob-store needs --database-url too: blob metadata and ownership live there")
+        chosen["sessions"] = load_session_policy(env)
         return cls(
             skills_dirs=tuple(dirs),
             limits=load_limit_policy(env),
@@ -224,6 +230,23 @@ class Settings:
             allow_one_worker=bool(allow_one_worker) or env.get(ENV_PREFIX + "ALLOW_ONE_WORKER", "") in ("1", "true", "yes"),
             **chosen,
         )
+
+
+def load_session_policy(env: Mapping[str, str]) -> SessionPolicy:
+    """Sessions' idle timeout (default and ceiling) and maximum age, from WASMRUN_SESSION_*."""
+    values = {
+        field_name: _int(env.get(ENV_PREFIX + name), ENV_PREFIX + name)
+        for name, field_name in (
+            ("SESSION_IDLE_S", "idle_timeout_s"), ("SESSION_MAX_IDLE_S", "max_idle_timeout_s"),
+            ("SESSION_MAX_AGE_S", "max_age_s"),
+        )
+    }
+    policy = dataclasses.replace(SessionPolicy(), **{k: v for k, v in values.items() if v is not None})
+    if min(policy.idle_timeout_s, policy.max_idle_timeout_s, policy.max_age_s) < 1:
+        raise ValueError(f"{ENV_PREFIX}SESSION_* must be at least 1 second")
+    if policy.idle_timeout_s > policy.max_idle_timeout_s:
+        policy = dataclasses.replace(policy, idle_timeout_s=policy.max_idle_timeout_s)
+    return policy
 
 
 def load_limit_policy(env: Mapping[str, str]) -> LimitPolicy:

@@ -168,6 +168,44 @@ TOOLS: tuple[Tool, ...] = (
     ),
 )
 
+_SESSION_ID = _string("A session's id, from create_session or fork_session")
+# Extensions: stateful sessions (docs/sessions.md). run_code takes `session_id` to run in one.
+SESSION_TOOLS: tuple[Tool, ...] = (
+    Tool(
+        "create_session",
+        "Start a Python session: globals, imports, /workspace and /tmp carry over between run_code calls that"
+        " pass its session_id (like notebook cells). A run stopped by a limit is undone; an exception is not.",
+        {
+            "type": "object",
+            "properties": {
+                "language": _string("Programming language (python only)", enum=["python"]),
+                "limits": {
+                    "type": "object",
+                    "properties": {
+                        "timeout_ms": {"type": "integer"}, "memory_mb": {"type": "integer"},
+                        "cpu_ms": {"type": "integer"}, "workspace_mb": {"type": "integer"},
+                    },
+                    "description": "Limits of every run in the session",
+                },
+                "idle_timeout_s": {"type": "integer", "description": "End the session after this long unused"},
+                "skills": _strings("Skill names to mount in every run"),
+            },
+            "required": ["language"],
+        },
+    ),
+    Tool(
+        "fork_session",
+        "Copy a session (memory and files) into a new one; the two then evolve apart.",
+        {"type": "object", "properties": {"session_id": _SESSION_ID}, "required": ["session_id"]},
+    ),
+    Tool(
+        "close_session",
+        "End a session and delete its state.",
+        {"type": "object", "properties": {"session_id": _SESSION_ID}, "required": ["session_id"]},
+    ),
+    Tool("list_sessions", "List your open sessions.", {"type": "object", "properties": {}}),
+)
+
 CREATE_SKILL = Tool(
     "create_skill",
     "Register a new skill (skill.toml as JSON, SKILL.md and its files). Paths must stay within the skill root.",
@@ -203,7 +241,22 @@ CREATE_SKILL = Tool(
 
 
 def tools(with_create_skill: bool = False) -> tuple[Tool, ...]:
-    return (*TOOLS, CREATE_SKILL) if with_create_skill else TOOLS
+    served = (*_RUN_CODE_IN_SESSIONS, *SESSION_TOOLS)
+    return (*served, CREATE_SKILL) if with_create_skill else served
+
+
+def _run_code_in_sessions(tool: Tool) -> Tool:
+    """The spec's run_code, taking a session_id too (an extension)."""
+    if tool.name != "run_code":
+        return tool
+    parameters = copy.deepcopy(tool.parameters)
+    parameters["properties"]["session_id"] = _string(
+        "Run inside this session (create_session): its globals and files carry over"
+    )
+    return Tool(tool.name, tool.description, parameters)
+
+
+_RUN_CODE_IN_SESSIONS = tuple(_run_code_in_sessions(tool) for tool in TOOLS)
 
 
 def tool_names(with_create_skill: bool = False) -> list[str]:

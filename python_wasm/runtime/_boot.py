@@ -51,6 +51,10 @@ HOT_CODECS = ("utf-8", "utf-8-sig", "latin-1", "ascii", "utf-16", "cp1252")
 DEFAULT_FUNCTION = "main"
 RUN_MODULE = "run_code"
 RUN_FILENAME = "<run_code>"
+# The code's name in tracebacks: in a session each run is a cell of its own
+# (`<cell 3>`), so a function an earlier run defined shows that run's lines.
+_run_filename = RUN_FILENAME
+_cells = 0
 
 # The C scanner and encoder themselves, skipping json's Python layers. The
 # request is the host's own compact JSON; the output encoder's circular-
@@ -187,11 +191,15 @@ def _prepare(request: dict) -> None:
         os.environ.update(env)
     # The snapshot baked in one random state; every run gets its own seed from
     # the host (random.seed() without its Python layer: C seeds from urandom).
-    _seed(random._inst, None)
-    random._inst.gauss_next = None
+    # A session's runs keep theirs (a seed the code set holds), except its
+    # first run and a fork's first run (`reseed`).
+    if request.get("reseed", True):
+        _seed(random._inst, None)
+        random._inst.gauss_next = None
     _skills.FINDER.mount(request.get("skills") or {})
     for folder in request.get("sys_path") or ():
-        sys.path.append(folder)
+        if folder not in sys.path:  # a session's runs share sys.path
+            sys.path.append(folder)
     try:
         os.chdir("/workspace")
     except OSError:
@@ -233,7 +241,7 @@ _Coroutine = types.CoroutineType
 
 def _compile(source, mode: str, flags: int):
     try:
-        return compile(source, RUN_FILENAME, mode, flags, dont_inherit=True)
+        return compile(source, _run_filename, mode, flags, dont_inherit=True)
     except MemoryError:
         # CPython's parser reports its own stack overflow as MemoryError; it
         # says nothing about the run's memory limit.
@@ -254,16 +262,25 @@ def _call_entrypoint(request: dict):
     name = request["function"]
     if request["kind"] == "code":
         source = request["code"]
-        module = types.ModuleType(RUN_MODULE)
-        module.__file__ = RUN_FILENAME
-        sys.modules[RUN_MODULE] = module
-        _SOURCES[RUN_FILENAME] = source
+        # A session's runs share one module, as a notebook's cells share globals.
+        session = request.get("session", False)
+        module = sys.modules.get(RUN_MODULE) if session else None
+        if module is None:
+            module = types.ModuleType(RUN_MODULE)
+            module.__file__ = RUN_FILENAME
+            sys.modules[RUN_MODULE] = module
+        if session:
+            global _run_filename, _cells
+            _cells += 1
+            _run_filename = f"<cell {_cells}>"
+        _SOURCES[_run_filename] = source
         if name != DEFAULT_FUNCTION or _DEFINES_MAIN.search(source):
             _exec_module(source, module.__dict__)
             fn = getattr(module, name, None)
         else:
             has_value, value = _exec_code(source, module.__dict__)
-            fn = getattr(module, name, None)
+            # In a session a `main` from an earlier run is not this script's entrypoint.
+            fn = None if session else getattr(module, name, None)
             if fn is None:
                 return value if has_value else None  # a plain script
     else:

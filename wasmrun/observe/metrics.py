@@ -9,6 +9,9 @@
     wasmrun_blob_bytes{tenant} / wasmrun_blobs{tenant}  what each tenant stores (charged bytes)
     wasmrun_background_runs_total{kind,outcome}   guest runs the server made for no client
     wasmrun_background_cpu_seconds_total{kind}    (skill import runs, compile runs, warm-ups)
+    wasmrun_sessions_open{tenant} / wasmrun_session_bytes{tenant}  sessions and their bytes on disk
+    wasmrun_sessions_ended_total{tenant,reason}       sessions closed or expired
+    wasmrun_session_rollbacks_total{tenant}           session runs a limit or a crash undid
 
 A registry of its own per server (not the process-global one), so that two
 apps in one process (tests) do not collide.
@@ -43,8 +46,10 @@ class _Gauges(Collector):
         tenants: Callable[[], Iterable[str]],
         calls: CallGate | None = None,
         background: BackgroundTotals | None = None,
+        sessions: Callable[[], dict[str, tuple[int, int]]] | None = None,
     ) -> None:
         self.background = background
+        self.sessions = sessions  # tenant -> (sessions open, their bytes on disk)
         self.gate = gate
         self.workers = workers
         self.blobs = blobs
@@ -68,6 +73,14 @@ class _Gauges(Collector):
             count.add_metric([tenant], usage.count)
         yield stored
         yield count
+        if self.sessions is not None:
+            open_ = GaugeMetricFamily("wasmrun_sessions_open", "Sessions a tenant has open", labels=["tenant"])
+            held = GaugeMetricFamily("wasmrun_session_bytes", "Bytes a tenant's sessions hold on disk", labels=["tenant"])
+            for tenant, (opened, used) in sorted(self.sessions().items()):
+                open_.add_metric([tenant], opened)
+                held.add_metric([tenant], used)
+            yield open_
+            yield held
 
 
 def _background(totals: dict[tuple[str, str], tuple[int, float]]) -> Iterator[Metric]:
@@ -107,8 +120,15 @@ class Metrics:
         tenants: Callable[[], Iterable[str]],
         calls: CallGate | None = None,
         background: BackgroundTotals | None = None,
+        sessions: Callable[[], dict[str, tuple[int, int]]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.sessions_ended = Counter(
+            "wasmrun_sessions_ended", "Sessions ended", ["tenant", "reason"], registry=self.registry
+        )
+        self.rollbacks = Counter(
+            "wasmrun_session_rollbacks", "Session runs a limit or a crash undid", ["tenant"], registry=self.registry
+        )
         self.calls = Counter(
             "wasmrun_calls", "Protocol calls", ["tenant", "method", "status"], registry=self.registry
         )
@@ -118,7 +138,7 @@ class Metrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900),
             registry=self.registry,
         )
-        self.registry.register(_Gauges(gate, workers, blobs, tenants, calls, background))
+        self.registry.register(_Gauges(gate, workers, blobs, tenants, calls, background, sessions))
 
     def record(self, call: CallRecord) -> None:
         status = "ok" if call.error_code is None else str(call.error_code)
@@ -126,6 +146,12 @@ class Metrics:
         if call.method in RUN_METHODS and call.run_status is not None:
             self.runs.labels(call.tenant, call.method, call.run_status).inc()
             self.duration.labels(call.method).observe(call.duration_ms / 1000)
+        if call.session_rolled_back:
+            self.rollbacks.labels(call.tenant).inc()
+        if call.method == "close_session" and call.error_code is None:
+            self.sessions_ended.labels(call.tenant, "closed").inc()
+        if call.method == "session_expired":  # not a call: the store's own event
+            self.sessions_ended.labels(call.tenant, "expired").inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -27,6 +27,9 @@ class CallRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     run_id: str | None = None
     run_status: str | None = None  # "completed" or "failed"
     blobs_created: list[str] = []
+    session: str | None = None  # the session the call named (a prefix of its key, never its id)
+    session_created: str | None = None  # the session create_session / fork_session made
+    session_rolled_back: bool | None = None  # a run in a session that a limit or a crash undid
 
 
 class Observer(Protocol):
@@ -41,6 +44,8 @@ def describe_result(record: CallRecord, result: Any) -> None:
         record.blobs_created = list(result.output_blobs)
         if isinstance(result.error, types.RunError):
             record.error_type = result.error.type
+        if isinstance(result.session_rolled_back, bool):
+            record.session_rolled_back = result.session_rolled_back
     elif isinstance(result, types.CreateBlobResult):
         record.blobs_created = [result.blob_id]
     elif isinstance(result, types.CreateSkillResult):

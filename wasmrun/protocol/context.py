@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from wasmrun.blobs.store import BlobStore
 from wasmrun.egress.policy import EgressPolicy
+from wasmrun.protocol.sessionstore import SessionStore
 from wasmrun.registry.store import SkillRegistry
 from wasmrun.sandbox.executor import Executor
 from wasmrun.sandbox.limits import LimitPolicy
@@ -30,3 +31,4 @@ class Context:
     caller: Caller = LOCAL
     gate: RunGate = field(default_factory=RunGate)  # each tenant's share of the sandboxes
     calls: CallGate = field(default_factory=CallGate)  # each tenant's share of the other methods' capacity
+    sessions: SessionStore | None = None  # None: no sessions on this server

@@ -13,12 +13,14 @@
     │   ├── SkillExists               create_skill for a name+version already stored
     │   ├── UnsafePath                a path that could leave the skill's folder
     │   ├── NotExecutable             execute_skill on an instruction skill
-    │   └── ContentTooLarge           a full read above the configured limit
+    │   ├── ContentTooLarge           a full read above the configured limit
+    │   └── SessionNotFound           unknown, closed, expired or another tenant's session
     ├── InternalError         -32603  a bug on our side; details only in the server log
     ├── ServerBusy            -32000  every sandbox stayed busy for the whole wait
     ├── Unauthorized          -32001  no API key, or not a valid one (HTTP 401)
     ├── QuotaExceeded         -32002  over one of the tenant's limits; `data` names it
-    └── Forbidden             -32003  a Host or Origin this server does not answer (HTTP 403)
+    ├── Forbidden             -32003  a Host or Origin this server does not answer (HTTP 403)
+    └── SessionBusy           -32004  the session is running another request
 
 Anything that goes wrong *inside* a run is not here: it is reported in-band,
 as a run result with `status: "failed"`.
@@ -138,3 +140,13 @@ class QuotaExceeded(RPCError):
 
 class Forbidden(RPCError):
     code = -32003
+
+
+class SessionNotFound(InvalidParams):
+    """Unknown, closed, expired or another tenant's: the same answer for each."""
+
+
+class SessionBusy(RPCError):
+    """The session is running another request (one at a time; see docs/sessions.md)."""
+
+    code = -32004

@@ -14,21 +14,25 @@ from typing import Any
 import msgspec
 
 from wasmrun.observe.record import CallRecord, Observer, describe_result
-from wasmrun.protocol import blobs, runs, skills
+from wasmrun.protocol import blobs, runs, sessions, skills
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, MethodNotFound, QuotaExceeded, RPCError, Unauthorized
+from wasmrun.protocol.sessionstore import key_of
 from wasmrun.protocol.types import (
     CreateBlobParams,
+    CreateSessionParams,
     CreateSkillParams,
     DeleteBlobParams,
     DescribeSkillParams,
     ExecuteSkillParams,
+    ListSessionsParams,
     ListSkillsParams,
     LoadGuideParams,
     Params,
     ReadBlobParams,
     ReadSkillFileParams,
     RunCodeParams,
+    SessionRef,
 )
 from wasmrun.registry.store import Skill
 from wasmrun.tenants.caller import Caller
@@ -46,13 +50,17 @@ METHODS: dict[str, Method] = {
     "describe_skill": Method(DescribeSkillParams, skills.describe_skill),
     "read_skill_file": Method(ReadSkillFileParams, skills.read_skill_file),
     "execute_skill": Method(ExecuteSkillParams, runs.execute_skill),
-    "run_code": Method(RunCodeParams, runs.run_code),
+    "run_code": Method(RunCodeParams, sessions.run_code),  # runs.run_code, or in a session
     "create_blob": Method(CreateBlobParams, blobs.create_blob),
     "read_blob": Method(ReadBlobParams, blobs.read_blob),
     "load_skills_protocol_guide": Method(LoadGuideParams, skills.load_skills_protocol_guide),
     "create_skill": Method(CreateSkillParams, skills.create_skill),
     # Extensions beyond the spec's methods:
     "delete_blob": Method(DeleteBlobParams, blobs.delete_blob),
+    "create_session": Method(CreateSessionParams, sessions.create_session),
+    "fork_session": Method(SessionRef, sessions.fork_session),
+    "close_session": Method(SessionRef, sessions.close_session),
+    "list_sessions": Method(ListSessionsParams, sessions.list_sessions),
 }
 
 # Admitted by the run gate (tenants/quotas.py); every other method by the call gate (tenants/calls.py).
@@ -188,6 +196,12 @@ class Dispatcher:
             bytes_in=len(raw),
             bytes_out=len(_encoder.encode(result)) if result is not None else 0,
         )
+        session_id = getattr(params, "session_id", None)
+        if isinstance(session_id, str):  # a prefix of its key: the id itself is a bearer secret
+            record.session = key_of(session_id)[:16]
+        created = getattr(result, "session_id", None)
+        if isinstance(created, str) and created != session_id:  # create_session, fork_session
+            record.session_created = key_of(created)[:16]
         name = getattr(params, "name", None)
         if isinstance(name, str):
             record.skill = name[:200]

@@ -24,7 +24,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from wasmrun.blobs.quota import BlobQuotaExceeded
@@ -44,6 +44,7 @@ from wasmrun.sandbox.executor import Busy
 from wasmrun.sandbox.jsontext import NotSendable, encode_args
 from wasmrun.sandbox.limits import MIN_MEMORY_BYTES, LimitPolicy, Limits, MiB
 from wasmrun.sandbox.types import MountedSkill, RunRequest
+from wasmrun.sandbox.types import RunResult as SandboxResult
 from wasmrun.tenants.limits import TenantLimits
 from wasmrun.tenants.quotas import QueueTimeout, RunQuotaExceeded
 
@@ -202,7 +203,11 @@ async def _skill_folders(ctx: Context, skills: Sequence[Skill]) -> AsyncIterator
         yield
 
 
-async def _run(ctx: Context, request: RunRequest, skills: Sequence[Skill] = ()) -> RunResult:
+async def _run(
+    ctx: Context, request: RunRequest, skills: Sequence[Skill] = (),
+    on_result: Callable[[SandboxResult], None] | None = None,
+) -> RunResult:
+    """The run's spec result; `on_result` sees the sandbox's own first (a session keeps its outcome)."""
     request.owner = ctx.caller.tenant
     request.blob_quota = ctx.caller.blob_quota
     try:
@@ -210,6 +215,8 @@ async def _run(ctx: Context, request: RunRequest, skills: Sequence[Skill] = ()) 
         # for the run's whole length; then the run's admission.
         async with _skill_folders(ctx, skills), ctx.gate.admit(ctx.caller):
             result = await ctx.executor.run(request)
+        if on_result is not None:
+            on_result(result)
     except RunQuotaExceeded as exc:
         raise QuotaExceeded(f"quota exceeded: {exc.message}", exc.limit, exc.value, exc.retry_after_s) from None
     except (Busy, QueueTimeout, SkillUnavailable) as exc:
@@ -259,27 +266,36 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
             f"entrypoint {p.entrypoint!r} must be the name of a function", field="entrypoint"
         )
     args_json = _args_json(p.args)
-    mounted: dict[str, MountedSkill] = {}
-    skills: list[Skill] = []
-    for i, entry in enumerate(p.mount_skills):
-        # "name" mounts the highest version, "name@1.2.0" that version.
-        name, _, version = entry.partition("@")
-        where = f"mount_skills[{i}]"
-        skill = await find_skill(ctx, name, version or None, field=where, version_field=where, for_runs=True)
-        if skill.name in mounted and mounted[skill.name].root != str(skill.root):
-            raise InvalidParams(f"skill {skill.name!r} is listed twice with different versions", field=where)
-        mounted[skill.name] = _mount(skill)
-        skills.append(skill)
+    skills = await mounted_skills(ctx, p.mount_skills)
     input_blobs = await _checked_input_blobs(ctx, p.input_blobs)
-    request = RunRequest(
+    request = code_request(ctx, p, args_json, skills, input_blobs, _limits(ctx, p.limits))
+    return await _run(ctx, request, skills)
+
+
+def code_request(
+    ctx: Context, p: RunCodeParams, args_json: bytes, skills: list[Skill], input_blobs: list[str], limits: Limits,
+) -> RunRequest:
+    return RunRequest(
         kind="code",
         code=p.code,
         function=p.entrypoint,
         args_json=args_json,
-        skills=list(mounted.values()),
+        skills=[_mount(skill) for skill in skills],
         input_blobs=input_blobs,
         env={},
         network=ctx.egress.network.for_run_code(),  # never a mounted skill's grant
-        limits=_limits(ctx, p.limits),
+        limits=limits,
     )
-    return await _run(ctx, request, skills)
+
+
+async def mounted_skills(ctx: Context, entries: Sequence[str], param: str = "mount_skills") -> list[Skill]:
+    """The skills `entries` name: "name" mounts the highest version, "name@1.2.0" that version."""
+    mounted: dict[str, Skill] = {}
+    for i, entry in enumerate(entries):
+        name, _, version = entry.partition("@")
+        where = f"{param}[{i}]"
+        skill = await find_skill(ctx, name, version or None, field=where, version_field=where, for_runs=True)
+        if skill.name in mounted and mounted[skill.name].root != skill.root:
+            raise InvalidParams(f"skill {skill.name!r} is listed twice with different versions", field=where)
+        mounted[skill.name] = skill
+    return list(mounted.values())

@@ -31,6 +31,7 @@ MAX_ARGS_DEPTH = BODY_MAX_DEPTH - 3
 MAX_INPUT_BLOBS = 1000
 MAX_MOUNTED_SKILLS = 100
 MAX_NEW_FILES = 1000
+SessionId = Annotated[str, Meta(max_length=128)]
 
 # -- skills -------------------------------------------------------------------
 
@@ -149,6 +150,7 @@ class RunCodeParams(Params):
     mount_skills: Annotated[list[SkillName], Meta(max_length=MAX_MOUNTED_SKILLS)] = []
     input_blobs: InputBlobs = []
     limits: RunLimits = RunLimits()
+    session_id: SessionId | None = None  # extension: run inside this session (create_session)
 
 
 class RunError(msgspec.Struct):
@@ -185,6 +187,9 @@ class RunResult(msgspec.Struct, kw_only=True):
     logs_blob: str | UnsetType = UNSET
     error: RunError | UnsetType = UNSET  # present only when the run failed
     usage: RunUsage | UnsetType = UNSET  # extension: what the run cost
+    # extension, for a run in a session: True when a limit or a crash stopped the run
+    # midway and the session is as it was before it (memory and files)
+    session_rolled_back: bool | UnsetType = UNSET
 
 
 # -- blobs --------------------------------------------------------------------
@@ -221,3 +226,49 @@ class DeleteBlobParams(Params):  # extension method
 
 class DeleteBlobResult(msgspec.Struct):
     deleted: bool
+
+
+# -- sessions (extension methods; see docs/sessions.md) -------------------------
+
+
+class CreateSessionParams(Params):
+    language: Literal["python"]
+    limits: RunLimits = RunLimits()  # every run's limits (timeout_ms, cpu_ms may be changed per run)
+    idle_timeout_s: PositiveInt | None = None  # the session ends after this long unused
+    skills: Annotated[list[SkillName], Meta(max_length=MAX_MOUNTED_SKILLS)] = []  # mounted in every run
+
+
+class SessionInfo(msgspec.Struct, kw_only=True):
+    session_id: str
+    language: str
+    created_at: str  # ISO 8601, UTC
+    last_used_at: str
+    expires_at: str  # idle timeout or maximum age, whichever comes first
+    idle_timeout_s: int
+    skills: list[str]
+    runs: int  # runs that kept their state
+    memory_bytes: int  # linear memory's size
+    image_bytes: int  # its pages kept on disk (those written since the snapshot)
+    files_bytes: int  # /workspace and /tmp
+    busy: bool  # a run is in progress
+
+
+class SessionRef(Params):
+    session_id: SessionId
+
+
+class ForkSessionResult(msgspec.Struct):
+    session_id: str
+    forked_from: str
+
+
+class CloseSessionResult(msgspec.Struct):
+    closed: bool
+
+
+class ListSessionsParams(Params):
+    pass
+
+
+class ListSessionsResult(msgspec.Struct):
+    sessions: list[SessionInfo]

@@ -25,7 +25,7 @@ from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
 from wasmrun.egress.client import EgressSession
 from wasmrun.egress.secrets import Redactor
-from wasmrun.sandbox import compiled, errors, jsontext, workroots
+from wasmrun.sandbox import compiled, errors, jsontext, sessions, workroots
 from wasmrun.sandbox.background import COMPILE_LIMITS, IMPORT_LIMITS, BackgroundLog, BackgroundRun
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
@@ -222,6 +222,7 @@ class SandboxEngine:
         self._supply.wait_idle(timeout)
 
     def close(self) -> None:
+        sessions.close_warm(self)
         self.skill_images.close()
         self._supply.close()
         self._watchdog.close()
@@ -255,6 +256,8 @@ class SandboxEngine:
             skills=skills,
             sys_path=sys_path,
             env=request.env,
+            session=request.session is not None,
+            reseed=request.session is None or request.session.reseed,
         ))
 
     def _wasi(
@@ -346,6 +349,8 @@ class SandboxEngine:
         """Run `request` in a fresh instance. Never raises: whatever fails, on
         the guest's side or (a bug) on ours, fails this run alone."""
         t0 = time.perf_counter()
+        if request.session is not None:
+            return sessions.run_in_session(self, request, t0)
         try:
             bytecode = self._skill_bytecode(request.skills)
             # The import run has no environment and no network: a run granted either
@@ -449,12 +454,14 @@ class SandboxEngine:
         bytecode: dict[str, Path] | None = None,
         bytecode_writable: bool = False,
         blobs: BlobAccess | None = None,
+        workspace_root: Path | None = None,
     ) -> tuple[RunResult, Workspace]:
         run_id = request.run_id or new_run_id()
         limits = request.limits
-        workspace = Workspace(
-            self._dirs.take(), limits.workspace_bytes, limits.workspace_files, self._dirs.block
-        )
+        root = workspace_root or self._dirs.take()
+        workspace = Workspace(root, limits.workspace_bytes, limits.workspace_files, self._dirs.block)
+        if workspace_root is not None:  # a session's folders: what they hold counts from the start
+            workspace.est_bytes, workspace.est_files = workspace.measure()
         if request.input_blobs:
             self._place_input_blobs(request.input_blobs, workspace.blobs, request.owner)
         ctx = RunContext(
@@ -574,6 +581,8 @@ class GuestRequest(msgspec.Struct):
     skills: dict[str, str]  # skill name -> its entrypoint's path in the guest
     sys_path: list[str]
     env: dict[str, str]
+    session: bool = False  # run in the session's module (its globals persist)
+    reseed: bool = True  # reseed `random` (a session's runs after its first keep their state)
 
 
 class GuestFailure(msgspec.Struct):

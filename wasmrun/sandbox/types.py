@@ -27,6 +27,24 @@ class MountedSkill(msgspec.Struct, frozen=True):
     entrypoint: str | None = None  # e.g. "code/main.py"; None for instruction skills
 
 
+class SessionRun(msgspec.Struct, frozen=True):
+    """A run inside a session (see sandbox/sessions.py): its state is the
+    folder's version `version`; a run that keeps its state leaves `version + 1`."""
+
+    folder: str  # the session's host folder (under the server's data dir, 0700)
+    version: int
+    reseed: bool = False  # the session's first run, or a fork's: new random state
+
+
+class SessionOutcome(msgspec.Struct):
+    """What a session run did to its session."""
+
+    committed: bool  # False: stopped by a limit or a crash, the state is as before the run
+    memory_bytes: int = 0  # the linear memory's size
+    image_bytes: int = 0  # the pages kept (those that differ from the snapshot's, at page grain)
+    files_bytes: int = 0  # /workspace and /tmp
+
+
 class RunRequest(msgspec.Struct, kw_only=True):
     # "compile" is the engine's own: compile the mounted skills' modules (see bytecode.py).
     kind: Literal["code", "skill", "compile"]
@@ -42,6 +60,7 @@ class RunRequest(msgspec.Struct, kw_only=True):
     run_id: str = ""
     owner: str = "local"  # the tenant whose run this is: it reads and writes that tenant's blobs
     blob_quota: BlobQuota | None = None  # what its blob writes may use
+    session: SessionRun | None = None  # run inside this session's state
 
 
 class RunError(msgspec.Struct):
@@ -73,6 +92,7 @@ class RunResult(msgspec.Struct):
     logs_cut_bytes: int = 0
     error: RunError | None = None
     usage: Usage = msgspec.field(default_factory=Usage)
+    session: SessionOutcome | None = None  # a session run's effect on its session
     # The engine's own runs (import, compile, warm-up) since its last result:
     # sent with this one, for /metrics (background.py); never to the client.
     background: list[BackgroundRun] = []

@@ -30,9 +30,20 @@ class TenantLimits:
     mcp_sessions: int = 16  # MCP sessions open at once over /mcp
     concurrent_requests: int = 64  # HTTP requests (/rpc, /mcp) in flight at once, bodies being received included
     call_bytes_per_s: int = 64 * MiB  # bytes those other calls move (params in, content out), per second
+    sessions: int = 8  # sessions open at once
+    session_bytes: int = 2048 * MiB  # their memory images and files on disk, together
 
     def with_values(self, values: Mapping[str, int]) -> TenantLimits:
         return dataclasses.replace(self, **check_limits(values))
+
+
+@dataclass(frozen=True)
+class SessionPolicy:
+    """The operator's bounds on sessions' lifetime (settings: WASMRUN_SESSION_*)."""
+
+    idle_timeout_s: int = 600  # when create_session names none
+    max_idle_timeout_s: int = 3600  # the most it may name
+    max_age_s: int = 24 * 3600  # from creation, however busy
 
 
 NAMES = tuple(f.name for f in dataclasses.fields(TenantLimits))

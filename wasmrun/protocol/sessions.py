@@ -1,0 +1,237 @@
+"""create_session, run_code with a session_id, fork_session, close_session, list_sessions.
+
+A session is a Python interpreter whose globals, imports, /workspace and /tmp
+carry over from one run to the next (see sandbox/sessions.py for how, and
+docs/sessions.md). What this layer decides:
+
+- one request at a time per session: a second one while a run is in progress
+  gets SessionBusy (-32004) at once, never a queue (a session's runs depend on
+  each other's state, so a queue would only hide ordering bugs; and a waiting
+  request would hold a tenant's slot for nothing);
+- an unknown, closed, expired or another tenant's session id is the same
+  -32602 error naming `session_id`: nothing tells them apart;
+- a session's limits and skills are fixed at creation (its memory image was
+  made under them); a run may change only its own timeout_ms, cpu_ms and
+  output_bytes;
+- the tenant's caps: `sessions` open at once and `session_bytes` (memory images
+  and files together) before a run or a fork starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+
+import msgspec
+
+from wasmrun.protocol import runs
+from wasmrun.protocol.context import Context
+from wasmrun.protocol.errors import InvalidParams, MethodNotFound, QuotaExceeded, SessionBusy, SessionNotFound
+from wasmrun.protocol.sessionstore import Busy, OverCap, SessionMeta, SessionStore, UnknownSession
+from wasmrun.protocol.types import (
+    CloseSessionResult,
+    CreateSessionParams,
+    ForkSessionResult,
+    ListSessionsParams,
+    ListSessionsResult,
+    RunCodeParams,
+    RunLimits,
+    RunResult,
+    SessionInfo,
+    SessionRef,
+)
+from wasmrun.registry.manifest import IDENTIFIER
+from wasmrun.sandbox.types import RunResult as SandboxResult
+from wasmrun.sandbox.types import SessionOutcome, SessionRun
+
+# What a run in a session may set for itself; the rest of its limits are the session's.
+PER_RUN_LIMITS = ("timeout_ms", "cpu_ms", "output_bytes")
+NOT_FOUND = "session {!r} does not exist (it may have been closed or have expired)"
+
+
+def _store(ctx: Context) -> SessionStore:
+    if ctx.sessions is None:
+        raise MethodNotFound("sessions are not enabled on this server")
+    return ctx.sessions
+
+
+def _session(ctx: Context, session_id: str, field: str = "session_id") -> SessionMeta:
+    try:
+        return _store(ctx).get(ctx.caller.tenant, session_id)
+    except UnknownSession:
+        raise SessionNotFound(NOT_FOUND.format(session_id[:128]), field=field) from None
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
+
+
+def _info(store: SessionStore, session_id: str, meta: SessionMeta) -> SessionInfo:
+    return SessionInfo(
+        session_id=session_id, language="python", created_at=_iso(meta.created), last_used_at=_iso(meta.last_used),
+        expires_at=_iso(meta.expires()), idle_timeout_s=meta.idle_timeout_s, skills=list(meta.skills),
+        runs=meta.runs, memory_bytes=meta.memory_bytes, image_bytes=meta.image_bytes,
+        files_bytes=meta.files_bytes, busy=store.is_busy(meta),
+    )
+
+
+def _check_room(ctx: Context, store: SessionStore, adding: int = 0) -> None:
+    """QuotaExceeded if the tenant's sessions already hold `session_bytes` on disk."""
+    cap = ctx.caller.limits.session_bytes
+    _, used = store.usage(ctx.caller.tenant)
+    if used + adding > cap:
+        raise QuotaExceeded(
+            f"quota exceeded: your sessions hold {used} bytes on disk, the limit is {cap};"
+            " close sessions you no longer need", "session_bytes", cap,
+        )
+
+
+def _over_cap(exc: OverCap) -> QuotaExceeded:
+    return QuotaExceeded(
+        f"quota exceeded: at most {exc.value} sessions may be open at once; close one first", exc.limit, exc.value,
+    )
+
+
+async def create_session(ctx: Context, p: CreateSessionParams) -> SessionInfo:
+    store = _store(ctx)
+    policy = store.policy
+    idle = p.idle_timeout_s if p.idle_timeout_s is not None else policy.idle_timeout_s
+    if idle > policy.max_idle_timeout_s:
+        raise InvalidParams(
+            f"idle_timeout_s must be from 1 to {policy.max_idle_timeout_s} on this server, not {idle}",
+            field="idle_timeout_s", minimum=1, maximum=policy.max_idle_timeout_s,
+        )
+    runs._limits(ctx, p.limits)  # -32602 naming a limit out of bounds, now rather than at the first run
+    skills = await runs.mounted_skills(ctx, p.skills, "skills")
+    _check_room(ctx, store)
+    limits = {k: v for k, v in msgspec.structs.asdict(p.limits).items() if v is not None}
+    try:
+        session_id, meta = store.create(
+            ctx.caller.tenant, idle_timeout_s=idle, limits=limits,
+            skills=[f"{s.name}@{s.version}" for s in skills], max_sessions=ctx.caller.limits.sessions,
+        )
+    except OverCap as exc:
+        raise _over_cap(exc) from None
+    return _info(store, session_id, meta)
+
+
+async def fork_session(ctx: Context, p: SessionRef) -> ForkSessionResult:
+    store = _store(ctx)
+    source = _session(ctx, p.session_id)
+    _check_room(ctx, store, source.disk_bytes)
+    _acquire(store, source)
+    try:
+        session_id, _ = await asyncio.to_thread(
+            store.create, ctx.caller.tenant, idle_timeout_s=source.idle_timeout_s, limits=dict(source.limits),
+            skills=list(source.skills), max_sessions=ctx.caller.limits.sessions, source=source,
+        )
+    except OverCap as exc:
+        raise _over_cap(exc) from None
+    finally:
+        store.release(source)
+    source.last_used = time.time()
+    return ForkSessionResult(session_id=session_id, forked_from=p.session_id)
+
+
+async def close_session(ctx: Context, p: SessionRef) -> CloseSessionResult:
+    store = _store(ctx)
+    try:
+        await asyncio.to_thread(store.close, ctx.caller.tenant, p.session_id)
+    except UnknownSession:
+        raise SessionNotFound(NOT_FOUND.format(p.session_id), field="session_id") from None
+    except Busy:
+        raise SessionBusy("session is running a request; close it when the run ends", {"field": "session_id"}) from None
+    return CloseSessionResult(closed=True)
+
+
+async def list_sessions(ctx: Context, p: ListSessionsParams) -> ListSessionsResult:
+    """The caller's own sessions, oldest first."""
+    store = _store(ctx)
+    mine = sorted(store.owned(ctx.caller.tenant), key=lambda m: m.created)
+    return ListSessionsResult(sessions=[_info(store, m.session_id, m) for m in mine])
+
+
+def _acquire(store: SessionStore, meta: SessionMeta) -> None:
+    try:
+        store.acquire(meta)
+    except Busy:
+        raise SessionBusy(
+            "session is running another request (one at a time): retry when it ends", {"field": "session_id"},
+        ) from None
+    except UnknownSession:
+        raise SessionNotFound(NOT_FOUND.format("(it)"), field="session_id") from None
+
+
+def _run_limits(ctx: Context, meta: SessionMeta, asked: RunLimits) -> RunLimits:
+    """The session's limits, with what the run may change for itself."""
+    limits = dict(meta.limits)
+    for name, value in msgspec.structs.asdict(asked).items():
+        if value is None:
+            continue
+        if name not in PER_RUN_LIMITS and value != limits.get(name):
+            raise InvalidParams(
+                f"limits.{name} is the session's (set at create_session); a run may change only "
+                + ", ".join(PER_RUN_LIMITS), field=f"limits.{name}",
+            )
+        limits[name] = value
+    return msgspec.convert(limits, RunLimits)
+
+
+async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
+    """run_code; with a session_id, inside that session."""
+    if p.session_id is None:
+        return await runs.run_code(ctx, p)
+    store = _store(ctx)
+    meta = _session(ctx, p.session_id)
+    if p.mount_skills:
+        raise InvalidParams(
+            "mount_skills: a session mounts the skills named at create_session in every run", field="mount_skills",
+        )
+    if not IDENTIFIER.fullmatch(p.entrypoint):
+        raise InvalidParams(f"entrypoint {p.entrypoint!r} must be the name of a function", field="entrypoint")
+    args_json = runs._args_json(p.args)
+    limits = runs._limits(ctx, _run_limits(ctx, meta, p.limits))
+    skills = await runs.mounted_skills(ctx, meta.skills, "skills")
+    input_blobs = await runs._checked_input_blobs(ctx, p.input_blobs)
+    _check_room(ctx, store)
+    request = runs.code_request(ctx, p, args_json, skills, input_blobs, limits)
+    _acquire(store, meta)
+    request.session = SessionRun(folder=str(store.folder(meta)), version=meta.version, reseed=meta.reseed)
+    run = _SessionRun(store, meta)
+    task = asyncio.ensure_future(runs._run(ctx, request, skills, on_result=run.keep))
+    # A call cancelled midway (its client went away) leaves the run going on in
+    # its worker, writing the next version: the session stays held until it ends.
+    task.add_done_callback(lambda _: run.settle())
+    try:
+        result = await asyncio.shield(task)
+    finally:
+        if task.done():
+            run.settle()
+    result.session_rolled_back = not run.kept
+    return result
+
+
+class _SessionRun:
+    """One run's hold on its session: released once, when the run has ended."""
+
+    def __init__(self, store: SessionStore, meta: SessionMeta) -> None:
+        self.store, self.meta = store, meta
+        self.outcome: SessionOutcome | None = None
+        self._settled = False
+
+    def keep(self, result: SandboxResult) -> None:
+        self.outcome = result.session
+
+    @property
+    def kept(self) -> bool:
+        return self.outcome is not None and self.outcome.committed
+
+    def settle(self) -> None:
+        if self._settled:
+            return
+        self._settled = True
+        try:
+            self.store.finish_run(self.meta, self.outcome)
+        finally:
+            self.store.release(self.meta)

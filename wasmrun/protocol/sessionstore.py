@@ -1,0 +1,306 @@
+"""The server's sessions: who owns which, their lifetime, caps and folders on disk.
+
+Each session is a folder `<data dir>/sessions/<key>/` (0700, the server's
+only), where `key` is the SHA-256 of the session id (192 random bits): the
+folder's name gives away nothing a `ls` could use, and the audit log names a
+session by a prefix of its key. The folder
+holds `meta.json` (this module's `SessionMeta`) and the session's state
+version by version (see sandbox/sessions.py). Every session is paused on disk
+between runs, so the store is rebuilt from the folders when the server
+starts: sessions survive a restart, and the runs in progress when it stopped
+are lost (the version before them is kept).
+
+Session files are written without fsync (a durable write costs a run about
+7 ms here): a stop, a restart or a crash of the server loses nothing, a crash
+of the machine may lose a session's last versions; a session whose state did
+not survive is removed at start rather than resumed blank.
+
+A session ends when closed, when unused for its idle timeout, or at the
+maximum age; its folder (memory image and files) is then deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+
+from wasmrun.observe.record import CallRecord
+from wasmrun.sandbox import sessions as sandbox_sessions
+from wasmrun.sandbox import tree
+from wasmrun.sandbox.types import SessionOutcome
+from wasmrun.tenants.limits import SessionPolicy
+
+logger = logging.getLogger("wasmrun.sessions")
+
+ID_PREFIX = "ses_"
+META = "meta.json"
+SWEEP_INTERVAL_S = 5.0
+
+
+class SessionMeta(msgspec.Struct, kw_only=True):
+    session_id: str  # list_sessions answers with it
+    key: str
+    owner: str
+    created: float
+    last_used: float
+    idle_timeout_s: int
+    max_age_s: int
+    limits: dict[str, int]  # the RunLimits asked for at creation (as given)
+    skills: list[str]
+    version: int = 0
+    reseed: bool = True  # the next run draws new random state (a new session, a fork)
+    runs: int = 0
+    memory_bytes: int = 0
+    image_bytes: int = 0
+    files_bytes: int = 0
+
+    def expires(self) -> float:
+        return min(self.last_used + self.idle_timeout_s, self.created + self.max_age_s)
+
+    @property
+    def disk_bytes(self) -> int:
+        return self.image_bytes + self.files_bytes
+
+
+_meta_decoder = msgspec.json.Decoder(SessionMeta)
+_encoder = msgspec.json.Encoder()
+
+
+def key_of(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class UnknownSession(Exception):
+    pass
+
+
+class Busy(Exception):
+    pass
+
+
+class SessionStore:
+    """Sessions of every tenant, in memory and on disk; thread-safe."""
+
+    def __init__(
+        self, root: Path, policy: SessionPolicy | None = None, on_end: Callable[[SessionMeta, str], None] | None = None
+    ) -> None:
+        self.root = root
+        self.policy = policy or SessionPolicy()
+        # Told when a session ends, and why ("closed", "expired"): metrics and the audit log.
+        self.on_end: Callable[[SessionMeta, str], None] = on_end or (lambda meta, reason: None)
+        self._lock = threading.Lock()
+        self._sessions: dict[str, SessionMeta] = {}
+        self._busy: set[str] = set()
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(root, 0o700)
+        self._load()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._deleter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wasmrun-sessions-delete")
+
+    # -- start, stop, expiry ------------------------------------------------
+
+    def _load(self) -> None:
+        """The sessions left on disk: expired ones deleted, runs cut short by a stop undone."""
+        now = time.time()
+        for folder in self.root.iterdir():
+            try:
+                meta = _meta_decoder.decode((folder / META).read_bytes())
+                if meta.key != folder.name or key_of(meta.session_id) != meta.key:
+                    raise ValueError("meta.json names another session")
+                if meta.version > 0 and not sandbox_sessions.version_dir(folder, meta.version).is_dir():
+                    raise ValueError("its state is missing")  # e.g. the machine crashed: never resume it blank
+            except (OSError, ValueError, msgspec.DecodeError):
+                logger.warning("removing a damaged session folder %s", folder.name)
+                _remove(folder)
+                continue
+            if meta.expires() <= now:
+                _remove(folder)
+                self.on_end(meta, "expired")
+                continue
+            for stale in folder.glob("v*"):
+                if stale.name != f"v{meta.version}":
+                    _remove(stale)
+            self._sessions[meta.key] = meta
+
+    def start(self) -> None:
+        """Expire sessions in the background until `stop`."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._sweep_loop, name="wasmrun-sessions", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._deleter.shutdown(wait=True)
+
+    def _sweep_loop(self) -> None:
+        while not self._stop.wait(SWEEP_INTERVAL_S):
+            try:
+                self.sweep()
+            except Exception:
+                logger.exception("session sweep failed")
+
+    def sweep(self, now: float | None = None) -> int:
+        """End every session past its idle timeout or maximum age; how many ended."""
+        now = time.time() if now is None else now
+        with self._lock:
+            ended = [m for k, m in self._sessions.items() if m.expires() <= now and k not in self._busy]
+            for meta in ended:
+                del self._sessions[meta.key]
+        for meta in ended:
+            _remove(self.root / meta.key)
+            self.on_end(meta, "expired")
+        return len(ended)
+
+    # -- lookups ------------------------------------------------------------
+
+    def get(self, owner: str, session_id: str) -> SessionMeta:
+        """The caller's live session; anything else (unknown, closed, expired,
+        another tenant's) is the same UnknownSession."""
+        with self._lock:
+            meta = self._sessions.get(key_of(session_id))
+            if meta is None or meta.owner != owner or meta.expires() <= time.time():
+                raise UnknownSession()
+            return meta
+
+    def folder(self, meta: SessionMeta) -> Path:
+        return self.root / meta.key
+
+    def owned(self, owner: str) -> list[SessionMeta]:
+        now = time.time()
+        with self._lock:
+            return [m for m in self._sessions.values() if m.owner == owner and m.expires() > now]
+
+    def usage(self, owner: str) -> tuple[int, int]:
+        """(sessions open, their bytes on disk) for `owner`."""
+        mine = self.owned(owner)
+        return len(mine), sum(m.disk_bytes for m in mine)
+
+    def tenants(self) -> dict[str, tuple[int, int]]:
+        with self._lock:
+            found: dict[str, tuple[int, int]] = {}
+            for meta in self._sessions.values():
+                count, used = found.get(meta.owner, (0, 0))
+                found[meta.owner] = (count + 1, used + meta.disk_bytes)
+            return found
+
+    def is_busy(self, meta: SessionMeta) -> bool:
+        with self._lock:
+            return meta.key in self._busy
+
+    # -- changes ------------------------------------------------------------
+
+    def create(
+        self, owner: str, *, idle_timeout_s: int, limits: dict[str, int], skills: list[str],
+        max_sessions: int, source: SessionMeta | None = None,
+    ) -> tuple[str, SessionMeta]:
+        """A new session (a fork of `source` if given, held by `acquire`: its state
+        copied); its id. OverCap if `owner` has `max_sessions` already."""
+        session_id = ID_PREFIX + secrets.token_urlsafe(24)
+        now = time.time()
+        meta = SessionMeta(
+            session_id=session_id, key=key_of(session_id), owner=owner, created=now, last_used=now, idle_timeout_s=idle_timeout_s,
+            max_age_s=self.policy.max_age_s, limits=limits, skills=skills,
+        )
+        with self._lock:
+            if sum(m.owner == owner for m in self._sessions.values()) >= max_sessions:
+                raise OverCap("sessions", max_sessions)
+            self._sessions[meta.key] = meta  # reserved, so the cap holds under concurrency
+        folder = self.root / meta.key
+        try:
+            folder.mkdir(mode=0o700)
+            if source is not None:
+                meta.runs, meta.memory_bytes = source.runs, source.memory_bytes
+                meta.image_bytes, meta.files_bytes = source.image_bytes, source.files_bytes
+                sandbox_sessions.copy_version(
+                    sandbox_sessions.version_dir(self.root / source.key, source.version),
+                    sandbox_sessions.version_dir(folder, 0),
+                )
+            self._write(meta)
+        except BaseException:
+            with self._lock:
+                self._sessions.pop(meta.key, None)
+            _remove(folder)
+            raise
+        return session_id, meta
+
+    def acquire(self, meta: SessionMeta) -> None:
+        """Mark `meta` running a request; Busy if it already is (one at a time)."""
+        with self._lock:
+            if meta.key in self._busy or meta.key not in self._sessions:
+                raise Busy() if meta.key in self._busy else UnknownSession()
+            self._busy.add(meta.key)
+
+    def release(self, meta: SessionMeta) -> None:
+        with self._lock:
+            self._busy.discard(meta.key)
+
+    def finish_run(self, meta: SessionMeta, outcome: SessionOutcome | None) -> None:
+        """After a run of `meta` (held by `acquire`): keep its new version, or drop it."""
+        folder = self.root / meta.key
+        meta.last_used = time.time()
+        if outcome is None or not outcome.committed:
+            _remove(sandbox_sessions.version_dir(folder, meta.version + 1))
+            self._write(meta)
+            return
+        meta.version += 1
+        meta.reseed = False
+        meta.runs += 1
+        meta.memory_bytes, meta.image_bytes, meta.files_bytes = (
+            outcome.memory_bytes, outcome.image_bytes, outcome.files_bytes,
+        )
+        self._write(meta)  # the new version is the session's from here on
+        # The old one is deleted off the call's path (a start deletes any left over).
+        self._deleter.submit(_remove, sandbox_sessions.version_dir(folder, meta.version - 1))
+
+    def close(self, owner: str, session_id: str) -> None:
+        meta = self.get(owner, session_id)
+        with self._lock:
+            if meta.key in self._busy:
+                raise Busy()
+            self._sessions.pop(meta.key, None)
+        _remove(self.root / meta.key)
+        self.on_end(meta, "closed")
+
+    def _write(self, meta: SessionMeta) -> None:
+        path = self.root / meta.key / META
+        partial = path.with_name(META + ".partial")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(_encoder.encode(meta))
+        os.replace(partial, path)
+
+
+class OverCap(Exception):
+    def __init__(self, limit: str, value: int) -> None:
+        super().__init__(limit)
+        self.limit = limit
+        self.value = value
+
+
+def _remove(path: Path) -> None:
+    try:
+        if path.exists():
+            tree.remove(path)
+    except OSError:
+        logger.warning("could not remove %s", path)
+
+
+def session_expired(meta: SessionMeta) -> CallRecord:
+    """The audit log's entry for a session that ended by its idle timeout or age."""
+    return CallRecord(
+        time=datetime.now(UTC).isoformat(timespec="milliseconds"), tenant=meta.owner, method="session_expired",
+        status="ok", duration_ms=0.0, bytes_in=0, bytes_out=0, session=meta.key[:16],
+    )

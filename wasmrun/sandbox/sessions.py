@@ -1,0 +1,240 @@
+"""A run inside a session: the worker's half (the server's is protocol/sessions.py).
+
+A session's state lives in its folder on disk, one version at a time:
+
+    <folder>/v<N>/memory      the pages of linear memory written since the guest
+                              snapshot, and the memory's size (with
+                              memory.delta: see sessionimages.py)
+    <folder>/v<N>/workspace/  its /workspace
+    <folder>/v<N>/tmp/        its /tmp
+
+A run of version N takes a fresh instance of the snapshot (as every run does),
+writes the image's pages into it, mounts copies of N's folders, runs, and,
+unless a limit or a crash stopped it midway, writes version N+1. So:
+
+- rollback is free: a run stopped midway (timeout, CPU, memory, a trap, a host
+  call refused) leaves N as it was, memory and files; N+1 is deleted;
+- a session holds no worker and no instance between runs: any worker can run
+  it next (it is paused on disk after every run), and it survives a restart;
+- a fork is a hard link of the memory image (never changed in place: each
+  version writes a new file) and a copy of the folders;
+- only linear memory carries over. The one mutable global, `__stack_pointer`,
+  is back at its start value whenever the guest returns normally (the only
+  runs whose state is kept); WASI state (the fd table, offsets) is the run's
+  own: the guest re-scans its preopens every run, and a file object left open
+  by an earlier run fails as closed (EBADF) rather than reaching anything else.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from wasmrun.sandbox import errors, sessionimages, tree
+from wasmrun.sandbox.instances import Fresh, release_pages
+from wasmrun.sandbox.sessionimages import ImageMismatch
+from wasmrun.sandbox.types import RunError, RunRequest, RunResult, SessionOutcome, host_failure
+
+if TYPE_CHECKING:
+    from wasmrun.sandbox.engine import SandboxEngine
+
+FOLDERS = ("workspace", "tmp")
+# Errors after which the interpreter may have stopped midway: its memory is not
+# kept. A guest MemoryError is the memory limit reached inside the interpreter.
+ROLLBACK_TYPES = errors.HOST_TYPES | {"MemoryError"}
+WARM_SESSIONS = 4  # instances a worker keeps for the sessions it ran last
+WARM_MAX_BYTES = 512 << 20  # their memory in all: idle sessions hold no more of a worker's RAM
+
+
+def version_dir(folder: Path, version: int) -> Path:
+    return folder / f"v{version}"
+
+
+def rolls_back(result: RunResult) -> bool:
+    return result.error is not None and result.error.type in ROLLBACK_TYPES
+
+
+def run_in_session(engine: SandboxEngine, request: RunRequest, t0: float) -> RunResult:
+    """Run `request` in its session's state; never raises (as engine.run)."""
+    spec = request.session
+    assert spec is not None
+    folder = Path(spec.folder)
+    current = version_dir(folder, spec.version)
+    following = version_dir(folder, spec.version + 1)
+    try:
+        _stage(current, following, blobs=bool(request.input_blobs))
+        result = _run_staged(engine, request, t0, current, following)
+    except ImageMismatch:
+        _discard(following)
+        result = RunResult(
+            run_id=request.run_id, status="failed",
+            error=RunError(errors.INTERNAL, "this session was made by another build of the sandbox; start a new one"),
+        )
+        result.session = SessionOutcome(committed=False)
+    except Exception:
+        _discard(following)
+        result = host_failure(request, "the sandbox host failed; the run was stopped")
+        result.session = SessionOutcome(committed=False)
+    return result
+
+
+def _run_staged(engine: SandboxEngine, request: RunRequest, t0: float, current: Path, following: Path) -> RunResult:
+    bytecode = engine._skill_bytecode(request.skills)
+    warm = _warm_instances(engine)
+    fresh = warm.take(current)
+    if fresh is None:
+        fresh = engine._supply.take()
+        try:
+            sessionimages.load(current, fresh.store, fresh.memory, engine.guest.key)
+        except BaseException:
+            _close(fresh)
+            raise
+    kept = False
+    try:
+        result, _ = engine._run_on(fresh, request, t0, bytecode, workspace_root=following)
+        if request.input_blobs:
+            tree.remove(following / "blobs")
+        if rolls_back(result):
+            _discard(following)
+            result.session = SessionOutcome(committed=False, memory_bytes=fresh.memory.data_len(fresh.store))
+        else:
+            image_bytes = sessionimages.save(current, following, fresh.store, fresh.memory, engine.guest.key)
+            files_bytes = sum(tree.measure(following / name)[0] for name in FOLDERS)
+            result.session = SessionOutcome(
+                committed=True, memory_bytes=fresh.memory.data_len(fresh.store),
+                image_bytes=image_bytes, files_bytes=files_bytes,
+            )
+            kept = warm.keep(following, fresh)
+    finally:
+        if not kept:
+            _close(fresh)
+    result.usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
+    return result
+
+
+class WarmInstances:
+    """The instances of a worker's most recent session runs, kept after a run
+    that kept its state, each exactly its version's image: the next run of
+    that version on this worker skips reading the image. A run that rolls back
+    closes its instance (its memory may be midway through anything); any other
+    version, a session ended or evicted here, is read from disk as before.
+    The pool hands a quiet server's runs to the last worker used (idle workers
+    are a stack), so a session's back-to-back runs find their instance."""
+
+    def __init__(self, limit: int = WARM_SESSIONS, max_bytes: int = WARM_MAX_BYTES) -> None:
+        self.limit = limit
+        self.max_bytes = max_bytes
+        self._kept: OrderedDict[Path, Fresh] = OrderedDict()  # version folder -> its instance
+        self._lock = threading.Lock()  # an in-process engine runs on several threads
+
+    def take(self, version: Path) -> Fresh | None:
+        with self._lock:
+            self._drop_ended()
+            return self._kept.pop(version, None)
+
+    def keep(self, version: Path, fresh: Fresh) -> bool:
+        """Keep `fresh` as `version`'s (False: not kept, close it), evicting the
+        least recently kept past `limit` instances or `max_bytes` of memory in all."""
+        if self.limit <= 0 or _size(fresh) > self.max_bytes:
+            return False
+        with self._lock:
+            self._kept[version] = fresh
+            while len(self._kept) > self.limit or sum(_size(f) for f in self._kept.values()) > self.max_bytes:
+                _, oldest = self._kept.popitem(last=False)
+                _close(oldest)
+        return True
+
+    def _drop_ended(self) -> None:
+        """Versions no longer on disk (a later one won, the session ended): their memory goes now."""
+        for version in [v for v in self._kept if not v.exists()]:
+            _close(self._kept.pop(version))
+
+    def close(self) -> None:
+        with self._lock:
+            while self._kept:
+                _close(self._kept.popitem()[1])
+
+
+def _close(fresh: Fresh) -> None:
+    """Done with an instance: a large one's pages go back to the system now (release_pages)."""
+    release_pages(fresh.store, fresh.memory)
+    fresh.store.close()
+
+
+def _size(fresh: Fresh) -> int:
+    return fresh.memory.data_len(fresh.store)
+
+
+_warm: weakref.WeakKeyDictionary[SandboxEngine, WarmInstances] = weakref.WeakKeyDictionary()
+
+
+_warm_lock = threading.Lock()
+
+
+def _warm_instances(engine: SandboxEngine) -> WarmInstances:
+    with _warm_lock:
+        found = _warm.get(engine)
+        if found is None:
+            found = _warm[engine] = WarmInstances()
+        return found
+
+
+def close_warm(engine: SandboxEngine) -> None:
+    found = _warm.pop(engine, None)
+    if found is not None:
+        found.close()
+
+
+def _stage(current: Path, following: Path, blobs: bool) -> None:
+    """Version N+1's folders, as copies of N's (an earlier run's leftovers gone);
+    `blobs`: and a folder for the run's input blobs."""
+    if current.name != "v0" and not current.is_dir():
+        raise FileNotFoundError(f"session state {current} is missing")  # never run it from a blank state
+    _discard(following)
+    following.mkdir(mode=0o700)
+    for name in FOLDERS:
+        _copy_folder(current / name, following / name)
+    if blobs:
+        (following / "blobs").mkdir(mode=0o700)
+
+
+def _copy_folder(source: Path, target: Path, link: bool = False) -> None:
+    """`source`'s tree at `target` (symbolic links copied as links, never
+    followed); `link`: its files hard-linked rather than copied."""
+    try:
+        with os.scandir(source) as entries:
+            empty = next(entries, None) is None
+    except FileNotFoundError:
+        empty = True
+    if empty:
+        target.mkdir(mode=0o700)
+    else:
+        shutil.copytree(source, target, symlinks=True, copy_function=_link_or_copy if link else shutil.copy2)
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _discard(path: Path) -> None:
+    if path.exists():
+        tree.remove(path)
+
+
+def copy_version(source: Path, target: Path) -> None:
+    """A fork: every file hard-linked, none copied. A version's files are never
+    changed in place once it is recorded: each run works on copies (`_stage`),
+    so the two sessions' next runs each copy them before writing."""
+    target.mkdir(mode=0o700)
+    sessionimages.copy(source, target)
+    for name in FOLDERS:
+        _copy_folder(source / name, target / name, link=True)

@@ -1,0 +1,73 @@
+"""`wasmrun session ...`: a server's sessions from the command line, through the typed client.
+
+    wasmrun session create [--memory-mb N] [--idle-timeout-s N] [--skill NAME]...
+    wasmrun session run SESSION_ID FILE.py      (or - for stdin)
+    wasmrun session fork SESSION_ID
+    wasmrun session close SESSION_ID
+    wasmrun session list
+
+The server is --url (WASMRUN_URL, default http://127.0.0.1:8080), the key
+--api-key (WASMRUN_API_KEY). Each prints the result as JSON; `run` exits 1
+when the run failed, any command 2 when the server refused the call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from wasmrun.client import DEFAULT_URL, Client
+from wasmrun.protocol.errors import RPCError
+from wasmrun.protocol.types import RunLimits
+
+
+def add_parser(commands: Any) -> None:
+    session = commands.add_parser("session", help="create, run in, fork, close and list a server's sessions")
+    session.add_argument("--url", default=None, help=f"the server (WASMRUN_URL, default {DEFAULT_URL})")
+    session.add_argument("--api-key", default=None, help="the tenant's API key (WASMRUN_API_KEY)")
+    sub = session.add_subparsers(dest="session_command", required=True)
+    create = sub.add_parser("create", help="a new Python session; prints its session_id")
+    create.add_argument("--memory-mb", type=int)
+    create.add_argument("--timeout-ms", type=int)
+    create.add_argument("--idle-timeout-s", type=int)
+    create.add_argument("--skill", action="append", default=[], help="mount a skill in every run; repeatable")
+    run = sub.add_parser("run", help="run a Python file (- for stdin) inside a session")
+    run.add_argument("session_id")
+    run.add_argument("file", metavar="FILE.py")
+    run.add_argument("--timeout-ms", type=int)
+    for name in ("fork", "close"):
+        sub.add_parser(name, help=f"{name} a session").add_argument("session_id")
+    sub.add_parser("list", help="your sessions")
+
+
+def main(args: argparse.Namespace) -> int:
+    url = args.url or os.environ.get("WASMRUN_URL") or DEFAULT_URL
+    api_key = args.api_key or os.environ.get("WASMRUN_API_KEY") or None
+    with Client(url, api_key=api_key) as client:
+        try:
+            result = _call(client, args)
+        except RPCError as exc:
+            print(f"wasmrun: {exc.message}", file=sys.stderr)
+            return 2
+    print(msgspec.json.format(msgspec.json.encode(result), indent=2).decode())
+    return 1 if getattr(result, "status", "completed") == "failed" else 0
+
+
+def _call(client: Client, args: argparse.Namespace) -> msgspec.Struct:
+    command = args.session_command
+    if command == "create":
+        limits = RunLimits(memory_mb=args.memory_mb, timeout_ms=args.timeout_ms)
+        return client.create_session(limits, args.idle_timeout_s, args.skill)
+    if command == "run":
+        code = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+        return client.run_code(code, timeout_ms=args.timeout_ms, session_id=args.session_id)
+    if command == "fork":
+        return client.fork_session(args.session_id)
+    if command == "close":
+        return client.close_session(args.session_id)
+    return client.list_sessions()
