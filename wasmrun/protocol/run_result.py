@@ -112,6 +112,8 @@ def to_spec_result(
     summary = own_summary(outline) or completed_summary(
         outline, len(encoded), output_blobs, usage.total_ms, stored=stored
     )
+    if result.warnings:  # the summary is what a model reads first
+        summary = f"{summary} Warning: {result.warnings[0]}"[:MAX_SUMMARY_CHARS * 2]
     return RunResult(
         status="completed",
         run_id=result.run_id,
@@ -121,6 +123,7 @@ def to_spec_result(
         logs_preview=logs,
         logs_blob=logs_blob,
         usage=usage,
+        warnings=list(result.warnings) if result.warnings else UNSET,
     )
 
 

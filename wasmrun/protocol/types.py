@@ -185,6 +185,9 @@ class RunResult(msgspec.Struct, kw_only=True):
     logs_blob: str | UnsetType = UNSET
     error: RunError | UnsetType = UNSET  # present only when the run failed
     usage: RunUsage | UnsetType = UNSET  # extension: what the run cost
+    # extension: the code likely misread the run contract (a `def mian`, a last
+    # line that assigns): each says what was found and what to write instead
+    warnings: list[str] | UnsetType = UNSET
 
 
 # -- blobs --------------------------------------------------------------------

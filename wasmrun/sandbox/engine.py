@@ -534,9 +534,12 @@ _guest_failure_decoder = msgspec.json.Decoder(GuestFailure)
 
 
 def _apply_response(result: RunResult, response: bytes) -> None:
-    """Decode the guest's reply: b"C" + output JSON, or b"F" + error JSON.
+    """Decode the guest's reply: b"C" + output JSON, or b"F" + error JSON,
+    after b"W" + warnings JSON + b"\n" when the guest has warnings.
     The guest is untrusted: its output is checked, never trusted (see
     jsontext), and anything else is a crash, never a host error."""
+    if response[:1] == b"W":
+        result.warnings, response = jsontext.guest_warnings(response)
     if response[:1] == b"C":
         output = response[1:]
         problem = jsontext.output_problem(output)

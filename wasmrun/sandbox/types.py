@@ -72,6 +72,9 @@ class RunResult(msgspec.Struct):
     logs_cut_bytes: int = 0
     error: RunError | None = None
     usage: Usage = msgspec.field(default_factory=Usage)
+    # The guest runtime's word that the code likely misread the run contract (a
+    # `mian`, a final assignment): the output is null and no error says why.
+    warnings: list[str] = []
 
     @property
     def output(self) -> Any:
