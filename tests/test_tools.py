@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 
 from tests.liveserver import wasmrun_env
 from wasmrun.protocol.methods import METHODS
-from wasmrun.tools import CREATE_SKILL, FORMATS, TOOLS, render_all, strict_allowed
+from wasmrun.tools import CREATE_SKILL, FORMATS, TOOLS, render_all, strict_allowed, tools
 
 SPEC = Path("/work/shared/spec/skills-protocol-v0.1.txt")
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # OpenAI's and Anthropic's rule for tool names
@@ -112,17 +112,17 @@ def _check_strict(schema: dict[str, Any], where: str) -> None:
 
 
 def test_openai_strict_follows_the_strict_rules() -> None:
-    tools = render_all("openai", strict=True, with_create_skill=True)
-    strict = {t["function"]["name"] for t in tools if t["function"]["strict"]}
+    rendered = render_all("openai", strict=True, with_create_skill=True)
+    strict = {t["function"]["name"] for t in rendered if t["function"]["strict"]}
     # The tools whose schemas have a free-form object (args, manifest) cannot be strict.
     assert strict == {n for n in EIGHT if n not in ("execute_skill", "run_code")}
-    for tool in tools:
+    for tool in rendered:
         function = tool["function"]
         jsonschema.Draft202012Validator.check_schema(function["parameters"])
         if function["strict"]:
             _check_strict(function["parameters"], function["name"])
         else:
-            plain = next(t for t in (*TOOLS, CREATE_SKILL) if t.name == function["name"])
+            plain = next(t for t in tools(with_create_skill=True) if t.name == function["name"])
             assert not strict_allowed(plain) and function["parameters"] == plain.parameters
 
 

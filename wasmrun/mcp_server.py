@@ -37,6 +37,7 @@ from mcp.shared.exceptions import MCPError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from wasmrun.capabilities import facts_of
 from wasmrun.protocol.errors import RPCError, Unauthorized
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.protocol.types import MAX_ARGS_DEPTH, ReadBlobResult, RunResult
@@ -114,7 +115,8 @@ def build_server(
     """An MCP server whose tools call `dispatcher` (the one /rpc uses). With `identify`,
     every call is made on behalf of the caller it names, and refused when it names nobody;
     without it (stdio: the operator's own process), as the dispatcher's own caller."""
-    offered = tools(with_create_skill)
+    context = dispatcher.context
+    offered = tools(with_create_skill, facts_of(context.limits, context.egress.network.run_code))
     names = {tool.name for tool in offered}
     listing = types.ListToolsResult(tools=[types.Tool.model_validate(render(tool, "mcp")) for tool in offered])
 

@@ -122,14 +122,6 @@ class CreateSkillResult(msgspec.Struct):
 InputBlobs = Annotated[list[BlobRef], Meta(max_length=MAX_INPUT_BLOBS)]
 
 
-class ExecuteSkillParams(Params):
-    name: SkillName
-    version: SkillName | None = None
-    args: dict[str, Any] = {}
-    input_blobs: InputBlobs = []
-    timeout_ms: PositiveInt | None = None
-
-
 class RunLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """What a run may use; each member up to the server's ceiling (protocol/runs.py)."""
 
@@ -139,6 +131,15 @@ class RunLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen
     cpu_ms: PositiveInt | None = None
     workspace_mb: PositiveInt | None = None
     output_bytes: PositiveInt | None = None
+
+
+class ExecuteSkillParams(Params):
+    name: SkillName
+    version: SkillName | None = None
+    args: dict[str, Any] = {}
+    input_blobs: InputBlobs = []
+    timeout_ms: PositiveInt | None = None  # the spec's place; `limits.timeout_ms` works too
+    limits: RunLimits = RunLimits()  # extension: the same shape as run_code's
 
 
 class RunCodeParams(Params):
