@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 
 from tests.liveserver import wasmrun_env
 from wasmrun.protocol.methods import METHODS
-from wasmrun.tools import CREATE_SKILL, FORMATS, TOOLS, render_all, strict_allowed, tools
+from wasmrun.tools import FORMATS, TOOLS, render_all, strict_allowed, tools
 
 SPEC = Path("/work/shared/spec/skills-protocol-v0.1.txt")
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # OpenAI's and Anthropic's rule for tool names

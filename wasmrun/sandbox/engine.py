@@ -35,7 +35,7 @@ from wasmrun.sandbox.limits import CEILING_LIMITS, Limits
 from wasmrun.sandbox.skillimages import NoBlobs, SkillImage, SkillImages, image_key, memory_view, single_skill
 from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage, host_failure
 from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs, define_guarded_wasi
-from wasmrun.sandbox.watchdog import Watchdog
+from wasmrun.sandbox.watchdog import Watchdog, call_interrupt
 from wasmrun.sandbox.workroots import WorkRoot
 
 logger = logging.getLogger("wasmrun.sandbox")
@@ -294,7 +294,7 @@ class SandboxEngine:
     def _new_instance(self) -> Fresh:
         store = wasmtime.Store(self.engine)
         exports = self._pre.instantiate(store).exports(store)
-        return Fresh(store, func(exports, "wasmrun_run"), memory(exports))
+        return Fresh(store, func(exports, "wasmrun_run"), memory(exports), interrupt=func(exports, "wasmrun_interrupt"))
 
     def _learn_hot_pages(self) -> HotPages:
         pages: set[int] = set()
@@ -428,14 +428,18 @@ class SandboxEngine:
                 memory.write(store, ctx.request_bytes, io.io_buffer)
                 request_len = len(ctx.request_bytes)
             t1 = time.perf_counter()
-            watch = self._watchdog.start(limits.cpu_ms, limits.timeout_ms)
+            interrupt = call_interrupt(fresh.interrupt) if fresh.interrupt is not None else None
+            watch = self._watchdog.start(limits.cpu_ms, limits.timeout_ms, interrupt)
             ctx.deadline = watch.deadline
             set_current(ctx)
             try:
                 response_len = fresh.run(store, request_len)
                 if 0 <= response_len <= io.io_capacity:
                     ctx.response = bytes(memory.read(store, io.io_buffer, io.io_buffer + response_len))
-                if ctx.response is None:
+                stopped = watch.error()
+                if stopped is not None:  # asked to stop, it replied within the grace
+                    error = _stopped_here(stopped, ctx.response)
+                elif ctx.response is None:
                     error = RunError(errors.GUEST_CRASH, "the interpreter failed to run the request")
                 elif len(ctx.response) > limits.result_bytes:
                     error = RunError(errors.INVALID_OUTPUT, errors.result_too_large(limits.result_bytes))
@@ -531,6 +535,25 @@ class GuestFailure(msgspec.Struct):
 
 _guest_request_encoder = msgspec.json.Encoder()
 _guest_failure_decoder = msgspec.json.Decoder(GuestFailure)
+
+
+STOPPED_TYPE = "RunStopped"  # the guest's exception for a stop request (bridge.c)
+
+
+def _stopped_here(stopped: RunError, response: bytes | None) -> RunError:
+    """A run over a limit that replied within the grace: the limit's error, with the
+    guest's traceback of where the code was when it was asked to stop. (The type and
+    the first line are the host's own; only the traceback is the guest's word.)"""
+    failure = None
+    if response is not None and response[:1] == b"F":
+        try:
+            failure = _guest_failure_decoder.decode(response[1:])
+        except (msgspec.DecodeError, ValueError, RecursionError):
+            failure = None
+    if failure is None or failure.type != STOPPED_TYPE:
+        return RunError(stopped.type, f"{stopped.message}; the code caught the request to stop (`except BaseException`?)")
+    where = failure.message.rstrip().removesuffix(f"_wasmrun.{STOPPED_TYPE}: the run was stopped at its limit").rstrip()
+    return RunError(stopped.type, f"{stopped.message}; it was stopped here:\n{where}")
 
 
 def _apply_response(result: RunResult, response: bytes) -> None:
