@@ -81,6 +81,8 @@ def run_summary(result: RunResult) -> str:
         if len(output) > PREVIEW_CHARS:
             output = output[:PREVIEW_CHARS] + f"… ({len(output)} chars; all of it is in the structured result)"
         lines.append(f"output: {output}")
+    if result.warnings:
+        lines.extend(f"warning: {warning}" for warning in result.warnings)
     if result.output_blobs:
         lines.append("output blobs (read with read_blob): " + ", ".join(result.output_blobs))
     if result.logs_preview:

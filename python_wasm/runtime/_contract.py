@@ -43,10 +43,15 @@ def _distance(a: str, b: str, cap: int = 3) -> int:
 
 
 def _looks_like(name: str, wanted: str) -> bool:
+    """A name that is `wanted` mistyped (case, underscores, up to 2 edits), or for
+    `main`, a name people give an entrypoint (`run`, `handler`, ...)."""
     folded = name.lower().strip("_")
-    if folded == wanted or name.lower() == wanted:
+    target = wanted.lower().strip("_")
+    if folded == target:
         return True
-    return wanted == "main" and (folded in _ENTRYPOINT_LIKE or _distance(folded, wanted) <= 2 and len(folded) >= 3)
+    if wanted == "main" and folded in _ENTRYPOINT_LIKE:
+        return True
+    return len(folded) >= 3 and _distance(folded, target) <= min(2, len(target) // 2)
 
 
 def _functions(namespace: dict) -> list[str]:

@@ -113,7 +113,8 @@ def to_spec_result(
         outline, len(encoded), output_blobs, usage.total_ms, stored=stored
     )
     if result.warnings:  # the summary is what a model reads first
-        summary = f"{summary} Warning: {result.warnings[0]}"[:MAX_SUMMARY_CHARS * 2]
+        count = len(result.warnings)
+        summary += f" {count} warning{'s' if count != 1 else ''}: the code likely misread the run contract (see warnings)."
     return RunResult(
         status="completed",
         run_id=result.run_id,

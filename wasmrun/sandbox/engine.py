@@ -448,9 +448,9 @@ class SandboxEngine:
             # A run marked over a budget was stopped by the watchdog (an error from
             # its epoch callback), whatever else raced it.
             except wasmtime.Trap as trap:
-                error = watch.error() or _classify_trap(trap, memory.data_len(store), limits)
+                error = watch.hard_stop_error() or _classify_trap(trap, memory.data_len(store), limits)
             except wasmtime.WasmtimeError as exc:
-                error = watch.error() or RunError(errors.GUEST_CRASH, f"the sandbox failed: {_first_line(str(exc))}")
+                error = watch.hard_stop_error() or RunError(errors.GUEST_CRASH, f"the sandbox failed: {_first_line(str(exc))}")
             except Exception:
                 # A bug on our side of a host call: keep the details in the server log only.
                 logger.exception("host call failed in run %s", run_id)

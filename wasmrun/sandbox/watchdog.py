@@ -147,6 +147,16 @@ class RunWatch:
         """The run's error if it was marked over a budget."""
         return RunError(self.fired, self.error_message()) if self.fired is not None else None
 
+    def hard_stop_error(self) -> RunError | None:
+        """The error of a run stopped hard (trapped) once over a budget: why there is no traceback."""
+        error = self.error()
+        if error is None or self._stop_at is None:
+            return error
+        return RunError(error.type, (
+            f"{error.message}; it did not stop within {GRACE_S * 1000:.0f} ms of being asked, so no"
+            " traceback (a long call into C code, or code that caught the exception)"
+        ))
+
 
 _local = threading.local()
 
