@@ -187,7 +187,7 @@ def test_execute_skill_takes_limits_in_both_shapes(server: LiveServer) -> None:
 def test_guide_covers_network_limits_and_modules(client: Client) -> None:
     guide = client.load_skills_protocol_guide().content
     for phrase in ("## This server", "main(args)", "/blobs/<id>", "stateless", "Network:", "timeout_ms 30000",
-                   "run_module", "Importable top-level modules:", "sqlite3"):
+                   "run_module", "Importable top-level modules:", "sqlite3", "delete_blob", "create_skill"):
         assert phrase in guide, phrase
 
 
@@ -218,3 +218,22 @@ def test_async_client(server: LiveServer) -> None:
             return [[r.output for r in runs], skill.status, deleted.deleted]
 
     assert asyncio.run(go()) == [[0, 2, 4], "completed", True]
+
+
+@pytest.mark.parametrize("params", [
+    {"timeout_ms": 10**30},
+    {"timeout_ms": -1},
+    {"timeout_ms": 0.5},
+    {"timeout_ms": {"deep": [[[[1]]]]}},
+    {"timeout_ms": 5, "limits": 3},
+    {"memory_mb": "\\udcff"},
+    {"limits": {"limits": {"timeout_ms": 5}}},
+    {"entrypoint": "m" * 5000},
+    {"entrypoint": "main\x00"},
+])
+def test_hostile_limits_and_entrypoints_are_clear_errors(server: LiveServer, params: dict[str, Any]) -> None:
+    body = {"language": "python", "code": "def main(args):\n    return 1\n", **params}
+    answer = _rpc(server, "run_code", body)
+    assert answer["error"]["code"] == -32602, answer
+    assert answer["error"]["data"]["field"].split(".")[0] in ("limits", "entrypoint", "params"), answer
+    assert _rpc(server, "run_code", {"language": "python", "code": "1"})["result"]["output"] == 1  # still serving

@@ -151,10 +151,11 @@ class ServerFacts:
             BLOBS, STATELESS, self.limits_text(),
         ))
 
-    def guide_section(self) -> str:
-        """The guide's generated part: this server's own facts."""
+    def guide_section(self, methods: tuple[str, ...] = ()) -> str:
+        """The guide's generated part: this server's own facts (and the methods it answers)."""
         packages = ", ".join(self.packages)
-        return "\n\n".join((
+        answered = f"Methods this server answers: {', '.join(methods)}." if methods else ""
+        return "\n\n".join(part for part in (
             "## This server (generated from its configuration)",
             RUN_CONTRACT, STATELESS, BLOBS, self.network(), self.limits_text(),
             "Errors: a failed run has error.type and error.message (with the Python traceback;"
@@ -164,7 +165,8 @@ class ServerFacts:
             " argv=[...]) or skills.run_module(name, 'scripts.x', argv=[...]) (`python -m`"
             " from the skill's root) run an Agent Skill's scripts inside the sandbox.",
             f"Importable top-level modules: {packages}.",
-        ))
+            answered,
+        ) if part)
 
 
 def facts_of(limits: LimitPolicy, run_code_hosts: Any = ()) -> ServerFacts:

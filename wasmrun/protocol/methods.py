@@ -101,7 +101,7 @@ def _limits_moved_in(params_type: type[Params], value: dict[str, Any]) -> dict[s
         return value
     limits = value.get("limits", {})
     if not isinstance(limits, dict):
-        return value  # the decoder names `limits` itself
+        raise InvalidParams(f"limits must be an object, like {{\"{stray[0]}\": ...}}", field="limits")
     limits = dict(limits)
     for name in stray:
         given = value.pop(name)
