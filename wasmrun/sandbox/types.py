@@ -14,6 +14,7 @@ import msgspec
 from wasmrun.blobs.quota import BlobQuota
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.sandbox import errors
+from wasmrun.sandbox.background import BackgroundRun
 from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.limits import Limits
 
@@ -75,6 +76,9 @@ class RunResult(msgspec.Struct):
     # The guest runtime's word that the code likely misread the run contract (a
     # `mian`, a final assignment): the output is null and no error says why.
     warnings: list[str] = []
+    # The engine's own runs (import, compile, warm-up) since its last result:
+    # sent with this one, for /metrics (background.py); never to the client.
+    background: list[BackgroundRun] = []
 
     @property
     def output(self) -> Any:
