@@ -237,3 +237,17 @@ def test_hostile_limits_and_entrypoints_are_clear_errors(server: LiveServer, par
     assert answer["error"]["code"] == -32602, answer
     assert answer["error"]["data"]["field"].split(".")[0] in ("limits", "entrypoint", "params"), answer
     assert _rpc(server, "run_code", {"language": "python", "code": "1"})["result"]["output"] == 1  # still serving
+
+
+@pytest.mark.parametrize(("reply", "warnings", "rest"), [
+    (b"W" + b"[" + b",".join([b'"' + b"x" * 5000 + b'"'] * 100) + b"]\nC1", ["x" * 1000] * 8, b"C1"),
+    (b'W["a"]', [], b""),  # no reply after the warnings: malformed, a crash
+    (b'W{"a":1}\nC1', [], b"C1"),  # not a list: dropped
+    (b'W[[[[["deep"]]]]]\nC1', [], b"C1"),
+    (b'W["\\ud800"]\nC1', [], b"C1"),  # a lone surrogate: dropped, never passed on
+    (b"W\xff\xfe\nC1", [], b"C1"),
+])
+def test_guest_warnings_are_bounded_and_never_fatal(reply: bytes, warnings: list[str], rest: bytes) -> None:
+    from wasmrun.sandbox.jsontext import guest_warnings
+
+    assert guest_warnings(reply) == (warnings, rest)
