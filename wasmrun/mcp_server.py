@@ -51,7 +51,8 @@ SERVER_NAME = "wasmrun"
 INSTRUCTIONS = (
     "Skills Protocol runtime: call load_skills_protocol_guide first, then list_skills, describe_skill and"
     " read_skill_file to learn a skill; run it with execute_skill, or compose skills in Python with run_code."
-    " Keep large data in blobs (create_blob, read_blob)."
+    " Keep large data in blobs (create_blob, read_blob). run_code calls main(args) (its return value is the"
+    " output) or takes the value of the script's last line; a result's warnings say when that was misread."
 )
 MCP_SESSION_IDLE_S = 600.0  # an MCP session over HTTP unused this long is closed
 MCP_MAX_SESSIONS = 1000  # beyond it, a new session is answered 503 until one ends
