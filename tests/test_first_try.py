@@ -251,3 +251,20 @@ def test_guest_warnings_are_bounded_and_never_fatal(reply: bytes, warnings: list
     from wasmrun.sandbox.jsontext import guest_warnings
 
     assert guest_warnings(reply) == (warnings, rest)
+
+
+def test_runs_stopped_beside_runs_that_finish(server: LiveServer) -> None:
+    """The epoch is engine-wide: a stop request reaches only the run over its limit."""
+    spin = "def main(args):\n    n = 0\n    while True:\n        n += 1\n"
+
+    async def go() -> list[Any]:
+        async with AsyncClient(server.base_url) as client:
+            return list(await asyncio.gather(
+                *(client.run_code(spin, limits={"cpu_ms": 200}) for _ in range(2)),
+                *(client.run_code("import time\ndef main(args):\n    time.sleep(0.3)\n    return 'ok'\n") for _ in range(2)),
+            ))
+
+    stopped_a, stopped_b, fine_a, fine_b = asyncio.run(go())
+    for run in (stopped_a, stopped_b):
+        assert run.error and run.error.type == "CPULimitExceeded" and "line 3, in main" in run.error.message
+    assert fine_a.output == fine_b.output == "ok"

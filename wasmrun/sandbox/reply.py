@@ -39,6 +39,8 @@ def stopped_here(stopped: RunError, response: bytes | None) -> RunError:
     if failure is None or failure.type != STOPPED_TYPE:
         return RunError(stopped.type, f"{stopped.message}; the code caught the request to stop (`except BaseException`?)")
     where = failure.message.rstrip().removesuffix(f"_wasmrun.{STOPPED_TYPE}: the run was stopped at its limit").rstrip()
+    if not where.startswith("Traceback"):  # no frame of the code's own: the runtime's work after it
+        return RunError(stopped.type, f"{stopped.message}; it was stopped after the code returned (writing its output)")
     return RunError(stopped.type, f"{stopped.message}; it was stopped here:\n{where}")
 
 
