@@ -111,6 +111,30 @@ def test_scripts_run_as_modules_from_the_skill_root(rpc: Rpc) -> None:
     assert ns == {"exit_code": 0, "stdout": "hello there\n", "stderr": ""}
 
 
+def test_commands_as_skill_md_writes_them(rpc: Rpc) -> None:
+    code = (
+        "import os\n"
+        "from runtime import skills\n"
+        "def main(args):\n"
+        "    os.makedirs('/workspace/s')\n"
+        "    open('/workspace/s/SKILL.md', 'w').write('x')\n"
+        "    out = [skills.run_command('skill-creator', 'python -m scripts.quick_validate /workspace/s'),\n"
+        "           skills.run_command('skill-creator', \"python3 ./tools/hello.py 'two words'\")]\n"
+        "    for bad in ['bash -c ls', 'python', 'python -c 1', '']:\n"
+        "        try:\n"
+        "            skills.run_command('skill-creator', bad)\n"
+        "        except ValueError as exc:\n"
+        "            out.append(str(exc)[:40])\n"
+        "    return out\n"
+    )
+    run = _run(rpc, code)
+    assert run["status"] == "completed", run
+    validated, hello, *refused = run["output"]
+    assert validated == {"exit_code": 0, "stdout": "Skill is valid!\n", "stderr": ""}
+    assert hello == {"exit_code": 0, "stdout": "hello two words\n", "stderr": ""}
+    assert len(refused) == 4
+
+
 def test_bad_module_names_are_clear(rpc: Rpc) -> None:
     code = (
         "from runtime import skills\n"

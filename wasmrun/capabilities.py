@@ -163,7 +163,9 @@ class ServerFacts:
             " with a bad parameter is JSON-RPC -32602 naming the field.",
             "Skill scripts: `from runtime import skills`; skills.run_script(name, 'scripts/x.py',"
             " argv=[...]) or skills.run_module(name, 'scripts.x', argv=[...]) (`python -m`"
-            " from the skill's root) run an Agent Skill's scripts inside the sandbox.",
+            " from the skill's root) run an Agent Skill's scripts inside the sandbox;"
+            " skills.run_command(name, 'python -m scripts.x ARGS') takes the command as its SKILL.md"
+            " writes it.",
             f"Importable top-level modules: {packages}.",
             answered,
         ) if part)

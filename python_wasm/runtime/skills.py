@@ -17,7 +17,9 @@ name (`pdf-tools`). Only `.py` scripts can run.
 `python -m scripts.package_skill ARGS` from the skill's root: the root first on
 `sys.path`, the module (or a package's `__main__`) run as `__main__`, so a
 script's relative imports (`from .utils import x`) and `scripts.utils` work.
-`run_script` takes that form too: `run_script(skill, "-m scripts.package_skill")`.
+`run_script` takes that form too: `run_script(skill, "-m scripts.package_skill")`,
+and `run_command(skill, "python -m scripts.package_skill my-skill")` takes the
+command line as the skill's SKILL.md writes it.
 """
 
 from __future__ import annotations
@@ -82,6 +84,27 @@ def run_script(skill: str, path: str, argv: list[str] | tuple[str, ...] = (), st
     folder = skill_folder(skill)
     full = _script_path(folder, path)
     return _run_main(folder, os.path.dirname(full), full, argv, stdin, as_module=False)
+
+
+_PYTHONS = frozenset({"python", "python3", "python3.11", "py"})
+
+
+def run_command(skill: str, command: str, stdin: str = "") -> dict:
+    """A command line as a skill's SKILL.md writes it, run from the skill's root:
+    `python -m scripts.package_skill ARGS` or `python scripts/extract.py ARGS`
+    (`python3` too). There is no shell: anything else is a ValueError saying so."""
+    import shlex
+
+    words = shlex.split(command)
+    if not words or words[0].rsplit("/", 1)[-1] not in _PYTHONS:
+        raise ValueError(
+            f"only `python -m module ...` or `python script.py ...` run in the sandbox (no shell): {command[:200]!r}"
+        )
+    if len(words) >= 3 and words[1] == "-m":
+        return run_module(skill, words[2], words[3:], stdin)
+    if len(words) >= 2 and not words[1].startswith("-"):
+        return run_script(skill, words[1].removeprefix("./"), words[2:], stdin)
+    raise ValueError(f"give a module (-m name) or a script path after python: {command[:200]!r}")
 
 
 def _run_main(
