@@ -276,11 +276,35 @@ static struct PyModuleDef wr_module = {
     PyModuleDef_HEAD_INIT, "_wasmrun", "Host calls of the wasmrun sandbox.", -1, wr_methods,
 };
 
+/* Stopping a run with a traceback: when a run goes over its CPU or time limit,
+ * the host calls `wasmrun_interrupt` (from its epoch callback) before it stops
+ * the run hard. That schedules a pending call, which the interpreter makes at
+ * its next eval-breaker check (a loop's back edge, a call), in the frame that is
+ * running: `_wasmrun.RunStopped` (a BaseException) is raised there, and the
+ * runtime sends its traceback back. Code that swallows it is still stopped hard
+ * when the host's short grace is over. */
+static PyObject *run_stopped;
+
+static int raise_run_stopped(void *unused) {
+    (void)unused;
+    PyErr_SetString(run_stopped, "the run was stopped at its limit");
+    return -1;
+}
+
+__attribute__((export_name("wasmrun_interrupt"))) void wasmrun_interrupt(void) {
+    if (run_stopped != NULL) Py_AddPendingCall(raise_run_stopped, NULL);
+}
+
 static PyObject *PyInit__wasmrun(void) {
     PyObject *m = PyModule_Create(&wr_module);
     if (m == NULL) return NULL;
     PyModule_AddIntConstant(m, "ENOENT", HOST_ENOENT);
     PyModule_AddIntConstant(m, "EBUDGET", HOST_EBUDGET);
+    run_stopped = PyErr_NewException("_wasmrun.RunStopped", PyExc_BaseException, NULL);
+    if (run_stopped == NULL || PyModule_AddObjectRef(m, "RunStopped", run_stopped) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }
 

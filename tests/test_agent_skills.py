@@ -199,8 +199,6 @@ def test_check_accepts_a_good_agent_skill(tmp_path: Path, capsys: pytest.Capture
     ("pdf-tools", "name: other-name\ndescription: d\n", "must be the folder's name ('pdf-tools')"),
     ("pdf-tools", "name: pdf-tools\n", "`description` is missing"),
     ("pdf-tools", "description: d\n", "`name` is missing"),
-    ("pdf-tools", f"name: pdf-tools\ndescription: {'x' * 1100}\n", "longer than 1024"),
-    ("pdf-tools", "name: pdf-tools\ndescription: d\nversion: 1\n", "unknown frontmatter field(s) 'version'"),
     ("pdf-tools", "name: pdf-tools\ndescription: d\nmetadata: [1, 2]\n", "`metadata` must map strings to strings"),
     ("pdf-tools", "name: pdf-tools\ndescription: d\nallowed-tools: [Read]\n", "`allowed-tools` must be a string"),
     ("3d-tools", "name: 3d-tools\ndescription: d\n", "starts with a digit"),
@@ -213,6 +211,28 @@ def test_check_says_what_is_wrong(
     assert main(["skills", "check", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert f"INVALID  {root}" in out and problem in out, out
+
+
+@pytest.mark.parametrize(("frontmatter", "warning"), [
+    (f"name: pdf-tools\ndescription: {'x' * 1068}\n", "frontmatter description is 1068 characters, over the format's 1024"),
+    ("name: pdf-tools\ndescription: d\nversion: 1\n", "unknown frontmatter field(s) 'version' (ignored)"),
+])
+def test_check_warns_of_soft_rules_and_passes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], frontmatter: str, warning: str
+) -> None:
+    root = write_agent_skill(tmp_path, "pdf-tools", frontmatter=frontmatter)
+    assert main(["skills", "check", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"ok       {root} (served, with warnings)" in out and f"warning: SKILL.md: {warning}" in out, out
+
+
+def test_a_skill_over_a_soft_rule_is_served(rpc: Rpc, skills_dir: Path) -> None:
+    """Anthropic's claude-api has a 1,068-character description: served as written."""
+    long = "Build apps with the Claude API. " * 34
+    write_agent_skill(skills_dir, "long-desc", frontmatter=f"name: long-desc\ndescription: {long}\n")
+    time.sleep(0.6)
+    described = rpc("describe_skill", {"name": "long-desc", "detail": "manifest"})["result"]["skill"]
+    assert described["manifest"]["description"] == long.strip()
 
 
 def test_check_a_skill_md_without_frontmatter(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -73,7 +73,7 @@ def test_created_skill_survives_a_restart(rpc: Rpc, settings: Settings) -> None:
     again = DirectoryRegistry(settings.skills_dirs, settings.skills_home)
     skill = again.find("user.julaiti.save_sheet_as_csv", owner="local")
     assert skill is not None and skill.version == "0.1.0"
-    assert check_folder(settings.skills_home) == [(skill.root, [])]
+    assert check_folder(settings.skills_home) == [(skill.root, [], [])]
 
 
 def test_existing_name_and_version_is_refused(rpc: Rpc) -> None:

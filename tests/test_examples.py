@@ -113,3 +113,17 @@ def test_anthropic_loop(server: LiveServer) -> None:
     missing = results[1][1]
     assert missing["tool_use_id"] == "t4" and missing["is_error"] and "blob" in missing["content"]
 
+
+
+def test_typed_client_example(server: LiveServer) -> None:
+    result = _example("typed_client").demo(server.base_url)
+    assert result["output"] == {"rows": 3, "hottest": "Pune"}
+    assert result["typo_warnings"] and "defines mian()" in result["typo_warnings"][0]
+    assert result["runaway_error"] == "CPULimitExceeded" and "line 1, in <module>" in result["runaway_message"]
+    assert result["deleted"] is True
+
+
+def test_async_client_example(server: LiveServer) -> None:
+    import asyncio
+
+    assert asyncio.run(_example("async_client").squares(server.base_url, 5)) == [0, 1, 4, 9, 16]

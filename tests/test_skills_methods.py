@@ -302,7 +302,9 @@ def test_guide_is_the_canonical_skill_md(rpc: Rpc) -> None:
 def test_guide_matches_bundled_file(rpc: Rpc) -> None:
     content = rpc("load_skills_protocol_guide")["result"]["content"]
     on_disk = (BUNDLED_SKILLS / "skills.protocol.guide" / "SKILL.md").read_text()
-    assert content.strip() == on_disk.split("---", 2)[2].strip()
+    written, generated = content.split("\n## This server (generated from its configuration)\n")
+    assert written.strip() == on_disk.split("---", 2)[2].strip()
+    assert "Network: none for run_code" in generated and "timeout_ms 30000 (max 900000)" in generated
 
 
 def test_invalid_skill_on_disk_is_logged_not_fatal(

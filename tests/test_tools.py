@@ -18,8 +18,7 @@ from starlette.testclient import TestClient
 
 from tests.liveserver import wasmrun_env
 from wasmrun.protocol.methods import METHODS
-from wasmrun.tools import FORMATS, TOOLS, render_all, strict_allowed
-from wasmrun.tools import tools as tools_served
+from wasmrun.tools import FORMATS, TOOLS, render_all, strict_allowed, tools
 
 SPEC = Path("/work/shared/spec/skills-protocol-v0.1.txt")
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # OpenAI's and Anthropic's rule for tool names
@@ -122,17 +121,17 @@ def _check_strict(schema: dict[str, Any], where: str) -> None:
 
 
 def test_openai_strict_follows_the_strict_rules() -> None:
-    tools = render_all("openai", strict=True, with_create_skill=True)
-    strict = {t["function"]["name"] for t in tools if t["function"]["strict"]}
+    rendered = render_all("openai", strict=True, with_create_skill=True)
+    strict = {t["function"]["name"] for t in rendered if t["function"]["strict"]}
     # The tools whose schemas have a free-form object (args, manifest) cannot be strict.
     assert strict == {n for n in [*EIGHT, *SESSIONS] if n not in ("execute_skill", "run_code")}
-    for tool in tools:
+    for tool in rendered:
         function = tool["function"]
         jsonschema.Draft202012Validator.check_schema(function["parameters"])
         if function["strict"]:
             _check_strict(function["parameters"], function["name"])
         else:
-            plain = next(t for t in tools_served(with_create_skill=True) if t.name == function["name"])
+            plain = next(t for t in tools(with_create_skill=True) if t.name == function["name"])
             assert not strict_allowed(plain) and function["parameters"] == plain.parameters
 
 
@@ -244,3 +243,64 @@ def test_cli_refuses_strict_outside_openai() -> None:
         env=wasmrun_env(), capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 2 and "openai format only" in done.stderr and done.stdout == ""
+
+
+# -- the run tools state this server (issue 24) ---------------------------------------
+
+NAME_RULE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # OpenAI's and Anthropic's tool names
+
+
+def test_run_tools_teach_the_contract_and_state_the_server() -> None:
+    from wasmrun.capabilities import ServerFacts
+
+    facts = ServerFacts()
+    assert "json" in facts.packages and "sqlite3" in facts.packages and "runtime" not in facts.packages
+    for tool in render_all("anthropic"):
+        assert NAME_RULE.fullmatch(tool["name"]) and tool["input_schema"]["type"] == "object"
+        if tool["name"] not in ("run_code", "execute_skill"):
+            continue
+        text = tool["description"]
+        for phrase in ("/blobs/<id>", "stateless", "timeout_ms 30000 (max 900000)", "memory_mb 256 (max 2048)"):
+            assert phrase in text, (tool["name"], phrase)
+        limits = tool["input_schema"]["properties"]["limits"]
+        assert set(limits["properties"]) == {"timeout_ms", "memory_mb", "cpu_ms", "workspace_mb", "output_bytes"}
+        for member, (lowest, default, ceiling) in facts.limit_bounds().items():
+            schema = limits["properties"][member]
+            assert (schema["minimum"], schema["maximum"]) == (lowest, ceiling)
+            assert f"default {default}, at most {ceiling}" in schema["description"]
+    run_code = next(t for t in render_all("anthropic") if t["name"] == "run_code")["description"]
+    assert "main(args)" in run_code and "last line" in run_code and "sqlite3" in run_code
+    assert "Network: none for run_code" in run_code
+
+
+def test_limits_schema_follows_openai_strict_rules() -> None:
+    from wasmrun.tools import _strict_schema
+
+    for tool in render_all("openai", strict=True):
+        function = tool["function"]
+        assert NAME_RULE.fullmatch(function["name"])
+        limits = function["parameters"]["properties"].get("limits")
+        if limits is not None:  # its tool is not strict (free-form args), its limits could be
+            strict = _strict_schema(limits)
+            _check_strict(strict, function["name"] + ".limits")
+            jsonschema.Draft202012Validator.check_schema(strict)
+            jsonschema.validate({"timeout_ms": 5, "memory_mb": None, "cpu_ms": None, "workspace_mb": None,
+                                 "output_bytes": None}, strict)
+
+
+def test_a_servers_own_limits_reach_its_tools(tmp_path: Path) -> None:
+    from wasmrun.capabilities import facts_of
+    from wasmrun.sandbox.limits import LimitPolicy, Limits, MiB
+
+    policy = LimitPolicy(defaults=Limits(timeout_ms=5_000), ceilings=Limits(timeout_ms=60_000, memory_bytes=512 * MiB))
+    facts = facts_of(policy, ["https://api.example.com/*"])
+    run_code = next(t for t in render_all("jsonschema", facts=facts) if t["name"] == "run_code")
+    limits = run_code["parameters"]["properties"]["limits"]["properties"]
+    assert limits["timeout_ms"]["maximum"] == 60_000 and "default 5000" in limits["timeout_ms"]["description"]
+    assert limits["memory_mb"]["maximum"] == 512
+    assert "run_code may reach https://api.example.com/*" in run_code["description"]
+    jsonschema.validate({"language": "python", "code": "1", "limits": {"timeout_ms": 60_000}}, run_code["parameters"])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"language": "python", "code": "1", "limits": {"timeout_ms": 60_001}}, run_code["parameters"])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"language": "python", "code": "1", "limits": {"timeout": 1}}, run_code["parameters"])

@@ -350,14 +350,16 @@ def _skills_check(args: argparse.Namespace) -> int:
         report = check_folder(top)
         if not report:
             print(f"{top}: no skills (no folder holds a skill.toml, or a SKILL.md for an Agent Skill)")
-        for folder, problems in report:
+        for folder, problems, warnings in report:
             if problems:
                 bad += 1
                 print(f"INVALID  {folder}")
                 for problem in problems:
                     print(f"         - {problem}")
             else:
-                print(f"ok       {folder}")
+                print(f"ok       {folder}" + (" (served, with warnings)" if warnings else ""))
+            for warning in warnings:
+                print(f"         warning: {warning}")
     return 1 if bad else 0
 
 

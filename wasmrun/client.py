@@ -50,6 +50,8 @@ from wasmrun.protocol.types import (
     CreateSessionParams,
     CreateSkillParams,
     CreateSkillResult,
+    DeleteBlobParams,
+    DeleteBlobResult,
     DescribeSkillParams,
     DescribeSkillResult,
     ExecuteSkillParams,
@@ -83,6 +85,8 @@ __all__ = [
     "MethodNotFound",
     "ParseError",
     "RPCError",
+    "RunLimits",
+    "RunResult",
     "ServerBusy",
 ]
 
@@ -146,7 +150,7 @@ def _params(params: Params | dict[str, Any]) -> dict[str, Any]:
     """Params without the members left out (the spec's servers need not take `null`)."""
     plain = msgspec.to_builtins(params) if isinstance(params, Params) else params
     limits = plain.get("limits")
-    if isinstance(params, RunCodeParams) and isinstance(limits, dict):
+    if isinstance(params, (RunCodeParams, ExecuteSkillParams)) and isinstance(limits, dict):
         plain["limits"] = {key: value for key, value in limits.items() if value is not None} or None
     return {key: value for key, value in plain.items() if value is not None}
 
@@ -181,14 +185,31 @@ def _blob_params(content: str | bytes, kind: str) -> CreateBlobParams:
     return CreateBlobParams(content=content, kind=kind)
 
 
+Limits = RunLimits | dict[str, int]
+
+
+def _run_limits(limits: Limits | None, timeout_ms: int | None) -> RunLimits:
+    """`limits` as a RunLimits (a dict is checked here: an unknown name is a TypeError
+    naming it), with `timeout_ms` in it when given on its own."""
+    if isinstance(limits, dict):
+        unknown = sorted(set(limits) - set(RunLimits.__struct_fields__))
+        if unknown:
+            raise TypeError(f"unknown limits {unknown}; known: {', '.join(RunLimits.__struct_fields__)}")
+        limits = RunLimits(**limits)
+    limits = limits or RunLimits()
+    if timeout_ms is not None:
+        limits = msgspec.structs.replace(limits, timeout_ms=timeout_ms)
+    return limits
+
+
 def _run_code_params(
     code: str, language: Language, entrypoint: str, args: dict[str, Any] | None, mount_skills: list[str] | None,
-    input_blobs: list[str] | None, timeout_ms: int | None, session_id: str | None = None,
+    input_blobs: list[str] | None, limits: RunLimits, session_id: str | None = None,
 ) -> RunCodeParams:
     return RunCodeParams(
         language=language,
         code=code, entrypoint=entrypoint, args=args or {}, mount_skills=mount_skills or [],
-        input_blobs=input_blobs or [], limits=RunLimits(timeout_ms=timeout_ms), session_id=session_id,
+        input_blobs=input_blobs or [], limits=limits, session_id=session_id,
     )
 
 
@@ -264,20 +285,27 @@ class Client(_Calls):
 
     def execute_skill(
         self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
-        input_blobs: list[str] | None = None, timeout_ms: int | None = None,
+        input_blobs: list[str] | None = None, timeout_ms: int | None = None, limits: Limits | None = None,
     ) -> RunResult:
         params = ExecuteSkillParams(
-            name=name, version=version, args=args or {}, input_blobs=input_blobs or [], timeout_ms=timeout_ms
+            name=name, version=version, args=args or {}, input_blobs=input_blobs or [],
+            # Only a timeout: the spec's own top-level field, which any server takes.
+            timeout_ms=timeout_ms if limits is None else None,
+            limits=_run_limits(limits, None if limits is None else timeout_ms),
         )
         return self._call("execute_skill", params, RunResult)
 
     def run_code(
         self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
+        limits: Limits | None = None,
         session_id: str | None = None,
     ) -> RunResult:
-        """With `session_id`: inside that session (create_session)."""
-        params = _run_code_params(code, language, entrypoint, args, mount_skills, input_blobs, timeout_ms, session_id)
+        """`limits`: a RunLimits or a dict (timeout_ms, memory_mb, cpu_ms, workspace_mb, output_bytes).
+        With `session_id`: inside that session (create_session)."""
+        params = _run_code_params(
+            code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id
+        )
         return self._call("run_code", params, RunResult)
 
     def create_session(
@@ -304,6 +332,9 @@ class Client(_Calls):
     def read_blob(self, blob_id: str, mode: ReadMode = "sample_head", max_bytes: int = 2000) -> ReadBlobResult:
         params = ReadBlobParams(blob_id=blob_id, mode=mode, max_bytes=max_bytes)
         return self._call("read_blob", params, ReadBlobResult)
+
+    def delete_blob(self, blob_id: str) -> DeleteBlobResult:
+        return self._call("delete_blob", DeleteBlobParams(blob_id=blob_id), DeleteBlobResult)
 
     def load_skills_protocol_guide(self) -> LoadGuideResult:
         return self._call("load_skills_protocol_guide", LoadGuideParams(), LoadGuideResult)
@@ -376,20 +407,27 @@ class AsyncClient(_Calls):
 
     async def execute_skill(
         self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
-        input_blobs: list[str] | None = None, timeout_ms: int | None = None,
+        input_blobs: list[str] | None = None, timeout_ms: int | None = None, limits: Limits | None = None,
     ) -> RunResult:
         params = ExecuteSkillParams(
-            name=name, version=version, args=args or {}, input_blobs=input_blobs or [], timeout_ms=timeout_ms
+            name=name, version=version, args=args or {}, input_blobs=input_blobs or [],
+            # Only a timeout: the spec's own top-level field, which any server takes.
+            timeout_ms=timeout_ms if limits is None else None,
+            limits=_run_limits(limits, None if limits is None else timeout_ms),
         )
         return await self._call("execute_skill", params, RunResult)
 
     async def run_code(
         self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
+        limits: Limits | None = None,
         session_id: str | None = None,
     ) -> RunResult:
-        """With `session_id`: inside that session (create_session)."""
-        params = _run_code_params(code, language, entrypoint, args, mount_skills, input_blobs, timeout_ms, session_id)
+        """`limits`: a RunLimits or a dict (timeout_ms, memory_mb, cpu_ms, workspace_mb, output_bytes).
+        With `session_id`: inside that session (create_session)."""
+        params = _run_code_params(
+            code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id
+        )
         return await self._call("run_code", params, RunResult)
 
     async def create_session(
@@ -415,6 +453,9 @@ class AsyncClient(_Calls):
     async def read_blob(self, blob_id: str, mode: ReadMode = "sample_head", max_bytes: int = 2000) -> ReadBlobResult:
         params = ReadBlobParams(blob_id=blob_id, mode=mode, max_bytes=max_bytes)
         return await self._call("read_blob", params, ReadBlobResult)
+
+    async def delete_blob(self, blob_id: str) -> DeleteBlobResult:
+        return await self._call("delete_blob", DeleteBlobParams(blob_id=blob_id), DeleteBlobResult)
 
     async def load_skills_protocol_guide(self) -> LoadGuideResult:
         return await self._call("load_skills_protocol_guide", LoadGuideParams(), LoadGuideResult)

@@ -37,6 +37,7 @@ from mcp.shared.exceptions import MCPError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from wasmrun.capabilities import facts_of
 from wasmrun.protocol.errors import RPCError, Unauthorized
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.protocol.types import MAX_ARGS_DEPTH, ReadBlobResult, RunResult
@@ -50,7 +51,8 @@ SERVER_NAME = "wasmrun"
 INSTRUCTIONS = (
     "Skills Protocol runtime: call load_skills_protocol_guide first, then list_skills, describe_skill and"
     " read_skill_file to learn a skill; run it with execute_skill, or compose skills in Python with run_code."
-    " Keep large data in blobs (create_blob, read_blob)."
+    " Keep large data in blobs (create_blob, read_blob). run_code calls main(args) (its return value is the"
+    " output) or takes the value of the script's last line; a result's warnings say when that was misread."
 )
 MCP_SESSION_IDLE_S = 600.0  # an MCP session over HTTP unused this long is closed
 MCP_MAX_SESSIONS = 1000  # beyond it, a new session is answered 503 until one ends
@@ -80,6 +82,8 @@ def run_summary(result: RunResult) -> str:
         if len(output) > PREVIEW_CHARS:
             output = output[:PREVIEW_CHARS] + f"… ({len(output)} chars; all of it is in the structured result)"
         lines.append(f"output: {output}")
+    if result.warnings:
+        lines.extend(f"warning: {warning}" for warning in result.warnings)
     if result.output_blobs:
         lines.append("output blobs (read with read_blob): " + ", ".join(result.output_blobs))
     if result.logs_preview:
@@ -114,7 +118,8 @@ def build_server(
     """An MCP server whose tools call `dispatcher` (the one /rpc uses). With `identify`,
     every call is made on behalf of the caller it names, and refused when it names nobody;
     without it (stdio: the operator's own process), as the dispatcher's own caller."""
-    offered = tools(with_create_skill)
+    context = dispatcher.context
+    offered = tools(with_create_skill, facts_of(context.limits, context.egress.network.run_code))
     names = {tool.name for tool in offered}
     listing = types.ListToolsResult(tools=[types.Tool.model_validate(render(tool, "mcp")) for tool in offered])
 

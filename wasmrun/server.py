@@ -21,6 +21,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
 from wasmrun.blobs.store import BlobStore, FileBlobStore
+from wasmrun.capabilities import facts_of
 from wasmrun.observe.audit import AuditLog
 from wasmrun.observe.metrics import Metrics
 from wasmrun.observe.record import Observers
@@ -175,7 +176,7 @@ def create_app(
 
     dispatcher = Dispatcher(context, observers, require_caller=True)
     in_flight = RequestsInFlight()  # each tenant's HTTP requests, /rpc and /mcp together
-    routes: list[BaseRoute] = [tools_route()]
+    routes: list[BaseRoute] = [tools_route(facts_of(context.limits, context.egress.network.run_code))]
     lifespans = []
     if importlib.util.find_spec("mcp") is None:
         logging.getLogger("wasmrun").info("no MCP at /mcp: the mcp SDK is not installed (wasmrun[mcp])")

@@ -17,13 +17,20 @@ not take `default`). A schema with a free-form object (`args`, `manifest`) canno
 be written that way; those tools keep their plain schema with `"strict": false`.
 
 Each tool name is the JSON-RPC method it calls, with the same params.
+
+`run_code` and `execute_skill` are then stated for the server that offers them
+(capabilities.py): the run contract, what its guest can import, /blobs/<id>,
+statelessness, and each `limits` member with its default and ceiling.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
+
+from wasmrun.capabilities import ServerFacts
 
 Format = Literal["openai", "anthropic", "mcp", "jsonschema"]
 FORMATS: tuple[str, ...] = get_args(Format)
@@ -240,23 +247,38 @@ CREATE_SKILL = Tool(
 )
 
 
-def tools(with_create_skill: bool = False) -> tuple[Tool, ...]:
-    served = (*_RUN_CODE_IN_SESSIONS, *SESSION_TOOLS)
-    return (*served, CREATE_SKILL) if with_create_skill else served
+def _for_server(tool: Tool, facts: ServerFacts) -> Tool:
+    """The spec's run tools with this server's contract, packages and limits in their texts;
+    run_code also takes a session_id (an extension)."""
+    if tool.name == "run_code":
+        parameters = copy.deepcopy(tool.parameters)
+        parameters["properties"]["limits"] = facts.limits_schema()
+        parameters["properties"]["args"]["description"] = "The object main(args) receives"
+        parameters["properties"]["session_id"] = _string(
+            "Run inside this session (create_session): its globals and files carry over"
+        )
+        return Tool(tool.name, facts.run_code_description(), parameters)
+    if tool.name == "execute_skill":
+        parameters = copy.deepcopy(tool.parameters)
+        limits = facts.limits_schema()
+        parameters["properties"]["limits"] = limits
+        parameters["properties"]["timeout_ms"] = {
+            **limits["properties"]["timeout_ms"], "description": "Same as limits.timeout_ms (the spec's place for it)"
+        }
+        return Tool(tool.name, facts.execute_skill_description(), parameters)
+    return tool
 
 
-def _run_code_in_sessions(tool: Tool) -> Tool:
-    """The spec's run_code, taking a session_id too (an extension)."""
-    if tool.name != "run_code":
-        return tool
-    parameters = copy.deepcopy(tool.parameters)
-    parameters["properties"]["session_id"] = _string(
-        "Run inside this session (create_session): its globals and files carry over"
-    )
-    return Tool(tool.name, tool.description, parameters)
+def tools(with_create_skill: bool = False, facts: ServerFacts | None = None) -> tuple[Tool, ...]:
+    """The tools, their run texts stating `facts` (a default server's when None)."""
+    facts = facts if facts is not None else _default_facts()
+    chosen = (*TOOLS, *SESSION_TOOLS, CREATE_SKILL) if with_create_skill else (*TOOLS, *SESSION_TOOLS)
+    return tuple(_for_server(tool, facts) for tool in chosen)
 
 
-_RUN_CODE_IN_SESSIONS = tuple(_run_code_in_sessions(tool) for tool in TOOLS)
+@functools.lru_cache(maxsize=1)
+def _default_facts() -> ServerFacts:
+    return ServerFacts()
 
 
 def tool_names(with_create_skill: bool = False) -> list[str]:
@@ -331,11 +353,13 @@ def render(tool: Tool, format: Format, *, strict: bool = False) -> dict[str, Any
     raise ValueError(f"unknown tool format {format!r}; one of: {', '.join(FORMATS)}")
 
 
-def render_all(format: str, *, strict: bool = False, with_create_skill: bool = False) -> list[dict[str, Any]]:
+def render_all(
+    format: str, *, strict: bool = False, with_create_skill: bool = False, facts: ServerFacts | None = None
+) -> list[dict[str, Any]]:
     """Every tool in one format. `strict` applies to the OpenAI format only."""
     if format not in FORMATS:
         raise ValueError(f"unknown tool format {format!r}; one of: {', '.join(FORMATS)}")
     if strict and format != "openai":
         raise ValueError("strict applies to the openai format only")
     chosen: Format = format  # type: ignore[assignment]
-    return [render(tool, chosen, strict=strict) for tool in tools(with_create_skill)]
+    return [render(tool, chosen, strict=strict) for tool in tools(with_create_skill, facts)]

@@ -32,7 +32,7 @@ import types
 
 import _wasmrun
 import runtime.blobs
-from runtime import _compat, _skills, _stdio
+from runtime import _compat, _contract, _skills, _stdio
 
 # Commonly used modules, imported before the snapshot so runs get them free.
 HOT_MODULES = (
@@ -42,7 +42,7 @@ HOT_MODULES = (
     "operator", "os", "pathlib", "pprint", "random", "re", "shlex", "statistics",
     "string", "struct", "textwrap", "time", "traceback", "types", "typing",
     "unicodedata", "urllib.parse", "uuid", "zoneinfo",
-    "runtime", "runtime.blobs", "runtime.log", "runtime.http", "urllib.request",
+    "runtime", "runtime._contract", "runtime.blobs", "runtime.log", "runtime.http", "urllib.request",
 )
 # Codecs that text-reading code names (a CSV's BOM, Latin-1 and Windows
 # exports): looked up at init, so a run's first decode finds them in the
@@ -211,18 +211,20 @@ _CO_COROUTINE = 0x80  # inspect.CO_COROUTINE: the code awaits at top level
 _CO_VARARGS = 0x04  # inspect.CO_VARARGS
 
 
-def _exec_code(source: str, namespace: dict) -> tuple[bool, object]:
-    """Run the code as a script; (True, value) when its last statement is an
-    expression (its value, as a notebook cell shows it), else (False, None).
+def _exec_code(source: str, namespace: dict) -> tuple[bool, object, object]:
+    """Run the code as a script; (True, value, statement) when its last statement
+    is an expression (its value, as a notebook cell shows it), else (False, None,
+    statement): the last statement's syntax tree, for `_contract`'s warnings.
     `await` at top level works too (the script then runs under asyncio.run)."""
     tree = _compile(source, "exec", ast.PyCF_ONLY_AST | _TOP_LEVEL_AWAIT)
+    final = tree.body[-1] if tree.body else None
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
+    if isinstance(final, ast.Expr):
         last = ast.Expression(tree.body.pop().value)
     _run_code(_compile(tree, "exec", _TOP_LEVEL_AWAIT), namespace)
     if last is None:
-        return False, None
-    return True, _run_code(_compile(last, "eval", _TOP_LEVEL_AWAIT), namespace)
+        return False, None, final
+    return True, _run_code(_compile(last, "eval", _TOP_LEVEL_AWAIT), namespace), final
 
 
 def _exec_module(source: str, namespace: dict) -> None:
@@ -256,9 +258,11 @@ def _run_code(code, namespace: dict):
     return eval(code, namespace)
 
 
-def _call_entrypoint(request: dict):
+def _call_entrypoint(request: dict, warnings: list[str]):
     """The run's output: the entrypoint's return value (awaited if it is a
-    coroutine), or, for code without the default `main`, the script's value."""
+    coroutine), or, for code without the default `main`, the script's value.
+    Traps that leave the output null without an error add to `warnings`
+    (checked only when the output is null: a run with a value pays nothing)."""
     name = request["function"]
     if request["kind"] == "code":
         source = request["code"]
@@ -278,24 +282,33 @@ def _call_entrypoint(request: dict):
             _exec_module(source, module.__dict__)
             fn = getattr(module, name, None)
         else:
-            has_value, value = _exec_code(source, module.__dict__)
+            has_value, value, last = _exec_code(source, module.__dict__)
             # In a session a `main` from an earlier run is not this script's entrypoint.
             fn = None if session else getattr(module, name, None)
-            if fn is None:
-                return value if has_value else None  # a plain script
+            if fn is None:  # a plain script
+                if value is None:
+                    _contract.plain_script_null(module.__dict__, source, last, warnings)
+                if request.get("args"):
+                    warnings.append(_contract.ARGS_UNUSED)
+                return value
     else:
         module = importlib.import_module("skills." + request["skill"])
         fn = getattr(module, name, None)
     if not callable(fn):
         where = "the code" if request["kind"] == "code" else f"skill {request['skill']!r}"
-        raise _Failure("EntrypointNotFound", f"{where} defines no function {name!r}")
+        message = f"{where} defines no function {name!r}"
+        raise _Failure("EntrypointNotFound", message + _contract.candidates(vars(module), name))
     code = getattr(fn, "__code__", None)
     if code is not None and code.co_argcount == 0 and not code.co_flags & _CO_VARARGS:
         value = fn()  # def main(): a script's own habit; it has no use for args
+        if request.get("args"):
+            warnings.append(_contract.no_parameter(name))
     else:
         value = fn(request.get("args") or {})
     if type(value) is _Coroutine:  # async def main(args)
         value = asyncio.run(value)
+    if value is None and request["kind"] == "code":
+        warnings.append(_contract.returned_none(name))
     return value
 
 
@@ -387,12 +400,16 @@ def _compile_one(path: str) -> None:
 
 
 def _execute(request: dict) -> bytes:
-    """The response: b"C" + the output's JSON, or b"F" + {"type", "message"} as JSON."""
+    """The response: b"C" + the output's JSON, or b"F" + {"type", "message"} as JSON;
+    b"W" + warnings' JSON + b"\n" before the b"C" when the run contract was likely misread."""
     try:
         if request["kind"] == "compile":
             return b"C" + _serialise(_compile_skills(request))
         _prepare(request)
-        value = _call_entrypoint(request)
+        warnings: list[str] = []
+        value = _call_entrypoint(request, warnings)
+        if warnings:  # b"W" + a JSON list of strings + "\n" (compact JSON has no raw newline)
+            return b"W" + _serialise([_text(w) for w in warnings]) + b"\nC" + _serialise(value)
         return b"C" + _serialise(value)
     except _Failure as f:
         return _failed(f.type, f.message)

@@ -55,7 +55,43 @@ class _TimeOnlySelector(selectors.BaseSelector):
         pass
 
 
+# Constants WASI's socket module lacks, with their Linux values: code that probes
+# `socket.AF_UNIX` (or sets SO_REUSEADDR) inside `except OSError` then gets the
+# OSError it expects when it tries a socket, not an AttributeError first.
+SOCKET_CONSTANTS = {
+    "AF_UNIX": 1, "AF_PACKET": 17, "AF_NETLINK": 16, "SOCK_RAW": 3, "SOCK_SEQPACKET": 5,
+    "SO_DEBUG": 1, "SO_REUSEADDR": 2, "SO_TYPE": 3, "SO_ERROR": 4, "SO_DONTROUTE": 5,
+    "SO_BROADCAST": 6, "SO_SNDBUF": 7, "SO_RCVBUF": 8, "SO_KEEPALIVE": 9, "SO_OOBINLINE": 10,
+    "SO_LINGER": 13, "SO_REUSEPORT": 15, "SO_RCVLOWAT": 18, "SO_SNDLOWAT": 19, "SO_RCVTIMEO": 20,
+    "SO_SNDTIMEO": 21, "TCP_KEEPIDLE": 4, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 6, "IPPROTO_ICMPV6": 58,
+}
+
+
+def _gethostname() -> str:
+    return "localhost"
+
+
+def _no_name_lookup(*args, **kwargs):
+    import socket
+
+    raise socket.gaierror(socket.EAI_NONAME, NO_NETWORK)
+
+
+def install_socket() -> None:
+    import socket
+
+    for name, value in SOCKET_CONSTANTS.items():
+        if not hasattr(socket, name):
+            setattr(socket, name, value)
+    if not hasattr(socket, "gethostname"):
+        socket.gethostname = _gethostname
+    for name in ("gethostbyname", "gethostbyname_ex", "gethostbyaddr", "getnameinfo"):
+        if not hasattr(socket, name):
+            setattr(socket, name, _no_name_lookup)
+
+
 def install() -> None:
+    install_socket()
     _thread.start_new_thread = _no_threads
     _thread.start_new = _no_threads
     threading._start_new_thread = _no_threads

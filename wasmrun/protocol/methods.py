@@ -32,6 +32,7 @@ from wasmrun.protocol.types import (
     ReadBlobParams,
     ReadSkillFileParams,
     RunCodeParams,
+    RunLimits,
     SessionRef,
 )
 from wasmrun.registry.store import Skill
@@ -91,10 +92,35 @@ def decode_params(params_type: type[Params], raw: msgspec.Raw) -> Params:
     if not isinstance(value, dict):
         raise InvalidParams("params must be an object (by-name params)", field="params")
     value = {k: v for k, v in value.items() if v is not None}
+    if "limits" in params_type.__struct_fields__:
+        value = _limits_moved_in(params_type, value)
     try:
         return msgspec.convert(value, params_type)
     except msgspec.ValidationError as exc:
         raise _invalid(str(exc)) from None
+
+
+def _limits_moved_in(params_type: type[Params], value: dict[str, Any]) -> dict[str, Any]:
+    """A limit given at the top level (`timeout_ms` beside `code`) where the method
+    takes it in `limits`: moved there, the one place it can mean; given in both
+    places with different values, -32602 naming `limits.<name>`."""
+    stray = [k for k in RunLimits.__struct_fields__ if k in value and k not in params_type.__struct_fields__]
+    if not stray:
+        return value
+    limits = value.get("limits", {})
+    if not isinstance(limits, dict):
+        raise InvalidParams(f"limits must be an object, like {{\"{stray[0]}\": ...}}", field="limits")
+    limits = dict(limits)
+    for name in stray:
+        given = value.pop(name)
+        if name in limits and limits[name] != given:
+            raise InvalidParams(
+                f"{name} is given twice, at the top level and as limits.{name}, with different values:"
+                f" give it once, as limits.{name}",
+                field=f"limits.{name}",
+            )
+        limits[name] = given
+    return {**value, "limits": limits}
 
 
 def _undecodable(raw: msgspec.Raw) -> InvalidParams:

@@ -114,6 +114,9 @@ def to_spec_result(
     summary = own_summary(outline) or completed_summary(
         outline, len(encoded), output_blobs, usage.total_ms, stored=stored
     )
+    if result.warnings:  # the summary is what a model reads first
+        count = len(result.warnings)
+        summary += f" {count} warning{'s' if count != 1 else ''}: the code likely misread the run contract (see warnings)."
     return RunResult(
         status="completed",
         run_id=result.run_id,
@@ -123,6 +126,7 @@ def to_spec_result(
         logs_preview=logs,
         logs_blob=logs_blob,
         usage=usage,
+        warnings=list(result.warnings) if result.warnings else UNSET,
     )
 
 

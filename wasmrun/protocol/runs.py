@@ -27,6 +27,9 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+import msgspec
+
+from wasmrun import capabilities
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.egress.secrets import placeholder
@@ -53,11 +56,7 @@ logger = logging.getLogger("wasmrun.runs")
 # What a request's `limits` may name: the sandbox's Limits field each sets, and
 # how many of that field's units one unit of the request is.
 REQUESTABLE_LIMITS: dict[str, tuple[str, int]] = {
-    "timeout_ms": ("timeout_ms", 1),
-    "memory_mb": ("memory_bytes", MiB),
-    "cpu_ms": ("cpu_ms", 1),
-    "workspace_mb": ("workspace_bytes", MiB),
-    "output_bytes": ("output_bytes", 1),
+    member: (field, unit) for member, (field, unit, _) in capabilities.REQUESTABLE_LIMITS.items()
 }
 # The tenant limit (tenants/limits.py) that can lower a Limits field's ceiling.
 TENANT_CEILINGS = {"timeout_ms": "max_timeout_ms", "memory_bytes": "max_memory_mb", "cpu_ms": "max_cpu_ms"}
@@ -234,6 +233,21 @@ async def _run(
         raise quota_error(exc) from None
 
 
+def _skill_limits(p: ExecuteSkillParams) -> tuple[RunLimits, str]:
+    """execute_skill's limits: `limits`, with the spec's top-level `timeout_ms` in it
+    (and named that way in errors when it is the one given)."""
+    if p.timeout_ms is None:
+        return p.limits, "limits."
+    if p.limits.timeout_ms is not None and p.limits.timeout_ms != p.timeout_ms:
+        raise InvalidParams(
+            "timeout_ms is given twice, at the top level and as limits.timeout_ms, with different"
+            " values: give it once",
+            field="limits.timeout_ms",
+        )
+    only_top = p.limits == RunLimits()
+    return msgspec.structs.replace(p.limits, timeout_ms=p.timeout_ms), "" if only_top else "limits."
+
+
 async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
     args_json = _args_json(p.args)
     skill = await find_skill(ctx, p.name, p.version, for_runs=True)
@@ -255,7 +269,7 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
         input_blobs=input_blobs,
         env=env,
         network=network,
-        limits=_limits(ctx, RunLimits(timeout_ms=p.timeout_ms), prefix=""),
+        limits=_limits(ctx, *_skill_limits(p)),
     )
     return await _run(ctx, request, [skill])
 

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from wasmrun.capabilities import ServerFacts, facts_of
 from wasmrun.offload import for_run
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import (
@@ -215,8 +216,15 @@ async def load_skills_protocol_guide(ctx: Context, p: LoadGuideParams) -> LoadGu
         raise InternalError(f"the canonical {GUIDE_SKILL} skill is not installed on this server")
     with registry_errors():
         data = await asyncio.to_thread(ctx.registry.read_file, skill, DOC_FILE, ctx.max_full_read_bytes)
-    body = skillmd.body(data.decode("utf-8"))
+    from wasmrun.protocol.methods import METHODS  # the dispatcher's table, which imports this module
+
+    section = _server_facts(ctx).guide_section(tuple(METHODS))
+    body = skillmd.body(data.decode("utf-8")).rstrip() + "\n\n" + section + "\n"
     return LoadGuideResult(content=body, name=skill.name, version=skill.version)
+
+
+def _server_facts(ctx: Context) -> ServerFacts:
+    return facts_of(ctx.limits, ctx.egress.network.run_code)
 
 
 # -- create_skill -------------------------------------------------------------

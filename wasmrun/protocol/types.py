@@ -123,14 +123,6 @@ class CreateSkillResult(msgspec.Struct):
 InputBlobs = Annotated[list[BlobRef], Meta(max_length=MAX_INPUT_BLOBS)]
 
 
-class ExecuteSkillParams(Params):
-    name: SkillName
-    version: SkillName | None = None
-    args: dict[str, Any] = {}
-    input_blobs: InputBlobs = []
-    timeout_ms: PositiveInt | None = None
-
-
 class RunLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """What a run may use; each member up to the server's ceiling (protocol/runs.py)."""
 
@@ -140,6 +132,15 @@ class RunLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen
     cpu_ms: PositiveInt | None = None
     workspace_mb: PositiveInt | None = None
     output_bytes: PositiveInt | None = None
+
+
+class ExecuteSkillParams(Params):
+    name: SkillName
+    version: SkillName | None = None
+    args: dict[str, Any] = {}
+    input_blobs: InputBlobs = []
+    timeout_ms: PositiveInt | None = None  # the spec's place; `limits.timeout_ms` works too
+    limits: RunLimits = RunLimits()  # extension: the same shape as run_code's
 
 
 class RunCodeParams(Params):
@@ -190,6 +191,9 @@ class RunResult(msgspec.Struct, kw_only=True):
     # extension, for a run in a session: True when a limit or a crash stopped the run
     # midway and the session is as it was before it (memory and files)
     session_rolled_back: bool | UnsetType = UNSET
+    # extension: the code likely misread the run contract (a `def mian`, a last
+    # line that assigns): each says what was found and what to write instead
+    warnings: list[str] | UnsetType = UNSET
 
 
 # -- blobs --------------------------------------------------------------------

@@ -40,13 +40,9 @@ def normalise_name(name: str) -> str:
 
 
 def frontmatter_problems(meta: dict[str, Any], folder_name: str) -> list[str]:
-    """What is wrong with an Agent Skill's frontmatter, each said in full."""
+    """What is wrong with an Agent Skill's frontmatter (the hard rules: it is not served),
+    each said in full. The soft rules are `frontmatter_warnings`."""
     problems: list[str] = []
-    unknown = sorted(set(meta) - set(FIELDS))
-    if unknown:
-        problems.append(
-            f"unknown frontmatter field(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(FIELDS)}"
-        )
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         problems.append("frontmatter `name` is missing (lowercase letters, digits and hyphens, e.g. 'pdf-tools')")
@@ -62,15 +58,11 @@ def frontmatter_problems(meta: dict[str, Any], folder_name: str) -> list[str]:
     description = meta.get("description")
     if not isinstance(description, str) or not description.strip():
         problems.append("frontmatter `description` is missing or empty (what the skill does and when to use it)")
-    elif len(description) > MAX_DESCRIPTION:
-        problems.append(f"frontmatter description is longer than {MAX_DESCRIPTION} characters")
     if "license" in meta and not isinstance(meta["license"], str):
         problems.append("frontmatter `license` must be a string")
     compatibility = meta.get("compatibility")
-    if "compatibility" in meta and (
-        not isinstance(compatibility, str) or not compatibility or len(compatibility) > MAX_COMPATIBILITY
-    ):
-        problems.append(f"frontmatter `compatibility` must be a string of 1 to {MAX_COMPATIBILITY} characters")
+    if "compatibility" in meta and (not isinstance(compatibility, str) or not compatibility):
+        problems.append("frontmatter `compatibility` must be a non-empty string")
     metadata = meta.get("metadata")
     if "metadata" in meta and (
         not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values())
@@ -79,6 +71,30 @@ def frontmatter_problems(meta: dict[str, Any], folder_name: str) -> list[str]:
     if "allowed-tools" in meta and not isinstance(meta["allowed-tools"], str):
         problems.append("frontmatter `allowed-tools` must be a string (space-separated tool names)")
     return problems
+
+
+def frontmatter_warnings(meta: dict[str, Any]) -> list[str]:
+    """The format's soft rules an Agent Skill breaks: it is served as written, with these
+    warnings (in `wasmrun skills check` and the server log). Real skills break them
+    (Anthropic's claude-api has a 1,068-character description); nothing here stops
+    the skill from working."""
+    warnings: list[str] = []
+    unknown = sorted(set(meta) - set(FIELDS))
+    if unknown:
+        warnings.append(
+            f"unknown frontmatter field(s) {', '.join(map(repr, unknown))} (ignored); the format's:"
+            f" {', '.join(FIELDS)}"
+        )
+    description = meta.get("description")
+    if isinstance(description, str) and len(description) > MAX_DESCRIPTION:
+        warnings.append(
+            f"frontmatter description is {len(description)} characters, over the format's {MAX_DESCRIPTION}"
+            " (served whole; some clients cut it)"
+        )
+    compatibility = meta.get("compatibility")
+    if isinstance(compatibility, str) and len(compatibility) > MAX_COMPATIBILITY:
+        warnings.append(f"frontmatter `compatibility` is over the format's {MAX_COMPATIBILITY} characters")
+    return warnings
 
 
 def derived_manifest(meta: dict[str, Any]) -> tuple[Manifest, dict[str, Any]]:

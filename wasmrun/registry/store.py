@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import tomli
 
@@ -205,6 +205,7 @@ class Skill:
     root: Path
     owner: str | None = None  # the tenant that created it; None: the operator's
     bundled: bool = False  # from the skills/ folder shipped with wasmrun
+    warnings: tuple[str, ...] = ()  # soft rules of its format it breaks: served anyway
 
     @property
     def name(self) -> str:
@@ -376,7 +377,8 @@ def load_agent_skill(root: Path) -> Skill:
     if problems:
         raise SkillProblems(problems)
     manifest, raw = agentskills.derived_manifest(meta)
-    return Skill(manifest=manifest, raw_manifest=raw, frontmatter=meta, root=root)
+    warnings = tuple(f"{DOC_FILE}: {w}" for w in agentskills.frontmatter_warnings(meta))
+    return Skill(manifest=manifest, raw_manifest=raw, frontmatter=meta, root=root, warnings=warnings)
 
 
 def skill_folders(top: Path) -> Iterator[Path]:
@@ -409,15 +411,21 @@ def folders_signature(tops: Sequence[Path]) -> tuple[tuple[str, int], ...]:
     return tuple(seen)
 
 
-def check_folder(top: Path) -> list[tuple[Path, list[str]]]:
-    """Each skill folder under `top` with its problems (an empty list when it is valid)."""
-    report: list[tuple[Path, list[str]]] = []
+class FolderCheck(NamedTuple):
+    folder: Path
+    problems: list[str]  # hard rules broken: the skill is not served
+    warnings: list[str]  # soft rules broken: served anyway
+
+
+def check_folder(top: Path) -> list[FolderCheck]:
+    """Each skill folder under `top` with its problems and warnings (empty when it is valid)."""
+    report: list[FolderCheck] = []
     for folder in skill_folders(top):
         try:
-            load_skill(folder)
-            report.append((folder, []))
+            skill = load_skill(folder)
+            report.append(FolderCheck(folder, [], list(skill.warnings)))
         except SkillProblems as exc:
-            report.append((folder, exc.problems))
+            report.append(FolderCheck(folder, exc.problems, []))
     return report
 
 
@@ -588,6 +596,8 @@ class DirectoryRegistry:
         except Exception:  # one bad folder never stops the server from starting
             logger.exception("skipping skill in %s: it could not be loaded", folder)
             return
+        for warning in skill.warnings:
+            logger.warning("skill in %s is served with a warning: %s", folder, warning)
         DirectoryRegistry._add_loaded(index, skill, owner, bundled=bundled, reserved=reserved)
 
     @staticmethod

@@ -25,7 +25,7 @@ from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
 from wasmrun.egress.client import EgressSession
 from wasmrun.egress.secrets import Redactor
-from wasmrun.sandbox import compiled, errors, jsontext, sessions, workroots
+from wasmrun.sandbox import compiled, errors, jsontext, reply, sessions, workroots
 from wasmrun.sandbox.background import COMPILE_LIMITS, IMPORT_LIMITS, BackgroundLog, BackgroundRun
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
@@ -38,7 +38,7 @@ from wasmrun.sandbox.limits import CEILING_LIMITS, Limits
 from wasmrun.sandbox.skillimages import NoBlobs, SkillImage, SkillImages, image_key, memory_view, single_skill
 from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage, host_failure
 from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs, define_guarded_wasi
-from wasmrun.sandbox.watchdog import Watchdog
+from wasmrun.sandbox.watchdog import Watchdog, call_interrupt
 from wasmrun.sandbox.workroots import WorkRoot
 
 logger = logging.getLogger("wasmrun.sandbox")
@@ -330,7 +330,7 @@ class SandboxEngine:
     def _new_instance(self) -> Fresh:
         store = wasmtime.Store(self.engine)
         exports = self._pre.instantiate(store).exports(store)
-        return Fresh(store, func(exports, "wasmrun_run"), memory(exports))
+        return Fresh(store, func(exports, "wasmrun_run"), memory(exports), interrupt=func(exports, "wasmrun_interrupt"))
 
     def _learn_hot_pages(self) -> HotPages:
         pages: set[int] = set()
@@ -484,14 +484,18 @@ class SandboxEngine:
                 memory.write(store, ctx.request_bytes, io.io_buffer)
                 request_len = len(ctx.request_bytes)
             t1 = time.perf_counter()
-            watch = self._watchdog.start(limits.cpu_ms, limits.timeout_ms)
+            interrupt = call_interrupt(fresh.interrupt) if fresh.interrupt is not None else None
+            watch = self._watchdog.start(limits.cpu_ms, limits.timeout_ms, interrupt)
             ctx.deadline = watch.deadline
             set_current(ctx)
             try:
                 response_len = fresh.run(store, request_len)
                 if 0 <= response_len <= io.io_capacity:
                     ctx.response = bytes(memory.read(store, io.io_buffer, io.io_buffer + response_len))
-                if ctx.response is None:
+                stopped = watch.error()
+                if stopped is not None:  # asked to stop, it replied within the grace
+                    error = reply.stopped_here(stopped, ctx.response)
+                elif ctx.response is None:
                     error = RunError(errors.GUEST_CRASH, "the interpreter failed to run the request")
                 elif len(ctx.response) > limits.result_bytes:
                     error = RunError(errors.INVALID_OUTPUT, errors.result_too_large(limits.result_bytes))
@@ -500,9 +504,9 @@ class SandboxEngine:
             # A run marked over a budget was stopped by the watchdog (an error from
             # its epoch callback), whatever else raced it.
             except wasmtime.Trap as trap:
-                error = watch.error() or _classify_trap(trap, memory.data_len(store), limits)
+                error = watch.hard_stop_error() or _classify_trap(trap, memory.data_len(store), limits)
             except wasmtime.WasmtimeError as exc:
-                error = watch.error() or RunError(errors.GUEST_CRASH, f"the sandbox failed: {_first_line(str(exc))}")
+                error = watch.hard_stop_error() or RunError(errors.GUEST_CRASH, f"the sandbox failed: {_first_line(str(exc))}")
             except Exception:
                 # A bug on our side of a host call: keep the details in the server log only.
                 logger.exception("host call failed in run %s", run_id)
@@ -526,7 +530,7 @@ class SandboxEngine:
         result = RunResult(run_id=run_id, status="completed", output_blobs=ctx.output_blobs, usage=usage)
         if error is None:
             assert ctx.response is not None
-            _apply_response(result, ctx.response)
+            reply.apply(result, ctx.response)
         else:
             result.status = "failed"
             result.error = error
@@ -585,41 +589,7 @@ class GuestRequest(msgspec.Struct):
     reseed: bool = True  # reseed `random` (a session's runs after its first keep their state)
 
 
-class GuestFailure(msgspec.Struct):
-    """The guest's b"F" reply: how its run failed."""
-
-    type: str
-    message: str
-
-
 _guest_request_encoder = msgspec.json.Encoder()
-_guest_failure_decoder = msgspec.json.Decoder(GuestFailure)
-
-
-def _apply_response(result: RunResult, response: bytes) -> None:
-    """Decode the guest's reply: b"C" + output JSON, or b"F" + error JSON.
-    The guest is untrusted: its output is checked, never trusted (see
-    jsontext), and anything else is a crash, never a host error."""
-    if response[:1] == b"C":
-        output = response[1:]
-        problem = jsontext.output_problem(output)
-        if problem is None:
-            result.output_json = output
-            return
-        result.status = "failed"
-        result.error = RunError(errors.INVALID_OUTPUT, f"the return value cannot be passed on: {problem}")
-        return
-    if response[:1] == b"F":
-        try:
-            err = _guest_failure_decoder.decode(response[1:])
-        except (msgspec.DecodeError, ValueError, RecursionError):
-            pass
-        else:
-            result.status = "failed"
-            result.error = RunError(errors.guest_type(err.type), err.message)
-            return
-    result.status = "failed"
-    result.error = RunError(errors.GUEST_CRASH, "the interpreter sent a malformed reply")
 
 
 def _classify_trap(trap: wasmtime.Trap, memory_len: int, limits: Limits) -> RunError:

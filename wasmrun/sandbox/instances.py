@@ -69,6 +69,7 @@ class Fresh:
     prepared_ahead: bool = False
     image_pages: frozenset[int] | None = None  # the skill images' pages copied in too, if any
     applied: Image | None = None  # the image already written in: it serves only a run from that image
+    interrupt: wasmtime.Func | None = None  # the guest's wasmrun_interrupt (bridge.c)
 
     @property
     def image_ready(self) -> bool:

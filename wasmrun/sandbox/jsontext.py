@@ -174,3 +174,22 @@ def _deeper_than(data: bytes, limit: int, shape: bytes | None = None) -> bool:
         return False
     # Deeply nested after all: the depth at each bracket is a running sum.
     return max(accumulate(map(_NESTING_STEP.__getitem__, brackets)), default=0) > limit - passes
+
+
+# The guest's warnings are its own word: kept few and short, whatever it sends.
+MAX_WARNINGS = 8
+MAX_WARNING_CHARS = 1000
+_warnings_decoder = msgspec.json.Decoder(list[str])
+
+
+def guest_warnings(response: bytes) -> tuple[list[str], bytes]:
+    """Split b"W" + a JSON list of strings + b"\\n" off the front of a guest reply:
+    (the warnings, bounded, and the rest). A malformed list is dropped, not fatal."""
+    head, sep, rest = response[1:].partition(b"\n")
+    if not sep:
+        return [], b""  # no reply after the warnings: a malformed reply
+    try:
+        items = _warnings_decoder.decode(head)
+    except (msgspec.DecodeError, ValueError, RecursionError):
+        return [], rest
+    return [item[:MAX_WARNING_CHARS] for item in items[:MAX_WARNINGS]], rest

@@ -93,6 +93,9 @@ class RunResult(msgspec.Struct):
     error: RunError | None = None
     usage: Usage = msgspec.field(default_factory=Usage)
     session: SessionOutcome | None = None  # a session run's effect on its session
+    # The guest runtime's word that the code likely misread the run contract (a
+    # `mian`, a final assignment): the output is null and no error says why.
+    warnings: list[str] = []
     # The engine's own runs (import, compile, warm-up) since its last result:
     # sent with this one, for /metrics (background.py); never to the client.
     background: list[BackgroundRun] = []

@@ -40,7 +40,7 @@ import wasmtime
 from wasmtime._exportable import AsExtern
 
 from python_wasm.exports import func, func_imports
-from wasmrun.sandbox import diskuse, errors, tree
+from wasmrun.sandbox import diskuse, errors, tree, watchdog
 from wasmrun.sandbox.capture import HeadTail
 from wasmrun.sandbox.fastcall import FastFunc
 from wasmrun.sandbox.hostcalls import U32, current, guest_memory, read_guest, write_guest
@@ -49,6 +49,7 @@ WASI = "wasi_snapshot_preview1"
 O_CREAT = 1
 SUBSCRIPTION_SIZE = 48
 EVENT_SIZE = 32
+SUB_TAG_OFFSET, SUB_TIMEOUT_OFFSET, SUB_FLAGS_OFFSET = 8, 24, 40  # in a clock subscription
 EVENTTYPE_CLOCK = 0
 SUBCLOCK_ABSTIME = 1
 ERRNO_INVAL = 28  # WASI's EINVAL
@@ -238,6 +239,21 @@ def _sleep_ns(caller: wasmtime.Caller, subs: int, count: int, now: Callable[[int
     return shortest
 
 
+def _asked_to_stop(caller: wasmtime.Caller, subs: int, count: int) -> bool:
+    """A run at its deadline in a sleep: asked to stop (watchdog.RunWatch.stopping)
+    and, while its grace lasts, its clock subscriptions made due now."""
+    watch = watchdog.current_watch()
+    if watch is None or watch.check() is None or not watch.stopping(caller._context()):
+        return False
+    for i in range(count):
+        at = subs + SUBSCRIPTION_SIZE * i
+        if read_guest(caller, at + SUB_TAG_OFFSET, 1)[0] == EVENTTYPE_CLOCK:
+            # timeout 0, flags 0 (relative): due at once
+            write_guest(caller, at + SUB_TIMEOUT_OFFSET, 8, bytes(8))
+            write_guest(caller, at + SUB_FLAGS_OFFSET, 2, bytes(2))
+    return True
+
+
 _VALTYPES = {"i32": "i32", "i64": "i64", "f32": "f32", "f64": "f64"}
 
 
@@ -406,10 +422,13 @@ class _Wrappers:
         if wait is not None:
             remaining = ctx.deadline - time.monotonic()
             if wait / 1e9 >= remaining:
-                # Sleep only until the deadline, then stop the run as the epoch would.
+                # Sleep only until the deadline, then stop the run as the epoch would:
+                # the sleep returns at once and the guest raises where it slept (its
+                # traceback says so); a guest that cannot be asked is stopped here.
                 if remaining > 0:
                     time.sleep(remaining)
-                raise errors.RunAborted(errors.TIMEOUT, errors.timed_out(ctx.limits.timeout_ms))
+                if not _asked_to_stop(caller, subs, count):
+                    raise errors.RunAborted(errors.TIMEOUT, errors.timed_out(ctx.limits.timeout_ms))
         return self._call(caller, "poll_oneoff", subs, events, count, nevents)
 
 

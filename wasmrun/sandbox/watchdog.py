@@ -58,10 +58,39 @@ def _outside_clock() -> int | None:
     return clock
 
 
+# After a run is asked to stop (see `RunWatch.stopping`), how long it has to unwind
+# before it is stopped hard: 50 ms of its own CPU time (a loaded machine that does
+# not schedule the run's thread does not cost it its traceback), and at most 250 ms
+# of wall-clock time whatever happens.
+GRACE_S = 0.05
+GRACE_WALL_S = 0.25
+
+
+def call_interrupt(func: wasmtime.Func) -> Callable[[object], None]:
+    """A caller of the guest's `wasmrun_interrupt` export, for the epoch callback's
+    own store context (the store is inside wasm: wasmtime-py's Func.__call__ would
+    enter it again through the Store object, which the callback has not got)."""
+
+    def interrupt(context: object) -> None:
+        # Not again before this call returns: its own wasm would meet the same deadline.
+        ffi.wasmtime_context_set_epoch_deadline(context, 1)
+        trap = ctypes.POINTER(ffi.wasm_trap_t)()
+        error = ffi.wasmtime_func_call(context, ctypes.byref(func._func), None, 0, None, 0, ctypes.byref(trap))
+        if error:
+            ffi.wasmtime_error_delete(error)
+        if trap:
+            ffi.wasm_trap_delete(trap)
+
+    return interrupt
+
+
 class RunWatch:
     """One run's budgets, started on the thread that runs it."""
 
-    def __init__(self, cpu_ms: int, timeout_ms: int) -> None:
+    def __init__(self, cpu_ms: int, timeout_ms: int, interrupt: Callable[[object], None] | None = None) -> None:
+        self._interrupt = interrupt
+        self._stop_at: float | None = None  # when the grace after the interrupt ends (wall clock)
+        self._stop_cpu_ms = 0.0  # ... or its CPU time, whichever comes first
         self.cpu_ms_limit = cpu_ms
         self.timeout_ms = timeout_ms
         self._cpu_budget_ms = float(cpu_ms)
@@ -100,6 +129,20 @@ class RunWatch:
                 self.fired = errors.CPU_LIMIT
         return self.fired
 
+    def stopping(self, context: object) -> bool:
+        """On the run's thread, once it is over a budget: True while it may still
+        unwind. The first time, the guest is asked to raise where it is (its
+        traceback then says which line ran away); the hard stop comes GRACE_S later,
+        whether or not the code caught the exception."""
+        if self._interrupt is None:
+            return False
+        if self._stop_at is None:
+            self._stop_at = time.monotonic() + GRACE_WALL_S
+            self._stop_cpu_ms = self.cpu_ms() + GRACE_S * 1000
+            self._interrupt(context)
+            return True
+        return time.monotonic() < self._stop_at and self.cpu_ms() < self._stop_cpu_ms
+
     def error_message(self) -> str:
         if self.fired == errors.CPU_LIMIT:
             return errors.cpu_limit(self.cpu_ms_limit)
@@ -109,13 +152,27 @@ class RunWatch:
         """The run's error if it was marked over a budget."""
         return RunError(self.fired, self.error_message()) if self.fired is not None else None
 
+    def hard_stop_error(self) -> RunError | None:
+        """The error of a run stopped hard (trapped) once over a budget: why there is no traceback."""
+        error = self.error()
+        if error is None or self._stop_at is None:
+            return error
+        return RunError(error.type, (
+            f"{error.message}; it did not stop within {GRACE_S * 1000:.0f} ms of being asked, so no"
+            " traceback (a long call into C code, or code that caught the exception)"
+        ))
+
 
 _local = threading.local()
 
 
-def _current() -> RunWatch | None:
+def current_watch() -> RunWatch | None:
+    """The watch of the run on this thread, if one is in flight."""
     watch: RunWatch | None = getattr(_local, "watch", None)
     return watch
+
+
+_current = current_watch
 
 
 _CALLBACK_TYPE = ctypes.CFUNCTYPE(
@@ -141,7 +198,7 @@ def _on_epoch(_context: object, _data: object, delta: ctypes._Pointer[ctypes.c_u
     """On the run's thread, when the engine's epoch reached the store's deadline."""
     try:
         watch = _current()
-        if watch is not None and watch.check() is not None:
+        if watch is not None and watch.check() is not None and not watch.stopping(_context):
             return _error(watch.error_message())
         delta[0] = 1
         kind[0] = UPDATE_DEADLINE_CONTINUE  # type: ignore[index]
@@ -174,9 +231,10 @@ class Watchdog:
         ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), _on_epoch, None, _no_finalizer)
         store.set_epoch_deadline(1)
 
-    def start(self, cpu_ms: int, timeout_ms: int) -> RunWatch:
-        """On the run's thread, just before it enters wasm."""
-        watch = RunWatch(cpu_ms, timeout_ms)
+    def start(self, cpu_ms: int, timeout_ms: int, interrupt: Callable[[object], None] | None = None) -> RunWatch:
+        """On the run's thread, just before it enters wasm. `interrupt` asks the
+        guest to raise where it is (call_interrupt), before a hard stop."""
+        watch = RunWatch(cpu_ms, timeout_ms, interrupt)
         _local.watch = watch
         with self._cond:
             self._runs.add(watch)

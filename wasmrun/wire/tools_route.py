@@ -7,6 +7,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from wasmrun.capabilities import ServerFacts
 from wasmrun.tools import FORMATS, render_all
 
 _TRUE = {"true": True, "1": True, "false": False, "0": False, "": False}
@@ -19,7 +20,7 @@ def _flag(request: Request, name: str) -> bool:
     return _TRUE[value]
 
 
-async def tools(request: Request) -> Response:
+async def tools(request: Request, facts: ServerFacts | None = None) -> Response:
     format = request.query_params.get("format", "jsonschema")
     if format not in FORMATS:
         return JSONResponse(
@@ -27,12 +28,18 @@ async def tools(request: Request) -> Response:
         )
     try:
         rendered = render_all(
-            format, strict=_flag(request, "strict"), with_create_skill=_flag(request, "with_create_skill")
+            format, strict=_flag(request, "strict"), with_create_skill=_flag(request, "with_create_skill"),
+            facts=facts,
         )
     except ValueError as exc:
         return JSONResponse({"error": str(exc)}, status_code=400)
     return JSONResponse(rendered)
 
 
-def tools_route() -> Route:
-    return Route("/tools", tools, methods=["GET"])
+def tools_route(facts: ServerFacts | None = None) -> Route:
+    """The route, its run tools stated for the server `facts` describes."""
+
+    async def endpoint(request: Request) -> Response:
+        return await tools(request, facts)
+
+    return Route("/tools", endpoint, methods=["GET"])
