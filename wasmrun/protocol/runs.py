@@ -36,6 +36,7 @@ from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, NotExecutable, QuotaExceeded, ServerBusy
 from wasmrun.protocol.run_result import needs_output_blob, to_spec_result
 from wasmrun.protocol.skills import find_skill, rpc_error
+from wasmrun.protocol.streaming import OutputListener, output_listener
 from wasmrun.protocol.types import MAX_ARGS_DEPTH, ExecuteSkillParams, RunCodeParams, RunLimits, RunResult
 from wasmrun.registry.errors import RegistryError, SkillUnavailable
 from wasmrun.registry.manifest import IDENTIFIER
@@ -202,14 +203,17 @@ async def _skill_folders(ctx: Context, skills: Sequence[Skill]) -> AsyncIterator
         yield
 
 
-async def _run(ctx: Context, request: RunRequest, skills: Sequence[Skill] = ()) -> RunResult:
+async def _run(
+    ctx: Context, request: RunRequest, skills: Sequence[Skill] = (), on_output: OutputListener | None = None
+) -> RunResult:
     request.owner = ctx.caller.tenant
+    request.stream = on_output is not None
     request.blob_quota = ctx.caller.blob_quota
     try:
         # The skills' folders first (a fetch that fails costs the tenant no start), kept
         # for the run's whole length; then the run's admission.
         async with _skill_folders(ctx, skills), ctx.gate.admit(ctx.caller):
-            result = await ctx.executor.run(request)
+            result = await ctx.executor.run(request, on_output)
     except RunQuotaExceeded as exc:
         raise QuotaExceeded(f"quota exceeded: {exc.message}", exc.limit, exc.value, exc.retry_after_s) from None
     except (Busy, QueueTimeout, SkillUnavailable) as exc:
@@ -228,6 +232,7 @@ async def _run(ctx: Context, request: RunRequest, skills: Sequence[Skill] = ()) 
 
 
 async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
+    on_output = output_listener(p.stream)
     args_json = _args_json(p.args)
     skill = await find_skill(ctx, p.name, p.version, for_runs=True)
     runtime = skill.manifest.runtime
@@ -250,7 +255,7 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
         network=network,
         limits=_limits(ctx, RunLimits(timeout_ms=p.timeout_ms), prefix=""),
     )
-    return await _run(ctx, request, [skill])
+    return await _run(ctx, request, [skill], on_output)
 
 
 async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
@@ -258,6 +263,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         raise InvalidParams(
             f"entrypoint {p.entrypoint!r} must be the name of a function", field="entrypoint"
         )
+    on_output = output_listener(p.stream)
     args_json = _args_json(p.args)
     mounted: dict[str, MountedSkill] = {}
     skills: list[Skill] = []
@@ -282,4 +288,4 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         network=ctx.egress.network.for_run_code(),  # never a mounted skill's grant
         limits=_limits(ctx, p.limits),
     )
-    return await _run(ctx, request, skills)
+    return await _run(ctx, request, skills, on_output)

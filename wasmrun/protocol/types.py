@@ -128,6 +128,7 @@ class ExecuteSkillParams(Params):
     args: dict[str, Any] = {}
     input_blobs: InputBlobs = []
     timeout_ms: PositiveInt | None = None
+    stream: bool = False  # extension: the output as it is written (docs/streaming.md)
 
 
 class RunLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -149,6 +150,7 @@ class RunCodeParams(Params):
     mount_skills: Annotated[list[SkillName], Meta(max_length=MAX_MOUNTED_SKILLS)] = []
     input_blobs: InputBlobs = []
     limits: RunLimits = RunLimits()
+    stream: bool = False  # extension: the output as it is written (docs/streaming.md)
 
 
 class RunError(msgspec.Struct):

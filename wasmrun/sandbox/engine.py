@@ -10,14 +10,17 @@ into a new Store with its own WASI context, limits and workspace, calls
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 import wasmtime
+from wasmtime import _ffi as ffi
 
 from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
@@ -32,6 +35,7 @@ from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, 
 from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
 from wasmrun.sandbox.limits import CEILING_LIMITS, Limits
+from wasmrun.sandbox.outstream import OutputChunk, OutputStream
 from wasmrun.sandbox.skillimages import NoBlobs, SkillImage, SkillImages, image_key, memory_view, single_skill
 from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage, host_failure
 from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs, define_guarded_wasi
@@ -39,6 +43,7 @@ from wasmrun.sandbox.watchdog import Watchdog
 from wasmrun.sandbox.workroots import WorkRoot
 
 logger = logging.getLogger("wasmrun.sandbox")
+OutputSink = Callable[[list[OutputChunk]], None]
 SKILLS_ROOT = "/skills"
 # Typical runs: the pages any of them writes are copied into every spare instance ahead.
 WARMUP_REQUESTS = (
@@ -308,9 +313,11 @@ class SandboxEngine:
         logger.debug("%d hot pages will be copied into each spare instance", hot.pages)
         return hot
 
-    def run(self, request: RunRequest) -> RunResult:
+    def run(self, request: RunRequest, on_output: OutputSink | None = None) -> RunResult:
         """Run `request` in a fresh instance. Never raises: whatever fails, on
-        the guest's side or (a bug) on ours, fails this run alone."""
+        the guest's side or (a bug) on ours, fails this run alone. With
+        `on_output`, its output is also handed there as it is written (on this
+        thread; see outstream.py)."""
         t0 = time.perf_counter()
         try:
             bytecode = self._skill_bytecode(request.skills)
@@ -326,7 +333,7 @@ class SandboxEngine:
             try:
                 if image is not None and fresh.applied is not image:
                     image.apply(fresh.store, fresh.memory)
-                result, workspace = self._run_on(fresh, request, t0, bytecode)
+                result, workspace = self._run_on(fresh, request, t0, bytecode, on_output=on_output)
             except BaseException:
                 fresh.store.close()
                 raise
@@ -402,6 +409,7 @@ class SandboxEngine:
         bytecode: dict[str, Path] | None = None,
         bytecode_writable: bool = False,
         blobs: BlobAccess | None = None,
+        on_output: OutputSink | None = None,
     ) -> tuple[RunResult, Workspace]:
         run_id = request.run_id or new_run_id()
         limits = request.limits
@@ -412,6 +420,7 @@ class SandboxEngine:
             run_id, self._guest_request(request), limits, blobs or self.blobs, request.input_blobs, workspace, self._io,
             egress=EgressSession(request.network) if request.network is not None else None,
             owner=request.owner, blob_quota=request.blob_quota,
+            stream=OutputStream(on_output, limits.output_bytes, _redactor(request)) if on_output is not None else None,
         )
         store, memory = fresh.store, fresh.memory
         usage = Usage(prepared_ahead=fresh.prepared_ahead)
@@ -428,7 +437,8 @@ class SandboxEngine:
                 memory.write(store, ctx.request_bytes, io.io_buffer)
                 request_len = len(ctx.request_bytes)
             t1 = time.perf_counter()
-            watch = self._watchdog.start(limits.cpu_ms, limits.timeout_ms)
+            on_tick = _output_poll(ctx, memory) if ctx.stream is not None else None
+            watch = self._watchdog.start(limits.cpu_ms, limits.timeout_ms, on_tick)
             ctx.deadline = watch.deadline
             set_current(ctx)
             try:
@@ -456,6 +466,8 @@ class SandboxEngine:
                 self._watchdog.finish(watch)
                 set_current(None)
                 ctx.drain_guest_output(store, memory)
+                if ctx.stream is not None:
+                    ctx.stream.finish()
             t2 = time.perf_counter()
             usage.peak_memory_bytes = memory.data_len(store)
             usage.instantiate_ms = round((t1 - t0) * 1000, 3)
@@ -486,16 +498,39 @@ class SandboxEngine:
         return result, workspace
 
 
-def _redact_secrets(result: RunResult, request: RunRequest) -> None:
-    """Secret values (environment or host-held) replaced by their placeholders
-    in everything the run returns."""
+def _output_poll(ctx: RunContext, memory: wasmtime.Memory) -> Callable[[object], None]:
+    """The watchdog's `on_tick` for a streamed run: reads the guest's memory
+    through the context wasmtime hands the epoch callback (the run is stopped
+    at a safe point on this thread), bounds-checked."""
+    handle = ctypes.byref(memory._memory)
+
+    def poll(context: object) -> None:
+        base = ctypes.cast(ffi.wasmtime_memory_data(context, handle), ctypes.c_void_p).value or 0
+        size = ffi.wasmtime_memory_data_size(context, handle)
+
+        def read(address: int, n: int) -> bytes | None:
+            return ctypes.string_at(base + address, n) if base and 0 <= address and address + n <= size else None
+
+        ctx.peek_guest_output(read)
+
+    return poll
+
+
+def _redactor(request: RunRequest) -> Redactor | None:
+    """What replaces the run's secret values (environment or host-held) by their placeholders."""
     secrets = dict(request.env)
     if request.network is not None:
         secrets.update(request.network.host_secrets)
     if not secrets:
-        return
+        return None
     redact = Redactor(secrets)
-    if not redact:
+    return redact if redact else None
+
+
+def _redact_secrets(result: RunResult, request: RunRequest) -> None:
+    """Secret values replaced by their placeholders in everything the run returns."""
+    redact = _redactor(request)
+    if redact is None:
         return
     result.logs = redact.text(result.logs)
     if result.error is not None:

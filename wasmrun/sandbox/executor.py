@@ -8,12 +8,14 @@ never an unbounded queue.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 import msgspec
 
 from wasmrun.sandbox.blobaccess import BlobAccess
+from wasmrun.sandbox.outstream import OutputChunk
 from wasmrun.sandbox.types import RunRequest, RunResult
 
 
@@ -35,8 +37,13 @@ class ExecutorHealth(msgspec.Struct):
         return self.total - self.unavailable > 0
 
 
+OutputSink = Callable[[list[OutputChunk]], None]
+
+
 class Executor(Protocol):
-    async def run(self, request: RunRequest) -> RunResult: ...
+    async def run(self, request: RunRequest, on_output: OutputSink | None = None) -> RunResult:
+        """The run's result; with `on_output` (and `request.stream`), its output
+        chunks are handed there on the event loop while it runs."""
 
     def health(self) -> ExecutorHealth: ...
 
@@ -95,10 +102,18 @@ class InProcessExecutor:
         self.engine = SandboxEngine(blobs, workspace_root=workspace_root)
         self._slots = _Slots(slots, queue_timeout)
 
-    async def run(self, request: RunRequest) -> RunResult:
+    async def run(self, request: RunRequest, on_output: OutputSink | None = None) -> RunResult:
         await self._slots.acquire()
         try:
-            return await asyncio.to_thread(self.engine.run, request)
+            if on_output is None or not request.stream:
+                return await asyncio.to_thread(self.engine.run, request)
+            loop = asyncio.get_running_loop()
+            sink = on_output
+
+            def forward(chunks: list[OutputChunk]) -> None:
+                loop.call_soon_threadsafe(sink, chunks)
+
+            return await asyncio.to_thread(self.engine.run, request, forward)
         finally:
             self._slots.release()
 
