@@ -104,6 +104,7 @@ class RunEvents:
         self._events: deque[bytes] = deque()
         self._bytes = 0
         self._dropped = 0  # characters dropped since the reader last caught up
+        self._final: bytes | None = None  # the response, once the call has ended
         self._done = False
         self._reader_gone = False
         self._ready = asyncio.Event()
@@ -125,8 +126,7 @@ class RunEvents:
         """The call's response: the last event, whatever the bound."""
         if self._reader_gone:
             return
-        self._events.append(_event(answer))
-        self._done = True
+        self._final = _event(answer)
         self._ready.set()
 
     def reader_gone(self) -> None:
@@ -138,21 +138,24 @@ class RunEvents:
 
     async def next(self, timeout: float) -> bytes | None:
         """The next event; b"" after `timeout` seconds without one; None after the last."""
-        while not self._events:
-            if self._done or self._reader_gone:
+        while True:
+            if self._reader_gone or self._done:
                 return None
+            if self._events:
+                event = self._events.popleft()
+                self._bytes -= len(event)
+                return event
+            if self._dropped:  # caught up: say what was lost (before the response)
+                dropped, self._dropped = self._dropped, 0
+                return output_event("log", dropped_notice(dropped), dropped=dropped)
+            if self._final is not None:
+                self._done = True
+                return self._final
             self._ready.clear()
             try:
                 await asyncio.wait_for(self._ready.wait(), timeout)
             except TimeoutError:
                 return b""
-        event = self._events.popleft()
-        self._bytes -= len(event)
-        if self._dropped and not self._events:  # caught up: say what was lost, before the response
-            self._events.append(output_event("log", dropped_notice(self._dropped), dropped=self._dropped))
-            self._bytes += len(self._events[0])
-            self._dropped = 0
-        return event
 
 
 # Runs whose client went away still finish: referenced here until they do.
