@@ -9,7 +9,6 @@ import re
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -41,7 +40,8 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServ
 
     data = tmp_path_factory.mktemp("data")
     skills = tmp_path_factory.mktemp("skills")
-    write_skill(skills, "demo.talk", code="import time\ndef main(args):\n    print('talking')\n    time.sleep(0.3)\n    return 'done'\n")
+    talk = "import time\ndef main(args):\n    print('talking')\n    time.sleep(0.3)\n    return 'done'\n"
+    write_skill(skills, "demo.talk", code=talk)
     store = TenantStore(data)
     keys = {"alice": store.add("alice", {"concurrent_requests": 2}), "bob": store.add("bob")}
     server = LiveServer(data, "--skills-dir", str(skills), env={**wasmrun_env(), "WASMRUN_METRICS_KEY": METRICS_KEY})
