@@ -54,7 +54,7 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServ
 def _runs(server: LiveServer, tenant: str, status: str = "") -> float:
     """The tenant's runs so far (of that status), as /metrics counts them."""
     text = httpx2.get(server.base_url + "/metrics", headers={"authorization": f"Bearer {METRICS_KEY}"}, timeout=30).text
-    pattern = r'wasmrun_runs_total\{[^}]*status="%s[^"]*"[^}]*tenant="%s"[^}]*\} ([0-9.e+]+)' % (status, tenant)
+    pattern = r'wasmrun_runs_total\{[^}]*status="' + status + r'[^"]*"[^}]*tenant="' + tenant + r'"[^}]*\} ([0-9.e+]+)'
     return sum(float(v) for v in re.findall(pattern, text))
 
 
