@@ -305,3 +305,50 @@ def test_secrets_are_redacted_even_split_across_batches() -> None:
     stream.finish()
     text = "".join(chunk.text for chunk in sent)
     assert "s3cr3t" not in text and text.startswith("key=") and text.endswith("; next s3")
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_mcp_tool_calls_send_progress_and_log_notifications_when_asked(
+    tenants: tuple[LiveServer, dict[str, str]], mode: str
+) -> None:
+    """With the official MCP SDK's client: a progress callback gets the run's output as
+    `notifications/progress` before the result; a log level (2026-07-28+ sessions) gets
+    `notifications/message`; a call that asks for neither gets none."""
+    import asyncio
+
+    from mcp import Client as MCPClient
+    from mcp.client.streamable_http import streamable_http_client
+
+    server, keys = tenants
+    url = server.base_url + "/mcp"
+
+    async def session(log_level: str | None) -> tuple[list[str], list[Any], Any, Any]:
+        progress: list[str] = []
+        logs: list[Any] = []
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            progress.append(message or "")
+
+        async def on_log(params: Any) -> None:
+            logs.append(params.data)
+
+        async with httpx2.AsyncClient(headers={"authorization": f"Bearer {keys['bob']}"}, timeout=60) as http:
+            client = MCPClient(streamable_http_client(url, http_client=http), mode=mode,  # type: ignore[arg-type]
+                               logging_callback=on_log, log_level=log_level)  # type: ignore[arg-type]
+            async with client as mcp:
+                streamed = await mcp.call_tool("run_code", {"language": "python", "code": PRINT_SLEEP_PRINT},
+                                               progress_callback=on_progress)
+                done_at = len(progress)
+                quiet = await mcp.call_tool("run_code", {"language": "python", "code": "print('quiet')"})
+                assert len(progress) == done_at
+                return progress, logs, streamed, quiet
+
+    progress, logs, streamed, quiet = asyncio.run(session(None))
+    assert "".join(progress) == "first\nto stderr\nsecond\n"
+    assert streamed.structured_content["output"] == 42 and quiet.structured_content["status"] == "completed"
+    assert logs == []
+    if mode == "auto":
+        progress, logs, _, _ = asyncio.run(session("info"))
+        assert [(d["stream"], d["text"]) for d in logs][:3] == [
+            ("stdout", "first\n"), ("stderr", "to stderr\n"), ("stdout", "second\n")
+        ]
