@@ -47,7 +47,7 @@ from wasmrun.sandbox.types import RunError
 logger = logging.getLogger("wasmrun.sandbox")
 
 TICK_S = 0.005
-STREAM_POLL_TICKS = 5  # a streamed run's output is looked at every 25 ms
+STREAM_POLL_TICKS = 1  # a streamed run's output is looked at every tick (5 ms; measured: 25 ms gave 50 ms p50 under load)
 UPDATE_DEADLINE_CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE in wasmtime.h
 
 _thread_cpu_clock: Callable[[int], int] | None = getattr(time, "pthread_getcpuclockid", None)
