@@ -352,3 +352,41 @@ def test_mcp_tool_calls_send_progress_and_log_notifications_when_asked(
         assert [(d["stream"], d["text"]) for d in logs][:3] == [
             ("stdout", "first\n"), ("stderr", "to stderr\n"), ("stdout", "second\n")
         ]
+
+
+@pytest.mark.parametrize(("code", "limits", "error"), [
+    ("def main(a):\n    print('before')\n    while True:\n        pass\n", {"timeout_ms": 1000}, "Timeout"),
+    ("def main(a):\n    print('before')\n    x = [bytearray(1 << 20) for _ in range(10000)]\n", {"memory_mb": 64}, "Memory"),
+])
+def test_output_before_a_limit_stops_the_run_is_streamed(
+    tenants: tuple[LiveServer, dict[str, str]], code: str, limits: dict[str, int], error: str
+) -> None:
+    server, keys = tenants
+    events = _stream(server, keys["bob"], "run_code", {"language": "python", "code": code, "limits": limits})
+    assert _output(events, "stdout") == "before\n"
+    result = events[-1][1]["result"]
+    assert result["status"] == "failed" and error in result["error"]["type"]
+
+
+def test_a_worker_killed_mid_stream_ends_it_with_the_lost_run(tenants: tuple[LiveServer, dict[str, str]]) -> None:
+    import os
+    import signal
+    import subprocess
+
+    server, keys = tenants
+    code = "import time\ndef main(a):\n    print('started', flush=True)\n    time.sleep(30)\n"
+    call = _call("run_code", {"language": "python", "code": code, "stream": True})
+    with httpx2.stream("POST", server.endpoint, json=call, headers=_headers(keys["bob"]), timeout=60) as response:
+        events = _events(response)
+        assert next(events)[1]["params"]["text"] == "started\n"
+        workers = subprocess.run(["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True).stdout.split()
+        for pid in workers:  # the server's worker processes (the run's is one of them)
+            os.kill(int(pid), signal.SIGKILL)
+        rest = [m for _, m in events]
+    assert rest[-1]["result"]["status"] == "failed" and rest[-1]["result"]["error"]["type"] == "WorkerCrashed"
+    for _ in range(200):  # replaced: the server serves streams again
+        if httpx2.get(server.base_url + "/healthz", timeout=30).json()["workers"]["free"] == 2:
+            break
+        time.sleep(0.1)
+    again = _stream(server, keys["bob"], "run_code", {"language": "python", "code": "print('back')"})
+    assert _output(again) == "back\n"
