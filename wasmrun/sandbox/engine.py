@@ -10,17 +10,14 @@ into a new Store with its own WASI context, limits and workspace, calls
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import logging
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 import wasmtime
-from wasmtime import _ffi as ffi
 
 from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
@@ -31,11 +28,11 @@ from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
 from wasmrun.sandbox.bytecode import guest_dir as bytecode_guest_dir
 from wasmrun.sandbox.guestroot import GuestRoots
-from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, set_current
+from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, output_poll, set_current
 from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
 from wasmrun.sandbox.limits import CEILING_LIMITS, Limits
-from wasmrun.sandbox.outstream import OutputChunk, OutputStream
+from wasmrun.sandbox.outstream import OutputSink, OutputStream
 from wasmrun.sandbox.skillimages import NoBlobs, SkillImage, SkillImages, image_key, memory_view, single_skill
 from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage, host_failure
 from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs, define_guarded_wasi
@@ -43,7 +40,6 @@ from wasmrun.sandbox.watchdog import Watchdog
 from wasmrun.sandbox.workroots import WorkRoot
 
 logger = logging.getLogger("wasmrun.sandbox")
-OutputSink = Callable[[list[OutputChunk]], None]
 SKILLS_ROOT = "/skills"
 # Typical runs: the pages any of them writes are copied into every spare instance ahead.
 WARMUP_REQUESTS = (
@@ -437,7 +433,7 @@ class SandboxEngine:
                 memory.write(store, ctx.request_bytes, io.io_buffer)
                 request_len = len(ctx.request_bytes)
             t1 = time.perf_counter()
-            on_tick = _output_poll(ctx, memory) if ctx.stream is not None else None
+            on_tick = output_poll(ctx, memory) if ctx.stream is not None else None
             watch = self._watchdog.start(limits.cpu_ms, limits.timeout_ms, on_tick)
             ctx.deadline = watch.deadline
             set_current(ctx)
@@ -496,24 +492,6 @@ class SandboxEngine:
         _redact_secrets(result, request)
         usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
         return result, workspace
-
-
-def _output_poll(ctx: RunContext, memory: wasmtime.Memory) -> Callable[[object], None]:
-    """The watchdog's `on_tick` for a streamed run: reads the guest's memory
-    through the context wasmtime hands the epoch callback (the run is stopped
-    at a safe point on this thread), bounds-checked."""
-    handle = ctypes.byref(memory._memory)
-
-    def poll(context: object) -> None:
-        base = ctypes.cast(ffi.wasmtime_memory_data(context, handle), ctypes.c_void_p).value or 0
-        size = ffi.wasmtime_memory_data_size(context, handle)
-
-        def read(address: int, n: int) -> bytes | None:
-            return ctypes.string_at(base + address, n) if base and 0 <= address and address + n <= size else None
-
-        ctx.peek_guest_output(read)
-
-    return poll
 
 
 def _redactor(request: RunRequest) -> Redactor | None:

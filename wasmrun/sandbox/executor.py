@@ -8,14 +8,13 @@ never an unbounded queue.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 import msgspec
 
 from wasmrun.sandbox.blobaccess import BlobAccess
-from wasmrun.sandbox.outstream import OutputChunk
+from wasmrun.sandbox.outstream import OutputChunk, OutputSink
 from wasmrun.sandbox.types import RunRequest, RunResult
 
 
@@ -35,9 +34,6 @@ class ExecutorHealth(msgspec.Struct):
     def serving(self) -> bool:
         """Whether any worker is up, busy or not: a run can still be served."""
         return self.total - self.unavailable > 0
-
-
-OutputSink = Callable[[list[OutputChunk]], None]
 
 
 class Executor(Protocol):

@@ -12,12 +12,14 @@ never the host.
 
 from __future__ import annotations
 
+import ctypes
 import struct
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 import wasmtime
+from wasmtime import _ffi as ffi
 
 from wasmrun.blobs.kinds import MAX_KIND, is_valid_kind
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
@@ -135,6 +137,24 @@ class RunContext:
             if self.stream is not None:
                 self.stream.write("stdout", data[self.stream.guest_seen :])
                 self.stream.guest_seen = 0
+
+
+def output_poll(ctx: RunContext, memory: wasmtime.Memory) -> Callable[[object], None]:
+    """The watchdog's `on_tick` for a streamed run: reads the guest's memory
+    through the context wasmtime hands the epoch callback (the run is stopped
+    at a safe point on this thread), bounds-checked."""
+    handle = ctypes.byref(memory._memory)
+
+    def poll(context: object) -> None:
+        base = ctypes.cast(ffi.wasmtime_memory_data(context, handle), ctypes.c_void_p).value or 0
+        size = ffi.wasmtime_memory_data_size(context, handle)
+
+        def read(address: int, n: int) -> bytes | None:
+            return ctypes.string_at(base + address, n) if base and 0 <= address and address + n <= size else None
+
+        ctx.peek_guest_output(read)
+
+    return poll
 
 
 class GuestBuffers(NamedTuple):

@@ -45,6 +45,20 @@ class OutputChunk(msgspec.Struct, array_like=True):
     truncated: bool = False
 
 
+OutputSink = Callable[[list["OutputChunk"]], None]
+OUTPUT = b"O"  # first byte of a worker's message of output chunks (a RunResult's msgpack never starts so)
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(list[OutputChunk])
+
+
+def encode_chunks(chunks: list[OutputChunk]) -> bytes:
+    return OUTPUT + _encoder.encode(chunks)
+
+
+def decode_chunks(message: bytes) -> list[OutputChunk]:
+    return _decoder.decode(memoryview(message)[1:])
+
+
 def cap_notice(budget: int) -> str:
     return (
         f"[... output past the limit of {budget} bytes is not streamed (limits.output_bytes);"

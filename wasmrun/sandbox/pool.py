@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,7 +40,7 @@ from wasmrun.offload import for_run
 from wasmrun.sandbox import errors, workroots
 from wasmrun.sandbox.executor import Busy, ExecutorHealth
 from wasmrun.sandbox.ids import new_run_id
-from wasmrun.sandbox.outstream import OutputChunk
+from wasmrun.sandbox.outstream import OUTPUT, OutputSink, decode_chunks, encode_chunks
 from wasmrun.sandbox.types import RunError, RunRequest, RunResult, host_failure
 
 if TYPE_CHECKING:
@@ -54,13 +54,10 @@ WATCHDOG_GRACE_S = 10.0
 REPLACE_RETRY_S = 0.5
 REPLACE_RETRY_MAX_S = 10.0
 READY = b"ready"
-OUTPUT = b"O"  # first byte of a message carrying a streamed run's output chunks
 
 _encoder = msgspec.msgpack.Encoder()
 _request_decoder = msgspec.msgpack.Decoder(RunRequest)
 _result_decoder = msgspec.msgpack.Decoder(RunResult)
-_chunks_decoder = msgspec.msgpack.Decoder(list[OutputChunk])
-OutputSink = Callable[[list[OutputChunk]], None]
 
 
 def _worker_main(argv: list[str] | None = None) -> None:
@@ -106,10 +103,7 @@ def _serve(engine: SandboxEngine, raw: bytes, outbox: multiprocessing.connection
     except Exception:
         request = RunRequest(kind="code")
         return _encoder.encode(host_failure(request, "the sandbox could not read the run request"))
-    on_output = None
-    if request.stream:
-        def on_output(chunks: list[OutputChunk]) -> None:
-            outbox.send_bytes(OUTPUT + _encoder.encode(chunks))
+    on_output = (lambda chunks: outbox.send_bytes(encode_chunks(chunks))) if request.stream else None
     result = engine.run(request, on_output)  # never raises
     try:
         return _encoder.encode(result)
@@ -283,7 +277,7 @@ class _Worker:
         answer = await self.reader.read(deadline)
         while answer[:1] == OUTPUT:  # a streamed run's output, before its result
             if on_output is not None:
-                on_output(_chunks_decoder.decode(answer[1:]))
+                on_output(decode_chunks(answer))
             answer = await self.reader.read(max(0.0, self.answer_by - time.monotonic()))
         return answer
 
