@@ -13,6 +13,7 @@ from typing import Protocol
 
 import msgspec
 
+from wasmrun.sandbox.background import BackgroundTotals
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.outstream import OutputChunk, OutputSink
 from wasmrun.sandbox.types import RunRequest, RunResult
@@ -37,6 +38,9 @@ class ExecutorHealth(msgspec.Struct):
 
 
 class Executor(Protocol):
+    # Runs the sandboxes made for no client (background.py), for /metrics.
+    background: BackgroundTotals
+
     async def run(self, request: RunRequest, on_output: OutputSink | None = None) -> RunResult:
         """The run's result; with `on_output` (and `request.stream`), its output
         chunks are handed there on the event loop while it runs."""
@@ -97,6 +101,7 @@ class InProcessExecutor:
 
         self.engine = SandboxEngine(blobs, workspace_root=workspace_root)
         self._slots = _Slots(slots, queue_timeout)
+        self.background = BackgroundTotals()
 
     async def run(self, request: RunRequest, on_output: OutputSink | None = None) -> RunResult:
         await self._slots.acquire()
@@ -112,6 +117,7 @@ class InProcessExecutor:
             return await asyncio.to_thread(self.engine.run, request, forward)
         finally:
             self._slots.release()
+            self.background.add(self.engine.background.drain())
 
     def health(self) -> ExecutorHealth:
         slots = self._slots

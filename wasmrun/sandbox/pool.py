@@ -38,6 +38,7 @@ import msgspec
 
 from wasmrun.offload import for_run
 from wasmrun.sandbox import errors, workroots
+from wasmrun.sandbox.background import BackgroundTotals
 from wasmrun.sandbox.executor import Busy, ExecutorHealth
 from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.outstream import OUTPUT, OutputSink, decode_chunks, encode_chunks
@@ -105,6 +106,7 @@ def _serve(engine: SandboxEngine, raw: bytes, outbox: multiprocessing.connection
         return _encoder.encode(host_failure(request, "the sandbox could not read the run request"))
     on_output = (lambda chunks: outbox.send_bytes(encode_chunks(chunks))) if request.stream else None
     result = engine.run(request, on_output)  # never raises
+    result.background = engine.background.drain()  # the engine's own runs, for /metrics
     try:
         return _encoder.encode(result)
     except Exception:
@@ -429,6 +431,7 @@ class WorkerPool:
         self.watchdog_grace = watchdog_grace
         self.workspace_parent = workspace_parent or workroots.default_parent()
         self._open_blobs = open_blobs
+        self.background = BackgroundTotals()  # the workers' own runs, as their results report them
         self._workers: list[_Worker] = []
         self._idle = _IdleWorkers()
         self._unavailable = 0
@@ -490,6 +493,8 @@ class WorkerPool:
         except Exception:
             return host_failure(request, "the sandbox sent a malformed result")
         result.run_id = request.run_id
+        self.background.add(result.background)
+        result.background = []
         return result
 
     @contextlib.asynccontextmanager
