@@ -390,3 +390,24 @@ def test_a_worker_killed_mid_stream_ends_it_with_the_lost_run(tenants: tuple[Liv
         time.sleep(0.1)
     again = _stream(server, keys["bob"], "run_code", {"language": "python", "code": "print('back')"})
     assert _output(again) == "back\n"
+
+
+def test_hostile_bodies_asking_to_stream_get_the_usual_errors(tenants: tuple[LiveServer, dict[str, str]]) -> None:
+    server, keys = tenants
+    deep = '{"jsonrpc":"2.0","id":1,"method":"run_code","params":{"stream":true,"args":' + "[" * 100_000 + "]" * 100_000 + "}}"
+    for body in (deep.encode(), b'{"jsonrpc":"2.0","id":1,"method":"run_code","params":{"stream":true,"code":"\xff"}}'):
+        answer = httpx2.post(server.endpoint, content=body, headers={**_headers(keys["bob"]), "content-type": "application/json"},
+                             timeout=60)
+        assert answer.headers["content-type"] == "application/json", answer.text[:200]
+        assert answer.json()["error"]["code"] in (-32700, -32600, -32602)
+    # Members named twice: the stream's one event is the usual error.
+    twice = b'{"jsonrpc":"2.0","id":1,"method":"run_code","params":{"stream":false,"x":1,"stream":true}}'
+    with httpx2.stream("POST", server.endpoint, content=twice, timeout=60,
+                       headers={**_headers(keys["bob"]), "content-type": "application/json"}) as response:
+        only = [m for _, m in _events(response)]
+    assert len(only) == 1 and only[0]["error"]["code"] == -32600 and "params.stream" in only[0]["error"]["message"]
+    # A notification that streams: its output, then the stream ends (a notification has no response).
+    note = {"jsonrpc": "2.0", "method": "run_code", "params": {"language": "python", "code": "print('n')", "stream": True}}
+    with httpx2.stream("POST", server.endpoint, json=note, headers=_headers(keys["bob"]), timeout=60) as response:
+        messages = [m for _, m in _events(response)]
+    assert [m.get("method") for m in messages] == ["run/output"] and "id" not in messages[0]

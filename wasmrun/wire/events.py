@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from wasmrun.protocol.streaming import RUN_OUTPUT
 from wasmrun.sandbox.outstream import OutputChunk
+from wasmrun.wire.jsonrpc import check_body
 
 EVENT_STREAM = "text/event-stream"
 QUEUE_BYTES = 256 * 1024  # output waiting for a slow client; past it, dropped with a marker
@@ -68,7 +69,7 @@ def asks_to_stream(body: bytes) -> bool:
     """Whether `body` is one call (not a batch) whose params say `"stream": true`.
     Anything else (invalid JSON included) is answered the usual way, which
     words its own errors."""
-    if body.lstrip()[:1] != b"{":
+    if body.lstrip()[:1] != b"{" or check_body(body) is not None:  # the usual path words the problem
         return False
     try:
         call = _call_decoder.decode(body)
@@ -122,11 +123,12 @@ class RunEvents:
             self._bytes += len(event)
         self._ready.set()
 
-    def finish(self, answer: bytes) -> None:
-        """The call's response: the last event, whatever the bound."""
+    def finish(self, answer: bytes | None) -> None:
+        """The call's response: the last event, whatever the bound (None: a
+        notification, which has none; the stream just ends)."""
         if self._reader_gone:
             return
-        self._final = _event(answer)
+        self._final = _event(answer) if answer is not None else b""
         self._ready.set()
 
     def reader_gone(self) -> None:
@@ -150,7 +152,7 @@ class RunEvents:
                 return output_event("log", dropped_notice(dropped), dropped=dropped)
             if self._final is not None:
                 self._done = True
-                return self._final
+                return self._final or None
             self._ready.clear()
             try:
                 await asyncio.wait_for(self._ready.wait(), timeout)
@@ -189,7 +191,7 @@ class EventStreamResponse(Response):
         finally:
             if hold is not None:
                 hold.close()
-        self.events.finish(answer if answer is not None else b"null")
+        self.events.finish(answer)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({
