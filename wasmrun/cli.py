@@ -13,7 +13,8 @@
     wasmrun mcp [--data-dir D] [--skills-dir S]... [--workers N] [--secrets-file F] [--policy-file F] [--with-create-skill]
     wasmrun tools [--format openai|anthropic|mcp|jsonschema] [--strict] [--with-create-skill]
     wasmrun run FILE.py [--mount SKILL]... [--arg KEY=VALUE]... [--blob NAME=PATH]...
-                        [--entrypoint NAME] [--timeout-ms N] [--memory-mb N]
+                        [--entrypoint NAME] [--timeout-ms N] [--memory-mb N] [--no-stream]
+                        (the run's output on stderr as it comes, the result as JSON on stdout)
     wasmrun warm                  compile the guest to machine code now (else the first start does)
     wasmrun doctor [--data-dir D] versions, caches, free disk; exits 1 if something is wrong
     wasmrun --version
@@ -28,7 +29,7 @@ import mimetypes
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -36,6 +37,9 @@ from wasmrun import sessioncli
 from wasmrun.database import DatabaseError
 from wasmrun.settings import Settings
 from wasmrun.tools import FORMATS
+
+if TYPE_CHECKING:
+    from wasmrun.sandbox.outstream import OutputChunk
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -172,7 +176,9 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--data-dir", type=Path, help="where blobs and created skills live (WASMRUN_DATA_DIR)")
         _database_url(sub)
 
-    run = commands.add_parser("run", help="run a Python file in the sandbox and print the result")
+    run = commands.add_parser(
+        "run", help="run a Python file in the sandbox: its output on stderr as it comes, then the result on stdout"
+    )
     run.add_argument("file", type=Path, metavar="FILE.py")
     run.add_argument(
         "--mount", action="append", default=[], metavar="SKILL", help="mount a skill; repeatable"
@@ -189,6 +195,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--entrypoint", default="main", help="function to call (default main)")
     run.add_argument("--timeout-ms", type=int)
     run.add_argument("--memory-mb", type=int, help="the run's memory limit in MiB")
+    run.add_argument(
+        "--no-stream", action="store_true", help="do not print the run's output as it comes (the result has it)"
+    )
     _common(run)
 
     sessioncli.add_parser(commands)
@@ -399,10 +408,18 @@ def _arg_value(text: str) -> Any:
         return text
 
 
+def _print_output(chunks: list[OutputChunk]) -> None:
+    """A streamed run's output, on stderr as it comes: stdout stays the result's JSON alone."""
+    for chunk in chunks:
+        sys.stderr.write(chunk.text)
+    sys.stderr.flush()
+
+
 def _run(args: argparse.Namespace) -> int:
     from wasmrun.blobs.store import FileBlobStore
     from wasmrun.protocol.errors import RPCError
     from wasmrun.protocol.runs import run_code
+    from wasmrun.protocol.streaming import RUN_OUTPUT
     from wasmrun.protocol.types import RunCodeParams, RunLimits
     from wasmrun.server import build_context, make_local_executor
 
@@ -440,6 +457,8 @@ def _run(args: argparse.Namespace) -> int:
         limits=RunLimits(timeout_ms=args.timeout_ms, memory_mb=args.memory_mb),
     )
     context = build_context(settings, blobs=blobs, executor=make_local_executor(settings, blobs))
+    if not args.no_stream:
+        RUN_OUTPUT.set(_print_output)  # copied into asyncio.run's task
     try:
         result = asyncio.run(run_code(context, params))
     except RPCError as exc:

@@ -16,6 +16,16 @@ An answer that is not JSON-RPC (a proxy's 502, an auth layer's 401 without a
 JSON-RPC body) is an `HTTPError`; a connection failure or timeout is httpx2's
 `TransportError` / `TimeoutException`, as raised.
 
+`run_code_stream` and `execute_skill_stream` give a streamed run as an
+iterator: `OutputEvent`s as the guest writes, then the `RunResult`, last
+(docs/streaming.md):
+
+    for event in skills.run_code_stream(code):
+        if isinstance(event, OutputEvent):
+            print(event.text, end="")
+        else:
+            print(event.status)
+
 A run that fails inside the sandbox is not an exception: it is a `RunResult`
 with `status == "failed"` and an `error`, as the spec has it.
 
@@ -28,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Generic, Literal, TypeVar
 
 import httpx2
@@ -79,6 +90,7 @@ __all__ = [
     "AsyncClient",
     "Client",
     "HTTPError",
+    "OutputEvent",
     "InternalError",
     "InvalidParams",
     "InvalidRequest",
@@ -98,6 +110,9 @@ ReadMode = Literal["sample_head", "sample_tail", "full"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT = 120.0  # seconds; a run may take as long as its own timeout_ms and the queue wait
+
+EVENT_STREAM = "text/event-stream"
+OUTPUT_METHOD = "run/output"
 
 ERRORS: dict[int, type[RPCError]] = {
     cls.code: cls for cls in (ParseError, InvalidRequest, MethodNotFound, InvalidParams, InternalError, ServerBusy)
@@ -122,6 +137,68 @@ class _ErrorObject(msgspec.Struct):
 class _Response(msgspec.Struct, Generic[T]):
     result: T | UnsetType = UNSET
     error: _ErrorObject | UnsetType = UNSET
+
+
+class OutputEvent(msgspec.Struct, frozen=True):
+    """Output a streamed run wrote: `stream` is "stdout", "stderr" or "log" (runtime.log
+    lines, and the server's own markers: `truncated` when the output cap was reached,
+    `dropped` characters when this client read too slowly for the server to keep them)."""
+
+    stream: str
+    text: str
+    dropped: int = 0
+    truncated: bool = False
+
+
+class _Message(msgspec.Struct):
+    """One event's JSON-RPC message: a notification, or the call's response."""
+
+    method: str | UnsetType = UNSET
+    params: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _EventParser:
+    """Server-Sent Events, line by line: the `data` of each complete event."""
+
+    def __init__(self) -> None:
+        self._data: list[str] = []
+
+    def feed(self, line: str) -> bytes | None:
+        if not line:
+            data, self._data = self._data, []
+            return "\n".join(data).encode() if data else None
+        name, _, value = line.partition(":")
+        if name == "data":
+            self._data.append(value[1:] if value.startswith(" ") else value)
+        return None  # comments (keep-alives) and other fields
+
+
+def _event(data: bytes) -> OutputEvent | RunResult:
+    message = msgspec.json.decode(data, type=_Message)
+    if message.method == OUTPUT_METHOD:
+        return msgspec.json.decode(message.params, type=OutputEvent)
+    return _result(data, 200, RunResult)
+
+
+def _result(content: bytes, status: int, result_type: type[T]) -> T:
+    try:
+        answer = msgspec.json.decode(content, type=_Response[result_type])  # type: ignore[valid-type]
+    except msgspec.DecodeError:
+        raise HTTPError(status, content.decode("utf-8", "replace")) from None
+    if answer.error is not UNSET:
+        raise rpc_error(answer.error.code, answer.error.message, answer.error.data)
+    if answer.result is UNSET:
+        raise HTTPError(status, content.decode("utf-8", "replace"))
+    result: T = answer.result
+    return result
+
+
+def _is_event_stream(response: httpx2.Response) -> bool:
+    return response.headers.get("content-type", "").split(";")[0].strip() == EVENT_STREAM
+
+
+def _ended_early(response: httpx2.Response) -> HTTPError:
+    return HTTPError(response.status_code, "the event stream ended before the run's result")
 
 
 def rpc_error(code: int, message: str, data: Any = None) -> RPCError:
@@ -152,6 +229,8 @@ def _params(params: Params | dict[str, Any]) -> dict[str, Any]:
     limits = plain.get("limits")
     if isinstance(params, (RunCodeParams, ExecuteSkillParams)) and isinstance(limits, dict):
         plain["limits"] = {key: value for key, value in limits.items() if value is not None} or None
+    if plain.get("stream") is False:  # an extension: not sent unless asked for
+        del plain["stream"]
     return {key: value for key, value in plain.items() if value is not None}
 
 
@@ -167,16 +246,7 @@ class _Calls:
 
     @staticmethod
     def _answer(response: httpx2.Response, result_type: type[T]) -> T:
-        try:
-            answer = msgspec.json.decode(response.content, type=_Response[result_type])  # type: ignore[valid-type]
-        except msgspec.DecodeError:
-            raise HTTPError(response.status_code, response.text) from None
-        if answer.error is not UNSET:
-            raise rpc_error(answer.error.code, answer.error.message, answer.error.data)
-        if answer.result is UNSET:
-            raise HTTPError(response.status_code, response.text)
-        result: T = answer.result
-        return result
+        return _result(response.content, response.status_code, result_type)
 
 
 def _blob_params(content: str | bytes, kind: str) -> CreateBlobParams:
@@ -213,6 +283,18 @@ def _run_code_params(
     )
 
 
+def _execute_skill_params(
+    name: str, args: dict[str, Any] | None, version: str | None, input_blobs: list[str] | None,
+    timeout_ms: int | None, limits: Limits | None,
+) -> ExecuteSkillParams:
+    return ExecuteSkillParams(
+        name=name, version=version, args=args or {}, input_blobs=input_blobs or [],
+        # Only a timeout: the spec's own top-level field, which any server takes.
+        timeout_ms=timeout_ms if limits is None else None,
+        limits=_run_limits(limits, None if limits is None else timeout_ms),
+    )
+
+
 def _create_session_params(
     limits: RunLimits | dict[str, int] | None, idle_timeout_s: int | None, skills: list[str] | None,
 ) -> CreateSessionParams:
@@ -221,6 +303,10 @@ def _create_session_params(
     return CreateSessionParams(
         language="python", limits=limits or RunLimits(), idle_timeout_s=idle_timeout_s, skills=skills or [],
     )
+
+
+def _streamed(params: RunCodeParams | ExecuteSkillParams) -> RunCodeParams | ExecuteSkillParams:
+    return msgspec.structs.replace(params, stream=True)
 
 
 def _skill_files(files: list[SkillFile] | list[dict[str, str]] | None) -> list[SkillFile]:
@@ -287,12 +373,7 @@ class Client(_Calls):
         self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
         input_blobs: list[str] | None = None, timeout_ms: int | None = None, limits: Limits | None = None,
     ) -> RunResult:
-        params = ExecuteSkillParams(
-            name=name, version=version, args=args or {}, input_blobs=input_blobs or [],
-            # Only a timeout: the spec's own top-level field, which any server takes.
-            timeout_ms=timeout_ms if limits is None else None,
-            limits=_run_limits(limits, None if limits is None else timeout_ms),
-        )
+        params = _execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
         return self._call("execute_skill", params, RunResult)
 
     def run_code(
@@ -324,6 +405,43 @@ class Client(_Calls):
 
     def list_sessions(self) -> ListSessionsResult:
         return self._call("list_sessions", ListSessionsParams(), ListSessionsResult)
+
+    def run_code_stream(
+        self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
+        mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
+        limits: Limits | None = None, session_id: str | None = None,
+    ) -> Iterator[OutputEvent | RunResult]:
+        """`run_code` streamed: `OutputEvent`s as the guest writes, then the `RunResult`."""
+        params = _run_code_params(
+            code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id
+        )
+        return self._stream("run_code", _streamed(params))
+
+    def execute_skill_stream(
+        self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
+        input_blobs: list[str] | None = None, timeout_ms: int | None = None,
+        limits: Limits | None = None,
+    ) -> Iterator[OutputEvent | RunResult]:
+        """`execute_skill` streamed: `OutputEvent`s as the skill writes, then the `RunResult`."""
+        params = _execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
+        return self._stream("execute_skill", _streamed(params))
+
+    def _stream(self, method: str, params: Params) -> Iterator[OutputEvent | RunResult]:
+        body = self._request(method, params)
+        with self._http.stream("POST", "/rpc", content=body, headers={"Accept": EVENT_STREAM}) as response:
+            if not _is_event_stream(response):  # an error answered before any run (401, 429, ...)
+                response.read()
+                yield self._answer(response, RunResult)
+                return
+            parser = _EventParser()
+            for line in response.iter_lines():
+                data = parser.feed(line)
+                if data is not None:
+                    event = _event(data)
+                    yield event
+                    if isinstance(event, RunResult):
+                        return
+            raise _ended_early(response)
 
     def create_blob(self, content: str | bytes, kind: str = "text/plain") -> CreateBlobResult:
         """`bytes` travel as base64; a `str` as text."""
@@ -409,12 +527,7 @@ class AsyncClient(_Calls):
         self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
         input_blobs: list[str] | None = None, timeout_ms: int | None = None, limits: Limits | None = None,
     ) -> RunResult:
-        params = ExecuteSkillParams(
-            name=name, version=version, args=args or {}, input_blobs=input_blobs or [],
-            # Only a timeout: the spec's own top-level field, which any server takes.
-            timeout_ms=timeout_ms if limits is None else None,
-            limits=_run_limits(limits, None if limits is None else timeout_ms),
-        )
+        params = _execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
         return await self._call("execute_skill", params, RunResult)
 
     async def run_code(
@@ -446,6 +559,43 @@ class AsyncClient(_Calls):
 
     async def list_sessions(self) -> ListSessionsResult:
         return await self._call("list_sessions", ListSessionsParams(), ListSessionsResult)
+
+    def run_code_stream(
+        self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
+        mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
+        limits: Limits | None = None, session_id: str | None = None,
+    ) -> AsyncIterator[OutputEvent | RunResult]:
+        """`run_code` streamed: `OutputEvent`s as the guest writes, then the `RunResult`."""
+        params = _run_code_params(
+            code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id
+        )
+        return self._stream("run_code", _streamed(params))
+
+    def execute_skill_stream(
+        self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
+        input_blobs: list[str] | None = None, timeout_ms: int | None = None,
+        limits: Limits | None = None,
+    ) -> AsyncIterator[OutputEvent | RunResult]:
+        """`execute_skill` streamed: `OutputEvent`s as the skill writes, then the `RunResult`."""
+        params = _execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
+        return self._stream("execute_skill", _streamed(params))
+
+    async def _stream(self, method: str, params: Params) -> AsyncIterator[OutputEvent | RunResult]:
+        body = self._request(method, params)
+        async with self._http.stream("POST", "/rpc", content=body, headers={"Accept": EVENT_STREAM}) as response:
+            if not _is_event_stream(response):
+                await response.aread()
+                yield self._answer(response, RunResult)
+                return
+            parser = _EventParser()
+            async for line in response.aiter_lines():
+                data = parser.feed(line)
+                if data is not None:
+                    event = _event(data)
+                    yield event
+                    if isinstance(event, RunResult):
+                        return
+            raise _ended_early(response)
 
     async def create_blob(self, content: str | bytes, kind: str = "text/plain") -> CreateBlobResult:
         return await self._call("create_blob", _blob_params(content, kind), CreateBlobResult)

@@ -38,8 +38,10 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from wasmrun.capabilities import facts_of
+from wasmrun.mcp_events import JsonUnlessNotified, RunNotices, wanted
 from wasmrun.protocol.errors import RPCError, Unauthorized
-from wasmrun.protocol.methods import Dispatcher
+from wasmrun.protocol.methods import RUN_METHODS, Dispatcher
+from wasmrun.protocol.streaming import RUN_OUTPUT
 from wasmrun.protocol.types import MAX_ARGS_DEPTH, ReadBlobResult, RunResult
 from wasmrun.tenants.caller import Caller
 from wasmrun.tools import render, tools
@@ -170,6 +172,9 @@ def build_server(
         if nests_deeper_than(arguments, MAX_ARGS_DEPTH + 1):  # /rpc's bound: the arguments object holds args
             return _error(f"invalid params: arguments nest deeper than {MAX_ARGS_DEPTH} levels", -32602)
         raw = msgspec.Raw(arguments)
+        progress, log = wanted(getattr(ctx, "meta", None)) if params.name in RUN_METHODS else (False, False)
+        notices = RunNotices(ctx, progress, log) if progress or log else None
+        listening = RUN_OUTPUT.set(notices.put) if notices is not None else None
         try:
             result = await dispatch(params.name, raw, ctx)
         except RPCError as exc:
@@ -178,6 +183,11 @@ def build_server(
             ref = secrets.token_hex(4)
             logger.exception("internal error (ref %s) in MCP tool %r", ref, params.name)
             return _error(f"internal error (ref {ref})", -32603)
+        finally:
+            if listening is not None:
+                RUN_OUTPUT.reset(listening)
+            if notices is not None:
+                await notices.close()  # what the run wrote goes out before its result
         # Through JSON rather than to_builtins: a run's output is JSON text (msgspec.Raw).
         plain = msgspec.json.decode(msgspec.json.encode(result))
         content: list[types.ContentBlock] = [types.TextContent(text=_text(params.name, result, plain))]
@@ -224,14 +234,16 @@ def http_app(
         request = getattr(ctx, "request", None)
         return authenticate(request.headers.get("authorization")) if request is not None else None
 
+    # SSE mode, so that a tool call can send its run's output as notifications; a call
+    # that sends none is still answered as one JSON body (mcp_events.JsonUnlessNotified).
     manager = StreamableHTTPSessionManager(
         build_server(dispatcher, identify=identify, with_create_skill=with_create_skill),
-        json_response=True,
+        json_response=False,
         max_request_body_size=max_body_bytes,
         session_idle_timeout=MCP_SESSION_IDLE_S,
         max_sessions=MCP_MAX_SESSIONS,
     )
-    return TenantSessions(StreamableHTTPASGIApp(manager), authenticate), manager.run
+    return TenantSessions(JsonUnlessNotified(StreamableHTTPASGIApp(manager)), authenticate), manager.run
 
 
 async def serve_stdio(

@@ -135,6 +135,17 @@ class Redactor:
                 text = text.replace(form, name)
         return text
 
+    def pending(self, text: str) -> int:
+        """How many characters at the end of `text` could begin a secret that more
+        text would complete: what a stream of text must hold back before sending."""
+        longest = 0
+        for form, _ in self._pairs:
+            for k in range(min(len(form) - 1, len(text)), longest, -1):
+                if text.endswith(form[:k]):
+                    longest = k
+                    break
+        return longest
+
     def value(self, value: Any) -> Any:
         """A decoded JSON value with every string (keys too) redacted; no recursion,
         so any depth the JSON decoder accepted is fine."""

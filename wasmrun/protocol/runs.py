@@ -39,6 +39,7 @@ from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, NotExecutable, QuotaExceeded, ServerBusy
 from wasmrun.protocol.run_result import needs_output_blob, to_spec_result
 from wasmrun.protocol.skills import find_skill, rpc_error
+from wasmrun.protocol.streaming import OutputListener, output_listener
 from wasmrun.protocol.types import MAX_ARGS_DEPTH, ExecuteSkillParams, RunCodeParams, RunLimits, RunResult
 from wasmrun.registry.errors import RegistryError, SkillUnavailable
 from wasmrun.registry.manifest import IDENTIFIER
@@ -204,16 +205,18 @@ async def _skill_folders(ctx: Context, skills: Sequence[Skill]) -> AsyncIterator
 
 async def _run(
     ctx: Context, request: RunRequest, skills: Sequence[Skill] = (),
-    on_result: Callable[[SandboxResult], None] | None = None,
+    on_result: Callable[[SandboxResult], None] | None = None, on_output: OutputListener | None = None,
 ) -> RunResult:
-    """The run's spec result; `on_result` sees the sandbox's own first (a session keeps its outcome)."""
+    """The run's spec result; `on_result` sees the sandbox's own first (a session keeps its outcome);
+    `on_output` gets the output as it is written (streamed runs)."""
     request.owner = ctx.caller.tenant
+    request.stream = on_output is not None
     request.blob_quota = ctx.caller.blob_quota
     try:
         # The skills' folders first (a fetch that fails costs the tenant no start), kept
         # for the run's whole length; then the run's admission.
         async with _skill_folders(ctx, skills), ctx.gate.admit(ctx.caller):
-            result = await ctx.executor.run(request)
+            result = await ctx.executor.run(request, on_output)
         if on_result is not None:
             on_result(result)
     except RunQuotaExceeded as exc:
@@ -249,6 +252,7 @@ def _skill_limits(p: ExecuteSkillParams) -> tuple[RunLimits, str]:
 
 
 async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
+    on_output = output_listener(p.stream)
     args_json = _args_json(p.args)
     skill = await find_skill(ctx, p.name, p.version, for_runs=True)
     runtime = skill.manifest.runtime
@@ -271,7 +275,7 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> RunResult:
         network=network,
         limits=_limits(ctx, *_skill_limits(p)),
     )
-    return await _run(ctx, request, [skill])
+    return await _run(ctx, request, [skill], on_output=on_output)
 
 
 async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
@@ -279,11 +283,12 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         raise InvalidParams(
             f"entrypoint {p.entrypoint!r} must be the name of a function", field="entrypoint"
         )
+    on_output = output_listener(p.stream)
     args_json = _args_json(p.args)
     skills = await mounted_skills(ctx, p.mount_skills)
     input_blobs = await _checked_input_blobs(ctx, p.input_blobs)
     request = code_request(ctx, p, args_json, skills, input_blobs, _limits(ctx, p.limits))
-    return await _run(ctx, request, skills)
+    return await _run(ctx, request, skills, on_output=on_output)
 
 
 def code_request(

@@ -29,6 +29,7 @@ from wasmrun.protocol import runs
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, MethodNotFound, QuotaExceeded, SessionBusy, SessionNotFound
 from wasmrun.protocol.sessionstore import Busy, OverCap, SessionMeta, SessionStore, UnknownSession
+from wasmrun.protocol.streaming import output_listener
 from wasmrun.protocol.types import (
     CloseSessionResult,
     CreateSessionParams,
@@ -190,6 +191,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
         )
     if not IDENTIFIER.fullmatch(p.entrypoint):
         raise InvalidParams(f"entrypoint {p.entrypoint!r} must be the name of a function", field="entrypoint")
+    on_output = output_listener(p.stream)
     args_json = runs._args_json(p.args)
     limits = runs._limits(ctx, _run_limits(ctx, meta, p.limits))
     skills = await runs.mounted_skills(ctx, meta.skills, "skills")
@@ -199,7 +201,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
     _acquire(store, meta)
     request.session = SessionRun(folder=str(store.folder(meta)), version=meta.version, reseed=meta.reseed)
     run = _SessionRun(store, meta)
-    task = asyncio.ensure_future(runs._run(ctx, request, skills, on_result=run.keep))
+    task = asyncio.ensure_future(runs._run(ctx, request, skills, on_result=run.keep, on_output=on_output))
     # A call cancelled midway (its client went away) leaves the run going on in
     # its worker, writing the next version: the session stays held until it ends.
     task.add_done_callback(lambda _: run.settle())

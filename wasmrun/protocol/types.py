@@ -141,6 +141,7 @@ class ExecuteSkillParams(Params):
     input_blobs: InputBlobs = []
     timeout_ms: PositiveInt | None = None  # the spec's place; `limits.timeout_ms` works too
     limits: RunLimits = RunLimits()  # extension: the same shape as run_code's
+    stream: bool = False  # extension: the output as it is written (docs/streaming.md)
 
 
 class RunCodeParams(Params):
@@ -152,6 +153,7 @@ class RunCodeParams(Params):
     input_blobs: InputBlobs = []
     limits: RunLimits = RunLimits()
     session_id: SessionId | None = None  # extension: run inside this session (create_session)
+    stream: bool = False  # extension: the output as it is written (docs/streaming.md)
 
 
 class RunError(msgspec.Struct):

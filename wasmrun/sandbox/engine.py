@@ -31,10 +31,11 @@ from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
 from wasmrun.sandbox.bytecode import guest_dir as bytecode_guest_dir
 from wasmrun.sandbox.guestroot import GuestRoots
-from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, set_current
+from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, output_poll, set_current
 from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply, release_pages
 from wasmrun.sandbox.limits import CEILING_LIMITS, Limits
+from wasmrun.sandbox.outstream import OutputSink, OutputStream
 from wasmrun.sandbox.skillimages import NoBlobs, SkillImage, SkillImages, image_key, memory_view, single_skill
 from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage, host_failure
 from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs, define_guarded_wasi
@@ -345,12 +346,14 @@ class SandboxEngine:
         logger.debug("%d hot pages will be copied into each spare instance", hot.pages)
         return hot
 
-    def run(self, request: RunRequest) -> RunResult:
+    def run(self, request: RunRequest, on_output: OutputSink | None = None) -> RunResult:
         """Run `request` in a fresh instance. Never raises: whatever fails, on
-        the guest's side or (a bug) on ours, fails this run alone."""
+        the guest's side or (a bug) on ours, fails this run alone. With
+        `on_output`, its output is also handed there as it is written (on this
+        thread; see outstream.py)."""
         t0 = time.perf_counter()
         if request.session is not None:
-            return sessions.run_in_session(self, request, t0)
+            return sessions.run_in_session(self, request, t0, on_output)
         try:
             bytecode = self._skill_bytecode(request.skills)
             # The import run has no environment and no network: a run granted either
@@ -365,7 +368,7 @@ class SandboxEngine:
             try:
                 if image is not None and fresh.applied is not image:
                     image.apply(fresh.store, fresh.memory)
-                result, workspace = self._run_on(fresh, request, t0, bytecode)
+                result, workspace = self._run_on(fresh, request, t0, bytecode, on_output=on_output)
             except BaseException:
                 fresh.store.close()
                 raise
@@ -455,6 +458,7 @@ class SandboxEngine:
         bytecode_writable: bool = False,
         blobs: BlobAccess | None = None,
         workspace_root: Path | None = None,
+        on_output: OutputSink | None = None,
     ) -> tuple[RunResult, Workspace]:
         run_id = request.run_id or new_run_id()
         limits = request.limits
@@ -468,6 +472,7 @@ class SandboxEngine:
             run_id, self._guest_request(request), limits, blobs or self.blobs, request.input_blobs, workspace, self._io,
             egress=EgressSession(request.network) if request.network is not None else None,
             owner=request.owner, blob_quota=request.blob_quota,
+            stream=OutputStream(on_output, limits.output_bytes, _redactor(request)) if on_output is not None else None,
         )
         store, memory = fresh.store, fresh.memory
         usage = Usage(prepared_ahead=fresh.prepared_ahead)
@@ -485,7 +490,8 @@ class SandboxEngine:
                 request_len = len(ctx.request_bytes)
             t1 = time.perf_counter()
             interrupt = call_interrupt(fresh.interrupt) if fresh.interrupt is not None else None
-            watch = self._watchdog.start(limits.cpu_ms, limits.timeout_ms, interrupt)
+            on_tick = output_poll(ctx, memory) if ctx.stream is not None else None
+            watch = self._watchdog.start(limits.cpu_ms, limits.timeout_ms, interrupt, on_tick)
             ctx.deadline = watch.deadline
             set_current(ctx)
             try:
@@ -516,6 +522,8 @@ class SandboxEngine:
                 self._watchdog.finish(watch)
                 set_current(None)
                 ctx.drain_guest_output(store, memory)
+                if ctx.stream is not None:
+                    ctx.stream.finish()
             t2 = time.perf_counter()
             usage.peak_memory_bytes = memory.data_len(store)
             usage.instantiate_ms = round((t1 - t0) * 1000, 3)
@@ -546,16 +554,21 @@ class SandboxEngine:
         return result, workspace
 
 
-def _redact_secrets(result: RunResult, request: RunRequest) -> None:
-    """Secret values (environment or host-held) replaced by their placeholders
-    in everything the run returns."""
+def _redactor(request: RunRequest) -> Redactor | None:
+    """What replaces the run's secret values (environment or host-held) by their placeholders."""
     secrets = dict(request.env)
     if request.network is not None:
         secrets.update(request.network.host_secrets)
     if not secrets:
-        return
+        return None
     redact = Redactor(secrets)
-    if not redact:
+    return redact if redact else None
+
+
+def _redact_secrets(result: RunResult, request: RunRequest) -> None:
+    """Secret values replaced by their placeholders in everything the run returns."""
+    redact = _redactor(request)
+    if redact is None:
         return
     result.logs = redact.text(result.logs)
     if result.error is not None:

@@ -15,6 +15,7 @@ import msgspec
 
 from wasmrun.sandbox.background import BackgroundTotals
 from wasmrun.sandbox.blobaccess import BlobAccess
+from wasmrun.sandbox.outstream import OutputChunk, OutputSink
 from wasmrun.sandbox.types import RunRequest, RunResult
 
 
@@ -40,7 +41,9 @@ class Executor(Protocol):
     # Runs the sandboxes made for no client (background.py), for /metrics.
     background: BackgroundTotals
 
-    async def run(self, request: RunRequest) -> RunResult: ...
+    async def run(self, request: RunRequest, on_output: OutputSink | None = None) -> RunResult:
+        """The run's result; with `on_output` (and `request.stream`), its output
+        chunks are handed there on the event loop while it runs."""
 
     def health(self) -> ExecutorHealth: ...
 
@@ -100,10 +103,18 @@ class InProcessExecutor:
         self._slots = _Slots(slots, queue_timeout)
         self.background = BackgroundTotals()
 
-    async def run(self, request: RunRequest) -> RunResult:
+    async def run(self, request: RunRequest, on_output: OutputSink | None = None) -> RunResult:
         await self._slots.acquire()
         try:
-            return await asyncio.to_thread(self.engine.run, request)
+            if on_output is None or not request.stream:
+                return await asyncio.to_thread(self.engine.run, request)
+            loop = asyncio.get_running_loop()
+            sink = on_output
+
+            def forward(chunks: list[OutputChunk]) -> None:
+                loop.call_soon_threadsafe(sink, chunks)
+
+            return await asyncio.to_thread(self.engine.run, request, forward)
         finally:
             self._slots.release()
             self.background.add(self.engine.background.drain())

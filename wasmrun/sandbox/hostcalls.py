@@ -12,12 +12,14 @@ never the host.
 
 from __future__ import annotations
 
+import ctypes
 import struct
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 import wasmtime
+from wasmtime import _ffi as ffi
 
 from wasmrun.blobs.kinds import MAX_KIND, is_valid_kind
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
@@ -27,6 +29,7 @@ from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.capture import HeadTail, log_line
 from wasmrun.sandbox.fastcall import FastFunc
 from wasmrun.sandbox.limits import Limits
+from wasmrun.sandbox.outstream import OutputStream, Stream
 
 if TYPE_CHECKING:
     from wasmrun.sandbox.wasi_guard import Workspace
@@ -54,8 +57,10 @@ class RunContext:
         egress: EgressSession | None = None,
         owner: str = "local",
         blob_quota: BlobQuota | None = None,
+        stream: OutputStream | None = None,
     ) -> None:
         self.run_id = run_id
+        self.stream = stream  # the caller asked for the output as it is written
         self.owner = owner  # the tenant whose blobs this run reads and writes
         self.blob_quota = blob_quota
         self.request_bytes = request_bytes
@@ -83,8 +88,37 @@ class RunContext:
                 f"the run moved more than {self.limits.blob_io_bytes} bytes through blob calls",
             )
 
-    def write_output(self, data: bytes) -> None:
+    def write_output(self, data: bytes, stream: Stream = "log") -> None:
         self.logs.write(data)
+        if self.stream is not None:
+            self.stream.write(stream, data)
+
+    def flush_stream(self, caller: wasmtime.Caller) -> None:
+        """Before the guest waits in host code (a sleep, a network call): send
+        what it wrote so far, its output buffer included."""
+        if self.stream is not None:
+            self.drain_guest_output(caller, guest_memory(caller))
+            self.stream.flush()
+
+    def peek_guest_output(self, read: Callable[[int, int], bytes | None]) -> None:
+        """While the guest runs (at an epoch check, see watchdog.py): stream what
+        its output buffer gained since the last look, without emptying it (the
+        guest may be midway through appending to it). `read(address, n)` reads
+        guest memory, None when out of bounds."""
+        b, stream = self.buffers, self.stream
+        if b is None or stream is None or not stream.open:
+            return
+        raw = read(b.out_len, 4)
+        if raw is None:
+            return
+        (length,) = struct.unpack("<i", raw)
+        length = max(0, min(length, b.out_capacity))
+        if length > stream.guest_seen:
+            data = read(b.out_buffer + stream.guest_seen, min(length - stream.guest_seen, stream.left + 1))
+            if data is not None:
+                stream.write("stdout", data)
+                stream.guest_seen = length
+        stream.flush()
 
     def drain_guest_output(self, store: wasmtime.Store | wasmtime.Caller, memory: wasmtime.Memory) -> None:
         """Move what the guest's output buffer holds into the logs and empty it.
@@ -97,8 +131,30 @@ class RunContext:
         (length,) = struct.unpack("<i", memory.read(store, b.out_len, b.out_len + 4))
         length = max(0, min(length, b.out_capacity))
         if length:
-            self.logs.write(bytes(memory.read(store, b.out_buffer, b.out_buffer + length)))
+            data = bytes(memory.read(store, b.out_buffer, b.out_buffer + length))
+            self.logs.write(data)
             memory.write(store, b"\0\0\0\0", b.out_len)
+            if self.stream is not None:
+                self.stream.write("stdout", data[self.stream.guest_seen :])
+                self.stream.guest_seen = 0
+
+
+def output_poll(ctx: RunContext, memory: wasmtime.Memory) -> Callable[[object], None]:
+    """The watchdog's `on_tick` for a streamed run: reads the guest's memory
+    through the context wasmtime hands the epoch callback (the run is stopped
+    at a safe point on this thread), bounds-checked."""
+    handle = ctypes.byref(memory._memory)
+
+    def poll(context: object) -> None:
+        base = ctypes.cast(ffi.wasmtime_memory_data(context, handle), ctypes.c_void_p).value or 0
+        size = ffi.wasmtime_memory_data_size(context, handle)
+
+        def read(address: int, n: int) -> bytes | None:
+            return ctypes.string_at(base + address, n) if base and 0 <= address and address + n <= size else None
+
+        ctx.peek_guest_output(read)
+
+    return poll
 
 
 class GuestBuffers(NamedTuple):
@@ -252,7 +308,7 @@ def log(caller: wasmtime.Caller, level: int, ptr: int, length: int) -> None:
     # Read at most what the capture could keep; a huge message is cut, not copied.
     keep = min(length & U32, ctx.limits.output_bytes)
     message = read_guest(caller, ptr, keep).decode("utf-8", "replace")
-    ctx.write_output(log_line(level, message))
+    ctx.write_output(log_line(level, message), "log")
 
 
 def http_request(caller: wasmtime.Caller, meta_ptr: int, meta_len: int, body_ptr: int, body_len: int) -> int:
@@ -260,6 +316,7 @@ def http_request(caller: wasmtime.Caller, meta_ptr: int, meta_len: int, body_ptr
     bounds it); the reply waits in the run's context for `http_reply_read`."""
     ctx = current()
     ctx.http_reply = None
+    ctx.flush_stream(caller)
     grant = ctx.egress.grant
     limit = grant.max_request_bytes if grant is not None else 0
     meta = read_guest(caller, meta_ptr, min(meta_len & U32, 1 << 20))

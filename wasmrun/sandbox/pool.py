@@ -5,6 +5,10 @@ every host call), so the server spreads runs over processes: one per core
 by default. Each worker loads the compiled snapshot once (about 0.1 s from
 the cache) and then serves runs one at a time over a pipe.
 
+A streamed run's output (RunRequest.stream) comes over the same pipe while
+it runs, as messages tagged `OUTPUT` (a RunResult's msgpack never starts
+with that byte), before its result.
+
 A worker that dies mid-run (killed, out of host memory, a wasmtime crash)
 fails that run with `WorkerCrashed` and is replaced; a worker that does not
 answer well past the run's own timeout is killed the same way.
@@ -37,6 +41,7 @@ from wasmrun.sandbox import errors, workroots
 from wasmrun.sandbox.background import BackgroundTotals
 from wasmrun.sandbox.executor import Busy, ExecutorHealth
 from wasmrun.sandbox.ids import new_run_id
+from wasmrun.sandbox.outstream import OUTPUT, OutputSink, decode_chunks, encode_chunks
 from wasmrun.sandbox.types import RunError, RunRequest, RunResult, host_failure
 
 if TYPE_CHECKING:
@@ -88,12 +93,12 @@ def _worker_main(argv: list[str] | None = None) -> None:
                 raw = inbox.recv_bytes()
             except (EOFError, OSError):
                 return
-            outbox.send_bytes(_serve(engine, raw))
+            outbox.send_bytes(_serve(engine, raw, outbox))
     finally:
         engine.close()
 
 
-def _serve(engine: SandboxEngine, raw: bytes) -> bytes:
+def _serve(engine: SandboxEngine, raw: bytes, outbox: multiprocessing.connection.Connection) -> bytes:
     """One run, start to end; whatever fails, the answer is that run's result
     and the worker goes on serving (the parent names a run it lost an id)."""
     try:
@@ -101,7 +106,8 @@ def _serve(engine: SandboxEngine, raw: bytes) -> bytes:
     except Exception:
         request = RunRequest(kind="code")
         return _encoder.encode(host_failure(request, "the sandbox could not read the run request"))
-    result = engine.run(request)  # never raises
+    on_output = (lambda chunks: outbox.send_bytes(encode_chunks(chunks))) if request.stream else None
+    result = engine.run(request, on_output)  # never raises
     result.background = engine.background.drain()  # the engine's own runs, for /metrics
     try:
         return _encoder.encode(result)
@@ -265,14 +271,19 @@ class _Worker:
             greeting.close()
         os.set_blocking(self.from_child, False)
 
-    async def exchange(self, payload: bytes, deadline: float) -> bytes:
+    async def exchange(self, payload: bytes, deadline: float, on_output: OutputSink | None = None) -> bytes:
         self.answer_by = time.monotonic() + deadline
         framed = _frame(payload)
         if len(framed) <= PIPE_CAPACITY:
             os.write(self.to_child, framed)
         else:  # a large request may fill the pipe: write it off the loop
             await for_run(_write_all, self.to_child, framed)
-        return await self.reader.read(deadline)
+        answer = await self.reader.read(deadline)
+        while answer[:1] == OUTPUT:  # a streamed run's output, before its result
+            if on_output is not None:
+                on_output(decode_chunks(answer))
+            answer = await self.reader.read(max(0.0, self.answer_by - time.monotonic()))
+        return answer
 
     def alive(self) -> bool:
         # A worker that died is seen by the registered pipe (EOF), without a
@@ -466,7 +477,9 @@ class WorkerPool:
             unavailable = self.size if self._closed else self._unavailable + dead
         return ExecutorHealth(total=self.size, free=free, unavailable=unavailable, queued=self._idle.waiting)
 
-    async def run(self, request: RunRequest) -> RunResult:
+    async def run(self, request: RunRequest, on_output: OutputSink | None = None) -> RunResult:
+        """With `on_output` (and `request.stream`), the run's output chunks are
+        handed there, on the event loop, as the worker sends them."""
         if self._closed:
             raise Busy("the sandbox pool is shutting down")
         if not request.run_id:  # named here so that even a lost run has an id
@@ -478,7 +491,7 @@ class WorkerPool:
         deadline = request.limits.timeout_ms / 1000 + self.watchdog_grace
         try:
             async with self._worker() as worker:
-                raw = await worker.exchange(payload, deadline)
+                raw = await worker.exchange(payload, deadline, on_output)
         except Busy:
             raise
         except (EOFError, OSError, TimeoutError) as exc:
@@ -532,7 +545,8 @@ class WorkerPool:
     def _drain(self, worker: _Worker) -> None:
         try:
             try:
-                worker.reader.read_blocking(max(0.0, worker.answer_by - time.monotonic()))
+                while worker.reader.read_blocking(max(0.0, worker.answer_by - time.monotonic()))[:1] == OUTPUT:
+                    pass  # a streamed run's output: nobody is listening any more
             except Exception as exc:
                 logger.warning("worker %s lost finishing a cancelled run: %r", worker.pid, exc)
                 self._replace(worker)

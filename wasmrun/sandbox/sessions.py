@@ -43,6 +43,7 @@ from wasmrun.sandbox.types import RunError, RunRequest, RunResult, SessionOutcom
 
 if TYPE_CHECKING:
     from wasmrun.sandbox.engine import SandboxEngine
+    from wasmrun.sandbox.outstream import OutputSink
 
 FOLDERS = ("workspace", "tmp")
 # Errors after which the interpreter may have stopped midway: its memory is not
@@ -60,7 +61,9 @@ def rolls_back(result: RunResult) -> bool:
     return result.error is not None and result.error.type in ROLLBACK_TYPES
 
 
-def run_in_session(engine: SandboxEngine, request: RunRequest, t0: float) -> RunResult:
+def run_in_session(
+    engine: SandboxEngine, request: RunRequest, t0: float, on_output: OutputSink | None = None
+) -> RunResult:
     """Run `request` in its session's state; never raises (as engine.run)."""
     spec = request.session
     assert spec is not None
@@ -69,7 +72,7 @@ def run_in_session(engine: SandboxEngine, request: RunRequest, t0: float) -> Run
     following = version_dir(folder, spec.version + 1)
     try:
         _stage(current, following, blobs=bool(request.input_blobs))
-        result = _run_staged(engine, request, t0, current, following)
+        result = _run_staged(engine, request, t0, current, following, on_output)
     except ImageMismatch:
         _discard(following)
         result = RunResult(
@@ -84,7 +87,10 @@ def run_in_session(engine: SandboxEngine, request: RunRequest, t0: float) -> Run
     return result
 
 
-def _run_staged(engine: SandboxEngine, request: RunRequest, t0: float, current: Path, following: Path) -> RunResult:
+def _run_staged(
+    engine: SandboxEngine, request: RunRequest, t0: float, current: Path, following: Path,
+    on_output: OutputSink | None,
+) -> RunResult:
     bytecode = engine._skill_bytecode(request.skills)
     warm = _warm_instances(engine)
     fresh = warm.take(current)
@@ -97,7 +103,7 @@ def _run_staged(engine: SandboxEngine, request: RunRequest, t0: float, current: 
             raise
     kept = False
     try:
-        result, _ = engine._run_on(fresh, request, t0, bytecode, workspace_root=following)
+        result, _ = engine._run_on(fresh, request, t0, bytecode, workspace_root=following, on_output=on_output)
         if request.input_blobs:
             tree.remove(following / "blobs")
         if rolls_back(result):

@@ -61,6 +61,7 @@ class RunRequest(msgspec.Struct, kw_only=True):
     owner: str = "local"  # the tenant whose run this is: it reads and writes that tenant's blobs
     blob_quota: BlobQuota | None = None  # what its blob writes may use
     session: SessionRun | None = None  # run inside this session's state
+    stream: bool = False  # its output is also sent on as it is written (outstream.py)
 
 
 class RunError(msgspec.Struct):

@@ -43,7 +43,7 @@ from python_wasm.exports import func, func_imports
 from wasmrun.sandbox import diskuse, errors, tree, watchdog
 from wasmrun.sandbox.capture import HeadTail
 from wasmrun.sandbox.fastcall import FastFunc
-from wasmrun.sandbox.hostcalls import U32, current, guest_memory, read_guest, write_guest
+from wasmrun.sandbox.hostcalls import U32, RunContext, current, guest_memory, read_guest, write_guest
 
 WASI = "wasi_snapshot_preview1"
 O_CREAT = 1
@@ -216,6 +216,19 @@ def _capture(caller: wasmtime.Caller, vecs: list[tuple[int, int]], logs: HeadTai
     return total
 
 
+def _stream(caller: wasmtime.Caller, vecs: list[tuple[int, int]], total: int, fd: int, ctx: RunContext) -> None:
+    """A write to fd 1 or 2 of a streamed run, read again up to what the stream still
+    takes. A flush of the guest's stdout buffer (it starts at the buffer) skips what a
+    look at the buffer already streamed."""
+    stream = ctx.stream
+    assert stream is not None
+    skip = 0
+    if fd == 1 and vecs and ctx.buffers is not None and vecs[0][0] == ctx.buffers.out_buffer:
+        skip, stream.guest_seen = min(stream.guest_seen, total), 0
+    if stream.open and total > skip:
+        stream.write("stdout" if fd == 1 else "stderr", _gather(caller, vecs, skip, min(total - skip, stream.left + 1)))
+
+
 # One subscription (48 bytes): its tag, and for a clock its id, timeout and flags.
 _SUBSCRIPTION = struct.Struct("<8xB7xI4xQ8xH6x")
 
@@ -308,6 +321,8 @@ class _Wrappers:
             # stdout/stderr go straight to the run's capture: no file behind them.
             ctx.drain_guest_output(caller, guest_memory(caller))
             written = _capture(caller, vecs, ctx.logs)
+            if ctx.stream is not None:
+                _stream(caller, vecs, written, fd, ctx)
             write_guest(caller, nwritten, 4, struct.pack("<I", written))
             return 0
         ctx.workspace.charge(ctx.workspace.write_bound(sum(n for _, n in vecs)))
@@ -419,6 +434,8 @@ class _Wrappers:
         if (events & U32) + EVENT_SIZE * count > guest_memory(caller).data_len(caller):
             raise errors.RunAborted(errors.HOST_CALL_ERROR, "the guest passed a buffer outside its memory")
         wait = _sleep_ns(caller, subs, count, guest_clock) if count else None
+        if wait:
+            ctx.flush_stream(caller)  # what it wrote before sleeping is seen while it sleeps
         if wait is not None:
             remaining = ctx.deadline - time.monotonic()
             if wait / 1e9 >= remaining:

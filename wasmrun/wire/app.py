@@ -42,6 +42,7 @@ from wasmrun.tenants.caller import Caller
 from wasmrun.tenants.calls import RequestsInFlight, too_many_requests_message
 from wasmrun.wire import jsonrpc
 from wasmrun.wire.deadline import BodyDeadline
+from wasmrun.wire.events import EventStreamResponse, accepts_events, asks_to_stream
 from wasmrun.wire.guard import RequestGuard, is_loopback
 
 logger = logging.getLogger("wasmrun.http")
@@ -172,6 +173,13 @@ def create_app(
 
     requests_in_flight = in_flight if in_flight is not None else RequestsInFlight()
 
+    async def handle_call(body: bytes, call: Callable[..., Awaitable[Any]]) -> bytes | None:
+        try:
+            return await jsonrpc.handle(body, call)
+        except Exception:  # as answer_rpc: the last guard
+            logger.exception("unexpected failure answering a request")
+            return jsonrpc.error_body(InternalError("internal error"))
+
     async def rpc(request: Request) -> Response:
         if not is_json(request.headers.get("content-type", "")):
             return error_response(
@@ -182,12 +190,14 @@ def create_app(
         caller = authenticate(request.headers.get("authorization"))
         if caller is None:
             return unauthorized()
-        with requests_in_flight.enter(caller) as admitted:
-            if not admitted:
+        with contextlib.ExitStack() as held:
+            if not held.enter_context(requests_in_flight.enter(caller)):
                 return too_many_requests(caller)
-            return await answer_rpc(request, functools.partial(dispatch, caller=caller))
+            return await answer_rpc(request, functools.partial(dispatch, caller=caller), held)
 
-    async def answer_rpc(request: Request, call: Callable[..., Awaitable[Any]]) -> Response:
+    async def answer_rpc(
+        request: Request, call: Callable[..., Awaitable[Any]], held: contextlib.ExitStack | None = None
+    ) -> Response:
         declared = request.headers.get("content-length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > max_body_bytes:
             return too_large()
@@ -197,6 +207,9 @@ def create_app(
             return Response(status_code=400)
         if body is None:
             return too_large()
+        if accepts_events(request.headers.get("accept", "")) and asks_to_stream(body):
+            # Counted in flight until the call ends, however early the client leaves.
+            return EventStreamResponse(body, functools.partial(handle_call, call=call), held.pop_all() if held else None)
         hint = RetryHint()
         RETRY_HINT.set(hint)  # this request's task alone: a rate limit hit in it sets a Retry-After
         try:
