@@ -186,14 +186,8 @@ SESSION_TOOLS: tuple[Tool, ...] = (
             "type": "object",
             "properties": {
                 "language": _string("Programming language (python only)", enum=["python"]),
-                "limits": {
-                    "type": "object",
-                    "properties": {
-                        "timeout_ms": {"type": "integer"}, "memory_mb": {"type": "integer"},
-                        "cpu_ms": {"type": "integer"}, "workspace_mb": {"type": "integer"},
-                    },
-                    "description": "Limits of every run in the session",
-                },
+                # Filled with the server's own limits schema (_for_server).
+                "limits": {"type": "object", "description": "Limits of every run in the session"},
                 "idle_timeout_s": {"type": "integer", "description": "End the session after this long unused"},
                 "skills": _strings("Skill names to mount in every run"),
             },
@@ -266,6 +260,13 @@ def _for_server(tool: Tool, facts: ServerFacts) -> Tool:
             **limits["properties"]["timeout_ms"], "description": "Same as limits.timeout_ms (the spec's place for it)"
         }
         return Tool(tool.name, facts.execute_skill_description(), parameters)
+    if tool.name == "create_session":
+        parameters = copy.deepcopy(tool.parameters)
+        parameters["properties"]["limits"] = {
+            **facts.limits_schema(), "description": "Limits of every run in the session (a run may lower"
+            " timeout_ms, cpu_ms and output_bytes for itself)",
+        }
+        return Tool(tool.name, tool.description, parameters)
     return tool
 
 
