@@ -185,6 +185,8 @@ def test_first_start_says_it_compiles_and_where_the_cache_is(
     assert "packaged with this install" in doctor.stdout
     assert f"compiled module  ready: {installed.cache / 'compiled'}" in doctor.stdout
     assert str(installed.venv) in doctor.stdout.split("bundled skills", 1)[1].splitlines()[0]
+    # The wheel alone, without extras: the doctor says what is off and how to turn it on.
+    assert "pip install 'wasmrun[mcp]'" in doctor.stdout and "no problems found" not in doctor.stdout
 
 
 def test_version_names_the_packaged_guest(installed: Installed) -> None:
