@@ -18,7 +18,6 @@ from wasmrun import cli, doctor
 from wasmrun.protocol.types import RunLimits
 from wasmrun.tenants.limits import TenantLimits
 
-
 Command = tuple[tuple[str, ...], argparse.ArgumentParser]
 
 
