@@ -43,6 +43,7 @@ from wasmrun.tenants.calls import RequestsInFlight, too_many_requests_message
 from wasmrun.wire import jsonrpc
 from wasmrun.wire.deadline import BodyDeadline
 from wasmrun.wire.guard import RequestGuard, is_loopback
+from wasmrun.wire.playground import playground_routes
 
 logger = logging.getLogger("wasmrun.http")
 JSON = "application/json"
@@ -259,6 +260,7 @@ def create_app(
             Route("/rpc", rpc, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", prometheus, methods=["GET"]),
+            *playground_routes(),
             *routes,
         ],
         middleware=middleware,
