@@ -45,6 +45,14 @@ unpacked = payload.unpack(Path(sys.executable), build.cache_root())
 if unpacked is not None:
     build.PACKAGED_DIR = unpacked
 
+if sys.argv[1:2] == ["-m"] and sys.argv[2:3] == ["wasmrun.sandbox.pool"]:
+    # `python -m MODULE ...`, as the server starts its sandbox workers (sys.executable is this file).
+    import runpy
+
+    module, sys.argv = sys.argv[2], [sys.argv[2], *sys.argv[3:]]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    sys.exit(0)
+
 from wasmrun.cli import main
 
 sys.exit(main())
