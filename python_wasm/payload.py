@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import struct
 import tempfile
 import zipfile
@@ -67,6 +68,13 @@ class _Slice:
         return True
 
 
+def _check_private(path: Path) -> None:
+    """Refuse a folder another user could have written: its compiled code is loaded as is."""
+    st = path.stat()
+    if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise PermissionError(f"{path} is writable by others or not ours: remove it")
+
+
 def unpack(executable: Path, cache: Path) -> Path | None:
     """The folder holding the executable's guest, unpacked under `cache` on the
     first start (all or nothing: into a temporary folder, then renamed); None when
@@ -76,9 +84,11 @@ def unpack(executable: Path, cache: Path) -> Path | None:
         return None
     digest, offset, length = found
     folder = cache / "onefile" / digest.hex()[:20]
-    if (folder / "manifest.json").is_file():
-        return folder
     folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _check_private(folder.parent)
+    if (folder / "manifest.json").is_file():
+        _check_private(folder)
+        return folder
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".unpack-"))
     try:
         with open(executable, "rb") as f, zipfile.ZipFile(_Slice(f, offset, length)) as zf:  # type: ignore[arg-type]

@@ -16,13 +16,12 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,7 +113,7 @@ def main() -> int:
     if args.onefile:
         measure_onefile(rows)
     load = os.getloadavg()[0]
-    rows["measured"] = f"{datetime.now(timezone.utc):%Y-%m-%d}, {os.cpu_count()} CPUs, load average {load:.1f}"
+    rows["measured"] = f"{datetime.now(UTC):%Y-%m-%d}, {os.cpu_count()} CPUs, load average {load:.1f}"
     README.write_text(write_rows(text, rows))
     print("\n".join(f"{k}: {v}" for k, v in rows.items()))
     return 0

@@ -75,6 +75,6 @@ def check_limits(values: Mapping[str, object]) -> dict[str, int]:
 def parse_limit(text: str) -> tuple[str, int]:
     """"name=value" from the command line."""
     name, sep, value = text.partition("=")
-    if not sep or not value.strip().isdigit():
+    if not sep or not (value.strip().isascii() and value.strip().isdigit()):
         raise ValueError(f"--limit takes NAME=NUMBER, not {text!r}")
     return name.strip(), int(value)
