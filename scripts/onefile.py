@@ -117,7 +117,7 @@ def build(out: Path) -> Path:
         entry = work / "wasmrun_onefile.py"
         entry.write_text(ENTRY)
         args = [
-            sys.executable, "-m", "PyInstaller", "--onefile", "--noconfirm", "--log-level", "WARN",
+            sys.executable, "-m", "PyInstaller", "--onefile", "--noconfirm", "--log-level", "WARN", "--strip",
             "--name", target_name(), "--distpath", str(out), "--workpath", str(work / "build"),
             # The checkout first: an editable install's import hook is invisible to PyInstaller.
             "--specpath", str(work), "--paths", str(ROOT), *_stage_data(work / "stage"),
