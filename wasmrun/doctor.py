@@ -164,8 +164,12 @@ def _check_extras(d: Diagnosis) -> None:
         if lacking:
             purpose = EXTRA_PURPOSE.get(name, f"the {name} extra")
             off = "/mcp is not served and `wasmrun mcp` cannot start" if name == "mcp" else f"{purpose} unavailable"
-            d.notes.append(f"extra {name} is not installed ({', '.join(lacking)} missing): {off};"
-                           f" install it with: pip install 'wasmrun[{name}]'")
+            how = (
+                f"this one-file executable leaves it out; install the wheel with it: pip install 'wasmrun[{name}]'"
+                if getattr(sys, "frozen", False)
+                else f"install it with: pip install 'wasmrun[{name}]'"
+            )
+            d.notes.append(f"extra {name} is not installed ({', '.join(lacking)} missing): {off}; {how}")
 
 
 def _check_guest(d: Diagnosis, guest: guest_build.Guest) -> None:
