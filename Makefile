@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 ARGS   ?=
 
-.PHONY: serve test guest dist bench lint clean
+.PHONY: serve test guest dist onefile bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,13 @@ test: guest
 dist: guest
 	rm -rf dist
 	$(PY) -m build --outdir dist
+
+# One executable file with the interpreter, the guest and its compiled code inside:
+# dist/wasmrun-<version>-<platform> (scripts/onefile.py; PyInstaller from PyPI).
+PYINSTALLER := pyinstaller==6.22.3
+onefile: guest
+	$(PY) -m pip install --disable-pip-version-check -q '$(PYINSTALLER)'
+	$(PY) scripts/onefile.py
 
 bench: guest
 	$(PY) scripts/bench.py $(ARGS)

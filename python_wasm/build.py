@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -250,6 +251,11 @@ def fetch(dl: Download, progress: Progress) -> Path:
     progress.step(f"download {dl.requirement} ({dl.size_mb} MB)")
     if dl.debian_source:
         return fetch_debian(dl, target)
+    if importlib.util.find_spec("pip") is None:
+        raise RuntimeError(
+            f"downloading {dl.requirement} needs pip in {sys.executable}'s environment "
+            "(a wheel build gets it from pyproject.toml's [build-system] requires)"
+        )
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         req = Path(tmp) / "requirements.txt"
         req.write_text(f"{dl.requirement} --hash=sha256:{dl.sha256}\n")

@@ -139,6 +139,7 @@ def test_the_wheel_is_pure_and_carries_the_source_built_guest_and_the_skills(ins
     assert {"python_wasm/guest/snapshot.wasm", "python_wasm/guest/lib/wasmrun-guest.zip"} <= names
     assert "python_wasm/guest/python.wasm" not in names  # only the snapshot's input
     assert {"wasmrun/bundled_skills/text.stats/skill.toml", "python_wasm/runtime/_boot.py"} <= names
+    assert {"wasmrun/playground/index.html", "wasmrun/playground/app.js", "wasmrun/playground/style.css"} <= names
     # The same guest as a source build of this recipe: same key, same snapshot.
     source = guest_build.build(quiet=True)
     assert manifest == json.loads(source.manifest.read_text())
@@ -185,6 +186,8 @@ def test_first_start_says_it_compiles_and_where_the_cache_is(
     assert "packaged with this install" in doctor.stdout
     assert f"compiled module  ready: {installed.cache / 'compiled'}" in doctor.stdout
     assert str(installed.venv) in doctor.stdout.split("bundled skills", 1)[1].splitlines()[0]
+    # The wheel alone, without extras: the doctor says what is off and how to turn it on.
+    assert "pip install 'wasmrun[mcp]'" in doctor.stdout and "no problems found" not in doctor.stdout
 
 
 def test_version_names_the_packaged_guest(installed: Installed) -> None:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from wasmrun import sessioncli
+from wasmrun import cli_help, sessioncli
 from wasmrun.database import DatabaseError
 from wasmrun.settings import Settings
 from wasmrun.tools import FORMATS
@@ -41,21 +41,39 @@ from wasmrun.tools import FORMATS
 if TYPE_CHECKING:
     from wasmrun.sandbox.outstream import OutputChunk
 
+DATA_DIR_HELP = "where blobs, created skills and tenants live (WASMRUN_DATA_DIR; default ~/.local/share/wasmrun)"
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", type=Path, metavar="DIR", help=DATA_DIR_HELP)
     parser.add_argument(
-        "--data-dir", type=Path, help="where blobs and created skills live (WASMRUN_DATA_DIR)"
-    )
-    parser.add_argument(
-        "--skills-dir", type=Path, action="append",
-        help="another read-only folder of skills; repeatable (WASMRUN_SKILLS_DIRS)",
+        "--skills-dir", type=Path, action="append", metavar="DIR",
+        help="another read-only folder of skills; repeatable (WASMRUN_SKILLS_DIRS; default none: the bundled"
+        " skills always load)",
     )
 
 
 def _database_url(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--database-url", metavar="URL",
-        help="postgresql://... shared by several servers: tenants, keys and the audit log (WASMRUN_DATABASE_URL)",
+        help="postgresql://... shared by several servers: tenants, keys and the audit log (WASMRUN_DATABASE_URL;"
+        " default none: files under the data dir)",
+    )
+
+
+def _policy_and_secrets(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workers", type=int, metavar="N",
+        help="sandboxes running at once (WASMRUN_WORKERS; default the number of CPUs)",
+    )
+    parser.add_argument(
+        "--secrets-file", type=Path, metavar="FILE",
+        help='TOML file of NAME = "value" secrets (WASMRUN_SECRETS_FILE; default none)',
+    )
+    parser.add_argument(
+        "--policy-file", type=Path, metavar="FILE",
+        help="TOML file of the operator's policy: secret grants and modes, network grants per skill"
+        " and tenant, allowed hosts and origins (WASMRUN_POLICY_FILE; default none: no network)",
     )
 
 
@@ -72,141 +90,194 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="wasmrun", description="A Skills Protocol runtime.")
-    parser.add_argument("--version", action=_Version)
-    commands = parser.add_subparsers(dest="command", required=True)
+def _command(commands: Any, name: str, about: str, *examples: str, more: str = "") -> argparse.ArgumentParser:
+    """A subcommand whose --help says what it does, its options' defaults and an example."""
+    epilog = cli_help.example(*examples) + (f"\n\n{more}" if more else "")
+    sub: argparse.ArgumentParser = commands.add_parser(
+        name, help=about, description=about[:1].upper() + about[1:] + ".", epilog=epilog,
+        formatter_class=cli_help.Formatter,
+    )
+    return sub
 
-    serve = commands.add_parser("serve", help="serve the Skills Protocol (JSON-RPC at /rpc)")
-    serve.add_argument("--host", help="address to listen on (WASMRUN_HOST, default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (WASMRUN_PORT, default 8080)")
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wasmrun", description="A Skills Protocol runtime: untrusted Python in CPython-on-WASI under wasmtime.",
+        epilog=cli_help.example("wasmrun serve", "wasmrun run hello.py --arg name=Ada", "wasmrun COMMAND --help"),
+        formatter_class=cli_help.Formatter,
+    )
+    parser.add_argument("--version", action=_Version)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _serve_parser(commands)
+    migrate = _command(
+        commands, "migrate", "bring the shared database's schema up to date (servers also do it at start)",
+        "wasmrun migrate --database-url postgresql://wasmrun@db/wasmrun",
+    )
+    _database_url(migrate)
+    mcp = _command(
+        commands, "mcp", "serve the Skills Protocol tools over MCP on stdin/stdout (needs pip install 'wasmrun[mcp]')",
+        "wasmrun mcp --skills-dir ./my-skills",
+    )
+    _common(mcp)
+    _policy_and_secrets(mcp)
+    mcp.add_argument("--with-create-skill", action="store_true", help="offer the create_skill tool too (default off)")
+    _skills_parser(commands)
+    tools = _command(
+        commands, "tools", "print the LLM tool definitions as one JSON array", "wasmrun tools --format openai --strict"
+    )
+    tools.add_argument("--format", choices=FORMATS, default="jsonschema", help="tool format")
+    tools.add_argument(
+        "--strict", action="store_true",
+        help="OpenAI strict mode where a tool's schema allows it (openai format only; default off)",
+    )
+    tools.add_argument("--with-create-skill", action="store_true", help="add the optional create_skill tool (default off)")
+    _tenants_parser(commands)
+    _run_parser(commands)
+    sessioncli.add_parser(commands)
+    _command(
+        commands, "warm", "compile the guest to machine code now and cache it, e.g. while building an image"
+        " (else the first start does it, about 10-30 s)", "wasmrun warm",
+    )
+    doctor = _command(
+        commands, "doctor", "show versions, caches, free disk and missing extras; exits 1 if something is wrong",
+        "wasmrun doctor --data-dir /srv/wasmrun",
+    )
+    doctor.add_argument("--data-dir", type=Path, metavar="DIR", help=DATA_DIR_HELP)
+    return parser
+
+
+def _serve_parser(commands: Any) -> None:
+    serve = _command(
+        commands, "serve", "serve the Skills Protocol (JSON-RPC at /rpc, MCP at /mcp, the playground at /)",
+        "wasmrun serve --port 8080 --skills-dir ./my-skills",
+    )
+    serve.add_argument("--host", help="address to listen on (WASMRUN_HOST; default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (WASMRUN_PORT; default 8080)")
     _common(serve)
-    serve.add_argument("--workers", type=int, help="sandboxes running at once (WASMRUN_WORKERS)")
-    serve.add_argument(
-        "--secrets-file", type=Path, help='TOML file of NAME = "value" secrets (WASMRUN_SECRETS_FILE)'
-    )
-    serve.add_argument(
-        "--policy-file", type=Path,
-        help="TOML file of the operator's policy: secret grants and modes, network grants per skill"
-        " and tenant, allowed hosts and origins (WASMRUN_POLICY_FILE)",
-    )
+    _policy_and_secrets(serve)
     serve.add_argument(
         "--audit-log", metavar="PATH",
         help='where to append the audit log, JSON lines (WASMRUN_AUDIT_LOG; default <data-dir>/audit.log; "-": none)',
     )
     serve.add_argument(
         "--blob-ttl", type=int, metavar="SECONDS",
-        help="delete blobs this long after they were written; 0 keeps them (WASMRUN_BLOB_TTL; per tenant: blob_ttl_s)",
+        help="delete blobs this long after they were written (WASMRUN_BLOB_TTL; default 0: kept; per tenant: blob_ttl_s)",
     )
     serve.add_argument(
         "--insecure", action="store_true", default=None,
         help="serve a non-loopback --host with no tenants configured: anyone who reaches the port"
-        " can run code (WASMRUN_INSECURE=1)",
+        " can run code (WASMRUN_INSECURE=1; default off)",
     )
-
     serve.add_argument(
         "--allow-one-worker", action="store_true", default=None,
         help="serve several tenants with fewer than 2 workers: one tenant's runs can then hold the only"
-        " sandbox, and every other tenant's run is 'server busy' meanwhile (WASMRUN_ALLOW_ONE_WORKER=1)",
+        " sandbox, and every other tenant's run is 'server busy' meanwhile (WASMRUN_ALLOW_ONE_WORKER=1; default off)",
     )
     serve.add_argument(
-        "--with-create-skill", action="store_true", help="offer the create_skill tool at /mcp too"
+        "--with-create-skill", action="store_true", help="offer the create_skill tool at /mcp too (default off)"
     )
     _database_url(serve)
     serve.add_argument(
         "--blob-store", metavar="URL",
         help="s3://BUCKET?endpoint=URL&region=R: blob bytes shared by several servers, with --database-url;"
-        " credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (WASMRUN_BLOB_STORE)",
-    )
-    migrate = commands.add_parser(
-        "migrate", help="bring the shared database's schema up to date (servers also do it at start)"
-    )
-    _database_url(migrate)
-
-    mcp = commands.add_parser("mcp", help="serve the Skills Protocol tools over MCP on stdin/stdout")
-    _common(mcp)
-    mcp.add_argument("--workers", type=int, help="sandboxes running at once (WASMRUN_WORKERS)")
-    mcp.add_argument(
-        "--secrets-file", type=Path, help='TOML file of NAME = "value" secrets (WASMRUN_SECRETS_FILE)'
-    )
-    mcp.add_argument("--with-create-skill", action="store_true", help="offer the create_skill tool too")
-    mcp.add_argument(
-        "--policy-file", type=Path,
-        help="TOML file of the operator's policy: secret grants and modes, network grants per skill"
-        " (WASMRUN_POLICY_FILE)",
+        " credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (WASMRUN_BLOB_STORE; default none: files)",
     )
 
-    skills = commands.add_parser("skills", help="list or check skills")
-    skill_commands = skills.add_subparsers(dest="skills_command", required=True)
-    listing = skill_commands.add_parser("list", help="list the skills the server would load")
+
+def _skills_parser(commands: Any) -> None:
+    skills = _command(commands, "skills", "list, check or add skills", "wasmrun skills check ./my-skills")
+    skill_commands = skills.add_subparsers(dest="skills_command", required=True, metavar="SUBCOMMAND")
+    listing = _command(skill_commands, "list", "list the skills the server would load", "wasmrun skills list")
     _common(listing)
-    check = skill_commands.add_parser("check", help="say what is wrong with each skill under DIR")
-    check.add_argument("dirs", type=Path, nargs="+", metavar="DIR")
-    skill_add = skill_commands.add_parser(
-        "add", help="copy a skill folder (an Agent Skill or one with a skill.toml) into <data-dir>/skills"
+    check = _command(
+        skill_commands, "check", "say what is wrong with each skill under DIR (exits 1 if one is invalid)",
+        "wasmrun skills check ./my-skills ./more-skills",
     )
-    skill_add.add_argument("path", type=Path, metavar="PATH")
-    skill_add.add_argument(
-        "--data-dir", type=Path, help="where blobs and created skills live (WASMRUN_DATA_DIR)"
+    check.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="a skill folder or a folder of skills")
+    skill_add = _command(
+        skill_commands, "add", "copy a skill folder (an Agent Skill or one with a skill.toml) into <data-dir>/skills",
+        "wasmrun skills add ./my-skills/report",
     )
+    skill_add.add_argument("path", type=Path, metavar="PATH", help="the skill's folder")
+    skill_add.add_argument("--data-dir", type=Path, metavar="DIR", help=DATA_DIR_HELP)
 
-    tools = commands.add_parser("tools", help="print the LLM tool definitions as one JSON array")
-    tools.add_argument("--format", choices=FORMATS, default="jsonschema", help="tool format (default jsonschema)")
-    tools.add_argument(
-        "--strict", action="store_true",
-        help="OpenAI strict mode where a tool's schema allows it (openai format only)",
-    )
-    tools.add_argument("--with-create-skill", action="store_true", help="add the optional create_skill tool")
 
-    tenants = commands.add_parser("tenants", help="API keys and limits of the teams sharing this server")
-    tenant_commands = tenants.add_subparsers(dest="tenants_command", required=True)
-    add = tenant_commands.add_parser("add", help="add a tenant; prints its API key once, alone on stdout")
-    add.add_argument("name")
-    add.add_argument("--limit", action="append", default=[], metavar="NAME=N", help="override a limit; repeatable")
-    tenant_commands.add_parser("list", help="list the tenants, their key count and limit overrides")
-    rotate = tenant_commands.add_parser("rotate", help="a second key for NAME; the old one stays valid until revoke --old")
-    rotate.add_argument("name")
-    revoke = tenant_commands.add_parser("revoke", help="revoke NAME's keys (the server refuses them on the next call)")
-    revoke.add_argument("name")
-    revoke.add_argument("--old", action="store_true", help="revoke all but the newest key (ends a rotation)")
-    set_ = tenant_commands.add_parser("set", help="change NAME's limits")
-    set_.add_argument("name")
-    set_.add_argument("--limit", action="append", required=True, metavar="NAME=N", help="a limit; repeatable")
-    for sub in (add, rotate, revoke, set_, tenant_commands.choices["list"]):
-        sub.add_argument("--data-dir", type=Path, help="where blobs and created skills live (WASMRUN_DATA_DIR)")
+def _tenants_parser(commands: Any) -> None:
+    limits_text = cli_help.tenant_limits_table()
+    tenants = _command(
+        commands, "tenants", "API keys and limits of the teams sharing this server",
+        "wasmrun tenants add team-a --limit concurrent_runs=2", more=limits_text,
+    )
+    tenant_commands = tenants.add_subparsers(dest="tenants_command", required=True, metavar="SUBCOMMAND")
+    limit_help = "override one limit (names and units below); repeatable; default: the server's defaults"
+    add = _command(
+        tenant_commands, "add", "add a tenant; prints its API key once, alone on stdout",
+        "KEY=$(wasmrun tenants add team-a --limit max_memory_mb=512)", more=limits_text,
+    )
+    add.add_argument("name", help="the tenant's name")
+    add.add_argument("--limit", action="append", default=[], metavar="NAME=N", help=limit_help)
+    listing = _command(
+        tenant_commands, "list", "list the tenants, their key count and limit overrides", "wasmrun tenants list"
+    )
+    rotate = _command(
+        tenant_commands, "rotate", "print a second key for NAME; the old one stays valid until revoke --old",
+        "wasmrun tenants rotate team-a",
+    )
+    rotate.add_argument("name", help="the tenant's name")
+    revoke = _command(
+        tenant_commands, "revoke", "revoke NAME's keys (the server refuses them on the next call)",
+        "wasmrun tenants revoke team-a --old",
+    )
+    revoke.add_argument("name", help="the tenant's name")
+    revoke.add_argument("--old", action="store_true", help="revoke all but the newest key (ends a rotation; default off)")
+    set_ = _command(
+        tenant_commands, "set", "change NAME's limits (the others keep their values)",
+        "wasmrun tenants set team-a --limit runs_per_minute=60 --limit blob_bytes=104857600", more=limits_text,
+    )
+    set_.add_argument("name", help="the tenant's name")
+    set_.add_argument("--limit", action="append", required=True, metavar="NAME=N", help="one limit (names and units"
+                      " below); repeatable; at least one")
+    for sub in (add, rotate, revoke, set_, listing):
+        sub.add_argument("--data-dir", type=Path, metavar="DIR", help=DATA_DIR_HELP)
         _database_url(sub)
 
-    run = commands.add_parser(
-        "run", help="run a Python file in the sandbox: its output on stderr as it comes, then the result on stdout"
+
+def _run_parser(commands: Any) -> None:
+    run = _command(
+        commands, "run", "run a Python file in the sandbox: its output on stderr as it comes, then the result as JSON"
+        " on stdout (exits 1 if the run failed)",
+        "wasmrun run report.py --mount pdf-tools --arg year=2024 --blob data=sales.csv --limit timeout_ms=5000",
+        more=cli_help.run_limits_table(),
     )
-    run.add_argument("file", type=Path, metavar="FILE.py")
+    run.add_argument("file", type=Path, metavar="FILE.py", help="the code: a main(args) function or a final expression")
     run.add_argument(
-        "--mount", action="append", default=[], metavar="SKILL", help="mount a skill; repeatable"
+        "--mount", action="append", default=[], metavar="SKILL", help="mount a skill at /skills/SKILL; repeatable (default none)"
     )
     run.add_argument(
         "--arg", action="append", default=[], metavar="KEY=VALUE",
-        help="an entry of args; VALUE is parsed as JSON when it can be, else taken as a string",
+        help="an entry of args; VALUE is parsed as JSON when it can be, else taken as a string; repeatable (default none)",
     )
     run.add_argument(
         "--blob", action="append", default=[], metavar="NAME=PATH",
         help="store the file PATH as a blob, pass its id as args[NAME] and list it in input_blobs"
-        " (the run reads it with runtime.blobs or as the file /blobs/<id>); repeatable",
+        " (the run reads it with runtime.blobs or as the file /blobs/<id>); repeatable (default none)",
     )
-    run.add_argument("--entrypoint", default="main", help="function to call (default main)")
-    run.add_argument("--timeout-ms", type=int)
-    run.add_argument("--memory-mb", type=int, help="the run's memory limit in MiB")
+    run.add_argument("--entrypoint", default="main", metavar="NAME", help="function to call")
     run.add_argument(
-        "--no-stream", action="store_true", help="do not print the run's output as it comes (the result has it)"
+        "--limit", action="append", default=[], metavar="NAME=N",
+        help="a run limit (names, units, defaults below); repeatable; default: the server's defaults",
+    )
+    defaults = {name: default for name, _, default, _ in cli_help.run_limit_fields()}
+    for name in ("timeout_ms", "memory_mb"):
+        run.add_argument(
+            "--" + name.replace("_", "-"), type=int, metavar="N",
+            help=f"same as --limit {name}=N (default {defaults[name]})",
+        )
+    run.add_argument(
+        "--no-stream", action="store_true",
+        help="do not print the run's output as it comes (the result has it; default: printed on stderr)",
     )
     _common(run)
-
-    sessioncli.add_parser(commands)
-    commands.add_parser(
-        "warm", help="compile the guest to machine code now, e.g. while building an image (else the first start does)"
-    )
-    doctor = commands.add_parser("doctor", help="versions, caches and free disk; exits 1 if something is wrong")
-    doctor.add_argument("--data-dir", type=Path, help="the data dir to check (WASMRUN_DATA_DIR)")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -415,12 +486,31 @@ def _print_output(chunks: list[OutputChunk]) -> None:
     sys.stderr.flush()
 
 
+def _run_limits(args: argparse.Namespace) -> Any:
+    from wasmrun.protocol.types import RunLimits
+    from wasmrun.tenants.limits import parse_limit
+
+    known = [f.name for f in msgspec.structs.fields(RunLimits)]
+    values: dict[str, int] = {}
+    for text in args.limit:
+        name, value = parse_limit(text)
+        if name not in known:
+            raise ValueError(f"unknown run limit {name!r} (known: {', '.join(known)})")
+        if value < 1:
+            raise ValueError(f"run limit {name} must be at least 1")
+        values[name] = value
+    for name in ("timeout_ms", "memory_mb"):
+        if getattr(args, name) is not None:
+            values[name] = getattr(args, name)
+    return RunLimits(**values)
+
+
 def _run(args: argparse.Namespace) -> int:
     from wasmrun.blobs.store import FileBlobStore
     from wasmrun.protocol.errors import RPCError
     from wasmrun.protocol.runs import run_code
     from wasmrun.protocol.streaming import RUN_OUTPUT
-    from wasmrun.protocol.types import RunCodeParams, RunLimits
+    from wasmrun.protocol.types import RunCodeParams
     from wasmrun.server import build_context, make_local_executor
 
     run_args = {}
@@ -454,7 +544,7 @@ def _run(args: argparse.Namespace) -> int:
         args=run_args,
         mount_skills=args.mount,
         input_blobs=input_blobs,
-        limits=RunLimits(timeout_ms=args.timeout_ms, memory_mb=args.memory_mb),
+        limits=_run_limits(args),
     )
     context = build_context(settings, blobs=blobs, executor=make_local_executor(settings, blobs))
     if not args.no_stream:

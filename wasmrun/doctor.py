@@ -6,10 +6,11 @@ The doctor only looks: it never builds the guest nor compiles it (`wasmrun warm`
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError, metadata, version
 from pathlib import Path
 
 from python_wasm import build as guest_build
@@ -40,6 +41,7 @@ def version_line() -> str:
 class Diagnosis:
     facts: list[tuple[str, str]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # worth knowing, not wrong: missing optional extras
 
     def fact(self, label: str, value: str) -> None:
         self.facts.append((label, value))
@@ -47,13 +49,16 @@ class Diagnosis:
     def render(self) -> str:
         width = max(len(label) for label, _ in self.facts)
         lines = [f"{label:<{width}}  {value}" for label, value in self.facts]
-        if self.problems:
+        if self.notes:
             lines.append("")
+            lines.append(f"{len(self.notes)} note(s):")
+            lines += [f"  - {note}" for note in self.notes]
+        lines.append("")
+        if self.problems:
             lines.append(f"{len(self.problems)} problem(s):")
             lines += [f"  - {problem}" for problem in self.problems]
         else:
-            lines.append("")
-            lines.append("no problems found")
+            lines.append("ready, with the notes above" if self.notes else "no problems found")
         # Paths may hold bytes that are not UTF-8 (surrogate escapes): show them escaped.
         return "\n".join(lines).encode("utf-8", "backslashreplace").decode("utf-8")
 
@@ -119,7 +124,52 @@ def diagnose(settings: Settings) -> Diagnosis:
         _check_guest(d, guest)
         _check_compiled(d, guest)
     _check_dirs(d, settings)
+    _check_extras(d)
     return d
+
+
+# What each optional extra (pyproject.toml's [project.optional-dependencies]) turns on.
+EXTRA_PURPOSE = {
+    "mcp": "/mcp and `wasmrun mcp` (the MCP SDK)",
+    "scale": "--database-url and --blob-store (PostgreSQL, S3)",
+    "data": "the data-science packages in the guest",
+}
+
+
+def missing_extras() -> dict[str, list[str]] | None:
+    """Each extra this install declares (minus test) with the packages of it not
+    installed; None when wasmrun's own metadata cannot be read."""
+    try:
+        requires = metadata("wasmrun").get_all("Requires-Dist") or []
+    except PackageNotFoundError:
+        return None
+    missing: dict[str, list[str]] = {}
+    for requirement in requires:
+        found = re.search(r"""extra\s*==\s*["']([\w.-]+)["']""", requirement)
+        if found is None or found.group(1) == "test":
+            continue
+        name = re.match(r"[A-Za-z0-9._-]+", requirement)
+        lacking = missing.setdefault(found.group(1), [])
+        if name and _version(name.group(0)) == "not installed":
+            lacking.append(name.group(0))
+    return missing
+
+
+def _check_extras(d: Diagnosis) -> None:
+    extras = missing_extras()
+    if extras is None:
+        return
+    d.fact("extras", ", ".join(f"{name} {'missing' if lacking else 'installed'}" for name, lacking in extras.items()))
+    for name, lacking in extras.items():
+        if lacking:
+            purpose = EXTRA_PURPOSE.get(name, f"the {name} extra")
+            off = "/mcp is not served and `wasmrun mcp` cannot start" if name == "mcp" else f"{purpose} unavailable"
+            how = (
+                f"this one-file executable leaves it out; install the wheel with it: pip install 'wasmrun[{name}]'"
+                if getattr(sys, "frozen", False)
+                else f"install it with: pip install 'wasmrun[{name}]'"
+            )
+            d.notes.append(f"extra {name} is not installed ({', '.join(lacking)} missing): {off}; {how}")
 
 
 def _check_guest(d: Diagnosis, guest: guest_build.Guest) -> None:

@@ -83,12 +83,33 @@ def _cached(engine: wasmtime.Engine, path: Path) -> wasmtime.Module | None:
         return None
 
 
+def shipped_path(cached: Path) -> Path:
+    """Where a one-file executable (scripts/onefile.py) carries the compiled module
+    it was built with, next to its packaged guest, under the cache's file name."""
+    return guest_build.PACKAGED_DIR / "compiled" / cached.name
+
+
+def _shipped(engine: wasmtime.Engine, cached: Path) -> wasmtime.Module | None:
+    """The shipped compiled module if this machine can load it. Its name holds
+    wasmtime's version, the engine settings and the module's hash; wasmtime itself
+    refuses one made for CPU features this machine lacks: then we compile."""
+    path = shipped_path(cached)
+    if not path.is_file():
+        return None
+    try:
+        return wasmtime.Module.deserialize(engine, path.read_bytes())
+    except wasmtime.WasmtimeError as exc:
+        logger.warning("the shipped compiled module cannot be loaded here (%s); compiling", str(exc).partition("\n")[0])
+        return None
+
+
 def load_module(engine: wasmtime.Engine, wasm: Path, engine_settings: str) -> wasmtime.Module:
     """`wasm` compiled for `engine` (whose configuration `engine_settings`
-    names), from the cache, or compiled now and cached."""
+    names), from the cache (or shipped with a one-file executable), or compiled
+    now and cached."""
     sweep_temporaries(private_cache_dir())  # left by a process killed while writing
     path = cached_path(wasm, engine_settings)
-    module = _cached(engine, path)
+    module = _cached(engine, path) or _shipped(engine, path)
     if module is not None:
         return module
     with _exclusive(path.with_suffix(".lock")):

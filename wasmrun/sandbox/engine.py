@@ -152,6 +152,8 @@ def precompiled_state(guest: guest_build.Guest) -> tuple[Path, str | None]:
     """The guest's compiled-module file, and None if it is ready to load, else
     why not (never compiles; `wasmrun doctor` asks)."""
     path = compiled.cached_path(guest.snapshot_wasm, ENGINE_SETTINGS)
+    if not path.exists() and compiled.shipped_path(path).is_file():
+        path = compiled.shipped_path(path)  # a one-file executable's: loaded when this CPU can
     try:
         if compiled.deserialize(wasmtime.Engine(_engine_config()), path) is None:
             return path, "not compiled yet"

@@ -44,6 +44,7 @@ from wasmrun.wire import jsonrpc
 from wasmrun.wire.deadline import BodyDeadline
 from wasmrun.wire.events import EventStreamResponse, accepts_events, asks_to_stream
 from wasmrun.wire.guard import RequestGuard, is_loopback
+from wasmrun.wire.playground import playground_routes
 
 logger = logging.getLogger("wasmrun.http")
 JSON = "application/json"
@@ -272,6 +273,7 @@ def create_app(
             Route("/rpc", rpc, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", prometheus, methods=["GET"]),
+            *playground_routes(),
             *routes,
         ],
         middleware=middleware,

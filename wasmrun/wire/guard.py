@@ -61,6 +61,19 @@ class RequestGuard:
             given = (host or "").strip().lower()
             if not given or (given not in self.hosts and host_name(given) not in self.hosts):
                 return "the Host header names a host this server does not answer to"
-        if origin is not None and origin.strip().rstrip("/").lower() not in self.origins:
-            return "requests from this Origin are not allowed (a web page cannot drive this server)"
+        if origin is not None:
+            given = origin.strip().rstrip("/").lower()
+            if given not in self.origins and not self._same_origin(given, host):
+                return "requests from this Origin are not allowed (a web page cannot drive this server)"
         return None
+
+    def _same_origin(self, origin: str, host: str | None) -> bool:
+        """The page this server served (the playground at /) calling it back: its Origin
+        names the very Host the request went to, and that Host is one this server
+        answers to by name (checked above). A server answering any Host (bound to
+        every interface with no allowed_hosts) cannot tell a rebound name from its
+        own, so there the page's origin must be listed in allowed_origins."""
+        if self.hosts is None or not host:
+            return False
+        scheme, sep, rest = origin.partition("://")
+        return bool(sep) and scheme in ("http", "https") and rest == host.strip().lower()
