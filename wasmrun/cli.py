@@ -32,6 +32,7 @@ from typing import Any
 
 import msgspec
 
+from wasmrun.bench import command as bench_command
 from wasmrun.database import DatabaseError
 from wasmrun.settings import Settings
 from wasmrun.tools import FORMATS
@@ -193,6 +194,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "warm", help="compile the guest to machine code now, e.g. while building an image (else the first start does)"
     )
+    bench_command.add_parser(commands)
     doctor = commands.add_parser("doctor", help="versions, caches and free disk; exits 1 if something is wrong")
     doctor.add_argument("--data-dir", type=Path, help="the data dir to check (WASMRUN_DATA_DIR)")
     return parser
@@ -217,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _warm()
         if args.command == "doctor":
             return _doctor(args)
+        if args.command == "bench":
+            return bench_command.run(args)
         if args.skills_command == "list":
             return _skills_list(args)
         if args.skills_command == "add":

@@ -23,6 +23,7 @@ from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
 from wasmrun.egress.client import EgressSession
 from wasmrun.egress.secrets import Redactor
+from wasmrun.observe import phases
 from wasmrun.sandbox import compiled, errors, jsontext, workroots
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
@@ -312,6 +313,7 @@ class SandboxEngine:
         """Run `request` in a fresh instance. Never raises: whatever fails, on
         the guest's side or (a bug) on ours, fails this run alone."""
         t0 = time.perf_counter()
+        phases.mark("sandbox")
         try:
             bytecode = self._skill_bytecode(request.skills)
             # The import run has no environment and no network: a run granted either
@@ -323,6 +325,7 @@ class SandboxEngine:
             if image is not None and image.memory_bytes > request.limits.memory_bytes:
                 image = None  # the import alone would not fit this run's memory limit
             fresh = self._supply.take(image)
+            phases.mark("instance")
             try:
                 if image is not None and fresh.applied is not image:
                     image.apply(fresh.store, fresh.memory)
@@ -428,11 +431,13 @@ class SandboxEngine:
                 memory.write(store, ctx.request_bytes, io.io_buffer)
                 request_len = len(ctx.request_bytes)
             t1 = time.perf_counter()
+            phases.mark("entry")
             watch = self._watchdog.start(limits.cpu_ms, limits.timeout_ms)
             ctx.deadline = watch.deadline
             set_current(ctx)
             try:
                 response_len = fresh.run(store, request_len)
+                phases.mark("guest")
                 if 0 <= response_len <= io.io_capacity:
                     ctx.response = bytes(memory.read(store, io.io_buffer, io.io_buffer + response_len))
                 if ctx.response is None:
@@ -456,6 +461,7 @@ class SandboxEngine:
                 self._watchdog.finish(watch)
                 set_current(None)
                 ctx.drain_guest_output(store, memory)
+            phases.mark("captured")
             t2 = time.perf_counter()
             usage.peak_memory_bytes = memory.data_len(store)
             usage.instantiate_ms = round((t1 - t0) * 1000, 3)
@@ -483,6 +489,7 @@ class SandboxEngine:
         result.logs_cut_bytes = ctx.logs.cut
         _redact_secrets(result, request)
         usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
+        phases.mark("result")
         return result, workspace
 
 
