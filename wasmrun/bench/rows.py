@@ -164,9 +164,8 @@ def _compute(workload: Workload) -> Callable[[Bench], Samples]:
                 continue
             code = source if peer.times_itself else workload.untimed(bench.scale)
 
-            def step(peer: object = peer, code: str = code) -> float:
-                assert hasattr(peer, "request")
-                seconds = float(peer.request(code, fresh=False))
+            def step(peer: Peer = peer, code: str = code) -> float:
+                seconds = peer.request(code, fresh=False)
                 # A peer that cannot time itself: its call less its own hello (its start-up).
                 return seconds if peer.times_itself else max(0.0, seconds - bench.peer_hello(peer))
 
