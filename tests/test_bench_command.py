@@ -38,8 +38,8 @@ def test_table_has_every_row(quick: tuple[str, Path, Path, Path]) -> None:
                    "native CPython subprocess"):
         assert system in table
     # Absent features and peers are listed as absent, with why, not errors.
-    assert "| session resume | absent:" in table
-    assert "pydantic-monty (a Python subset), fresh session: absent" in table
+    assert "| hello from the data-stack image | absent:" in table
+    assert "pydantic-monty (a Python subset), fresh session: absent (skipped" in table
     assert "by phase" in table and "guest entry" in table and "audit" in table
     assert "| 4 worker(s) |" in table
 
@@ -86,3 +86,33 @@ def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:
         done = subprocess.run([sys.executable, "-m", "wasmrun", "bench", *argv], capture_output=True, text=True,
                               timeout=60)
         assert done.returncode == 2 and message in done.stderr, (argv, done.stderr)
+
+
+def test_from_json_renders_again_without_measuring(quick: tuple[str, Path, Path, Path], tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "wasmrun", "bench", "--from-json", str(quick[1]),
+                           "--html", str(tmp_path / "again.html")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == quick[0]
+    assert (tmp_path / "again.html").read_text().count("<svg") >= 4
+
+
+def test_from_json_refuses_what_is_not_a_bench_file(quick: tuple[str, Path, Path, Path], tmp_path: Path) -> None:
+    figures = json.loads(quick[1].read_text())
+    bad = {
+        "garbage.json": b"\xff\xfe not json",
+        "deep.json": b"[" * 100_000 + b"]" * 100_000,
+        "list.json": b"[1, 2]",
+        "shapes.json": json.dumps({**figures, "rows": {"fresh": 5}, "memory": []}).encode(),
+        "nan.json": json.dumps({**figures, "phases": {**figures["phases"], "phases_ms": {"x": float("nan")}},
+                                "rows": {}}).encode(),
+    }
+    for name, content in bad.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        done = subprocess.run([sys.executable, "-m", "wasmrun", "bench", "--from-json", str(path)],
+                              capture_output=True, text=True, timeout=120)
+        if name == "nan.json":  # NaN is valid JSON to Python: rendered as nan, not a crash
+            assert done.returncode in (0, 2) and "Traceback" not in done.stderr, done.stderr
+            continue
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (name, done.stderr)
+        assert "bench JSON" in done.stderr or "cannot render" in done.stderr, (name, done.stderr)

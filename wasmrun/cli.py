@@ -16,6 +16,8 @@
                         [--entrypoint NAME] [--timeout-ms N] [--memory-mb N]
     wasmrun warm                  compile the guest to machine code now (else the first start does)
     wasmrun doctor [--data-dir D] versions, caches, free disk; exits 1 if something is wrong
+    wasmrun bench [--quick] [--json F] [--html F] [--readme [README.md]] [--from-json F]
+                                  start-up, compute and memory against native CPython and the peers
     wasmrun --version
 """
 

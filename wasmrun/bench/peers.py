@@ -198,7 +198,7 @@ def start_peers(cache: Path, pyodide: bool = True, python_peers: bool = True) ->
     peers: list[Peer] = []
     absent: dict[str, str] = {}
     if not python_peers:
-        absent.update({label: "skipped (--no-peers)" for label, _, _ in PY_PEERS})
+        absent.update({label: "skipped (--quick or --no-peers)" for label, _, _ in PY_PEERS})
     else:
         python, why = peer_python(cache)
         for label, name, isolates in PY_PEERS:

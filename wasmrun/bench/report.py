@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ def table(report: dict[str, Any]) -> str:
             lines += _system_rows(row)
     for label, why in report.get("absent_rows", {}).items():
         lines.append(f"| {label} | absent: {why} | | | | |")
+    lines += _startup_goals(rows)
     lines += ["", "| compute (time inside the interpreter) | system | p50 | p90 | / native | n |",
               "|---|---|---:|---:|---:|---:|"]
     compute = [row for row in rows.values() if row["section"] == "compute"]
@@ -48,6 +50,25 @@ def table(report: dict[str, Any]) -> str:
                   "(targets: median <= 2x, none over 3x)."]
     lines += _phase_lines(report["phases"]) + _memory_lines(report["memory"]) + _peer_lines(report)
     return "\n".join(lines)
+
+
+def _p50(rows: dict[str, Any], key: str, system: str) -> float | None:
+    fig = rows.get(key, {}).get("systems", {}).get(system)
+    return None if fig is None else float(fig["p50_ms"])
+
+
+def _startup_goals(rows: dict[str, Any]) -> list[str]:
+    """The start-up figures issue #23 sets goals for, read off the rows above."""
+    inproc = _p50(rows, "fresh", "wasmrun, in-process")
+    http = _p50(rows, "http", "wasmrun, HTTP keep-alive")
+    paced = _p50(rows, "agent", "wasmrun, HTTP, 50-200 ms gaps")
+    native = _p50(rows, "agent", "native CPython subprocess")
+    if None in (inproc, http, paced, native):
+        return []
+    assert inproc is not None and http is not None and paced is not None and native is not None
+    return ["", f"Start-up: in-process hello {inproc:.2f} ms p50 (goal <= 0.5 ms); HTTP adds {http - inproc:.2f} ms "
+            f"(goal <= 0.5 ms); at an agent's pace {paced:.2f} ms p50 (goal <= 2 ms), {paced / http:.2f}x its "
+            f"back-to-back time, {native / paced:.1f}x faster than the native spawns beside it (goal 5x)."]
 
 
 def _phase_lines(ph: dict[str, Any]) -> list[str]:
@@ -81,6 +102,20 @@ def _peer_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"- {label}: {p['isolates']}" if p["present"] else f"- {label}: absent ({p['why']})")
     lines += [f"- {n}" for n in report.get("notes", [])]
     return lines
+
+
+REQUIRED = ("date", "machine", "load", "quick", "rounds", "rows", "phases", "memory", "systems", "peers")
+
+
+def load(path: Path) -> dict[str, Any]:
+    """An earlier run's JSON (`--json`), checked to be one."""
+    try:
+        figures = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path} is not a bench JSON file: {exc}") from None
+    if not isinstance(figures, dict) or any(key not in figures for key in REQUIRED):
+        raise ValueError(f"{path} is not a bench JSON file (it lacks {', '.join(REQUIRED)})")
+    return figures
 
 
 def rewrite_readme(readme: Path, report: dict[str, Any]) -> None:

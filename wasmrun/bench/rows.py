@@ -11,7 +11,6 @@ session resume have their entries below, absent until the feature exists.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from wasmrun.bench.peers import Peer, PeerError
-from wasmrun.bench.systems import HELLO, InProcess, Native
+from wasmrun.bench.systems import HELLO, InProcess, Native, as_run_code
 from wasmrun.bench.workloads import COMPUTE, Workload
 from wasmrun.sandbox.types import MountedSkill, RunRequest
 from wasmrun.settings import BUNDLED_SKILLS
@@ -121,14 +120,25 @@ def _skill_run(bench: Bench) -> Samples:
     ])
 
 
-def _feature_missing(module: str, what: str) -> Callable[[Bench], str | None]:
-    def absent(bench: Bench) -> str | None:
-        return None if importlib.util.find_spec(module) is not None else f"{what} is not in this build"
-    return absent
+def _sessions_absent(bench: Bench) -> str | None:
+    from wasmrun.protocol.methods import METHODS
+
+    return None if "create_session" in METHODS else "sessions are not in this build"
 
 
-def _not_built(bench: Bench) -> Samples:
-    raise NotImplementedError("the feature's own row replaces this entry")
+def _session_resume(bench: Bench) -> Samples:
+    """The next run of a session (its state kept between runs) against a fresh run, over HTTP."""
+    if bench.session_id is None:
+        bench.session_id = str(bench.http.call("create_session", {"language": "python"})["session_id"])
+    params = {"language": "python", "code": as_run_code(HELLO), "session_id": bench.session_id}
+    return _alternating(bench, [
+        ("wasmrun, HTTP, a session's next run", lambda: bench.http.timed_call("run_code", params)),
+        ("wasmrun, HTTP keep-alive", lambda: bench.http.sample(HELLO)),
+    ])
+
+
+def _data_image(bench: Bench) -> Samples:
+    raise NotImplementedError("the data-stack image replaces this entry with its measurement")
 
 
 startup_row(Row("fresh", "startup", "fresh sandbox hello, in-process",
@@ -145,11 +155,11 @@ startup_row(Row("skill", "startup", "skill run (execute_skill text.stats)",
                 _skill_run, burst=4, baseline="hello in-process (for scale)"))
 # Absent until their features land: the feature replaces `measure` (and `absent`) here.
 startup_row(Row("data-image", "startup", "hello from the data-stack image",
-                "a run importing pandas from the data-stack image", _not_built,
-                absent=_feature_missing("wasmrun.sandbox.dataimage", "the data-stack image")))
-startup_row(Row("session", "startup", "session resume",
-                "the next call of a session (its state kept between runs)", _not_built,
-                absent=_feature_missing("wasmrun.sandbox.sessions", "sessions")))
+                "a run importing pandas from the data-stack image", _data_image,
+                absent=lambda bench: "the data-stack image is not in this build"))
+startup_row(Row("session", "startup", "session resume (next run of a session)",
+                "run_code in a session created once (its state kept between runs), against a fresh run, over HTTP",
+                _session_resume, absent=_sessions_absent, burst=4, baseline="wasmrun, HTTP keep-alive"))
 
 
 def _compute(workload: Workload) -> Callable[[Bench], Samples]:

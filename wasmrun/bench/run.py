@@ -56,6 +56,7 @@ class Bench:
         self.notes: list[str] = []
         self._peer_hello: dict[str, float] = {}
         self._slow_sampled: set[tuple[str, int, bool]] = set()
+        self.session_id: str | None = None  # the session row's, created on its first sample
 
     def peer_due(self, peer: Peer, compute: bool = False) -> bool:
         """Slow peers (seconds a fresh interpreter) sit out the warm-up and the quick run, and are
