@@ -52,6 +52,7 @@ class Bench:
         self.rng = random.Random(opts.seed)
         self.flip = False
         self.round = 0
+        self.rounds = 1
         self.unsupported: set[tuple[str, str]] = set()
         self.notes: list[str] = []
         self._peer_hello: dict[str, float] = {}
@@ -60,15 +61,15 @@ class Bench:
 
     def peer_due(self, peer: Peer, compute: bool = False) -> bool:
         """Slow peers (seconds a fresh interpreter) sit out the warm-up and the quick run, and are
-        sampled sparingly: Pyodide's start-up and llm-wasm-sandbox's once a round (every third
-        round for llm-wasm-sandbox), llm-wasm-sandbox's compute in the first round only.
+        sampled sparingly: Pyodide's start-up once a round, llm-wasm-sandbox's in the first
+        and the middle round, and its compute in the first round only.
         Pyodide's compute runs in a kept interpreter, as often as the others."""
         slow = peer.name == "llm-wasm-sandbox" or (peer.name == "pyodide" and not compute)
         if not slow:
             return True
         if self.round < 0 or self.opts.quick:
             return False
-        if peer.name == "llm-wasm-sandbox" and (compute and self.round > 0 or self.round % 3):
+        if peer.name == "llm-wasm-sandbox" and (self.round > 0 if compute else self.round not in (0, self.rounds // 2)):
             return False
         key = (peer.label, self.round, compute)
         if compute or key not in self._slow_sampled:
@@ -90,6 +91,7 @@ def machine() -> str:
 def interleaved(bench: Bench, rows: list[Row], rounds: int, progress: Callable[[str], None]) -> dict[str, Any]:
     """Each round takes a burst from every row in turn, in forward order one round and backward the next."""
     samples: dict[str, dict[str, list[float]]] = {row.key: {} for row in rows}
+    bench.rounds = rounds
     for r in range(rounds):
         bench.round = r
         progress(f"round {r + 1}/{rounds}")
