@@ -21,6 +21,7 @@ from wasmrun.observe import phases
 from wasmrun.observe.audit import AuditLog
 from wasmrun.observe.record import Observers
 from wasmrun.protocol.methods import Dispatcher
+from wasmrun.sandbox.background import BackgroundTotals
 from wasmrun.sandbox.executor import ExecutorHealth
 from wasmrun.sandbox.types import RunRequest, RunResult
 from wasmrun.server import build_context
@@ -44,9 +45,13 @@ class _SharedEngine:
 
     def __init__(self, inproc: InProcess) -> None:
         self.engine = inproc.engine
+        self.background = BackgroundTotals()
 
     async def run(self, request: RunRequest) -> RunResult:
-        return await asyncio.to_thread(self.engine.run, request)
+        try:
+            return await asyncio.to_thread(self.engine.run, request)
+        finally:
+            self.background.add(self.engine.background.drain())  # as InProcessExecutor does
 
     def health(self) -> ExecutorHealth:
         return ExecutorHealth(total=1, free=1, unavailable=0, queued=0)
