@@ -7,6 +7,7 @@ shared backend), kept for its flags; the code is in wasmrun/bench/legacy*.py.
     python scripts/bench.py --only regimes --only skills   # just those sections
     python scripts/bench.py --fairness                     # two tenants, one flooding
     python scripts/bench.py --shared                       # the shared-backend rows alone
+    python scripts/bench.py --sessions                     # the session rows (scripts/bench_sessions.py)
 
 `wasmrun bench` is the user-facing bench (start-up, compute, memory, charts, README table).
 """

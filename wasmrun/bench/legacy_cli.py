@@ -57,11 +57,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--shared", action="store_true",
                         help="only the shared-backend rows (PostgreSQL + S3 against local files, two servers vs one)")
     parser.add_argument("--no-shared", action="store_true", help="skip the shared-backend rows")
+    parser.add_argument("--sessions", action="store_true",
+                        help="only the session rows (scripts/bench_sessions.py, with the sessions feature)")
     return parser
 
 
 def _single(opts: argparse.Namespace) -> bool:
     """The modes that run one section alone (--only, --shared, --fairness); False for the full run."""
+    if opts.sessions:
+        try:
+            import bench_sessions  # scripts/, beside bench_shared: it starts servers from tests/
+        except ImportError as exc:
+            raise SystemExit(f"the session rows need scripts/bench_sessions.py and the sessions feature ({exc})") from None
+        guest_build.build()
+        print("\n".join(bench_sessions.render(bench_sessions.rows(5 if opts.quick else 15))))
+        return True
     if opts.only:
         guest_build.build()
         print(only_sections(set(opts.only), 10 if opts.quick else opts.rounds, opts.workers))
