@@ -17,6 +17,8 @@
                         (the run's output on stderr as it comes, the result as JSON on stdout)
     wasmrun warm                  compile the guest to machine code now (else the first start does)
     wasmrun doctor [--data-dir D] versions, caches, free disk; exits 1 if something is wrong
+    wasmrun bench [--quick] [--json F] [--html F] [--readme [README.md]] [--from-json F]
+                                  start-up, compute and memory against native CPython and the peers
     wasmrun --version
 """
 
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from wasmrun import cli_help, sessioncli
+from wasmrun.bench import command as bench_command
 from wasmrun.database import DatabaseError
 from wasmrun.settings import Settings
 from wasmrun.tools import FORMATS
@@ -134,6 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     _tenants_parser(commands)
     _run_parser(commands)
     sessioncli.add_parser(commands)
+    bench_command.add_parser(commands)
     _command(
         commands, "warm", "compile the guest to machine code now and cache it, e.g. while building an image"
         " (else the first start does it, about 10-30 s)", "wasmrun warm",
@@ -301,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _doctor(args)
         if args.command == "session":
             return sessioncli.main(args)
+        if args.command == "bench":
+            return bench_command.run(args)
         if args.skills_command == "list":
             return _skills_list(args)
         if args.skills_command == "add":

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from wasmrun.observe import phases
 from wasmrun.observe.record import CallRecord, Observer, describe_result
 from wasmrun.protocol import blobs, runs, sessions, skills
 from wasmrun.protocol.context import Context
@@ -183,6 +184,7 @@ class Dispatcher:
         if self.observer is None:
             return await entry.handler(ctx, decode_params(entry.params, raw_params))
         started = time.perf_counter()
+        phases.mark("call")
         params: Params | None = None
         resolved: list[Skill] = []
         token = skills.RESOLVED.set(resolved)
@@ -195,6 +197,7 @@ class Dispatcher:
         finally:
             skills.RESOLVED.reset(token)
         self._observe(ctx, method, raw_params, params, started, result, None, resolved)
+        phases.mark("audited")
         return result
 
     def _observe(

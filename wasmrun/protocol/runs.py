@@ -33,6 +33,7 @@ from wasmrun import capabilities
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.egress.secrets import placeholder
+from wasmrun.observe import phases
 from wasmrun.offload import for_run
 from wasmrun.protocol.blobs import blob_info, quota_error
 from wasmrun.protocol.context import Context
@@ -216,6 +217,7 @@ async def _run(
         # The skills' folders first (a fetch that fails costs the tenant no start), kept
         # for the run's whole length; then the run's admission.
         async with _skill_folders(ctx, skills), ctx.gate.admit(ctx.caller):
+            phases.mark("admitted")
             result = await ctx.executor.run(request, on_output)
         if on_result is not None:
             on_result(result)
@@ -230,8 +232,11 @@ async def _run(
     # costs a short run a noticeable share of its latency.
     try:
         if needs_output_blob(result):
-            return await for_run(to_spec_result, result, ctx.blobs, request.owner, request.blob_quota)
-        return to_spec_result(result, ctx.blobs)
+            answer = await for_run(to_spec_result, result, ctx.blobs, request.owner, request.blob_quota)
+        else:
+            answer = to_spec_result(result, ctx.blobs)
+        phases.mark("answered")
+        return answer
     except BlobQuotaExceeded as exc:
         raise quota_error(exc) from None
 

@@ -25,6 +25,7 @@ from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
 from wasmrun.egress.client import EgressSession
 from wasmrun.egress.secrets import Redactor
+from wasmrun.observe import phases
 from wasmrun.sandbox import compiled, errors, jsontext, reply, sessions, workroots
 from wasmrun.sandbox.background import COMPILE_LIMITS, IMPORT_LIMITS, BackgroundLog, BackgroundRun
 from wasmrun.sandbox.blobaccess import BlobAccess
@@ -354,6 +355,7 @@ class SandboxEngine:
         `on_output`, its output is also handed there as it is written (on this
         thread; see outstream.py)."""
         t0 = time.perf_counter()
+        phases.mark("sandbox")
         if request.session is not None:
             return sessions.run_in_session(self, request, t0, on_output)
         try:
@@ -367,6 +369,7 @@ class SandboxEngine:
             if image is not None and image.memory_bytes > request.limits.memory_bytes:
                 image = None  # the import alone would not fit this run's memory limit
             fresh = self._supply.take(image)
+            phases.mark("instance")
             try:
                 if image is not None and fresh.applied is not image:
                     image.apply(fresh.store, fresh.memory)
@@ -493,11 +496,13 @@ class SandboxEngine:
             t1 = time.perf_counter()
             interrupt = call_interrupt(fresh.interrupt) if fresh.interrupt is not None else None
             on_tick = output_poll(ctx, memory) if ctx.stream is not None else None
+            phases.mark("entry")
             watch = self._watchdog.start(limits.cpu_ms, limits.timeout_ms, interrupt, on_tick)
             ctx.deadline = watch.deadline
             set_current(ctx)
             try:
                 response_len = fresh.run(store, request_len)
+                phases.mark("guest")
                 if 0 <= response_len <= io.io_capacity:
                     ctx.response = bytes(memory.read(store, io.io_buffer, io.io_buffer + response_len))
                 stopped = watch.error()
@@ -526,6 +531,7 @@ class SandboxEngine:
                 ctx.drain_guest_output(store, memory)
                 if ctx.stream is not None:
                     ctx.stream.finish()
+            phases.mark("captured")
             t2 = time.perf_counter()
             usage.peak_memory_bytes = memory.data_len(store)
             usage.instantiate_ms = round((t1 - t0) * 1000, 3)
@@ -553,6 +559,7 @@ class SandboxEngine:
         result.logs_cut_bytes = ctx.logs.cut
         _redact_secrets(result, request)
         usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
+        phases.mark("result")
         return result, workspace
 
 

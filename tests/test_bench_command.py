@@ -1,0 +1,118 @@
+"""`wasmrun bench --quick` against the real guest: the table's rows, the JSON, the HTML charts."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wasmrun.bench import report
+from wasmrun.bench.rows import COMPUTE_ROWS, STARTUP
+
+pytest.importorskip("matplotlib")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Path, Path]:
+    tmp = tmp_path_factory.mktemp("bench")
+    readme = tmp / "README.md"
+    readme.write_text(f"# x\n\n## Speed\n\n{report.START}\nold table\n{report.END}\n\n## After\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "wasmrun", "bench", "--quick", "--no-peers", "--json", str(tmp / "out.json"),
+         "--html", str(tmp / "out.html"), "--readme", str(readme)],
+        capture_output=True, text=True, timeout=600, cwd=tmp,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout, tmp / "out.json", tmp / "out.html", readme
+
+
+def test_table_has_every_row(quick: tuple[str, Path, Path, Path]) -> None:
+    table = quick[0]
+    for row in STARTUP + COMPUTE_ROWS:
+        assert f"| {row.label} |" in table, row.label
+    for system in ("wasmrun, in-process", "wasmrun, HTTP keep-alive", "wasmrun, HTTP, 50-200 ms gaps",
+                   "native CPython subprocess"):
+        assert system in table
+    # Absent features and peers are listed as absent, with why, not errors.
+    assert "| hello from the data-stack image | absent:" in table
+    assert "pydantic-monty (a Python subset), fresh session: absent (skipped" in table
+    assert "by phase" in table and "guest entry" in table and "audit" in table
+    assert "| 4 worker(s) |" in table
+
+
+def test_json_has_samples_phases_and_memory(quick: tuple[str, Path, Path, Path]) -> None:
+    figures = json.loads(quick[1].read_text())
+    fresh = figures["rows"]["fresh"]["systems"]
+    assert fresh["native CPython subprocess"]["ratio"] == 1.0
+    assert fresh["wasmrun, in-process"]["n"] >= 3 and fresh["wasmrun, in-process"]["p50_ms"] > 0
+    compute = [r for r in figures["rows"].values() if r["section"] == "compute"]
+    assert len(compute) == len(COMPUTE_ROWS)
+    assert all(r["systems"]["wasmrun, in-process"]["ratio"] > 0 for r in compute)
+    phases = figures["phases"]["phases_ms"]
+    assert set(phases) >= {"admission", "instance", "guest entry", "capture", "result", "audit"}
+    assert all(v >= 0 for v in phases.values())
+    memory = figures["memory"]
+    assert [len(memory["by_workers"][k]["workers"]) for k in ("1", "2", "4")] == [1, 2, 4]
+    assert memory["per_run"]["hello"]["status"] == "completed"
+    assert 0 < memory["per_run"]["hello"]["written_mb"] < memory["per_run"]["hello"]["linear_memory_mb"]
+
+
+def test_html_is_self_contained_with_charts(quick: tuple[str, Path, Path, Path]) -> None:
+    page = quick[2].read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert page.count("<svg") >= len([r for r in STARTUP if r.section == "startup"]) - 2 + 3
+    # Nothing loaded from elsewhere (no CDN): the only URLs are XML namespaces and metadata.
+    assert re.findall(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", page) == []
+    assert "<script" not in page and "<link" not in page
+
+
+def test_readme_section_rewritten_between_markers(quick: tuple[str, Path, Path, Path]) -> None:
+    text = quick[3].read_text()
+    assert "old table" not in text
+    assert text.startswith("# x\n\n## Speed\n\n") and text.endswith("\n## After\n")
+    between = text.split(report.START)[1].split(report.END)[0]
+    assert "wasmrun bench, 20" in between and "cores" in between and "| fresh sandbox hello, in-process |" in between
+
+
+def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:
+    no_markers = tmp_path / "README.md"
+    no_markers.write_text("# nothing here\n")
+    for argv, message in ((["--rounds", "0"], "--rounds"), (["--readme", str(no_markers)], "no bench markers"),
+                          (["--workers", "99999999999999999999"], "--workers")):
+        done = subprocess.run([sys.executable, "-m", "wasmrun", "bench", *argv], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 2 and message in done.stderr, (argv, done.stderr)
+
+
+def test_from_json_renders_again_without_measuring(quick: tuple[str, Path, Path, Path], tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "wasmrun", "bench", "--from-json", str(quick[1]),
+                           "--html", str(tmp_path / "again.html")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == quick[0]
+    assert (tmp_path / "again.html").read_text().count("<svg") >= 4
+
+
+def test_from_json_refuses_what_is_not_a_bench_file(quick: tuple[str, Path, Path, Path], tmp_path: Path) -> None:
+    figures = json.loads(quick[1].read_text())
+    bad = {
+        "garbage.json": b"\xff\xfe not json",
+        "deep.json": b"[" * 100_000 + b"]" * 100_000,
+        "list.json": b"[1, 2]",
+        "shapes.json": json.dumps({**figures, "rows": {"fresh": 5}, "memory": []}).encode(),
+        "nan.json": json.dumps({**figures, "phases": {**figures["phases"], "phases_ms": {"x": float("nan")}},
+                                "rows": {}}).encode(),
+    }
+    for name, content in bad.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        done = subprocess.run([sys.executable, "-m", "wasmrun", "bench", "--from-json", str(path)],
+                              capture_output=True, text=True, timeout=120)
+        if name == "nan.json":  # NaN is valid JSON to Python: rendered as nan, not a crash
+            assert done.returncode in (0, 2) and "Traceback" not in done.stderr, done.stderr
+            continue
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (name, done.stderr)
+        assert "bench JSON" in done.stderr or "cannot render" in done.stderr, (name, done.stderr)

@@ -1,0 +1,190 @@
+"""The row registry: every start-up and compute row of `wasmrun bench`, in one place.
+
+A row is one step of the interleaved run: `measure(bench)` takes one sample of
+every system the row compares (wasmrun's and its counterparts') and answers
+{system label: seconds}. `absent(bench)` says why a row cannot be measured here
+(None when it can); an absent row is listed with that reason, never an error.
+
+A feature adds its row here, with `startup_row(...)`: the data-stack image and
+session resume have their entries below, absent until the feature exists.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from wasmrun.bench.peers import Peer, PeerError
+from wasmrun.bench.systems import HELLO, InProcess, Native, as_run_code
+from wasmrun.bench.workloads import COMPUTE, Workload
+from wasmrun.sandbox.types import MountedSkill, RunRequest
+from wasmrun.settings import BUNDLED_SKILLS
+
+if TYPE_CHECKING:
+    from wasmrun.bench.run import Bench
+
+Samples = dict[str, float]
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    section: str  # "startup" or "compute"
+    label: str
+    what: str  # what the row measures, for the table's notes and the HTML report
+    measure: Callable[[Bench], Samples]
+    absent: Callable[[Bench], str | None] = lambda bench: None
+    burst: int = 5  # samples per round (slow rows take fewer)
+    baseline: str = Native.label  # the column the ratios divide by
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+STARTUP: list[Row] = []
+COMPUTE_ROWS: list[Row] = []
+
+
+def startup_row(row: Row) -> Row:
+    STARTUP.append(row)
+    return row
+
+
+def _alternating(bench: Bench, steps: list[tuple[str, Callable[[], float]]], key: str = "hello") -> Samples:
+    """One sample of each system, in forward order one call and backward the next (ABBA):
+    neither side always runs right after the other. A peer that cannot run the
+    workload (a Python subset) is noted and left out of the row from then on."""
+    bench.flip = not bench.flip
+    out: Samples = {}
+    for label, step in steps if bench.flip else reversed(steps):
+        try:
+            out[label] = step()
+        except PeerError as exc:
+            bench.unsupported.add((label, key))
+            bench.notes.append(f"{label}: {key}: not supported ({exc})")
+    return out
+
+
+def _peer_steps(bench: Bench, source: str, key: str) -> list[tuple[str, Callable[[], float]]]:
+    steps: list[tuple[str, Callable[[], float]]] = []
+    for peer in bench.peers:
+        if (peer.label, key) in bench.unsupported or not bench.peer_due(peer):
+            continue
+
+        def step(peer: Peer = peer) -> float:
+            return peer.sample(source)
+
+        steps.append((peer.label, step))
+    return steps
+
+
+def _fresh_hello(bench: Bench) -> Samples:
+    return _alternating(bench, [
+        (InProcess.label, lambda: bench.inproc.sample(HELLO)),
+        (Native.label, lambda: bench.native.sample(HELLO)),
+        *_peer_steps(bench, HELLO, "hello"),
+    ])
+
+
+def _http_hello(bench: Bench) -> Samples:
+    return _alternating(bench, [
+        ("wasmrun, HTTP keep-alive", lambda: bench.http.sample(HELLO)),
+        (Native.label, lambda: bench.native.sample(HELLO)),
+    ])
+
+
+def _agent_pace(bench: Bench) -> Samples:
+    """As the held-out bar does: a gap of 50-200 ms before each call, with native
+    `python3 -I -S` spawns running in it (other processes busy on the machine)."""
+    gap = bench.rng.uniform(0.05, 0.2)
+    start = time.perf_counter()
+    native = bench.native.sample(HELLO)
+    time.sleep(max(0.0, gap - (time.perf_counter() - start)))
+    return {"wasmrun, HTTP, 50-200 ms gaps": bench.http.sample(HELLO), Native.label: native}
+
+
+def text_stats_request() -> RunRequest:
+    skill = MountedSkill("text.stats", str(BUNDLED_SKILLS / "text.stats"), "code/main.py")
+    args = {"text": "One fish. Two fish. Red fish, blue fish. " * 5}
+    return RunRequest(kind="skill", skill=skill.name, skills=[skill], args_json=json.dumps(args).encode())
+
+
+def _skill_run(bench: Bench) -> Samples:
+    args = {"text": "One fish. Two fish. Red fish, blue fish. " * 5}
+    request = text_stats_request()
+    return _alternating(bench, [
+        ("wasmrun, in-process", lambda: bench.inproc.run(request)),
+        ("wasmrun, HTTP keep-alive", lambda: bench.http.timed_call("execute_skill", {"name": "text.stats", "args": args})),
+        ("hello in-process (for scale)", lambda: bench.inproc.sample(HELLO)),
+    ])
+
+
+def _sessions_absent(bench: Bench) -> str | None:
+    from wasmrun.protocol.methods import METHODS
+
+    return None if "create_session" in METHODS else "sessions are not in this build"
+
+
+def _session_resume(bench: Bench) -> Samples:
+    """The next run of a session (its state kept between runs) against a fresh run, over HTTP."""
+    if bench.session_id is None:
+        bench.session_id = str(bench.http.call("create_session", {"language": "python"})["session_id"])
+    params = {"language": "python", "code": as_run_code(HELLO), "session_id": bench.session_id}
+    return _alternating(bench, [
+        ("wasmrun, HTTP, a session's next run", lambda: bench.http.timed_call("run_code", params)),
+        ("wasmrun, HTTP keep-alive", lambda: bench.http.sample(HELLO)),
+    ])
+
+
+def _data_image(bench: Bench) -> Samples:
+    raise NotImplementedError("the data-stack image replaces this entry with its measurement")
+
+
+startup_row(Row("fresh", "startup", "fresh sandbox hello, in-process",
+                "SandboxEngine.run of print('hello') in a fresh instance, against a native spawn and the peers' "
+                "fresh interpreters", _fresh_hello, burst=8))
+startup_row(Row("http", "startup", "hello over HTTP keep-alive",
+                "run_code of print('hello') back to back on one keep-alive connection to `wasmrun serve`",
+                _http_hello, burst=6))
+startup_row(Row("agent", "startup", "hello at an agent's pace",
+                "run_code hello with 50-200 ms gaps, a native python3 -I -S spawn in each gap (busy neighbour)",
+                _agent_pace, burst=4))
+startup_row(Row("skill", "startup", "skill run (execute_skill text.stats)",
+                "the bundled text.stats skill from its skill image, in-process and over HTTP",
+                _skill_run, burst=4, baseline="hello in-process (for scale)"))
+# Absent until their features land: the feature replaces `measure` (and `absent`) here.
+startup_row(Row("data-image", "startup", "hello from the data-stack image",
+                "a run importing pandas from the data-stack image", _data_image,
+                absent=lambda bench: "the data-stack image is not in this build"))
+startup_row(Row("session", "startup", "session resume (next run of a session)",
+                "run_code in a session created once (its state kept between runs), against a fresh run, over HTTP",
+                _session_resume, absent=_sessions_absent, burst=4, baseline="wasmrun, HTTP keep-alive"))
+
+
+def _compute(workload: Workload) -> Callable[[Bench], Samples]:
+    def measure(bench: Bench) -> Samples:
+        source = workload.source(bench.scale)
+        steps: list[tuple[str, Callable[[], float]]] = [
+            (InProcess.label, lambda: bench.inproc.compute(source)),
+            (Native.label, lambda: bench.native.compute(source)),
+        ]
+        for peer in bench.peers:
+            if (peer.label, workload.name) in bench.unsupported or not bench.peer_due(peer, compute=True):
+                continue
+            code = source if peer.times_itself else workload.untimed(bench.scale)
+
+            def step(peer: Peer = peer, code: str = code) -> float:
+                seconds = peer.request(code, fresh=False)
+                # A peer that cannot time itself: its call less its own hello (its start-up).
+                return seconds if peer.times_itself else max(0.0, seconds - bench.peer_hello(peer))
+
+            steps.append((peer.label, step))
+        return _alternating(bench, steps, workload.name)
+    return measure
+
+
+for _w in COMPUTE:
+    COMPUTE_ROWS.append(Row(f"compute:{_w.name}", "compute", _w.name, f"N={_w.n} at full size", _compute(_w), burst=1))
+
+__all__ = ["COMPUTE_ROWS", "STARTUP", "PeerError", "Row", "startup_row"]
