@@ -33,6 +33,7 @@ from typing import Any
 import msgspec
 
 from wasmrun.database import DatabaseError
+from wasmrun.packages import commands as packages_commands
 from wasmrun.settings import Settings
 from wasmrun.tools import FORMATS
 
@@ -145,6 +146,8 @@ def _parser() -> argparse.ArgumentParser:
         "--data-dir", type=Path, help="where blobs and created skills live (WASMRUN_DATA_DIR)"
     )
 
+    packages_commands.add_parser(commands)
+
     tools = commands.add_parser("tools", help="print the LLM tool definitions as one JSON array")
     tools.add_argument("--format", choices=FORMATS, default="jsonschema", help="tool format (default jsonschema)")
     tools.add_argument(
@@ -217,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _warm()
         if args.command == "doctor":
             return _doctor(args)
+        if args.command == "packages":
+            return packages_commands.main(args, Settings.load(data_dir=args.data_dir).data_dir)
         if args.skills_command == "list":
             return _skills_list(args)
         if args.skills_command == "add":

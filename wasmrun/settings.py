@@ -138,6 +138,11 @@ class Settings:
         return self.data_dir / "skill-cache"
 
     @property
+    def package_layer(self) -> Path:
+        """The operator's pure-Python packages for the stdlib guest (wasmrun/packages)."""
+        return self.data_dir / "packages" / "cp311"
+
+    @property
     def blobs_dir(self) -> Path:
         return self.data_dir / "blobs"
 
