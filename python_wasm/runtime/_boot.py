@@ -43,6 +43,8 @@ HOT_MODULES = (
     "string", "struct", "textwrap", "time", "traceback", "types", "typing",
     "unicodedata", "urllib.parse", "uuid", "zoneinfo",
     "runtime", "runtime.blobs", "runtime.log", "runtime.http", "urllib.request",
+    # Many packages ask for their own version at import (operator-added ones under /packages).
+    "importlib.metadata", "zipfile",
 )
 # Codecs that text-reading code names (a CSV's BOM, Latin-1 and Windows
 # exports): looked up at init, so a run's first decode finds them in the
