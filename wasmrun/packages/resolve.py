@@ -75,13 +75,17 @@ class Dist:
 
 def _pip(args: list[str], *, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(
+        proc = subprocess.run(
             [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
             capture_output=True, text=True, timeout=PIP_TIMEOUT, env={**os.environ, **(env or {})},
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
         raise PackageError(f"pip did not finish within {PIP_TIMEOUT:.0f} s") from None
+    if proc.returncode != 0 and "No module named pip" in proc.stderr:
+        raise PackageError(f"`wasmrun packages` runs pip in wasmrun's own Python ({sys.executable}), which has none:"
+                           " install it there (python -m ensurepip)")
+    return proc
 
 
 def _pip_error(proc: subprocess.CompletedProcess[str]) -> str:
