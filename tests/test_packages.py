@@ -157,6 +157,18 @@ def test_unsafe_wheels_refused(tmp_path: Path, members: dict[str, bytes], symlin
     assert not (site / "pkg" / "link").exists()
 
 
+def test_a_file_in_two_wheels_must_be_the_same(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    shared = b"__path__ = __import__('pkgutil').extend_path(__path__, __name__)\n"
+    wheels.unpack(_wheel(tmp_path / "a-1-py3-none-any.whl", {"ns/__init__.py": shared, "ns/a.py": b""}), site)
+    wheels.unpack(_wheel(tmp_path / "b-1-py3-none-any.whl", {"ns/__init__.py": shared, "ns/b.py": b""}), site)
+    assert sorted(p.name for p in (site / "ns").iterdir()) == ["__init__.py", "a.py", "b.py"]
+    with pytest.raises(wheels.UnsafeWheel, match="also in another wheel"):
+        wheels.unpack(_wheel(tmp_path / "c-1-py3-none-any.whl", {"ns/a.py": b"evil = 1"}), site)
+    assert (site / "ns" / "a.py").read_bytes() == b""
+
+
 def test_wheel_scripts_and_data_are_not_installed(tmp_path: Path) -> None:
     wheel = _wheel(tmp_path / "pkg-1-py3-none-any.whl", {
         "pkg/__init__.py": b"", "pkg-1.data/scripts/run": b"#!/bin/sh", "pkg-1.data/purelib/extra.py": b"",

@@ -13,6 +13,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -24,6 +25,7 @@ from wasmrun.blobs.store import BlobStore, FileBlobStore
 from wasmrun.observe.audit import AuditLog
 from wasmrun.observe.metrics import Metrics
 from wasmrun.observe.record import Observers
+from wasmrun.packages import layer as package_layer
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.registry import requirements
@@ -55,7 +57,7 @@ def make_executor(settings: Settings) -> Executor:
     # Here, once, with progress on stderr, rather than in every worker at once.
     precompile()
     # Workers find the operator's package layer (wasmrun/packages) through their environment.
-    os.environ[PACKAGES_ENV] = str(settings.package_layer)
+    os.environ[PACKAGES_ENV] = str(settings.package_layers)
     if settings.blob_store is not None and settings.database_url is not None:
         # Workers read the URLs from their environment, never from their command line
         # (where any local user could read a password).
@@ -70,7 +72,7 @@ def make_executor(settings: Settings) -> Executor:
 def make_local_executor(settings: Settings, blobs: BlobStore) -> Executor:
     """Sandboxes on threads of this process: quicker to start, for one-off runs (`wasmrun run`)."""
     return InProcessExecutor(
-        blobs, slots=settings.workers, queue_timeout=settings.queue_timeout, packages=settings.package_layer
+        blobs, slots=settings.workers, queue_timeout=settings.queue_timeout, packages=settings.package_layers
     )
 
 
@@ -80,7 +82,7 @@ def open_registry(settings: Settings) -> DirectoryRegistry:
     in the shared database with --database-url, else under the data folder."""
     settings.installed_skills.mkdir(parents=True, exist_ok=True)
     if settings.database_url is None:
-        registry = DirectoryRegistry(settings.operator_skill_dirs, settings.skills_home, settings.package_layer)
+        registry = DirectoryRegistry(settings.operator_skill_dirs, settings.skills_home, served_layer(settings))
         warn_missing_packages(registry, settings)
         return registry
     from wasmrun.database.connection import Database
@@ -98,10 +100,15 @@ def open_registry(settings: Settings) -> DirectoryRegistry:
     )
 
 
+def served_layer(settings: Settings) -> Path:
+    """The package layer of the guest image this server runs (the stdlib image's Python)."""
+    return package_layer.tag_root(settings.data_dir, package_layer.DEFAULT_TAG)
+
+
 def warn_missing_packages(registry: DirectoryRegistry, settings: Settings) -> None:
     """Folder skills load whatever they declare; a missing package is said once, at start."""
     for skill in registry.skills():
-        wanted = requirements.missing(skill.manifest, settings.package_layer)
+        wanted = requirements.missing(skill.manifest, served_layer(settings))
         if wanted:
             logging.getLogger("wasmrun").warning("%s", requirements.missing_message(skill.manifest.name, wanted))
 

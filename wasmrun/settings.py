@@ -138,9 +138,9 @@ class Settings:
         return self.data_dir / "skill-cache"
 
     @property
-    def package_layer(self) -> Path:
-        """The operator's pure-Python packages for the stdlib guest (wasmrun/packages)."""
-        return self.data_dir / "packages" / "cp311"
+    def package_layers(self) -> Path:
+        """The operator's pure-Python packages, a layer per guest Python (wasmrun/packages)."""
+        return self.data_dir / "packages"
 
     @property
     def blobs_dir(self) -> Path:

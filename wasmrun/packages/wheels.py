@@ -83,7 +83,13 @@ def unpack(wheel: Path, site: Path) -> None:
                 raise UnsafeWheel(f"{shown}: {member.filename[:100]!r} is native code")
             path = site.joinpath(*target.parts)
             path.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(member) as src, open(path, "xb") as dst:  # "x": two wheels never share a file
+            if path.exists():
+                # Old-style namespace packages (zope, backports) ship the same
+                # __init__.py in several wheels; anything else is a clash.
+                if path.is_file() and path.read_bytes() == zf.read(member):
+                    continue
+                raise UnsafeWheel(f"{shown}: {target.as_posix()[:100]!r} is also in another wheel, with other content")
+            with zf.open(member) as src, open(path, "xb") as dst:
                 while chunk := src.read(1 << 20):
                     dst.write(chunk)
             os.chmod(path, 0o444)

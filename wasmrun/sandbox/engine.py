@@ -142,7 +142,7 @@ class SandboxEngine:
     ) -> None:
         self.guest = guest or guest_build.ready_guest()
         # The operator's package layer for this guest's Python (wasmrun/packages), if any.
-        self.packages = PackageLayer.for_engine(packages)
+        self.packages = PackageLayer.for_engine(packages, self.guest.python_tag)
         if not self.guest.packaged:
             guest_build.mark_used(self.guest.folder)
         self.blobs = blobs

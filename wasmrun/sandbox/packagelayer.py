@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-ENV = "WASMRUN_PACKAGES"  # how a server tells its worker processes where the layer is
+ENV = "WASMRUN_PACKAGES"  # how a server tells its worker processes where the layers are
 VERSION = re.compile(r"v-[0-9a-z_-]+", re.ASCII)
 
 
@@ -25,10 +25,12 @@ class PackageLayer:
         self.root = root  # <data_dir>/packages/<tag>; None: no layer
 
     @classmethod
-    def for_engine(cls, root: Path | None) -> PackageLayer:
-        if root is None and os.environ.get(ENV):
-            root = Path(os.environ[ENV])
-        return cls(root)
+    def for_engine(cls, layers: Path | None, python_tag: str) -> PackageLayer:
+        """The layer for a guest of `python_tag` under `layers` (<data_dir>/packages,
+        else the server's WASMRUN_PACKAGES); none without either."""
+        if layers is None and os.environ.get(ENV):
+            layers = Path(os.environ[ENV])
+        return cls(layers / python_tag if layers is not None else None)
 
     def current(self) -> Path | None:
         """The published version's folder, None without one."""
