@@ -288,3 +288,12 @@ def test_folder_skill_missing_packages_warns_at_start(tmp_path: Path) -> None:
     err = live.stop()
     assert "skill needs.pkg requires packages this server does not have: not-installed-pkg-xyz" in err
     assert "defusedxml, other-missing-pkg" in err and "wasmrun packages add defusedxml other-missing-pkg" in err
+
+
+def test_doctor_names_the_layer(data_dir: Path) -> None:
+    report = subprocess.run(
+        [sys.executable, "-m", "wasmrun", "doctor", "--data-dir", str(data_dir)],
+        env=wasmrun_env(), capture_output=True, text=True, timeout=300,
+    )
+    line = next(line for line in report.stdout.splitlines() if line.startswith("packages cp311"))
+    assert "defusedxml==" in line and "pyyaml==" in line, report.stdout
