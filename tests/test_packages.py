@@ -4,6 +4,7 @@ against the real package index and real servers."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -200,6 +201,16 @@ def test_change_seen_by_running_server_without_restart(tmp_path: Path) -> None:
 def test_remove_of_a_package_never_added_is_refused(data_dir: Path) -> None:
     refused = packages(data_dir, "remove", "six-not-added")
     assert refused.returncode == 2 and "six-not-added" in refused.stderr
+    dependency = next(line for line in packages(data_dir, "list").stdout.splitlines() if "(dependency)" in line)
+    refused = packages(data_dir, "remove", dependency.split("==")[0])
+    assert refused.returncode == 2 and "installed as a dependency" in refused.stderr
+
+
+def test_dependency_tree_is_bounded(tmp_path: Path) -> None:
+    refused = packages(tmp_path, "add", "--max-packages", "1", "python-dateutil")
+    assert refused.returncode == 2
+    assert re.search(r"need [0-9]+ packages with their dependencies; at most 1 are allowed", refused.stderr), refused.stderr
+    assert layer.current(layer.tag_root(tmp_path, layer.DEFAULT_TAG)) is None
 
 
 def test_concurrent_adds_on_one_data_dir_both_land(tmp_path: Path) -> None:

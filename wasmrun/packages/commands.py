@@ -16,6 +16,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub = packages.add_subparsers(dest="packages_command", required=True)
     add = sub.add_parser("add", help="resolve NAME... and their dependencies with pip and add them to the layer")
     add.add_argument("names", nargs="+", metavar="NAME", help="a package name or specifier, e.g. 'tabulate>=0.9'")
+    add.add_argument(
+        "--max-packages", type=int, default=resolve.MAX_PACKAGES, metavar="N",
+        help=f"refuse a layer of more than N packages, dependencies included (default {resolve.MAX_PACKAGES})",
+    )
     listing = sub.add_parser("list", help="the packages in the layer")
     remove = sub.add_parser("remove", help="remove NAME... (and dependencies only they needed) from the layer")
     remove.add_argument("names", nargs="+", metavar="NAME")
@@ -36,7 +40,7 @@ def main(args: argparse.Namespace, data_dir: Path) -> int:
         if args.packages_command == "list":
             return _list(data_dir, args.python)
         if args.packages_command == "add":
-            info = layer.add(data_dir, args.names, args.python, say=_say)
+            info = layer.add(data_dir, args.names, args.python, say=_say, max_packages=args.max_packages)
         else:
             info = layer.remove(data_dir, args.names, args.python, say=_say)
     except (names.RequirementRefused, resolve.PackageError, wheels.UnsafeWheel) as exc:

@@ -98,7 +98,7 @@ def _locked(root: Path, say: Say | None = None) -> Iterator[None]:
         yield
 
 
-def _build(root: Path, tag: str, requested: list[str], say: Say | None) -> Path:
+def _build(root: Path, tag: str, requested: list[str], say: Say | None, max_packages: int) -> Path:
     python = python_of(tag)
     staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
     work = Path(tempfile.mkdtemp(prefix=".work-", dir=root))
@@ -109,7 +109,7 @@ def _build(root: Path, tag: str, requested: list[str], say: Say | None) -> Path:
         if requested:
             if say is not None:
                 say(f"resolving {' '.join(requested)}")
-            dists = resolve.resolve(requested, work)
+            dists = resolve.resolve(requested, work, max_packages)
             for wheel in resolve.fetch(dists, python, work / "wheels"):
                 wheels.unpack(wheel, site)
         bytecode = python == sys.version_info[:2]
@@ -148,19 +148,25 @@ def _sweep(root: Path, keep: set[str]) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _change(data_dir: Path, tag: str, edit: Callable[[list[str]], list[str]], say: Say | None) -> LayerInfo:
+def _change(
+    data_dir: Path, tag: str, edit: Callable[[list[str]], list[str]], say: Say | None,
+    max_packages: int = resolve.MAX_PACKAGES,
+) -> LayerInfo:
     root = tag_root(data_dir, tag)
     with _locked(root, say):
         published = current(root)
         _sweep(root, keep={published.name} if published is not None else set())
         before = read_info(root)
         requested = edit(list(before.requested) if before else [])
-        folder = _build(root, tag, requested, say)
+        folder = _build(root, tag, requested, say, max_packages)
         _publish(root, folder)
         return msgspec.json.decode((folder / INFO).read_bytes(), type=LayerInfo)
 
 
-def add(data_dir: Path, requirements: list[str], tag: str = DEFAULT_TAG, say: Say | None = None) -> LayerInfo:
+def add(
+    data_dir: Path, requirements: list[str], tag: str = DEFAULT_TAG, say: Say | None = None,
+    max_packages: int = resolve.MAX_PACKAGES,
+) -> LayerInfo:
     """Add `requirements` (replacing an earlier line for the same package) and publish."""
     parsed = names.parse_all(requirements)
 
@@ -169,7 +175,7 @@ def add(data_dir: Path, requirements: list[str], tag: str = DEFAULT_TAG, say: Sa
         kept = [r for r in requested if names.canonical(names.parse(r).name) not in new]
         return kept + [str(r) for r in parsed]
 
-    return _change(data_dir, tag, edit, say)
+    return _change(data_dir, tag, edit, say, max_packages)
 
 
 def remove(data_dir: Path, packages: list[str], tag: str = DEFAULT_TAG, say: Say | None = None) -> LayerInfo:
@@ -180,7 +186,10 @@ def remove(data_dir: Path, packages: list[str], tag: str = DEFAULT_TAG, say: Say
     asked = {names.canonical(names.parse(r).name) for r in (info.requested if info else [])}
     missing = sorted(gone - asked)
     if missing:
-        raise resolve.PackageError(f"not added with `wasmrun packages add`: {', '.join(missing)}")
+        installed = {p.name for p in info.packages} if info else set()
+        deps = [name for name in missing if name in installed]
+        why = f" ({', '.join(deps)}: installed as a dependency of an added package)" if deps else ""
+        raise resolve.PackageError(f"not added with `wasmrun packages add`: {', '.join(missing)}{why}")
     return _change(
         data_dir, tag,
         lambda requested: [r for r in requested if names.canonical(names.parse(r).name) not in gone], say,

@@ -106,8 +106,8 @@ def _active_requires(metadata: dict[str, Any]) -> list[str]:
     return names
 
 
-def resolve(requirements: list[str], work: Path) -> list[Dist]:
-    """Every distribution `requirements` need, as pip resolves them now."""
+def resolve(requirements: list[str], work: Path, max_packages: int = MAX_PACKAGES) -> list[Dist]:
+    """Every distribution `requirements` need, as pip resolves them now (at most `max_packages`)."""
     report = work / "report.json"
     proc = _pip([
         "install", "--dry-run", "--ignore-installed", "--quiet", "--prefer-binary",
@@ -116,8 +116,11 @@ def resolve(requirements: list[str], work: Path) -> list[Dist]:
     if proc.returncode != 0:
         raise PackageError(f"pip could not resolve {' '.join(requirements)}:\n{_pip_error(proc)}")
     items = json.loads(report.read_text())["install"]
-    if len(items) > MAX_PACKAGES:
-        raise PackageError(f"{' '.join(requirements)} need {len(items)} packages; at most {MAX_PACKAGES} are allowed")
+    if len(items) > max_packages:
+        raise PackageError(
+            f"{' '.join(requirements)} need {len(items)} packages with their dependencies;"
+            f" at most {max_packages} are allowed (--max-packages)"
+        )
     return [
         Dist(
             name=canonical(item["metadata"]["name"]),
