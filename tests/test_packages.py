@@ -147,6 +147,7 @@ def _wheel(path: Path, members: dict[str, bytes], symlink: str | None = None) ->
     ({"pkg/__init__.py": b""}, "pkg/link", "symbolic link"),
     ({"pkg/_speedups.cpython-311-x86_64-linux-gnu.so": b"\x7fELF"}, None, "native code"),
     ({"pkg\\..\\..\\evil.py": b""}, None, "malformed"),
+    ({"pkg": b"a file", "pkg/mod.py": b""}, None, "cannot be written"),
 ])
 def test_unsafe_wheels_refused(tmp_path: Path, members: dict[str, bytes], symlink: str | None, why: str) -> None:
     wheel = _wheel(tmp_path / "pkg-1-py3-none-any.whl", members, symlink)

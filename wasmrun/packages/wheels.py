@@ -81,18 +81,24 @@ def unpack(wheel: Path, site: Path) -> None:
                 continue
             if NATIVE_FILE.search(member.filename):
                 raise UnsafeWheel(f"{shown}: {member.filename[:100]!r} is native code")
-            path = site.joinpath(*target.parts)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if path.exists():
-                # Old-style namespace packages (zope, backports) ship the same
-                # __init__.py in several wheels; anything else is a clash.
-                if path.is_file() and path.read_bytes() == zf.read(member):
-                    continue
-                raise UnsafeWheel(f"{shown}: {target.as_posix()[:100]!r} is also in another wheel, with other content")
-            with zf.open(member) as src, open(path, "xb") as dst:
-                while chunk := src.read(1 << 20):
-                    dst.write(chunk)
-            os.chmod(path, 0o444)
+            try:
+                _write(zf, member, site.joinpath(*target.parts), shown)
+            except OSError as exc:  # a member whose folder is another member's file, ...
+                raise UnsafeWheel(f"{shown}: {target.as_posix()[:100]!r} cannot be written ({exc.strerror})") from None
+
+
+def _write(zf: zipfile.ZipFile, member: zipfile.ZipInfo, path: Path, shown: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        # Old-style namespace packages (zope, backports) ship the same
+        # __init__.py in several wheels; anything else is a clash.
+        if path.is_file() and path.read_bytes() == zf.read(member):
+            return
+        raise UnsafeWheel(f"{shown}: {member.filename[:100]!r} is also in another wheel, with other content")
+    with zf.open(member) as src, open(path, "xb") as dst:
+        while chunk := src.read(1 << 20):
+            dst.write(chunk)
+    os.chmod(path, 0o444)
 
 
 def compile_bytecode(site: Path, pycache: Path) -> int:
