@@ -18,6 +18,7 @@ import httpx2
 import pytest
 
 from tests.liveserver import LiveServer, wasmrun_env
+from tests.postgres import database_url, postgres_server  # noqa: F401  (fixtures)
 from tests.skillfiles import write_skill
 from wasmrun.packages import layer, wheels
 
@@ -309,3 +310,21 @@ def test_doctor_names_the_layer(data_dir: Path) -> None:
     )
     line = next(line for line in report.stdout.splitlines() if line.startswith("packages cp311"))
     assert "defusedxml==" in line and "pyyaml==" in line, report.stdout
+
+
+def test_shared_registry_refuses_a_skill_whose_packages_are_missing(
+    tmp_path: Path, database_url: str  # noqa: F811
+) -> None:
+    live = LiveServer(tmp_path / "data", "--database-url", database_url)
+    try:
+        manifest = {
+            "name": "user.pkgs.shared_needs", "version": "0.1.0", "description": "Needs a package.",
+            "kind": "action", "runtime": {"language": "python", "entrypoint": "code/main.py"},
+            "packages": {"requires": ["not-installed-pkg-xyz"]},
+        }
+        files = [{"path": "code/main.py", "content": "def main(args):\n    return 1\n"}]
+        answer = rpc(live, "create_skill", {"manifest": manifest, "skill_md": "# x\n", "files": files})
+        assert "wasmrun packages add not-installed-pkg-xyz" in answer["error"]["message"], answer
+        assert "error" in rpc(live, "describe_skill", {"name": "user.pkgs.shared_needs"})  # nothing stored
+    finally:
+        live.stop()

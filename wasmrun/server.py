@@ -94,10 +94,13 @@ def open_registry(settings: Settings) -> DirectoryRegistry:
         from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
 
         objects = ObjectStore(ObjectStoreLocation.parse(settings.blob_store))
-    return PgSkillRegistry(
+    shared = PgSkillRegistry(
         settings.operator_skill_dirs, settings.skills_home, Database(settings.database_url), settings.skill_cache,
         objects, cache_entries=settings.skill_cache_entries, cache_bytes=settings.skill_cache_bytes,
+        package_layer=served_layer(settings),
     )
+    warn_missing_packages(shared, settings)
+    return shared
 
 
 def served_layer(settings: Settings) -> Path:
