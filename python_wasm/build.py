@@ -587,6 +587,9 @@ class Guest:
     base_wasm: Path  # the linked interpreter, not initialised (absent from a packaged guest)
     snapshot_wasm: Path  # the interpreter with `wasmrun_init` already run
     packaged: bool = False  # shipped inside the installed package, not in the build cache
+    # The interpreter's Python as a wheel tag: names its layer of operator-added
+    # packages (<data_dir>/packages/<python_tag>, see wasmrun/packages).
+    python_tag: str = "cp311"
 
     @property
     def folder(self) -> Path:

@@ -38,6 +38,7 @@ import msgspec
 from wasmrun import cli_help, sessioncli
 from wasmrun.bench import command as bench_command
 from wasmrun.database import DatabaseError
+from wasmrun.packages import commands as packages_commands
 from wasmrun.settings import Settings
 from wasmrun.tools import FORMATS
 
@@ -138,6 +139,7 @@ def _parser() -> argparse.ArgumentParser:
     _run_parser(commands)
     sessioncli.add_parser(commands)
     bench_command.add_parser(commands)
+    packages_commands.add_parser(commands)
     _command(
         commands, "warm", "compile the guest to machine code now and cache it, e.g. while building an image"
         " (else the first start does it, about 10-30 s)", "wasmrun warm",
@@ -307,6 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return sessioncli.main(args)
         if args.command == "bench":
             return bench_command.run(args)
+        if args.command == "packages":
+            return packages_commands.main(args, Settings.load(data_dir=args.data_dir).data_dir)
         if args.skills_command == "list":
             return _skills_list(args)
         if args.skills_command == "add":

@@ -125,6 +125,7 @@ def diagnose(settings: Settings) -> Diagnosis:
         _check_compiled(d, guest)
     _check_dirs(d, settings)
     _check_extras(d)
+    _check_packages(d, settings)
     return d
 
 
@@ -170,6 +171,25 @@ def _check_extras(d: Diagnosis) -> None:
                 else f"install it with: pip install 'wasmrun[{name}]'"
             )
             d.notes.append(f"extra {name} is not installed ({', '.join(lacking)} missing): {off}; {how}")
+
+
+def _check_packages(d: Diagnosis, settings: Settings) -> None:
+    """Each guest Python's layer of operator-added packages (wasmrun/packages)."""
+    from wasmrun.packages import layer
+
+    try:
+        layers = sorted(p for p in settings.package_layers.glob("cp3*") if p.is_dir())
+    except OSError:
+        layers = []  # an unusable data dir is said by _check_dirs
+    for root in layers:
+        info = layer.read_info(root)
+        if info is None:
+            d.fact(f"packages {root.name}", "none published")
+            continue
+        listed = ", ".join(f"{p.name}=={p.version}" for p in info.packages if p.requested)
+        d.fact(f"packages {root.name}", f"{len(info.packages)} in {layer.current(root)} ({listed or 'empty'})")
+    if not layers:
+        d.fact("packages", "none added (`wasmrun packages add NAME`)")
 
 
 def _check_guest(d: Diagnosis, guest: guest_build.Guest) -> None:

@@ -13,6 +13,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -25,11 +26,14 @@ from wasmrun.capabilities import facts_of
 from wasmrun.observe.audit import AuditLog
 from wasmrun.observe.metrics import Metrics
 from wasmrun.observe.record import Observers
+from wasmrun.packages import layer as package_layer
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.protocol.sessionstore import SessionStore, session_expired
+from wasmrun.registry import requirements
 from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox.executor import Executor, InProcessExecutor
+from wasmrun.sandbox.packagelayer import ENV as PACKAGES_ENV
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
 from wasmrun.settings import Settings
 from wasmrun.tenants.caller import LOCAL_TENANT, local_caller
@@ -54,6 +58,8 @@ def make_executor(settings: Settings) -> Executor:
 
     # Here, once, with progress on stderr, rather than in every worker at once.
     precompile()
+    # Workers find the operator's package layer (wasmrun/packages) through their environment.
+    os.environ[PACKAGES_ENV] = str(settings.package_layers)
     if settings.blob_store is not None and settings.database_url is not None:
         # Workers read the URLs from their environment, never from their command line
         # (where any local user could read a password).
@@ -67,7 +73,9 @@ def make_executor(settings: Settings) -> Executor:
 
 def make_local_executor(settings: Settings, blobs: BlobStore) -> Executor:
     """Sandboxes on threads of this process: quicker to start, for one-off runs (`wasmrun run`)."""
-    return InProcessExecutor(blobs, slots=settings.workers, queue_timeout=settings.queue_timeout)
+    return InProcessExecutor(
+        blobs, slots=settings.workers, queue_timeout=settings.queue_timeout, packages=settings.package_layers
+    )
 
 
 def open_registry(settings: Settings) -> DirectoryRegistry:
@@ -76,7 +84,9 @@ def open_registry(settings: Settings) -> DirectoryRegistry:
     in the shared database with --database-url, else under the data folder."""
     settings.installed_skills.mkdir(parents=True, exist_ok=True)
     if settings.database_url is None:
-        return DirectoryRegistry(settings.operator_skill_dirs, settings.skills_home)
+        registry = DirectoryRegistry(settings.operator_skill_dirs, settings.skills_home, served_layer(settings))
+        warn_missing_packages(registry, settings)
+        return registry
     from wasmrun.database.connection import Database
     from wasmrun.database.skills import PgSkillRegistry
 
@@ -86,10 +96,26 @@ def open_registry(settings: Settings) -> DirectoryRegistry:
         from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
 
         objects = ObjectStore(ObjectStoreLocation.parse(settings.blob_store))
-    return PgSkillRegistry(
+    shared = PgSkillRegistry(
         settings.operator_skill_dirs, settings.skills_home, Database(settings.database_url), settings.skill_cache,
         objects, cache_entries=settings.skill_cache_entries, cache_bytes=settings.skill_cache_bytes,
+        package_layer=served_layer(settings),
     )
+    warn_missing_packages(shared, settings)
+    return shared
+
+
+def served_layer(settings: Settings) -> Path:
+    """The package layer of the guest image this server runs (the stdlib image's Python)."""
+    return package_layer.tag_root(settings.data_dir, package_layer.DEFAULT_TAG)
+
+
+def warn_missing_packages(registry: DirectoryRegistry, settings: Settings) -> None:
+    """Folder skills load whatever they declare; a missing package is said once, at start."""
+    for skill in registry.skills():
+        wanted = requirements.missing(skill.manifest, served_layer(settings))
+        if wanted:
+            logging.getLogger("wasmrun").warning("%s", requirements.missing_message(skill.manifest.name, wanted))
 
 
 def build_context(

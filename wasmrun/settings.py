@@ -143,6 +143,11 @@ class Settings:
         return self.data_dir / "skill-cache"
 
     @property
+    def package_layers(self) -> Path:
+        """The operator's pure-Python packages, a layer per guest Python (wasmrun/packages)."""
+        return self.data_dir / "packages"
+
+    @property
     def blobs_dir(self) -> Path:
         return self.data_dir / "blobs"
 

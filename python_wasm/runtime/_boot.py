@@ -43,6 +43,8 @@ HOT_MODULES = (
     "string", "struct", "textwrap", "time", "traceback", "types", "typing",
     "unicodedata", "urllib.parse", "uuid", "zoneinfo",
     "runtime", "runtime._contract", "runtime.blobs", "runtime.log", "runtime.http", "urllib.request",
+    # Many packages ask for their own version at import (operator-added ones under /packages).
+    "importlib.metadata", "zipfile",
 )
 # Codecs that text-reading code names (a CSV's BOM, Latin-1 and Windows
 # exports): looked up at init, so a run's first decode finds them in the
@@ -131,10 +133,19 @@ HINT_NO_NETWORK = (
     " otherwise pass data in through args or input_blobs"
 )
 HINT_THIRD_PARTY = (
-    "hint: the sandbox has the Python standard library and the skills mounted in this run only"
-    " (no pip install); import a mounted skill as `skills.<name>` after listing it in"
-    " run_code's mount_skills, or write the code yourself with the standard library"
+    "hint: {module!r} is not installed in this sandbox, which has the Python standard library, the"
+    " packages its operator added and the skills mounted in this run (no pip install from a run)."
+    " If it is a pure-Python package, the server's operator can add it with"
+    " `wasmrun packages add {package}`; otherwise write the code with the standard library."
+    " A mounted skill is imported as `skills.<name>` after listing it in run_code's mount_skills"
 )
+# Import names whose distribution on the package index is named otherwise.
+_DISTRIBUTIONS = {
+    "yaml": "PyYAML", "dateutil": "python-dateutil", "PIL": "Pillow", "sklearn": "scikit-learn",
+    "bs4": "beautifulsoup4", "docx": "python-docx", "pptx": "python-pptx", "cv2": "opencv-python",
+    "dotenv": "python-dotenv", "jwt": "PyJWT", "magic": "python-magic", "Crypto": "pycryptodome",
+    "attr": "attrs", "google.protobuf": "protobuf", "fitz": "PyMuPDF", "OpenSSL": "pyOpenSSL",
+}
 HINT_SKILL_NOT_MOUNTED = (
     "hint: a skill is importable as skills.<name> only in a run that mounts it:"
     " list it in run_code's mount_skills (list_skills shows the names)"
@@ -167,7 +178,7 @@ def _hint(exc: BaseException) -> str | None:
         if top == _skills.ROOT:
             return HINT_SKILL_NOT_MOUNTED
         if top not in sys.stdlib_module_names:
-            return HINT_THIRD_PARTY
+            return HINT_THIRD_PARTY.format(module=top, package=_DISTRIBUTIONS.get(top, top))
         return None
     if isinstance(exc, runtime.blobs.BlobNotFound):
         return HINT_BLOB.format(blob=exc.args[0] if exc.args else "the blob id")

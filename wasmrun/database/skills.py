@@ -104,13 +104,14 @@ class PgSkillRegistry(DirectoryRegistry):
         self, read_only: Sequence[Path], writable: Path, database: Database, cache: Path,
         objects: ObjectStore | None = None, *,
         cache_entries: int = DEFAULT_MAX_ENTRIES, cache_bytes: int = DEFAULT_MAX_BYTES,
+        package_layer: Path | None = None,
     ) -> None:
         self.database = database
         self.cache = SkillCache(cache, cache_entries, cache_bytes)
         self.objects = objects
         self._loaded: OrderedDict[str, Skill] = OrderedDict()  # sha256 -> the skill (owner None)
         self._loaded_lock = threading.Lock()
-        super().__init__(read_only, writable)
+        super().__init__(read_only, writable, package_layer)
         self._fill_listing_columns()
         self._move_bundles_to_store()
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from wasmrun.registry.manifest import SEMVER, Manifest
+from wasmrun.registry.manifest import SEMVER, Manifest, Packages, package_problems
 
 AGENT_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 MAX_AGENT_NAME = 64
@@ -70,6 +70,8 @@ def frontmatter_problems(meta: dict[str, Any], folder_name: str) -> list[str]:
         problems.append("frontmatter `metadata` must map strings to strings")
     if "allowed-tools" in meta and not isinstance(meta["allowed-tools"], str):
         problems.append("frontmatter `allowed-tools` must be a string (space-separated tool names)")
+    if isinstance(metadata, dict) and isinstance(metadata.get("requires-packages"), str):
+        problems += [f"metadata.requires-{p}" for p in package_problems(metadata["requires-packages"].split())]
     return problems
 
 
@@ -109,7 +111,12 @@ def derived_manifest(meta: dict[str, Any]) -> tuple[Manifest, dict[str, Any]]:
         "description": meta["description"],
         "kind": "instruction",
     }
-    manifest = Manifest(name=raw["name"], version=version, description=raw["description"], kind="instruction")
+    # `metadata.requires-packages`: space-separated package names (metadata values are strings).
+    requires = metadata.get("requires-packages", "").split()
+    manifest = Manifest(
+        name=raw["name"], version=version, description=raw["description"], kind="instruction",
+        packages=Packages(requires=requires),
+    )
     # Not a skill.toml key: says where the skill came from and its own name.
     raw["agent_skill"] = {"name": meta["name"], "format": "Agent Skills (SKILL.md)"}
     return manifest, raw

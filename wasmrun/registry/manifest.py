@@ -59,6 +59,11 @@ class Permissions(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     secrets: list[str] = []
 
 
+class Packages(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    # PEP 508 names/specifiers the skill imports, added by the operator with `wasmrun packages add`.
+    requires: list[str] = []
+
+
 class Manifest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     name: str
     version: str
@@ -69,6 +74,7 @@ class Manifest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     runtime: Runtime | None = None
     inputs: dict[str, dict[str, Any]] = {}
     permissions: Permissions = Permissions()
+    packages: Packages = Packages()
 
     @property
     def effective_namespace(self) -> str:
@@ -117,6 +123,7 @@ def validate_manifest(data: Any) -> Manifest:
         problems.append("an action skill needs a [runtime] table (language, entrypoint, export)")
     if manifest.runtime is not None:
         problems.extend(_runtime_problems(manifest.runtime))
+    problems += package_problems(manifest.packages.requires)
     for secret in manifest.permissions.secrets:
         if not SECRET_NAME.fullmatch(secret):
             problems.append(f"permissions.secrets: {shown(secret)} is not a valid environment variable name")
@@ -150,6 +157,20 @@ def _runtime_problems(runtime: Runtime) -> list[str]:
         )
     if not IDENTIFIER.fullmatch(runtime.export):
         problems.append(f"runtime.export {shown(runtime.export)} must be a Python identifier")
+    return problems
+
+
+def package_problems(requires: list[str]) -> list[str]:
+    from wasmrun.packages.names import MAX_REQUIREMENTS, RequirementRefused, parse
+
+    if len(requires) > MAX_REQUIREMENTS:
+        return [f"packages.requires: at most {MAX_REQUIREMENTS} packages"]
+    problems = []
+    for i, text in enumerate(requires):
+        try:
+            parse(text)
+        except RequirementRefused as exc:
+            problems.append(f"packages.requires[{i}]: {exc}")
     return problems
 
 

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple, Protocol
 import tomli
 
 from wasmrun.durable import atomic_write, fsync_dir, fsync_tree
-from wasmrun.registry import agentskills, tomlwriter
+from wasmrun.registry import agentskills, requirements, tomlwriter
 from wasmrun.registry.errors import (
     InvalidSkillFiles,
     SkillAlreadyExists,
@@ -507,8 +507,9 @@ def _is_file(path: Path) -> bool:
 
 
 class DirectoryRegistry:
-    def __init__(self, read_only: Sequence[Path], writable: Path) -> None:
+    def __init__(self, read_only: Sequence[Path], writable: Path, package_layer: Path | None = None) -> None:
         self.read_only = [Path(p) for p in read_only]
+        self.package_layer = package_layer  # the operator's packages (wasmrun/packages); create_skill checks them
         self.writable = Path(writable)
         self.writable.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -730,6 +731,9 @@ class DirectoryRegistry:
         except ManifestError as exc:
             raise InvalidSkillFiles(f"invalid manifest: {exc}", field="manifest", problems=exc.problems) from None
         self._check_name(parsed.name)
+        wanted = requirements.missing(parsed, self.package_layer)
+        if wanted:
+            raise InvalidSkillFiles(requirements.missing_message(parsed.name, wanted), field="manifest")
         key: SkillKey = (owner, parsed.name, parsed.version)
         if key in self._index:
             raise SkillAlreadyExists(f"skill {parsed.name} {parsed.version} already exists", field="manifest")

@@ -37,6 +37,7 @@ from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply, release_pages
 from wasmrun.sandbox.limits import CEILING_LIMITS, Limits
 from wasmrun.sandbox.outstream import OutputSink, OutputStream
+from wasmrun.sandbox.packagelayer import PackageLayer
 from wasmrun.sandbox.skillimages import NoBlobs, SkillImage, SkillImages, image_key, memory_view, single_skill
 from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage, host_failure
 from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs, define_guarded_wasi
@@ -172,8 +173,11 @@ class SandboxEngine:
         blobs: BlobAccess,
         guest: guest_build.Guest | None = None,
         workspace_root: Path | None = None,
+        packages: Path | None = None,
     ) -> None:
         self.guest = guest or guest_build.ready_guest()
+        # The operator's package layer for this guest's Python (wasmrun/packages), if any.
+        self.packages = PackageLayer.for_engine(packages, self.guest.python_tag)
         if not self.guest.packaged:
             guest_build.mark_used(self.guest.folder)
         self.blobs = blobs
@@ -199,7 +203,7 @@ class SandboxEngine:
         # (Images are only made after runs: the supply exists by then.)
         self.skill_images = SkillImages(
             self._make_image, on_change=lambda: self._supply.wake(),
-            key_of=lambda skill: image_key(self.guest.key, skill),
+            key_of=lambda skill: image_key(self.guest.key + self.packages.version(), skill),
         )
         self._supply = InstanceSupply(
             self._new_instance, self._dirs, self._learn_hot_pages(),
@@ -242,7 +246,7 @@ class SandboxEngine:
 
     # -- one run --------------------------------------------------------------
 
-    def _guest_request(self, request: RunRequest) -> bytes:
+    def _guest_request(self, request: RunRequest, packages: Path | None) -> bytes:
         skills = {
             s.name: f"{SKILLS_ROOT}/{s.name}/{s.entrypoint}"
             for s in request.skills
@@ -251,6 +255,8 @@ class SandboxEngine:
         sys_path = []
         if request.kind == "skill" and request.skill in skills:
             sys_path.append(skills[request.skill].rsplit("/", 1)[0])
+        if packages is not None:
+            sys_path.append(PackageLayer.GUEST_SITE)
         return _guest_request_encoder.encode(GuestRequest(
             kind=request.kind,
             code=request.code,
@@ -265,7 +271,8 @@ class SandboxEngine:
         ))
 
     def _wasi(
-        self, request: RunRequest, workspace: Workspace, bytecode: dict[str, Path], bytecode_writable: bool
+        self, request: RunRequest, workspace: Workspace, bytecode: dict[str, Path], bytecode_writable: bool,
+        packages: Path | None,
     ) -> tuple[wasmtime.WasiConfig, frozenset[int]]:
         """The run's WASI config, and the fds of its preopens that cannot hold a
         FIFO or device (every one but the skills': ours, or made through WASI,
@@ -286,6 +293,9 @@ class SandboxEngine:
             preopen(skill.root, f"{SKILLS_ROOT}/{skill.name}", mutable=False, may_hold_specials=True)
         for name, folder in bytecode.items():
             preopen(str(folder), bytecode_guest_dir(name), mutable=bytecode_writable)
+        layer_mounts = PackageLayer.mounts(packages)
+        for host, guest in layer_mounts:
+            preopen(host, guest, mutable=False)
         preopen(str(workspace.path), WORKSPACE, mutable=True)
         preopen(str(workspace.tmp), TMP, mutable=True)
         if request.input_blobs:  # each preopen costs every run a little
@@ -296,6 +306,7 @@ class SandboxEngine:
             SKILLS_ROOT,
             *(f"{SKILLS_ROOT}/{skill.name}" for skill in request.skills),
             *(bytecode_guest_dir(name) for name in bytecode),
+            *(guest for _, guest in layer_mounts),
             WORKSPACE,
             TMP,
             *((BLOBS,) if request.input_blobs else ()),
@@ -364,7 +375,7 @@ class SandboxEngine:
             # imports for itself (a skill may read them at import).
             no_network = request.network is None or not request.network.granted
             skill = single_skill(request.skills) if not request.env and no_network else None
-            key = image_key(self.guest.key, skill) if skill is not None else None
+            key = image_key(self.guest.key + self.packages.version(), skill) if skill is not None else None
             image = self.skill_images.get(key) if key is not None else None
             if image is not None and image.memory_bytes > request.limits.memory_bytes:
                 image = None  # the import alone would not fit this run's memory limit
@@ -467,6 +478,7 @@ class SandboxEngine:
     ) -> tuple[RunResult, Workspace]:
         run_id = request.run_id or new_run_id()
         limits = request.limits
+        packages = self.packages.current()  # read per run: `packages add` needs no restart
         root = workspace_root or self._dirs.take()
         workspace = Workspace(root, limits.workspace_bytes, limits.workspace_files, self._dirs.block)
         if workspace_root is not None:  # a session's folders: what they hold counts from the start
@@ -474,7 +486,7 @@ class SandboxEngine:
         if request.input_blobs:
             self._place_input_blobs(request.input_blobs, workspace.blobs, request.owner)
         ctx = RunContext(
-            run_id, self._guest_request(request), limits, blobs or self.blobs, request.input_blobs, workspace, self._io,
+            run_id, self._guest_request(request, packages), limits, blobs or self.blobs, request.input_blobs, workspace, self._io,
             egress=EgressSession(request.network) if request.network is not None else None,
             owner=request.owner, blob_quota=request.blob_quota,
             stream=OutputStream(on_output, limits.output_bytes, _redactor(request)) if on_output is not None else None,
@@ -485,7 +497,7 @@ class SandboxEngine:
         try:
             store.set_limits(memory_size=limits.memory_bytes)
             Watchdog.arm(store)
-            wasi, plain_fds = self._wasi(request, workspace, bytecode or {}, bytecode_writable)
+            wasi, plain_fds = self._wasi(request, workspace, bytecode or {}, bytecode_writable, packages)
             ctx.plain_fds = set(plain_fds)
             store.set_wasi(wasi)
             io = self._io

@@ -96,10 +96,11 @@ class InProcessExecutor:
         slots: int = 1,
         queue_timeout: float = 5.0,
         workspace_root: Path | None = None,
+        packages: Path | None = None,
     ) -> None:
         from wasmrun.sandbox.engine import SandboxEngine
 
-        self.engine = SandboxEngine(blobs, workspace_root=workspace_root)
+        self.engine = SandboxEngine(blobs, workspace_root=workspace_root, packages=packages)
         self._slots = _Slots(slots, queue_timeout)
         self.background = BackgroundTotals()
 

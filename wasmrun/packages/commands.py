@@ -1,0 +1,57 @@
+"""`wasmrun packages add|list|remove`: the operator's side of the package layer."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from wasmrun.packages import layer, names, resolve, wheels
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    packages = commands.add_parser(
+        "packages", help="pure-Python packages every run can import (a read-only layer in the data dir)"
+    )
+    sub = packages.add_subparsers(dest="packages_command", required=True)
+    add = sub.add_parser("add", help="resolve NAME... and their dependencies with pip and add them to the layer")
+    add.add_argument("names", nargs="+", metavar="NAME", help="a package name or specifier, e.g. 'tabulate>=0.9'")
+    add.add_argument(
+        "--max-packages", type=int, default=resolve.MAX_PACKAGES, metavar="N",
+        help=f"refuse a layer of more than N packages, dependencies included (default {resolve.MAX_PACKAGES})",
+    )
+    listing = sub.add_parser("list", help="the packages in the layer")
+    remove = sub.add_parser("remove", help="remove NAME... (and dependencies only they needed) from the layer")
+    remove.add_argument("names", nargs="+", metavar="NAME")
+    for parser in (add, listing, remove):
+        parser.add_argument("--data-dir", type=Path, help="the server's data dir (WASMRUN_DATA_DIR)")
+        parser.add_argument(
+            "--python", default=layer.DEFAULT_TAG, metavar="TAG",
+            help=f"the guest Python whose layer to change (default {layer.DEFAULT_TAG}, the stdlib image)",
+        )
+
+
+def _say(message: str) -> None:
+    print(f"wasmrun: {message}", file=sys.stderr)
+
+
+def main(args: argparse.Namespace, data_dir: Path) -> int:
+    try:
+        if args.packages_command == "list":
+            return _list(data_dir, args.python)
+        if args.packages_command == "add":
+            info = layer.add(data_dir, args.names, args.python, say=_say, max_packages=args.max_packages)
+        else:
+            info = layer.remove(data_dir, args.names, args.python, say=_say)
+    except (names.RequirementRefused, resolve.PackageError, wheels.UnsafeWheel) as exc:
+        print(f"wasmrun: {exc}", file=sys.stderr)
+        return 2
+    _say(f"layer {args.python}: {len(info.packages)} packages; runs of servers on {data_dir} see it from their next run")
+    return _list(data_dir, args.python)
+
+
+def _list(data_dir: Path, tag: str) -> int:
+    info = layer.read_info(layer.tag_root(data_dir, tag))
+    for package in info.packages if info else []:
+        print(f"{package.name}=={package.version}" + ("" if package.requested else "  (dependency)"))
+    return 0

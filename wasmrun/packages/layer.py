@@ -1,0 +1,196 @@
+"""The package layer of one data dir, per guest Python: built aside, published
+in one rename.
+
+    <data_dir>/packages/<tag>/          tag: the guest's Python, e.g. cp311
+        .lock                           held by `packages add/remove` (one at a time)
+        current -> v-<id>               the published version (a symbolic link)
+        v-<id>/layer.json               what is in it (LayerInfo)
+        v-<id>/site-packages/           mounted read-only at /packages
+        v-<id>/pycache/                 its bytecode, at /pycache/packages
+
+A new version is built in a `.tmp-*` folder, renamed to `v-<id>`, and
+`current` is swapped by renaming a new link over it: a reader sees the old
+layer or the new one, never half of one, and a killed install leaves only a
+`.tmp-*` folder that the next one removes. Servers read `current` at every
+run (one readlink), so a change shows in the next run with no restart. The
+version before the current one is kept for runs still using it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import msgspec
+
+from wasmrun.packages import names, resolve, wheels
+from wasmrun.sandbox.packagelayer import PackageLayer
+
+DEFAULT_TAG = "cp311"  # the stdlib guest (python_wasm/build.py) is CPython 3.11
+TAG = re.compile(r"cp3([0-9]{1,2})", re.ASCII)
+INFO = "layer.json"
+Say = Callable[[str], None]  # progress lines for the operator
+
+
+class Installed(msgspec.Struct, frozen=True):
+    name: str
+    version: str
+    requested: bool
+
+
+class LayerInfo(msgspec.Struct, frozen=True):
+    python: str
+    requested: list[str]  # what the operator asked for, as they wrote it
+    packages: list[Installed]
+    bytecode: bool
+
+
+def python_of(tag: str) -> tuple[int, int]:
+    match = TAG.fullmatch(tag)
+    if match is None:
+        raise resolve.PackageError(f"{tag!r} is not a guest Python tag like {DEFAULT_TAG!r}")
+    return 3, int(match.group(1))
+
+
+def tag_root(data_dir: Path, tag: str) -> Path:
+    python_of(tag)
+    return data_dir / "packages" / tag
+
+
+def current(root: Path) -> Path | None:
+    """The published version's folder, or None (nothing added yet)."""
+    return PackageLayer(root).current()
+
+
+def read_info(root: Path) -> LayerInfo | None:
+    folder = current(root)
+    if folder is None:
+        return None
+    try:
+        return msgspec.json.decode((folder / INFO).read_bytes(), type=LayerInfo)
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
+def installed_names(root: Path) -> frozenset[str]:
+    info = read_info(root)
+    return frozenset(p.name for p in info.packages) if info else frozenset()
+
+
+@contextmanager
+def _locked(root: Path, say: Say | None = None) -> Iterator[None]:
+    root.mkdir(parents=True, exist_ok=True, mode=0o755)
+    with open(root / ".lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if say is not None:
+                say("another `wasmrun packages` command is changing this layer; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _build(root: Path, tag: str, requested: list[str], say: Say | None, max_packages: int) -> Path:
+    python = python_of(tag)
+    staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    work = Path(tempfile.mkdtemp(prefix=".work-", dir=root))
+    try:
+        site = staging / "site-packages"
+        site.mkdir()
+        dists: list[resolve.Dist] = []
+        if requested:
+            if say is not None:
+                say(f"resolving {' '.join(requested)}")
+            dists = resolve.resolve(requested, work, max_packages)
+            for wheel in resolve.fetch(dists, python, work / "wheels"):
+                wheels.unpack(wheel, site)
+        bytecode = python == sys.version_info[:2]
+        if bytecode:
+            wheels.compile_bytecode(site, staging / "pycache")
+        else:
+            (staging / "pycache").mkdir()  # compiled by the guest of that Python (not this host)
+        info = LayerInfo(tag, requested, [Installed(d.name, d.version, d.requested) for d in dists], bytecode)
+        (staging / INFO).write_bytes(msgspec.json.encode(info))
+        final = root / f"v-{time.strftime('%Y%m%d%H%M%S')}-{os.urandom(4).hex()}"
+        os.rename(staging, final)
+        return final
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _publish(root: Path, folder: Path) -> None:
+    link = root / f".link-{os.urandom(4).hex()}"
+    os.symlink(folder.name, link)
+    os.replace(link, root / "current")  # atomic: readers see the old target or the new one
+    _sweep(root, keep={folder.name})
+
+
+def _sweep(root: Path, keep: set[str]) -> None:
+    """Remove leftovers of killed commands and versions older than the previous one."""
+    versions = sorted((p for p in root.glob("v-*") if p.name not in keep), key=lambda p: p.name)
+    old = versions[:-1]  # the newest of the others was current until now: runs may still use it
+    leftovers = [p for p in root.iterdir() if p.name.startswith((".tmp-", ".work-", ".link-"))]
+    for path in [*old, *leftovers]:
+        if path.is_symlink() or path.is_file():
+            path.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _change(
+    data_dir: Path, tag: str, edit: Callable[[list[str]], list[str]], say: Say | None,
+    max_packages: int = resolve.MAX_PACKAGES,
+) -> LayerInfo:
+    root = tag_root(data_dir, tag)
+    with _locked(root, say):
+        published = current(root)
+        _sweep(root, keep={published.name} if published is not None else set())
+        before = read_info(root)
+        requested = edit(list(before.requested) if before else [])
+        folder = _build(root, tag, requested, say, max_packages)
+        _publish(root, folder)
+        return msgspec.json.decode((folder / INFO).read_bytes(), type=LayerInfo)
+
+
+def add(
+    data_dir: Path, requirements: list[str], tag: str = DEFAULT_TAG, say: Say | None = None,
+    max_packages: int = resolve.MAX_PACKAGES,
+) -> LayerInfo:
+    """Add `requirements` (replacing an earlier line for the same package) and publish."""
+    parsed = names.parse_all(requirements)
+
+    def edit(requested: list[str]) -> list[str]:
+        new = {names.canonical(r.name) for r in parsed}
+        kept = [r for r in requested if names.canonical(names.parse(r).name) not in new]
+        return kept + [str(r) for r in parsed]
+
+    return _change(data_dir, tag, edit, say, max_packages)
+
+
+def remove(data_dir: Path, packages: list[str], tag: str = DEFAULT_TAG, say: Say | None = None) -> LayerInfo:
+    """Drop `packages` (and what only they needed) and publish."""
+    gone = {names.canonical(names.parse(p).name) for p in packages}
+    root = tag_root(data_dir, tag)
+    info = read_info(root)
+    asked = {names.canonical(names.parse(r).name) for r in (info.requested if info else [])}
+    missing = sorted(gone - asked)
+    if missing:
+        installed = {p.name for p in info.packages} if info else set()
+        deps = [name for name in missing if name in installed]
+        why = f" ({', '.join(deps)}: installed as a dependency of an added package)" if deps else ""
+        raise resolve.PackageError(f"not added with `wasmrun packages add`: {', '.join(missing)}{why}")
+    return _change(
+        data_dir, tag,
+        lambda requested: [r for r in requested if names.canonical(names.parse(r).name) not in gone], say,
+    )
