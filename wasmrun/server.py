@@ -112,7 +112,7 @@ def served_layer(settings: Settings) -> Path:
 
 def warn_missing_packages(registry: DirectoryRegistry, settings: Settings) -> None:
     """Folder skills load whatever they declare; a missing package is said once, at start."""
-    for skill in registry.skills():
+    for skill in registry.loaded_operator_skills():
         wanted = requirements.missing(skill.manifest, served_layer(settings))
         if wanted:
             logging.getLogger("wasmrun").warning("%s", requirements.missing_message(skill.manifest.name, wanted))

@@ -641,6 +641,12 @@ class DirectoryRegistry:
             return self._operator
         return self._by_owner.get(owner, self._operator)
 
+    def loaded_operator_skills(self) -> list[Skill]:
+        """The operator's skills as loaded, without the folders' change check (which
+        would put the next one RECHECK_S away: a start-up report must not delay
+        the pick-up of a skill added just after)."""
+        return self._operator
+
     def page(
         self, owner: str | None, *, namespace: str | None = None, after: ListingPosition | None = None,
         limit: int,
