@@ -122,6 +122,7 @@ async def fork_session(ctx: Context, p: SessionRef) -> ForkSessionResult:
     _check_room(ctx, store, source.disk_bytes)
     _acquire(store, source)
     try:
+        await asyncio.to_thread(store.ready, source)
         session_id, _ = await asyncio.to_thread(
             store.create, ctx.caller.tenant, idle_timeout_s=source.idle_timeout_s, limits=dict(source.limits),
             skills=list(source.skills), max_sessions=ctx.caller.limits.sessions, source=source,
@@ -197,17 +198,24 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
     _check_room(ctx, store)
     request = runs.code_request(ctx, p, args_json, skills, input_blobs, limits)
     _acquire(store, meta)
-    request.session = SessionRun(folder=str(store.folder(meta)), version=meta.version, reseed=meta.reseed)
     run = _SessionRun(store, meta)
-    task = asyncio.ensure_future(runs._run(ctx, request, skills, on_result=run.keep))
+    try:
+        await asyncio.to_thread(store.ready, meta)
+    except BaseException:
+        store.release(meta)
+        raise
+    request.session = SessionRun(folder=str(store.folder(meta)), version=meta.version, reseed=meta.reseed)
+
+    async def run_and_settle() -> RunResult:
+        try:
+            return await runs._run(ctx, request, skills, on_result=run.keep)
+        finally:
+            # Off the event loop: with the shared backends, keeping a version uploads it.
+            await asyncio.to_thread(run.settle)
+
     # A call cancelled midway (its client went away) leaves the run going on in
     # its worker, writing the next version: the session stays held until it ends.
-    task.add_done_callback(lambda _: run.settle())
-    try:
-        result = await asyncio.shield(task)
-    finally:
-        if task.done():
-            run.settle()
+    result = await asyncio.shield(asyncio.ensure_future(run_and_settle()))
     result.session_rolled_back = not run.kept
     return result
 
@@ -218,20 +226,17 @@ class _SessionRun:
     def __init__(self, store: SessionStore, meta: SessionMeta) -> None:
         self.store, self.meta = store, meta
         self.outcome: SessionOutcome | None = None
+        self.kept = False
         self._settled = False
 
     def keep(self, result: SandboxResult) -> None:
         self.outcome = result.session
-
-    @property
-    def kept(self) -> bool:
-        return self.outcome is not None and self.outcome.committed
 
     def settle(self) -> None:
         if self._settled:
             return
         self._settled = True
         try:
-            self.store.finish_run(self.meta, self.outcome)
+            self.kept = self.store.finish_run(self.meta, self.outcome)
         finally:
             self.store.release(self.meta)
