@@ -1,0 +1,236 @@
+"""Sessions on the shared backends: `--database-url` (a real PostgreSQL) and
+`--blob-store s3://...` (a real S3-compatible server, `rclone serve s3`), through
+two real `wasmrun serve` processes with data dirs of their own: a session made
+and paused on one server resumes on the other (docs/sessions.md)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import psycopg
+import pytest
+
+from tests.liveserver import LiveServer
+from tests.objectstore import S3Server, s3_server  # noqa: F401  (fixtures)
+from tests.postgres import database_url, postgres_server  # noqa: F401  (fixtures)
+from tests.test_shared_database import call, wasmrun
+
+SLEEPER = "import time\ntime.sleep(30)\n"
+
+
+class Shared:
+    def __init__(self, tmp_path: Path, s3: S3Server, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        for name, value in s3.env().items():
+            monkeypatch.setenv(name, value)
+        self.s3 = s3
+        self.database_url = database_url
+        self.blob_store = s3.new_bucket()
+        self.bucket = self.blob_store.split("://", 1)[1].split("?", 1)[0]
+        flags = ["--database-url", database_url, "--blob-store", self.blob_store]
+        self.alice = self._tenant("alice", "sessions=3")
+        self.bob = self._tenant("bob")
+        self.a, self.b = (LiveServer(tmp_path / f"data-{i}", *flags) for i in range(2))
+
+    def _tenant(self, name: str, *limits: str) -> str:
+        args = [a for limit in limits for a in ("--limit", limit)]
+        added = wasmrun("tenants", "add", name, *args, "--database-url", self.database_url)
+        assert added.returncode == 0, added.stderr
+        return added.stdout.strip()
+
+    def session_objects(self) -> list[str]:
+        client = boto3.client(
+            "s3", endpoint_url=self.s3.endpoint, region_name="us-east-1",
+            aws_access_key_id=self.s3.access_key, aws_secret_access_key=self.s3.secret_key,
+        )
+        listed = client.list_objects_v2(Bucket=self.bucket, Prefix="sessions/")
+        return sorted(str(item["Key"]) for item in listed.get("Contents", []))
+
+    def sql(self, statement: str, *args: Any) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            cursor = conn.execute(statement, args)
+            return cursor.fetchall() if cursor.description else []
+
+    def stop(self) -> None:
+        for server in (self.a, self.b):
+            if server.process.poll() is None:
+                server.stop()
+
+
+@pytest.fixture
+def shared(
+    tmp_path: Path, s3_server: S3Server, database_url: str, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> Any:
+    found = Shared(tmp_path, s3_server, database_url, monkeypatch)
+    try:
+        yield found
+    finally:
+        found.stop()
+
+
+def rpc(server: LiveServer, key: str, method: str, **params: Any) -> dict[str, Any]:
+    answer: dict[str, Any] = call(server, key, method, params).json()
+    return answer
+
+
+def result(answer: dict[str, Any]) -> Any:
+    assert "result" in answer, answer
+    return answer["result"]
+
+
+def run(server: LiveServer, key: str, session_id: str, code: str, **params: Any) -> dict[str, Any]:
+    found: dict[str, Any] = result(rpc(server, key, "run_code", language="python", session_id=session_id, code=code,
+                                       **params))
+    return found
+
+
+def new(server: LiveServer, key: str, **params: Any) -> str:
+    session_id: str = result(rpc(server, key, "create_session", language="python", **params))["session_id"]
+    return session_id
+
+
+def assert_not_found(answer: dict[str, Any]) -> None:
+    assert answer["error"]["code"] == -32602 and answer["error"]["data"]["field"] == "session_id", answer
+
+
+def test_a_session_paused_on_one_server_resumes_on_the_other(shared: Shared) -> None:
+    a, b, key = shared.a, shared.b, shared.alice
+    sid = new(a, key)
+    made = run(a, key, sid, "import json\nx = 41\nopen('/workspace/w.txt', 'w').write('from A')\n"
+                            "open('/tmp/t.txt', 'w').write('tmp A')\nx")
+    assert made["output"] == 41 and made["session_rolled_back"] is False
+    resumed = run(b, key, sid, "[x + 1, open('/workspace/w.txt').read(), open('/tmp/t.txt').read(), json.dumps(1)]")
+    assert resumed["output"] == [42, "from A", "tmp A", "1"], resumed
+    # Back and forth: each server sees what the other did last (a stale local copy is never used).
+    run(a, key, sid, "x = 100")
+    assert run(b, key, sid, "x")["output"] == 100
+    assert run(a, key, sid, "x")["output"] == 100
+    # A stopped run on B is undone for A too.
+    stopped = run(b, key, sid, "x = -1\nwhile True: pass", limits={"timeout_ms": 300})
+    assert stopped["session_rolled_back"] is True
+    assert run(a, key, sid, "x")["output"] == 100
+    # Both servers list it, with the same count of runs.
+    listed = [result(rpc(s, key, "list_sessions"))["sessions"] for s in (a, b)]
+    assert [[(s["session_id"], s["runs"]) for s in found] for found in listed] == [[(sid, 6)]] * 2
+    # Fork on B, then each evolves apart, whichever server runs it.
+    fork = result(rpc(b, key, "fork_session", session_id=sid))["session_id"]
+    run(a, key, fork, "x = 7\nopen('/workspace/w.txt', 'w').write('fork')")
+    assert run(b, key, sid, "[x, open('/workspace/w.txt').read()]")["output"] == [100, "from A"]
+    assert run(b, key, fork, "[x, open('/workspace/w.txt').read()]")["output"] == [7, "fork"]
+    # Close on A: gone on B, and its objects are deleted; the fork's stay.
+    objects = shared.session_objects()
+    assert result(rpc(a, key, "close_session", session_id=sid)) == {"closed": True}
+    assert_not_found(rpc(b, key, "run_code", language="python", session_id=sid, code="x"))
+    left = shared.session_objects()
+    assert left and all(name.startswith(f"sessions/{shared.sql('SELECT key FROM wasmrun_sessions')[0][0]}/")
+                        for name in left)
+    assert len(left) < len(objects)
+    assert run(a, key, fork, "x")["output"] == 7
+
+
+def test_busy_across_servers_and_concurrent_runs(shared: Shared) -> None:
+    a, b, key = shared.a, shared.b, shared.alice
+    sid = new(a, key)
+    run(a, key, sid, "n = 0")
+    answers: list[dict[str, Any]] = []
+    sleeping = threading.Thread(target=lambda: answers.append(
+        rpc(a, key, "run_code", language="python", session_id=sid, code="import time\ntime.sleep(3)\nn += 1\nn")))
+    sleeping.start()
+    deadline = time.monotonic() + 60
+    while not shared.sql("SELECT 1 FROM wasmrun_sessions WHERE busy_server IS NOT NULL"):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    for method, params in (("run_code", {"language": "python", "code": "n"}), ("fork_session", {}),
+                           ("close_session", {})):
+        busy = rpc(b, key, method, session_id=sid, **params)
+        assert busy["error"]["code"] == -32004, busy
+    assert [s["busy"] for s in result(rpc(b, key, "list_sessions"))["sessions"]] == [True]
+    sleeping.join()
+    assert answers[0]["result"]["output"] == 1
+    # Many runs at once from both servers: each either runs or is refused as busy,
+    # and the session counts exactly the runs that ran (none lost, none twice).
+    outcomes: list[dict[str, Any]] = []
+
+    def bump(server: LiveServer) -> None:
+        for _ in range(4):
+            outcomes.append(rpc(server, key, "run_code", language="python", session_id=sid, code="n += 1\nn"))
+
+    threads = [threading.Thread(target=bump, args=(s,)) for s in (a, b, a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ran = [o for o in outcomes if "result" in o]
+    assert all(o["error"]["code"] == -32004 for o in outcomes if "error" in o)
+    assert sorted(o["result"]["output"] for o in ran) == list(range(2, 2 + len(ran)))
+    assert run(b, key, sid, "n")["output"] == 1 + len(ran)
+
+
+def test_tenants_caps_and_expiry_across_servers(shared: Shared) -> None:
+    a, b = shared.a, shared.b
+    sid = new(a, shared.alice, idle_timeout_s=3600)
+    run(a, shared.alice, sid, "secret = 'alice'\nopen('/workspace/s', 'w').write('x' * 1000)")
+    # Bob, on the other server, with alice's id: the same "does not exist" as a made-up id.
+    for method, params in (("run_code", {"language": "python", "code": "secret"}), ("fork_session", {}),
+                           ("close_session", {})):
+        assert_not_found(rpc(b, shared.bob, method, session_id=sid, **params))
+    assert_not_found(rpc(b, shared.bob, "run_code", language="python", session_id="ses_" + "A" * 32, code="1"))
+    assert result(rpc(b, shared.bob, "list_sessions")) == {"sessions": []}
+    assert run(b, shared.alice, sid, "secret")["output"] == "alice"
+    # Alice's cap (3 open sessions) counts both servers' sessions.
+    new(b, shared.alice)
+    new(a, shared.alice)
+    over = rpc(b, shared.alice, "create_session", language="python")
+    assert over["error"]["code"] == -32002 and over["error"]["data"]["limit"] == "sessions", over
+    over = rpc(a, shared.alice, "fork_session", session_id=sid)
+    assert over["error"]["code"] == -32002, over
+    # Expiry: moved into the past in the database (rather than waited for); the next
+    # sweep of either server ends it everywhere and deletes its objects.
+    key = shared.sql("SELECT key FROM wasmrun_sessions WHERE objects != '{}'::jsonb")[0][0]
+    assert any(name.startswith(f"sessions/{key}/") for name in shared.session_objects())
+    shared.sql("UPDATE wasmrun_sessions SET expires = 0 WHERE key = %s", key)
+    assert_not_found(rpc(a, shared.alice, "run_code", language="python", session_id=sid, code="1"))
+    deadline = time.monotonic() + 60
+    while any(name.startswith(f"sessions/{key}/") for name in shared.session_objects()):
+        assert time.monotonic() < deadline, shared.session_objects()
+        time.sleep(0.2)
+    assert not shared.sql("SELECT 1 FROM wasmrun_sessions WHERE key = %s", key)
+    for server in (a, b):  # and each server's local copy goes with it
+        while (Path(server.process.args[server.process.args.index("--data-dir") + 1]) / "sessions" / key).exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    assert new(a, shared.alice)  # room again
+
+
+def test_a_server_killed_mid_run_leaves_the_last_committed_version(shared: Shared) -> None:
+    a, b, key = shared.a, shared.b, shared.alice
+    sid = new(a, key)
+    run(a, key, sid, "x = 41\nopen('/workspace/f', 'w').write('kept')")
+    answers: list[Any] = []
+
+    def doomed() -> None:
+        try:
+            answers.append(rpc(a, key, "run_code", language="python", session_id=sid,
+                               code="x = 0\nopen('/workspace/f', 'w').write('lost')\n" + SLEEPER))
+        except Exception as exc:  # its server was killed
+            answers.append(exc)
+
+    thread = threading.Thread(target=doomed)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not shared.sql("SELECT 1 FROM wasmrun_sessions WHERE busy_server IS NOT NULL"):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    a.process.kill()
+    a.process.wait()
+    thread.join()
+    busy = rpc(b, key, "run_code", language="python", session_id=sid, code="x")
+    assert busy["error"]["code"] == -32004, busy  # A's hold lasts until its heartbeat is old enough
+    # A's heartbeat moved into the past (rather than waited for): its hold lapses.
+    shared.sql("UPDATE wasmrun_servers SET seen = seen - interval '1 hour' WHERE id = "
+               "(SELECT busy_server FROM wasmrun_sessions WHERE busy_server IS NOT NULL)")
+    resumed = run(b, key, sid, "[x + 1, open('/workspace/f').read()]")
+    assert resumed["output"] == [42, "kept"], resumed
