@@ -23,7 +23,9 @@ SLEEPER = "import time\ntime.sleep(30)\n"
 
 
 class Shared:
-    def __init__(self, tmp_path: Path, s3: S3Server, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(
+        self, tmp_path: Path, s3: S3Server, database_url: str, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+    ) -> None:
         for name, value in s3.env().items():
             monkeypatch.setenv(name, value)
         self.s3 = s3
@@ -104,6 +106,14 @@ def test_a_session_paused_on_one_server_resumes_on_the_other(shared: Shared) -> 
     assert made["output"] == 41 and made["session_rolled_back"] is False
     resumed = run(b, key, sid, "[x + 1, open('/workspace/w.txt').read(), open('/tmp/t.txt').read(), json.dumps(1)]")
     assert resumed["output"] == [42, "from A", "tmp A", "1"], resumed
+    # Links inside /workspace travel as links; one aiming outside stays unusable on B.
+    linked = run(a, key, sid, "import os\nos.symlink('w.txt', '/workspace/link')\n"
+                              "try:\n    os.symlink('../../../../../../etc/passwd', '/workspace/up')\n"
+                              "except OSError as e:\n    print(e)\nos.readlink('/workspace/link')")
+    assert linked["output"] == "w.txt", linked
+    through = run(b, key, sid, "import os\ntry:\n    up = open('/workspace/up').read()[:20]\n"
+                               "except OSError as e:\n    up = type(e).__name__\n[open('/workspace/link').read(), up]")
+    assert through["output"][0] == "from A" and "root:" not in through["output"][1], through
     # Back and forth: each server sees what the other did last (a stale local copy is never used).
     run(a, key, sid, "x = 100")
     assert run(b, key, sid, "x")["output"] == 100
@@ -114,7 +124,7 @@ def test_a_session_paused_on_one_server_resumes_on_the_other(shared: Shared) -> 
     assert run(a, key, sid, "x")["output"] == 100
     # Both servers list it, with the same count of runs.
     listed = [result(rpc(s, key, "list_sessions"))["sessions"] for s in (a, b)]
-    assert [[(s["session_id"], s["runs"]) for s in found] for found in listed] == [[(sid, 6)]] * 2
+    assert [[(s["session_id"], s["runs"]) for s in found] for found in listed] == [[(sid, 8)]] * 2
     # Fork on B, then each evolves apart, whichever server runs it.
     fork = result(rpc(b, key, "fork_session", session_id=sid))["session_id"]
     run(a, key, fork, "x = 7\nopen('/workspace/w.txt', 'w').write('fork')")
@@ -234,3 +244,22 @@ def test_a_server_killed_mid_run_leaves_the_last_committed_version(shared: Share
                "(SELECT busy_server FROM wasmrun_sessions WHERE busy_server IS NOT NULL)")
     resumed = run(b, key, sid, "[x + 1, open('/workspace/f').read()]")
     assert resumed["output"] == [42, "kept"], resumed
+
+
+def test_orphaned_session_objects_are_swept_and_named_ones_kept(shared: Shared) -> None:
+    from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
+    from wasmrun.database.connection import Database
+    from wasmrun.database.orphans import sweep_orphans
+
+    sid = new(shared.a, shared.alice)
+    run(shared.a, shared.alice, sid, "x = 1")
+    named = shared.session_objects()
+    key = named[0].split("/")[1]
+    objects = ObjectStore(ObjectStoreLocation.parse(shared.blob_store))
+    # What a server killed between storing a version and committing its row leaves behind.
+    left = f"sessions/{key}/{'0' * 16}/memory"
+    objects.put(left, b"half a version")
+    objects.put("sessions/not-ours", b"a name this wasmrun never writes")
+    assert sweep_orphans(Database(shared.database_url), objects, now=time.time() + 3600) == 1
+    assert shared.session_objects() == sorted([*named, "sessions/not-ours"])
+    assert run(shared.b, shared.alice, sid, "x")["output"] == 1

@@ -57,7 +57,7 @@ def _row_query(name: str) -> tuple[str, tuple[str, ...]] | None:
     if _BUNDLE_OBJECT.fullmatch(name) is not None:
         return "SELECT 1 FROM wasmrun_skills WHERE bundle_object = %s LIMIT 1", (name,)
     if _SESSION_OBJECT.fullmatch(name) is not None:
-        return "SELECT 1 FROM wasmrun_sessions WHERE objects @> jsonb_build_object(%s, %s)", _session_role(name)
+        return "SELECT 1 FROM wasmrun_sessions WHERE objects @> jsonb_build_object(%s::text, %s::text)", _session_role(name)
     return None
 
 

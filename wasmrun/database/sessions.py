@@ -57,6 +57,7 @@ _BUSY = f"NOT {_FREE}"
 
 
 class SharedSessionStore(SessionStore):
+    blocking = True
     def __init__(
         self, root: Path, database_url: str, blob_store: str, policy: SessionPolicy | None = None,
         on_end: Callable[[SessionMeta, str], None] | None = None,

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -47,6 +49,7 @@ from wasmrun.sandbox.types import SessionOutcome, SessionRun
 
 # What a run in a session may set for itself; the rest of its limits are the session's.
 PER_RUN_LIMITS = ("timeout_ms", "cpu_ms", "output_bytes")
+T = TypeVar("T")
 NOT_FOUND = "session {!r} does not exist (it may have been closed or have expired)"
 
 
@@ -56,9 +59,18 @@ def _store(ctx: Context) -> SessionStore:
     return ctx.sessions
 
 
-def _session(ctx: Context, session_id: str, field: str = "session_id") -> SessionMeta:
+async def _off_loop(store: SessionStore, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`call` on a thread when the store waits on a database (the shared one), else here:
+    a local store's lookups take microseconds, less than the hop to a thread."""
+    if store.blocking:
+        return await asyncio.to_thread(call, *args, **kwargs)
+    return call(*args, **kwargs)
+
+
+async def _session(ctx: Context, session_id: str, field: str = "session_id") -> SessionMeta:
+    store = _store(ctx)
     try:
-        return _store(ctx).get(ctx.caller.tenant, session_id)
+        return await _off_loop(store, store.get, ctx.caller.tenant, session_id)
     except UnknownSession:
         raise SessionNotFound(NOT_FOUND.format(session_id[:128]), field=field) from None
 
@@ -76,10 +88,10 @@ def _info(store: SessionStore, session_id: str, meta: SessionMeta) -> SessionInf
     )
 
 
-def _check_room(ctx: Context, store: SessionStore, adding: int = 0) -> None:
+async def _check_room(ctx: Context, store: SessionStore, adding: int = 0) -> None:
     """QuotaExceeded if the tenant's sessions already hold `session_bytes` on disk."""
     cap = ctx.caller.limits.session_bytes
-    _, used = store.usage(ctx.caller.tenant)
+    _, used = await _off_loop(store, store.usage, ctx.caller.tenant)
     if used + adding > cap:
         raise QuotaExceeded(
             f"quota exceeded: your sessions hold {used} bytes on disk, the limit is {cap};"
@@ -104,11 +116,11 @@ async def create_session(ctx: Context, p: CreateSessionParams) -> SessionInfo:
         )
     runs._limits(ctx, p.limits)  # -32602 naming a limit out of bounds, now rather than at the first run
     skills = await runs.mounted_skills(ctx, p.skills, "skills")
-    _check_room(ctx, store)
+    await _check_room(ctx, store)
     limits = {k: v for k, v in msgspec.structs.asdict(p.limits).items() if v is not None}
     try:
-        session_id, meta = store.create(
-            ctx.caller.tenant, idle_timeout_s=idle, limits=limits,
+        session_id, meta = await _off_loop(
+            store, store.create, ctx.caller.tenant, idle_timeout_s=idle, limits=limits,
             skills=[f"{s.name}@{s.version}" for s in skills], max_sessions=ctx.caller.limits.sessions,
         )
     except OverCap as exc:
@@ -118,9 +130,9 @@ async def create_session(ctx: Context, p: CreateSessionParams) -> SessionInfo:
 
 async def fork_session(ctx: Context, p: SessionRef) -> ForkSessionResult:
     store = _store(ctx)
-    source = _session(ctx, p.session_id)
-    _check_room(ctx, store, source.disk_bytes)
-    _acquire(store, source)
+    source = await _session(ctx, p.session_id)
+    await _check_room(ctx, store, source.disk_bytes)
+    await _acquire(store, source)
     try:
         await asyncio.to_thread(store.ready, source)
         session_id, _ = await asyncio.to_thread(
@@ -130,7 +142,7 @@ async def fork_session(ctx: Context, p: SessionRef) -> ForkSessionResult:
     except OverCap as exc:
         raise _over_cap(exc) from None
     finally:
-        store.release(source)
+        await _off_loop(store, store.release, source)
     source.last_used = time.time()
     return ForkSessionResult(session_id=session_id, forked_from=p.session_id)
 
@@ -149,13 +161,13 @@ async def close_session(ctx: Context, p: SessionRef) -> CloseSessionResult:
 async def list_sessions(ctx: Context, p: ListSessionsParams) -> ListSessionsResult:
     """The caller's own sessions, oldest first."""
     store = _store(ctx)
-    mine = sorted(store.owned(ctx.caller.tenant), key=lambda m: m.created)
+    mine = sorted(await _off_loop(store, store.owned, ctx.caller.tenant), key=lambda m: m.created)
     return ListSessionsResult(sessions=[_info(store, m.session_id, m) for m in mine])
 
 
-def _acquire(store: SessionStore, meta: SessionMeta) -> None:
+async def _acquire(store: SessionStore, meta: SessionMeta) -> None:
     try:
-        store.acquire(meta)
+        await _off_loop(store, store.acquire, meta)
     except Busy:
         raise SessionBusy(
             "session is running another request (one at a time): retry when it ends", {"field": "session_id"},
@@ -184,7 +196,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
     if p.session_id is None:
         return await runs.run_code(ctx, p)
     store = _store(ctx)
-    meta = _session(ctx, p.session_id)
+    meta = await _session(ctx, p.session_id)
     if p.mount_skills:
         raise InvalidParams(
             "mount_skills: a session mounts the skills named at create_session in every run", field="mount_skills",
@@ -195,14 +207,14 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
     limits = runs._limits(ctx, _run_limits(ctx, meta, p.limits))
     skills = await runs.mounted_skills(ctx, meta.skills, "skills")
     input_blobs = await runs._checked_input_blobs(ctx, p.input_blobs)
-    _check_room(ctx, store)
+    await _check_room(ctx, store)
     request = runs.code_request(ctx, p, args_json, skills, input_blobs, limits)
-    _acquire(store, meta)
+    await _acquire(store, meta)
     run = _SessionRun(store, meta)
     try:
         await asyncio.to_thread(store.ready, meta)
     except BaseException:
-        store.release(meta)
+        await asyncio.to_thread(store.release, meta)
         raise
     request.session = SessionRun(folder=str(store.folder(meta)), version=meta.version, reseed=meta.reseed)
 

@@ -94,6 +94,8 @@ class Busy(Exception):
 class SessionStore:
     """Sessions of every tenant, in memory and on disk; thread-safe."""
 
+    blocking = False  # whether its calls wait on a database (callers then make them off the event loop)
+
     def __init__(
         self, root: Path, policy: SessionPolicy | None = None, on_end: Callable[[SessionMeta, str], None] | None = None
     ) -> None:
