@@ -73,6 +73,11 @@ def shared(
         found.stop()
 
 
+def data_dir(server: LiveServer) -> Path:
+    args = list(server.process.args)  # type: ignore[arg-type]
+    return Path(args[args.index("--data-dir") + 1])
+
+
 def rpc(server: LiveServer, key: str, method: str, **params: Any) -> dict[str, Any]:
     answer: dict[str, Any] = call(server, key, method, params).json()
     return answer
@@ -209,7 +214,7 @@ def test_tenants_caps_and_expiry_across_servers(shared: Shared) -> None:
         time.sleep(0.2)
     assert not shared.sql("SELECT 1 FROM wasmrun_sessions WHERE key = %s", key)
     for server in (a, b):  # and each server's local copy goes with it
-        while (Path(server.process.args[server.process.args.index("--data-dir") + 1]) / "sessions" / key).exists():
+        while list(data_dir(server).glob(f"session-cache/cache-*/{key}")):
             assert time.monotonic() < deadline
             time.sleep(0.2)
     assert new(a, shared.alice)  # room again
@@ -263,3 +268,20 @@ def test_orphaned_session_objects_are_swept_and_named_ones_kept(shared: Shared) 
     assert sweep_orphans(Database(shared.database_url), objects, now=time.time() + 3600) == 1
     assert shared.session_objects() == sorted([*named, "sessions/not-ours"])
     assert run(shared.b, shared.alice, sid, "x")["output"] == 1
+
+
+def test_two_servers_on_one_data_dir_share_its_sessions(shared: Shared, tmp_path: Path) -> None:
+    """`serve` and `mcp` (or two `serve`) on one data dir: with the shared backends each
+    sees the other's sessions, and each keeps its copies in a folder of its own."""
+    twin = LiveServer(data_dir(shared.a), "--database-url", shared.database_url, "--blob-store", shared.blob_store)
+    try:
+        sid = new(twin, shared.alice)
+        run(twin, shared.alice, sid, "x = 'twin'")
+        assert run(shared.a, shared.alice, sid, "x")["output"] == "twin"
+        run(shared.a, shared.alice, sid, "x = 'a'")
+        assert run(twin, shared.alice, sid, "x")["output"] == "a"
+        assert len(list(data_dir(shared.a).glob("session-cache/cache-*"))) == 2
+    finally:
+        twin.stop()
+    assert len(list(data_dir(shared.a).glob("session-cache/cache-*"))) == 1  # its own went with it
+    assert run(shared.a, shared.alice, sid, "x")["output"] == "a"

@@ -116,13 +116,14 @@ def build_context(
 def open_session_store(settings: Settings) -> SessionStore:
     """Sessions in the database and the object store with --blob-store (any server
     resumes any session), else under the data folder."""
-    root = settings.data_dir / "sessions"
     if settings.blob_store is None or settings.database_url is None:
-        return SessionStore(root, settings.sessions)
+        return SessionStore(settings.data_dir / "sessions", settings.sessions)
     from wasmrun.database.sessions import SharedSessionStore
 
     migrate_database(settings)
-    return SharedSessionStore(root, settings.database_url, settings.blob_store, settings.sessions)
+    # A cache of versions fetched or made here, one folder per process.
+    cache = settings.data_dir / "session-cache"
+    return SharedSessionStore(cache, settings.database_url, settings.blob_store, settings.sessions)
 
 
 def open_run_gate(settings: Settings) -> RunGate:

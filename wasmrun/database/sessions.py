@@ -26,7 +26,9 @@ or not the row's, and uploads the version it makes before committing it. So:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
+import os
 import threading
 import time
 import uuid
@@ -54,6 +56,7 @@ _FREE = (
     f" AND s.seen > now() - make_interval(secs => {SERVER_GONE_S})))"
 )
 _BUSY = f"NOT {_FREE}"
+LOCK = ".lock"
 
 
 class SharedSessionStore(SessionStore):
@@ -69,14 +72,13 @@ class SharedSessionStore(SessionStore):
         self._beating: threading.Thread | None = None
         self._creating: set[str] = set()  # keys whose local folder has no row yet
         self._busy_seen: dict[str, bool] = {}
-        super().__init__(root, policy, on_end)
+        self._cache_lock = _own_cache(root, f"cache-{self.server_id}")
+        super().__init__(root / f"cache-{self.server_id}", policy, on_end)
 
     # -- start, stop, expiry ------------------------------------------------
 
     def _load(self) -> None:
-        """The local folder is a cache: what an earlier process left there may be stale."""
-        for folder in self.root.iterdir():
-            _remove(folder)
+        """Nothing: the cache folder is this process's own, new (see _own_cache)."""
 
     def _beat(self) -> None:
         with self._heartbeat_database.connection() as conn:
@@ -108,6 +110,8 @@ class SharedSessionStore(SessionStore):
             conn.execute("DELETE FROM wasmrun_servers WHERE id = %s", (self.server_id,))
         self.database.close()
         self._heartbeat_database.close()
+        _remove(self.root)
+        os.close(self._cache_lock)
 
     def sweep(self, now: float | None = None) -> int:
         """End the sessions (of any server) past their expiry and not running; drop the
@@ -341,3 +345,31 @@ class SharedSessionStore(SessionStore):
         ended = _decode(row[0])
         self._delete(ended)
         self.on_end(ended, "closed")
+
+
+def _own_cache(parent: Path, name: str) -> int:
+    """This process's cache folder `parent/name`, and the descriptor of the lock it
+    holds on it for its life; the folders of processes that ended are removed (so
+    two processes on one data dir never touch each other's copies)."""
+    parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for folder in parent.iterdir():
+        if folder.name.startswith("."):
+            continue  # `.new-*`: a process making its folder (locked once it is renamed)
+        try:
+            fd = os.open(folder / LOCK, os.O_RDWR)
+        except OSError:
+            _remove(folder)  # never locked: nobody's
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a live process's
+        finally:
+            os.close(fd)
+        _remove(folder)
+    staging = parent / f".new-{name}"
+    staging.mkdir(mode=0o700)
+    fd = os.open(staging / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(staging, parent / name)
+    return fd
