@@ -119,6 +119,10 @@ def test_a_session_paused_on_one_server_resumes_on_the_other(shared: Shared) -> 
     through = run(b, key, sid, "import os\ntry:\n    up = open('/workspace/up').read()[:20]\n"
                                "except OSError as e:\n    up = type(e).__name__\n[open('/workspace/link').read(), up]")
     assert through["output"][0] == "from A" and "root:" not in through["output"][1], through
+    # A run that writes no file stores no new bundle of the folders (only memory).
+    bundles = [n for n in shared.session_objects() if n.endswith("files.tar")]
+    run(b, key, sid, "unrelated = 1")
+    assert [n for n in shared.session_objects() if n.endswith("files.tar")] == bundles
     # Back and forth: each server sees what the other did last (a stale local copy is never used).
     run(a, key, sid, "x = 100")
     assert run(b, key, sid, "x")["output"] == 100
@@ -129,7 +133,7 @@ def test_a_session_paused_on_one_server_resumes_on_the_other(shared: Shared) -> 
     assert run(a, key, sid, "x")["output"] == 100
     # Both servers list it, with the same count of runs.
     listed = [result(rpc(s, key, "list_sessions"))["sessions"] for s in (a, b)]
-    assert [[(s["session_id"], s["runs"]) for s in found] for found in listed] == [[(sid, 8)]] * 2
+    assert [[(s["session_id"], s["runs"]) for s in found] for found in listed] == [[(sid, 9)]] * 2
     # Fork on B, then each evolves apart, whichever server runs it.
     fork = result(rpc(b, key, "fork_session", session_id=sid))["session_id"]
     run(a, key, fork, "x = 7\nopen('/workspace/w.txt', 'w').write('fork')")

@@ -16,6 +16,7 @@ only when that names exactly the row's objects.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -51,10 +52,12 @@ def mark(version: Path, objects: dict[str, str]) -> None:
 
 
 def upload(
-    objects: ObjectStore, key: str, version: Path, previous: Path | None, previous_objects: dict[str, str]
-) -> dict[str, str]:
-    """Store `version`'s files; the objects naming it. A base image shared with
-    `previous` (a hard link) keeps `previous_objects`' object."""
+    objects: ObjectStore, key: str, version: Path, previous: Path | None, previous_objects: dict[str, str],
+    previous_digest: str = "",
+) -> tuple[dict[str, str], str]:
+    """Store `version`'s files; the objects naming it and its files' digest. What did
+    not change since `previous` is not stored again: a base image shared with it (a
+    hard link), folders whose bundle has `previous_digest` (a run that wrote no file)."""
     nonce = secrets.token_hex(8)
     stored: dict[str, str] = {}
     try:
@@ -70,18 +73,32 @@ def upload(
             objects.put_file(stored[role], path)
         bundle = version.parent / f".upload-{nonce}.tar"
         try:
-            with tarfile.open(bundle, "w", format=tarfile.PAX_FORMAT) as tar:
-                for name in FOLDERS:
-                    if (version / name).is_dir():
-                        tar.add(version / name, arcname=name)  # links stored as links, never followed
-            stored[FILES] = f"{PREFIX}{key}/{nonce}/{FILES}"
-            objects.put_file(stored[FILES], bundle)
+            digest = _bundle(version, bundle)
+            if digest == previous_digest and FILES in previous_objects:
+                stored[FILES] = previous_objects[FILES]
+            else:
+                stored[FILES] = f"{PREFIX}{key}/{nonce}/{FILES}"
+                objects.put_file(stored[FILES], bundle)
         finally:
             bundle.unlink(missing_ok=True)
     except BaseException:
         delete(objects, new_objects(stored, previous_objects))
         raise
-    return stored
+    return stored, digest
+
+
+def _bundle(version: Path, bundle: Path) -> str:
+    """`version`'s folders as a tar at `bundle`; its SHA-256. Unchanged folders give
+    the same bytes: each run's copies keep the files' and folders' times."""
+    with tarfile.open(bundle, "w", format=tarfile.PAX_FORMAT) as tar:
+        for name in FOLDERS:
+            if (version / name).is_dir():
+                tar.add(version / name, arcname=name, filter=_top_timeless)  # links kept as links, never followed
+    digest = hashlib.sha256()
+    with bundle.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def fetch(objects: ObjectStore, objects_of: dict[str, str], target: Path) -> None:
@@ -117,6 +134,14 @@ def new_objects(objects: dict[str, str], previous: dict[str, str]) -> list[str]:
 def delete(objects: ObjectStore, names: list[str]) -> None:
     for name in names:
         objects.delete(name)
+
+
+def _top_timeless(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    """The two folders themselves are made anew by every run (when empty): their time
+    would change an otherwise equal bundle."""
+    if member.name in FOLDERS:
+        member.mtime = 0
+    return member
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -234,7 +234,7 @@ class SharedSessionStore(SessionStore):
         meta.image_bytes, meta.files_bytes = source.image_bytes, source.files_bytes
         target = sandbox_sessions.version_dir(self.root / meta.key, 0)
         sandbox_sessions.copy_version(sandbox_sessions.version_dir(self.root / source.key, source.version), target)
-        meta.objects = sessionobjects.upload(self.objects, meta.key, target, None, {})
+        meta.objects, meta.files_digest = sessionobjects.upload(self.objects, meta.key, target, None, {})
         sessionobjects.mark(target, meta.objects)
 
     def _insert(self, meta: SessionMeta, max_sessions: int) -> None:
@@ -298,7 +298,9 @@ class SharedSessionStore(SessionStore):
             memory_bytes=outcome.memory_bytes, image_bytes=outcome.image_bytes, files_bytes=outcome.files_bytes,
         )
         try:
-            kept.objects = sessionobjects.upload(self.objects, meta.key, following, current, meta.objects)
+            kept.objects, kept.files_digest = sessionobjects.upload(
+                self.objects, meta.key, following, current, meta.objects, meta.files_digest,
+            )
             committed = self._update(kept, meta.version)
         except (ObjectStoreError, psycopg.Error, DatabaseError) as exc:
             logger.error("a session's new version could not be stored; the run is undone: %s", exc)

@@ -66,6 +66,7 @@ class SessionMeta(msgspec.Struct, kw_only=True):
     # With the shared backends: the current version's objects in the object store
     # (database/sessions.py), by role ("memory", "memory.delta", "files").
     objects: dict[str, str] = msgspec.field(default_factory=dict)
+    files_digest: str = ""  # the SHA-256 of objects["files.tar"]: a run that changed no file stores none
 
     def expires(self) -> float:
         return min(self.last_used + self.idle_timeout_s, self.created + self.max_age_s)
