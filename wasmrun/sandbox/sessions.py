@@ -177,13 +177,16 @@ def _close(fresh: Fresh) -> None:
 
 
 def _identity(version: Path) -> tuple[int, int]:
-    """Which folder `version` is: a folder deleted and made again under its name
-    (a version fetched anew from the object store) is another one."""
-    try:
-        found = version.stat()
-    except OSError:
-        return (-1, -1)
-    return (found.st_ino, found.st_ctime_ns)
+    """Which image `version` holds: its newest memory file's inode and time (never
+    changed in place once written). A folder deleted and made again under its name
+    (a version fetched anew from the object store) has new files: another image."""
+    for name in (sessionimages.DELTA, sessionimages.BASE):
+        try:
+            found = (version / name).stat()
+        except OSError:
+            continue
+        return (found.st_ino, found.st_mtime_ns)
+    return (-1, -1)
 
 
 def _size(fresh: Fresh) -> int:
