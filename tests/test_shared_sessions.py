@@ -289,3 +289,23 @@ def test_two_servers_on_one_data_dir_share_its_sessions(shared: Shared, tmp_path
         twin.stop()
     assert len(list(data_dir(shared.a).glob("session-cache/cache-*"))) == 1  # its own went with it
     assert run(shared.a, shared.alice, sid, "x")["output"] == "a"
+
+
+def test_concurrent_creates_on_both_servers_keep_the_cap(shared: Shared) -> None:
+    carol = shared._tenant("carol", "sessions=2")
+    answers: list[dict[str, Any]] = []
+
+    def create(server: LiveServer) -> None:
+        answers.append(rpc(server, carol, "create_session", language="python"))
+
+    threads = [threading.Thread(target=create, args=(s,)) for s in (shared.a, shared.b) * 4]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    made = [a["result"]["session_id"] for a in answers if "result" in a]
+    refused = [a["error"] for a in answers if "error" in a]
+    assert len(made) == 2 and len(refused) == 6, answers
+    assert all(e["code"] == -32002 and e["data"]["limit"] == "sessions" for e in refused)
+    listed = {s["session_id"] for s in result(rpc(shared.b, carol, "list_sessions"))["sessions"]}
+    assert listed == set(made)
