@@ -10,6 +10,7 @@ and the length is checked here either way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -102,13 +103,19 @@ class ObjectStore:
 
     def get_file(self, name: str, path: Path) -> None:
         """Object `name` into a new file at `path`, streamed; KeyError when there is none."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
+        with self._reading(name):
             body = self._client.get_object(Bucket=self.location.bucket, Key=self._key(name))["Body"]
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as target:
                 shutil.copyfileobj(body, target, 1 << 20)
+
+    @contextlib.contextmanager
+    def _reading(self, name: str) -> Iterator[None]:
+        """A whole-object read's errors: KeyError for a missing object, else ObjectStoreError."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                 raise KeyError(name) from None
@@ -143,16 +150,8 @@ class ObjectStore:
 
     def get(self, name: str) -> bytes:
         """The whole object; KeyError when there is none."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
+        with self._reading(name):
             data: bytes = self._client.get_object(Bucket=self.location.bucket, Key=self._key(name))["Body"].read()
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                raise KeyError(name) from None
-            raise self._fail("read an object", exc) from None
-        except BotoCoreError as exc:
-            raise self._fail("read an object", exc) from None
         return data
 
     def listing(self, prefix: str) -> Iterator[tuple[str, datetime]]:
