@@ -309,3 +309,40 @@ def test_concurrent_creates_on_both_servers_keep_the_cap(shared: Shared) -> None
     assert all(e["code"] == -32002 and e["data"]["limit"] == "sessions" for e in refused)
     listed = {s["session_id"] for s in result(rpc(shared.b, carol, "list_sessions"))["sessions"]}
     assert listed == set(made)
+
+
+def test_an_object_store_out_of_reach_keeps_nothing_partial(shared: Shared) -> None:
+    from tests.liveserver import free_port
+
+    unreachable = shared.blob_store.replace(f"127.0.0.1:{shared.s3.port}", f"127.0.0.1:{free_port()}")
+    cut_off = LiveServer(data_dir(shared.a).parent / "data-cut", "--database-url", shared.database_url,
+                         "--blob-store", unreachable)
+    try:
+        sid = new(shared.a, shared.alice)
+        run(shared.a, shared.alice, sid, "x = 1")
+        # Its state cannot be fetched: "try again" (-32000), naming no host detail; the session is intact.
+        answer = rpc(cut_off, shared.alice, "run_code", language="python", session_id=sid, code="x")
+        assert answer["error"]["code"] == -32000 and "try again" in answer["error"]["message"], answer
+        assert "127.0.0.1" not in answer["error"]["message"]
+        assert run(shared.b, shared.alice, sid, "x")["output"] == 1
+        # A run whose new version cannot be stored is undone, and says so.
+        fresh = new(cut_off, shared.alice)
+        ran = run(cut_off, shared.alice, fresh, "y = 2\ny")
+        assert ran["output"] == 2 and ran["session_rolled_back"] is True, ran
+        undone = rpc(shared.a, shared.alice, "run_code", language="python", session_id=fresh, code="y")
+        assert undone["result"]["error"]["type"] == "NameError", undone
+    finally:
+        cut_off.stop()
+
+
+def test_a_session_whose_objects_are_gone_is_ended_not_resumed_blank(shared: Shared) -> None:
+    from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
+
+    sid = new(shared.a, shared.alice)
+    run(shared.a, shared.alice, sid, "x = 1")
+    objects = ObjectStore(ObjectStoreLocation.parse(shared.blob_store))
+    for name in shared.session_objects():
+        objects.delete(name)
+    assert_not_found(rpc(shared.b, shared.alice, "run_code", language="python", session_id=sid, code="x"))
+    assert not shared.sql("SELECT 1 FROM wasmrun_sessions")
+    assert_not_found(rpc(shared.a, shared.alice, "run_code", language="python", session_id=sid, code="x"))

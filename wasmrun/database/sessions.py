@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
+import tarfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import msgspec
 import psycopg
@@ -42,7 +45,16 @@ from wasmrun.blobs.objects import ObjectStore, ObjectStoreError, ObjectStoreLoca
 from wasmrun.database import DatabaseError, locks, sessionobjects
 from wasmrun.database.connection import Database
 from wasmrun.database.runs import HEARTBEAT_S, SERVER_GONE_S
-from wasmrun.protocol.sessionstore import Busy, OverCap, SessionMeta, SessionStore, UnknownSession, _remove, key_of
+from wasmrun.protocol.sessionstore import (
+    Busy,
+    OverCap,
+    SessionMeta,
+    SessionStore,
+    Unavailable,
+    UnknownSession,
+    _remove,
+    key_of,
+)
 from wasmrun.sandbox import sessions as sandbox_sessions
 from wasmrun.sandbox.types import SessionOutcome
 from wasmrun.tenants.limits import SessionPolicy
@@ -57,6 +69,23 @@ _FREE = (
 )
 _BUSY = f"NOT {_FREE}"
 LOCK = ".lock"
+RELEASE_TRIES = 20  # a hold this server could not give back is tried again, a second apart
+BACKEND_ERRORS = (psycopg.Error, DatabaseError, ObjectStoreError)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _reachable(method: F) -> F:
+    """`method`, its backends' failures as Unavailable (the caller answers "try again")."""
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except BACKEND_ERRORS as exc:
+            logger.error("sessions' shared backends: %s", exc)
+            raise Unavailable("sessions cannot be reached now") from None
+
+    return call  # type: ignore[return-value]
 
 
 class SharedSessionStore(SessionStore):
@@ -162,12 +191,14 @@ class SharedSessionStore(SessionStore):
         self._busy_seen[meta.key] = bool(row[1])
         return meta, bool(row[1])
 
+    @_reachable
     def get(self, owner: str, session_id: str) -> SessionMeta:
         found = self._row(key_of(session_id), owner)
         if found is None:
             raise UnknownSession()
         return found[0]
 
+    @_reachable
     def owned(self, owner: str) -> list[SessionMeta]:
         with self.database.connection() as conn:
             rows = conn.execute(
@@ -181,6 +212,7 @@ class SharedSessionStore(SessionStore):
             found.append(meta)
         return found
 
+    @_reachable
     def usage(self, owner: str) -> tuple[int, int]:
         with self.database.connection() as conn:
             row = conn.execute(
@@ -252,6 +284,7 @@ class SharedSessionStore(SessionStore):
                  _encode(meta.objects).decode(), _encode(meta).decode()),
             )
 
+    @_reachable
     def acquire(self, meta: SessionMeta) -> None:
         """Hold `meta` for this server (Busy if any live server holds it), and bring
         `meta` up to the row (another server may have run it since it was read)."""
@@ -268,13 +301,22 @@ class SharedSessionStore(SessionStore):
         for field in meta.__struct_fields__:
             setattr(meta, field, getattr(current, field))
 
-    def release(self, meta: SessionMeta) -> None:
-        with self.database.connection() as conn:
-            conn.execute(
-                "UPDATE wasmrun_sessions SET busy_server = NULL WHERE key = %s AND busy_server = %s",
-                (meta.key, self.server_id),
-            )
+    def release(self, meta: SessionMeta, tries: int = RELEASE_TRIES) -> None:
+        """Give back this server's hold; never raises (a run's result is never lost to
+        it): a database out of reach is tried again in the background."""
+        try:
+            with self.database.connection() as conn:
+                conn.execute(
+                    "UPDATE wasmrun_sessions SET busy_server = NULL WHERE key = %s AND busy_server = %s",
+                    (meta.key, self.server_id),
+                )
+        except BACKEND_ERRORS as exc:
+            logger.error("cannot give back a session's hold (%d tries left): %s", tries - 1, exc)
+            if tries > 1 and not self._stop.wait(1.0):
+                with contextlib.suppress(RuntimeError):  # stopping
+                    self._deleter.submit(self.release, meta, tries - 1)
 
+    @_reachable
     def ready(self, meta: SessionMeta) -> None:
         folder = self.root / meta.key
         folder.mkdir(mode=0o700, exist_ok=True)
@@ -282,7 +324,16 @@ class SharedSessionStore(SessionStore):
         if not meta.objects or sessionobjects.is_current(current, meta.objects):
             return
         _remove(current)
-        sessionobjects.fetch(self.objects, meta.objects, current)
+        try:
+            sessionobjects.fetch(self.objects, meta.objects, current)
+        except (KeyError, tarfile.TarError) as exc:
+            # Its state did not survive (objects deleted by hand, or damaged): never resume it
+            # blank or partial. It ends, as a local session whose folder is damaged does.
+            logger.error("removing session %s: its stored state cannot be read (%s)", meta.key[:16], exc)
+            with self.database.connection() as conn:
+                conn.execute("DELETE FROM wasmrun_sessions WHERE key = %s", (meta.key,))
+            self._delete(meta)
+            raise UnknownSession() from None
 
     def finish_run(self, meta: SessionMeta, outcome: SessionOutcome | None) -> bool:
         folder = self.root / meta.key
@@ -291,7 +342,10 @@ class SharedSessionStore(SessionStore):
         if outcome is None or not outcome.committed:
             _remove(following)
             meta.last_used = time.time()
-            self._update(meta, meta.version)
+            try:
+                self._update(meta, meta.version)
+            except BACKEND_ERRORS as exc:  # only its last use is not recorded
+                logger.error("cannot record a session's use: %s", exc)
             return False
         kept = msgspec.structs.replace(
             meta, version=meta.version + 1, reseed=False, runs=meta.runs + 1, last_used=time.time(),
@@ -335,6 +389,7 @@ class SharedSessionStore(SessionStore):
             )
             return done.rowcount == 1
 
+    @_reachable
     def close(self, owner: str, session_id: str) -> None:
         meta = self.get(owner, session_id)
         with self.database.connection() as conn:

@@ -29,8 +29,15 @@ import msgspec
 
 from wasmrun.protocol import runs
 from wasmrun.protocol.context import Context
-from wasmrun.protocol.errors import InvalidParams, MethodNotFound, QuotaExceeded, SessionBusy, SessionNotFound
-from wasmrun.protocol.sessionstore import Busy, OverCap, SessionMeta, SessionStore, UnknownSession
+from wasmrun.protocol.errors import (
+    InvalidParams,
+    MethodNotFound,
+    QuotaExceeded,
+    ServerBusy,
+    SessionBusy,
+    SessionNotFound,
+)
+from wasmrun.protocol.sessionstore import Busy, OverCap, SessionMeta, SessionStore, Unavailable, UnknownSession
 from wasmrun.protocol.types import (
     CloseSessionResult,
     CreateSessionParams,
@@ -59,12 +66,16 @@ def _store(ctx: Context) -> SessionStore:
     return ctx.sessions
 
 
-async def _off_loop(store: SessionStore, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """`call` on a thread when the store waits on a database (the shared one), else here:
-    a local store's lookups take microseconds, less than the hop to a thread."""
-    if store.blocking:
-        return await asyncio.to_thread(call, *args, **kwargs)
-    return call(*args, **kwargs)
+async def _off_loop(store: SessionStore, call: Callable[..., T], *args: Any, thread: bool = False, **kwargs: Any) -> T:
+    """`call` on a thread when the store waits on a database (the shared one) or
+    `thread` (a call that writes or deletes folders), else here: a local store's
+    lookups take microseconds, less than the hop to a thread."""
+    try:
+        if thread or store.blocking:
+            return await asyncio.to_thread(call, *args, **kwargs)
+        return call(*args, **kwargs)
+    except Unavailable as exc:
+        raise ServerBusy(f"server busy: {exc}; try again") from None
 
 
 async def _session(ctx: Context, session_id: str, field: str = "session_id") -> SessionMeta:
@@ -134,9 +145,10 @@ async def fork_session(ctx: Context, p: SessionRef) -> ForkSessionResult:
     await _check_room(ctx, store, source.disk_bytes)
     await _acquire(store, source)
     try:
-        await asyncio.to_thread(store.ready, source)
-        session_id, _ = await asyncio.to_thread(
-            store.create, ctx.caller.tenant, idle_timeout_s=source.idle_timeout_s, limits=dict(source.limits),
+        await _ready(store, source)
+        session_id, _ = await _off_loop(
+            store, store.create, ctx.caller.tenant, thread=True, idle_timeout_s=source.idle_timeout_s,
+            limits=dict(source.limits),
             skills=list(source.skills), max_sessions=ctx.caller.limits.sessions, source=source,
         )
     except OverCap as exc:
@@ -150,7 +162,7 @@ async def fork_session(ctx: Context, p: SessionRef) -> ForkSessionResult:
 async def close_session(ctx: Context, p: SessionRef) -> CloseSessionResult:
     store = _store(ctx)
     try:
-        await asyncio.to_thread(store.close, ctx.caller.tenant, p.session_id)
+        await _off_loop(store, store.close, ctx.caller.tenant, p.session_id, thread=True)
     except UnknownSession:
         raise SessionNotFound(NOT_FOUND.format(p.session_id), field="session_id") from None
     except Busy:
@@ -173,6 +185,14 @@ async def _acquire(store: SessionStore, meta: SessionMeta) -> None:
             "session is running another request (one at a time): retry when it ends", {"field": "session_id"},
         ) from None
     except UnknownSession:
+        raise SessionNotFound(NOT_FOUND.format("(it)"), field="session_id") from None
+
+
+async def _ready(store: SessionStore, meta: SessionMeta) -> None:
+    """`meta`'s state where this server can run it (held by `_acquire`)."""
+    try:
+        await _off_loop(store, store.ready, meta)
+    except UnknownSession:  # its state did not survive: it was ended
         raise SessionNotFound(NOT_FOUND.format("(it)"), field="session_id") from None
 
 
@@ -212,7 +232,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
     await _acquire(store, meta)
     run = _SessionRun(store, meta)
     try:
-        await asyncio.to_thread(store.ready, meta)
+        await _ready(store, meta)
     except BaseException:
         await asyncio.to_thread(store.release, meta)
         raise

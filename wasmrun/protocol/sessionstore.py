@@ -92,6 +92,10 @@ class Busy(Exception):
     pass
 
 
+class Unavailable(Exception):
+    """The sessions' shared backends cannot be reached now (the call may be tried again)."""
+
+
 class SessionStore:
     """Sessions of every tenant, in memory and on disk; thread-safe."""
 
