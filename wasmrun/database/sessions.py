@@ -222,10 +222,15 @@ class SharedSessionStore(SessionStore):
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def tenants(self) -> dict[str, tuple[int, int]]:
-        with self.database.connection() as conn:
-            rows = conn.execute(
-                "SELECT owner, count(*), coalesce(sum(disk_bytes), 0) FROM wasmrun_sessions GROUP BY owner"
-            ).fetchall()
+        """Per tenant (sessions open, their bytes), for /metrics: none while the database is out of reach."""
+        try:
+            with self.database.connection() as conn:
+                rows = conn.execute(
+                    "SELECT owner, count(*), coalesce(sum(disk_bytes), 0) FROM wasmrun_sessions GROUP BY owner"
+                ).fetchall()
+        except BACKEND_ERRORS as exc:
+            logger.error("cannot count the sessions for /metrics: %s", exc)
+            return {}
         return {str(owner): (int(count), int(used)) for owner, count, used in rows}
 
     def is_busy(self, meta: SessionMeta) -> bool:
