@@ -136,8 +136,21 @@ def build_context(
         caller=local_caller(settings.access.limits),
         gate=open_run_gate(settings),
         calls=CallGate(settings.queue_timeout),
-        sessions=SessionStore(settings.data_dir / "sessions", settings.sessions),
+        sessions=open_session_store(settings),
     )
+
+
+def open_session_store(settings: Settings) -> SessionStore:
+    """Sessions in the database and the object store with --blob-store (any server
+    resumes any session), else under the data folder."""
+    if settings.blob_store is None or settings.database_url is None:
+        return SessionStore(settings.data_dir / "sessions", settings.sessions)
+    from wasmrun.database.sessions import SharedSessionStore
+
+    migrate_database(settings)
+    # A cache of versions fetched or made here, one folder per process.
+    cache = settings.data_dir / "session-cache"
+    return SharedSessionStore(cache, settings.database_url, settings.blob_store, settings.sessions)
 
 
 def open_run_gate(settings: Settings) -> RunGate:

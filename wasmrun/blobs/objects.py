@@ -10,9 +10,13 @@ and the length is checked here either way.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -87,6 +91,38 @@ class ObjectStore:
         except (BotoCoreError, ClientError) as exc:
             raise self._fail("store a blob", exc) from None
 
+    def put_file(self, name: str, path: Path) -> None:
+        """The file at `path` as object `name`, streamed (never held whole in memory)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            with path.open("rb") as body:
+                self._client.put_object(Bucket=self.location.bucket, Key=self._key(name), Body=body)
+        except (BotoCoreError, ClientError) as exc:
+            raise self._fail("store an object", exc) from None
+
+    def get_file(self, name: str, path: Path) -> None:
+        """Object `name` into a new file at `path`, streamed; KeyError when there is none."""
+        with self._reading(name):
+            body = self._client.get_object(Bucket=self.location.bucket, Key=self._key(name))["Body"]
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as target:
+                shutil.copyfileobj(body, target, 1 << 20)
+
+    @contextlib.contextmanager
+    def _reading(self, name: str) -> Iterator[None]:
+        """A whole-object read's errors: KeyError for a missing object, else ObjectStoreError."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise KeyError(name) from None
+            raise self._fail("read an object", exc) from None
+        except BotoCoreError as exc:
+            raise self._fail("read an object", exc) from None
+
     def read(self, name: str, offset: int, length: int) -> bytes:
         """`length` bytes from `offset` (fewer at the end); KeyError when there is no such object."""
         from botocore.exceptions import BotoCoreError, ClientError
@@ -114,16 +150,8 @@ class ObjectStore:
 
     def get(self, name: str) -> bytes:
         """The whole object; KeyError when there is none."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
+        with self._reading(name):
             data: bytes = self._client.get_object(Bucket=self.location.bucket, Key=self._key(name))["Body"].read()
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                raise KeyError(name) from None
-            raise self._fail("read an object", exc) from None
-        except BotoCoreError as exc:
-            raise self._fail("read an object", exc) from None
         return data
 
     def listing(self, prefix: str) -> Iterator[tuple[str, datetime]]:

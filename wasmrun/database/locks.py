@@ -16,6 +16,7 @@ import psycopg
 SKILLS_OF_OWNER = 0x736B  # creating a tenant's skills (database/skills.py): its quota counts hold
 RUNS_OF_TENANT = 0x7275  # admitting a tenant's runs (database/runs.py)
 BLOBS_OF_OWNER = 0x626C  # changing a tenant's blobs and their usage row (database/blobs.py)
+SESSIONS_OF_OWNER = 0x7365  # creating a tenant's sessions (database/sessions.py): its `sessions` cap holds
 OBJECT = 0x776F  # an object in the object store, from its write until its row commits (database/orphans.py)
 
 

@@ -148,6 +148,28 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX wasmrun_run_starts_tenant ON wasmrun_run_starts (tenant, at);
         """,
     ),
+    (
+        7,
+        """
+        -- Sessions with the shared backends (database/sessions.py): one row each, its
+        -- current version's objects in the object store (named in `objects`, all
+        -- stored before the row names them). `busy_server` is the server running a
+        -- request in it (one at a time across servers): a server silent in
+        -- wasmrun_servers for long enough holds it no more.
+        CREATE TABLE wasmrun_sessions (
+            key text PRIMARY KEY,
+            owner text NOT NULL,
+            version integer NOT NULL,
+            expires double precision NOT NULL,
+            disk_bytes bigint NOT NULL,
+            busy_server text,
+            objects jsonb NOT NULL DEFAULT '{}'::jsonb,
+            meta text NOT NULL
+        );
+        CREATE INDEX wasmrun_sessions_owner ON wasmrun_sessions (owner);
+        CREATE INDEX wasmrun_sessions_expires ON wasmrun_sessions (expires);
+        """,
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]

@@ -8,7 +8,10 @@ STALE_WRITE_S), and it is deleted in a transaction holding its object lock
 (lock_object), the lock a writer holds from storing the
 object until its row commits, after checking again that no row names it.
 An object being written is skipped; one whose row committed is kept.
-Names outside the two prefixes this wasmrun writes are never touched.
+Names outside the three prefixes this wasmrun writes are never touched. A session's
+objects (database/sessionobjects.py) are written without the object lock (a
+version can be large, and no transaction stays open across its upload): the
+grace period alone keeps the sweep off a version being stored.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from wasmrun.database.connection import Database
 logger = logging.getLogger("wasmrun.database")
 BLOB_PREFIX = "blobs/"  # a blob's bytes (database/blobs.py)
 BUNDLE_PREFIX = "skills/"  # a created skill's bundle, by its sha256 (database/skills.py)
+SESSION_PREFIX = "sessions/"  # a session version's files (database/sessionobjects.py)
 # The advisory-lock class of an object's name (the second key is the name's hash):
 # held by a writer from storing the object until its row commits, and by the sweep
 # from checking that no row names the object until it is deleted.
@@ -38,6 +42,7 @@ SWEEP_EVERY_S = 600.0
 SWEEP_BATCH = 500  # object names checked against the rows in one query
 _BLOB_OBJECT = re.compile(r"blobs/([0-9a-f]{32})", re.ASCII)  # database/blobs.py SharedBlobStore._object
 _BUNDLE_OBJECT = re.compile(r"skills/([0-9a-f]{64})", re.ASCII)
+_SESSION_OBJECT = re.compile(r"sessions/([0-9a-f]{64})/[0-9a-f]{16}/(memory|memory\.delta|files\.tar)", re.ASCII)
 
 
 def lock_object(conn: psycopg.Connection, name: str) -> None:
@@ -45,13 +50,20 @@ def lock_object(conn: psycopg.Connection, name: str) -> None:
     locks.hold(conn, OBJECT_LOCK_CLASS, name)
 
 
-def _row_query(name: str) -> tuple[str, tuple[str]] | None:
+def _row_query(name: str) -> tuple[str, tuple[str, ...]] | None:
     """The query finding the row that names object `name`; None for a name not ours."""
     if (blob := _BLOB_OBJECT.fullmatch(name)) is not None:
         return "SELECT 1 FROM wasmrun_blobs WHERE blob_id = %s", ("blob:" + blob[1],)
     if _BUNDLE_OBJECT.fullmatch(name) is not None:
         return "SELECT 1 FROM wasmrun_skills WHERE bundle_object = %s LIMIT 1", (name,)
+    if _SESSION_OBJECT.fullmatch(name) is not None:
+        return "SELECT 1 FROM wasmrun_sessions WHERE objects @> jsonb_build_object(%s::text, %s::text)", _session_role(name)
     return None
+
+
+def _session_role(name: str) -> tuple[str, str]:
+    """(role, name): how a session's row names object `name`."""
+    return name.rsplit("/", 1)[1], name
 
 
 def _named(database: Database, names: list[str]) -> set[str]:
@@ -61,6 +73,10 @@ def _named(database: Database, names: list[str]) -> set[str]:
             ids = ["blob:" + name[len(BLOB_PREFIX):] for name in names]
             rows = conn.execute("SELECT blob_id FROM wasmrun_blobs WHERE blob_id = ANY(%s)", (ids,)).fetchall()
             return {BLOB_PREFIX + str(r[0])[5:] for r in rows}
+        if names[0].startswith(SESSION_PREFIX):
+            keys = sorted({name.split("/")[1] for name in names})
+            rows = conn.execute("SELECT objects FROM wasmrun_sessions WHERE key = ANY(%s)", (keys,)).fetchall()
+            return {str(named) for r in rows for named in r[0].values()}
         rows = conn.execute(
             "SELECT DISTINCT bundle_object FROM wasmrun_skills WHERE bundle_object = ANY(%s)", (names,)
         ).fetchall()
@@ -74,7 +90,7 @@ def sweep_orphans(
     before `now`; returns how many went."""
     cutoff = datetime.fromtimestamp((time.time() if now is None else now) - older_than_s, UTC)
     removed = 0
-    for prefix in (BLOB_PREFIX, BUNDLE_PREFIX):
+    for prefix in (BLOB_PREFIX, BUNDLE_PREFIX, SESSION_PREFIX):
         # The listing streams (a page of names at a time): a bucket of millions of
         # objects is checked SWEEP_BATCH names at a time, never held whole.
         candidates = (

@@ -21,14 +21,23 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import msgspec
 
 from wasmrun.protocol import runs
 from wasmrun.protocol.context import Context
-from wasmrun.protocol.errors import InvalidParams, MethodNotFound, QuotaExceeded, SessionBusy, SessionNotFound
-from wasmrun.protocol.sessionstore import Busy, OverCap, SessionMeta, SessionStore, UnknownSession
+from wasmrun.protocol.errors import (
+    InvalidParams,
+    MethodNotFound,
+    QuotaExceeded,
+    ServerBusy,
+    SessionBusy,
+    SessionNotFound,
+)
+from wasmrun.protocol.sessionstore import Busy, OverCap, SessionMeta, SessionStore, Unavailable, UnknownSession
 from wasmrun.protocol.streaming import output_listener
 from wasmrun.protocol.types import (
     CloseSessionResult,
@@ -48,6 +57,7 @@ from wasmrun.sandbox.types import SessionOutcome, SessionRun
 
 # What a run in a session may set for itself; the rest of its limits are the session's.
 PER_RUN_LIMITS = ("timeout_ms", "cpu_ms", "output_bytes")
+T = TypeVar("T")
 NOT_FOUND = "session {!r} does not exist (it may have been closed or have expired)"
 
 
@@ -57,9 +67,22 @@ def _store(ctx: Context) -> SessionStore:
     return ctx.sessions
 
 
-def _session(ctx: Context, session_id: str, field: str = "session_id") -> SessionMeta:
+async def _off_loop(store: SessionStore, call: Callable[..., T], *args: Any, thread: bool = False, **kwargs: Any) -> T:
+    """`call` on a thread when the store waits on a database (the shared one) or
+    `thread` (a call that writes or deletes folders), else here: a local store's
+    lookups take microseconds, less than the hop to a thread."""
     try:
-        return _store(ctx).get(ctx.caller.tenant, session_id)
+        if thread or store.blocking:
+            return await asyncio.to_thread(call, *args, **kwargs)
+        return call(*args, **kwargs)
+    except Unavailable as exc:
+        raise ServerBusy(f"server busy: {exc}; try again") from None
+
+
+async def _session(ctx: Context, session_id: str, field: str = "session_id") -> SessionMeta:
+    store = _store(ctx)
+    try:
+        return await _off_loop(store, store.get, ctx.caller.tenant, session_id)
     except UnknownSession:
         raise SessionNotFound(NOT_FOUND.format(session_id[:128]), field=field) from None
 
@@ -77,10 +100,10 @@ def _info(store: SessionStore, session_id: str, meta: SessionMeta) -> SessionInf
     )
 
 
-def _check_room(ctx: Context, store: SessionStore, adding: int = 0) -> None:
+async def _check_room(ctx: Context, store: SessionStore, adding: int = 0) -> None:
     """QuotaExceeded if the tenant's sessions already hold `session_bytes` on disk."""
     cap = ctx.caller.limits.session_bytes
-    _, used = store.usage(ctx.caller.tenant)
+    _, used = await _off_loop(store, store.usage, ctx.caller.tenant)
     if used + adding > cap:
         raise QuotaExceeded(
             f"quota exceeded: your sessions hold {used} bytes on disk, the limit is {cap};"
@@ -105,11 +128,11 @@ async def create_session(ctx: Context, p: CreateSessionParams) -> SessionInfo:
         )
     runs._limits(ctx, p.limits)  # -32602 naming a limit out of bounds, now rather than at the first run
     skills = await runs.mounted_skills(ctx, p.skills, "skills")
-    _check_room(ctx, store)
+    await _check_room(ctx, store)
     limits = {k: v for k, v in msgspec.structs.asdict(p.limits).items() if v is not None}
     try:
-        session_id, meta = store.create(
-            ctx.caller.tenant, idle_timeout_s=idle, limits=limits,
+        session_id, meta = await _off_loop(
+            store, store.create, ctx.caller.tenant, idle_timeout_s=idle, limits=limits,
             skills=[f"{s.name}@{s.version}" for s in skills], max_sessions=ctx.caller.limits.sessions,
         )
     except OverCap as exc:
@@ -119,18 +142,20 @@ async def create_session(ctx: Context, p: CreateSessionParams) -> SessionInfo:
 
 async def fork_session(ctx: Context, p: SessionRef) -> ForkSessionResult:
     store = _store(ctx)
-    source = _session(ctx, p.session_id)
-    _check_room(ctx, store, source.disk_bytes)
-    _acquire(store, source)
+    source = await _session(ctx, p.session_id)
+    await _check_room(ctx, store, source.disk_bytes)
+    await _acquire(store, source)
     try:
-        session_id, _ = await asyncio.to_thread(
-            store.create, ctx.caller.tenant, idle_timeout_s=source.idle_timeout_s, limits=dict(source.limits),
+        await _ready(store, source)
+        session_id, _ = await _off_loop(
+            store, store.create, ctx.caller.tenant, thread=True, idle_timeout_s=source.idle_timeout_s,
+            limits=dict(source.limits),
             skills=list(source.skills), max_sessions=ctx.caller.limits.sessions, source=source,
         )
     except OverCap as exc:
         raise _over_cap(exc) from None
     finally:
-        store.release(source)
+        await _off_loop(store, store.release, source)
     source.last_used = time.time()
     return ForkSessionResult(session_id=session_id, forked_from=p.session_id)
 
@@ -138,7 +163,7 @@ async def fork_session(ctx: Context, p: SessionRef) -> ForkSessionResult:
 async def close_session(ctx: Context, p: SessionRef) -> CloseSessionResult:
     store = _store(ctx)
     try:
-        await asyncio.to_thread(store.close, ctx.caller.tenant, p.session_id)
+        await _off_loop(store, store.close, ctx.caller.tenant, p.session_id, thread=True)
     except UnknownSession:
         raise SessionNotFound(NOT_FOUND.format(p.session_id), field="session_id") from None
     except Busy:
@@ -149,18 +174,26 @@ async def close_session(ctx: Context, p: SessionRef) -> CloseSessionResult:
 async def list_sessions(ctx: Context, p: ListSessionsParams) -> ListSessionsResult:
     """The caller's own sessions, oldest first."""
     store = _store(ctx)
-    mine = sorted(store.owned(ctx.caller.tenant), key=lambda m: m.created)
+    mine = sorted(await _off_loop(store, store.owned, ctx.caller.tenant), key=lambda m: m.created)
     return ListSessionsResult(sessions=[_info(store, m.session_id, m) for m in mine])
 
 
-def _acquire(store: SessionStore, meta: SessionMeta) -> None:
+async def _acquire(store: SessionStore, meta: SessionMeta) -> None:
     try:
-        store.acquire(meta)
+        await _off_loop(store, store.acquire, meta)
     except Busy:
         raise SessionBusy(
             "session is running another request (one at a time): retry when it ends", {"field": "session_id"},
         ) from None
     except UnknownSession:
+        raise SessionNotFound(NOT_FOUND.format("(it)"), field="session_id") from None
+
+
+async def _ready(store: SessionStore, meta: SessionMeta) -> None:
+    """`meta`'s state where this server can run it (held by `_acquire`)."""
+    try:
+        await _off_loop(store, store.ready, meta)
+    except UnknownSession:  # its state did not survive: it was ended
         raise SessionNotFound(NOT_FOUND.format("(it)"), field="session_id") from None
 
 
@@ -184,7 +217,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
     if p.session_id is None:
         return await runs.run_code(ctx, p)
     store = _store(ctx)
-    meta = _session(ctx, p.session_id)
+    meta = await _session(ctx, p.session_id)
     if p.mount_skills:
         raise InvalidParams(
             "mount_skills: a session mounts the skills named at create_session in every run", field="mount_skills",
@@ -196,20 +229,27 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
     limits = runs._limits(ctx, _run_limits(ctx, meta, p.limits))
     skills = await runs.mounted_skills(ctx, meta.skills, "skills")
     input_blobs = await runs._checked_input_blobs(ctx, p.input_blobs)
-    _check_room(ctx, store)
+    await _check_room(ctx, store)
     request = runs.code_request(ctx, p, args_json, skills, input_blobs, limits)
-    _acquire(store, meta)
-    request.session = SessionRun(folder=str(store.folder(meta)), version=meta.version, reseed=meta.reseed)
+    await _acquire(store, meta)
     run = _SessionRun(store, meta)
-    task = asyncio.ensure_future(runs._run(ctx, request, skills, on_result=run.keep, on_output=on_output))
+    try:
+        await _ready(store, meta)
+    except BaseException:
+        await asyncio.to_thread(store.release, meta)
+        raise
+    request.session = SessionRun(folder=str(store.folder(meta)), version=meta.version, reseed=meta.reseed)
+
+    async def run_and_settle() -> RunResult:
+        try:
+            return await runs._run(ctx, request, skills, on_result=run.keep, on_output=on_output)
+        finally:
+            # Off the event loop: with the shared backends, keeping a version uploads it.
+            await asyncio.to_thread(run.settle)
+
     # A call cancelled midway (its client went away) leaves the run going on in
     # its worker, writing the next version: the session stays held until it ends.
-    task.add_done_callback(lambda _: run.settle())
-    try:
-        result = await asyncio.shield(task)
-    finally:
-        if task.done():
-            run.settle()
+    result = await asyncio.shield(asyncio.ensure_future(run_and_settle()))
     result.session_rolled_back = not run.kept
     return result
 
@@ -220,20 +260,17 @@ class _SessionRun:
     def __init__(self, store: SessionStore, meta: SessionMeta) -> None:
         self.store, self.meta = store, meta
         self.outcome: SessionOutcome | None = None
+        self.kept = False
         self._settled = False
 
     def keep(self, result: SandboxResult) -> None:
         self.outcome = result.session
-
-    @property
-    def kept(self) -> bool:
-        return self.outcome is not None and self.outcome.committed
 
     def settle(self) -> None:
         if self._settled:
             return
         self._settled = True
         try:
-            self.store.finish_run(self.meta, self.outcome)
+            self.kept = self.store.finish_run(self.meta, self.outcome)
         finally:
             self.store.release(self.meta)

@@ -63,6 +63,10 @@ class SessionMeta(msgspec.Struct, kw_only=True):
     memory_bytes: int = 0
     image_bytes: int = 0
     files_bytes: int = 0
+    # With the shared backends: the current version's objects in the object store
+    # (database/sessions.py), by role ("memory", "memory.delta", "files").
+    objects: dict[str, str] = msgspec.field(default_factory=dict)
+    files_digest: str = ""  # the SHA-256 of objects["files.tar"]: a run that changed no file stores none
 
     def expires(self) -> float:
         return min(self.last_used + self.idle_timeout_s, self.created + self.max_age_s)
@@ -88,8 +92,14 @@ class Busy(Exception):
     pass
 
 
+class Unavailable(Exception):
+    """The sessions' shared backends cannot be reached now (the call may be tried again)."""
+
+
 class SessionStore:
     """Sessions of every tenant, in memory and on disk; thread-safe."""
+
+    blocking = False  # whether its calls wait on a database (callers then make them off the event loop)
 
     def __init__(
         self, root: Path, policy: SessionPolicy | None = None, on_end: Callable[[SessionMeta, str], None] | None = None
@@ -196,6 +206,10 @@ class SessionStore:
                 found[meta.owner] = (count + 1, used + meta.disk_bytes)
             return found
 
+    def ready(self, meta: SessionMeta) -> None:
+        """Make `meta`'s current version runnable here (held by `acquire`): on disk
+        already for a local store; the shared store fetches it when missing."""
+
     def is_busy(self, meta: SessionMeta) -> bool:
         with self._lock:
             return meta.key in self._busy
@@ -208,12 +222,7 @@ class SessionStore:
     ) -> tuple[str, SessionMeta]:
         """A new session (a fork of `source` if given, held by `acquire`: its state
         copied); its id. OverCap if `owner` has `max_sessions` already."""
-        session_id = ID_PREFIX + secrets.token_urlsafe(24)
-        now = time.time()
-        meta = SessionMeta(
-            session_id=session_id, key=key_of(session_id), owner=owner, created=now, last_used=now, idle_timeout_s=idle_timeout_s,
-            max_age_s=self.policy.max_age_s, limits=limits, skills=skills,
-        )
+        session_id, meta = self._new_meta(owner, idle_timeout_s, limits, skills)
         with self._lock:
             if sum(m.owner == owner for m in self._sessions.values()) >= max_sessions:
                 raise OverCap("sessions", max_sessions)
@@ -236,6 +245,16 @@ class SessionStore:
             raise
         return session_id, meta
 
+    def _new_meta(
+        self, owner: str, idle_timeout_s: int, limits: dict[str, int], skills: list[str]
+    ) -> tuple[str, SessionMeta]:
+        session_id = ID_PREFIX + secrets.token_urlsafe(24)
+        now = time.time()
+        return session_id, SessionMeta(
+            session_id=session_id, key=key_of(session_id), owner=owner, created=now, last_used=now,
+            idle_timeout_s=idle_timeout_s, max_age_s=self.policy.max_age_s, limits=limits, skills=skills,
+        )
+
     def acquire(self, meta: SessionMeta) -> None:
         """Mark `meta` running a request; Busy if it already is (one at a time)."""
         with self._lock:
@@ -247,14 +266,15 @@ class SessionStore:
         with self._lock:
             self._busy.discard(meta.key)
 
-    def finish_run(self, meta: SessionMeta, outcome: SessionOutcome | None) -> None:
-        """After a run of `meta` (held by `acquire`): keep its new version, or drop it."""
+    def finish_run(self, meta: SessionMeta, outcome: SessionOutcome | None) -> bool:
+        """After a run of `meta` (held by `acquire`): keep its new version, or drop
+        it; whether it was kept."""
         folder = self.root / meta.key
         meta.last_used = time.time()
         if outcome is None or not outcome.committed:
             _remove(sandbox_sessions.version_dir(folder, meta.version + 1))
             self._write(meta)
-            return
+            return False
         meta.version += 1
         meta.reseed = False
         meta.runs += 1
@@ -264,6 +284,7 @@ class SessionStore:
         self._write(meta)  # the new version is the session's from here on
         # The old one is deleted off the call's path (a start deletes any left over).
         self._deleter.submit(_remove, sandbox_sessions.version_dir(folder, meta.version - 1))
+        return True
 
     def close(self, owner: str, session_id: str) -> None:
         meta = self.get(owner, session_id)

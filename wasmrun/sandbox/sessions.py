@@ -136,41 +136,63 @@ class WarmInstances:
     def __init__(self, limit: int = WARM_SESSIONS, max_bytes: int = WARM_MAX_BYTES) -> None:
         self.limit = limit
         self.max_bytes = max_bytes
-        self._kept: OrderedDict[Path, Fresh] = OrderedDict()  # version folder -> its instance
+        # version folder -> its instance, and the folder's identity when kept
+        self._kept: OrderedDict[Path, tuple[Fresh, tuple[int, int]]] = OrderedDict()
         self._lock = threading.Lock()  # an in-process engine runs on several threads
 
     def take(self, version: Path) -> Fresh | None:
         with self._lock:
             self._drop_ended()
-            return self._kept.pop(version, None)
+            kept = self._kept.pop(version, None)
+            if kept is None:
+                return None
+            fresh, identity = kept
+            if identity != _identity(version):  # a folder of that name made since (fetched again)
+                _close(fresh)
+                return None
+            return fresh
 
     def keep(self, version: Path, fresh: Fresh) -> bool:
         """Keep `fresh` as `version`'s (False: not kept, close it), evicting the
         least recently kept past `limit` instances or `max_bytes` of memory in all."""
         if self.limit <= 0 or _size(fresh) > self.max_bytes:
             return False
+        identity = _identity(version)
         with self._lock:
-            self._kept[version] = fresh
-            while len(self._kept) > self.limit or sum(_size(f) for f in self._kept.values()) > self.max_bytes:
-                _, oldest = self._kept.popitem(last=False)
+            self._kept[version] = (fresh, identity)
+            while len(self._kept) > self.limit or sum(_size(f) for f, _ in self._kept.values()) > self.max_bytes:
+                _, (oldest, _) = self._kept.popitem(last=False)
                 _close(oldest)
         return True
 
     def _drop_ended(self) -> None:
         """Versions no longer on disk (a later one won, the session ended): their memory goes now."""
         for version in [v for v in self._kept if not v.exists()]:
-            _close(self._kept.pop(version))
+            _close(self._kept.pop(version)[0])
 
     def close(self) -> None:
         with self._lock:
             while self._kept:
-                _close(self._kept.popitem()[1])
+                _close(self._kept.popitem()[1][0])
 
 
 def _close(fresh: Fresh) -> None:
     """Done with an instance: a large one's pages go back to the system now (release_pages)."""
     release_pages(fresh.store, fresh.memory)
     fresh.store.close()
+
+
+def _identity(version: Path) -> tuple[int, int]:
+    """Which image `version` holds: its newest memory file's inode and time (never
+    changed in place once written). A folder deleted and made again under its name
+    (a version fetched anew from the object store) has new files: another image."""
+    for name in (sessionimages.DELTA, sessionimages.BASE):
+        try:
+            found = (version / name).stat()
+        except OSError:
+            continue
+        return (found.st_ino, found.st_mtime_ns)
+    return (-1, -1)
 
 
 def _size(fresh: Fresh) -> int:
