@@ -46,6 +46,7 @@ from typing import Protocol
 
 import wasmtime
 
+from wasmrun.sandbox.alarm import Alarm
 from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs
 
 logger = logging.getLogger("wasmrun.sandbox")
@@ -222,7 +223,10 @@ class InstanceSupply:
         self._image_hot: tuple[frozenset[int], HotPages] = (frozenset(), self.hot)
         self._spares: deque[Fresh] = deque()
         self._retired: deque[tuple[wasmtime.Store, Workspace]] = deque()
-        self._cond = threading.Condition()
+        self._cond = threading.Condition()  # drain() and wait_idle() wait on it
+        # The housekeeper sleeps on this: a run retiring an instance sets it for the
+        # quiet moment to come, without waking the thread now (alarm.py).
+        self._alarm = Alarm()
         self._closing = False
         self._tearing_down = 0
         self._in_flight = 0
@@ -263,7 +267,7 @@ class InstanceSupply:
     def wake(self) -> None:
         """The skill images changed: spares for image runs may need their pages."""
         with self._cond:
-            self._cond.notify_all()
+            self._alarm.set(time.monotonic())
 
     def _image_spares_wanted(self, pages: frozenset[int]) -> bool:
         """Whether fewer than IMAGE_SPARES spares have `pages` (the lock is held)."""
@@ -297,7 +301,10 @@ class InstanceSupply:
             self._in_flight -= 1
             self._last_retire = time.monotonic()
             self._retired.append((store, workspace))
-            self._cond.notify_all()
+            # No notify: nothing waiting on the condition is helped by a used
+            # instance, and the housekeeper has nothing to do before a quiet moment.
+            soon = len(self._retired) >= MAX_RETIRED
+            self._alarm.set(self._last_retire + (0.0 if soon else QUIET_S))
             # Instances live in a fixed number of engine slots: never let used
             # ones pile up past a bound, even if runs outpace the housekeeper.
             backlog = len(self._retired) > HARD_MAX_RETIRED
@@ -440,12 +447,18 @@ class InstanceSupply:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                # Wake for new work, or when a quiet period may have begun.
-                while not self._has_work():
-                    self._cond.wait(timeout=self._next_check())
+                self._alarm.woke()
                 if self._closing and not self._retired:
                     return
-            self._step()
+                work = self._has_work()
+                if not work:  # wake when a quiet period may have begun, or when told
+                    check = self._next_check()
+                    if check is not None:
+                        self._alarm.set(time.monotonic() + check)
+            if work:
+                self._step()
+            else:
+                self._alarm.wait()
 
     def drain(self) -> None:
         """Wait until every retired instance is torn down."""
@@ -467,8 +480,9 @@ class InstanceSupply:
     def close(self) -> None:
         with self._cond:
             self._closing = True
-            self._cond.notify_all()
+            self._alarm.set(0.0)
         self._thread.join()
+        self._alarm.close()
         while self._spares:
             self._spares.popleft().store.close()
         while self._applied:
