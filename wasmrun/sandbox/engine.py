@@ -299,15 +299,17 @@ class SandboxEngine:
 
     def _learn_hot_pages(self) -> HotPages:
         pages: set[int] = set()
+        read: set[int] = set()
         for request in WARMUP_REQUESTS:
             fresh = self._new_instance()
             result, workspace = self._run_on(fresh, request, time.perf_counter())
             self._tally("warmup", result, "completed")  # the last one fails on purpose
             pages |= HotPages.written_pages(fresh.store, fresh.memory)
+            read |= HotPages.read_pages(fresh.store, fresh.memory)
             fresh.store.close()
             self._dirs.give_back(workspace.root)
-        hot = HotPages.from_pages(pages)
-        logger.debug("%d hot pages will be copied into each spare instance", hot.pages)
+        hot = HotPages.from_pages(pages, read)
+        logger.debug("%d hot pages will be copied into each spare instance, %d more mapped", hot.pages, len(read))
         return hot
 
     def run(self, request: RunRequest) -> RunResult:
