@@ -28,6 +28,7 @@ from wasmrun.sandbox.background import COMPILE_LIMITS, IMPORT_LIMITS, Background
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
 from wasmrun.sandbox.bytecode import guest_dir as bytecode_guest_dir
+from wasmrun.sandbox.fastcall import FastFunc
 from wasmrun.sandbox.guestroot import GuestRoots
 from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, set_current
 from wasmrun.sandbox.ids import new_run_id
@@ -150,6 +151,9 @@ class SandboxEngine:
             linker.define_func("wasmrun", name, ty, HOST_FUNCTIONS[name], access_caller=True)
         self._pre = linker.instantiate_pre(self.module)
         self._linker = linker
+        run_export = self.module.exports[[e.name for e in self.module.exports].index("wasmrun_run")]
+        assert isinstance(run_export.type, wasmtime.FuncType)
+        self._run_type = run_export.type
         self._io = self._probe_buffers()
         # This process's own folder under `workspace_root` (see workroots.py).
         self._root = WorkRoot(workspace_root or workroots.default_parent())
@@ -295,7 +299,10 @@ class SandboxEngine:
     def _new_instance(self) -> Fresh:
         store = wasmtime.Store(self.engine)
         exports = self._pre.instantiate(store).exports(store)
-        return Fresh(store, func(exports, "wasmrun_run"), memory(exports))
+        run = func(exports, "wasmrun_run")
+        # Called through FastFunc: wasmtime-py's Func.__call__ rebuilds and checks the
+        # function's type on every call (about 0.1 ms of a hello run here).
+        return Fresh(store, FastFunc(run, self._run_type), memory(exports))
 
     def _learn_hot_pages(self) -> HotPages:
         pages: set[int] = set()

@@ -47,6 +47,7 @@ from typing import Protocol
 import wasmtime
 
 from wasmrun.sandbox.alarm import Alarm
+from wasmrun.sandbox.fastcall import FastFunc
 from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs
 
 logger = logging.getLogger("wasmrun.sandbox")
@@ -66,7 +67,7 @@ APPLIED_MAX_BYTES = 16 << 20  # a larger image gets none: an idle spare would ho
 @dataclass
 class Fresh:
     store: wasmtime.Store
-    run: wasmtime.Func
+    run: FastFunc  # the instance's `wasmrun_run`
     memory: wasmtime.Memory
     prepared_ahead: bool = False
     image_pages: frozenset[int] | None = None  # the skill images' pages copied in too, if any
