@@ -53,8 +53,7 @@ _CALLS = _timerfd_calls()
 
 class Alarm:
     """One sleeper, any number of setters. `set(at)` makes the sleeper's
-    `wait()` return by `at` (time.monotonic()) at the latest; `cancel()` drops
-    the time set. Times only move earlier until the sleeper wakes: after a
+    `wait()` return by `at` (time.monotonic()) at the latest. Times only move earlier until the sleeper wakes: after a
     wake-up it sets the next one itself. Callers hold their own lock."""
 
     def __init__(self) -> None:
@@ -72,13 +71,6 @@ class Alarm:
             return
         self.at = at
         self._arm(max(at, 1e-9))
-
-    def cancel(self) -> None:
-        """Nothing is due any more: the sleeper may sleep on (a wake-up already
-        on its way still comes)."""
-        if self.at != _NEVER:
-            self.at = _NEVER
-            self._arm(0.0)
 
     def _arm(self, at: float) -> None:
         if self._cond is not None:

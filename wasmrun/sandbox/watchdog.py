@@ -198,9 +198,9 @@ class Watchdog:
     def finish(self, watch: RunWatch) -> None:
         """On the run's thread, once it left wasm (its clock is read no more after this)."""
         with self._lock:
+            # The alarm stays set: one wake-up at that run's earliest possible end
+            # (seconds away) costs less than a syscall on every run to unset it.
             self._runs.pop(watch, None)
-            if not self._runs:
-                self._alarm.cancel()
         _local.watch = None
 
     def _loop(self) -> None:
