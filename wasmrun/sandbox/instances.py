@@ -46,12 +46,15 @@ from typing import Protocol
 
 import wasmtime
 
+from wasmrun.sandbox.alarm import Alarm
+from wasmrun.sandbox.fastcall import FastFunc
 from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs
 
 logger = logging.getLogger("wasmrun.sandbox")
 
 PAGE = 4096
-MADV_POPULATE_WRITE = 23  # Linux 5.14+
+MADV_POPULATE_READ = 22  # Linux 5.14+
+MADV_POPULATE_WRITE = 23
 SPARES = 8  # enough for a burst; each holds about a megabyte of prefaulted pages
 MAX_RETIRED = 16  # past this, teardown goes on even while runs are in flight
 HARD_MAX_RETIRED = 32  # past this, the run that retires an instance tears one down itself
@@ -64,7 +67,7 @@ APPLIED_MAX_BYTES = 16 << 20  # a larger image gets none: an idle spare would ho
 @dataclass
 class Fresh:
     store: wasmtime.Store
-    run: wasmtime.Func
+    run: FastFunc  # the instance's `wasmrun_run`
     memory: wasmtime.Memory
     prepared_ahead: bool = False
     image_pages: frozenset[int] | None = None  # the skill images' pages copied in too, if any
@@ -88,20 +91,24 @@ class Image(Protocol):
 
 
 class HotPages:
-    """The pages of linear memory a typical run writes, to be copied in ahead.
+    """The pages of linear memory a typical run writes, to be copied in ahead,
+    and those it only reads, to be mapped in ahead.
 
     Learned from a sample run by reading /proc/self/pagemap: pages of the
-    memory mapping that are present and anonymous were copied on write.
+    memory mapping that are present and anonymous were copied on write; those
+    present and file-backed were read from the snapshot image. A page only read
+    still costs a run a page fault (the kernel maps 16 at a time): about 40 per
+    hello here, for about 600 pages of the interpreter's heap it reads.
     Where that is unavailable (not Linux, old kernel), nothing is prefaulted.
     """
 
-    def __init__(self, spans: list[tuple[int, int]]) -> None:
+    def __init__(self, spans: list[tuple[int, int]], read_spans: list[tuple[int, int]] | None = None) -> None:
         self.spans = spans  # (offset, length) in bytes, page-aligned
-        self._madvise = _madvise() if spans else None
+        self.read_spans = read_spans or []  # pages only read: mapped in, not copied
+        self._madvise = _madvise() if spans or self.read_spans else None
 
     @staticmethod
-    def written_pages(store: wasmtime.Store, memory: wasmtime.Memory) -> set[int]:
-        """Indexes of the pages of `memory` this instance has written so far."""
+    def _present(store: wasmtime.Store, memory: wasmtime.Memory, file_backed: bool) -> set[int]:
         if not sys.platform.startswith("linux"):
             return set()
         base = ctypes.addressof(memory.data_ptr(store).contents)
@@ -115,23 +122,30 @@ class HotPages:
         return {
             i
             for i, entry in enumerate(struct.unpack(f"<{len(raw) // 8}Q", raw))
-            if entry >> 63 & 1 and not entry >> 61 & 1  # present, and anonymous: copied on write
+            if entry >> 63 & 1 and bool(entry >> 61 & 1) == file_backed  # present; file page or copied on write
         }
 
+    @staticmethod
+    def written_pages(store: wasmtime.Store, memory: wasmtime.Memory) -> set[int]:
+        """Indexes of the pages of `memory` this instance has written so far."""
+        return HotPages._present(store, memory, file_backed=False)
+
+    @staticmethod
+    def read_pages(store: wasmtime.Store, memory: wasmtime.Memory) -> set[int]:
+        """Indexes of the pages of `memory` mapped from the snapshot image (read, never written)."""
+        return HotPages._present(store, memory, file_backed=True)
+
     @classmethod
-    def from_pages(cls, pages: AbstractSet[int]) -> HotPages:
-        spans: list[tuple[int, int]] = []
-        for i in sorted(pages):
-            if spans and spans[-1][0] + spans[-1][1] == i * PAGE:
-                spans[-1] = (spans[-1][0], spans[-1][1] + PAGE)
-            else:
-                spans.append((i * PAGE, PAGE))
-        return cls(spans)
+    def from_pages(cls, pages: AbstractSet[int], read: AbstractSet[int] = frozenset()) -> HotPages:
+        return cls(_spans(pages), _spans(set(read) - set(pages)))
 
     @property
     def supported(self) -> bool:
         """False once copying in failed as unsupported here (or there is nothing to copy)."""
         return self._madvise is not None
+
+    def read_set(self) -> set[int]:
+        return {i for offset, length in self.read_spans for i in range(offset // PAGE, (offset + length) // PAGE)}
 
     def page_set(self) -> set[int]:
         return {i for offset, length in self.spans for i in range(offset // PAGE, (offset + length) // PAGE)}
@@ -157,7 +171,25 @@ class HotPages:
             if self._madvise(base + offset, length, MADV_POPULATE_WRITE) != 0:
                 self._madvise = None  # unsupported here: stop trying
                 return False
+        for offset, length in self.read_spans:  # after the copies: a run needs those more
+            length = min(length, size - offset)
+            if interrupted() or length <= 0:
+                continue
+            if self._madvise(base + offset, length, MADV_POPULATE_READ) != 0:
+                self.read_spans = []  # (a read fault is only slower)
+                break
         return True
+
+
+def _spans(pages: AbstractSet[int]) -> list[tuple[int, int]]:
+    """Page indexes as (offset, length) byte spans, adjacent pages joined."""
+    spans: list[tuple[int, int]] = []
+    for i in sorted(pages):
+        if spans and spans[-1][0] + spans[-1][1] == i * PAGE:
+            spans[-1] = (spans[-1][0], spans[-1][1] + PAGE)
+        else:
+            spans.append((i * PAGE, PAGE))
+    return spans
 
 
 def _same(a: frozenset[int] | None, b: frozenset[int] | None) -> bool:
@@ -223,7 +255,10 @@ class InstanceSupply:
         self._image_hot: tuple[frozenset[int], HotPages] = (frozenset(), self.hot)
         self._spares: deque[Fresh] = deque()
         self._retired: deque[tuple[wasmtime.Store, Workspace]] = deque()
-        self._cond = threading.Condition()
+        self._cond = threading.Condition()  # drain() and wait_idle() wait on it
+        # The housekeeper sleeps on this: a run retiring an instance sets it for the
+        # quiet moment to come, without waking the thread now (alarm.py).
+        self._alarm = Alarm()
         self._closing = False
         self._tearing_down = 0
         self._in_flight = 0
@@ -264,7 +299,7 @@ class InstanceSupply:
     def wake(self) -> None:
         """The skill images changed: spares for image runs may need their pages."""
         with self._cond:
-            self._cond.notify_all()
+            self._alarm.set(time.monotonic())
 
     def _image_spares_wanted(self, pages: frozenset[int]) -> bool:
         """Whether fewer than IMAGE_SPARES spares have `pages` (the lock is held)."""
@@ -298,7 +333,10 @@ class InstanceSupply:
             self._in_flight -= 1
             self._last_retire = time.monotonic()
             self._retired.append((store, workspace))
-            self._cond.notify_all()
+            # No notify: nothing waiting on the condition is helped by a used
+            # instance, and the housekeeper has nothing to do before a quiet moment.
+            soon = len(self._retired) >= MAX_RETIRED
+            self._alarm.set(self._last_retire + (0.0 if soon else QUIET_S))
             # Instances live in a fixed number of engine slots: never let used
             # ones pile up past a bound, even if runs outpace the housekeeper.
             backlog = len(self._retired) > HARD_MAX_RETIRED
@@ -380,7 +418,7 @@ class InstanceSupply:
         """The hot pages and `pages`; rebuilt only when `pages` change."""
         known, hot = self._image_hot
         if not _same(pages, known):
-            hot = HotPages.from_pages(pages | self.hot.page_set())
+            hot = HotPages.from_pages(pages | self.hot.page_set(), self.hot.read_set())
             self._image_hot = (pages, hot)
         return hot
 
@@ -441,12 +479,18 @@ class InstanceSupply:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                # Wake for new work, or when a quiet period may have begun.
-                while not self._has_work():
-                    self._cond.wait(timeout=self._next_check())
+                self._alarm.woke()
                 if self._closing and not self._retired:
                     return
-            self._step()
+                work = self._has_work()
+                if not work:  # wake when a quiet period may have begun, or when told
+                    check = self._next_check()
+                    if check is not None:
+                        self._alarm.set(time.monotonic() + check)
+            if work:
+                self._step()
+            else:
+                self._alarm.wait()
 
     def drain(self) -> None:
         """Wait until every retired instance is torn down."""
@@ -468,8 +512,9 @@ class InstanceSupply:
     def close(self) -> None:
         with self._cond:
             self._closing = True
-            self._cond.notify_all()
+            self._alarm.set(0.0)
         self._thread.join()
+        self._alarm.close()
         while self._spares:
             self._spares.popleft().store.close()
         while self._applied:

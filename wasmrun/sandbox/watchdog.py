@@ -7,8 +7,9 @@ pays for a counter update: measured here, 20-30% of a compute-bound run's time.
 
 How a run is stopped: every running store's epoch deadline is one epoch
 ahead, and an epoch-deadline callback is installed on it. A watchdog thread
-looks at each run in flight every `TICK_S` (its thread's CPU clock, read from
-outside with `pthread_getcpuclockid`, and the wall clock); when one is over a
+looks at each run in flight every `TICK_S` once it could be over a budget (its
+thread's CPU clock, read from outside with `pthread_getcpuclockid`, and the
+wall clock; a run that ends sooner never wakes the thread); when one is over a
 budget it marks that run with the limit and advances the engine's epoch.
 Several stores can share one engine (in-process slots, the skill-image
 thread), and the epoch is engine-wide: each store's callback, on its own run
@@ -42,6 +43,7 @@ import wasmtime
 from wasmtime import _ffi as ffi
 
 from wasmrun.sandbox import errors
+from wasmrun.sandbox.alarm import Alarm
 from wasmrun.sandbox.types import RunError
 
 logger = logging.getLogger("wasmrun.sandbox")
@@ -229,15 +231,21 @@ def _no_finalizer(_data: object) -> None:
 
 
 class Watchdog:
-    """Stops runs over their CPU or wall-clock budget (see the module docstring)."""
+    """Stops runs over their CPU or wall-clock budget (see the module docstring).
+
+    The thread sleeps until the earliest moment some run could be over a
+    budget: a run's CPU time never exceeds the wall-clock time since it
+    started, so no run needs a look before min(cpu_ms, timeout_ms) has passed
+    since its start, and every TICK_S after that. A run that ends before then
+    (most do) never wakes the thread (alarm.py)."""
 
     def __init__(self, engine: wasmtime.Engine, interval: float = TICK_S) -> None:
         self._engine = engine
         self._interval = interval
-        self._runs: set[RunWatch] = set()
-        self._cond = threading.Condition()
+        self._runs: dict[RunWatch, float] = {}  # each run in flight -> when to look at it next
+        self._lock = threading.Lock()
+        self._alarm = Alarm()
         self._closed = False
-        self._ticks = 0
         self._thread = threading.Thread(target=self._loop, name="wasmrun-watchdog", daemon=True)
         self._thread.start()
 
@@ -257,30 +265,40 @@ class Watchdog:
         watch = RunWatch(cpu_ms, timeout_ms, interrupt)
         watch.on_tick = on_tick
         _local.watch = watch
-        with self._cond:
-            self._runs.add(watch)
-            if len(self._runs) == 1:
-                self._cond.notify()  # it sleeps while no run is in flight
+        due = time.monotonic() + min(cpu_ms, timeout_ms) / 1000
+        if not watch.readable_from_outside:
+            due = time.monotonic() + self._interval  # its callback reads its clock: bump every tick
+        elif on_tick is not None:
+            due = time.monotonic() + self._interval * STREAM_POLL_TICKS  # its output is looked at every poll
+        with self._lock:
+            self._runs[watch] = due
+            self._alarm.set(due)
         return watch
 
     def finish(self, watch: RunWatch) -> None:
         """On the run's thread, once it left wasm (its clock is read no more after this)."""
-        with self._cond:
-            self._runs.discard(watch)
+        with self._lock:
+            # The alarm stays set: one wake-up at that run's earliest possible end
+            # (seconds away) costs less than a syscall on every run to unset it.
+            self._runs.pop(watch, None)
         _local.watch = None
 
     def _loop(self) -> None:
-        with self._cond:
-            while not self._closed:
-                if not self._runs:
-                    self._cond.wait()  # idle: no wake-ups without runs
-                    continue
-                self._cond.wait(self._interval)
+        while True:
+            self._alarm.wait()
+            with self._lock:
+                self._alarm.woke()
+                if self._closed:
+                    return
                 try:
                     self._tick()
                 except Exception:  # this thread must outlive any fault: every deadline depends on it
                     logger.exception("watchdog tick failed")
                     self._engine.increment_epoch()  # each run's callback checks its own budgets
+                    for watch in self._runs:
+                        self._runs[watch] = time.monotonic() + self._interval
+                if self._runs:
+                    self._alarm.set(min(self._runs.values()))
 
     def _tick(self) -> None:
         # Under the lock: a run's clock is read only while it is registered.
@@ -288,14 +306,18 @@ class Watchdog:
         # when it is first marked: a bump can land while that run's callback is moving
         # its deadline one epoch ahead (it was under budget when it looked), and then it
         # needs another. Other runs only pass through their callback.
-        over = [watch for watch in self._runs if watch.check(outside=True) is not None]
-        self._ticks += 1
-        poll = self._ticks % STREAM_POLL_TICKS == 0 and any(watch.on_tick is not None for watch in self._runs)
-        if over or poll or any(not watch.readable_from_outside for watch in self._runs):
+        now = time.monotonic()
+        due = [watch for watch, at in self._runs.items() if at <= now]
+        over = [watch for watch in due if watch.check(outside=True) is not None]
+        for watch in due:  # past its earliest possible end (or streamed): looked at every tick from now on
+            self._runs[watch] = now + self._interval * (STREAM_POLL_TICKS if watch.on_tick is not None else 1)
+        poll = any(watch.on_tick is not None for watch in due)
+        if over or poll or any(not watch.readable_from_outside for watch in due):
             self._engine.increment_epoch()
 
     def close(self) -> None:
-        with self._cond:
+        with self._lock:
             self._closed = True
-            self._cond.notify()
+            self._alarm.set(0.0)
         self._thread.join()
+        self._alarm.close()

@@ -1,0 +1,89 @@
+"""Where one in-process hello run's time goes, phase by phase (medians).
+
+    python scripts/hello_phases.py [--runs 150]
+
+Each phase is timed by wrapping the engine's own functions for this process
+only (nothing is changed for real runs): taking the spare instance, the run's
+WASI set-up, the watchdog, the guest itself (entry to return, in wasm),
+capturing its output, checking its result, and handing the instance back.
+"Other host" is what engine.run spends outside these. For the bench command to
+show as a row, so that the next start-up regression shows where it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from wasmrun.blobs.store import FileBlobStore
+from wasmrun.sandbox import engine as engine_module
+from wasmrun.sandbox import hostcalls
+from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.fastcall import FastFunc
+from wasmrun.sandbox.types import RunRequest
+
+HELLO = "def main(args):\n    print('hello')\n    return 1\n"
+spent: dict[str, float] = collections.defaultdict(float)
+
+
+def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[name] += (time.perf_counter() - start) * 1000
+
+    return wrapper
+
+
+def instrument(engine: SandboxEngine) -> None:
+    supply = engine._supply
+    supply.take = timed("instance: take a spare", supply.take)  # type: ignore[method-assign]
+    engine._wasi = timed("instance: WASI set-up (preopens)", engine._wasi)  # type: ignore[method-assign]
+    engine._guest_request = timed("guest request: encode", engine._guest_request)  # type: ignore[method-assign]
+    watchdog = engine._watchdog
+    watchdog.start = timed("watchdog: start", watchdog.start)  # type: ignore[method-assign]
+    watchdog.finish = timed("watchdog: finish", watchdog.finish)  # type: ignore[method-assign]
+    FastFunc.__call__ = timed("guest: entry to return (wasm)", FastFunc.__call__)  # type: ignore[method-assign]
+    hostcalls.RunContext.drain_guest_output = timed(  # type: ignore[method-assign]
+        "capture: guest output", hostcalls.RunContext.drain_guest_output
+    )
+    engine_module._apply_response = timed("result: check the output", engine_module._apply_response)
+    engine_module._redact_secrets = timed("result: redact secrets", engine_module._redact_secrets)
+    supply.retire = timed("teardown: hand back", supply.retire)  # type: ignore[method-assign]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=150)
+    args = parser.parse_args()
+    rows: dict[str, list[float]] = collections.defaultdict(list)
+    with tempfile.TemporaryDirectory() as tmp, SandboxEngine(FileBlobStore(Path(tmp))) as engine:
+        instrument(engine)
+        for _ in range(args.runs):
+            engine.wait_idle()
+            spent.clear()
+            start = time.perf_counter()
+            result = engine.run(RunRequest(kind="code", code=HELLO))
+            total = (time.perf_counter() - start) * 1000
+            assert result.status == "completed", result.error
+            for name, ms in spent.items():
+                rows[name].append(ms)
+            rows["other host"].append(total - sum(spent.values()))
+            rows["total (engine.run)"].append(total)
+    for name, values in rows.items():
+        print(f"{name:36} {statistics.median(values):7.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
