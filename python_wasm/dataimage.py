@@ -140,8 +140,15 @@ import numpy, pandas, matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot
 sys.path.insert(0, "{GUEST_RUNTIME_PARENT}")
-import runtime._door
-runtime._door.install()
+import importlib.util
+# `_wasmrun` first (the runtime package imports it): the door, under that name.
+_spec = importlib.util.spec_from_file_location("_wasmrun", "{GUEST_RUNTIME_PARENT}/runtime/_door.py")
+_door = importlib.util.module_from_spec(_spec)
+sys.modules["_wasmrun"] = _door
+_spec.loader.exec_module(_door)
+del _spec, _door
+import runtime._figures
+runtime._figures.install()
 import runtime._boot
 runtime._boot.init()
 """
@@ -234,7 +241,8 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     wasi.inherit_stderr()
     store.set_wasi(wasi)
     exports = linker.instantiate(store, module).exports(store)
-    exports_.func(exports, "_initialize")(store)
+    if "_initialize" in {e.name for e in module.exports}:  # python.wasm has it; the snapshot ran it
+        exports_.func(exports, "_initialize")(store)
     try:
         status = turn(store, exports, IMAGE_PRELUDE)
     finally:

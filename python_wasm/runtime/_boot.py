@@ -187,6 +187,9 @@ def _prepare(request: dict) -> None:
     # the host (random.seed() without its Python layer: C seeds from urandom).
     _seed(random._inst, None)
     random._inst.gauss_next = None
+    numpy = sys.modules.get("numpy")  # the data image's: its global RandomState too
+    if numpy is not None:
+        numpy.random.seed()
     _skills.FINDER.mount(request.get("skills") or {})
     for folder in request.get("sys_path") or ():
         sys.path.append(folder)

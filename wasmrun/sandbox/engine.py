@@ -71,16 +71,15 @@ POOL_SLOTS = 128
 DECOMMIT_BATCH = 16
 
 
-def _engine_config(table_elements: int | None = None) -> wasmtime.Config:
-    """`table_elements`: a bigger per-table limit for the pool (the data image's function table)."""
+def _engine_config() -> wasmtime.Config:
     config = wasmtime.Config()
     # CPU is measured by the run thread's clock, not fuel (see watchdog.py).
     config.epoch_interruption = True
-    _use_pooling_allocator(config, table_elements)
+    _use_pooling_allocator(config)
     return config
 
 
-def _use_pooling_allocator(config: wasmtime.Config, table_elements: int | None = None) -> None:
+def _use_pooling_allocator(config: wasmtime.Config) -> None:
     """Instances in pre-reserved slots, their memory reset in batches.
 
     Measured here against the default allocator: instantiate, run and teardown
@@ -97,8 +96,6 @@ def _use_pooling_allocator(config: wasmtime.Config, table_elements: int | None =
         ffi.wasmtime_pooling_allocation_config_total_tables_set(pool, POOL_SLOTS)
         ffi.wasmtime_pooling_allocation_config_max_memory_size_set(pool, CEILING_LIMITS.memory_bytes)
         ffi.wasmtime_pooling_allocation_config_decommit_batch_size_set(pool, DECOMMIT_BATCH)
-        if table_elements is not None:
-            ffi.wasmtime_pooling_allocation_config_table_elements_set(pool, table_elements)
         ffi.wasmtime_pooling_allocation_strategy_set(config.ptr(), pool)
     finally:
         ffi.wasmtime_pooling_allocation_config_delete(pool)
