@@ -146,7 +146,7 @@ def create_app(
     tenants = tenant_directory(settings)
     metrics = Metrics(
         context.gate, context.executor.capacity, context.blobs, lambda: [LOCAL_TENANT, *tenants.names()],
-        context.calls,
+        context.calls, getattr(context.executor, "background", None),
     )
     audit = open_audit_log(settings)
     retention = BlobRetention(context.blobs, tenants, settings.access.limits.blob_ttl_s)

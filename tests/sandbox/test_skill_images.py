@@ -129,7 +129,7 @@ def test_an_image_is_kept_only_if_the_skill_did_not_change_while_it_was_made(tmp
     evicted, an operator editing) would make a wrong image under the old key."""
     skill = make_skill(tmp_path, "img.moving", {"code/main.py": "VALUE = 1\n"})
 
-    def make(skill: MountedSkill, limits: object) -> SkillImage:
+    def make(skill: MountedSkill) -> SkillImage:
         if changes_files:
             (Path(skill.root) / "code" / "main.py").unlink()
         return SkillImage(1 << 20, ((0, bytearray(10)),))
@@ -137,17 +137,44 @@ def test_an_image_is_kept_only_if_the_skill_did_not_change_while_it_was_made(tmp
     images = SkillImages(make, key_of=lambda s: image_key("guest", s))
     key = image_key("guest", skill)
     assert key is not None
-    images.request(key, skill, LimitPolicy().resolve())
+    images.request(key, skill)
     assert images.wait_ready()
     assert (images.get(key) is None) == changes_files
     images.close()
+
+
+def test_a_failed_import_run_is_tried_again_later_a_bounded_number_of_times(tmp_path) -> None:
+    """A failure (a busy host, a skill changing) is not final: a later request tries
+    again once its backoff has passed, up to MAX_ATTEMPTS failures, never more."""
+    from wasmrun.sandbox.skillimages import MAX_ATTEMPTS
+
+    skill = make_skill(tmp_path, "img.flaky", {"code/main.py": "VALUE = 1\n"})
+    made: list[str] = []
+
+    def make(skill: MountedSkill) -> SkillImage | None:
+        made.append(skill.name)
+        return None
+
+    images = SkillImages(make, retry_after_s=0.0)
+    for attempt in range(1, MAX_ATTEMPTS + 3):
+        images.request("k", skill)
+        assert images.wait_ready()
+        assert images.failures("k") == min(attempt, MAX_ATTEMPTS)
+    assert len(made) == MAX_ATTEMPTS
+    images.close()
+    waiting = SkillImages(make, retry_after_s=3600.0)
+    waiting.request("k", skill)
+    assert waiting.wait_ready()
+    waiting.request("k", skill)  # within its backoff: not tried again yet
+    assert waiting.wait_ready() and waiting.failures("k") == 1 and len(made) == MAX_ATTEMPTS + 1
+    waiting.close()
 
 
 def test_the_cache_is_bounded_by_count_and_bytes() -> None:
     def image(n: int) -> SkillImage:
         return SkillImage(1 << 20, ((0, bytearray(n)),))
 
-    images = SkillImages(lambda skill, limits: None, max_images=2, max_bytes=10_000)
+    images = SkillImages(lambda skill: None, max_images=2, max_bytes=10_000)
     images.put("a", image(1000))
     images.put("b", image(1000))
     assert images.get("a") is not None  # now the most recently used
@@ -282,7 +309,7 @@ def test_the_pages_copied_ahead_are_bounded_and_follow_the_cache() -> None:
         return SkillImage(1 << 30, ((first_page * 4096, bytearray(pages * 4096)),))
 
     changes: list[int] = []
-    images = SkillImages(lambda skill, limits: None, on_change=lambda: changes.append(1))
+    images = SkillImages(lambda skill: None, on_change=lambda: changes.append(1))
     images.put("a", image(0, 600))
     images.put("b", image(500, 300))  # overlaps a: the union is 800 pages
     assert images.prefault_pages() == frozenset(range(800)) and len(changes) == 2
@@ -292,7 +319,7 @@ def test_the_pages_copied_ahead_are_bounded_and_follow_the_cache() -> None:
     images.enabled = False  # images off: nothing to copy ahead
     assert images.prefault_pages() == frozenset()
     images.enabled = True
-    small = SkillImages(lambda skill, limits: None, max_images=1)
+    small = SkillImages(lambda skill: None, max_images=1)
     small.put("a", image(0, 10))
     small.put("b", image(100, 10))  # a is evicted: its pages are no longer copied ahead
     assert small.prefault_pages() == frozenset(range(100, 110))

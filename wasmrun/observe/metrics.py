@@ -7,6 +7,8 @@
     wasmrun_calls_queued / wasmrun_calls_running      other calls waiting for / holding a tenant slot
     wasmrun_workers_busy / wasmrun_workers_free       the sandbox pool
     wasmrun_blob_bytes{tenant} / wasmrun_blobs{tenant}  what each tenant stores (charged bytes)
+    wasmrun_background_runs_total{kind,outcome}   guest runs the server made for no client
+    wasmrun_background_cpu_seconds_total{kind}    (skill import runs, compile runs, warm-ups)
 
 A registry of its own per server (not the process-global one), so that two
 apps in one process (tests) do not collide.
@@ -17,11 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from wasmrun.blobs.store import BlobStore
 from wasmrun.observe.record import CallRecord
+from wasmrun.sandbox.background import BackgroundTotals
 from wasmrun.tenants.calls import CallGate
 from wasmrun.tenants.quotas import RunGate
 
@@ -39,7 +42,9 @@ class _Gauges(Collector):
         blobs: BlobStore,
         tenants: Callable[[], Iterable[str]],
         calls: CallGate | None = None,
+        background: BackgroundTotals | None = None,
     ) -> None:
+        self.background = background
         self.gate = gate
         self.workers = workers
         self.blobs = blobs
@@ -53,6 +58,8 @@ class _Gauges(Collector):
         busy, free = self.workers()
         yield GaugeMetricFamily("wasmrun_workers_busy", "Sandbox workers running a call", value=busy)
         yield GaugeMetricFamily("wasmrun_workers_free", "Sandbox workers free", value=free)
+        if self.background is not None:
+            yield from _background(self.background.snapshot())
         stored = GaugeMetricFamily("wasmrun_blob_bytes", "Blob bytes a tenant stores (as charged)", labels=["tenant"])
         count = GaugeMetricFamily("wasmrun_blobs", "Blobs a tenant stores", labels=["tenant"])
         for tenant in sorted(set(self.tenants())):
@@ -61,6 +68,22 @@ class _Gauges(Collector):
             count.add_metric([tenant], usage.count)
         yield stored
         yield count
+
+
+def _background(totals: dict[tuple[str, str], tuple[int, float]]) -> Iterator[Metric]:
+    runs = CounterMetricFamily(
+        "wasmrun_background_runs", "Guest runs the server started for no client, by kind and outcome",
+        labels=["kind", "outcome"],
+    )
+    cpu = CounterMetricFamily("wasmrun_background_cpu_seconds", "CPU time of those runs", labels=["kind"])
+    by_kind: dict[str, float] = {}
+    for (kind, outcome), (count, cpu_s) in sorted(totals.items()):
+        runs.add_metric([kind, outcome], count)
+        by_kind[kind] = by_kind.get(kind, 0.0) + cpu_s
+    for kind, cpu_s in sorted(by_kind.items()):
+        cpu.add_metric([kind], cpu_s)
+    yield runs
+    yield cpu
 
 
 def _slots(kind: str, what: str, load: dict[str, tuple[int, int]]) -> Iterator[Metric]:
@@ -83,6 +106,7 @@ class Metrics:
         blobs: BlobStore,
         tenants: Callable[[], Iterable[str]],
         calls: CallGate | None = None,
+        background: BackgroundTotals | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.calls = Counter(
@@ -94,7 +118,7 @@ class Metrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900),
             registry=self.registry,
         )
-        self.registry.register(_Gauges(gate, workers, blobs, tenants, calls))
+        self.registry.register(_Gauges(gate, workers, blobs, tenants, calls, background))
 
     def record(self, call: CallRecord) -> None:
         status = "ok" if call.error_code is None else str(call.error_code)

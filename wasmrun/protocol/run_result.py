@@ -24,6 +24,7 @@ from wasmrun.blobs.quota import BlobQuota
 from wasmrun.blobs.sampling import text_head, text_tail
 from wasmrun.blobs.store import LEGACY_OWNER, BlobStore
 from wasmrun.protocol.types import RunError, RunResult, RunUsage
+from wasmrun.sandbox import jsontext
 from wasmrun.sandbox import types as sandbox
 
 MAX_OUTPUT_BYTES = 4096
@@ -106,7 +107,8 @@ def to_spec_result(
             "output_blob": pointer,
             "size_bytes": len(encoded),
             "kind": "application/json",
-            "preview": text_head(encoded.decode("utf-8"), OUTPUT_PREVIEW_BYTES),
+            # Only the head is decoded (the output is valid UTF-8: only the cut can split a character).
+            "preview": text_head(encoded[: 4 * OUTPUT_PREVIEW_BYTES].decode("utf-8", "ignore"), OUTPUT_PREVIEW_BYTES),
         }
     outline = _outline(encoded)
     summary = own_summary(outline) or completed_summary(
@@ -131,7 +133,22 @@ _outline_decoder = msgspec.json.Decoder(
 )
 
 
+# Values an outline is built for: beyond, the top level's items are not listed.
+MAX_OUTLINE_VALUES = 10_000
+
+
+class _LargeValue:
+    """The top level of an output too large to outline: only its kind."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+
 def _outline(encoded: bytes) -> Any:
+    if not jsontext.value_count_at_most(encoded, MAX_OUTLINE_VALUES):
+        # One Raw per item of a list of millions would cost the host ~50x the output.
+        first = encoded.lstrip()[:1]
+        return _LargeValue("an object" if first == b"{" else "a list" if first == b"[" else "a value")
     value = _outline_decoder.decode(encoded)
     if isinstance(value, dict) and isinstance(value.get("summary"), msgspec.Raw):
         value["summary"] = msgspec.json.decode(value["summary"])
@@ -151,6 +168,8 @@ def own_summary(output: Any) -> str | None:
 def _describe(value: Any) -> str:
     if value is None:
         return "returned null"
+    if isinstance(value, _LargeValue):
+        return f"returned {value.kind} of more than {MAX_OUTLINE_VALUES} values"
     if isinstance(value, bool):
         return f"returned {'true' if value else 'false'}"
     if isinstance(value, dict):

@@ -24,13 +24,14 @@ from python_wasm.exports import func, func_imports, memory
 from wasmrun.egress.client import EgressSession
 from wasmrun.egress.secrets import Redactor
 from wasmrun.sandbox import compiled, errors, jsontext, workroots
+from wasmrun.sandbox.background import COMPILE_LIMITS, IMPORT_LIMITS, BackgroundLog, BackgroundRun
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
 from wasmrun.sandbox.bytecode import guest_dir as bytecode_guest_dir
 from wasmrun.sandbox.guestroot import GuestRoots
 from wasmrun.sandbox.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext, set_current
 from wasmrun.sandbox.ids import new_run_id
-from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
+from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply, release_pages
 from wasmrun.sandbox.limits import CEILING_LIMITS, Limits
 from wasmrun.sandbox.skillimages import NoBlobs, SkillImage, SkillImages, image_key, memory_view, single_skill
 from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage, host_failure
@@ -57,7 +58,6 @@ WARMUP_REQUESTS = (
 WORKSPACE = "/workspace"
 TMP = "/tmp"  # per run, emptied after it, counted with /workspace against one quota
 BLOBS = "/blobs"  # the run's input blobs as read-only files named by their ids
-COMPILE_LIMITS = Limits(timeout_ms=60_000)
 # An import run asks for a function no module can define ("" is no identifier):
 # the guest imports the skill, then refuses to call anything.
 IMPORT_ONLY = ""
@@ -159,6 +159,7 @@ class SandboxEngine:
         self._bytecode = BytecodeCache(guest_build.cache_root() / "bytecode" / self.guest.key)
         guest_build.mark_used(self._bytecode.root)
         self._watchdog = Watchdog(self.engine)
+        self.background = BackgroundLog()  # runs of its own, not yet reported (background.py)
         # (Images are only made after runs: the supply exists by then.)
         self.skill_images = SkillImages(
             self._make_image, on_change=lambda: self._supply.wake(),
@@ -300,7 +301,8 @@ class SandboxEngine:
         pages: set[int] = set()
         for request in WARMUP_REQUESTS:
             fresh = self._new_instance()
-            _, workspace = self._run_on(fresh, request, time.perf_counter())
+            result, workspace = self._run_on(fresh, request, time.perf_counter())
+            self._tally("warmup", result, "completed")  # the last one fails on purpose
             pages |= HotPages.written_pages(fresh.store, fresh.memory)
             fresh.store.close()
             self._dirs.give_back(workspace.root)
@@ -330,27 +332,33 @@ class SandboxEngine:
             except BaseException:
                 fresh.store.close()
                 raise
+            release_pages(fresh.store, fresh.memory)
             self._supply.retire(fresh.store, workspace)
             if skill is not None and key is not None and image is None and result.status == "completed":
                 # Only after a completed run: the import fits these limits (a skill
                 # that hangs at import costs no background run).
-                self.skill_images.request(key, skill, request.limits)
+                self.skill_images.request(key, skill)
             return result
         except Exception:
             return host_failure(request, "the sandbox host failed; the run was stopped")
 
-    def _make_image(self, skill: MountedSkill, limits: Limits) -> SkillImage | None:
+    def _make_image(self, skill: MountedSkill) -> SkillImage | None:
         """An import run of `skill` in a never-used instance (not a prefaulted
-        spare, so that only the import's own writes differ from the snapshot);
-        its changed pages, or None if the skill does not import on its own."""
+        spare, so that only the import's own writes differ from the snapshot),
+        with IMPORT_LIMITS; its changed pages, or None if the skill does not
+        import on its own within them."""
         bytecode = self._skill_bytecode([skill])
         pristine = self._new_instance()  # compared against, never run
         fresh = self._new_instance()
-        request = RunRequest(kind="skill", skill=skill.name, function=IMPORT_ONLY, skills=[skill], limits=limits)
+        request = RunRequest(
+            kind="skill", skill=skill.name, function=IMPORT_ONLY, skills=[skill], limits=IMPORT_LIMITS
+        )
         workspace: Workspace | None = None
         try:
             result, workspace = self._run_on(fresh, request, time.perf_counter(), bytecode, blobs=NoBlobs())
-            if result.error is None or result.error.type != IMPORTED:
+            imported = result.error is not None and result.error.type == IMPORTED
+            self._tally("import", result, "completed" if imported else None)
+            if not imported:
                 logger.info("skill %s has no import image: %s", skill.name, result.error)
                 return None
             image = SkillImage.difference(
@@ -388,11 +396,18 @@ class SandboxEngine:
         request = RunRequest(kind="compile", skills=[skill], limits=COMPILE_LIMITS)
         result, workspace = self._run_on(fresh, request, time.perf_counter(), {skill.name: staging}, True)
         self._supply.retire(fresh.store, workspace)
+        self._tally("compile", result)
         if result.status != "completed":
             logger.warning("compiling skill %s failed: %s", skill.name, result.error)
             self._bytecode.discard(staging)
             return None
         return self._bytecode.commit(key, staging)
+
+    def _tally(self, kind: str, result: RunResult, outcome: str | None = None) -> None:
+        """Count a background run of `kind` for /metrics (background.py)."""
+        if outcome is None:
+            outcome = result.error.type if result.error is not None else result.status
+        self.background.add(BackgroundRun(kind, outcome, result.usage.cpu_ms))
 
     def _run_on(
         self,
@@ -405,7 +420,9 @@ class SandboxEngine:
     ) -> tuple[RunResult, Workspace]:
         run_id = request.run_id or new_run_id()
         limits = request.limits
-        workspace = Workspace(self._dirs.take(), limits.workspace_bytes, limits.workspace_files)
+        workspace = Workspace(
+            self._dirs.take(), limits.workspace_bytes, limits.workspace_files, self._dirs.block
+        )
         if request.input_blobs:
             self._place_input_blobs(request.input_blobs, workspace.blobs, request.owner)
         ctx = RunContext(
@@ -501,6 +518,11 @@ def _redact_secrets(result: RunResult, request: RunRequest) -> None:
     if result.error is not None:
         result.error = RunError(result.error.type, redact.text(result.error.message))
     if redact.data(result.output_json) != result.output_json:
+        if len(result.output_json) > jsontext.FULL_DECODE_BYTES:
+            # Redacting means decoding: not for a value that large (its objects would cost the host ~30x).
+            result.status, result.output_json = "failed", b"null"
+            result.error = RunError(errors.INVALID_OUTPUT, errors.secret_in_large_output(jsontext.FULL_DECODE_BYTES))
+            return
         # Redacted in the decoded value, not the text: a replacement must not break JSON escapes.
         result.output_json = msgspec.json.encode(redact.value(msgspec.json.decode(result.output_json)))
 

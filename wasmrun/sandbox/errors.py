@@ -69,6 +69,13 @@ def result_too_large(limit: int) -> str:
     return f"the return value is larger than {limit} bytes as JSON; write large data to blobs"
 
 
+def secret_in_large_output(limit: int) -> str:
+    return (
+        f"the return value holds a secret and is larger than {limit} bytes as JSON, too large to redact;"
+        " write large data to blobs"
+    )
+
+
 def timed_out(timeout_ms: int) -> str:
     return f"the run exceeded its time limit of {timeout_ms} ms"
 

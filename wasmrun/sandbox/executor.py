@@ -13,6 +13,7 @@ from typing import Protocol
 
 import msgspec
 
+from wasmrun.sandbox.background import BackgroundTotals
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.types import RunRequest, RunResult
 
@@ -36,6 +37,9 @@ class ExecutorHealth(msgspec.Struct):
 
 
 class Executor(Protocol):
+    # Runs the sandboxes made for no client (background.py), for /metrics.
+    background: BackgroundTotals
+
     async def run(self, request: RunRequest) -> RunResult: ...
 
     def health(self) -> ExecutorHealth: ...
@@ -94,6 +98,7 @@ class InProcessExecutor:
 
         self.engine = SandboxEngine(blobs, workspace_root=workspace_root)
         self._slots = _Slots(slots, queue_timeout)
+        self.background = BackgroundTotals()
 
     async def run(self, request: RunRequest) -> RunResult:
         await self._slots.acquire()
@@ -101,6 +106,7 @@ class InProcessExecutor:
             return await asyncio.to_thread(self.engine.run, request)
         finally:
             self._slots.release()
+            self.background.add(self.engine.background.drain())
 
     def health(self) -> ExecutorHealth:
         slots = self._slots

@@ -175,6 +175,31 @@ def _madvise() -> Callable[[int, int, int], int] | None:
     return fn
 
 
+# A used instance whose memory grew past this has its pages given back to the system
+# as soon as its run ends (see release_pages).
+RELEASE_ABOVE_BYTES = 64 << 20
+_PAGE = 4096
+_MADV_DONTNEED = 4  # Linux
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+
+def release_pages(store: wasmtime.Store, memory: wasmtime.Memory) -> None:
+    """Give a used instance's linear memory back to the system now, when it is large.
+
+    wasmtime's pooling allocator frees used instances' pages in batches (engine.py's
+    DECOMMIT_BATCH, for speed on small runs): until a batch is full, a worker would keep
+    up to that many runs' whole memories resident. A run's memory is never read again
+    once it ended, so for a large one the pages are dropped here (MADV_DONTNEED: the
+    mapping stays, its pages go), and the host's memory returns to its baseline."""
+    size = memory.data_len(store)
+    if _libc is None or size <= RELEASE_ABOVE_BYTES:
+        return
+    base = ctypes.addressof(memory.data_ptr(store).contents)
+    start = (base + _PAGE - 1) & ~(_PAGE - 1)
+    length = (base + size - start) & ~(_PAGE - 1)
+    _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_DONTNEED)
+
+
 class InstanceSupply:
     """Hands out fresh instances and takes used ones back; a thread does the
     housekeeping in quiet moments."""

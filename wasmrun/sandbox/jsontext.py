@@ -10,6 +10,10 @@ bounded depth and anything that is not plain JSON fails that run alone.
 
 from __future__ import annotations
 
+import codecs
+import re
+import threading
+from collections.abc import Iterator
 from itertools import accumulate
 from typing import Any
 
@@ -25,6 +29,27 @@ _NOT_A_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 _ONE_KIND = bytes.maketrans(b"{}", b"[]")  # valid JSON closes what it opens: the kind is no matter
 _NESTING_STEP = [1 if b == ord("[") else -1 if b == ord("]") else 0 for b in range(256)]
 QUICK_PASSES = 8
+# Up to this size a return value is checked by decoding it whole (a few MB of
+# objects at most); a larger one is checked without building any object: its
+# syntax by skipping over it, UTF-8 and numbers' range piecewise. A JSON value
+# as Python objects costs up to ~30x its text ([{}] * n), and a heap of small
+# objects is not given back to the system after: the host's memory would grow
+# with what a guest returns, not with the limits.
+FULL_DECODE_BYTES = 256 * 1024
+# Arrays and objects a return value may hold: far more than real data returns,
+# and bounded so that whoever decodes it next (a client) is not flooded.
+MAX_CONTAINERS = 1_000_000
+CHUNK = 256 * 1024  # piece size of the piecewise checks: their transient memory
+# Large checks at once in this process: each holds about 3x the output's size.
+_large_checks = threading.BoundedSemaphore(2)
+# Numbers msgspec may refuse as out of range (a float past 1.8e308): those with
+# an exponent of three or more digits, and long mantissas with a fraction part.
+# Each pattern starts with what is rare, so that the scan is quick.
+_BIG_EXPONENT = re.compile(rb"[eE][-+]?[0-9]{3,}")
+_TOKEN_END = re.compile(rb"[^,\[\]{}:\s]*\Z")
+_LONG_MANTISSA = re.compile(rb"[0-9]{300,}\.[0-9]+")
+_DIGITS_ONLY = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+TOKEN_WINDOW = 512
 
 
 class NotSendable(ValueError):
@@ -49,7 +74,12 @@ def output_problem(data: bytes) -> str | None:
     """Why the guest's return value `data` cannot be passed on, or None if it can.
 
     Plain JSON only: valid UTF-8 without lone surrogates, no NaN or Infinity,
-    numbers a JSON decoder can read back, nesting at most MAX_DEPTH deep."""
+    numbers a JSON decoder can read back, nesting at most MAX_DEPTH deep, at
+    most MAX_CONTAINERS arrays and objects. Costs memory in proportion to
+    `data`'s size (about 3x at most), never its objects."""
+    if len(data) > FULL_DECODE_BYTES:
+        with _large_checks:
+            return _large_output_problem(data)
     try:
         msgspec.json.decode(data)  # C, and it stops at the interpreter's recursion limit
     except RecursionError:
@@ -64,15 +94,76 @@ def output_problem(data: bytes) -> str | None:
     return None
 
 
-def _deeper_than(data: bytes, limit: int) -> bool:
-    """Whether valid JSON `data` nests arrays/objects more than `limit` deep.
-    Only C-speed bytes operations on the common path (this runs on every run)."""
+def _large_output_problem(data: bytes) -> str | None:
+    """output_problem for a large `data`, building no object per JSON value."""
+    try:
+        msgspec.json.decode(data, type=msgspec.Raw)  # syntax, escapes and surrogates, skipped over
+    except RecursionError:
+        return f"it is nested deeper than {MAX_DEPTH} levels"
+    except (msgspec.DecodeError, ValueError) as exc:
+        return f"it is not valid JSON: {exc}"
+    utf8 = codecs.getincrementaldecoder("utf-8")()
+    try:
+        for start in range(0, len(data), CHUNK):
+            utf8.decode(data[start : start + CHUNK])
+        utf8.decode(b"", final=True)
+    except UnicodeDecodeError as exc:
+        return f"it is not valid JSON: {exc.reason} in its UTF-8"
+    shape = structure(data)
+    containers = shape.count(b"[") + shape.count(b"{")
+    if containers > MAX_CONTAINERS:
+        return f"it holds {containers} arrays and objects, more than {MAX_CONTAINERS}"
+    for number in _suspect_numbers(shape):
+        try:
+            msgspec.json.decode(number)
+        except msgspec.ValidationError as exc:
+            return f"it is not plain JSON: {exc}"
+    if _deeper_than(data, MAX_DEPTH, shape):
+        return f"it is nested deeper than {MAX_DEPTH} levels"
+    return None
+
+
+def _suspect_numbers(shape: bytes) -> Iterator[bytes]:
+    """The numbers in `shape` (see structure) that might be out of a float's range."""
+    for exponent in _BIG_EXPONENT.finditer(shape):
+        before = _TOKEN_END.search(shape, max(0, exponent.start() - TOKEN_WINDOW), exponent.start())
+        yield (before.group() if before else b"") + exponent.group()
+    if b"0" * 300 in shape.translate(_DIGITS_ONLY):
+        for mantissa in _LONG_MANTISSA.finditer(shape):
+            yield mantissa.group()
+
+
+def structure(data: bytes) -> bytes:
+    """Valid JSON `data` without its strings (quotes and contents): brackets,
+    commas, colons, numbers and literals. Piecewise, so that the transient
+    pieces are bounded by CHUNK whatever the number of strings."""
+    # Escapes first (backslashes only occur in strings): every quote left delimits a string.
+    unescaped = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    kept = []
+    inside = False
+    for start in range(0, len(unescaped), CHUNK):
+        pieces = unescaped[start : start + CHUNK].split(b'"')
+        kept.append(b"".join(pieces[1 if inside else 0 :: 2]))
+        if len(pieces) % 2 == 0:
+            inside = not inside
+    return b"".join(kept)
+
+
+def value_count_at_most(data: bytes, bound: int) -> bool:
+    """Whether valid JSON `data` holds at most about `bound` values (its commas,
+    outside strings, plus one): cheap when the raw count of commas is already under."""
+    return data.count(b",") < bound or structure(data).count(b",") < bound
+
+
+def _deeper_than(data: bytes, limit: int, shape: bytes | None = None) -> bool:
+    """Whether valid JSON `data` (whose `structure` is `shape`, if known) nests
+    arrays/objects more than `limit` deep. Only C-speed bytes operations on the
+    common path (this runs on every run)."""
     if data.count(b"[") + data.count(b"{") <= limit:  # most outputs end here
         return False
-    # Drop the strings' contents: escapes first (backslashes only occur in
-    # strings), then every other piece between quotes.
-    unescaped = data.replace(b"\\\\", b"").replace(b'\\"', b"")
-    brackets = b"".join(unescaped.split(b'"')[::2]).translate(_ONE_KIND, _NOT_A_BRACKET)
+    if shape is None:
+        shape = structure(data)
+    brackets = shape.translate(_ONE_KIND, _NOT_A_BRACKET)
     # Each pass drops every innermost pair: the depth goes down by exactly one.
     for passes in range(QUICK_PASSES):
         if not brackets:

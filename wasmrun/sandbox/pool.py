@@ -34,6 +34,7 @@ import msgspec
 
 from wasmrun.offload import for_run
 from wasmrun.sandbox import errors, workroots
+from wasmrun.sandbox.background import BackgroundTotals
 from wasmrun.sandbox.executor import Busy, ExecutorHealth
 from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.types import RunError, RunRequest, RunResult, host_failure
@@ -99,6 +100,7 @@ def _serve(engine: SandboxEngine, raw: bytes) -> bytes:
         request = RunRequest(kind="code")
         return _encoder.encode(host_failure(request, "the sandbox could not read the run request"))
     result = engine.run(request)  # never raises
+    result.background = engine.background.drain()  # the engine's own runs, for /metrics
     try:
         return _encoder.encode(result)
     except Exception:
@@ -418,6 +420,7 @@ class WorkerPool:
         self.watchdog_grace = watchdog_grace
         self.workspace_parent = workspace_parent or workroots.default_parent()
         self._open_blobs = open_blobs
+        self.background = BackgroundTotals()  # the workers' own runs, as their results report them
         self._workers: list[_Worker] = []
         self._idle = _IdleWorkers()
         self._unavailable = 0
@@ -477,6 +480,8 @@ class WorkerPool:
         except Exception:
             return host_failure(request, "the sandbox sent a malformed result")
         result.run_id = request.run_id
+        self.background.add(result.background)
+        result.background = []
         return result
 
     @contextlib.asynccontextmanager

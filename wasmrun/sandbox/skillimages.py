@@ -45,6 +45,7 @@ import hashlib
 import itertools
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,7 +55,6 @@ import wasmtime
 
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
 from wasmrun.sandbox import tree
-from wasmrun.sandbox.limits import Limits
 from wasmrun.sandbox.types import MountedSkill
 
 logger = logging.getLogger("wasmrun.sandbox")
@@ -66,6 +66,12 @@ MAX_IMAGES = 32
 MAX_IMAGE_BYTES = 256 << 20  # all images together
 MAX_PENDING = 64  # import runs waiting; more are dropped (the skill just runs as before)
 MAX_KEY_ENTRIES = 1_000  # files and folders in a skill that images are kept for
+# A failed import run is tried again, on a later completed run of the skill, after
+# RETRY_AFTER_S, then 4x that, ...; after MAX_ATTEMPTS failures the skill runs
+# without an image (it imports in each run, as before).
+MAX_ATTEMPTS = 3
+MAX_REMEMBERED_FAILURES = 1_024
+RETRY_AFTER_S = 30.0
 # Pages of images (most recently used first) that spares set aside for skill runs
 # have copied in ahead (see instances.py): 4 MiB per such spare at most.
 MAX_PREFAULT_PAGES = 1024
@@ -158,17 +164,18 @@ def single_skill(skills: list[MountedSkill]) -> MountedSkill | None:
 class SkillImages:
     """An LRU of images by key, and one background thread making new ones.
 
-    `make(skill, limits)` does an import run and returns the image, or None when the
-    skill cannot be imported on its own (it is then not tried again for
-    that key)."""
+    `make(skill)` does an import run (with background.IMPORT_LIMITS, never the limits
+    of the run that asked) and returns the image, or None when it failed: it is then
+    tried again later with backoff, at most MAX_ATTEMPTS times for that key."""
 
     def __init__(
         self,
-        make: Callable[[MountedSkill, Limits], SkillImage | None],
+        make: Callable[[MountedSkill], SkillImage | None],
         max_images: int = MAX_IMAGES,
         max_bytes: int = MAX_IMAGE_BYTES,
         on_change: Callable[[], None] = lambda: None,
         key_of: Callable[[MountedSkill], str | None] | None = None,
+        retry_after_s: float = RETRY_AFTER_S,
     ) -> None:
         self._make = make
         # Names the skill's files as they are after its import run: an image is kept
@@ -179,8 +186,10 @@ class SkillImages:
         self.max_images = max_images
         self.max_bytes = max_bytes
         self._images: OrderedDict[str, SkillImage] = OrderedDict()
-        self._refused: OrderedDict[str, None] = OrderedDict()  # keys whose import run failed
-        self._pending: OrderedDict[str, tuple[MountedSkill, Limits]] = OrderedDict()
+        # Keys whose import run failed: (failures, when it may be tried again).
+        self._failed: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        self.retry_after_s = retry_after_s
+        self._pending: OrderedDict[str, MountedSkill] = OrderedDict()
         self._busy = False
         self._bytes = 0
         self._prefault: frozenset[int] = frozenset()
@@ -209,20 +218,20 @@ class SkillImages:
                 self._images.move_to_end(key)
             return image
 
-    def request(self, key: str, skill: MountedSkill, limits: Limits) -> None:
-        """Make the image for `key` in the background, unless it is there, queued or
-        refused; the import run gets `limits` (those of a run the skill completed in)."""
+    def request(self, key: str, skill: MountedSkill) -> None:
+        """Make the image for `key` in the background, unless it is there, queued, or
+        failed too recently or too often."""
         with self._cond:
             if (
                 self._closing
                 or not self._enabled
                 or key in self._images
                 or key in self._pending
-                or key in self._refused
+                or not self._may_try(key)
                 or len(self._pending) >= MAX_PENDING
             ):
                 return
-            self._pending[key] = (skill, limits)
+            self._pending[key] = skill
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="wasmrun-skill-images", daemon=True)
                 self._thread.start()
@@ -283,11 +292,11 @@ class SkillImages:
                     self._cond.wait()
                 if self._closing:
                     return
-                key, (skill, limits) = self._pending.popitem(last=False)
+                key, skill = self._pending.popitem(last=False)
                 self._busy = True
             image: SkillImage | None = None
             try:
-                image = self._make(skill, limits)
+                image = self._make(skill)
                 if image is not None and self._key_of is not None and self._key_of(skill) != key:
                     logger.info("skill %s changed while its image was made: no image this time", skill.name)
                     image = None
@@ -298,10 +307,25 @@ class SkillImages:
             with self._cond:
                 self._busy = False
                 if image is None:
-                    self._refused[key] = None
-                    while len(self._refused) > MAX_PENDING:
-                        self._refused.popitem(last=False)
+                    self._record_failure(key)
+                else:
+                    self._failed.pop(key, None)
                 self._cond.notify_all()
+
+    def _may_try(self, key: str) -> bool:
+        failures, retry_at = self._failed.get(key, (0, 0.0))
+        return failures < MAX_ATTEMPTS and time.monotonic() >= retry_at
+
+    def _record_failure(self, key: str) -> None:
+        failures = self._failed.pop(key, (0, 0.0))[0] + 1
+        self._failed[key] = (failures, time.monotonic() + self.retry_after_s * 4 ** (failures - 1))
+        while len(self._failed) > MAX_REMEMBERED_FAILURES:
+            self._failed.popitem(last=False)
+
+    def failures(self, key: str) -> int:
+        """How many import runs of `key` have failed (tests look)."""
+        with self._cond:
+            return self._failed.get(key, (0, 0.0))[0]
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         """Wait until no image is queued or being made (tests and benchmarks use it)."""

@@ -49,7 +49,7 @@ class _Level:
         self.pending = pending  # names not visited yet
 
 
-def _walk(top: Path) -> Iterator[tuple[int, str, os.stat_result | None]]:
+def walk(top: Path) -> Iterator[tuple[int, str, os.stat_result | None]]:
     """Every entry below `top`, depth first: (dir_fd, name, lstat) when it is
     first seen, and (dir_fd, name, None) for a directory once everything in it
     has been seen. `dir_fd` is the open parent, valid until the next step."""
@@ -94,7 +94,7 @@ def _walk(top: Path) -> Iterator[tuple[int, str, os.stat_result | None]]:
 def measure(top: Path) -> tuple[int, int]:
     """Total size (bytes, as lstat reports them) and number of entries below `top`."""
     total = entries = 0
-    for _fd, _name, st in _walk(top):
+    for _fd, _name, st in walk(top):
         if st is not None:
             entries += 1
             total += st.st_size
@@ -103,7 +103,7 @@ def measure(top: Path) -> tuple[int, int]:
 
 def empty(top: Path) -> None:
     """Remove everything below `top`, keeping `top` itself."""
-    for fd, name, st in _walk(top):
+    for fd, name, st in walk(top):
         if st is None:
             os.rmdir(name, dir_fd=fd)
         elif not stat.S_ISDIR(st.st_mode):

@@ -14,6 +14,7 @@ import msgspec
 from wasmrun.blobs.quota import BlobQuota
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.sandbox import errors
+from wasmrun.sandbox.background import BackgroundRun
 from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.limits import Limits
 
@@ -72,6 +73,9 @@ class RunResult(msgspec.Struct):
     logs_cut_bytes: int = 0
     error: RunError | None = None
     usage: Usage = msgspec.field(default_factory=Usage)
+    # The engine's own runs (import, compile, warm-up) since its last result:
+    # sent with this one, for /metrics (background.py); never to the client.
+    background: list[BackgroundRun] = []
 
     @property
     def output(self) -> Any:

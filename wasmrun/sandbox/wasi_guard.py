@@ -5,9 +5,11 @@ wasmtime's WASI has no disk quota, and a guest blocked in `poll_oneoff`
 So the linker shadows a few `wasi_snapshot_preview1` functions with Python
 wrappers that check first and then call the real implementation.
 
-Quota accounting is conservative: every byte a write call may add counts
-against an estimate; when the estimate would pass the quota, /workspace and
-/tmp are measured for real, and only a real excess stops the run
+Quota accounting is conservative and counts the disk the host allocates
+(see `Workspace` and diskuse.py): every block a call may allocate counts
+against an estimate before the call; when the estimate would pass the quota,
+/workspace and /tmp (and the files the run holds open, unlinked or not) are
+measured for real, and only a real excess stops the run
 (`WorkspaceQuotaExceeded`). Only /workspace and /tmp are writable (one
 quota for both), so every write to a descriptor other than stdout/stderr is
 a write there.
@@ -38,7 +40,7 @@ import wasmtime
 from wasmtime._exportable import AsExtern
 
 from python_wasm.exports import func, func_imports
-from wasmrun.sandbox import errors, tree
+from wasmrun.sandbox import diskuse, errors, tree
 from wasmrun.sandbox.capture import HeadTail
 from wasmrun.sandbox.fastcall import FastFunc
 from wasmrun.sandbox.hostcalls import U32, current, guest_memory, read_guest, write_guest
@@ -67,22 +69,37 @@ MAX_SUBSCRIPTIONS = 65_536
 class Workspace:
     """One run's writable folders and their shared quota: `path` is mounted
     at /workspace and `tmp` at /tmp, both inside the run's host folder `root`;
-    both are emptied after the run."""
+    both are emptied after the run.
 
-    def __init__(self, root: Path, max_bytes: int, max_files: int) -> None:
+    The quota bounds the disk the host allocates for them (see diskuse), and
+    every call that may allocate goes through `charge` first with the most it
+    can allocate, so the check comes before the write: `write_bound` for
+    bytes written anywhere in a file (a sparse or past-the-end write allocates
+    only the blocks it touches, at most one more than its length covers).
+    While the estimate stays under the quota nothing is measured; when it would
+    pass it, the disk is measured for real, and only a real excess stops the
+    run (`WorkspaceQuotaExceeded`)."""
+
+    def __init__(self, root: Path, max_bytes: int, max_files: int, block: int = 4096) -> None:
         self.root = root
         self.path = root / "workspace"
         self.tmp = root / "tmp"
         self.blobs = root / "blobs"  # the run's input blobs, read-only; not counted
         self.max_bytes = max_bytes
         self.max_files = max_files
+        self.block = block  # the filesystem's allocation unit
         self.est_bytes = 0
         self.est_files = 0
 
     def measure(self) -> tuple[int, int]:
-        used_bytes, used_files = tree.measure(self.path)
-        tmp_bytes, tmp_files = tree.measure(self.tmp)
-        return used_bytes + tmp_bytes, used_files + tmp_files
+        """(bytes allocated, entries) in /workspace and /tmp, open-but-unlinked files included."""
+        return diskuse.usage([self.path, self.tmp], self.root)
+
+    def write_bound(self, length: int) -> int:
+        """The most a write (or an allocation) of `length` bytes can allocate, at any offset."""
+        if length <= 0:
+            return 0
+        return (-(-length // self.block) + 1) * self.block
 
     def charge(self, nbytes: int = 0, nfiles: int = 0) -> None:
         if self.est_bytes + nbytes <= self.max_bytes and self.est_files + nfiles <= self.max_files:
@@ -93,7 +110,8 @@ class Workspace:
         if used_bytes + nbytes > self.max_bytes:
             raise errors.RunAborted(
                 errors.WORKSPACE_QUOTA,
-                f"/workspace and /tmp would exceed their quota of {self.max_bytes} bytes",
+                f"/workspace and /tmp would exceed their quota of {self.max_bytes} bytes"
+                " (counted as the disk the host allocates, open-but-deleted files included)",
             )
         if used_files + nfiles > self.max_files:
             raise errors.RunAborted(
@@ -102,7 +120,6 @@ class Workspace:
             )
         self.est_bytes = used_bytes + nbytes
         self.est_files = used_files + nfiles
-
 
 
 class WorkspaceDirs:
@@ -120,6 +137,7 @@ class WorkspaceDirs:
 
     def __init__(self, root: Path) -> None:
         self.root = root  # private to one engine (0700)
+        self.block = diskuse.block_size(root)  # measured once: the workspaces' allocation unit
         self._serial = itertools.count()
         self._spare: list[Path] = []
 
@@ -276,23 +294,28 @@ class _Wrappers:
             written = _capture(caller, vecs, ctx.logs)
             write_guest(caller, nwritten, 4, struct.pack("<I", written))
             return 0
-        ctx.workspace.charge(sum(n for _, n in vecs))
+        ctx.workspace.charge(ctx.workspace.write_bound(sum(n for _, n in vecs)))
         return self._call(caller, "fd_write", fd, iovs, iovs_len, nwritten)
 
     def fd_pwrite(self, caller, fd, iovs, iovs_len, offset, nwritten):  # type: ignore[no-untyped-def]
         vecs = _iovecs(caller, iovs, iovs_len)
         if vecs is None:
             return ERRNO_INVAL
-        # Writing past the end makes the file that long: count the offset too.
-        current().workspace.charge(max(0, offset) + sum(n for _, n in vecs))
+        # Past the end too, only the blocks written are allocated (the gap is a hole).
+        workspace = current().workspace
+        workspace.charge(workspace.write_bound(sum(n for _, n in vecs)))
         return self._call(caller, "fd_pwrite", fd, iovs, iovs_len, offset, nwritten)
 
     def fd_allocate(self, caller, fd, offset, length):  # type: ignore[no-untyped-def]
-        current().workspace.charge(max(0, offset) + max(0, length))
+        workspace = current().workspace
+        workspace.charge(workspace.write_bound(length))
         return self._call(caller, "fd_allocate", fd, offset, length)
 
     def fd_filestat_set_size(self, caller, fd, size):  # type: ignore[no-untyped-def]
-        current().workspace.charge(max(0, size))
+        # Growth leaves a hole on most filesystems, not on all: the new size may be
+        # allocated whole, so it is charged whole (a shrink charges what it keeps).
+        workspace = current().workspace
+        workspace.charge(workspace.write_bound(size))
         return self._call(caller, "fd_filestat_set_size", fd, size)
 
     def path_open(self, caller, fd, dirflags, path, path_len, oflags, base, inheriting, fdflags, out):  # type: ignore[no-untyped-def]
