@@ -149,3 +149,38 @@ def test_plt_show_and_savefig_come_back_as_image_blobs(runner: DataRunner, tmp_p
     assert store.read(images["figure-1.png"].blob, 0, 8) == b"\x89PNG\r\n\x1a\n"
     assert images["bars.svg"].kind == "image/svg+xml"
     assert b"<svg" in store.read(images["bars.svg"].blob, 0, 1 << 20)
+
+
+def test_the_door_refuses_bad_frames_and_foreign_blobs(runner: DataRunner, tmp_path: Path) -> None:
+    store = FileBlobStore(tmp_path / "blobs")
+    other = store.create(b"another run's data", "text/plain")  # exists, but not this run's input
+    kind, value, _ = run(runner, tmp_path, (
+        "import _host, _wasmrun\n"
+        "def main(args):\n"
+        "    out = [_host.call(b''), _host.call(b'\\x63junk'), _host.call(b'\\x04\\xff')]\n"
+        "    for blob in (%r, '../../etc/passwd', 'blob:' + 'a' * 5000, '\\udcff'):\n"
+        "        try:\n"
+        "            _wasmrun.blob_read(blob, 0, 10)\n"
+        "            out.append('read')\n"
+        "        except (KeyError, UnicodeEncodeError) as exc:\n"
+        "            out.append(type(exc).__name__)\n"
+        "    try:\n"
+        "        _wasmrun.blob_write(b'x', 'not a kind\\n')\n"
+        "    except ValueError:\n"
+        "        out.append('bad kind')\n"
+        "    return [o.hex() if isinstance(o, bytes) else o for o in out]\n" % other
+    ), blobs=store)
+    assert kind == "C", value
+    einval = "fd"  # -3 as a signed byte
+    assert value == [einval, einval, einval, "KeyError", "KeyError", "KeyError", "UnicodeEncodeError", "bad kind"]
+
+
+def test_blob_budget_and_oversized_frames_stop_the_run(runner: DataRunner, tmp_path: Path) -> None:
+    write = "import _wasmrun\ndef main(args):\n    _wasmrun.blob_write(b'x' * 3_000_000, 'text/plain')\n"
+    with pytest.raises(errors.RunAborted) as budget:
+        run(runner, tmp_path / "a", write, limits=Limits(blob_io_bytes=2_000_000))
+    assert budget.value.error_type == errors.BLOB_BUDGET
+    huge = "import _host\ndef main(args):\n    _host.call(b'\\x02' + b'x' * 3_000_000)\n"
+    with pytest.raises(errors.RunAborted) as frame:
+        run(runner, tmp_path / "b", huge, limits=Limits(blob_io_bytes=1_000_000, result_bytes=1_000_000))
+    assert frame.value.error_type == errors.HOST_CALL_ERROR
