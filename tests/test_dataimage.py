@@ -158,7 +158,7 @@ def test_the_door_refuses_bad_frames_and_foreign_blobs(runner: DataRunner, tmp_p
         "import _host, _wasmrun\n"
         "def main(args):\n"
         "    out = [_host.call(b''), _host.call(b'\\x63junk'), _host.call(b'\\x04\\xff')]\n"
-        "    for blob in (%r, '../../etc/passwd', 'blob:' + 'a' * 5000, '\\udcff'):\n"
+        "    for blob in (" + repr(other) + ", '../../etc/passwd', 'blob:' + 'a' * 5000, '\\udcff'):\n"
         "        try:\n"
         "            _wasmrun.blob_read(blob, 0, 10)\n"
         "            out.append('read')\n"
@@ -168,7 +168,7 @@ def test_the_door_refuses_bad_frames_and_foreign_blobs(runner: DataRunner, tmp_p
         "        _wasmrun.blob_write(b'x', 'not a kind\\n')\n"
         "    except ValueError:\n"
         "        out.append('bad kind')\n"
-        "    return [o.hex() if isinstance(o, bytes) else o for o in out]\n" % other
+        "    return [o.hex() if isinstance(o, bytes) else o for o in out]\n"
     ), blobs=store)
     assert kind == "C", value
     einval = "fd"  # -3 as a signed byte
