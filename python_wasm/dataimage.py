@@ -154,7 +154,7 @@ runtime._boot.init()
 """
 # One run: the request comes through the door, the response goes back through it.
 RUN_TURN = "import runtime._boot as _b; _b.run()"
-IMAGE_RECIPE = "1"  # bump when make_image changes in a way its inputs cannot show
+IMAGE_RECIPE = "2"  # bump when make_image changes in a way its inputs cannot show
 
 
 def _image_key() -> str:
@@ -194,6 +194,9 @@ def preopens(interp: DataInterpreter) -> list[tuple[str, str]]:
 
 
 WRITABLE_MOUNTS = ("/workspace", "/tmp")  # after preopens(), in this order
+# Then these, read-only: the run's mounted skills and its input blobs. wasi-libc
+# scanned the preopens once, when the image was made, so every run has them all.
+RUN_MOUNTS = ("/skills", "/blobs")
 GUEST_ENV = [("TMPDIR", "/tmp"), ("PYTHONTZPATH", ""), ("HOME", "/workspace"), ("MPLBACKEND", "Agg")]
 
 
@@ -231,11 +234,11 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     for host, guest in preopens(interp):
         wasi.preopen_dir(host, guest, fs_mutable=False)
     # wasi-libc keeps the preopen table it scanned in memory, so the image is
-    # made with the runs' mounts, in their order (fds 3...): /workspace, /tmp last.
+    # made with the runs' mounts, in their order (fds 3...): /workspace, /tmp, /skills, /blobs last.
     scratch = Path(tempfile.mkdtemp(prefix="wasmrun-image-"))
-    for guest in WRITABLE_MOUNTS:
+    for guest in WRITABLE_MOUNTS + RUN_MOUNTS:
         (scratch / guest.strip("/")).mkdir()
-        wasi.preopen_dir(str(scratch / guest.strip("/")), guest, fs_mutable=True)
+        wasi.preopen_dir(str(scratch / guest.strip("/")), guest, fs_mutable=guest in WRITABLE_MOUNTS)
     wasi.env = GUEST_ENV
     wasi.argv = ["/usr/local/bin/python.wasm"]
     wasi.inherit_stderr()

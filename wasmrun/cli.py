@@ -78,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
     _common(serve)
     serve.add_argument("--workers", type=int, help="sandboxes running at once (WASMRUN_WORKERS)")
     serve.add_argument(
+        "--image", choices=("stdlib", "data"),
+        help="the guest image runs start from (WASMRUN_IMAGE, default stdlib; data: numpy, pandas, matplotlib)",
+    )
+    serve.add_argument(
         "--secrets-file", type=Path, help='TOML file of NAME = "value" secrets (WASMRUN_SECRETS_FILE)'
     )
     serve.add_argument(
@@ -239,6 +243,7 @@ def _serve(args: argparse.Namespace) -> int:
             args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file,
             policy_file=args.policy_file, insecure=args.insecure, audit_log=args.audit_log, blob_ttl=args.blob_ttl,
             database_url=args.database_url, blob_store=args.blob_store, allow_one_worker=args.allow_one_worker,
+            image=args.image,
         ),
         mcp_with_create_skill=args.with_create_skill,
     )

@@ -52,6 +52,10 @@ def make_executor(settings: Settings) -> Executor:
 
     # Here, once, with progress on stderr, rather than in every worker at once.
     precompile()
+    if settings.image == "data":
+        from wasmrun.sandbox.images import data_engine, ready_image
+
+        ready_image(data_engine(), quiet=False)
     if settings.blob_store is not None and settings.database_url is not None:
         # Workers read the URLs from their environment, never from their command line
         # (where any local user could read a password).
@@ -60,12 +64,12 @@ def make_executor(settings: Settings) -> Executor:
         opener = BlobOpener("wasmrun.database.blobs:SharedBlobStore", [])
     else:
         opener = BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(settings.blobs_dir)])
-    return WorkerPool(opener, workers=settings.workers, queue_timeout=settings.queue_timeout)
+    return WorkerPool(opener, workers=settings.workers, queue_timeout=settings.queue_timeout, image=settings.image)
 
 
 def make_local_executor(settings: Settings, blobs: BlobStore) -> Executor:
     """Sandboxes on threads of this process: quicker to start, for one-off runs (`wasmrun run`)."""
-    return InProcessExecutor(blobs, slots=settings.workers, queue_timeout=settings.queue_timeout)
+    return InProcessExecutor(blobs, slots=settings.workers, queue_timeout=settings.queue_timeout, image=settings.image)
 
 
 def open_registry(settings: Settings) -> DirectoryRegistry:

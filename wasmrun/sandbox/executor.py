@@ -93,10 +93,11 @@ class InProcessExecutor:
         slots: int = 1,
         queue_timeout: float = 5.0,
         workspace_root: Path | None = None,
+        image: str = "stdlib",
     ) -> None:
-        from wasmrun.sandbox.engine import SandboxEngine
+        from wasmrun.sandbox.images import make_engine
 
-        self.engine = SandboxEngine(blobs, workspace_root=workspace_root)
+        self.engine = make_engine(image, blobs, workspace_root)
         self._slots = _Slots(slots, queue_timeout)
         self.background = BackgroundTotals()
 

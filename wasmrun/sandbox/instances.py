@@ -42,7 +42,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import wasmtime
 
@@ -64,7 +64,7 @@ APPLIED_MAX_BYTES = 16 << 20  # a larger image gets none: an idle spare would ho
 @dataclass
 class Fresh:
     store: wasmtime.Store
-    run: wasmtime.Func
+    run: Callable[[wasmtime.Store, int], Any]  # the guest's run export (or images.DoorTurn)
     memory: wasmtime.Memory
     prepared_ahead: bool = False
     image_pages: frozenset[int] | None = None  # the skill images' pages copied in too, if any

@@ -133,7 +133,7 @@ class WorkspaceDirs:
     that the run did not touch costs a single scandir.
     """
 
-    SUBFOLDERS = ("workspace", "tmp", "blobs")
+    SUBFOLDERS = ("workspace", "tmp", "blobs", "skills")  # skills: the data image's view (images.py)
 
     def __init__(self, root: Path) -> None:
         self.root = root  # private to one engine (0700)

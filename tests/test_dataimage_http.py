@@ -1,0 +1,113 @@
+"""`wasmrun serve --image data` over HTTP: run_code and execute_skill run on the data
+image in the worker pool, with the usual limits, errors and blobs.
+
+A real server (tests/liveserver.py) with the data image built by `make guest`
+(or on first use: minutes, cached); a failure to build fails, never skips.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from tests.liveserver import LiveServer, wasmrun_env
+from tests.skillfiles import write_skill
+from wasmrun.sandbox import errors
+from wasmrun.sandbox.images import data_engine, ready_image
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    ready_image(data_engine(), quiet=False)  # built here, with progress, not inside the server's start-up wait
+    data_dir = tmp_path_factory.mktemp("data")
+    skills = tmp_path_factory.mktemp("skills")
+    write_skill(
+        skills, "demo.chart", code="def main(args):\n    import matplotlib.pyplot as plt\n"
+        "    plt.plot(args['ys'])\n    plt.savefig('/workspace/chart.png')\n    return len(args['ys'])\n",
+    )
+    live = LiveServer(data_dir, "--image", "data", "--skills-dir", str(skills))
+    try:
+        yield live
+    finally:
+        live.stop()
+
+
+def rpc(server: LiveServer, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    reply = httpx2.post(server.endpoint, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, timeout=120)
+    body: dict[str, Any] = reply.json()
+    assert "result" in body, body
+    result: dict[str, Any] = body["result"]
+    return result
+
+
+def run_code(server: LiveServer, code: str, **params: Any) -> dict[str, Any]:
+    return rpc(server, "run_code", {"language": "python", "code": code, **params})
+
+
+def test_numpy_sum(server: LiveServer) -> None:
+    result = run_code(server, "import numpy as np\ndef main(args):\n    return int(np.arange(10).sum())\n")
+    assert result["status"] == "completed", result
+    assert result["output"] == 45
+
+
+def test_env_variable_chooses_the_image_too(tmp_path: Path) -> None:
+    env = wasmrun_env() | {"WASMRUN_IMAGE": "data"}
+    live = LiveServer(tmp_path, env=env)
+    try:
+        result = run_code(live, "import pandas as pd\ndef main(args):\n    return pd.__version__[:1]\n")
+        assert result["status"] == "completed" and result["output"] == "3", result
+    finally:
+        live.stop()
+
+
+def test_pandas_on_a_csv_blob(server: LiveServer) -> None:
+    csv = "city,temp\n" + "".join(f"{c},{t}\n" for c, t in [("a", 1), ("b", 5), ("a", 3)])
+    blob = rpc(server, "create_blob", {"content": csv, "kind": "text/csv"})["blob_id"]
+    result = run_code(server, (
+        "import pandas as pd\ndef main(args):\n"
+        "    return pd.read_csv('/blobs/' + args['blob']).groupby('city').temp.max().to_dict()\n"
+    ), args={"blob": blob}, input_blobs=[blob])
+    assert result["status"] == "completed", result
+    assert result["output"] == {"a": 3, "b": 5}
+
+
+def test_timeout_and_memory_limit_fail_with_their_types(server: LiveServer) -> None:
+    busy = "import numpy as np\ndef main(args):\n    while True:\n        np.sort(np.random.rand(10000))\n"
+    result = run_code(server, busy, limits={"timeout_ms": 500})
+    assert result["status"] == "failed" and result["error"]["type"] == errors.TIMEOUT, result
+    huge = "import numpy as np\ndef main(args):\n    return float(np.ones(50_000_000).sum())\n"
+    result = run_code(server, huge, limits={"memory_mb": 128})
+    assert result["status"] == "failed", result
+    assert result["error"]["type"] in ("MemoryError", errors.MEMORY_LIMIT), result
+    assert run_code(server, "def main(args):\n    return 'still serving'\n")["output"] == "still serving"
+
+
+def test_savefig_png_comes_back_as_an_image_blob(server: LiveServer) -> None:
+    result = run_code(server, (
+        "import matplotlib.pyplot as plt\ndef main(args):\n"
+        "    plt.plot([1, 4, 9])\n    plt.savefig('/workspace/chart.png')\n    return 'drawn'\n"
+    ))
+    assert result["status"] == "completed", result
+    [image] = result["images"]
+    assert image["kind"] == "image/png" and image["name"] == "chart.png"
+    assert image["blob_id"] in result["output_blobs"]
+    read = rpc(server, "read_blob", {"blob_id": image["blob_id"], "mode": "full"})
+    assert read["kind"] == "image/png"
+    assert base64.b64decode(read["content"])[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_execute_skill_on_the_data_image(server: LiveServer) -> None:
+    result = rpc(server, "execute_skill", {"name": "demo.chart", "args": {"ys": [3, 1, 2]}})
+    assert result["status"] == "completed", result
+    assert result["output"] == 3
+    assert [i["kind"] for i in result["images"]] == ["image/png"]
+
+
+def test_a_run_without_pictures_has_no_images_member(server: LiveServer) -> None:
+    result = run_code(server, "def main(args):\n    return 1\n")
+    assert result["status"] == "completed" and "images" not in result
