@@ -111,3 +111,31 @@ def test_execute_skill_on_the_data_image(server: LiveServer) -> None:
 def test_a_run_without_pictures_has_no_images_member(server: LiveServer) -> None:
     result = run_code(server, "def main(args):\n    return 1\n")
     assert result["status"] == "completed" and "images" not in result
+
+
+def test_mcp_tools_call_returns_the_chart_as_image_content(server: LiveServer) -> None:
+    import asyncio
+
+    import mcp_types
+    from mcp import Client as MCPClient
+
+    code = (
+        "import matplotlib.pyplot as plt\ndef main(args):\n"
+        "    plt.bar(['a', 'b'], [3, 5])\n    plt.show()\n    plt.savefig('/workspace/also.svg')\n    return 'ok'\n"
+    )
+
+    async def call() -> mcp_types.CallToolResult:
+        async with MCPClient(server.base_url + "/mcp") as mcp:
+            result: mcp_types.CallToolResult = await mcp.call_tool("run_code", {"language": "python", "code": code})
+            return result
+
+    result = asyncio.run(call())
+    assert not result.is_error, result
+    pictures = [c for c in result.content if isinstance(c, mcp_types.ImageContent)]
+    assert [p.mime_type for p in pictures] == ["image/png"]  # plt.show(); the SVG stays a link
+    assert base64.b64decode(pictures[0].data)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert isinstance(result.structured_content, dict)
+    kinds = sorted(i["kind"] for i in result.structured_content["images"])
+    assert kinds == ["image/png", "image/svg+xml"]
+    links = {c.uri for c in result.content if isinstance(c, mcp_types.ResourceLink)}
+    assert {i["blob_id"] for i in result.structured_content["images"]} <= {str(u) for u in links}
