@@ -202,7 +202,8 @@ def test_skills_mount_read_only_and_import(runner: DataSandboxEngine, tmp_path: 
         "    return [stats.mean([1, 2, 3]), open('/skills/stats/SKILL.md').read(), wrote]\n"
     ), skills=[mounted])
     assert (kind, value) == ("C", [2.0, "stats", False])
-    assert (skill / "SKILL.md").read_text() == "stats"
+    runner.drain()  # the run's folder emptied: its links gone, the skill's own files untouched
+    assert (skill / "SKILL.md").read_text() == "stats" and (skill / "code" / "main.py").exists()
 
 
 def test_print_output_and_workspace_quota(runner: DataSandboxEngine) -> None:
@@ -213,3 +214,19 @@ def test_print_output_and_workspace_quota(runner: DataSandboxEngine) -> None:
         "        for _ in range(100):\n            f.write(b'x' * (1 << 20))\n"
     ), limits=Limits(workspace_bytes=8 << 20))
     assert kind == "F" and isinstance(value, dict) and value["type"] == errors.WORKSPACE_QUOTA, value
+
+
+def test_pictures_are_bounded_and_symlinks_are_not_followed(runner: DataSandboxEngine, store: FileBlobStore) -> None:
+    result = run_result(runner, (
+        "import os\ndef main(args):\n"
+        "    os.symlink('p01.png', '/workspace/a-link.png')  # absolute targets: refused by WASI\n"
+        "    for i in range(20):\n        open(f'/workspace/p{i:02}.png', 'wb').write(b'x')\n"
+        "    open('/workspace/p00.png', 'wb').write(b'y' * 3000)\n"
+        "    return 1\n"
+    ), limits=Limits(blob_io_bytes=2500))
+    assert result.error is None, result.error
+    names = [i.name for i in result.images]
+    assert "a-link.png" not in names and "p00.png" not in names  # a symlink; over the blob budget
+    assert names == [f"p{i:02}.png" for i in range(1, 16)]  # 16 looked at, the first one too big
+    assert "p00.png: not returned, over the run's blob I/O budget" in result.logs
+    assert "4 more images not returned" in result.logs

@@ -57,7 +57,7 @@ def test_numpy_sum(server: LiveServer) -> None:
 
 def test_env_variable_chooses_the_image_too(tmp_path: Path) -> None:
     env = wasmrun_env() | {"WASMRUN_IMAGE": "data"}
-    live = LiveServer(tmp_path, env=env)
+    live = LiveServer(tmp_path, "--workers", "1", env=env)  # one worker: each holds the image (~1 GB)
     try:
         result = run_code(live, "import pandas as pd\ndef main(args):\n    return pd.__version__[:1]\n")
         assert result["status"] == "completed" and result["output"] == "3", result

@@ -77,10 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (WASMRUN_PORT, default 8080)")
     _common(serve)
     serve.add_argument("--workers", type=int, help="sandboxes running at once (WASMRUN_WORKERS)")
-    serve.add_argument(
-        "--image", choices=("stdlib", "data"),
-        help="the guest image runs start from (WASMRUN_IMAGE, default stdlib; data: numpy, pandas, matplotlib)",
-    )
+    _image_option(serve)
     serve.add_argument(
         "--secrets-file", type=Path, help='TOML file of NAME = "value" secrets (WASMRUN_SECRETS_FILE)'
     )
@@ -125,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     mcp = commands.add_parser("mcp", help="serve the Skills Protocol tools over MCP on stdin/stdout")
     _common(mcp)
     mcp.add_argument("--workers", type=int, help="sandboxes running at once (WASMRUN_WORKERS)")
+    _image_option(mcp)
     mcp.add_argument(
         "--secrets-file", type=Path, help='TOML file of NAME = "value" secrets (WASMRUN_SECRETS_FILE)'
     )
@@ -231,6 +229,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _image_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--image", choices=("stdlib", "data"),
+        help="the guest image runs start from (WASMRUN_IMAGE, default stdlib; data: numpy, pandas, matplotlib)",
+    )
+
+
 def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
     return Settings.load(data_dir=args.data_dir, skills_dirs=args.skills_dir, **extra)
 
@@ -274,7 +279,9 @@ def _mcp(args: argparse.Namespace) -> int:
 
     # stdout carries the MCP messages: logs go to stderr.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    settings = _settings(args, workers=args.workers, secrets_file=args.secrets_file, policy_file=args.policy_file)
+    settings = _settings(
+        args, workers=args.workers, secrets_file=args.secrets_file, policy_file=args.policy_file, image=args.image
+    )
     asyncio.run(serve_mcp_stdio(settings, with_create_skill=args.with_create_skill))
     return 0
 
