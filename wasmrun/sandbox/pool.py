@@ -67,7 +67,7 @@ def _worker_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--blobs", required=True, help="module:callable that opens the blob store")
     parser.add_argument("--blobs-args", default="[]", help="JSON list of arguments for it")
     parser.add_argument("--workspace-parent", type=Path, required=True)
-    parser.add_argument("--image", default="stdlib", choices=("stdlib", "data"))
+    parser.add_argument("--image", default="stdlib", choices=("auto", "stdlib", "data"))
     args = parser.parse_args(argv)
     # The parent handles Ctrl-C and shuts workers down by closing the pipe.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
