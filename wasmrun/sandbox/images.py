@@ -264,7 +264,10 @@ def link_skills(skills: list[MountedSkill], view: Path) -> None:
                 try:
                     os.link(src, target / rel / name, follow_symlinks=False)
                 except OSError:
-                    shutil.copyfile(src, target / rel / name, follow_symlinks=False)
+                    try:  # another filesystem, or a file the host may not link (protected_hardlinks)
+                        shutil.copyfile(src, target / rel / name, follow_symlinks=False)
+                    except OSError:
+                        logger.warning("skill %s: %s is not readable; left out of its mount", skill.name, rel / name)
 
 
 def resolve_image(choice: str) -> str:
