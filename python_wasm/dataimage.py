@@ -151,6 +151,9 @@ import runtime._figures
 runtime._figures.install()
 import runtime._boot
 runtime._boot.init()
+# A run's environment is what it was granted, nothing else (numpy, pandas and matplotlib
+# read theirs at import, above; tempfile falls back to /tmp).
+os.environ.clear()
 """
 # One run: the request comes through the door, the response goes back through it.
 RUN_TURN = "import runtime._boot as _b; _b.run()"

@@ -245,3 +245,11 @@ def test_a_skills_fifo_and_symlinks_are_not_mounted(runner: DataSandboxEngine, t
     kind, value, _ = run(runner, "import os\ndef main(args):\n    return sorted(os.listdir('/skills/odd'))\n",
                          skills=[mounted])
     assert (kind, value) == ("C", ["code"])
+
+
+def test_the_environment_is_only_what_the_run_was_granted(runner: DataSandboxEngine) -> None:
+    code = "import os\ndef main(args):\n    return dict(os.environ)\n"
+    assert runner.run(RunRequest(kind="code", code=code)).output == {}
+    granted = runner.run(RunRequest(kind="code", code=code, env={"API_KEY": "s3cret"}))
+    assert granted.output == {"API_KEY": "wasmrun-secret:API_KEY"}  # the value never comes back out
+    assert runner.run(RunRequest(kind="code", code=code)).output == {}  # and the next run has none

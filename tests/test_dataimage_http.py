@@ -178,3 +178,28 @@ def test_a_bad_image_setting_is_refused_by_name() -> None:
         with pytest.raises(ValueError) as refused:
             Settings.load(env={"WASMRUN_IMAGE": bad})
         assert "unknown image" in str(refused.value) and len(str(refused.value)) < 200
+
+
+def test_wasmrun_run_writes_the_pictures_to_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from wasmrun.cli import main
+
+    monkeypatch.setenv("WASMRUN_IMAGE", "data")
+    script = tmp_path / "chart.py"
+    script.write_text(
+        "import matplotlib.pyplot as plt\ndef main(args):\n"
+        "    plt.plot([1, 2]); plt.show()\n    plt.bar(['a'], [1]); plt.savefig('/workspace/bars.svg')\n"
+    )
+    out = tmp_path / "pictures"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    (out / "figure-1.png").symlink_to(victim)  # a name the run will use, already taken by a symlink
+    assert main(["run", str(script), "--images-dir", str(out), "--data-dir", str(tmp_path / "data")]) == 0
+    err = capsys.readouterr().err
+    assert victim.read_text() == "keep"
+    written = sorted(p.name for p in out.iterdir() if not p.is_symlink())
+    assert written[0] == "bars.svg" and written[1].startswith("figure-1-run_") and written[1].endswith(".png")
+    assert (out / written[1]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"<svg" in (out / "bars.svg").read_bytes()
+    assert f"written to {out / 'bars.svg'}" in err

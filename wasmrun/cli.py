@@ -190,6 +190,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--entrypoint", default="main", help="function to call (default main)")
     run.add_argument("--timeout-ms", type=int)
     run.add_argument("--memory-mb", type=int, help="the run's memory limit in MiB")
+    run.add_argument(
+        "--images-dir", type=Path, default=Path("."),
+        help="where the pictures the run saved (PNG/SVG, the result's images) are written (default: here)",
+    )
     _common(run)
 
     commands.add_parser(
@@ -455,4 +459,27 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         context.executor.close()
     print(msgspec.json.format(msgspec.json.encode(result), indent=2).decode())
+    if result.images is not msgspec.UNSET:
+        _save_images(result.run_id, [(i.name, i.blob_id) for i in result.images], blobs, args.images_dir)
     return 0 if result.status == "completed" else 1
+
+
+def _save_images(run_id: str, images: list[tuple[str, str]], blobs: Any, folder: Path) -> None:
+    """Each picture as `folder/<its name>` (or `<stem>-<run id>` beside an existing file),
+    never over an existing file or through a symlink. The names come from the guest:
+    only a plain .png/.svg file name is used as it is."""
+    for name, blob_id in images:
+        safe = Path(name).name == name and name.isprintable() and len(name) <= 200 and not name.startswith(".")
+        if not safe or Path(name).suffix.lower() not in (".png", ".svg"):
+            name = f"picture-{blob_id.removeprefix('blob:')[:12]}.png"
+        data = blobs.read(blob_id, 0, blobs.size(blob_id) or 0)
+        for target in (folder / name, folder / f"{Path(name).stem}-{run_id}{Path(name).suffix}"):
+            try:
+                with open(target, "xb") as f:  # O_EXCL: no overwrite, no symlink followed
+                    f.write(data)
+            except FileExistsError:
+                continue
+            print(f"wasmrun: picture {name} written to {target}", file=sys.stderr)
+            break
+        else:
+            print(f"wasmrun: picture {name} not written: {folder / name} exists", file=sys.stderr)

@@ -222,8 +222,7 @@ class DataSandboxEngine(SandboxEngine):
         wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
         wasi.preopen_dir(str(skills_view), SKILLS_ROOT, fs_mutable=False)
         wasi.preopen_dir(str(workspace.blobs), BLOBS, fs_mutable=False)
-        wasi.env = dataimage.GUEST_ENV
-        wasi.argv = ["python"]
+        wasi.argv = ["python"]  # no environment: the image's is empty, a run's is the request's
         # fds from 3 in that order; all but /skills' hold nothing a WASI open could block on
         skills_fd = 3 + len(self._preopens) + len(dataimage.WRITABLE_MOUNTS)
         return wasi, frozenset(range(3, skills_fd + 2)) - {skills_fd}
