@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import msgspec
 import pytest
 
 from tests.liveserver import LiveServer, wasmrun_env
@@ -203,3 +204,12 @@ def test_wasmrun_run_writes_the_pictures_to_files(tmp_path: Path, monkeypatch: p
     assert (out / written[1]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert b"<svg" in (out / "bars.svg").read_bytes()
     assert f"written to {out / 'bars.svg'}" in err
+
+
+def test_the_typed_client_gets_the_pictures(server: LiveServer) -> None:
+    from wasmrun.client import Client
+
+    with Client(server.base_url) as client:
+        result = client.execute_skill("demo.chart", {"ys": [1, 2]})
+    assert result.status == "completed" and result.images is not msgspec.UNSET
+    assert [(i.name, i.kind) for i in result.images] == [("chart.png", "image/png")]
