@@ -158,6 +158,7 @@ class DoorTurn:
 # No static buffers: the request and the reply travel through the door.
 NO_BUFFERS = GuestBuffers(io_buffer=0, io_capacity=-1, out_buffer=0, out_len=0, out_capacity=0)
 IMAGES = ("stdlib", "data")
+SKILLS_VIEW = "skills"  # in each run folder: the run's /skills (link_skills)
 
 
 class DataSandboxEngine(SandboxEngine):
@@ -187,7 +188,7 @@ class DataSandboxEngine(SandboxEngine):
         self._io = NO_BUFFERS
         self._root = WorkRoot(workspace_root or workroots.default_parent())
         self.workspace_root = self._root.path
-        self._dirs = WorkspaceDirs(self.workspace_root)
+        self._dirs = WorkspaceDirs(self.workspace_root, extra=(SKILLS_VIEW,))
         self._roots = GuestRoots(self.workspace_root / "roots")
         self._watchdog = Watchdog(self.engine)
         self.background = BackgroundLog()
@@ -216,7 +217,7 @@ class DataSandboxEngine(SandboxEngine):
         wasi = wasmtime.WasiConfig()
         for host, guest in self._preopens:
             wasi.preopen_dir(host, guest, fs_mutable=False)
-        skills_view = workspace.root / "skills"
+        skills_view = workspace.root / SKILLS_VIEW
         link_skills(request.skills, skills_view)
         wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
         wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
