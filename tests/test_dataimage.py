@@ -253,3 +253,9 @@ def test_the_environment_is_only_what_the_run_was_granted(runner: DataSandboxEng
     granted = runner.run(RunRequest(kind="code", code=code, env={"API_KEY": "s3cret"}))
     assert granted.output == {"API_KEY": "wasmrun-secret:API_KEY"}  # the value never comes back out
     assert runner.run(RunRequest(kind="code", code=code)).output == {}  # and the next run has none
+
+
+def test_a_missing_package_hint_names_the_data_stack(runner: DataSandboxEngine) -> None:
+    kind, value, _ = run(runner, "import requests_toolbelt_nope\ndef main(args):\n    return 1\n")
+    assert kind == "F" and isinstance(value, dict) and value["type"] == "ModuleNotFoundError"
+    assert "numpy, pandas, matplotlib" in value["message"] and "no pip install" in value["message"]

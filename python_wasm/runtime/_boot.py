@@ -129,6 +129,12 @@ HINT_THIRD_PARTY = (
     " (no pip install); import a mounted skill as `skills.<name>` after listing it in"
     " run_code's mount_skills, or write the code yourself with the standard library"
 )
+HINT_DATA_THIRD_PARTY = (  # on the data image (numpy is in its memory image)
+    "hint: the sandbox has the Python standard library, the data stack (numpy, pandas, matplotlib,"
+    " scipy, scikit-learn, statsmodels, Pillow, lxml, openpyxl, pypdf, PyYAML and more) and the"
+    " skills mounted in this run only (no pip install); import a mounted skill as `skills.<name>`"
+    " after listing it in run_code's mount_skills, or write the code with what is there"
+)
 HINT_SKILL_NOT_MOUNTED = (
     "hint: a skill is importable as skills.<name> only in a run that mounts it:"
     " list it in run_code's mount_skills (list_skills shows the names)"
@@ -161,7 +167,7 @@ def _hint(exc: BaseException) -> str | None:
         if top == _skills.ROOT:
             return HINT_SKILL_NOT_MOUNTED
         if top not in sys.stdlib_module_names:
-            return HINT_THIRD_PARTY
+            return HINT_DATA_THIRD_PARTY if "numpy" in sys.modules else HINT_THIRD_PARTY
         return None
     if isinstance(exc, runtime.blobs.BlobNotFound):
         return HINT_BLOB.format(blob=exc.args[0] if exc.args else "the blob id")
