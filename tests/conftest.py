@@ -4,6 +4,7 @@ the session, and per test a fresh data dir, an extra skills folder and an app.""
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,9 @@ def blob_store(tmp_path_factory: pytest.TempPathFactory) -> FileBlobStore:
 def executor(
     blob_store: FileBlobStore, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[InProcessExecutor]:
-    ex = InProcessExecutor(
-        blob_store, slots=2, queue_timeout=5.0, workspace_root=tmp_path_factory.mktemp("ws")
+    ex = InProcessExecutor(  # WASMRUN_TEST_IMAGE=data: on the data image (docs/data-stack.md)
+        blob_store, slots=2, queue_timeout=5.0, workspace_root=tmp_path_factory.mktemp("ws"),
+        image=os.environ.get("WASMRUN_TEST_IMAGE", "stdlib"),
     )
     yield ex
     ex.close()

@@ -20,6 +20,7 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         if key.startswith("WASMRUN_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("WASMRUN_IMAGE", "stdlib")  # "auto" would pick the data image where it is built
     return tmp_path
 
 

@@ -124,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _common(mcp)
     _policy_and_secrets(mcp)
+    _image_option(mcp)
     mcp.add_argument("--with-create-skill", action="store_true", help="offer the create_skill tool too (default off)")
     _skills_parser(commands)
     tools = _command(
@@ -161,6 +162,7 @@ def _serve_parser(commands: Any) -> None:
     serve.add_argument("--port", type=int, help="port (WASMRUN_PORT; default 8080)")
     _common(serve)
     _policy_and_secrets(serve)
+    _image_option(serve)
     serve.add_argument(
         "--audit-log", metavar="PATH",
         help='where to append the audit log, JSON lines (WASMRUN_AUDIT_LOG; default <data-dir>/audit.log; "-": none)',
@@ -283,6 +285,10 @@ def _run_parser(commands: Any) -> None:
         "--no-stream", action="store_true",
         help="do not print the run's output as it comes (the result has it; default: printed on stderr)",
     )
+    run.add_argument(
+        "--images-dir", type=Path, default=Path("."), metavar="DIR",
+        help="where the pictures the run saved (PNG/SVG, the result's images) are written (default: the current folder)",
+    )
     _common(run)
 
 
@@ -321,6 +327,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _image_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--image", choices=("auto", "stdlib", "data"),
+        help="the guest image runs start from (WASMRUN_IMAGE; data: numpy, pandas, matplotlib; default auto:"
+        " data when it is built, else stdlib)",
+    )
+
+
 def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
     return Settings.load(data_dir=args.data_dir, skills_dirs=args.skills_dir, **extra)
 
@@ -333,6 +347,7 @@ def _serve(args: argparse.Namespace) -> int:
             args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file,
             policy_file=args.policy_file, insecure=args.insecure, audit_log=args.audit_log, blob_ttl=args.blob_ttl,
             database_url=args.database_url, blob_store=args.blob_store, allow_one_worker=args.allow_one_worker,
+            image=args.image,
         ),
         mcp_with_create_skill=args.with_create_skill,
     )
@@ -363,7 +378,9 @@ def _mcp(args: argparse.Namespace) -> int:
 
     # stdout carries the MCP messages: logs go to stderr.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    settings = _settings(args, workers=args.workers, secrets_file=args.secrets_file, policy_file=args.policy_file)
+    settings = _settings(
+        args, workers=args.workers, secrets_file=args.secrets_file, policy_file=args.policy_file, image=args.image
+    )
     asyncio.run(serve_mcp_stdio(settings, with_create_skill=args.with_create_skill))
     return 0
 
@@ -567,4 +584,27 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         context.executor.close()
     print(msgspec.json.format(msgspec.json.encode(result), indent=2).decode())
+    if result.images is not msgspec.UNSET:
+        _save_images(result.run_id, [(i.name, i.blob_id) for i in result.images], blobs, args.images_dir)
     return 0 if result.status == "completed" else 1
+
+
+def _save_images(run_id: str, images: list[tuple[str, str]], blobs: Any, folder: Path) -> None:
+    """Each picture as `folder/<its name>` (or `<stem>-<run id>` beside an existing file),
+    never over an existing file or through a symlink. The names come from the guest:
+    only a plain .png/.svg file name is used as it is."""
+    for name, blob_id in images:
+        safe = Path(name).name == name and name.isprintable() and len(name) <= 200 and not name.startswith(".")
+        if not safe or Path(name).suffix.lower() not in (".png", ".svg"):
+            name = f"picture-{blob_id.removeprefix('blob:')[:12]}.png"
+        data = blobs.read(blob_id, 0, blobs.size(blob_id) or 0)
+        for target in (folder / name, folder / f"{Path(name).stem}-{run_id}{Path(name).suffix}"):
+            try:
+                with open(target, "xb") as f:  # O_EXCL: no overwrite, no symlink followed
+                    f.write(data)
+            except FileExistsError:
+                continue
+            print(f"wasmrun: picture {name} written to {target}", file=sys.stderr)
+            break
+        else:
+            print(f"wasmrun: picture {name} not written: {folder / name} exists", file=sys.stderr)

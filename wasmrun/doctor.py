@@ -123,6 +123,7 @@ def diagnose(settings: Settings) -> Diagnosis:
     else:
         _check_guest(d, guest)
         _check_compiled(d, guest)
+    _check_data_image(d, settings)
     _check_dirs(d, settings)
     _check_extras(d)
     _check_packages(d, settings)
@@ -218,6 +219,22 @@ def _check_compiled(d: Diagnosis, guest: guest_build.Guest) -> None:
         d.fact("compiled module", f"ready: {path} ({human(size_of(path))})")
     else:
         d.fact("compiled module", f"{not_ready}: the next start compiles it (about 10 s); `wasmrun warm` does it now")
+
+
+def _check_data_image(d: Diagnosis, settings: Settings) -> None:
+    """The data image (docs/data-stack.md) is optional: its absence is a fact, not a problem."""
+    from wasmrun.sandbox.images import image_state, ready_image_path
+
+    not_ready = image_state()
+    if not_ready is None:
+        d.fact("data image", f"ready: {ready_image_path()}")
+    else:
+        d.fact("data image", f"{not_ready}: `python -m wasmrun.sandbox.images` makes it (minutes, once)")
+    if settings.image == "auto":
+        served = "data" if not_ready is None else "stdlib (the data image is not ready)"
+    else:
+        served = settings.image + (" (made at start: minutes)" if settings.image == "data" and not_ready else "")
+    d.fact("served image", f"{served} (--image / WASMRUN_IMAGE: {settings.image})")
 
 
 def _check_dirs(d: Diagnosis, settings: Settings) -> None:

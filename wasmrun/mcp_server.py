@@ -10,7 +10,8 @@ A tool result carries the method's whole result as `structuredContent` and a
 text block for models that read only text: for a run, a short summary (status,
 summary, error, where the output went); for file, blob and guide reads, the
 content itself; otherwise the result as JSON. Large run outputs stay blobs, as
-the run result has them (`output_blobs`); read them with `read_blob`. A
+the run result has them (`output_blobs`); read them with `read_blob`. The PNG
+pictures a run saved (the result's `images`) come as image content too. A
 protocol error (unknown skill, bad params, busy) is an MCP tool error
 (`isError: true`) whose text is the JSON-RPC error message.
 
@@ -74,6 +75,12 @@ def _message(error: RPCError) -> str:
     return message if len(message) <= MAX_MESSAGE_CHARS else message[: MAX_MESSAGE_CHARS - 1] + "…"
 
 
+# Pictures a tool result carries as image content (SVG stays a link: few MCP clients show it).
+PICTURE_KINDS = ("image/png",)
+MAX_PICTURES = 4
+MAX_PICTURE_BYTES = 2 * 1024 * 1024
+
+
 def run_summary(result: RunResult) -> str:
     lines = [f"{result.status}: {result.summary} (run {result.run_id})"]
     if result.error is not msgspec.UNSET:
@@ -88,6 +95,8 @@ def run_summary(result: RunResult) -> str:
         lines.extend(f"warning: {warning}" for warning in result.warnings)
     if result.output_blobs:
         lines.append("output blobs (read with read_blob): " + ", ".join(result.output_blobs))
+    if result.images is not msgspec.UNSET:
+        lines.append("pictures: " + ", ".join(f"{i.name} ({i.kind}, {i.blob_id})" for i in result.images))
     if result.logs_preview:
         lines.append("logs:\n" + result.logs_preview)
     return "\n".join(lines)
@@ -192,8 +201,24 @@ def build_server(
         plain = msgspec.json.decode(msgspec.json.encode(result))
         content: list[types.ContentBlock] = [types.TextContent(text=_text(params.name, result, plain))]
         if isinstance(result, RunResult):
+            content.extend(await run_pictures(result, ctx))
             content.extend(types.ResourceLink(name=blob, uri=blob) for blob in result.output_blobs)
         return types.CallToolResult(content=content, structured_content=plain)
+
+    async def run_pictures(result: RunResult, ctx: Any) -> list[types.ContentBlock]:
+        """The run's PNG pictures as image content (read as the caller, like read_blob):
+        at most MAX_PICTURES, each at most MAX_PICTURE_BYTES; others stay resource links."""
+        found: list[types.ContentBlock] = []
+        images = result.images if result.images is not msgspec.UNSET else []
+        for image in [i for i in images if i.kind in PICTURE_KINDS][:MAX_PICTURES]:
+            ask = {"blob_id": image.blob_id, "mode": "sample_head", "max_bytes": MAX_PICTURE_BYTES + 1}
+            try:
+                read = await dispatch("read_blob", msgspec.Raw(json.dumps(ask).encode()), ctx)
+            except RPCError:
+                continue  # deleted since, or over a read limit: its link remains
+            if isinstance(read, ReadBlobResult) and read.encoding == "base64" and not read.truncated:
+                found.append(types.ImageContent(data=read.content, mime_type=image.kind))
+        return found
 
     return Server(
         SERVER_NAME, version=_version(), instructions=INSTRUCTIONS, on_list_tools=list_tools, on_call_tool=call_tool,

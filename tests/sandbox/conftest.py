@@ -3,6 +3,7 @@ for the whole session, and a small in-memory blob store behind it."""
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.images import make_engine
 from wasmrun.sandbox.jsontext import encode_args
 from wasmrun.sandbox.limits import LimitPolicy
 from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
@@ -54,7 +56,10 @@ def blobs() -> MemoryBlobs:
 
 @pytest.fixture(scope="session")
 def engine(blobs: MemoryBlobs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxEngine]:
-    with SandboxEngine(blobs, workspace_root=tmp_path_factory.mktemp("workspaces")) as eng:
+    # WASMRUN_TEST_IMAGE=data runs these tests on the data image (docs/data-stack.md).
+    with make_engine(
+        os.environ.get("WASMRUN_TEST_IMAGE", "stdlib"), blobs, tmp_path_factory.mktemp("workspaces")
+    ) as eng:
         yield eng
 
 

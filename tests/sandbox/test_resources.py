@@ -40,9 +40,9 @@ def test_two_hundred_runs_leak_nothing(run_code, engine):
     # (`roots` beside them holds the guest's read-only `/` folders, see guestroot.py.)
     spares = [name for name in os.listdir(engine.workspace_root) if name != "roots"]
     assert len(spares) <= HARD_MAX_RETIRED + 2
-    for name in spares:  # each run folder keeps its empty workspace, tmp and blobs
+    for name in spares:  # each run folder keeps its empty workspace, tmp and blobs (and the data image's skills)
         run_folder = engine.workspace_root / name
-        assert sorted(os.listdir(run_folder)) == ["blobs", "tmp", "workspace"]
+        assert sorted(os.listdir(run_folder)) == sorted(engine._dirs.subfolders)
         assert all(os.listdir(run_folder / sub) == [] for sub in os.listdir(run_folder))
 
 

@@ -23,7 +23,7 @@ from msgspec import UNSET, UnsetType
 from wasmrun.blobs.quota import BlobQuota
 from wasmrun.blobs.sampling import text_head, text_tail
 from wasmrun.blobs.store import LEGACY_OWNER, BlobStore
-from wasmrun.protocol.types import RunError, RunResult, RunUsage
+from wasmrun.protocol.types import RunError, RunImage, RunResult, RunUsage
 from wasmrun.sandbox import jsontext
 from wasmrun.sandbox import types as sandbox
 
@@ -123,6 +123,7 @@ def to_spec_result(
         summary=summary,
         output=output,
         output_blobs=output_blobs,
+        images=[RunImage(i.blob_id, i.kind, i.name) for i in result.images] or UNSET,
         logs_preview=logs,
         logs_blob=logs_blob,
         usage=usage,

@@ -178,12 +178,22 @@ class RunUsage(msgspec.Struct):
     http_bytes_in: int = 0
 
 
+class RunImage(msgspec.Struct):
+    """extension: a picture the run saved (PNG/SVG at the top of /workspace), as a blob."""
+
+    blob_id: str
+    kind: str  # image/png or image/svg+xml
+    name: str  # its file name in /workspace
+
+
 class RunResult(msgspec.Struct, kw_only=True):
     status: Literal["completed", "failed"]
     run_id: str
     summary: str
     output: Any | UnsetType = UNSET  # absent when the run failed
     output_blobs: list[str]
+    # extension: the output blobs that are pictures (also in output_blobs); absent when none
+    images: list[RunImage] | UnsetType = UNSET
     logs_preview: str
     # extension: when logs_preview was cut, the whole captured output (up to
     # the run's output cap) as a text blob

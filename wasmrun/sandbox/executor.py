@@ -97,10 +97,11 @@ class InProcessExecutor:
         queue_timeout: float = 5.0,
         workspace_root: Path | None = None,
         packages: Path | None = None,
+        image: str = "stdlib",
     ) -> None:
-        from wasmrun.sandbox.engine import SandboxEngine
+        from wasmrun.sandbox.images import make_engine
 
-        self.engine = SandboxEngine(blobs, workspace_root=workspace_root, packages=packages)
+        self.engine = make_engine(image, blobs, workspace_root, packages=packages)
         self._slots = _Slots(slots, queue_timeout)
         self.background = BackgroundTotals()
 

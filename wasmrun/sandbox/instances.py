@@ -42,12 +42,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import wasmtime
 
 from wasmrun.sandbox.alarm import Alarm
-from wasmrun.sandbox.fastcall import FastFunc
 from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs
 
 logger = logging.getLogger("wasmrun.sandbox")
@@ -67,7 +66,7 @@ APPLIED_MAX_BYTES = 16 << 20  # a larger image gets none: an idle spare would ho
 @dataclass
 class Fresh:
     store: wasmtime.Store
-    run: FastFunc  # the instance's `wasmrun_run`
+    run: Callable[[wasmtime.Store, int], Any]  # the guest's run export (or images.DoorTurn)
     memory: wasmtime.Memory
     prepared_ahead: bool = False
     image_pages: frozenset[int] | None = None  # the skill images' pages copied in too, if any

@@ -74,16 +74,17 @@ def _worker_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--blobs", required=True, help="module:callable that opens the blob store")
     parser.add_argument("--blobs-args", default="[]", help="JSON list of arguments for it")
     parser.add_argument("--workspace-parent", type=Path, required=True)
+    parser.add_argument("--image", default="stdlib", choices=("auto", "stdlib", "data"))
     args = parser.parse_args(argv)
     # The parent handles Ctrl-C and shuts workers down by closing the pipe.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Into the server's stderr: a host failure in a run is logged there, with its traceback.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s[worker %(process)d]: %(message)s")
-    from wasmrun.sandbox.engine import SandboxEngine
+    from wasmrun.sandbox.images import make_engine
 
     module, _, name = args.blobs.partition(":")
     open_blobs = getattr(importlib.import_module(module), name)
-    engine = SandboxEngine(open_blobs(*json.loads(args.blobs_args)), workspace_root=args.workspace_parent)
+    engine = make_engine(args.image, open_blobs(*json.loads(args.blobs_args)), args.workspace_parent)
     inbox = multiprocessing.connection.Connection(args.fd_in, writable=False)
     outbox = multiprocessing.connection.Connection(args.fd_out, readable=False)
     outbox.send_bytes(READY)
@@ -240,14 +241,14 @@ class _FrameReader:
 
 
 class _Worker:
-    def __init__(self, opener: BlobOpener, workspace_parent: Path) -> None:
+    def __init__(self, opener: BlobOpener, workspace_parent: Path, image: str = "stdlib") -> None:
         to_child_r, self.to_child = os.pipe()
         self.from_child, from_child_w = os.pipe()
         cmd = [
             sys.executable, "-m", "wasmrun.sandbox.pool",
             "--fd-in", str(to_child_r), "--fd-out", str(from_child_w),
             "--blobs", opener.target, "--blobs-args", json.dumps(opener.args),
-            "--workspace-parent", str(workspace_parent),
+            "--workspace-parent", str(workspace_parent), "--image", image,
         ]
         # A fresh interpreter, not fork: the server process has threads
         # (uvicorn, the epoch ticker) and forking those is unsafe.
@@ -435,8 +436,10 @@ class WorkerPool:
         queue_timeout: float = 5.0,
         watchdog_grace: float = WATCHDOG_GRACE_S,
         workspace_parent: Path | None = None,
+        image: str = "stdlib",
     ) -> None:
         self.size = max(1, workers or os.cpu_count() or 1)
+        self.image = image
         self.queue_timeout = queue_timeout
         self.watchdog_grace = watchdog_grace
         self.workspace_parent = workspace_parent or workroots.default_parent()
@@ -450,7 +453,7 @@ class WorkerPool:
         workroots.sweep(self.workspace_parent)  # orphans of earlier crashes
         starting: list[_Worker] = []
         try:
-            starting.extend(_Worker(open_blobs, self.workspace_parent) for _ in range(self.size))
+            starting.extend(_Worker(open_blobs, self.workspace_parent, image) for _ in range(self.size))
             for worker in starting:
                 worker.wait_ready()
         except BaseException:
@@ -636,7 +639,7 @@ class WorkerPool:
 
     def _start_worker(self) -> _Worker | None:
         try:
-            fresh = _Worker(self._open_blobs, self.workspace_parent)
+            fresh = _Worker(self._open_blobs, self.workspace_parent, self.image)
         except Exception:
             logger.exception("could not start a replacement worker; retrying")
             return None

@@ -82,6 +82,14 @@ class Usage(msgspec.Struct):
     http_bytes_in: int = 0  # response bytes received (bodies, headers)
 
 
+class RunImage(msgspec.Struct):
+    """A picture the run left at the top of /workspace, returned as a blob (data image)."""
+
+    blob_id: str
+    kind: str  # image/png or image/svg+xml
+    name: str  # its file name in /workspace
+
+
 class RunResult(msgspec.Struct):
     run_id: str
     status: Literal["completed", "failed"]
@@ -89,6 +97,7 @@ class RunResult(msgspec.Struct):
     # but never decoded on the way: big integers stay exact. null when failed.
     output_json: bytes = b"null"
     output_blobs: list[str] = []
+    images: list[RunImage] = []  # also in output_blobs
     logs: str = ""
     logs_cut_bytes: int = 0
     error: RunError | None = None

@@ -136,8 +136,9 @@ class WorkspaceDirs:
 
     SUBFOLDERS = ("workspace", "tmp", "blobs")
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, extra: tuple[str, ...] = ()) -> None:
         self.root = root  # private to one engine (0700)
+        self.subfolders = self.SUBFOLDERS + extra  # extra: e.g. the data image's skills view (images.py)
         self.block = diskuse.block_size(root)  # measured once: the workspaces' allocation unit
         self._serial = itertools.count()
         self._spare: list[Path] = []
@@ -148,14 +149,14 @@ class WorkspaceDirs:
         except IndexError:
             path = self.root / f"run-{next(self._serial)}"
             path.mkdir(mode=0o700)
-            for sub in self.SUBFOLDERS:
+            for sub in self.subfolders:
                 (path / sub).mkdir(mode=0o700)
             return path
 
     def give_back(self, path: Path) -> None:
         """Empty the run folder `path` and shelve it; one that cannot be emptied is dropped."""
         try:
-            for sub in self.SUBFOLDERS:
+            for sub in self.subfolders:
                 tree.empty(path / sub)
         except OSError:
             _remove_quietly(path)

