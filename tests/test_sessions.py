@@ -371,3 +371,24 @@ def test_the_cap_holds_under_concurrent_creates(servers: Servers) -> None:
     assert len(made) == 2 and all(e["code"] == -32002 for e in refused)
     for sid in made:
         _result(servers.bob("close_session", session_id=sid))
+
+
+def test_session_runs_leave_the_worker_making_spares_again(tmp_path: Path) -> None:
+    # A session run takes its instance from the worker's supply and keeps (or closes) it
+    # itself: the supply must not count it as a run in flight for good, or it stops
+    # making spares and tearing down used instances (every later run pays for both).
+    key = TenantStore(tmp_path / "data").add("solo", {})
+    server = LiveServer(tmp_path / "data", "--workers", "1")
+    try:
+        call = _caller(server, key)
+        sid = _new(call)
+        for i in range(3):
+            assert _run(call, sid, f"v = {i}\nv")["output"] == i
+        prepared = []
+        for _ in range(8):  # more runs than the worker keeps spares: each must have been refilled
+            time.sleep(0.3)  # idle: the housekeeper's quiet moment
+            plain = _result(call("run_code", language="python", code="1"))
+            prepared.append(plain["usage"]["prepared_ahead"])
+        assert all(prepared[-4:]), prepared
+    finally:
+        server.stop()

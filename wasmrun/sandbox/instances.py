@@ -342,6 +342,14 @@ class InstanceSupply:
         if backlog:
             self._step(teardown_now=True)
 
+    def forget(self) -> None:
+        """A taken instance that will not come back through `retire` (a session keeps or
+        closes it itself): no longer in flight, so housekeeping is not held off for good."""
+        with self._cond:
+            self._in_flight -= 1
+            self._last_retire = time.monotonic()
+            self._alarm.set(self._last_retire + QUIET_S)
+
     def _quiet_for(self, seconds: float) -> float:
         """Seconds until no run will have been in flight for `seconds` (0: already)."""
         if self._in_flight:

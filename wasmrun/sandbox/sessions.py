@@ -94,15 +94,13 @@ def _run_staged(
     bytecode = engine._skill_bytecode(request.skills)
     warm = _warm_instances(engine)
     fresh = warm.take(current)
+    from_supply = fresh is None
     if fresh is None:
         fresh = engine._supply.take()
-        try:
-            sessionimages.load(current, fresh.store, fresh.memory, engine.guest.key)
-        except BaseException:
-            _close(fresh)
-            raise
     kept = False
     try:
+        if from_supply:
+            sessionimages.load(current, fresh.store, fresh.memory, engine.guest.key)
         result, _ = engine._run_on(fresh, request, t0, bytecode, workspace_root=following, on_output=on_output)
         if request.input_blobs:
             tree.remove(following / "blobs")
@@ -120,6 +118,8 @@ def _run_staged(
     finally:
         if not kept:
             _close(fresh)
+        if from_supply:  # kept warm here or closed: either way it never goes back to the supply
+            engine._supply.forget()
     result.usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
     return result
 
