@@ -22,11 +22,12 @@ def test_the_pages_a_run_reads_are_learned_apart_from_those_it_writes(engine: Sa
 
 def test_a_prepared_spare_has_the_read_pages_mapped_and_its_memory_is_the_snapshots(engine: SandboxEngine) -> None:
     engine.wait_idle(60)
-    # Prepared here, with no run in flight: a spare the supply made while other tests'
-    # runs were going may have stopped populating early, by design (a run needs the CPU).
-    spare = engine._new_instance()
+    spare = engine._supply.take()
     pristine = engine._new_instance()
     try:
+        assert spare.prepared_ahead
+        # Populated again here, with no run in flight: a spare the supply made while other
+        # tests' runs were going may have stopped early, by design (a run needs the CPU).
         assert engine._supply.hot.populate(spare.store, spare.memory)
         mapped = spare.memory.data_len(spare.store) // 4096
         wanted = {page for page in engine._supply.hot.read_set() if page < mapped}

@@ -396,6 +396,7 @@ class SandboxEngine:
                 result, workspace = self._run_on(fresh, request, t0, bytecode, on_output=on_output)
             except BaseException:
                 fresh.store.close()
+                self._supply.forget()  # it never comes back through retire
                 raise
             release_pages(fresh.store, fresh.memory)
             self._supply.retire(fresh.store, workspace)
@@ -459,7 +460,12 @@ class SandboxEngine:
         staging = self._bytecode.staging()
         fresh = self._supply.take()
         request = RunRequest(kind="compile", skills=[skill], limits=COMPILE_LIMITS)
-        result, workspace = self._run_on(fresh, request, time.perf_counter(), {skill.name: staging}, True)
+        try:
+            result, workspace = self._run_on(fresh, request, time.perf_counter(), {skill.name: staging}, True)
+        except BaseException:
+            fresh.store.close()
+            self._supply.forget()
+            raise
         self._supply.retire(fresh.store, workspace)
         self._tally("compile", result)
         if result.status != "completed":
