@@ -145,8 +145,7 @@ def test_mcp_tools_call_returns_the_chart_as_image_content(server: LiveServer) -
 
 
 def test_auto_serves_the_data_image_once_it_is_built(server: LiveServer, tmp_path: Path) -> None:
-    env = wasmrun_env()
-    del env["WASMRUN_IMAGE"]  # the default: auto
+    env = {**wasmrun_env(), "WASMRUN_IMAGE": "auto"}
     live = LiveServer(tmp_path / "data", "--workers", "1", env=env)
     try:
         result = run_code(live, "import numpy as np\ndef main(args):\n    return int(np.arange(10).sum())\n")

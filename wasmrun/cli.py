@@ -94,14 +94,7 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def _command(commands: Any, name: str, about: str, *examples: str, more: str = "") -> argparse.ArgumentParser:
-    """A subcommand whose --help says what it does, its options' defaults and an example."""
-    epilog = cli_help.example(*examples) + (f"\n\n{more}" if more else "")
-    sub: argparse.ArgumentParser = commands.add_parser(
-        name, help=about, description=about[:1].upper() + about[1:] + ".", epilog=epilog,
-        formatter_class=cli_help.Formatter,
-    )
-    return sub
+_command = cli_help.command
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -330,8 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _image_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--image", choices=("auto", "stdlib", "data"),
-        help="the guest image runs start from (WASMRUN_IMAGE; data: numpy, pandas, matplotlib; default auto:"
-        " data when it is built, else stdlib)",
+        help="the guest image runs start from (WASMRUN_IMAGE; data: numpy, pandas, matplotlib; auto: data when it"
+        " is built, else stdlib; default stdlib)",
     )
 
 

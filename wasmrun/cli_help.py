@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from typing import Any
 
 import msgspec
 
@@ -70,3 +71,12 @@ def run_limits_table() -> str:
     return "run limits (--limit NAME=N; a tenant's max_* limits and WASMRUN_MAX_* may lower a ceiling):\n" + "\n".join(
         lines
     )
+
+
+def command(commands: Any, name: str, about: str, *examples: str, more: str = "") -> argparse.ArgumentParser:
+    """A subcommand whose --help says what it does, its options' defaults and an example."""
+    epilog = example(*examples) + (f"\n\n{more}" if more else "")
+    sub: argparse.ArgumentParser = commands.add_parser(
+        name, help=about, description=about[:1].upper() + about[1:] + ".", epilog=epilog, formatter_class=Formatter,
+    )
+    return sub

@@ -27,22 +27,34 @@ from wasmrun.protocol.types import RunLimits
 
 
 def add_parser(commands: Any) -> None:
-    session = commands.add_parser("session", help="create, run in, fork, close and list a server's sessions")
-    session.add_argument("--url", default=None, help=f"the server (WASMRUN_URL, default {DEFAULT_URL})")
-    session.add_argument("--api-key", default=None, help="the tenant's API key (WASMRUN_API_KEY)")
+    from wasmrun.cli_help import command
+
+    session = command(
+        commands, "session", "create, run in, fork, close and list sessions on a running server",
+        "wasmrun session create --memory-mb 512",
+    )
+    session.add_argument("--url", default=None, help=f"the server (WASMRUN_URL; default {DEFAULT_URL})")
+    session.add_argument("--api-key", default=None, help="the tenant's API key (WASMRUN_API_KEY; default none)")
     sub = session.add_subparsers(dest="session_command", required=True)
-    create = sub.add_parser("create", help="a new Python session; prints its session_id")
-    create.add_argument("--memory-mb", type=int)
-    create.add_argument("--timeout-ms", type=int)
-    create.add_argument("--idle-timeout-s", type=int)
-    create.add_argument("--skill", action="append", default=[], help="mount a skill in every run; repeatable")
-    run = sub.add_parser("run", help="run a Python file (- for stdin) inside a session")
-    run.add_argument("session_id")
-    run.add_argument("file", metavar="FILE.py")
-    run.add_argument("--timeout-ms", type=int)
-    for name in ("fork", "close"):
-        sub.add_parser(name, help=f"{name} a session").add_argument("session_id")
-    sub.add_parser("list", help="your sessions")
+    create = command(sub, "create", "start a new Python session and print its session_id",
+                     "wasmrun session create --idle-timeout-s 1800 --skill data.csv.profile")
+    create.add_argument("--memory-mb", type=int, help="memory limit of every run, in MiB (default: the server's)")
+    create.add_argument("--timeout-ms", type=int, help="time limit of every run, in ms (default: the server's)")
+    create.add_argument("--idle-timeout-s", type=int,
+                        help="end the session after this many seconds unused (default: the server's)")
+    create.add_argument("--skill", action="append", default=[],
+                        help="mount a skill in every run; repeatable (default none)")
+    run = command(sub, "run", "run a Python file (- for stdin) inside a session; prints the result as JSON",
+                  "wasmrun session run ses_... analysis.py")
+    run.add_argument("session_id", help="the id create printed")
+    run.add_argument("file", metavar="FILE.py", help="the code: a final expression or main(args); - reads stdin")
+    run.add_argument("--timeout-ms", type=int, help="this run's time limit, in ms (default: the session's)")
+    for name, about in (("fork", "copy a session (memory and files) into a new one"),
+                        ("close", "end a session and delete its state")):
+        command(sub, name, about, f"wasmrun session {name} ses_...").add_argument(
+            "session_id", help="the session's id"
+        )
+    command(sub, "list", "list your open sessions", "wasmrun session list")
 
 
 def main(args: argparse.Namespace) -> int:

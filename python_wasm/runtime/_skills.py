@@ -62,14 +62,14 @@ def _skill_bytecode_paths() -> None:
 
     original = external.cache_from_source
 
-    def cache_from_source(path, debug_override=None, *, optimization=None):
+    def cache_from_source(path, *args, **kwargs):  # 3.11's (path, debug_override, *, optimization); 3.15 dropped one
         if sys.pycache_prefix is None and str(path).startswith(SKILLS_DIR):
             sys.pycache_prefix = BYTECODE_PREFIX
             try:
-                return original(path, debug_override, optimization=optimization)
+                return original(path, *args, **kwargs)
             finally:
                 sys.pycache_prefix = None
-        return original(path, debug_override, optimization=optimization)
+        return original(path, *args, **kwargs)
 
     cache_from_source.__doc__ = original.__doc__
     external.cache_from_source = cache_from_source

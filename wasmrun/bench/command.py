@@ -10,23 +10,26 @@ from pathlib import Path
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    bench = commands.add_parser(
-        "bench", help="measure start-up, compute and memory against native CPython and the peers installed here",
-        description="One interleaved run: start-up, compute and memory, side by side with native CPython "
-        "subprocesses and the peer sandboxes installed on this machine. Prints a table; writes JSON and an "
-        "HTML report with charts when asked.",
+    from wasmrun.cli_help import command
+
+    bench = command(
+        commands, "bench", "measure start-up, compute and memory in one interleaved run, side by side with native"
+        " CPython subprocesses and the peer sandboxes installed here; print a table, write JSON and HTML if asked",
+        "wasmrun bench --quick --json bench.json --html bench.html",
     )
-    bench.add_argument("--quick", action="store_true", help="small sizes and few samples (seconds; for tests)")
+    bench.add_argument("--quick", action="store_true", help="small sizes and few samples (seconds; default off)")
     bench.add_argument("--rounds", type=int, default=12, help="interleaved rounds (default 12)")
-    bench.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="workers of the measured server")
-    bench.add_argument("--json", type=Path, metavar="FILE", help="write the figures and samples as JSON")
-    bench.add_argument("--html", type=Path, metavar="FILE", help="write an HTML report with charts (needs matplotlib)")
+    bench.add_argument("--workers", type=int, default=os.cpu_count() or 2,
+                       help="workers of the measured server (default: the CPU count)")
+    bench.add_argument("--json", type=Path, metavar="FILE", help="write the figures and samples as JSON (default none)")
+    bench.add_argument("--html", type=Path, metavar="FILE",
+                       help="write an HTML report with charts (needs matplotlib; default none)")
     bench.add_argument("--readme", type=Path, nargs="?", const=Path("README.md"), metavar="README",
                        help="rewrite the table between the bench markers of README (default ./README.md)")
     bench.add_argument("--from-json", type=Path, metavar="FILE",
-                       help="measure nothing: render the table, --html and --readme from an earlier --json")
-    bench.add_argument("--no-peers", action="store_true", help="leave out pydantic-monty and llm-wasm-sandbox")
-    bench.add_argument("--no-pyodide", action="store_true", help="leave out Pyodide")
+                       help="measure nothing: render the table, --html and --readme from an earlier --json (default off)")
+    bench.add_argument("--no-peers", action="store_true", help="leave out pydantic-monty and llm-wasm-sandbox (default off)")
+    bench.add_argument("--no-pyodide", action="store_true", help="leave out Pyodide (default off)")
 
 
 def run(args: argparse.Namespace) -> int:

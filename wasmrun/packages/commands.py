@@ -10,21 +10,32 @@ from wasmrun.packages import layer, names, resolve, wheels
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    packages = commands.add_parser(
-        "packages", help="pure-Python packages every run can import (a read-only layer in the data dir)"
+    from wasmrun.cli_help import command
+
+    packages = command(
+        commands, "packages", "pure-Python packages every run can import (a read-only layer in the data dir)",
+        "wasmrun packages add defusedxml tabulate",
     )
     sub = packages.add_subparsers(dest="packages_command", required=True)
-    add = sub.add_parser("add", help="resolve NAME... and their dependencies with pip and add them to the layer")
+    add = command(
+        sub, "add", "resolve NAME... and their dependencies with pip and add them to the layer",
+        "wasmrun packages add 'tabulate>=0.9' PyYAML",
+    )
     add.add_argument("names", nargs="+", metavar="NAME", help="a package name or specifier, e.g. 'tabulate>=0.9'")
     add.add_argument(
         "--max-packages", type=int, default=resolve.MAX_PACKAGES, metavar="N",
         help=f"refuse a layer of more than N packages, dependencies included (default {resolve.MAX_PACKAGES})",
     )
-    listing = sub.add_parser("list", help="the packages in the layer")
-    remove = sub.add_parser("remove", help="remove NAME... (and dependencies only they needed) from the layer")
-    remove.add_argument("names", nargs="+", metavar="NAME")
+    listing = command(sub, "list", "list the packages in the layer", "wasmrun packages list")
+    remove = command(
+        sub, "remove", "remove NAME... (and dependencies only they needed) from the layer",
+        "wasmrun packages remove tabulate",
+    )
+    remove.add_argument("names", nargs="+", metavar="NAME", help="a package name in the layer")
     for parser in (add, listing, remove):
-        parser.add_argument("--data-dir", type=Path, help="the server's data dir (WASMRUN_DATA_DIR)")
+        parser.add_argument(
+            "--data-dir", type=Path, help="the server's data dir (WASMRUN_DATA_DIR; default ~/.local/share/wasmrun)"
+        )
         parser.add_argument(
             "--python", default=layer.DEFAULT_TAG, metavar="TAG",
             help=f"the guest Python whose layer to change (default {layer.DEFAULT_TAG}, the stdlib image)",
