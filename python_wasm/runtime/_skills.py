@@ -19,6 +19,8 @@ ROOT = "skills"
 # /pycache/skills/<name> (wasmrun/sandbox/bytecode.py).
 SKILLS_DIR = "/skills/"
 BYTECODE_PREFIX = "/pycache"
+# The operator's package layer: compiled at install time into /pycache/packages (wasmrun/packages).
+PACKAGES_DIR = "/packages/"
 
 
 class SkillFinder:
@@ -53,7 +55,7 @@ FINDER = SkillFinder()
 
 
 def _skill_bytecode_paths() -> None:
-    """Bytecode of a file under /skills lives under /pycache (as if
+    """Bytecode of a file under /skills or /packages lives under /pycache (as if
     sys.pycache_prefix were "/pycache"); every other file keeps CPython's
     default, __pycache__ beside its source. A global sys.pycache_prefix would
     send py_compile, compileall and PyZipFile.writepy for files in /workspace
@@ -63,7 +65,7 @@ def _skill_bytecode_paths() -> None:
     original = external.cache_from_source
 
     def cache_from_source(path, *args, **kwargs):  # 3.11's (path, debug_override, *, optimization); 3.15 dropped one
-        if sys.pycache_prefix is None and str(path).startswith(SKILLS_DIR):
+        if sys.pycache_prefix is None and str(path).startswith((SKILLS_DIR, PACKAGES_DIR)):
             sys.pycache_prefix = BYTECODE_PREFIX
             try:
                 return original(path, *args, **kwargs)
