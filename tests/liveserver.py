@@ -25,10 +25,11 @@ def free_port() -> int:
 def wasmrun_env() -> dict[str, str]:
     """This environment without WASMRUN_* settings, with the checkout importable, on the
     stdlib image (the default, "auto", would pick the data image where `make guest` built
-    it; tests of the data image ask for it)."""
+    it; tests of the data image ask for it), or on the data image when the suite runs
+    with WASMRUN_TEST_IMAGE=data (as `make test-data` does)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WASMRUN_")}
     env["PYTHONPATH"] = str(REPO)
-    env["WASMRUN_IMAGE"] = "stdlib"
+    env["WASMRUN_IMAGE"] = os.environ.get("WASMRUN_TEST_IMAGE", "stdlib")
     return env
 
 

@@ -114,8 +114,13 @@ def open_registry(settings: Settings) -> DirectoryRegistry:
 
 
 def served_layer(settings: Settings) -> Path:
-    """The package layer of the guest image this server runs (the stdlib image's Python)."""
-    return package_layer.tag_root(settings.data_dir, package_layer.DEFAULT_TAG)
+    """The package layer of the guest image this server runs (each image's Python has its own)."""
+    image = settings.image
+    if image == "auto":
+        from wasmrun.sandbox.images import image_state
+
+        image = "data" if image_state() is None else "stdlib"
+    return package_layer.tag_root(settings.data_dir, package_layer.IMAGE_TAGS.get(image, package_layer.DEFAULT_TAG))
 
 
 def warn_missing_packages(registry: DirectoryRegistry, settings: Settings) -> None:

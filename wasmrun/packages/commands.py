@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -37,8 +38,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "--data-dir", type=Path, help="the server's data dir (WASMRUN_DATA_DIR; default ~/.local/share/wasmrun)"
         )
         parser.add_argument(
-            "--python", default=layer.DEFAULT_TAG, metavar="TAG",
-            help=f"the guest Python whose layer to change (default {layer.DEFAULT_TAG}, the stdlib image)",
+            "--image", choices=sorted(layer.IMAGE_TAGS),
+            help="the guest image whose layer to change, as `serve --image` names it (WASMRUN_IMAGE;"
+            " default stdlib; auto: data when it is built)",
+        )
+        parser.add_argument(
+            "--python", metavar="TAG",
+            help=f"the guest Python whose layer to change, instead of --image ({layer.DEFAULT_TAG}: stdlib,"
+            f" {layer.DATA_TAG}: data)",
         )
 
 
@@ -46,8 +53,23 @@ def _say(message: str) -> None:
     print(f"wasmrun: {message}", file=sys.stderr)
 
 
+def layer_tag(args: argparse.Namespace) -> str:
+    """--python, else the layer of --image (else WASMRUN_IMAGE, as `serve` reads it)."""
+    if args.python:
+        return str(args.python)
+    image = args.image or os.environ.get("WASMRUN_IMAGE", "stdlib")
+    if image == "auto":
+        from wasmrun.sandbox.images import image_state
+
+        image = "data" if image_state() is None else "stdlib"
+    if image not in layer.IMAGE_TAGS:
+        raise resolve.PackageError(f"unknown image {image[:40]!r} (WASMRUN_IMAGE): one of stdlib, data, auto")
+    return layer.IMAGE_TAGS[image]
+
+
 def main(args: argparse.Namespace, data_dir: Path) -> int:
     try:
+        args.python = layer_tag(args)
         if args.packages_command == "list":
             return _list(data_dir, args.python)
         if args.packages_command == "add":

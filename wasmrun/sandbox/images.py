@@ -161,6 +161,7 @@ class DoorTurn:
 NO_BUFFERS = GuestBuffers(io_buffer=0, io_capacity=-1, out_buffer=0, out_len=0, out_capacity=0)
 IMAGES = ("stdlib", "data")
 SKILLS_VIEW = "skills"  # in each run folder: the run's /skills (link_skills)
+NO_PACKAGES = "nopackages"  # in each run folder: an empty /packages, when no layer is published
 
 
 class DataSandboxEngine(SandboxEngine):
@@ -171,16 +172,16 @@ class DataSandboxEngine(SandboxEngine):
     a fixed order, dataimage.RUN_MOUNTS) and how a run enters the guest (DoorTurn).
     Skills are imported from source (no 3.11 bytecode) and get no import image."""
 
-    def __init__(self, blobs: BlobAccess, workspace_root: Path | None = None) -> None:
+    def __init__(self, blobs: BlobAccess, workspace_root: Path | None = None, packages: Path | None = None) -> None:
         self.engine = data_engine()
         self.image = ready_image(self.engine)
         interp = self.image.interp
         path = dataimage.image_path(interp)
         self.guest = guest_build.Guest(f"data-{path.stem}", interp.lib, interp.snapshot_wasm, path, packaged=True)
         self._preopens = dataimage.preopens(interp)
-        # No operator package layer: the image's mounts are fixed when it is made (its
-        # C library reads them once), and the operator's layers are for the stdlib's Python.
-        self.packages = PackageLayer(None)
+        # The operator's layer for this Python (`wasmrun packages add --image data`): its
+        # mount point is baked into the image; which version it shows is read per run.
+        self.packages = PackageLayer.for_engine(packages, dataimage.PYTHON_TAG)
         self.blobs = blobs
         self.module = self.image.module
         linker = wasmtime.Linker(self.engine)
@@ -193,7 +194,7 @@ class DataSandboxEngine(SandboxEngine):
         self._io = NO_BUFFERS
         self._root = WorkRoot(workspace_root or workroots.default_parent())
         self.workspace_root = self._root.path
-        self._dirs = WorkspaceDirs(self.workspace_root, extra=(SKILLS_VIEW,))
+        self._dirs = WorkspaceDirs(self.workspace_root, extra=(SKILLS_VIEW, NO_PACKAGES))
         self._roots = GuestRoots(self.workspace_root / "roots")
         self._watchdog = Watchdog(self.engine)
         self.background = BackgroundLog()
@@ -219,7 +220,8 @@ class DataSandboxEngine(SandboxEngine):
         packages: Path | None,
     ) -> tuple[wasmtime.WasiConfig, frozenset[int]]:
         """The image's mounts, in the order baked into it: its own (read-only), /workspace,
-        /tmp, then /skills (the run's skills, linked into a folder of its own) and /blobs."""
+        /tmp, then /skills (the run's skills, linked into a folder of its own), /blobs and
+        /packages (the published package layer's site-packages, an empty folder without one)."""
         wasi = wasmtime.WasiConfig()
         for host, guest in self._preopens:
             wasi.preopen_dir(host, guest, fs_mutable=False)
@@ -229,10 +231,13 @@ class DataSandboxEngine(SandboxEngine):
         wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
         wasi.preopen_dir(str(skills_view), SKILLS_ROOT, fs_mutable=False)
         wasi.preopen_dir(str(workspace.blobs), BLOBS, fs_mutable=False)
+        site = packages / "site-packages" if packages is not None else workspace.root / NO_PACKAGES
+        wasi.preopen_dir(str(site), PackageLayer.GUEST_SITE, fs_mutable=False)
         wasi.argv = ["python"]  # no environment: the image's is empty, a run's is the request's
         # fds from 3 in that order; all but /skills' hold nothing a WASI open could block on
+        # (the layer holds the regular files of checked wheels)
         skills_fd = 3 + len(self._preopens) + len(dataimage.WRITABLE_MOUNTS)
-        return wasi, frozenset(range(3, skills_fd + 2)) - {skills_fd}
+        return wasi, frozenset(range(3, skills_fd + len(dataimage.RUN_MOUNTS))) - {skills_fd}
 
     def _run_on(
         self,
@@ -299,10 +304,10 @@ def make_engine(
     image: str, blobs: BlobAccess, workspace_root: Path | None = None, packages: Path | None = None
 ) -> SandboxEngine:
     """The engine for `image` ("auto", "stdlib" or "data"); `packages`: the operator's
-    package layers (the stdlib image mounts its Python's; the data image has its own packages)."""
+    package layers (<data_dir>/packages; each image mounts its own Python's)."""
     image = resolve_image(image)
     if image == "data":
-        return DataSandboxEngine(blobs, workspace_root)
+        return DataSandboxEngine(blobs, workspace_root, packages)
     if image != "stdlib":
         raise ValueError(f"unknown image {image!r} (one of: {', '.join(IMAGES)})")
     return SandboxEngine(blobs, workspace_root=workspace_root, packages=packages)
