@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 ARGS   ?=
 
-.PHONY: serve test guest dist onefile bench lint clean
+.PHONY: serve test test-data guest dist onefile bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,8 +25,17 @@ guest: $(STAMP)
 serve: guest
 	$(VENV)/bin/wasmrun serve $(ARGS)
 
+# The hostile and limit suites run a second time on the data image (docs/data-stack.md):
+# their live servers and in-process executor follow WASMRUN_TEST_IMAGE.
+DATA_IMAGE_SUITES := tests/test_hostile_sandbox.py tests/test_hostile_input.py tests/test_hostile_tenancy.py \
+	tests/test_quotas.py tests/test_run_limits.py tests/test_network.py tests/test_python_runs.py
+
 test: guest
 	$(PY) -m pytest -q
+	WASMRUN_TEST_IMAGE=data $(PY) -m pytest -q $(DATA_IMAGE_SUITES)
+
+test-data: guest
+	WASMRUN_TEST_IMAGE=data $(PY) -m pytest -q $(DATA_IMAGE_SUITES)
 
 # The sdist and the wheel (py3-none-any, carrying the built guest and the bundled skills) in dist/.
 dist: guest

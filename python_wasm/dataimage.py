@@ -150,6 +150,8 @@ _spec.loader.exec_module(_door)
 del _spec, _door
 import runtime._figures
 runtime._figures.install()
+import runtime._sqlite
+runtime._sqlite.install()
 import runtime._boot
 runtime._boot.init()
 # A run's environment is what it was granted, nothing else (numpy, pandas and matplotlib

@@ -22,6 +22,12 @@ def free_port() -> int:
         return port
 
 
+# The image the suite runs on: WASMRUN_TEST_IMAGE=data runs it on the data image
+# (tests/conftest.py's executor, the live servers below; `make test` does a data pass).
+TEST_IMAGE = os.environ.get("WASMRUN_TEST_IMAGE", "stdlib")
+ON_DATA_IMAGE = TEST_IMAGE == "data"
+
+
 def wasmrun_env() -> dict[str, str]:
     """This environment without WASMRUN_* settings, with the checkout importable, on the
     stdlib image (the default, "auto", would pick the data image where `make guest` built
@@ -29,7 +35,7 @@ def wasmrun_env() -> dict[str, str]:
     with WASMRUN_TEST_IMAGE=data (as `make test-data` does)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WASMRUN_")}
     env["PYTHONPATH"] = str(REPO)
-    env["WASMRUN_IMAGE"] = os.environ.get("WASMRUN_TEST_IMAGE", "stdlib")
+    env["WASMRUN_IMAGE"] = TEST_IMAGE
     return env
 
 

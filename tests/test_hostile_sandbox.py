@@ -21,7 +21,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.liveserver import LiveServer, wasmrun_env
+from tests.liveserver import ON_DATA_IMAGE, LiveServer, wasmrun_env
 
 MiB = 1 << 20
 
@@ -299,6 +299,11 @@ def _execute(live: LiveServer, name: str, timeout_ms: int | None = None) -> dict
     return result
 
 
+# The data image makes no skill import images (its skills are imported in each run:
+# docs/data-stack.md), so it has no import runs to stop or spoil.
+NO_SKILL_IMAGES = pytest.mark.skipif(ON_DATA_IMAGE, reason="the data image makes no skill import images")
+
+
 def _background_metrics(live: LiveServer) -> dict[str, float]:
     page = httpx2.get(live.base_url + "/metrics", headers={"authorization": f"Bearer {METRICS_KEY}"}, timeout=30)
     assert page.status_code == 200, page.text
@@ -309,6 +314,7 @@ def _background_metrics(live: LiveServer) -> dict[str, float]:
     }
 
 
+@NO_SKILL_IMAGES
 def test_a_skill_spinning_in_its_import_run_is_stopped_at_the_import_runs_own_limits(skill_server: LiveServer) -> None:
     from wasmrun.sandbox.background import IMPORT_LIMITS
 
@@ -330,6 +336,7 @@ def test_a_skill_spinning_in_its_import_run_is_stopped_at_the_import_runs_own_li
     assert any('kind="warmup"' in k for k in _background_metrics(skill_server))
 
 
+@NO_SKILL_IMAGES
 def test_a_run_with_tiny_limits_does_not_spoil_a_skills_image_for_later_runs(skill_server: LiveServer) -> None:
     # A completed run with a tight timeout asks for the image: the import run (0.5 s) would
     # not fit in 200 ms, and used to take them, fail, and never be tried again.

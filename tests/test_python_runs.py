@@ -34,7 +34,7 @@ def test_async_main_over_http(rpc: Rpc) -> None:
 
 
 def test_the_hint_reaches_the_summary(rpc: Rpc) -> None:
-    result = run_code(rpc, "import numpy\n")
+    result = run_code(rpc, "import docx\n")  # on neither image (python-docx; the data image has numpy)
     assert result["status"] == "failed"
     assert result["error"]["type"] == "ModuleNotFoundError"
     assert result["error"]["message"].splitlines()[-1].startswith("hint: ")

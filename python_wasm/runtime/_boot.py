@@ -61,8 +61,22 @@ _cells = 0
 # The C scanner and encoder themselves, skipping json's Python layers. The
 # request is the host's own compact JSON; the output encoder's circular-
 # reference markers empty themselves after each successful call.
-def _not_serialisable(value: object) -> None:
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+def _not_serialisable(value: object) -> object:
+    """The JSON form of the data stack's values (the data image), else TypeError naming
+    the type: numpy scalars and arrays as Python numbers and lists (`np.int64(3)` is
+    no int, `np.bool_` no bool), pandas Series and Index as lists, a DataFrame as its
+    rows (records). NaN stays an error, as for a float."""
+    kind = type(value)
+    module = kind.__module__.split(".", 1)[0]
+    if module == "numpy" and hasattr(value, "tolist"):
+        return value.tolist()
+    if module == "pandas":
+        if hasattr(value, "to_dict") and hasattr(value, "columns"):
+            return value.to_dict(orient="records")
+        if hasattr(value, "tolist"):
+            return value.tolist()
+    name = kind.__name__ if module == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    raise TypeError(f"Object of type {name} is not JSON serializable")
 
 
 _scan_request = _json.make_scanner(json.JSONDecoder())

@@ -29,7 +29,7 @@ from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.sandbox import compiled, door, workroots
 from wasmrun.sandbox.background import BackgroundLog
 from wasmrun.sandbox.blobaccess import BlobAccess
-from wasmrun.sandbox.engine import BLOBS, SKILLS_ROOT, TMP, WORKSPACE, SandboxEngine
+from wasmrun.sandbox.engine import BLOBS, SKILLS_ROOT, TMP, WASM_STACK_BYTES, WORKSPACE, SandboxEngine, _roomy_thread_stacks
 from wasmrun.sandbox.guestroot import GuestRoots
 from wasmrun.sandbox.hostcalls import GuestBuffers, current
 from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
@@ -50,8 +50,15 @@ DATA_ENGINE_SETTINGS = "fuel=0;epoch=1;pool=0"
 
 
 def data_engine() -> wasmtime.Engine:
+    from wasmtime import _ffi as ffi
+
     config = wasmtime.Config()
     config.epoch_interruption = True  # CPU and timeouts: the watchdog's epochs (watchdog.py)
+    # The stdlib engine's wasm stack (wasmtime's default, 512 KiB, is far below the C stack
+    # CPython's recursion checks allow for: deep code trapped as StackOverflow instead of
+    # raising RecursionError); its run threads get room for it (_roomy_thread_stacks).
+    ffi.wasmtime_config_async_stack_size_set(config.ptr(), WASM_STACK_BYTES + (1 << 20))
+    config.max_wasm_stack = WASM_STACK_BYTES
     return wasmtime.Engine(config)
 
 
@@ -173,6 +180,7 @@ class DataSandboxEngine(SandboxEngine):
     Skills are imported from source (no 3.11 bytecode) and get no import image."""
 
     def __init__(self, blobs: BlobAccess, workspace_root: Path | None = None, packages: Path | None = None) -> None:
+        _roomy_thread_stacks()
         self.engine = data_engine()
         self.image = ready_image(self.engine)
         interp = self.image.interp
