@@ -259,3 +259,4 @@ def test_a_missing_package_hint_names_the_data_stack(runner: DataSandboxEngine) 
     kind, value, _ = run(runner, "import requests_toolbelt_nope\ndef main(args):\n    return 1\n")
     assert kind == "F" and isinstance(value, dict) and value["type"] == "ModuleNotFoundError"
     assert "numpy, pandas, matplotlib" in value["message"] and "no pip install" in value["message"]
+    assert "wasmrun packages add --image data requests_toolbelt_nope" in value["message"]

@@ -39,7 +39,7 @@ def test_the_hint_reaches_the_summary(rpc: Rpc) -> None:
     assert result["error"]["type"] == "ModuleNotFoundError"
     assert result["error"]["message"].splitlines()[-1].startswith("hint: ")
     summary = result["summary"]
-    assert summary.startswith("Failed: ModuleNotFoundError: No module named 'numpy'")
+    assert summary.startswith("Failed: ModuleNotFoundError: No module named 'docx' (hint: ")
     assert "standard library" in summary and len(summary) <= 200
 
 

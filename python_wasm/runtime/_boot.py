@@ -163,9 +163,10 @@ _DISTRIBUTIONS = {
 HINT_DATA_THIRD_PARTY = (  # on the data image (numpy is in its memory image)
     "hint: {module!r} is not installed in this sandbox, which has the Python standard library, the"
     " data stack (numpy, pandas, matplotlib, scipy, scikit-learn, statsmodels, Pillow, lxml, openpyxl,"
-    " pypdf, PyYAML and more) and the skills mounted in this run (no pip install from a run); write"
-    " the code with what is there. A mounted skill is imported as `skills.<name>` after listing it"
-    " in run_code's mount_skills"
+    " pypdf, PyYAML and more), the packages its operator added and the skills mounted in this run"
+    " (no pip install from a run). If it is a pure-Python package, the server's operator can add it"
+    " with `wasmrun packages add --image data {package}`; otherwise write the code with what is there."
+    " A mounted skill is imported as `skills.<name>` after listing it in run_code's mount_skills"
 )
 HINT_SKILL_NOT_MOUNTED = (
     "hint: a skill is importable as skills.<name> only in a run that mounts it:"
@@ -209,8 +210,17 @@ def _hint(exc: BaseException) -> str | None:
     return None
 
 
+# CPython 3.15 (the data image) runs without `site`, and says so in every
+# ModuleNotFoundError; its advice (site-packages, a virtual environment) does not
+# apply in the sandbox, where the hint below says what does.
+_NO_SITE_ADVICE = ". Site initialization is disabled"
+
+
 def _describe(exc: BaseException) -> str:
     """The guest's traceback as Python prints it, plus a hint line when there is one."""
+    if isinstance(exc, ModuleNotFoundError) and exc.args and _NO_SITE_ADVICE in str(exc.args[0]):
+        exc.args = (str(exc.args[0]).partition(_NO_SITE_ADVICE)[0],) + exc.args[1:]
+        exc.msg = exc.args[0]
     text = _format_exception(exc)
     hint = _hint(exc)
     return f"{text}\n{hint}" if hint else text
