@@ -46,8 +46,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from wasmrun import dirtree
+from wasmrun.abi import GUEST_LIB as GUEST_LIB  # the contract's (wasmrun/abi.py), importable from here
+from wasmrun.abi import ZIP_NAME as ZIP_NAME
 from wasmrun.durable import atomic_write, fsync_dir, fsync_tree
-from wasmrun.sandbox import tree
 
 HERE = Path(__file__).resolve().parent
 BRIDGE_C = HERE / "bridge.c"
@@ -197,8 +199,6 @@ STDLIB_EXCLUDE = frozenset({
 # Tests nested inside packages.
 STDLIB_EXCLUDE_DIRS = frozenset({"test", "tests", "idle_test", "__pycache__"})
 
-ZIP_NAME = "wasmrun-guest.zip"
-GUEST_LIB = "/lib"  # where the zip's folder is preopened, read-only, in every run
 
 
 def cache_root() -> Path:
@@ -726,7 +726,7 @@ def prune_stale(keep: Path) -> None:
                 continue
             try:
                 if entry.is_dir() and not entry.is_symlink():
-                    tree.remove(entry)  # any depth (a skill's bytecode mirrors its tree)
+                    dirtree.remove(entry)  # any depth (a skill's bytecode mirrors its tree)
                 else:
                     entry.unlink(missing_ok=True)
             except OSError:
