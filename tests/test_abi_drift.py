@@ -127,7 +127,7 @@ def test_bridge_declares_the_host_calls_with_their_signatures() -> None:
 
 
 def test_bridge_imports_from_the_contracts_module() -> None:
-    assert re.search(r'import_module\("(\w+)"\)', c_source()).group(1) == abi.IMPORT_MODULE  # type: ignore[union-attr]
+    assert re.findall(r'import_module\("(\w+)"\)', c_source()) == [abi.IMPORT_MODULE]
 
 
 def test_bridge_error_codes_and_buffer_sizes() -> None:
@@ -236,3 +236,28 @@ def test_built_guest_imports_and_exports() -> None:
     assert imports == {call.name: (call.params, call.results) for call in abi.HOST_CALLS}
     exports = {e.name for e in module.exports}
     assert {str(e) for e in abi.Export} | {abi.MEMORY_EXPORT} <= exports
+
+
+# --- layering: the guest build reaches only leaves of wasmrun --------------------------------------
+
+LEAVES = {"wasmrun.abi", "wasmrun.durable", "wasmrun.dirtree"}
+
+
+def _wasmrun_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] if node.module != "wasmrun" else [f"wasmrun.{a.name}" for a in node.names]
+        found |= {n for n in names if n == "wasmrun" or n.startswith("wasmrun.")}
+    return found
+
+
+def test_python_wasm_imports_only_leaf_modules_of_wasmrun() -> None:
+    """python_wasm <-> wasmrun.sandbox was a package cycle: the guest build (and
+    the data image's) import only these leaves, which import nothing of wasmrun."""
+    host_side = [p for p in (ROOT / "python_wasm").glob("*.py")]
+    used = set().union(*(_wasmrun_imports(p) for p in host_side))
+    assert used <= LEAVES, f"python_wasm imports {used - LEAVES}"
+    for leaf in LEAVES:
+        assert _wasmrun_imports(ROOT / (leaf.replace(".", "/") + ".py")) == set(), f"{leaf} is no longer a leaf"
