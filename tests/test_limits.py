@@ -217,3 +217,25 @@ def test_hostile_cli_limits_are_refused_naming_them(tmp_path: Path, given: str,
     err = capsys.readouterr().err
     assert err.startswith("wasmrun: ") and len(err) < 300
     assert given.partition("=")[0] in err or "NAME=NUMBER" in err
+
+
+@pytest.mark.parametrize("name", [t.name for t in TENANT_LIMITS])
+def test_a_hostile_tenant_limit_is_refused_naming_it(name: str) -> None:
+    """The policy file's `[limits]` and `tenants set` go through this check."""
+    for value in (True, 1.5, float("nan"), -1, 2**53, 10**400, "5", None, [1]):
+        with pytest.raises(ValueError, match=name):
+            check_limits({name: value})
+    assert check_limits({name: 2**53 - 1}) == {name: 2**53 - 1}
+
+
+@pytest.mark.parametrize("given", ["concurrent_runs=" + "9" * 5000, "concurrent_runs=1.5", "concurrent_runs=-1",
+                                   "concurrent_runs=0", "nope=5", "concurrent_runs"])
+def test_tenants_set_refuses_a_hostile_limit(tmp_path: Path, given: str, capsys: pytest.CaptureFixture[str]) -> None:
+    data = ["--data-dir", str(tmp_path)]
+    assert cli.main(["tenants", "add", "team-a", *data]) == 0
+    assert cli.main(["tenants", "set", "team-a", "--limit", given, *data]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith("wasmrun: ") and len(err) < 400
+    assert given.partition("=")[0] in err or "NAME=NUMBER" in err
+    assert cli.main(["tenants", "list", *data]) == 0
+    assert "(server defaults)" in capsys.readouterr().out  # nothing stored
