@@ -7,8 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from wasmrun.limits import REQUESTABLE, MiB
-from wasmrun.tenants import limits as tenant_limits
+from wasmrun.limits import REQUESTABLE, TENANT_LIMITS, MiB
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):
@@ -33,7 +32,7 @@ def example(*lines: str) -> str:
 
 def tenant_limits_table() -> str:
     """Every tenant limit: name, unit, default and what it bounds."""
-    rows = tenant_limits.describe()
+    rows = [(limit.name, limit.unit, limit.default, limit.help) for limit in TENANT_LIMITS]
     width = max(len(name) for name, *_ in rows)
     lines = []
     for name, unit, default, doc in rows:

@@ -55,19 +55,14 @@ class SessionPolicy:
 NAMES = tuple(limit.name for limit in TENANT_LIMITS)
 if set(NAMES) != {f.name for f in dataclasses.fields(TenantLimits)}:
     raise ImportError("TenantLimits and the declared TENANT_LIMITS (wasmrun/limits.py) name different limits")
-_UNITS = {limit.name: limit.unit for limit in TENANT_LIMITS}
-# A run limit's unit, from how its name ends (the names say their unit).
-_SUFFIXES = (("_ms", "milliseconds"), ("_mb", "MiB"), ("_bytes", "bytes"))
 
 
-def unit_of(name: str) -> str:
-    """A tenant limit's declared unit; for another name (a run limit's), the unit its name ends with."""
-    return _UNITS.get(name) or next((unit for suffix, unit in _SUFFIXES if name.endswith(suffix)), "count")
-
-
-def describe() -> list[tuple[str, str, int, str]]:
-    """(name, unit, default, what it bounds) for every tenant limit."""
-    return [(limit.name, limit.unit, limit.default, limit.help) for limit in TENANT_LIMITS]
+def _shown(value: object) -> str:
+    """A refused value as an error quotes it: short (a huge number by its length)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return "a number of 40 digits or more"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def check_limits(values: Mapping[str, object]) -> dict[str, int]:
@@ -77,7 +72,7 @@ def check_limits(values: Mapping[str, object]) -> dict[str, int]:
         if name not in NAMES:
             raise ValueError(f"unknown limit {name!r} (known: {', '.join(NAMES)})")
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
-            raise ValueError(f"limit {name} must be a whole number from 0, not {value!r}")
+            raise ValueError(f"limit {name} must be a whole number from 0, not {_shown(value)}")
         if value == 0 and not TENANT_LIMIT[name].zero_allowed:
             raise ValueError(f"limit {name} must be at least 1")
         checked[name] = value
