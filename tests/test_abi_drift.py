@@ -203,6 +203,10 @@ def test_runtime_calls_only_what_the_guest_module_offers() -> None:
 
 # --- the host ------------------------------------------------------------------------------------
 
+def test_the_engines_buffer_probe_asks_for_contract_exports() -> None:
+    assert {f"wasmrun_{name}" for name in hostcalls.GuestBuffers._fields} <= {str(e) for e in abi.Export}
+
+
 def test_host_implements_every_host_call_and_door_op() -> None:
     assert set(hostcalls.HOST_FUNCTIONS) == abi.HOST_CALL_NAMES
     assert set(door._OPS) == {call.door for call in abi.HOST_CALLS if call.door is not None} == set(abi.DoorOp)
