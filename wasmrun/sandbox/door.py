@@ -20,7 +20,8 @@ from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.egress.client import RunDeadline
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.capture import log_line
-from wasmrun.sandbox.hostcalls import EINVAL, ENOENT, MAX_BLOB_ID, U32, RunContext, current, read_guest, write_guest
+from wasmrun.sandbox.guestmemory import U32, read_guest, write_guest
+from wasmrun.sandbox.hostcalls import EINVAL, ENOENT, MAX_BLOB_ID, RunContext, current
 
 REQUEST, RESPOND, BLOB_SIZE, BLOB_READ, BLOB_WRITE, LOG, HTTP_REQUEST = range(1, 8)
 OK = b"\x00"

@@ -47,7 +47,7 @@ from typing import Any, Protocol
 import wasmtime
 
 from wasmrun.sandbox.alarm import Alarm
-from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs
+from wasmrun.sandbox.workspace import Workspace, WorkspaceDirs
 
 logger = logging.getLogger("wasmrun.sandbox")
 
