@@ -25,22 +25,15 @@ from wasmrun.sandbox import backgroundruns, guestrequest, outcome, redaction, se
 from wasmrun.sandbox.background import BackgroundLog
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.bytecode import BytecodeCache
-from wasmrun.sandbox.guestrequest import GuestRequest as GuestRequest
 from wasmrun.sandbox.guestroot import GuestRoots
 from wasmrun.sandbox.hostcalls import RunContext, output_poll, set_current
 from wasmrun.sandbox.ids import new_run_id
-from wasmrun.sandbox.image import BLOBS as BLOBS
-from wasmrun.sandbox.image import SKILLS_ROOT as SKILLS_ROOT
-from wasmrun.sandbox.image import TMP as TMP
-from wasmrun.sandbox.image import WORKSPACE as WORKSPACE
 from wasmrun.sandbox.image import Image, Mounts
 from wasmrun.sandbox.instances import Fresh, InstanceSupply, release_pages
 from wasmrun.sandbox.outstream import OutputSink, OutputStream
 from wasmrun.sandbox.skillimages import SkillImage, SkillImages, image_key, single_skill
-from wasmrun.sandbox.stdlibimage import ENGINE_SETTINGS as ENGINE_SETTINGS
 from wasmrun.sandbox.stdlibimage import StdlibImage
-from wasmrun.sandbox.stdlibimage import load_module as load_module
-from wasmrun.sandbox.stdlibimage import precompile as precompile
+from wasmrun.sandbox.stdlibimage import precompile as precompile  # cli, server, doctor: from here
 from wasmrun.sandbox.stdlibimage import precompiled_state as precompiled_state
 from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage, host_failure
 from wasmrun.sandbox.watchdog import Watchdog, call_interrupt
