@@ -31,6 +31,8 @@ def redact_result(result: RunResult, request: RunRequest) -> None:
     if redact is None:
         return
     result.logs = redact.text(result.logs)
+    # A picture's name is the guest's choice (images.add_images): it could spell a secret.
+    result.images = [msgspec.structs.replace(i, name=redact.text(i.name)) for i in result.images]
     if result.error is not None:
         result.error = RunError(result.error.type, redact.text(result.error.message))
     if redact.data(result.output_json) != result.output_json:
