@@ -226,12 +226,12 @@ def _wasm_type(ty: wasmtime.ValType) -> str:
 
 
 def test_built_guest_imports_and_exports() -> None:
-    from wasmrun.sandbox.engine import _engine_config, load_module
+    from wasmrun.sandbox.stdlibimage import engine_config, load_module
 
     guest = guest_build.find_guest()
     if guest is None:
         pytest.skip("no built guest (python -m python_wasm.build)")
-    module = load_module(wasmtime.Engine(_engine_config()), guest.snapshot_wasm)
+    module = load_module(wasmtime.Engine(engine_config()), guest.snapshot_wasm)
     imports = {
         imp.name: (tuple(map(_wasm_type, imp.type.params)), tuple(map(_wasm_type, imp.type.results)))
         for imp in module.imports

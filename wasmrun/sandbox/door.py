@@ -21,7 +21,8 @@ from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.egress.client import RunDeadline
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.capture import log_line
-from wasmrun.sandbox.hostcalls import RunContext, current, read_guest, write_guest
+from wasmrun.sandbox.guestmemory import read_guest, write_guest
+from wasmrun.sandbox.hostcalls import RunContext, current
 
 _OK = struct.pack("<b", OK)
 
