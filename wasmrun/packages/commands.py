@@ -45,7 +45,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         parser.add_argument(
             "--python", metavar="TAG",
             help=f"the guest Python whose layer to change, instead of --image ({layer.DEFAULT_TAG}: stdlib,"
-            f" {layer.DATA_TAG}: data)",
+            f" {layer.DATA_TAG}: data; default: the one --image names)",
         )
 
 
