@@ -213,18 +213,18 @@ def _hint(exc: BaseException) -> str | None:
     return None
 
 
-# CPython 3.15 (the data image) runs without `site`, and says so in every
-# ModuleNotFoundError; its advice (site-packages, a virtual environment) does not
-# apply in the sandbox, where the hint below says what does.
+# CPython 3.15's traceback (the data image runs without `site`) adds advice to every
+# ModuleNotFoundError (site-packages, a virtual environment) that does not apply in
+# the sandbox, where the hint below says what does; it is left out.
 _NO_SITE_ADVICE = ". Site initialization is disabled"
 
 
 def _describe(exc: BaseException) -> str:
     """The guest's traceback as Python prints it, plus a hint line when there is one."""
-    if isinstance(exc, ModuleNotFoundError) and exc.args and _NO_SITE_ADVICE in str(exc.args[0]):
-        exc.args = (str(exc.args[0]).partition(_NO_SITE_ADVICE)[0],) + exc.args[1:]
-        exc.msg = exc.args[0]
     text = _format_exception(exc)
+    if isinstance(exc, ModuleNotFoundError) and _NO_SITE_ADVICE in text:
+        head, _, advice = text.partition(_NO_SITE_ADVICE)
+        text = head + advice.partition("\n")[1] + advice.partition("\n")[2]
     hint = _hint(exc)
     return f"{text}\n{hint}" if hint else text
 
