@@ -16,7 +16,6 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,10 +28,11 @@ from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.sandbox import compiled, door, workroots
 from wasmrun.sandbox.background import BackgroundLog
 from wasmrun.sandbox.blobaccess import BlobAccess
+from wasmrun.sandbox.datastart import DoorTurn, learn_hot_pages
 from wasmrun.sandbox.engine import BLOBS, SKILLS_ROOT, TMP, WORKSPACE, SandboxEngine
 from wasmrun.sandbox.guestroot import GuestRoots
-from wasmrun.sandbox.hostcalls import GuestBuffers, current
-from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
+from wasmrun.sandbox.hostcalls import GuestBuffers
+from wasmrun.sandbox.instances import Fresh, InstanceSupply
 from wasmrun.sandbox.outstream import OutputSink
 from wasmrun.sandbox.packagelayer import PackageLayer
 from wasmrun.sandbox.skillimages import SkillImages, image_key
@@ -143,20 +143,6 @@ def add_images(result: RunResult, workspace: Workspace, request: RunRequest, blo
         result.logs += "".join(f"wasmrun: {note}\n" for note in notes)
 
 
-class DoorTurn:
-    """A data-image instance's run: one `turn` of RUN_TURN; the request and the
-    reply go through the door, so the length it returns never names a buffer."""
-
-    def __init__(self, exports: Mapping[str, object]) -> None:
-        self._exports = exports
-
-    def __call__(self, store: wasmtime.Store, _request_len: int) -> int:
-        status = dataimage.turn(store, self._exports, dataimage.RUN_TURN)
-        if status != 0:
-            current().response = None  # the interpreter failed: no reply counts
-        return -1
-
-
 # No static buffers: the request and the reply travel through the door.
 NO_BUFFERS = GuestBuffers(io_buffer=0, io_capacity=-1, out_buffer=0, out_len=0, out_capacity=0)
 IMAGES = ("stdlib", "data")
@@ -199,14 +185,14 @@ class DataSandboxEngine(SandboxEngine):
         self.background = BackgroundLog()
         self.skill_images = SkillImages(lambda _skill: None, key_of=lambda skill: image_key(self.guest.key, skill))
         self._supply = InstanceSupply(
-            self._new_instance, self._dirs, HotPages.from_pages(set()),
+            self._new_instance, self._dirs, learn_hot_pages(self),
             self.skill_images.prefault_pages, self.skill_images.recent,
         )
 
     def _new_instance(self) -> Fresh:
         store = wasmtime.Store(self.engine)
         exports = self._pre.instantiate(store).exports(store)
-        return Fresh(store, DoorTurn(exports), exports_.memory(exports))
+        return Fresh(store, DoorTurn(exports, self.module), exports_.memory(exports))
 
     def _skill_bytecode(self, skills: list[MountedSkill]) -> dict[str, Path]:
         return {}  # the stdlib guest's bytecode is 3.11's: skills run from source here
