@@ -5,7 +5,8 @@
     --port            WASMRUN_PORT                  8080
     --data-dir        WASMRUN_DATA_DIR              $XDG_DATA_HOME/wasmrun (~/.local/share/wasmrun)
     --skills-dir      WASMRUN_SKILLS_DIRS           (none; os.pathsep-separated; bundled skills/ always load)
-    --workers         WASMRUN_WORKERS               number of CPUs
+    --workers         WASMRUN_WORKERS               number of CPUs (with --image data or auto: no more than
+                                                    fit in memory, ~768 MiB each; wasmrun/workersizing.py)
     --secrets-file    WASMRUN_SECRETS_FILE          (none)
     --policy-file     WASMRUN_POLICY_FILE           (none: no network; secrets in env mode) secret grants and modes,
                                                     network grants, allowed hosts/origins
@@ -60,6 +61,7 @@ from wasmrun.sandbox.limits import (
 )
 from wasmrun.tenants.limits import SessionPolicy
 from wasmrun.tenants.policy import AccessPolicy, load_access_policy
+from wasmrun.workersizing import default_workers
 
 ENV_PREFIX = "WASMRUN_"
 SECRET_PREFIX = "WASMRUN_SECRET_"
@@ -218,6 +220,8 @@ class Settings:
             chosen["image"] = chosen_image
         if "data_dir" not in chosen:
             chosen["data_dir"] = default_data_dir(env)
+        if "workers" not in chosen:  # one per CPU, fewer if the data image's would not fit in memory
+            chosen["workers"] = default_workers(chosen.get("image", cls.image))
         if chosen.get("body_timeout") == 0:
             raise ValueError("body timeout must be above 0 seconds")
         audit = pick(audit_log, "AUDIT_LOG")
