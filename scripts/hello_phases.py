@@ -1,6 +1,6 @@
 """Where one in-process hello run's time goes, phase by phase (medians).
 
-    python scripts/hello_phases.py [--runs 150]
+    python scripts/hello_phases.py [--runs 150] [--image stdlib|data]
 
 Each phase is timed by wrapping the engine's own functions for this process
 only (nothing is changed for real runs): taking the spare instance, the run's
@@ -25,10 +25,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wasmrun.blobs.store import FileBlobStore
+from wasmrun.sandbox import datastart, door, hostcalls, images, reply, wasi_guard
 from wasmrun.sandbox import engine as engine_module
-from wasmrun.sandbox import hostcalls
 from wasmrun.sandbox.engine import SandboxEngine
 from wasmrun.sandbox.fastcall import FastFunc
+from wasmrun.sandbox.images import DataSandboxEngine
 from wasmrun.sandbox.types import RunRequest
 
 HELLO = "def main(args):\n    print('hello')\n    return 1\n"
@@ -54,11 +55,20 @@ def instrument(engine: SandboxEngine) -> None:
     watchdog = engine._watchdog
     watchdog.start = timed("watchdog: start", watchdog.start)  # type: ignore[method-assign]
     watchdog.finish = timed("watchdog: finish", watchdog.finish)  # type: ignore[method-assign]
-    FastFunc.__call__ = timed("guest: entry to return (wasm)", FastFunc.__call__)  # type: ignore[method-assign]
+    if isinstance(engine, DataSandboxEngine):
+        # The turn holds the door's host calls and the guarded WASI calls (print) the guest makes.
+        datastart.DoorTurn.__call__ = timed(  # type: ignore[method-assign]
+            "guest: turn (wasm, door and WASI calls)", datastart.DoorTurn.__call__
+        )
+        door.answer = timed("guest: door frames (host side)", door.answer)
+        wasi_guard._capture = timed("guest: print captured (host side)", wasi_guard._capture)
+        images.add_images = timed("result: pictures in /workspace", images.add_images)
+    else:
+        FastFunc.__call__ = timed("guest: entry to return (wasm)", FastFunc.__call__)  # type: ignore[method-assign]
     hostcalls.RunContext.drain_guest_output = timed(  # type: ignore[method-assign]
         "capture: guest output", hostcalls.RunContext.drain_guest_output
     )
-    engine_module._apply_response = timed("result: check the output", engine_module._apply_response)
+    reply.apply = timed("result: check the output", reply.apply)
     engine_module._redact_secrets = timed("result: redact secrets", engine_module._redact_secrets)
     supply.retire = timed("teardown: hand back", supply.retire)  # type: ignore[method-assign]
 
@@ -66,9 +76,10 @@ def instrument(engine: SandboxEngine) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=150)
+    parser.add_argument("--image", choices=("stdlib", "data"), default="stdlib")
     args = parser.parse_args()
     rows: dict[str, list[float]] = collections.defaultdict(list)
-    with tempfile.TemporaryDirectory() as tmp, SandboxEngine(FileBlobStore(Path(tmp))) as engine:
+    with tempfile.TemporaryDirectory() as tmp, images.make_engine(args.image, FileBlobStore(Path(tmp))) as engine:
         instrument(engine)
         for _ in range(args.runs):
             engine.wait_idle()
