@@ -204,10 +204,8 @@ class Settings:
             if chosen_image not in IMAGES:
                 raise ValueError(f"unknown image {chosen_image[:40]!r}: one of {', '.join(IMAGES)}")
             chosen["image"] = chosen_image
-        if "data_dir" not in chosen:
-            chosen["data_dir"] = default_data_dir(env)
-        if "workers" not in chosen:  # one per CPU, fewer if the data image's would not fit in memory
-            chosen["workers"] = default_workers(chosen.get("image", cls.image))
+        chosen["data_dir"] = chosen.get("data_dir") or default_data_dir(env)
+        chosen["workers"] = chosen.get("workers") or default_workers(chosen.get("image", cls.image))  # fits memory
         if chosen.get("body_timeout") == 0:
             raise ValueError("body timeout must be above 0 seconds")
         audit = pick(audit_log, "AUDIT_LOG")
