@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import wasmtime
 
 from python_wasm import exports as exports_
+from wasmrun.abi import DOOR_ALLOC, DOOR_TURN
 from wasmrun.sandbox import door
 from wasmrun.sandbox.fastcall import FastFunc
 from wasmrun.sandbox.hostcalls import current
@@ -74,8 +75,8 @@ class DoorTurn:
 
     def __init__(self, exports: Mapping[str, object], module: wasmtime.Module) -> None:
         self._exports = exports
-        self._turn = FastFunc(exports_.func(exports, "turn"), _func_type(module, "turn"))
-        alloc = FastFunc(exports_.func(exports, "host_alloc"), _func_type(module, "host_alloc"))
+        self._turn = FastFunc(exports_.func(exports, DOOR_TURN), _func_type(module, DOOR_TURN))
+        alloc = FastFunc(exports_.func(exports, DOOR_ALLOC), _func_type(module, DOOR_ALLOC))
         self.bound = door.Bound(alloc, exports_.memory(exports))
 
     def __call__(self, store: wasmtime.Store, _request_len: int) -> int:
