@@ -152,11 +152,20 @@ import runtime._figures
 runtime._figures.install()
 import runtime._boot
 runtime._boot.init()
+import runtime._turn
+runtime._turn.install(runtime._boot.run)
 # A run's environment is what it was granted, nothing else (numpy, pandas and matplotlib
 # read theirs at import, above; tempfile falls back to /tmp).
 os.environ.clear()
+# Everything above lives as long as the image: out of the collector's sight, so a run's
+# collections scan (and write to) only the run's own objects (gc.freeze, as pre-forking
+# servers do; a young collection otherwise scanned thousands of the image's objects).
+import gc
+gc.collect()
+gc.freeze()
 """
 # One run: the request comes through the door, the response goes back through it.
+# DoorTurn enters it as a turn with no source (runtime/_turn.py); this text does the same.
 RUN_TURN = "import runtime._boot as _b; _b.run()"
 IMAGE_RECIPE = "2"  # bump when make_image changes in a way its inputs cannot show
 

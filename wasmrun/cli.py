@@ -68,7 +68,8 @@ def _database_url(parser: argparse.ArgumentParser) -> None:
 def _policy_and_secrets(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=int, metavar="N",
-        help="sandboxes running at once (WASMRUN_WORKERS; default the number of CPUs)",
+        help="sandboxes running at once (WASMRUN_WORKERS; default the number of CPUs, with --image data or auto"
+        " no more than fit in three quarters of the available memory at ~768 MiB each)",
     )
     parser.add_argument(
         "--secrets-file", type=Path, metavar="FILE",
