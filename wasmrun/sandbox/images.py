@@ -163,7 +163,7 @@ class DataImage(Image):
     def __init__(self) -> None:
         self.engine = data_engine()
         built = ready_image(self.engine)
-        interp = built.interp
+        self.interp = interp = built.interp  # the interpreter's files (dataimage.Interpreter)
         path = dataimage.image_path(interp)
         self.guest = guest_build.Guest(f"data-{path.stem}", interp.lib, interp.snapshot_wasm, path, packaged=True)
         self._preopens = dataimage.preopens(interp)
