@@ -70,7 +70,7 @@ def test_a_new_server_answers_at_once_then_moves_to_the_data_image(tmp_path: Pat
         assert warming["status"] == "failed", warming
         assert warming["error"]["type"] == errors.DATA_IMAGE_WARMING_UP, warming
         message = warming["error"]["message"]
-        assert message.startswith("numpy is in the data image, which is still being made") and "s left; retry" in message
+        assert message.startswith("numpy is in the data image, which is still being made") and "s left); retry then" in message
         # Not every import failure is the data image's: a module it lacks either keeps its own error.
         other = run_code(server, "import no_such_module_here\ndef main(args):\n    return 1\n")
         assert other["error"]["type"] == "ModuleNotFoundError", other

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import math
 import os
 import re
 import resource
@@ -81,9 +82,10 @@ class BuildStatus(msgspec.Struct):
 def expected_seconds() -> float:
     """How long a make takes here: the last one's time, else DEFAULT_BUILD_S."""
     try:
-        return max(10.0, float((dataimage.root() / TIMING_NAME).read_text()))
+        seconds = float((dataimage.root() / TIMING_NAME).read_text(errors="replace")[:32])
     except (OSError, ValueError):
         return DEFAULT_BUILD_S
+    return min(max(10.0, seconds), MAX_BUILD_CPU_S) if math.isfinite(seconds) else DEFAULT_BUILD_S
 
 
 def _root() -> Path:
@@ -93,19 +95,16 @@ def _root() -> Path:
 
 
 @contextlib.contextmanager
-def _locked(blocking: bool) -> Iterator[bool]:
-    """The data-image folder's build lock: yields whether this process holds it."""
-    with open(os.open(_root() / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)) as lock:
+def _locked() -> Iterator[None]:
+    """The data-image folder's build lock, waited for."""
+    with open(os.open(_root() / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)) as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            if not blocking:
-                yield False
-                return
             print("wasmrun: another process is making the data image; waiting for it", file=sys.stderr, flush=True)
             fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            yield True
+            yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
@@ -115,7 +114,7 @@ def build(quiet: bool = False) -> Path:
     both), or find it made: one process at a time. Returns the image's module file."""
     from wasmrun.sandbox import images
 
-    with _locked(blocking=True):
+    with _locked():
         status_file = _root() / STATUS_NAME
         status = BuildStatus(pid=os.getpid(), started=time.time(), expected_s=expected_seconds())
         status_file.write_bytes(msgspec.json.encode(status))
@@ -132,15 +131,23 @@ def build(quiet: bool = False) -> Path:
 
 def being_made() -> str | None:
     """A line for `wasmrun doctor` when some process is making the data image now."""
-    with _locked(blocking=False) as free:
-        if free:
+    lock = dataimage.root() / LOCK_NAME
+    try:
+        with open(os.open(lock, os.O_RDWR | os.O_NOFOLLOW)) as file:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(file, fcntl.LOCK_UN)
             return None
+    except BlockingIOError:
+        pass  # held: a make is under way (or waiting)
+    except OSError:
+        return None  # no lock file: nothing was ever made here
     try:
         status = msgspec.json.decode((_root() / STATUS_NAME).read_bytes(), type=BuildStatus)
     except (OSError, msgspec.DecodeError):
         return "being made by another process (waiting for its lock)"
-    so_far = max(0.0, time.time() - status.started)
-    left = max(5.0, status.expected_s - so_far)
+    so_far = min(max(0.0, time.time() - status.started), 1e7) if math.isfinite(status.started) else 0.0
+    expected = status.expected_s if math.isfinite(status.expected_s) else DEFAULT_BUILD_S
+    left = min(max(5.0, expected - so_far), 1e7)
     return f"being made by process {status.pid}: {so_far:.0f} s so far, about {left:.0f} s left"
 
 
