@@ -196,6 +196,10 @@ class DataImageWarmup:
     def start(self, on_ready: Callable[[], None]) -> None:
         """Start the maker; `on_ready` is called (on a thread of ours) once the image is ready."""
         self._warming.set()
+        logger.info(
+            "data image: making it in the background (low priority; about %d s here); serving the stdlib image"
+            " meanwhile, and the data image once it is ready, without a restart", self.seconds_left(),
+        )
         threading.Thread(target=self._watch, args=(on_ready,), name="wasmrun-data-warmup", daemon=True).start()
         threading.Thread(target=self._tick, name="wasmrun-data-warmup-progress", daemon=True).start()
 
