@@ -11,16 +11,13 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from wasmrun.sandbox.limits import LimitPolicy, MiB
+from wasmrun.limits import REQUESTABLE
+from wasmrun.sandbox.limits import LimitPolicy
 
 # What a request's `limits` may name, the Limits field each sets, how many of
-# that field's units one unit of the request is, and what it bounds.
+# that field's units one unit of the request is, and what it bounds (wasmrun/limits.py).
 REQUESTABLE_LIMITS: dict[str, tuple[str, int, str]] = {
-    "timeout_ms": ("timeout_ms", 1, "wall-clock time of the run, in milliseconds"),
-    "memory_mb": ("memory_bytes", MiB, "the interpreter's memory, in MiB"),
-    "cpu_ms": ("cpu_ms", 1, "CPU time of the run (not sleeps or waits), in milliseconds"),
-    "workspace_mb": ("workspace_bytes", MiB, "total size of the files in /workspace, in MiB"),
-    "output_bytes": ("output_bytes", 1, "printed output kept (stdout, stderr, logs), in bytes"),
+    limit.name: (limit.field, limit.scale, limit.help) for limit in REQUESTABLE
 }
 
 RUN_CONTRACT = (

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from wasmrun import cli_help, images_command, sessioncli
+from wasmrun import cli_help, images_command, limitcli, sessioncli
 from wasmrun.bench import command as bench_command
 from wasmrun.database import DatabaseError
 from wasmrun.packages import commands as packages_commands
@@ -211,13 +211,12 @@ def _tenants_parser(commands: Any) -> None:
         "wasmrun tenants add team-a --limit concurrent_runs=2", more=limits_text,
     )
     tenant_commands = tenants.add_subparsers(dest="tenants_command", required=True, metavar="SUBCOMMAND")
-    limit_help = "override one limit (names and units below); repeatable; default: the server's defaults"
     add = _command(
         tenant_commands, "add", "add a tenant; prints its API key once, alone on stdout",
         "KEY=$(wasmrun tenants add team-a --limit max_memory_mb=512)", more=limits_text,
     )
     add.add_argument("name", help="the tenant's name")
-    add.add_argument("--limit", action="append", default=[], metavar="NAME=N", help=limit_help)
+    limitcli.add_tenant_limit_option(add, required=False)
     listing = _command(
         tenant_commands, "list", "list the tenants, their key count and limit overrides", "wasmrun tenants list"
     )
@@ -237,8 +236,7 @@ def _tenants_parser(commands: Any) -> None:
         "wasmrun tenants set team-a --limit runs_per_minute=60 --limit blob_bytes=104857600", more=limits_text,
     )
     set_.add_argument("name", help="the tenant's name")
-    set_.add_argument("--limit", action="append", required=True, metavar="NAME=N", help="one limit (names and units"
-                      " below); repeatable; at least one")
+    limitcli.add_tenant_limit_option(set_, required=True)
     for sub in (add, rotate, revoke, set_, listing):
         sub.add_argument("--data-dir", type=Path, metavar="DIR", help=DATA_DIR_HELP)
         _database_url(sub)
@@ -265,16 +263,7 @@ def _run_parser(commands: Any) -> None:
         " (the run reads it with runtime.blobs or as the file /blobs/<id>); repeatable (default none)",
     )
     run.add_argument("--entrypoint", default="main", metavar="NAME", help="function to call")
-    run.add_argument(
-        "--limit", action="append", default=[], metavar="NAME=N",
-        help="a run limit (names, units, defaults below); repeatable; default: the server's defaults",
-    )
-    defaults = {name: default for name, _, default, _ in cli_help.run_limit_fields()}
-    for name in ("timeout_ms", "memory_mb"):
-        run.add_argument(
-            "--" + name.replace("_", "-"), type=int, metavar="N",
-            help=f"same as --limit {name}=N (default {defaults[name]})",
-        )
+    limitcli.add_run_limit_options(run)
     run.add_argument(
         "--no-stream", action="store_true",
         help="do not print the run's output as it comes (the result has it; default: printed on stderr)",
@@ -398,7 +387,6 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def _tenants(args: argparse.Namespace) -> int:
     from wasmrun.server import migrate_database, tenant_store
-    from wasmrun.tenants.limits import parse_limit
 
     settings = Settings.load(data_dir=args.data_dir, database_url=args.database_url)
     migrate_database(settings)
@@ -411,7 +399,7 @@ def _tenants(args: argparse.Namespace) -> int:
             shown = ", ".join(f"{k}={v}" for k, v in sorted(record.limits.items())) or "(server defaults)"
             print(f"{record.name:<20}  {len(record.keys):>4}  {shown}")
         return 0
-    limits = dict(parse_limit(text) for text in getattr(args, "limit", None) or [])
+    limits = limitcli.tenant_limits(args)
     if command in ("add", "rotate"):
         new_key = store.add(args.name, limits) if command == "add" else store.rotate(args.name)
         # The key alone on stdout, so that a script can capture it; the rest on stderr.
@@ -509,25 +497,6 @@ def _print_output(chunks: list[OutputChunk]) -> None:
     sys.stderr.flush()
 
 
-def _run_limits(args: argparse.Namespace) -> Any:
-    from wasmrun.protocol.types import RunLimits
-    from wasmrun.tenants.limits import parse_limit
-
-    known = [f.name for f in msgspec.structs.fields(RunLimits)]
-    values: dict[str, int] = {}
-    for text in args.limit:
-        name, value = parse_limit(text)
-        if name not in known:
-            raise ValueError(f"unknown run limit {name!r} (known: {', '.join(known)})")
-        if value < 1:
-            raise ValueError(f"run limit {name} must be at least 1")
-        values[name] = value
-    for name in ("timeout_ms", "memory_mb"):
-        if getattr(args, name) is not None:
-            values[name] = getattr(args, name)
-    return RunLimits(**values)
-
-
 def _run(args: argparse.Namespace) -> int:
     from wasmrun.blobs.store import FileBlobStore
     from wasmrun.protocol.errors import RPCError
@@ -567,7 +536,7 @@ def _run(args: argparse.Namespace) -> int:
         args=run_args,
         mount_skills=args.mount,
         input_blobs=input_blobs,
-        limits=_run_limits(args),
+        limits=limitcli.run_limits(args),
     )
     context = build_context(settings, blobs=blobs, executor=make_local_executor(settings, blobs))
     if not args.no_stream:

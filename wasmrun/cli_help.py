@@ -1,19 +1,13 @@
 """What `wasmrun ... --help` says beyond each option's own line: the defaults,
-one example per command, and the limit names with their units, read from the
-declarations that enforce them (tenants/limits.py, sandbox/limits.py,
-protocol/types.py) rather than copied by hand."""
+one example per command, and the limit names with their units, read from their
+one declaration (wasmrun/limits.py) rather than copied by hand."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from typing import Any
 
-import msgspec
-
-from wasmrun.protocol.types import RunLimits
-from wasmrun.sandbox.limits import CEILING_LIMITS, DEFAULT_LIMITS, MiB
-from wasmrun.tenants import limits as tenant_limits
+from wasmrun.limits import REQUESTABLE, TENANT_LIMITS, MiB
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):
@@ -38,7 +32,7 @@ def example(*lines: str) -> str:
 
 def tenant_limits_table() -> str:
     """Every tenant limit: name, unit, default and what it bounds."""
-    rows = tenant_limits.describe()
+    rows = [(limit.name, limit.unit, limit.default, limit.help) for limit in TENANT_LIMITS]
     width = max(len(name) for name, *_ in rows)
     lines = []
     for name, unit, default, doc in rows:
@@ -49,16 +43,7 @@ def tenant_limits_table() -> str:
 
 def run_limit_fields() -> list[tuple[str, str, int, int]]:
     """(name, unit, default, ceiling) of each member of a request's `limits`."""
-    rows = []
-    for field in msgspec.structs.fields(RunLimits):
-        name = field.name
-        inner = name[: -len("_mb")] + "_bytes" if name.endswith("_mb") else name
-        if inner not in {f.name for f in dataclasses.fields(DEFAULT_LIMITS)}:
-            continue
-        scale = MiB if name.endswith("_mb") else 1
-        unit = tenant_limits.unit_of(name)
-        rows.append((name, unit, getattr(DEFAULT_LIMITS, inner) // scale, getattr(CEILING_LIMITS, inner) // scale))
-    return rows
+    return [(limit.name, limit.unit, limit.default, limit.ceiling) for limit in REQUESTABLE]
 
 
 def run_limits_table() -> str:

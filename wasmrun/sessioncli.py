@@ -27,6 +27,7 @@ from wasmrun.protocol.types import RunLimits
 
 
 def add_parser(commands: Any) -> None:
+    from wasmrun import limitcli
     from wasmrun.cli_help import command
 
     session = command(
@@ -38,8 +39,7 @@ def add_parser(commands: Any) -> None:
     sub = session.add_subparsers(dest="session_command", required=True)
     create = command(sub, "create", "start a new Python session and print its session_id",
                      "wasmrun session create --idle-timeout-s 1800 --skill data.csv.profile")
-    create.add_argument("--memory-mb", type=int, help="memory limit of every run, in MiB (default: the server's)")
-    create.add_argument("--timeout-ms", type=int, help="time limit of every run, in ms (default: the server's)")
+    limitcli.add_limit_shorthands(create, ("memory_mb", "timeout_ms"), "the server's")
     create.add_argument("--idle-timeout-s", type=int,
                         help="end the session after this many seconds unused (default: the server's)")
     create.add_argument("--skill", action="append", default=[],
@@ -48,7 +48,7 @@ def add_parser(commands: Any) -> None:
                   "wasmrun session run ses_... analysis.py")
     run.add_argument("session_id", help="the id create printed")
     run.add_argument("file", metavar="FILE.py", help="the code: a final expression or main(args); - reads stdin")
-    run.add_argument("--timeout-ms", type=int, help="this run's time limit, in ms (default: the session's)")
+    limitcli.add_limit_shorthands(run, ("timeout_ms",), "the session's")
     for name, about in (("fork", "copy a session (memory and files) into a new one"),
                         ("close", "end a session and delete its state")):
         command(sub, name, about, f"wasmrun session {name} ses_...").add_argument(

@@ -51,13 +51,8 @@ import tomli
 
 import wasmrun
 from wasmrun.egress.policy import EgressPolicy, load_egress_policy
-from wasmrun.sandbox.limits import (
-    CEILING_LIMITS,
-    MAX_MEMORY_BYTES,
-    MIN_MEMORY_BYTES,
-    LimitPolicy,
-    MiB,
-)
+from wasmrun.limits import REQUESTABLE
+from wasmrun.sandbox.limits import CEILING_LIMITS, LimitPolicy
 from wasmrun.tenants.limits import SessionPolicy
 from wasmrun.tenants.policy import AccessPolicy, load_access_policy
 
@@ -76,15 +71,6 @@ def _bundled_skills() -> Path:
 BUNDLED_SKILLS = _bundled_skills()
 
 logger = logging.getLogger("wasmrun.settings")
-
-# WASMRUN_MAX_<NAME>: the ceiling of a Limits field, in the unit requests use.
-CEILING_VARIABLES: dict[str, tuple[str, int]] = {
-    "TIMEOUT_MS": ("timeout_ms", 1),
-    "MEMORY_MB": ("memory_bytes", MiB),
-    "CPU_MS": ("cpu_ms", 1),
-    "WORKSPACE_MB": ("workspace_bytes", MiB),
-    "OUTPUT_BYTES": ("output_bytes", 1),
-}
 
 
 def default_data_dir(env: Mapping[str, str]) -> Path:
@@ -272,16 +258,13 @@ def load_session_policy(env: Mapping[str, str]) -> SessionPolicy:
 def load_limit_policy(env: Mapping[str, str]) -> LimitPolicy:
     """The built-in defaults, under the ceilings from WASMRUN_MAX_* (built-in ones otherwise)."""
     ceilings = {}
-    for name, (field_name, unit) in CEILING_VARIABLES.items():
-        value = _int(env.get(f"{ENV_PREFIX}MAX_{name}"), f"{ENV_PREFIX}MAX_{name}")
+    for limit in REQUESTABLE:  # WASMRUN_MAX_<NAME>, in the unit requests use (wasmrun/limits.py)
+        value = _int(env.get(limit.env), limit.env)
         if value is None:
             continue
-        ceilings[field_name] = value * unit
-    memory = ceilings.get("memory_bytes")
-    if memory is not None and not MIN_MEMORY_BYTES <= memory <= MAX_MEMORY_BYTES:
-        raise ValueError(
-            f"{ENV_PREFIX}MAX_MEMORY_MB must be from {MIN_MEMORY_BYTES // MiB} to {MAX_MEMORY_BYTES // MiB}"
-        )
+        if limit.absolute_max is not None and not limit.minimum <= value <= limit.absolute_max:
+            raise ValueError(f"{limit.env} must be from {limit.minimum} to {limit.absolute_max}")
+        ceilings[limit.field] = value * limit.scale
     return LimitPolicy(ceilings=dataclasses.replace(CEILING_LIMITS, **ceilings))
 
 

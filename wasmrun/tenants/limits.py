@@ -1,6 +1,6 @@
 """What one tenant may use. Each limit has a server default (the policy file's
-`[limits]` table over the values below), and `wasmrun tenants set NAME --limit
-name=value` overrides it for one tenant."""
+`[limits]` table over the declared ones, wasmrun/limits.py), and `wasmrun tenants
+set NAME --limit name=value` overrides it for one tenant."""
 
 from __future__ import annotations
 
@@ -9,35 +9,35 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-MiB = 1 << 20
+from wasmrun.limits import TENANT_LIMIT, TENANT_LIMITS
 
 
-def _limit(default: int, doc: str) -> Any:
-    """A limit's default and what it bounds (`wasmrun tenants --help` lists them)."""
-    return dataclasses.field(default=default, metadata={"doc": doc})
+def _limit(name: str) -> Any:
+    """The declared limit `name`'s default (wasmrun/limits.py)."""
+    return dataclasses.field(default=TENANT_LIMIT[name].default)
 
 
 @dataclass(frozen=True)
 class TenantLimits:
-    concurrent_runs: int = _limit(4, 'runs in a sandbox at once')
-    queued_runs: int = _limit(32, 'runs waiting for a sandbox at once, beyond those')
-    runs_per_minute: int = _limit(600, 'runs started per minute')
-    blob_bytes: int = _limit(1024 * MiB, 'total stored, each blob counted at least BLOB_MIN_CHARGE')
-    blob_count: int = _limit(10_000, 'blobs stored at once')
-    blobs_per_run: int = _limit(1_000, 'blobs one run may write')
-    skills: int = _limit(100, 'skill versions created over the protocol')
-    skill_bytes: int = _limit(64 * MiB, 'files of those created skills, all versions together')
-    max_timeout_ms: int = _limit(15 * 60_000, 'the most `timeout_ms` a request may ask for')
-    max_memory_mb: int = _limit(2048, 'the most guest memory a request may ask for')
-    max_cpu_ms: int = _limit(15 * 60_000, 'the most CPU time a request may ask for')
-    blob_ttl_s: int = _limit(0, 'blobs older than this are deleted; 0: kept until deleted')
-    concurrent_calls: int = _limit(8, "other methods' calls (read_blob, list_skills, ...) in flight at once")
-    queued_calls: int = _limit(128, 'such calls waiting, beyond those (a whole batch of 100 waits; 0: refused at once)')
-    mcp_sessions: int = _limit(16, 'MCP sessions open at once over /mcp')
-    concurrent_requests: int = _limit(64, 'HTTP requests (/rpc, /mcp) in flight at once, bodies being received included')
-    call_bytes_per_s: int = _limit(64 * MiB, 'bytes those other calls move (params in, content out), per second')
-    sessions: int = _limit(8, 'sessions open at once')
-    session_bytes: int = _limit(2048 * MiB, 'their memory images and files on disk, together')
+    concurrent_runs: int = _limit("concurrent_runs")
+    queued_runs: int = _limit("queued_runs")
+    runs_per_minute: int = _limit("runs_per_minute")
+    blob_bytes: int = _limit("blob_bytes")
+    blob_count: int = _limit("blob_count")
+    blobs_per_run: int = _limit("blobs_per_run")
+    skills: int = _limit("skills")
+    skill_bytes: int = _limit("skill_bytes")
+    max_timeout_ms: int = _limit("max_timeout_ms")
+    max_memory_mb: int = _limit("max_memory_mb")
+    max_cpu_ms: int = _limit("max_cpu_ms")
+    blob_ttl_s: int = _limit("blob_ttl_s")
+    concurrent_calls: int = _limit("concurrent_calls")
+    queued_calls: int = _limit("queued_calls")
+    mcp_sessions: int = _limit("mcp_sessions")
+    concurrent_requests: int = _limit("concurrent_requests")
+    call_bytes_per_s: int = _limit("call_bytes_per_s")
+    sessions: int = _limit("sessions")
+    session_bytes: int = _limit("session_bytes")
 
     def with_values(self, values: Mapping[str, int]) -> TenantLimits:
         return dataclasses.replace(self, **check_limits(values))
@@ -52,21 +52,17 @@ class SessionPolicy:
     max_age_s: int = 24 * 3600  # from creation, however busy
 
 
-NAMES = tuple(f.name for f in dataclasses.fields(TenantLimits))
-
-# A limit's unit, from how its name ends (the names say their unit).
-_UNITS = (("_bytes_per_s", "bytes per second"), ("per_minute", "per minute"), ("_ms", "milliseconds"), ("_mb", "MiB"),
-          ("_bytes", "bytes"), ("_s", "seconds"))
+NAMES = tuple(limit.name for limit in TENANT_LIMITS)
+if set(NAMES) != {f.name for f in dataclasses.fields(TenantLimits)}:
+    raise ImportError("TenantLimits and the declared TENANT_LIMITS (wasmrun/limits.py) name different limits")
 
 
-def unit_of(name: str) -> str:
-    return next((unit for suffix, unit in _UNITS if name.endswith(suffix)), "count")
-
-
-def describe() -> list[tuple[str, str, int, str]]:
-    """(name, unit, default, what it bounds) for every tenant limit."""
-    return [(f.name, unit_of(f.name), int(f.default), f.metadata["doc"])  # type: ignore[arg-type]
-            for f in dataclasses.fields(TenantLimits)]
+def _shown(value: object) -> str:
+    """A refused value as an error quotes it: short (a huge number by its length)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return "a number of 40 digits or more"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def check_limits(values: Mapping[str, object]) -> dict[str, int]:
@@ -76,8 +72,8 @@ def check_limits(values: Mapping[str, object]) -> dict[str, int]:
         if name not in NAMES:
             raise ValueError(f"unknown limit {name!r} (known: {', '.join(NAMES)})")
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
-            raise ValueError(f"limit {name} must be a whole number from 0, not {value!r}")
-        if value == 0 and name not in ("blob_ttl_s", "queued_calls"):
+            raise ValueError(f"limit {name} must be a whole number from 0, not {_shown(value)}")
+        if value == 0 and not TENANT_LIMIT[name].zero_allowed:
             raise ValueError(f"limit {name} must be at least 1")
         checked[name] = value
     return checked
@@ -88,4 +84,6 @@ def parse_limit(text: str) -> tuple[str, int]:
     name, sep, value = text.partition("=")
     if not sep or not (value.strip().isascii() and value.strip().isdigit()):
         raise ValueError(f"--limit takes NAME=NUMBER, not {text!r}")
+    if len(value.strip().lstrip("0")) > 18:  # past any limit's range (and int()'s digit cap)
+        raise ValueError(f"--limit {name.strip()}: {len(value.strip())} digits is past any limit")
     return name.strip(), int(value)
