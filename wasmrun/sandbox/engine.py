@@ -23,6 +23,12 @@ import wasmtime
 
 from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
+from wasmrun.abi import BLOBS as BLOBS  # the contract's names, importable from here as before
+from wasmrun.abi import IMPORT_MODULE, Export, encode_request
+from wasmrun.abi import SKILLS_ROOT as SKILLS_ROOT
+from wasmrun.abi import TMP as TMP
+from wasmrun.abi import WORKSPACE as WORKSPACE
+from wasmrun.abi import GuestRequest as GuestRequest
 from wasmrun.egress.client import EgressSession
 from wasmrun.egress.secrets import Redactor
 from wasmrun.observe import phases
@@ -46,7 +52,6 @@ from wasmrun.sandbox.watchdog import Watchdog, call_interrupt
 from wasmrun.sandbox.workroots import WorkRoot
 
 logger = logging.getLogger("wasmrun.sandbox")
-SKILLS_ROOT = "/skills"
 # Typical runs: the pages any of them writes are copied into every spare instance ahead.
 WARMUP_REQUESTS = (
     RunRequest(kind="code", code="def main(args):\n    print('warm')\n    return args", args_json=b'{"x":[1]}'),
@@ -61,9 +66,6 @@ WARMUP_REQUESTS = (
     ),
     RunRequest(kind="code", code="def main(args):\n    raise ValueError('warm')"),
 )
-WORKSPACE = "/workspace"
-TMP = "/tmp"  # per run, emptied after it, counted with /workspace against one quota
-BLOBS = "/blobs"  # the run's input blobs as read-only files named by their ids
 # An import run asks for a function no module can define ("" is no identifier):
 # the guest imports the skill, then refuses to call anything.
 IMPORT_ONLY = ""
@@ -187,11 +189,11 @@ class SandboxEngine:
         self.module = load_module(self.engine, self.guest.snapshot_wasm)
         linker = wasmtime.Linker(self.engine)
         define_guarded_wasi(self.engine, linker, self.module)
-        for name, ty in func_imports(self.module, "wasmrun").items():
-            linker.define_func("wasmrun", name, ty, HOST_FUNCTIONS[name], access_caller=True)
+        for name, ty in func_imports(self.module, IMPORT_MODULE).items():
+            linker.define_func(IMPORT_MODULE, name, ty, HOST_FUNCTIONS[name], access_caller=True)
         self._pre = linker.instantiate_pre(self.module)
         self._linker = linker
-        run_export = self.module.exports[[e.name for e in self.module.exports].index("wasmrun_run")]
+        run_export = self.module.exports[[e.name for e in self.module.exports].index(Export.RUN)]
         assert isinstance(run_export.type, wasmtime.FuncType)
         self._run_type = run_export.type
         self._io = self._probe_buffers()
@@ -261,7 +263,7 @@ class SandboxEngine:
             sys_path.append(skills[request.skill].rsplit("/", 1)[0])
         if packages is not None:
             sys_path.append(PackageLayer.GUEST_SITE)
-        return _guest_request_encoder.encode(GuestRequest(
+        return encode_request(GuestRequest(
             kind=request.kind,
             code=request.code,
             skill=request.skill,
@@ -349,10 +351,10 @@ class SandboxEngine:
     def _new_instance(self) -> Fresh:
         store = wasmtime.Store(self.engine)
         exports = self._pre.instantiate(store).exports(store)
-        run = func(exports, "wasmrun_run")
+        run = func(exports, Export.RUN)
         # Called through FastFunc: wasmtime-py's Func.__call__ rebuilds and checks the
         # function's type on every call (about 0.1 ms of a hello run here).
-        return Fresh(store, FastFunc(run, self._run_type), memory(exports), interrupt=func(exports, "wasmrun_interrupt"))
+        return Fresh(store, FastFunc(run, self._run_type), memory(exports), interrupt=func(exports, Export.INTERRUPT))
 
     def _learn_hot_pages(self) -> HotPages:
         pages: set[int] = set()
@@ -621,24 +623,6 @@ def _redact_secrets(result: RunResult, request: RunRequest) -> None:
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "unknown error"
-
-
-class GuestRequest(msgspec.Struct):
-    """What the guest's `_boot.run` reads: the run, as the guest sees it."""
-
-    kind: str
-    code: str | None
-    skill: str | None
-    function: str
-    args: msgspec.Raw  # already JSON text: passed on as it is
-    skills: dict[str, str]  # skill name -> its entrypoint's path in the guest
-    sys_path: list[str]
-    env: dict[str, str]
-    session: bool = False  # run in the session's module (its globals persist)
-    reseed: bool = True  # reseed `random` (a session's runs after its first keep their state)
-
-
-_guest_request_encoder = msgspec.json.Encoder()
 
 
 def _classify_trap(trap: wasmtime.Trap, memory_len: int, limits: Limits) -> RunError:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import wasmtime
 from wasmtime import _ffi as ffi
 
+from wasmrun.abi import EINVAL, ENOENT, MAX_BLOB_ID, MAX_HTTP_META, U32
 from wasmrun.blobs.kinds import MAX_KIND, is_valid_kind
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
 from wasmrun.egress.client import EgressSession, RunDeadline
@@ -34,10 +35,6 @@ from wasmrun.sandbox.outstream import OutputStream, Stream
 if TYPE_CHECKING:
     from wasmrun.sandbox.wasi_guard import Workspace
 
-# Mirrored in python_wasm/bridge.c.
-ENOENT, EBUDGET, EINVAL = -1, -2, -3
-MAX_BLOB_ID = 128
-U32 = 0xFFFFFFFF
 
 _local = threading.local()
 
@@ -319,7 +316,7 @@ def http_request(caller: wasmtime.Caller, meta_ptr: int, meta_len: int, body_ptr
     ctx.flush_stream(caller)
     grant = ctx.egress.grant
     limit = grant.max_request_bytes if grant is not None else 0
-    meta = read_guest(caller, meta_ptr, min(meta_len & U32, 1 << 20))
+    meta = read_guest(caller, meta_ptr, min(meta_len & U32, MAX_HTTP_META))
     body = read_guest(caller, body_ptr, min(body_len & U32, limit + 1))
     try:
         reply = ctx.egress.handle(meta, body, ctx.deadline)

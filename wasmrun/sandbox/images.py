@@ -25,11 +25,12 @@ import wasmtime
 from python_wasm import build as guest_build
 from python_wasm import dataimage
 from python_wasm import exports as exports_
+from wasmrun.abi import BLOBS, DOOR_IMPORT, DOOR_MODULE, SKILLS_ROOT, TMP, WORKSPACE
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.sandbox import compiled, door, workroots
 from wasmrun.sandbox.background import BackgroundLog
 from wasmrun.sandbox.blobaccess import BlobAccess
-from wasmrun.sandbox.engine import BLOBS, SKILLS_ROOT, TMP, WORKSPACE, SandboxEngine
+from wasmrun.sandbox.engine import SandboxEngine
 from wasmrun.sandbox.guestroot import GuestRoots
 from wasmrun.sandbox.hostcalls import GuestBuffers, current
 from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
@@ -186,8 +187,8 @@ class DataSandboxEngine(SandboxEngine):
         linker = wasmtime.Linker(self.engine)
         define_guarded_wasi(self.engine, linker, self.module)
         # The type from this module: a FuncType made once belongs to the first engine that used it.
-        call_type = exports_.func_imports(self.module, "host")["call"]
-        linker.define_func("host", "call", call_type, door.call, access_caller=True)
+        call_type = exports_.func_imports(self.module, DOOR_MODULE)[DOOR_IMPORT]
+        linker.define_func(DOOR_MODULE, DOOR_IMPORT, call_type, door.call, access_caller=True)
         self._pre = linker.instantiate_pre(self.module)
         self._linker = linker
         self._io = NO_BUFFERS

@@ -40,10 +40,11 @@ import wasmtime
 from wasmtime._exportable import AsExtern
 
 from python_wasm.exports import func, func_imports
+from wasmrun.abi import U32
 from wasmrun.sandbox import diskuse, errors, tree, watchdog
 from wasmrun.sandbox.capture import HeadTail
 from wasmrun.sandbox.fastcall import FastFunc
-from wasmrun.sandbox.hostcalls import U32, RunContext, current, guest_memory, read_guest, write_guest
+from wasmrun.sandbox.hostcalls import RunContext, current, guest_memory, read_guest, write_guest
 
 WASI = "wasi_snapshot_preview1"
 O_CREAT = 1
