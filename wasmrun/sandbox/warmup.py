@@ -154,7 +154,7 @@ def being_made() -> str | None:
 def available() -> bool:
     """Whether this install can make the data image without asking for it: the
     `data` extra installed, or the interpreter already fetched or unpacked."""
-    from python_wasm.build import cache_root
+    from python_wasm.downloads import cache_root
 
     return (
         dataimage.installed_artifacts() is not None
