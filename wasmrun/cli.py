@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from wasmrun import cli_help, limitcli, sessioncli
+from wasmrun import cli_help, images_command, limitcli, sessioncli
 from wasmrun.bench import command as bench_command
 from wasmrun.database import DatabaseError
 from wasmrun.packages import commands as packages_commands
@@ -135,6 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     sessioncli.add_parser(commands)
     bench_command.add_parser(commands)
     packages_commands.add_parser(commands)
+    images_command.add_parser(commands)
     _command(
         commands, "warm", "compile the guest to machine code now and cache it, e.g. while building an image"
         " (else the first start does it, about 10-30 s)", "wasmrun warm",
@@ -298,6 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return sessioncli.main(args)
         if args.command == "bench":
             return bench_command.run(args)
+        if args.command == "images":
+            return images_command.main(args)
         if args.command == "packages":
             return packages_commands.main(args, Settings.load(data_dir=args.data_dir).data_dir)
         if args.skills_command == "list":

@@ -252,8 +252,8 @@ def resolve_image(choice: str) -> str:
     if not_ready is None:
         return "data"
     logger.warning(
-        "serving the stdlib image: the data image is not ready (%s); `make guest` or "
-        "`python -m wasmrun.sandbox.images` makes it (minutes, once)", not_ready,
+        "serving the stdlib image: the data image is not ready (%s); `wasmrun images install data` makes it"
+        " (minutes, once; a server with the data extra installed makes it in the background)", not_ready,
     )
     return "stdlib"
 
