@@ -167,7 +167,7 @@ def schedstat(pid: int) -> dict[str, tuple[int, int]]:
 def process_tree(pid: int) -> dict[str, int]:
     """The server and its worker processes (their children)."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return {"server": pid, **{"worker": int(c) for c in children}}
+    return {"server": pid, **{f"worker {i + 1}": int(c) for i, c in enumerate(children)}}
 
 
 def per_request(marks: list[tuple[str, int]]) -> list[dict[str, int]]:
@@ -206,7 +206,8 @@ def main() -> None:
                 s.bind(("127.0.0.1", 0))
                 ports[v] = s.getsockname()[1]
             (Path(tmp) / v).mkdir()
-            procs[v] = subprocess.Popen([sys.executable, os.environ.get("HOPS_SERVER", __file__), "--serve", v, str(ports[v]), f"{tmp}/{v}"])
+            server_script = os.environ.get("HOPS_SERVER", __file__)  # a probe may wrap the server side
+            procs[v] = subprocess.Popen([sys.executable, server_script, "--serve", v, str(ports[v]), f"{tmp}/{v}"])
         try:
             for v in variants:
                 wait_up(ports[v], procs[v])
