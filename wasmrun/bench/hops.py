@@ -5,8 +5,9 @@
 `wasmrun bench` runs it for the server as shipped ("lean"), back to back and at an agent's pace.
 
 Starts two real servers (the app of `wasmrun serve`, one worker process each, uvloop +
-httptools as `serve` uses): "starlette" answers /rpc through the Starlette route, "lean"
-through wire/rpc_asgi.py. The client (this process) alternates between them request by
+httptools as `serve` uses): "starlette" answers /rpc through the Starlette route with
+uvicorn's own protocol, "lean" as `wasmrun serve` now does: wire/rpc_asgi.py, and one write
+per response (wire/http_protocol.py). The client (this process) alternates between them request by
 request, so machine noise falls on both alike. Each server records timestamps of its hops
 (wasmrun/observe/phases.py's marks, plus the ASGI receive/send and the worker pipe), and
 the client its send and receive: perf_counter_ns is CLOCK_MONOTONIC, one clock for all
@@ -57,6 +58,7 @@ def serve(variant: str, port: int, data_dir: Path, marks_out: Path) -> None:
     from wasmrun.sandbox import pool
     from wasmrun.server import create_app
     from wasmrun.settings import Settings
+    from wasmrun.wire.http_protocol import OneWriteHttpToolsProtocol
 
     settings = Settings(data_dir=data_dir, workers=1, port=port)
     app: Any = create_app(settings)
@@ -96,7 +98,8 @@ def serve(variant: str, port: int, data_dir: Path, marks_out: Path) -> None:
         await app(scope, timed_receive, timed_send)
 
     with phases.recording() as marks:
-        server = uvicorn.Server(uvicorn.Config(timed_app, port=port, log_level="warning", access_log=False))
+        http: Any = "auto" if variant == "starlette" else OneWriteHttpToolsProtocol  # as `wasmrun serve`
+        server = uvicorn.Server(uvicorn.Config(timed_app, port=port, log_level="warning", access_log=False, http=http))
 
         def stop(*_: Any) -> None:
             server.should_exit = True
