@@ -6,7 +6,7 @@ for every JSON-RPC answer, and on loopback each `send()` runs the receiver's net
 stack too (tens of microseconds; the client may wake twice). Here a response whose
 length is known (Content-Length, a body to come) keeps its head until the body's first
 write and sends both at once. A streamed response (chunked: server-sent events), an
-empty one, 100-continue and anything written outside a response go out at once, as
+empty one, the answer to a HEAD, 100-continue and anything written outside a response go out at once, as
 before; a head still held when the connection is closed (the app failed before its
 body) is written first.
 """
@@ -34,7 +34,7 @@ class _OneWriteResponses:
             self._transport.writelines((head, data))  # one writev, no copy of the body
         elif (
             cycle.response_started and not cycle.response_complete and cycle.chunked_encoding is False
-            and cycle.expected_content_length > 0
+            and cycle.expected_content_length > 0 and cycle.scope["method"] != "HEAD"  # HEAD: no body write comes
         ):
             self._head = bytes(data)  # the head just built by send(): the body follows
         else:
