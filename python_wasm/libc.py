@@ -25,9 +25,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from python_wasm import build
+from python_wasm import downloads, native
 
-WASI_LIBC_SRC = build.Download(
+WASI_LIBC_SRC = downloads.Download(
     "wasi-libc 0.0~git20220510.9886d3d (Debian bookworm source)",
     "wasi-libc_0.0~git20220510.9886d3d.orig.tar.xz",
     "8f9b802736a856942839d32966937c389f46e9f156415a549a6675b7535e5f74",
@@ -60,7 +60,7 @@ STRING_FILES = tuple(
     )
 )
 DLMALLOC = f"{ROOT}/dlmalloc/src/dlmalloc.c"
-FIXES = build.NATIVE_DIR / "libc_fixes.c"
+FIXES = native.NATIVE_DIR / "libc_fixes.c"
 FLAGS = ("-fno-trapping-math",)
 LIBM_INCLUDES = (f"{MUSL}/src/include", f"{MUSL}/src/internal", f"{MUSL}/arch/wasm32", f"{MUSL}/arch/generic",
                  f"{ROOT}/libc-top-half/headers/private")
@@ -69,36 +69,36 @@ RECIPE = "1"
 
 def inputs() -> str:
     """What the compiled objects depend on (part of the guest's key)."""
-    recipe = (RECIPE, WASI_LIBC_SRC.sha256, LIBM_FILES, STRING_FILES, DLMALLOC, FLAGS, build.CFLAGS)
+    recipe = (RECIPE, WASI_LIBC_SRC.sha256, LIBM_FILES, STRING_FILES, DLMALLOC, FLAGS, native.CFLAGS)
     return repr(recipe) + FIXES.read_text()
 
 
-def objects(zig: Path, progress: build.Progress) -> list[Path]:
+def objects(zig: Path, progress: downloads.Progress) -> list[Path]:
     """dlmalloc, musl's libm and string functions and libc_fixes.c for
     wasm32-wasi, compiled (cached by their inputs)."""
-    key = hashlib.sha256((inputs() + build.ZIGLANG.sha256).encode()).hexdigest()[:16]
-    final = build.cache_root() / "native" / f"libc-{key}"
+    key = hashlib.sha256((inputs() + downloads.ZIGLANG.sha256).encode()).hexdigest()[:16]
+    final = downloads.cache_root() / "native" / f"libc-{key}"
     if (final / "done").exists():
-        build.mark_used(final)
+        downloads.mark_used(final)
         return sorted(final.glob("*.o"))
-    tarball = build.fetch(WASI_LIBC_SRC, progress)
+    tarball = downloads.fetch(WASI_LIBC_SRC, progress)
     progress.step("compile wasi-libc's dlmalloc and musl's libm and string functions")
-    tmp = Path(tempfile.mkdtemp(dir=build._private_dir(final.parent)))
+    tmp = Path(tempfile.mkdtemp(dir=downloads._private_dir(final.parent)))
     src = tmp / "src"
     wanted = (f"{ROOT}/dlmalloc/", f"{MUSL}/src/math/", f"{MUSL}/src/string/", f"{MUSL}/include/",
               *(f"{d}/" for d in LIBM_INCLUDES))
-    build._extract(tarball, src, wanted)
+    native._extract(tarball, src, wanted)
     libm_flags = tuple(f"-I{src / d}" for d in LIBM_INCLUDES)
     jobs: list[tuple[Path, tuple[str, ...]]] = [(src / DLMALLOC, (f"-I{src / ROOT / 'dlmalloc/include'}",))]
     jobs += [(src / f, libm_flags) for f in LIBM_FILES + STRING_FILES]
     jobs.append((FIXES, ()))
-    env = build._zig_env()
+    env = native._zig_env()
     same_paths = (f"-ffile-prefix-map={src}=/src",)
     for c_file, flags in jobs:
         obj = tmp / f"libc_{c_file.stem}.o"
-        cmd = [str(zig), "cc", *build.CFLAGS, *FLAGS, *same_paths, *flags, "-c", str(c_file), "-o", str(obj)]
+        cmd = [str(zig), "cc", *native.CFLAGS, *FLAGS, *same_paths, *flags, "-c", str(c_file), "-o", str(obj)]
         subprocess.run(cmd, check=True, env=env)
     shutil.rmtree(src)
     (tmp / "done").write_text("")
-    build._atomic_replace_dir(tmp, final)
+    downloads._atomic_replace_dir(tmp, final)
     return sorted(final.glob("*.o"))

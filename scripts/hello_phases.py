@@ -25,11 +25,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox import engine as engine_module
-from wasmrun.sandbox import hostcalls
+from wasmrun.sandbox import guestrequest, hostcalls, outcome, redaction
 from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.fastcall import FastFunc
 from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox.wasmtime_internals import FastFunc
 
 HELLO = "def main(args):\n    print('hello')\n    return 1\n"
 spent: dict[str, float] = collections.defaultdict(float)
@@ -49,8 +48,9 @@ def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 def instrument(engine: SandboxEngine) -> None:
     supply = engine._supply
     supply.take = timed("instance: take a spare", supply.take)  # type: ignore[method-assign]
-    engine._wasi = timed("instance: WASI set-up (preopens)", engine._wasi)  # type: ignore[method-assign]
-    engine._guest_request = timed("guest request: encode", engine._guest_request)  # type: ignore[method-assign]
+    image = engine.image
+    image.preopens = timed("instance: WASI set-up (preopens)", image.preopens)  # type: ignore[method-assign]
+    guestrequest.encode = timed("guest request: encode", guestrequest.encode)
     watchdog = engine._watchdog
     watchdog.start = timed("watchdog: start", watchdog.start)  # type: ignore[method-assign]
     watchdog.finish = timed("watchdog: finish", watchdog.finish)  # type: ignore[method-assign]
@@ -58,8 +58,8 @@ def instrument(engine: SandboxEngine) -> None:
     hostcalls.RunContext.drain_guest_output = timed(  # type: ignore[method-assign]
         "capture: guest output", hostcalls.RunContext.drain_guest_output
     )
-    engine_module._apply_response = timed("result: check the output", engine_module._apply_response)
-    engine_module._redact_secrets = timed("result: redact secrets", engine_module._redact_secrets)
+    outcome.result = timed("result: check the output", outcome.result)
+    redaction.redact_result = timed("result: redact secrets", redaction.redact_result)
     supply.retire = timed("teardown: hand back", supply.retire)  # type: ignore[method-assign]
 
 

@@ -232,6 +232,22 @@ def test_pictures_are_bounded_and_symlinks_are_not_followed(runner: DataSandboxE
     assert "4 more images not returned" in result.logs
 
 
+def test_secret_values_in_picture_names_and_notes_are_redacted(runner: DataSandboxEngine) -> None:
+    secret = "s3cr3t-Value-42"
+    result = runner.run(RunRequest(kind="code", code=(
+        "import os\ndef main(args):\n"
+        "    token = os.environ['TOKEN']\n"
+        "    open(f'/workspace/{token}.png', 'wb').write(b'x')\n"
+        "    open(f'/workspace/{token}-big.png', 'wb').write(b'y' * 3000)\n"
+        "    return 1\n"
+    ), env={"TOKEN": secret}, limits=Limits(blob_io_bytes=2500)))
+    assert result.error is None, result.error
+    assert len(result.images) == 1 and secret not in result.images[0].name
+    assert result.images[0].name.endswith(".png")
+    assert "-big.png: not returned, over the run's blob I/O budget" in result.logs
+    assert secret not in result.logs
+
+
 def test_a_skills_fifo_and_symlinks_are_not_mounted(runner: DataSandboxEngine, tmp_path: Path) -> None:
     import os
 

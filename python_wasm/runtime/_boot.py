@@ -5,6 +5,9 @@ snapshotted: everything it imports is free for every later run.
 `run()` runs once per fresh instance: it reads the request from the host,
 calls the entrypoint and hands back the response.
 
+The request (a dict here) and the reply's prefixes are wasmrun/abi.py's
+GuestRequest and REPLY_*; tests/test_abi_drift.py checks this file against them.
+
 The per-run path is kept short on purpose: every object it touches costs the
 run a copy-on-write page fault, so it has no import statements (modules are
 bound at init) and reuses JSON coders built at init.

@@ -12,7 +12,7 @@ before the runtime package, which imports it. Valid on CPython 3.11 and 3.15.
 import os
 import struct
 
-# Opcodes and error codes: mirrored in wasmrun/sandbox/door.py.
+# Opcodes and error codes: wasmrun/abi.py's (DoorOp, ENOENT...); tests/test_abi_drift.py checks.
 REQUEST, RESPOND, BLOB_SIZE, BLOB_READ, BLOB_WRITE, LOG, HTTP_REQUEST = range(1, 8)
 ENOENT, EBUDGET, EINVAL = -1, -2, -3
 

@@ -184,7 +184,7 @@ def request(method, url, headers=None, body=None, json=None, params=None, timeou
         timeout = float(timeout)
         if not timeout > 0:  # also refuses NaN
             raise ValueError("timeout must be a positive number of seconds")
-    meta = {
+    meta = {  # wasmrun/abi.py's HttpRequestMeta
         "method": method,
         "url": url,
         "headers": pairs,

@@ -6,8 +6,7 @@ import pytest
 import wasmtime
 
 from wasmrun import durable
-from wasmrun.sandbox import compiled
-from wasmrun.sandbox import engine as engine_module
+from wasmrun.sandbox import compiled, stdlibimage
 
 WAT = '(module (func (export "answer") (result i32) (i32.const 42)))'
 
@@ -60,12 +59,12 @@ def _answer(engine, module) -> int:
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
 def test_a_damaged_compiled_module_is_compiled_again_and_replaced(wasm_file, damage):
     wasm, cache = wasm_file
-    engine = wasmtime.Engine(engine_module._engine_config())
-    assert _answer(engine, compiled.load_module(engine, wasm, engine_module.ENGINE_SETTINGS)) == 42
+    engine = wasmtime.Engine(stdlibimage.engine_config())
+    assert _answer(engine, compiled.load_module(engine, wasm, stdlibimage.ENGINE_SETTINGS)) == 42
     [cached] = cache.glob("*.cwasm")
     good = cached.read_bytes()
     cached.write_bytes({"garbage": b"\x7fELF" + b"\0garbage" * 100, "truncated": good[: len(good) // 2], "empty": b""}[damage])
-    assert _answer(engine, compiled.load_module(engine, wasm, engine_module.ENGINE_SETTINGS)) == 42
+    assert _answer(engine, compiled.load_module(engine, wasm, stdlibimage.ENGINE_SETTINGS)) == 42
     assert wasmtime.Module.deserialize(engine, cached.read_bytes()) is not None  # replaced by a good one
     assert _leftovers(cache) == []
 
@@ -80,6 +79,6 @@ def test_loading_sweeps_old_temporary_files_only(wasm_file):
     fresh.write_bytes(b"being written now")
     old = time.time() - 2 * 3600
     os.utime(stale, (old, old))
-    compiled.load_module(wasmtime.Engine(engine_module._engine_config()), wasm, engine_module.ENGINE_SETTINGS)
+    compiled.load_module(wasmtime.Engine(stdlibimage.engine_config()), wasm, stdlibimage.ENGINE_SETTINGS)
     assert not stale.exists()
     assert fresh.exists()

@@ -12,7 +12,7 @@ import wasmtime
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.hostcalls import RunContext, set_current
 from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.wasi_guard import Workspace
+from wasmrun.sandbox.workspace import Workspace
 
 HOSTILE = """
 (module

@@ -19,7 +19,8 @@ from wasmrun.sandbox import errors
 from wasmrun.sandbox.capture import HeadTail
 from wasmrun.sandbox.hostcalls import RunContext, set_current
 from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.wasi_guard import IOV_MAX, MAX_SUBSCRIPTIONS, Workspace
+from wasmrun.sandbox.wasi_guard import IOV_MAX, MAX_SUBSCRIPTIONS
+from wasmrun.sandbox.workspace import Workspace
 
 EINVAL = 28
 IOVS, DATA, SUBS, EVENTS = 1024, 1 << 20, 4 << 20, 8 << 20  # addresses in the module's memory

@@ -69,8 +69,8 @@ from wasmrun.bench.stats import pct
 from wasmrun.bench.systems import Native as _Native
 from wasmrun.bench.systems import free_port, server
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox.engine import _engine_config, load_module
 from wasmrun.sandbox.limits import Limits
+from wasmrun.sandbox.stdlibimage import engine_config, load_module
 from wasmrun.sandbox.types import MountedSkill, RunRequest
 from wasmrun.settings import BUNDLED_SKILLS
 
@@ -135,7 +135,7 @@ class StockWasi:
     def __init__(self) -> None:
         cpython = guest_build.unpack_cpython(guest_build.Progress(quiet=True))
         self.stdlib = cpython / "lib"
-        self.engine = wasmtime.Engine(_engine_config())
+        self.engine = wasmtime.Engine(engine_config())
         module = load_module(self.engine, cpython / "bin" / "python3.11.wasm")
         linker = wasmtime.Linker(self.engine)
         linker.define_wasi()

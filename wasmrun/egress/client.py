@@ -19,13 +19,11 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import http.client
-import json
 import re
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin
@@ -36,6 +34,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.util.ssl_match_hostname import CertificateError
 
+from wasmrun.abi import NETWORK_ERROR, NETWORK_LIMIT, NETWORK_NOT_ALLOWED, HttpRequestMeta, http_reply_frame
 from wasmrun.egress import addresses
 from wasmrun.egress.patterns import Target, UrlError, parse_url
 from wasmrun.egress.policy import NetworkGrant
@@ -50,9 +49,11 @@ from wasmrun.egress.secrets import (
     substitute_header,
 )
 
-NOT_ALLOWED = "NetworkNotAllowed"
-LIMIT = "NetworkLimitExceeded"
-FAILED = "NetworkError"
+# The guest's error types and request shape: the contract's (wasmrun/abi.py).
+NOT_ALLOWED = NETWORK_NOT_ALLOWED
+LIMIT = NETWORK_LIMIT
+FAILED = NETWORK_ERROR
+GuestRequest = HttpRequestMeta
 
 MAX_META_BYTES = 256 * 1024
 MAX_IDLE = 4  # connections a run keeps open for its next requests to the same address
@@ -88,15 +89,6 @@ class Refused(Exception):
         super().__init__(message)
         self.kind = kind
         self.message = message
-
-
-class GuestRequest(msgspec.Struct, forbid_unknown_fields=True):
-    method: str
-    url: str
-    headers: list[tuple[str, str]] = []
-    has_body: bool = False
-    timeout: float | None = None
-    follow_redirects: bool = True
 
 
 _request_decoder = msgspec.json.Decoder(GuestRequest)
@@ -140,14 +132,14 @@ class EgressSession:
         try:
             reply = self.request(self._decode(meta), body, deadline)
         except Refused as refused:
-            return _frame({"error": refused.kind, "message": self._redact.text(refused.message)}, b"")
+            return http_reply_frame({"error": refused.kind, "message": self._redact.text(refused.message)}, b"")
         head: dict[str, Any] = {
             "status": reply.status,
             "reason": self._redact.text(reply.reason),
             "headers": [[self._redact.text(k), self._redact.text(v)] for k, v in reply.headers],
             "url": self._redact.text(reply.url),
         }
-        return _frame(head, self._redact.data(reply.body))
+        return http_reply_frame(head, self._redact.data(reply.body))
 
     def _decode(self, meta: bytes) -> GuestRequest:
         if len(meta) > MAX_META_BYTES:
@@ -480,7 +472,3 @@ def _checked_headers(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
         checked.append((name, value))
     return checked
 
-
-def _frame(head: Mapping[str, Any], body: bytes) -> bytes:
-    encoded = json.dumps(head).encode("utf-8")
-    return len(encoded).to_bytes(4, "little") + encoded + body

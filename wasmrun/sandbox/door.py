@@ -1,8 +1,8 @@
 """The host side of the data image's one import, `host::call(ptr, len, out_ptr, out_len)`.
 
-The guest (python_wasm/runtime/_door.py) sends a frame: an opcode byte and
-its fields; we answer a status byte (0, or ENOENT/EBUDGET/EINVAL as in
-hostcalls.py) and a payload, written into memory the guest's `host_alloc`
+The guest (python_wasm/runtime/_door.py) sends a frame: an opcode byte
+(wasmrun/abi.py's DoorOp) and its fields; we answer a status byte (OK, or
+ENOENT/EBUDGET/EINVAL, abi.py's) and a payload, written into memory the guest's `host_alloc`
 gives us, its address and length stored at out_ptr/out_len. The same run
 state and rules as the stdlib guest's `wasmrun` imports (hostcalls.py): the
 run found through `current()`, every length bounded before it is read.
@@ -15,15 +15,16 @@ from collections.abc import Callable
 
 import wasmtime
 
+from wasmrun.abi import DOOR_ALLOC, DOOR_FRAME_SLACK, EINVAL, ENOENT, MAX_BLOB_ID, OK, U32, DoorOp
 from wasmrun.blobs.kinds import MAX_KIND, is_valid_kind
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.egress.client import RunDeadline
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.capture import log_line
-from wasmrun.sandbox.hostcalls import EINVAL, ENOENT, MAX_BLOB_ID, U32, RunContext, current, read_guest, write_guest
+from wasmrun.sandbox.guestmemory import read_guest, write_guest
+from wasmrun.sandbox.hostcalls import RunContext, current
 
-REQUEST, RESPOND, BLOB_SIZE, BLOB_READ, BLOB_WRITE, LOG, HTTP_REQUEST = range(1, 8)
-OK = b"\x00"
+_OK = struct.pack("<b", OK)
 
 
 class _Refused(Exception):
@@ -120,19 +121,19 @@ def _http_request(ctx: RunContext, payload: bytes) -> bytes:
 
 
 _OPS: dict[int, Callable[[RunContext, bytes], bytes]] = {
-    REQUEST: lambda ctx, _payload: ctx.request_bytes,
-    RESPOND: _respond,
-    BLOB_SIZE: _blob_size,
-    BLOB_READ: _blob_read,
-    BLOB_WRITE: _blob_write,
-    LOG: _log,
-    HTTP_REQUEST: _http_request,
+    DoorOp.REQUEST: lambda ctx, _payload: ctx.request_bytes,
+    DoorOp.RESPOND: _respond,
+    DoorOp.BLOB_SIZE: _blob_size,
+    DoorOp.BLOB_READ: _blob_read,
+    DoorOp.BLOB_WRITE: _blob_write,
+    DoorOp.LOG: _log,
+    DoorOp.HTTP_REQUEST: _http_request,
 }
 
 
 def frame_limit(ctx: RunContext) -> int:
     """The largest frame read from the guest: a blob or result at its limit, plus headers."""
-    return max(ctx.limits.blob_io_bytes, ctx.limits.result_bytes) + MAX_KIND + 64
+    return max(ctx.limits.blob_io_bytes, ctx.limits.result_bytes) + MAX_KIND + DOOR_FRAME_SLACK
 
 
 def answer(ctx: RunContext, frame: bytes) -> bytes:
@@ -141,7 +142,7 @@ def answer(ctx: RunContext, frame: bytes) -> bytes:
     if op is None:
         return struct.pack("<b", EINVAL)
     try:
-        return OK + op(ctx, frame[1:])
+        return _OK + op(ctx, frame[1:])
     except _Refused as refused:
         return struct.pack("<b", refused.code)
 
@@ -152,9 +153,9 @@ def call(caller: wasmtime.Caller, ptr: int, length: int, out_ptr: int, out_len: 
     if length & U32 > frame_limit(ctx):
         raise errors.RunAborted(errors.HOST_CALL_ERROR, "the guest sent a host call larger than the run's limits")
     reply = answer(ctx, read_guest(caller, ptr, length))
-    alloc = caller.get("host_alloc")
+    alloc = caller.get(DOOR_ALLOC)
     if not isinstance(alloc, wasmtime.Func):
-        raise errors.RunAborted(errors.HOST_CALL_ERROR, "guest has no host_alloc export")
+        raise errors.RunAborted(errors.HOST_CALL_ERROR, f"guest has no {DOOR_ALLOC} export")
     where = alloc(caller, len(reply))
     if not isinstance(where, int) or where == 0:
         raise MemoryError("the guest could not hold a host call's reply")

@@ -18,6 +18,12 @@ reported by our guest runtime about the guest's own code.
 
 import unicodedata
 
+# The ones the guest's runtime reports too: the contract's (wasmrun/abi.py).
+from wasmrun.abi import ENTRYPOINT_NOT_FOUND as ENTRYPOINT_NOT_FOUND
+from wasmrun.abi import GUEST_CRASH as GUEST_CRASH
+from wasmrun.abi import INVALID_OUTPUT as INVALID_OUTPUT
+from wasmrun.abi import SYSTEM_EXIT as SYSTEM_EXIT
+
 TIMEOUT = "Timeout"  # wall-clock limit (timeout_ms)
 CPU_LIMIT = "CPULimitExceeded"  # the run thread's CPU time (cpu_ms)
 MEMORY_LIMIT = "MemoryLimitExceeded"  # linear memory cap
@@ -25,11 +31,7 @@ STACK_OVERFLOW = "StackOverflow"
 WORKSPACE_QUOTA = "WorkspaceQuotaExceeded"  # /workspace bytes or files
 BLOB_BUDGET = "BlobBudgetExceeded"  # bytes through blob host calls
 BLOB_QUOTA = "BlobQuotaExceeded"  # the tenant's stored blob bytes or count, or blobs per run
-ENTRYPOINT_NOT_FOUND = "EntrypointNotFound"
-INVALID_OUTPUT = "InvalidOutput"  # return value not JSON, or too large
-SYSTEM_EXIT = "SystemExit"
 HOST_CALL_ERROR = "InvalidHostCall"  # the guest passed a bad pointer/length
-GUEST_CRASH = "GuestCrashed"  # the interpreter trapped for another reason
 WORKER_CRASHED = "WorkerCrashed"  # the process running the sandbox died
 INTERNAL = "SandboxError"  # a fault on the host side; details only in the server log
 

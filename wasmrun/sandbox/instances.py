@@ -47,7 +47,7 @@ from typing import Any, Protocol
 import wasmtime
 
 from wasmrun.sandbox.alarm import Alarm
-from wasmrun.sandbox.wasi_guard import Workspace, WorkspaceDirs
+from wasmrun.sandbox.workspace import Workspace, WorkspaceDirs
 
 logger = logging.getLogger("wasmrun.sandbox")
 
@@ -218,7 +218,7 @@ _libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 def release_pages(store: wasmtime.Store, memory: wasmtime.Memory) -> None:
     """Give a used instance's linear memory back to the system now, when it is large.
 
-    wasmtime's pooling allocator frees used instances' pages in batches (engine.py's
+    wasmtime's pooling allocator frees used instances' pages in batches (stdlibimage.py's
     DECOMMIT_BATCH, for speed on small runs): until a batch is full, a worker would keep
     up to that many runs' whole memories resident. A run's memory is never read again
     once it ended, so for a large one the pages are dropped here (MADV_DONTNEED: the

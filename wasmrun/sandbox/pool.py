@@ -9,6 +9,9 @@ A streamed run's output (RunRequest.stream) comes over the same pipe while
 it runs, as messages tagged `OUTPUT` (a RunResult's msgpack never starts
 with that byte), before its result.
 
+The worker process's side is poolworker.py, the pool's handle on one
+worker (its pipes and framing) workerprocess.py.
+
 A worker that dies mid-run (killed, out of host memory, a wasmtime crash)
 fails that run with `WorkerCrashed` and is replaced; a worker that does not
 answer well past the run's own timeout is killed the same way.
@@ -19,33 +22,24 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
-import multiprocessing.connection
 import os
 import select
-import signal
-import struct
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import msgspec
-
-from wasmrun.offload import for_run
 from wasmrun.sandbox import errors, workroots
 from wasmrun.sandbox.background import BackgroundTotals
 from wasmrun.sandbox.executor import Busy, ExecutorHealth
 from wasmrun.sandbox.ids import new_run_id
-from wasmrun.sandbox.outstream import OUTPUT, OutputSink, decode_chunks, encode_chunks
+from wasmrun.sandbox.outstream import OUTPUT, OutputSink
+from wasmrun.sandbox.poolworker import encoder, result_decoder
 from wasmrun.sandbox.types import RunError, RunRequest, RunResult, host_failure
-
-if TYPE_CHECKING:
-    from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.workerprocess import BlobOpener as BlobOpener
+from wasmrun.sandbox.workerprocess import Worker
 
 logger = logging.getLogger("wasmrun.pool")
 
@@ -56,271 +50,6 @@ MONITOR_REFRESH_S = 0.25
 # A replacement worker that fails to start is retried after this, doubling up to the max.
 REPLACE_RETRY_S = 0.5
 REPLACE_RETRY_MAX_S = 10.0
-READY = b"ready"
-
-_encoder = msgspec.msgpack.Encoder()
-_request_decoder = msgspec.msgpack.Decoder(RunRequest)
-_result_decoder = msgspec.msgpack.Decoder(RunResult)
-
-
-def _worker_main(argv: list[str] | None = None) -> None:
-    """Entry point of a worker process (`python -m wasmrun.sandbox.pool ...`)."""
-    import argparse
-    import importlib
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--fd-in", type=int, required=True)
-    parser.add_argument("--fd-out", type=int, required=True)
-    parser.add_argument("--blobs", required=True, help="module:callable that opens the blob store")
-    parser.add_argument("--blobs-args", default="[]", help="JSON list of arguments for it")
-    parser.add_argument("--workspace-parent", type=Path, required=True)
-    parser.add_argument("--image", default="stdlib", choices=("auto", "stdlib", "data"))
-    args = parser.parse_args(argv)
-    # The parent handles Ctrl-C and shuts workers down by closing the pipe.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Into the server's stderr: a host failure in a run is logged there, with its traceback.
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s[worker %(process)d]: %(message)s")
-    from wasmrun.sandbox.images import make_engine
-
-    module, _, name = args.blobs.partition(":")
-    open_blobs = getattr(importlib.import_module(module), name)
-    engine = make_engine(args.image, open_blobs(*json.loads(args.blobs_args)), args.workspace_parent)
-    inbox = multiprocessing.connection.Connection(args.fd_in, writable=False)
-    outbox = multiprocessing.connection.Connection(args.fd_out, readable=False)
-    outbox.send_bytes(READY)
-    try:
-        while True:
-            try:
-                raw = inbox.recv_bytes()
-            except (EOFError, OSError):
-                return
-            outbox.send_bytes(_serve(engine, raw, outbox))
-    finally:
-        engine.close()
-
-
-def _serve(engine: SandboxEngine, raw: bytes, outbox: multiprocessing.connection.Connection) -> bytes:
-    """One run, start to end; whatever fails, the answer is that run's result
-    and the worker goes on serving (the parent names a run it lost an id)."""
-    try:
-        request = _request_decoder.decode(raw)
-    except Exception:
-        request = RunRequest(kind="code")
-        return _encoder.encode(host_failure(request, "the sandbox could not read the run request"))
-    on_output = (lambda chunks: outbox.send_bytes(encode_chunks(chunks))) if request.stream else None
-    result = engine.run(request, on_output)  # never raises
-    result.background = engine.background.drain()  # the engine's own runs, for /metrics
-    try:
-        return _encoder.encode(result)
-    except Exception:
-        return _encoder.encode(host_failure(request, "the sandbox could not send the run's result"))
-
-
-class BlobOpener(msgspec.Struct, frozen=True):
-    """How a worker process opens the blob store: `module:callable` and its
-    (JSON) arguments. A spec, not an object, because it crosses a process."""
-
-    target: str
-    args: list[str] = []
-
-
-PIPE_CAPACITY = 64 * 1024  # Linux's default: a smaller write never blocks on an idle worker
-
-
-def _frame(payload: bytes) -> bytes:
-    """multiprocessing.connection's framing, which the worker reads with recv_bytes."""
-    if len(payload) > 0x7FFFFFFF:
-        return struct.pack("!i", -1) + struct.pack("!Q", len(payload)) + payload
-    return struct.pack("!i", len(payload)) + payload
-
-
-class _FrameReader:
-    """Reads framed messages from a non-blocking pipe, inside the event loop."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.buffer = bytearray()
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.waiting: asyncio.Future[bytes] | None = None
-        self.failure: BaseException | None = None
-
-    def _complete(self) -> bytes | None:
-        if len(self.buffer) < 4:
-            return None
-        (size,) = struct.unpack("!i", self.buffer[:4])
-        start = 4
-        if size == -1:
-            if len(self.buffer) < 12:
-                return None
-            (size,) = struct.unpack("!Q", self.buffer[4:12])
-            start = 12
-        if len(self.buffer) < start + size:
-            return None
-        message = bytes(self.buffer[start : start + size])
-        del self.buffer[: start + size]
-        return message
-
-    def _on_readable(self) -> None:
-        try:
-            chunk = os.read(self.fd, 1 << 20)
-        except BlockingIOError:
-            return
-        except OSError as exc:
-            self._fail(exc)
-            return
-        if not chunk:
-            self._fail(EOFError("worker closed its pipe"))
-            return
-        self.buffer += chunk
-        if self.waiting is not None and not self.waiting.done():
-            message = self._complete()
-            if message is not None:
-                self.waiting.set_result(message)
-
-    def _fail(self, exc: BaseException) -> None:
-        self.failure = exc
-        self.detach()
-        if self.waiting is not None and not self.waiting.done():
-            self.waiting.set_exception(exc)
-
-    def attach(self) -> None:
-        """Register with the running loop. The pipe stays registered between
-        messages (so a worker dying while idle is seen at once): adding and
-        removing it for each run would cost two system calls a run."""
-        loop = asyncio.get_running_loop()
-        if self.loop is not loop and self.failure is None:
-            self.detach()
-            loop.add_reader(self.fd, self._on_readable)
-            self.loop = loop
-
-    async def read(self, timeout: float) -> bytes:
-        """The next message, or TimeoutError after `timeout` seconds."""
-        self.attach()
-        message = self._complete()
-        if message is not None:
-            return message
-        if self.failure is not None:
-            raise self.failure
-        loop = asyncio.get_running_loop()
-        waiting: asyncio.Future[bytes] = loop.create_future()
-        self.waiting = waiting
-
-        def expire() -> None:
-            if not waiting.done():
-                waiting.set_exception(TimeoutError("worker did not answer in time"))
-
-        # A timer on the future itself, cheaper than wrapping it in wait_for's task.
-        timer = loop.call_later(timeout, expire)
-        try:
-            return await waiting
-        finally:
-            timer.cancel()
-            self.waiting = None
-
-    def read_blocking(self, timeout: float) -> bytes:
-        """The next message, read on this thread (detached from any loop first),
-        or TimeoutError after `timeout` seconds."""
-        give_up = time.monotonic() + timeout
-        while (message := self._complete()) is None:
-            if self.failure is not None:
-                raise self.failure
-            left = give_up - time.monotonic()
-            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
-                raise TimeoutError("worker did not answer in time")
-            self._on_readable()
-        return message
-
-    def detach(self) -> None:
-        """Unregister from the loop (a no-op once that loop is closed)."""
-        if self.loop is not None:
-            try:
-                self.loop.remove_reader(self.fd)
-            except (RuntimeError, ValueError):
-                pass
-            self.loop = None
-
-
-class _Worker:
-    def __init__(self, opener: BlobOpener, workspace_parent: Path, image: str = "stdlib") -> None:
-        to_child_r, self.to_child = os.pipe()
-        self.from_child, from_child_w = os.pipe()
-        cmd = [
-            sys.executable, "-m", "wasmrun.sandbox.pool",
-            "--fd-in", str(to_child_r), "--fd-out", str(from_child_w),
-            "--blobs", opener.target, "--blobs-args", json.dumps(opener.args),
-            "--workspace-parent", str(workspace_parent), "--image", image,
-        ]
-        # A fresh interpreter, not fork: the server process has threads
-        # (uvicorn, the epoch ticker) and forking those is unsafe.
-        try:
-            self.process = subprocess.Popen(cmd, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL)
-        except BaseException:
-            for fd in (to_child_r, self.to_child, self.from_child, from_child_w):
-                os.close(fd)
-            raise
-        os.close(to_child_r)
-        os.close(from_child_w)
-        self.reader = _FrameReader(self.from_child)
-        self.answer_by = 0.0  # time.monotonic() by which the run in flight must answer
-
-    def wait_ready(self, timeout: float = 120.0) -> None:
-        greeting = multiprocessing.connection.Connection(os.dup(self.from_child), writable=False)
-        try:
-            if not greeting.poll(timeout) or greeting.recv_bytes() != READY:
-                raise RuntimeError("worker did not start")
-        finally:
-            greeting.close()
-        os.set_blocking(self.from_child, False)
-
-    async def exchange(self, payload: bytes, deadline: float, on_output: OutputSink | None = None) -> bytes:
-        self.answer_by = time.monotonic() + deadline
-        framed = _frame(payload)
-        if len(framed) <= PIPE_CAPACITY:
-            os.write(self.to_child, framed)
-        else:  # a large request may fill the pipe: write it off the loop
-            await for_run(_write_all, self.to_child, framed)
-        answer = await self.reader.read(deadline)
-        while answer[:1] == OUTPUT:  # a streamed run's output, before its result
-            if on_output is not None:
-                on_output(decode_chunks(answer))
-            answer = await self.reader.read(max(0.0, self.answer_by - time.monotonic()))
-        return answer
-
-    def alive(self) -> bool:
-        # A worker that died is seen by the registered pipe (EOF), without a
-        # system call; poll() covers a worker never yet used in this loop.
-        return self.reader.failure is None and (self.reader.loop is not None or self.process.poll() is None)
-
-    def hang_up(self) -> None:
-        """Close the request pipe: an idle worker sees EOF and exits."""
-        if self.to_child >= 0:
-            os.close(self.to_child)
-            self.to_child = -1
-
-    def close_pipes(self) -> None:
-        self.hang_up()
-        if self.from_child >= 0:
-            self.reader.detach()
-            os.close(self.from_child)
-            self.from_child = -1
-
-    def kill(self) -> None:
-        try:
-            if self.process.poll() is None:
-                self.process.kill()
-            self.process.wait(timeout=5)
-        finally:
-            self.close_pipes()
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 class _IdleWorkers:
@@ -332,8 +61,8 @@ class _IdleWorkers:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._idle: list[_Worker] = []
-        self._waiting: collections.deque[asyncio.Future[_Worker]] = collections.deque()
+        self._idle: list[Worker] = []
+        self._waiting: collections.deque[asyncio.Future[Worker]] = collections.deque()
 
     def count(self) -> tuple[int, int]:
         """Idle workers alive, and idle ones found dead (a system call each: for /healthz)."""
@@ -349,7 +78,7 @@ class _IdleWorkers:
         with self._lock:
             return len(self._waiting)
 
-    def put(self, worker: _Worker) -> None:
+    def put(self, worker: Worker) -> None:
         with self._lock:
             while self._waiting:
                 waiter = self._waiting.popleft()
@@ -367,13 +96,13 @@ class _IdleWorkers:
         except RuntimeError:  # that loop is closed: its waiter is gone
             self.put(worker)
 
-    def _hand(self, waiter: asyncio.Future[_Worker], worker: _Worker) -> None:
+    def _hand(self, waiter: asyncio.Future[Worker], worker: Worker) -> None:
         if waiter.done():
             self.put(worker)
         else:
             waiter.set_result(worker)
 
-    def remove(self, worker: _Worker) -> bool:
+    def remove(self, worker: Worker) -> bool:
         """Take `worker` out if it is idle (False: a run has it)."""
         with self._lock:
             if worker in self._idle:
@@ -381,18 +110,18 @@ class _IdleWorkers:
                 return True
             return False
 
-    def take_all(self) -> list[_Worker]:
+    def take_all(self) -> list[Worker]:
         with self._lock:
             taken, self._idle = self._idle, []
             return taken
 
-    async def get(self, timeout: float) -> _Worker:
+    async def get(self, timeout: float) -> Worker:
         """An idle worker, or TimeoutError after `timeout` seconds."""
         loop = asyncio.get_running_loop()
         with self._lock:
             if self._idle:  # the common case: no future, no timer
                 return self._idle.pop()
-            waiter: asyncio.Future[_Worker] = loop.create_future()
+            waiter: asyncio.Future[Worker] = loop.create_future()
             self._waiting.append(waiter)
 
         def expire() -> None:
@@ -445,15 +174,15 @@ class WorkerPool:
         self.workspace_parent = workspace_parent or workroots.default_parent()
         self._open_blobs = open_blobs
         self.background = BackgroundTotals()  # the workers' own runs, as their results report them
-        self._workers: list[_Worker] = []
+        self._workers: list[Worker] = []
         self._idle = _IdleWorkers()
         self._unavailable = 0
         self._closed = False
         self._lock = threading.Lock()
         workroots.sweep(self.workspace_parent)  # orphans of earlier crashes
-        starting: list[_Worker] = []
+        starting: list[Worker] = []
         try:
-            starting.extend(_Worker(open_blobs, self.workspace_parent, image) for _ in range(self.size))
+            starting.extend(Worker(open_blobs, self.workspace_parent, image) for _ in range(self.size))
             for worker in starting:
                 worker.wait_ready()
         except BaseException:
@@ -488,7 +217,7 @@ class WorkerPool:
         if not request.run_id:  # named here so that even a lost run has an id
             request.run_id = new_run_id()
         try:  # before a worker is taken
-            payload = _encoder.encode(request)
+            payload = encoder.encode(request)
         except Exception:
             return host_failure(request, "the sandbox could not be sent this run")
         deadline = request.limits.timeout_ms / 1000 + self.watchdog_grace
@@ -503,7 +232,7 @@ class WorkerPool:
         except Exception:
             return host_failure(request, "the sandbox host failed; the run was lost")
         try:
-            result = _result_decoder.decode(raw)
+            result = result_decoder.decode(raw)
         except Exception:
             return host_failure(request, "the sandbox sent a malformed result")
         result.run_id = request.run_id
@@ -512,7 +241,7 @@ class WorkerPool:
         return result
 
     @contextlib.asynccontextmanager
-    async def _worker(self) -> AsyncIterator[_Worker]:
+    async def _worker(self) -> AsyncIterator[Worker]:
         """A live worker for one exchange; given back whatever happens in it."""
         worker = await self._take()
         try:
@@ -525,7 +254,7 @@ class WorkerPool:
             raise
         self._idle.put(worker)
 
-    async def _take(self) -> _Worker:
+    async def _take(self) -> Worker:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self.queue_timeout
         while True:
@@ -537,7 +266,7 @@ class WorkerPool:
                 return worker
             self._retire(worker)  # died while idle: replaced in the background
 
-    def _drain_later(self, worker: _Worker) -> None:
+    def _drain_later(self, worker: Worker) -> None:
         """Let a cancelled run's worker finish it, then give it back. On a thread,
         not a task: the loop may be shutting down (that is what cancelled it)."""
         worker.reader.detach()  # here, on the loop's thread
@@ -545,7 +274,7 @@ class WorkerPool:
             self._unavailable += 1  # not serving until it has answered
         threading.Thread(target=self._drain, args=(worker,), name="wasmrun-drain", daemon=True).start()
 
-    def _drain(self, worker: _Worker) -> None:
+    def _drain(self, worker: Worker) -> None:
         try:
             try:
                 while worker.reader.read_blocking(max(0.0, worker.answer_by - time.monotonic()))[:1] == OUTPUT:
@@ -562,7 +291,7 @@ class WorkerPool:
     def _monitor(self) -> None:
         """Replace a worker that dies while idle as soon as it dies, not when the
         next run picks it (a run that has one finds out itself: EOF)."""
-        pidfds: dict[_Worker, int] = {}
+        pidfds: dict[Worker, int] = {}
         try:
             while not self._closed:
                 with self._lock:
@@ -590,7 +319,7 @@ class WorkerPool:
                 if fd >= 0:
                     os.close(fd)
 
-    def _retire_from_monitor(self, dead: _Worker) -> None:
+    def _retire_from_monitor(self, dead: Worker) -> None:
         """`_retire` belongs on the loop whose reader the worker's pipe is on."""
         loop = dead.reader.loop
         if loop is not None:
@@ -601,21 +330,21 @@ class WorkerPool:
                 dead.reader.loop = None
         self._retire(dead)
 
-    def _retire(self, dead: _Worker) -> None:
+    def _retire(self, dead: Worker) -> None:
         """Kill `dead` and start its replacement, off the event loop."""
         dead.reader.detach()  # here, on the loop's thread
         with self._lock:
             self._unavailable += 1
         threading.Thread(target=self._replace_counted, args=(dead,), name="wasmrun-replace", daemon=True).start()
 
-    def _replace_counted(self, dead: _Worker) -> None:
+    def _replace_counted(self, dead: Worker) -> None:
         try:
             self._replace(dead)
         finally:
             with self._lock:
                 self._unavailable -= 1
 
-    def _replace(self, dead: _Worker) -> None:
+    def _replace(self, dead: Worker) -> None:
         """Kill `dead`, remove its workspaces, start a new worker in its place:
         retried until one starts (or the pool closes), so the pool keeps its size."""
         try:
@@ -637,9 +366,9 @@ class WorkerPool:
             time.sleep(delay)
             delay = min(delay * 2, REPLACE_RETRY_MAX_S)
 
-    def _start_worker(self) -> _Worker | None:
+    def _start_worker(self) -> Worker | None:
         try:
-            fresh = _Worker(self._open_blobs, self.workspace_parent, self.image)
+            fresh = Worker(self._open_blobs, self.workspace_parent, self.image)
         except Exception:
             logger.exception("could not start a replacement worker; retrying")
             return None
@@ -667,7 +396,7 @@ class WorkerPool:
             worker.close_pipes()
 
 
-def _pidfd(worker: _Worker) -> int:
+def _pidfd(worker: Worker) -> int:
     """A descriptor that becomes readable when the worker exits (-1: none;
     the monitor then notices the death at its next refresh)."""
     try:
@@ -685,5 +414,7 @@ def _lost(request: RunRequest, exc: BaseException) -> RunResult:
     return RunResult(run_id=request.run_id, status="failed", error=RunError(errors.WORKER_CRASHED, message))
 
 
-if __name__ == "__main__":
-    _worker_main()
+if __name__ == "__main__":  # a worker process (the command line names this module)
+    from wasmrun.sandbox.poolworker import main
+
+    main()

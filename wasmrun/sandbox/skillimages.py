@@ -55,6 +55,8 @@ import wasmtime
 
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
 from wasmrun.sandbox import tree
+from wasmrun.sandbox.guestmemory import host_address
+from wasmrun.sandbox.guestmemory import memory_view as memory_view  # sessionimages and tests use it from here
 from wasmrun.sandbox.types import MountedSkill
 
 logger = logging.getLogger("wasmrun.sandbox")
@@ -126,20 +128,13 @@ class SkillImage:
             memory.grow(store, (self.memory_bytes - size + WASM_PAGE - 1) // WASM_PAGE)
         if memory.data_len(store) < self.memory_bytes:
             raise ValueError("the memory did not grow to the image's size")
-        base = ctypes.addressof(memory.data_ptr(store).contents)
+        base = host_address(store, memory)
         for offset, data in self.spans:
             ctypes.memmove(base + offset, (ctypes.c_char * len(data)).from_buffer(data), len(data))
 
     def pages(self) -> set[int]:
         """Indexes of the (4 KiB) pages the image writes."""
         return {i for offset, data in self.spans for i in range(offset // PAGE, (offset + len(data)) // PAGE)}
-
-
-def memory_view(store: wasmtime.Store, memory: wasmtime.Memory) -> memoryview:
-    """A view of an instance's linear memory, no copy (valid until it grows or the store closes)."""
-    size = memory.data_len(store)
-    address = ctypes.addressof(memory.data_ptr(store).contents)
-    return memoryview((ctypes.c_ubyte * size).from_address(address)).cast("B")
 
 
 def image_key(guest_key: str, skill: MountedSkill) -> str | None:

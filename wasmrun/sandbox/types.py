@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from wasmrun.abi import RunKind
 from wasmrun.blobs.quota import BlobQuota
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.sandbox import errors
@@ -47,7 +48,7 @@ class SessionOutcome(msgspec.Struct):
 
 class RunRequest(msgspec.Struct, kw_only=True):
     # "compile" is the engine's own: compile the mounted skills' modules (see bytecode.py).
-    kind: Literal["code", "skill", "compile"]
+    kind: RunKind
     code: str | None = None  # kind == "code": the module source
     skill: str | None = None  # kind == "skill": the name of one of `skills`
     function: str = "main"  # entrypoint / export to call with the args

@@ -6,7 +6,7 @@ So the linker shadows a few `wasi_snapshot_preview1` functions with Python
 wrappers that check first and then call the real implementation.
 
 Quota accounting is conservative and counts the disk the host allocates
-(see `Workspace` and diskuse.py): every block a call may allocate counts
+(see workspace.py's `Workspace` and diskuse.py): every block a call may allocate counts
 against an estimate before the call; when the estimate would pass the quota,
 /workspace and /tmp (and the files the run holds open, unlinked or not) are
 measured for real, and only a real excess stops the run
@@ -30,20 +30,19 @@ right when the guest closes a preopen and its number is reused).
 
 from __future__ import annotations
 
-import itertools
 import struct
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import wasmtime
-from wasmtime._exportable import AsExtern
 
 from python_wasm.exports import func, func_imports
-from wasmrun.sandbox import diskuse, errors, tree, watchdog
+from wasmrun.abi import U32
+from wasmrun.sandbox import errors, watchdog
 from wasmrun.sandbox.capture import HeadTail
-from wasmrun.sandbox.fastcall import FastFunc
-from wasmrun.sandbox.hostcalls import U32, RunContext, current, guest_memory, read_guest, write_guest
+from wasmrun.sandbox.guestmemory import guest_memory, read_guest, write_guest
+from wasmrun.sandbox.hostcalls import RunContext, current
+from wasmrun.sandbox.wasmtime_internals import AsExtern, FastFunc, caller_context
 
 WASI = "wasi_snapshot_preview1"
 O_CREAT = 1
@@ -65,115 +64,6 @@ IOV_MAX = 1024  # buffers in one write call, as in wasi-libc and Linux; more is 
 # Subscriptions one poll_oneoff may pass; more is EINVAL. Every one of them is
 # inspected for a clock, so this bounds the host's work per call (about 3 MiB).
 MAX_SUBSCRIPTIONS = 65_536
-
-
-class Workspace:
-    """One run's writable folders and their shared quota: `path` is mounted
-    at /workspace and `tmp` at /tmp, both inside the run's host folder `root`;
-    both are emptied after the run.
-
-    The quota bounds the disk the host allocates for them (see diskuse), and
-    every call that may allocate goes through `charge` first with the most it
-    can allocate, so the check comes before the write: `write_bound` for
-    bytes written anywhere in a file (a sparse or past-the-end write allocates
-    only the blocks it touches, at most one more than its length covers).
-    While the estimate stays under the quota nothing is measured; when it would
-    pass it, the disk is measured for real, and only a real excess stops the
-    run (`WorkspaceQuotaExceeded`)."""
-
-    def __init__(self, root: Path, max_bytes: int, max_files: int, block: int = 4096) -> None:
-        self.root = root
-        self.path = root / "workspace"
-        self.tmp = root / "tmp"
-        self.blobs = root / "blobs"  # the run's input blobs, read-only; not counted
-        self.max_bytes = max_bytes
-        self.max_files = max_files
-        self.block = block  # the filesystem's allocation unit
-        self.est_bytes = 0
-        self.est_files = 0
-
-    def measure(self) -> tuple[int, int]:
-        """(bytes allocated, entries) in /workspace and /tmp, open-but-unlinked files included."""
-        return diskuse.usage([self.path, self.tmp], self.root)
-
-    def write_bound(self, length: int) -> int:
-        """The most a write (or an allocation) of `length` bytes can allocate, at any offset."""
-        if length <= 0:
-            return 0
-        return (-(-length // self.block) + 1) * self.block
-
-    def charge(self, nbytes: int = 0, nfiles: int = 0) -> None:
-        if self.est_bytes + nbytes <= self.max_bytes and self.est_files + nfiles <= self.max_files:
-            self.est_bytes += nbytes
-            self.est_files += nfiles
-            return
-        used_bytes, used_files = self.measure()
-        if used_bytes + nbytes > self.max_bytes:
-            raise errors.RunAborted(
-                errors.WORKSPACE_QUOTA,
-                f"/workspace and /tmp would exceed their quota of {self.max_bytes} bytes"
-                " (counted as the disk the host allocates, open-but-deleted files included)",
-            )
-        if used_files + nfiles > self.max_files:
-            raise errors.RunAborted(
-                errors.WORKSPACE_QUOTA,
-                f"/workspace and /tmp would exceed their quota of {self.max_files} files",
-            )
-        self.est_bytes = used_bytes + nbytes
-        self.est_files = used_files + nfiles
-
-
-class WorkspaceDirs:
-    """Run folders (each holding an empty `workspace`, `tmp` and `blobs`),
-    recycled between runs.
-
-    A run gets a folder whose subfolders are empty; after the run (and after
-    its Store, which holds them open, is closed) everything in them is
-    deleted and the folder goes back on the shelf. Creating and removing a
-    directory costs more than a short run on some filesystems; emptying one
-    that the run did not touch costs a single scandir.
-    """
-
-    SUBFOLDERS = ("workspace", "tmp", "blobs")
-
-    def __init__(self, root: Path, extra: tuple[str, ...] = ()) -> None:
-        self.root = root  # private to one engine (0700)
-        self.subfolders = self.SUBFOLDERS + extra  # extra: e.g. the data image's skills view (images.py)
-        self.block = diskuse.block_size(root)  # measured once: the workspaces' allocation unit
-        self._serial = itertools.count()
-        self._spare: list[Path] = []
-
-    def take(self) -> Path:
-        try:
-            return self._spare.pop()
-        except IndexError:
-            path = self.root / f"run-{next(self._serial)}"
-            path.mkdir(mode=0o700)
-            for sub in self.subfolders:
-                (path / sub).mkdir(mode=0o700)
-            return path
-
-    def give_back(self, path: Path) -> None:
-        """Empty the run folder `path` and shelve it; one that cannot be emptied is dropped."""
-        try:
-            for sub in self.subfolders:
-                tree.empty(path / sub)
-        except OSError:
-            _remove_quietly(path)
-            return
-        self._spare.append(path)
-
-    def remove_all(self) -> None:
-        for path in self._spare:
-            _remove_quietly(path)
-        self._spare.clear()
-
-
-def _remove_quietly(path: Path) -> None:
-    try:
-        tree.remove(path)
-    except OSError:
-        pass  # left for the engine's close, which removes its whole root
 
 
 def _iovecs(caller: wasmtime.Caller, iovs: int, count: int) -> list[tuple[int, int]] | None:
@@ -257,7 +147,7 @@ def _asked_to_stop(caller: wasmtime.Caller, subs: int, count: int) -> bool:
     """A run at its deadline in a sleep: asked to stop (watchdog.RunWatch.stopping)
     and, while its grace lasts, its clock subscriptions made due now."""
     watch = watchdog.current_watch()
-    if watch is None or watch.check() is None or not watch.stopping(caller._context()):
+    if watch is None or watch.check() is None or not watch.stopping(caller_context(caller)):
         return False
     for i in range(count):
         at = subs + SUBSCRIPTION_SIZE * i

@@ -27,22 +27,20 @@ Where Python cannot read another thread's CPU clock (no
 `pthread_getcpuclockid`, or the kernel refuses that clock), the watchdog advances the epoch on every tick while
 such a run is in flight, and the callback reads the run thread's own clock.
 
-The callback goes through wasmtime-py's C bindings (no public API for it;
-wasmtime is pinned, see pyproject.toml), like the pooling allocator.
+The callback goes through wasmtime-py's C bindings (no public API for it:
+wasmtime_internals.py).
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import threading
 import time
 from collections.abc import Callable
 
 import wasmtime
-from wasmtime import _ffi as ffi
 
-from wasmrun.sandbox import errors
+from wasmrun.sandbox import errors, wasmtime_internals
 from wasmrun.sandbox.alarm import Alarm
 from wasmrun.sandbox.types import RunError
 
@@ -50,7 +48,6 @@ logger = logging.getLogger("wasmrun.sandbox")
 
 TICK_S = 0.005
 STREAM_POLL_TICKS = 1  # a streamed run's output is looked at every tick (5 ms; measured: 25 ms gave 50 ms p50 under load)
-UPDATE_DEADLINE_CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE in wasmtime.h
 
 _thread_cpu_clock: Callable[[int], int] | None = getattr(time, "pthread_getcpuclockid", None)
 
@@ -77,20 +74,8 @@ GRACE_WALL_S = 0.25
 
 def call_interrupt(func: wasmtime.Func) -> Callable[[object], None]:
     """A caller of the guest's `wasmrun_interrupt` export, for the epoch callback's
-    own store context (the store is inside wasm: wasmtime-py's Func.__call__ would
-    enter it again through the Store object, which the callback has not got)."""
-
-    def interrupt(context: object) -> None:
-        # Not again before this call returns: its own wasm would meet the same deadline.
-        ffi.wasmtime_context_set_epoch_deadline(context, 1)
-        trap = ctypes.POINTER(ffi.wasm_trap_t)()
-        error = ffi.wasmtime_func_call(context, ctypes.byref(func._func), None, 0, None, 0, ctypes.byref(trap))
-        if error:
-            ffi.wasmtime_error_delete(error)
-        if trap:
-            ffi.wasm_trap_delete(trap)
-
-    return interrupt
+    own store context."""
+    return wasmtime_internals.context_caller(func)
 
 
 class RunWatch:
@@ -186,48 +171,22 @@ def current_watch() -> RunWatch | None:
 _current = current_watch
 
 
-_CALLBACK_TYPE = ctypes.CFUNCTYPE(
-    ctypes.c_size_t,
-    ctypes.POINTER(ffi.wasmtime_context_t),
-    ctypes.c_void_p,
-    ctypes.POINTER(ctypes.c_uint64),
-    ctypes.POINTER(ffi.wasmtime_update_deadline_kind_t),
-)
-_FINALIZER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-
-def _error(message: str) -> int:
-    """A new wasmtime error (wasmtime takes ownership): returning it traps the store."""
-    err = ffi.wasmtime_error_new(message.encode())
-    address = ctypes.cast(err, ctypes.c_void_p).value
-    assert address is not None
-    return address
-
-
-@_CALLBACK_TYPE  # type: ignore[untyped-decorator]
-def _on_epoch(_context: object, _data: object, delta: ctypes._Pointer[ctypes.c_uint64], kind: object) -> int:
-    """On the run's thread, when the engine's epoch reached the store's deadline."""
-    try:
-        watch = _current()
-        if watch is not None and watch.check() is not None and not watch.stopping(_context):
-            return _error(watch.error_message())
-        if watch is not None and watch.on_tick is not None:
-            try:
-                watch.on_tick(_context)
-            except Exception:  # streaming is a view of the run: its failure must not stop the run
-                logger.exception("streaming a run's output failed; it goes on unstreamed")
-                watch.on_tick = None
-        delta[0] = 1
-        kind[0] = UPDATE_DEADLINE_CONTINUE  # type: ignore[index]
-        return 0
-    except BaseException:  # never let an exception cross into wasmtime: stop the run instead
-        logger.exception("epoch callback failed")
-        return _error("the sandbox host failed")
-
-
-@_FINALIZER_TYPE  # type: ignore[untyped-decorator]
-def _no_finalizer(_data: object) -> None:
+def _on_epoch(context: object) -> str | None:
+    """On the run's thread, when the engine's epoch reached the store's deadline:
+    the message that stops the run, or None to let it go on to the next epoch."""
+    watch = _current()
+    if watch is not None and watch.check() is not None and not watch.stopping(context):
+        return watch.error_message()
+    if watch is not None and watch.on_tick is not None:
+        try:
+            watch.on_tick(context)
+        except Exception:  # streaming is a view of the run: its failure must not stop the run
+            logger.exception("streaming a run's output failed; it goes on unstreamed")
+            watch.on_tick = None
     return None
+
+
+_EPOCH_CALLBACK = wasmtime_internals.EpochCallback(_on_epoch)
 
 
 class Watchdog:
@@ -252,8 +211,7 @@ class Watchdog:
     @staticmethod
     def arm(store: wasmtime.Store) -> None:
         """Before a store runs: the epoch callback, the deadline one epoch ahead."""
-        ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), _on_epoch, None, _no_finalizer)
-        store.set_epoch_deadline(1)
+        _EPOCH_CALLBACK.arm(store)
 
     def start(
         self, cpu_ms: int, timeout_ms: int, interrupt: Callable[[object], None] | None = None,

@@ -1,0 +1,163 @@
+"""Measuring and removing a directory tree of any depth, one directory descriptor at a time.
+
+A run can build a tree as deep as its entry quota lets it (`os.mkdir("q");
+os.chdir("q")` in a loop). Recursive walkers (`os.walk`, `shutil.rmtree` in
+Python 3.11) fail at the recursion limit, and a path string to the bottom of
+such a tree is longer than the kernel accepts (PATH_MAX). So the walk here is
+a loop, never recursion, and never builds a path: it holds one open
+directory, enters a child with `openat(name, O_NOFOLLOW)` and leaves it
+through `".."`, checking that `".."` is the directory it came from (device
+and inode). What it keeps per level is the list of names still to visit.
+
+Symbolic links are never followed: a link is an entry like a file.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class TreeChanged(OSError):
+    """A directory was moved while it was being walked."""
+
+
+def _open_dir(name: str | Path, dir_fd: int | None = None) -> int:
+    return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _names(fd: int) -> list[str]:
+    with os.scandir(fd) as entries:  # scans a duplicate: `fd` stays open and ours
+        return [entry.name for entry in entries]
+
+
+class _Level:
+    __slots__ = ("identity", "name", "pending")
+
+    def __init__(self, name: str, identity: tuple[int, int], pending: list[str]) -> None:
+        self.name = name  # its name in the level above
+        self.identity = identity
+        self.pending = pending  # names not visited yet
+
+
+def walk(top: Path) -> Iterator[tuple[int, str, os.stat_result | None]]:
+    """Every entry below `top`, depth first: (dir_fd, name, lstat) when it is
+    first seen, and (dir_fd, name, None) for a directory once everything in it
+    has been seen. `dir_fd` is the open parent, valid until the next step."""
+    fd = _open_dir(top)
+    try:
+        levels = [_Level("", _identity(os.fstat(fd)), _names(fd))]
+        while levels:
+            level = levels[-1]
+            if not level.pending:
+                levels.pop()
+                if not levels:
+                    return
+                parent = _open_dir("..", fd)
+                os.close(fd)
+                fd = parent
+                if _identity(os.fstat(fd)) != levels[-1].identity:
+                    raise TreeChanged("a directory moved during the walk")
+                yield fd, level.name, None
+                continue
+            name = level.pending.pop()
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            yield fd, name, st
+            if not stat.S_ISDIR(st.st_mode):
+                continue
+            try:
+                child = _open_dir(name, fd)
+            except FileNotFoundError:
+                continue
+            if _identity(os.fstat(child)) != _identity(st):  # replaced since the stat
+                os.close(child)
+                continue
+            os.close(fd)
+            fd = child
+            levels.append(_Level(name, _identity(st), _names(fd)))
+    finally:
+        os.close(fd)
+
+
+def measure(top: Path) -> tuple[int, int]:
+    """Total size (bytes, as lstat reports them) and number of entries below `top`."""
+    total = entries = 0
+    for _fd, _name, st in walk(top):
+        if st is not None:
+            entries += 1
+            total += st.st_size
+    return total, entries
+
+
+def empty(top: Path) -> None:
+    """Remove everything below `top`, keeping `top` itself."""
+    for fd, name, st in walk(top):
+        if st is None:
+            os.rmdir(name, dir_fd=fd)
+        elif not stat.S_ISDIR(st.st_mode):
+            os.unlink(name, dir_fd=fd)
+
+
+def remove(top: Path) -> None:
+    """Remove `top` and everything below it; a missing `top` is not an error."""
+    try:
+        empty(top)
+    except FileNotFoundError:
+        if os.path.lexists(top):
+            raise
+        return
+    os.rmdir(top)
+
+
+def stamp_files(
+    h: Any,
+    root: Path,
+    *,
+    keep: Callable[[str], bool] = lambda name: True,
+    max_entries: int | None = None,
+) -> bool:
+    """Feed `h` (a hashlib object) every file under `root` that `keep` takes by name,
+    sorted, with its identity on this machine (device, inode, size, mtime and ctime):
+    the name of the tree as it is now, so a changed, added or removed file changes the
+    digest. Size and mtime alone are not enough: a created skill's files are unpacked
+    with mtime 0, so two skills of one name with files of equal sizes would look the
+    same; ctime is set by the kernel on every change and cannot be chosen by whoever
+    wrote the file. A file that cannot be stat'ed (a dangling or looping link) is named
+    as such. A loop, not recursion: a tree may be deep. False, having fed a partial
+    walk, when the tree holds more than `max_entries`."""
+    found: list[str] = []
+    folders = [str(root)]
+    seen = 0
+    while folders:
+        try:
+            with os.scandir(folders.pop()) as entries:
+                for entry in entries:
+                    seen += 1
+                    if max_entries is not None and seen > max_entries:
+                        return False
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.path)
+                    elif keep(entry.name):
+                        found.append(entry.path)
+        except OSError:
+            continue
+    for path in sorted(found):
+        try:
+            st = os.stat(path)
+            stamp = f"{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
+        except OSError:
+            stamp = "unreadable"
+        h.update(f"\0{os.path.relpath(path, root)}\0{stamp}".encode())
+    return True
