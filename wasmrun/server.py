@@ -32,6 +32,7 @@ from wasmrun.protocol.methods import Dispatcher
 from wasmrun.protocol.sessionstore import SessionStore, session_expired
 from wasmrun.registry import requirements
 from wasmrun.registry.store import DirectoryRegistry
+from wasmrun.sandbox import warmup
 from wasmrun.sandbox.executor import Executor, InProcessExecutor
 from wasmrun.sandbox.packagelayer import ENV as PACKAGES_ENV
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
@@ -75,7 +76,14 @@ def make_executor(settings: Settings) -> Executor:
         opener = BlobOpener("wasmrun.database.blobs:SharedBlobStore", [])
     else:
         opener = BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(settings.blobs_dir)])
-    return WorkerPool(opener, workers=settings.workers, queue_timeout=settings.queue_timeout, image=image)
+    pool = WorkerPool(opener, workers=settings.workers, queue_timeout=settings.queue_timeout, image=image)
+    if settings.image == "auto" and image == "stdlib" and warmup.available():
+        # The data stack is installed but its image not made: made in the background
+        # (minutes, low priority) while this server answers on the stdlib image.
+        warming = warmup.DataImageWarmup()
+        warming.start(on_ready=lambda: pool.roll("data"))
+        return warmup.WarmingExecutor(pool, warming)
+    return pool
 
 
 def make_local_executor(settings: Settings, blobs: BlobStore) -> Executor:

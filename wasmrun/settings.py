@@ -5,7 +5,8 @@
     --port            WASMRUN_PORT                  8080
     --data-dir        WASMRUN_DATA_DIR              $XDG_DATA_HOME/wasmrun (~/.local/share/wasmrun)
     --skills-dir      WASMRUN_SKILLS_DIRS           (none; os.pathsep-separated; bundled skills/ always load)
-    --workers         WASMRUN_WORKERS               number of CPUs
+    --workers         WASMRUN_WORKERS               number of CPUs (with --image data or auto: no more than
+                                                    fit in memory, ~768 MiB each; wasmrun/workersizing.py)
     --secrets-file    WASMRUN_SECRETS_FILE          (none)
     --policy-file     WASMRUN_POLICY_FILE           (none: no network; secrets in env mode) secret grants and modes,
                                                     network grants, allowed hosts/origins
@@ -55,6 +56,7 @@ from wasmrun.limits import REQUESTABLE
 from wasmrun.sandbox.limits import CEILING_LIMITS, LimitPolicy
 from wasmrun.tenants.limits import SessionPolicy
 from wasmrun.tenants.policy import AccessPolicy, load_access_policy
+from wasmrun.workersizing import default_workers
 
 ENV_PREFIX = "WASMRUN_"
 SECRET_PREFIX = "WASMRUN_SECRET_"
@@ -202,8 +204,8 @@ class Settings:
             if chosen_image not in IMAGES:
                 raise ValueError(f"unknown image {chosen_image[:40]!r}: one of {', '.join(IMAGES)}")
             chosen["image"] = chosen_image
-        if "data_dir" not in chosen:
-            chosen["data_dir"] = default_data_dir(env)
+        chosen["data_dir"] = chosen.get("data_dir") or default_data_dir(env)
+        chosen["workers"] = chosen.get("workers") or default_workers(chosen.get("image", cls.image))  # fits memory
         if chosen.get("body_timeout") == 0:
             raise ValueError("body timeout must be above 0 seconds")
         audit = pick(audit_log, "AUDIT_LOG")

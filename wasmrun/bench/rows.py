@@ -5,8 +5,8 @@ every system the row compares (wasmrun's and its counterparts') and answers
 {system label: seconds}. `absent(bench)` says why a row cannot be measured here
 (None when it can); an absent row is listed with that reason, never an error.
 
-A feature adds its row here, with `startup_row(...)`: the data-stack image and
-session resume have their entries below, absent until the feature exists.
+A feature adds its row here, with `startup_row(...)`: the data image's rows
+(datarows.py) and session resume are below, absent where the feature is not here.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from wasmrun.bench import datarows
 from wasmrun.bench.peers import Peer, PeerError
 from wasmrun.bench.systems import HELLO, InProcess, Native, as_run_code
 from wasmrun.bench.workloads import COMPUTE, Workload
@@ -137,10 +138,6 @@ def _session_resume(bench: Bench) -> Samples:
     ])
 
 
-def _data_image(bench: Bench) -> Samples:
-    raise NotImplementedError("the data-stack image replaces this entry with its measurement")
-
-
 startup_row(Row("fresh", "startup", "fresh sandbox hello, in-process",
                 "SandboxEngine.run of print('hello') in a fresh instance, against a native spawn and the peers' "
                 "fresh interpreters", _fresh_hello, burst=8))
@@ -153,10 +150,20 @@ startup_row(Row("agent", "startup", "hello at an agent's pace",
 startup_row(Row("skill", "startup", "skill run (execute_skill text.stats)",
                 "the bundled text.stats skill from its skill image, in-process and over HTTP",
                 _skill_run, burst=4, baseline="hello in-process (for scale)"))
-# Absent until their features land: the feature replaces `measure` (and `absent`) here.
-startup_row(Row("data-image", "startup", "hello from the data-stack image",
-                "a run importing pandas from the data-stack image", _data_image,
-                absent=lambda bench: "the data-stack image is not in this build"))
+# The data image's rows (datarows.py): absent, with the line saying how to build it, until it is built.
+startup_row(Row("data-fresh", "startup", "data image: hello, in-process",
+                "DataSandboxEngine.run of print('hello') in a fresh instance of the data image (numpy, pandas, "
+                "matplotlib.pyplot imported in its memory image), beside the stdlib image's and a native spawn",
+                datarows.fresh_hello, absent=datarows.absent, burst=6))
+startup_row(Row("data-http", "startup", "data image: hello over HTTP keep-alive",
+                "run_code hello back to back on one keep-alive connection to `wasmrun serve --image data` "
+                "(one worker), beside the stdlib server's", datarows.http_hello, absent=datarows.absent, burst=5))
+startup_row(Row("data-imports", "startup", "data image: import numpy, pandas, matplotlib.pyplot",
+                "a run importing numpy, pandas and matplotlib.pyplot, in-process, against a data-image hello",
+                datarows.imports, absent=datarows.absent, burst=4, baseline=datarows.DATA_HELLO))
+startup_row(Row("data-pandas", "startup", "data image: a pandas job (20,000 rows, groupby + describe)",
+                "a run building a 20,000-row DataFrame and describing it by group, in-process",
+                datarows.pandas_job, absent=datarows.absent, burst=2, baseline=datarows.DATA_HELLO))
 startup_row(Row("session", "startup", "session resume (next run of a session)",
                 "run_code in a session created once (its state kept between runs), against a fresh run, over HTTP",
                 _session_resume, absent=_sessions_absent, burst=4, baseline="wasmrun, HTTP keep-alive"))

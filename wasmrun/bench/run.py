@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from python_wasm import build as guest_build
-from wasmrun.bench import hops, memory, phases
+from wasmrun.bench import datarows, hops, memory, phases
+from wasmrun.bench.datarows import DataSide
 from wasmrun.bench.peers import Peer, start_peers
 from wasmrun.bench.rows import COMPUTE_ROWS, STARTUP, Row
 from wasmrun.bench.stats import summary
@@ -58,6 +59,7 @@ class Bench:
         self._peer_hello: dict[str, float] = {}
         self._slow_sampled: set[tuple[str, int, bool]] = set()
         self.session_id: str | None = None  # the session row's, created on its first sample
+        self.data: DataSide | None = None  # the data image's systems, when it is built (datarows.py)
 
     def peer_due(self, peer: Peer, compute: bool = False) -> bool:
         """Slow peers (seconds a fresh interpreter) sit out the warm-up and the quick run, and are
@@ -97,6 +99,8 @@ def interleaved(bench: Bench, rows: list[Row], rounds: int, progress: Callable[[
         progress(f"round {r + 1}/{rounds}")
         for row in rows if r % 2 == 0 else reversed(rows):
             bench.inproc.settle()
+            if bench.data is not None:
+                bench.data.settle()
             for _ in range(row.burst):
                 got = row.measure(bench)
                 for label, seconds in got.items():
@@ -141,6 +145,7 @@ def run(opts: Options, progress: Callable[[str], None] = lambda s: print(s, file
     }
     peers: list[Peer] = []
     inproc = InProcess(tmp / "blobs")
+    data = datarows.open_side(tmp)
     try:
         progress("peers ...")
         peers, absent = start_peers(guest_build.cache_root(), pyodide=opts.pyodide and not opts.quick,
@@ -149,6 +154,7 @@ def run(opts: Options, progress: Callable[[str], None] = lambda s: print(s, file
         report["peers"].update({label: {"present": False, "why": why} for label, why in absent.items()})
         with server(opts.workers, tmp / "data") as (port, _proc):
             bench = Bench(opts, inproc, Http(port), peers)
+            bench.data = data
             report["absent_rows"] = {r.label: why for r in STARTUP if (why := r.absent(bench)) is not None}
             rows = [r for r in STARTUP if r.label not in report["absent_rows"]] + COMPUTE_ROWS
             progress("warm-up ...")
@@ -163,7 +169,12 @@ def run(opts: Options, progress: Callable[[str], None] = lambda s: print(s, file
         report["hops"] = hops.measure(4 if opts.quick else 20, 10)
         progress("memory ...")
         report["memory"] = memory.measure(inproc, tmp, opts.memory_workers, opts.scale)
+        if data is not None:
+            data.close()  # before its own servers start: memory is what they measure
+            report["memory"]["data_by_workers"] = datarows.by_workers(tmp, opts.memory_workers[:2])
     finally:
+        if data is not None:
+            data.close()
         for peer in peers:
             peer.close()
         inproc.close()

@@ -11,7 +11,9 @@ run found through `current()`, every length bounded before it is read.
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import wasmtime
 
@@ -21,7 +23,7 @@ from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.egress.client import RunDeadline
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.capture import log_line
-from wasmrun.sandbox.guestmemory import read_guest, write_guest
+from wasmrun.sandbox.guestmemory import guest_memory
 from wasmrun.sandbox.hostcalls import RunContext, current
 
 _OK = struct.pack("<b", OK)
@@ -147,21 +149,53 @@ def answer(ctx: RunContext, frame: bytes) -> bytes:
         return struct.pack("<b", refused.code)
 
 
-def call(caller: wasmtime.Caller, ptr: int, length: int, out_ptr: int, out_len: int) -> int:
-    """`host::call`: a bad address or an oversized frame stops the run (InvalidHostCall)."""
-    ctx = current()
-    if length & U32 > frame_limit(ctx):
-        raise errors.RunAborted(errors.HOST_CALL_ERROR, "the guest sent a host call larger than the run's limits")
-    reply = answer(ctx, read_guest(caller, ptr, length))
+class Bound(NamedTuple):
+    """The instance whose turn runs on this thread: its `host_alloc` (called
+    through FastFunc) and its memory, so that a call looks neither up by name
+    (datastart.DoorTurn binds them around the turn)."""
+
+    alloc: Callable[[wasmtime.Caller, int], Any]
+    memory: wasmtime.Memory
+
+
+_bound = threading.local()
+
+
+def bind(bound: Bound | None) -> None:
+    _bound.door = bound
+
+
+def _instance(caller: wasmtime.Caller) -> tuple[Callable[[wasmtime.Caller, int], Any], wasmtime.Memory]:
+    bound: Bound | None = getattr(_bound, "door", None)
+    if bound is not None:
+        return bound.alloc, bound.memory
     alloc = caller.get(DOOR_ALLOC)
     if not isinstance(alloc, wasmtime.Func):
         raise errors.RunAborted(errors.HOST_CALL_ERROR, f"guest has no {DOOR_ALLOC} export")
+    return alloc, guest_memory(caller)
+
+
+def _span(caller: wasmtime.Caller, memory: wasmtime.Memory, ptr: int, length: int) -> int:
+    """`ptr`, checked to start `length` bytes inside the guest's memory (as hostcalls._span)."""
+    ptr &= U32
+    if ptr + (length & U32) > memory.data_len(caller):
+        raise errors.RunAborted(errors.HOST_CALL_ERROR, "the guest passed a buffer outside its memory")
+    return ptr
+
+
+def call(caller: wasmtime.Caller, ptr: int, length: int, out_ptr: int, out_len: int) -> int:
+    """`host::call`: a bad address or an oversized frame stops the run (InvalidHostCall)."""
+    ctx = current()
+    length &= U32
+    if length > frame_limit(ctx):
+        raise errors.RunAborted(errors.HOST_CALL_ERROR, "the guest sent a host call larger than the run's limits")
+    alloc, memory = _instance(caller)
+    start = _span(caller, memory, ptr, length)
+    reply = answer(ctx, bytes(memory.read(caller, start, start + length)) if length else b"")
     where = alloc(caller, len(reply))
     if not isinstance(where, int) or where == 0:
         raise MemoryError("the guest could not hold a host call's reply")
-    write_guest(caller, where, len(reply), reply)
-    write_guest(caller, out_ptr, 4, struct.pack("<I", where & U32))
-    write_guest(caller, out_len, 4, struct.pack("<I", len(reply)))
+    memory.write(caller, reply, _span(caller, memory, where, len(reply)))
+    memory.write(caller, struct.pack("<I", where & U32), _span(caller, memory, out_ptr, 4))
+    memory.write(caller, struct.pack("<I", len(reply)), _span(caller, memory, out_len, 4))
     return 0
-
-

@@ -34,11 +34,13 @@ BLOB_QUOTA = "BlobQuotaExceeded"  # the tenant's stored blob bytes or count, or 
 HOST_CALL_ERROR = "InvalidHostCall"  # the guest passed a bad pointer/length
 WORKER_CRASHED = "WorkerCrashed"  # the process running the sandbox died
 INTERNAL = "SandboxError"  # a fault on the host side; details only in the server log
+# A data-stack import failed on the stdlib image while the data image is being made (warmup.py).
+DATA_IMAGE_WARMING_UP = "DataImageWarmingUp"
 
 
 HOST_TYPES = frozenset({
     TIMEOUT, CPU_LIMIT, MEMORY_LIMIT, STACK_OVERFLOW, WORKSPACE_QUOTA, BLOB_BUDGET, BLOB_QUOTA,
-    HOST_CALL_ERROR, GUEST_CRASH, WORKER_CRASHED, INTERNAL,
+    HOST_CALL_ERROR, GUEST_CRASH, WORKER_CRASHED, INTERNAL, DATA_IMAGE_WARMING_UP,
 })
 GUEST_PREFIX = "Guest"
 MAX_GUEST_TYPE = 200

@@ -16,7 +16,6 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +28,9 @@ from wasmrun.abi import DOOR_IMPORT, DOOR_MODULE
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.sandbox import compiled, door
 from wasmrun.sandbox.blobaccess import BlobAccess
+from wasmrun.sandbox.datastart import DATA_WARMUP_REQUESTS, DoorTurn
 from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.hostcalls import GuestBuffers, RunContext, current
+from wasmrun.sandbox.hostcalls import GuestBuffers, RunContext
 from wasmrun.sandbox.image import BLOBS, SKILLS_ROOT, TMP, WORKSPACE, Image, Mounts
 from wasmrun.sandbox.instances import Fresh
 from wasmrun.sandbox.packagelayer import PackageLayer
@@ -142,20 +142,6 @@ def add_images(result: RunResult, workspace: Workspace, request: RunRequest, blo
         result.logs += "".join(f"wasmrun: {note}\n" for note in notes)
 
 
-class DoorTurn:
-    """A data-image instance's run: one `turn` of RUN_TURN; the request and the
-    reply go through the door, so the length it returns never names a buffer."""
-
-    def __init__(self, exports: Mapping[str, object]) -> None:
-        self._exports = exports
-
-    def __call__(self, store: wasmtime.Store, _request_len: int) -> int:
-        status = dataimage.turn(store, self._exports, dataimage.RUN_TURN)
-        if status != 0:
-            current().response = None  # the interpreter failed: no reply counts
-        return -1
-
-
 # No static buffers: the request and the reply travel through the door.
 NO_BUFFERS = GuestBuffers(io_buffer=0, io_capacity=-1, out_buffer=0, out_len=0, out_capacity=0)
 IMAGES = ("stdlib", "data")
@@ -172,11 +158,12 @@ class DataImage(Image):
     (no 3.11 bytecode) and get no import image."""
 
     run_folders = (SKILLS_VIEW,)
+    warmup = DATA_WARMUP_REQUESTS
 
     def __init__(self) -> None:
         self.engine = data_engine()
         built = ready_image(self.engine)
-        interp = built.interp
+        self.interp = interp = built.interp  # the interpreter's files (dataimage.Interpreter)
         path = dataimage.image_path(interp)
         self.guest = guest_build.Guest(f"data-{path.stem}", interp.lib, interp.snapshot_wasm, path, packaged=True)
         self._preopens = dataimage.preopens(interp)
@@ -195,7 +182,7 @@ class DataImage(Image):
     def new_instance(self) -> Fresh:
         store = wasmtime.Store(self.engine)
         exports = self._pre.instantiate(store).exports(store)
-        return Fresh(store, DoorTurn(exports), exports_.memory(exports))
+        return Fresh(store, DoorTurn(exports, self.module), exports_.memory(exports))
 
     def enter(self, fresh: Fresh, ctx: RunContext) -> None:
         fresh.run(fresh.store, -1)  # the request and the reply go through the door
@@ -265,8 +252,8 @@ def resolve_image(choice: str) -> str:
     if not_ready is None:
         return "data"
     logger.warning(
-        "serving the stdlib image: the data image is not ready (%s); `make guest` or "
-        "`python -m wasmrun.sandbox.images` makes it (minutes, once)", not_ready,
+        "serving the stdlib image: the data image is not ready (%s); `wasmrun images install data` makes it"
+        " (minutes, once; a server with the data extra installed makes it in the background)", not_ready,
     )
     return "stdlib"
 

@@ -215,6 +215,10 @@ _MADV_DONTNEED = 4  # Linux
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 
 
+def _initial_bytes(store: wasmtime.Store, memory: wasmtime.Memory) -> int:
+    return int(memory.type(store).limits.min) * 65536
+
+
 def release_pages(store: wasmtime.Store, memory: wasmtime.Memory) -> None:
     """Give a used instance's linear memory back to the system now, when it is large.
 
@@ -226,6 +230,9 @@ def release_pages(store: wasmtime.Store, memory: wasmtime.Memory) -> None:
     size = memory.data_len(store)
     if _libc is None or size <= RELEASE_ABOVE_BYTES:
         return
+    initial = _initial_bytes(store, memory)
+    if initial > RELEASE_ABOVE_BYTES and size - initial <= RELEASE_ABOVE_BYTES:
+        return  # an image that large (the data image's) is mostly shared pages: only a run's growth counts
     base = ctypes.addressof(memory.data_ptr(store).contents)
     start = (base + _PAGE - 1) & ~(_PAGE - 1)
     length = (base + size - start) & ~(_PAGE - 1)

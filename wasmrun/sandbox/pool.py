@@ -380,6 +380,33 @@ class WorkerPool:
             return None
         return fresh
 
+    def roll(self, image: str) -> None:
+        """Serve `image` from now on, without a restart: each worker in turn is replaced by
+        one started on `image`, ready before the old one leaves (a busy one first finishes
+        its run). Blocks until done: call it off the event loop (warmup.py does)."""
+        self.image = image
+        with self._lock:
+            old_workers = list(self._workers)
+        for old in old_workers:
+            fresh = self._start_worker()
+            while fresh is None and not self._closed:
+                time.sleep(REPLACE_RETRY_S)
+                fresh = self._start_worker()
+            if fresh is None:
+                return  # the pool closed
+            while not self._closed and old in self._workers and not self._idle.remove(old):
+                time.sleep(0.05)  # busy: its run ends first
+            with self._lock:
+                swapped = not self._closed and old in self._workers
+                if swapped:  # (else it died meanwhile, and its replacement is on `image` already)
+                    self._workers[self._workers.index(old)] = fresh
+                    self._idle.put(fresh)
+            if swapped:
+                _dismiss(old)
+            else:
+                fresh.kill()
+        logger.info("all %d workers now serve the %s image", self.size, image)
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -394,6 +421,30 @@ class WorkerPool:
                 worker.process.kill()
                 worker.process.wait(timeout=5)
             worker.close_pipes()
+
+
+def _dismiss(worker: Worker) -> None:
+    """An idle worker out of the pool: its pipe's reader detached on its loop's thread,
+    then EOF on its request pipe (it exits), killed if it has not within 5 s."""
+
+    def stop() -> None:
+        worker.hang_up()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            worker.process.wait(timeout=5)
+        worker.kill()
+
+    def detach_and_stop() -> None:
+        worker.reader.detach()
+        threading.Thread(target=stop, name="wasmrun-dismiss", daemon=True).start()
+
+    loop = worker.reader.loop
+    if loop is not None:
+        try:
+            loop.call_soon_threadsafe(detach_and_stop)
+            return
+        except RuntimeError:  # that loop is closed: its registration is gone
+            worker.reader.loop = None
+    detach_and_stop()
 
 
 def _pidfd(worker: Worker) -> int:

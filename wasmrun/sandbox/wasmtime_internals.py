@@ -24,7 +24,7 @@ from wasmtime._func import enter_wasm
 
 logger = logging.getLogger("wasmrun.sandbox")
 
-PINNED_VERSION = "50.0.1"
+PINNED_VERSION = "49.0.0"
 UPDATE_DEADLINE_CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE in wasmtime.h
 
 # The raw store context wasmtime hands an epoch callback (a `wasmtime_context_t *`).
