@@ -13,7 +13,8 @@ from wasmrun.sandbox import errors
 
 HOST_TYPES = [
     "Timeout", "CPULimitExceeded", "MemoryLimitExceeded", "StackOverflow", "WorkspaceQuotaExceeded",
-    "BlobBudgetExceeded", "BlobQuotaExceeded", "InvalidHostCall", "GuestCrashed", "WorkerCrashed", "SandboxError", "DataImageWarmingUp",
+    "BlobBudgetExceeded", "BlobQuotaExceeded", "InvalidHostCall", "GuestCrashed", "WorkerCrashed", "SandboxError",
+    "DataImageWarmingUp",
 ]
 
 
