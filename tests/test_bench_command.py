@@ -47,6 +47,7 @@ def test_table_has_every_row(quick: tuple[str, Path, Path, Path]) -> None:
         assert "| data image: hello, in-process | absent: the data image is not built" in table
     assert "pydantic-monty (a Python subset), fresh session: absent (skipped" in table
     assert "by phase" in table and "guest entry" in table and "audit" in table
+    assert "| one HTTP hello, by hop" in table and "| worker round trip (pipe, run, result) |" in table
     assert "| 4 worker(s) |" in table
 
 
@@ -61,6 +62,11 @@ def test_json_has_samples_phases_and_memory(quick: tuple[str, Path, Path, Path])
     phases = figures["phases"]["phases_ms"]
     assert set(phases) >= {"admission", "instance", "guest entry", "capture", "result", "audit"}
     assert all(v >= 0 for v in phases.values())
+    for regime in ("back_to_back", "paced"):  # one HTTP hello by hop, through a real server
+        hops = figures["hops"][regime]["hops_ms"]
+        assert hops["TOTAL (client round trip)"]["p50"] > hops["ASGI: body received"]["p50"] > 0
+        assert hops["  of which engine.run in the worker"]["p50"] > 0
+        assert all(h["p25"] <= h["p50"] <= h["p75"] for h in hops.values())
     memory = figures["memory"]
     assert [len(memory["by_workers"][k]["workers"]) for k in ("1", "2", "4")] == [1, 2, 4]
     assert memory["per_run"]["hello"]["status"] == "completed"

@@ -403,7 +403,11 @@ def serve(settings: Settings, *, mcp_with_create_skill: bool = False) -> None:
         logging.getLogger("wasmrun").info("MCP (streamable HTTP) at http://%s:%d/mcp", settings.host, settings.port)
     # No per-request access log: on a millisecond run it costs a tenth of the
     # server's CPU; runs are logged by the sandbox only when they fail on our side.
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False)
+    # A JSON-RPC answer's head and body in one write (wire/http_protocol.py).
+    from wasmrun.wire.http_protocol import OneWriteHttpToolsProtocol
+
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False,
+                http=OneWriteHttpToolsProtocol)
 
 
 async def serve_mcp_stdio(settings: Settings, *, with_create_skill: bool = False) -> None:

@@ -49,7 +49,7 @@ def table(report: dict[str, Any]) -> str:
         ordered = sorted(wasm)
         lines += ["", f"Compute, wasmrun / native: median {ordered[len(ordered) // 2]:.2f}x, worst {ordered[-1]:.2f}x "
                   "(targets: median <= 2x, none over 3x)."]
-    lines += _phase_lines(report["phases"]) + _memory_lines(report["memory"])
+    lines += _phase_lines(report["phases"]) + _hop_lines(report.get("hops")) + _memory_lines(report["memory"])
     if report["memory"].get("data_by_workers"):
         lines += datarows.memory_lines(report["memory"]["data_by_workers"])
     lines += _peer_lines(report)
@@ -81,6 +81,18 @@ def _phase_lines(ph: dict[str, Any]) -> list[str]:
             "", f"Phase marks: {ph['mark_off_ns']:.0f} ns each when off, {ph['marks_per_run']} a run: "
             f"{ph['marks_share_of_hello'] * 100:.3f}% of a hello ({ph['hello_p50_ms']['marks off']:.2f} ms p50 through "
             f"the dispatcher with audit; {ph['hello_p50_ms']['marks recording']:.2f} ms while recording)."]
+
+
+def _hop_lines(hops: dict[str, Any] | None) -> list[str]:
+    """One HTTP hello hop by hop (wasmrun/bench/hops.py), back to back and at an agent's pace."""
+    if not hops:
+        return []
+    lines = ["", "| one HTTP hello, by hop (ms, p50 [p25-p75]) | back to back | at an agent's pace |", "|---|---:|---:|"]
+    for name, figures in hops["back_to_back"]["hops_ms"].items():
+        paced = hops["paced"]["hops_ms"].get(name)
+        cells = [f"{f['p50']:.3f} [{f['p25']:.3f}-{f['p75']:.3f}]" if f else "-" for f in (figures, paced)]
+        lines.append(f"| {name.strip()} | {cells[0]} | {cells[1]} |")
+    return lines
 
 
 def _memory_lines(mem: dict[str, Any]) -> list[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from python_wasm import build as guest_build
-from wasmrun.bench import datarows, memory, phases
+from wasmrun.bench import datarows, hops, memory, phases
 from wasmrun.bench.datarows import DataSide
 from wasmrun.bench.peers import Peer, start_peers
 from wasmrun.bench.rows import COMPUTE_ROWS, STARTUP, Row
@@ -165,6 +165,8 @@ def run(opts: Options, progress: Callable[[str], None] = lambda s: print(s, file
             report["notes"] = bench.notes
         progress("phases ...")
         report["phases"] = phases.measure(inproc, tmp / "phases", 30 if opts.quick else 200)
+        progress("HTTP hops ...")
+        report["hops"] = hops.measure(4 if opts.quick else 20, 10)
         progress("memory ...")
         report["memory"] = memory.measure(inproc, tmp, opts.memory_workers, opts.scale)
         if data is not None:

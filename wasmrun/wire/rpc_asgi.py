@@ -1,0 +1,203 @@
+"""`POST /rpc` as a plain ASGI app, and the front that takes it the short way.
+
+A hello's whole answer is a millisecond, and Starlette's machinery around one
+call (its error and exception middleware, the router's walk over the routes,
+a Request, a Response object, the header lists they build) was a tenth of what
+the HTTP layer added (scripts/http_hops.py). So `/rpc` is answered here straight
+from the ASGI messages, with every guard the route had, in the same order:
+Host/Origin (GuardMiddleware) and the body deadline (BodyDeadline) around it,
+then Content-Type (415), the API key (401), the tenant's requests in flight
+(429), the body limit (413, declared or counted), and the streamed answer (SSE)
+when asked for. `RpcFront` sends `POST /rpc` to it directly and everything else
+(other routes, other methods, lifespan) to Starlette, which serves the same
+endpoint as its `/rpc` route (so the answer is the same either way).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from wasmrun.protocol.errors import (
+    RETRY_HINT,
+    InternalError,
+    InvalidRequest,
+    QuotaExceeded,
+    RequestTooLarge,
+    RetryHint,
+    RPCError,
+    Unauthorized,
+)
+from wasmrun.tenants.caller import Caller
+from wasmrun.tenants.calls import RequestsInFlight, too_many_requests_message
+from wasmrun.wire import jsonrpc
+from wasmrun.wire.events import EventStreamResponse, accepts_events, asks_to_stream
+
+logger = logging.getLogger("wasmrun.http")
+JSON_TYPE = b"application/json"
+Headers = list[tuple[bytes, bytes]]
+
+
+class _Disconnected(Exception):
+    """The client left (or BodyDeadline said so) before its body arrived."""
+
+
+async def send_answer(send: Send, status: int, body: bytes = b"", headers: Headers | None = None) -> None:
+    """One whole response; a body is JSON (as Starlette's Response(media_type=JSON) sends it)."""
+    head: Headers = [] if status == 204 else [(b"content-length", b"%d" % len(body))]
+    if body:
+        head.append((b"content-type", JSON_TYPE))
+    if headers:
+        head += headers
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+def rpc_error(error: RPCError, status: int, headers: Headers | None = None) -> tuple[int, bytes, Headers | None]:
+    return status, jsonrpc.error_body(error), headers
+
+
+def header_values(scope: Scope) -> dict[bytes, bytes]:
+    """The headers the endpoint reads (names arrive lower-case from the ASGI server);
+    for a repeated header the first, as Starlette's `headers.get` gives."""
+    found: dict[bytes, bytes] = {}
+    for name, value in scope["headers"]:
+        if name in _READ and name not in found:
+            found[name] = value
+    return found
+
+
+_READ = frozenset({b"content-type", b"content-length", b"authorization", b"accept"})
+
+
+class RpcEndpoint:
+    """The `/rpc` route's ASGI app: `dispatch(method, params[, caller=])` answers calls."""
+
+    def __init__(
+        self,
+        dispatch: Callable[..., Awaitable[Any]],
+        *,
+        max_body_bytes: int,
+        authenticate: Callable[[str | None], Caller | None] | None,
+        in_flight: RequestsInFlight,
+    ) -> None:
+        self.dispatch = dispatch
+        self.max_body_bytes = max_body_bytes
+        self.authenticate = authenticate
+        self.in_flight = in_flight
+        self.too_large = rpc_error(
+            RequestTooLarge(
+                f"request body is larger than this server's limit of {max_body_bytes} bytes"
+                " (WASMRUN_MAX_BODY_BYTES)",
+                {"max_body_bytes": max_body_bytes},
+            ),
+            413,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = header_values(scope)
+        if headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower() != JSON_TYPE:
+            await send_answer(send, *rpc_error(
+                InvalidRequest("invalid request: /rpc takes `Content-Type: application/json`"), 415
+            ))
+            return
+        if self.authenticate is None:
+            await self._answer(scope, receive, send, headers, self.dispatch, None)
+            return
+        authorization = headers.get(b"authorization")
+        caller = self.authenticate(authorization.decode("latin-1") if authorization is not None else None)
+        if caller is None:  # the same answer for a missing key, an unknown one and a revoked one
+            await send_answer(send, *rpc_error(
+                Unauthorized("unauthorized: send a valid API key as `Authorization: Bearer <key>`"),
+                401, [(b"www-authenticate", b'Bearer realm="wasmrun"')],
+            ))
+            return
+        with contextlib.ExitStack() as held:
+            if not held.enter_context(self.in_flight.enter(caller)):
+                limit = caller.limits.concurrent_requests
+                error = QuotaExceeded(too_many_requests_message(caller), "concurrent_requests", limit, retry_after_s=1)
+                await send_answer(send, *rpc_error(error, 429, [(b"retry-after", b"1")]))
+                return
+            await self._answer(scope, receive, send, headers, functools.partial(self.dispatch, caller=caller), held)
+
+    async def _answer(
+        self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes],
+        call: Callable[..., Awaitable[Any]], held: contextlib.ExitStack | None,
+    ) -> None:
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_body_bytes:
+            await send_answer(send, *self.too_large)
+            return
+        try:
+            body = await self._body(receive)
+        except _Disconnected:  # also what BodyDeadline tells an app whose body is too slow
+            await send_answer(send, 400)
+            return
+        if body is None:
+            await send_answer(send, *self.too_large)
+            return
+        if accepts_events(headers.get(b"accept", b"").decode("latin-1")) and asks_to_stream(body):
+            # Counted in flight until the call ends, however early the client leaves.
+            stream = EventStreamResponse(body, functools.partial(_handle, call=call), held.pop_all() if held else None)
+            await stream(scope, receive, send)
+            return
+        hint = RetryHint()
+        RETRY_HINT.set(hint)  # this request's task alone: a rate limit hit in it sets a Retry-After
+        answer = await _handle(body, call)
+        extra = [(b"retry-after", b"%d" % hint.seconds)] if hint.seconds is not None else None
+        if answer is None:
+            await send_answer(send, 204, b"", extra)
+        else:
+            await send_answer(send, 200, answer, extra)
+
+    async def _body(self, receive: Receive) -> bytes | None:
+        """The whole body, or None when it is over the limit (one chunk, the usual case: no copy)."""
+        message = await receive()
+        if message["type"] != "http.request":
+            raise _Disconnected
+        first: bytes = message.get("body", b"")
+        if len(first) > self.max_body_bytes:
+            return None
+        if not message.get("more_body", False):
+            return first
+        body = bytearray(first)
+        while message.get("more_body", False):
+            message = await receive()
+            if message["type"] != "http.request":
+                raise _Disconnected
+            body += message.get("body", b"")
+            if len(body) > self.max_body_bytes:
+                return None
+        return bytes(body)
+
+
+async def _handle(body: bytes, call: Callable[..., Awaitable[Any]]) -> bytes | None:
+    try:
+        return await jsonrpc.handle(body, call)
+    except Exception:  # handle() answers errors itself; this is the last guard against a 500
+        logger.exception("unexpected failure answering a request")
+        return jsonrpc.error_body(InternalError("internal error"))
+
+
+class RpcFront(Starlette):
+    """Starlette, except that `POST /rpc` goes straight to `rpc` (the endpoint wrapped in
+    the same guard and body deadline as Starlette's middleware); `rpc = None` turns the
+    short way off (scripts/http_hops.py compares the two)."""
+
+    rpc: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            self.rpc is not None and scope["type"] == "http" and scope["path"] == "/rpc"
+            and scope["method"] == "POST" and not scope.get("root_path")
+        ):
+            scope["app"] = self
+            await self.rpc(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
