@@ -37,14 +37,25 @@ way in, for dispatching an LLM's tool calls by name (see examples/).
 from __future__ import annotations
 
 import base64
-import itertools
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx2
 import msgspec
-from msgspec import UNSET, UnsetType
 
+from wasmrun.clientwire import (
+    EVENT_STREAM,
+    Calls,
+    EventParser,
+    HTTPError,
+    OutputEvent,
+    base_url_of,
+    decode_event,
+    ended_early,
+    is_event_stream,
+    request_headers,
+    rpc_error,
+)
 from wasmrun.protocol.errors import (
     InternalError,
     InvalidParams,
@@ -100,6 +111,7 @@ __all__ = [
     "RunLimits",
     "RunResult",
     "ServerBusy",
+    "rpc_error",
 ]
 
 T = TypeVar("T")
@@ -110,144 +122,6 @@ ReadMode = Literal["sample_head", "sample_tail", "full"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT = 120.0  # seconds; a run may take as long as its own timeout_ms and the queue wait
-
-EVENT_STREAM = "text/event-stream"
-OUTPUT_METHOD = "run/output"
-
-ERRORS: dict[int, type[RPCError]] = {
-    cls.code: cls for cls in (ParseError, InvalidRequest, MethodNotFound, InvalidParams, InternalError, ServerBusy)
-}
-
-
-class HTTPError(Exception):
-    """The server answered with an HTTP status and no JSON-RPC body."""
-
-    def __init__(self, status_code: int, text: str) -> None:
-        super().__init__(f"HTTP {status_code}: {text[:500]}")
-        self.status_code = status_code
-        self.text = text
-
-
-class _ErrorObject(msgspec.Struct):
-    code: int
-    message: str
-    data: Any = None
-
-
-class _Response(msgspec.Struct, Generic[T]):
-    result: T | UnsetType = UNSET
-    error: _ErrorObject | UnsetType = UNSET
-
-
-class OutputEvent(msgspec.Struct, frozen=True):
-    """Output a streamed run wrote: `stream` is "stdout", "stderr" or "log" (runtime.log
-    lines, and the server's own markers: `truncated` when the output cap was reached,
-    `dropped` characters when this client read too slowly for the server to keep them)."""
-
-    stream: str
-    text: str
-    dropped: int = 0
-    truncated: bool = False
-
-
-class _Message(msgspec.Struct):
-    """One event's JSON-RPC message: a notification, or the call's response."""
-
-    method: str | UnsetType = UNSET
-    params: msgspec.Raw = msgspec.Raw(b"null")
-
-
-class _EventParser:
-    """Server-Sent Events, line by line: the `data` of each complete event."""
-
-    def __init__(self) -> None:
-        self._data: list[str] = []
-
-    def feed(self, line: str) -> bytes | None:
-        if not line:
-            data, self._data = self._data, []
-            return "\n".join(data).encode() if data else None
-        name, _, value = line.partition(":")
-        if name == "data":
-            self._data.append(value[1:] if value.startswith(" ") else value)
-        return None  # comments (keep-alives) and other fields
-
-
-def _event(data: bytes) -> OutputEvent | RunResult:
-    message = msgspec.json.decode(data, type=_Message)
-    if message.method == OUTPUT_METHOD:
-        return msgspec.json.decode(message.params, type=OutputEvent)
-    return _result(data, 200, RunResult)
-
-
-def _result(content: bytes, status: int, result_type: type[T]) -> T:
-    try:
-        answer = msgspec.json.decode(content, type=_Response[result_type])  # type: ignore[valid-type]
-    except msgspec.DecodeError:
-        raise HTTPError(status, content.decode("utf-8", "replace")) from None
-    if answer.error is not UNSET:
-        raise rpc_error(answer.error.code, answer.error.message, answer.error.data)
-    if answer.result is UNSET:
-        raise HTTPError(status, content.decode("utf-8", "replace"))
-    result: T = answer.result
-    return result
-
-
-def _is_event_stream(response: httpx2.Response) -> bool:
-    return response.headers.get("content-type", "").split(";")[0].strip() == EVENT_STREAM
-
-
-def _ended_early(response: httpx2.Response) -> HTTPError:
-    return HTTPError(response.status_code, "the event stream ended before the run's result")
-
-
-def rpc_error(code: int, message: str, data: Any = None) -> RPCError:
-    """The exception for a JSON-RPC error object, typed by its code."""
-    cls = ERRORS.get(code, RPCError)
-    details: dict[str, Any] | None = data if isinstance(data, dict) or data is None else {"data": data}
-    error = cls(message, **(details or {})) if cls is InvalidParams else cls(message, details)
-    if cls is RPCError:
-        error.code = code
-    return error
-
-
-def _base_url(url: str) -> str:
-    url = url.rstrip("/")
-    return url.removesuffix("/rpc")
-
-
-def _headers(api_key: str | None) -> dict[str, str]:
-    headers = {"Content-Type": "application/json", "Accept": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    return headers
-
-
-def _params(params: Params | dict[str, Any]) -> dict[str, Any]:
-    """Params without the members left out (the spec's servers need not take `null`)."""
-    plain = msgspec.to_builtins(params) if isinstance(params, Params) else params
-    limits = plain.get("limits")
-    if isinstance(params, (RunCodeParams, ExecuteSkillParams)) and isinstance(limits, dict):
-        plain["limits"] = {key: value for key, value in limits.items() if value is not None} or None
-    if plain.get("stream") is False:  # an extension: not sent unless asked for
-        del plain["stream"]
-    return {key: value for key, value in plain.items() if value is not None}
-
-
-class _Calls:
-    """Encoding calls and decoding answers, shared by both clients."""
-
-    def __init__(self) -> None:
-        self._ids = itertools.count(1)
-
-    def _request(self, method: str, params: Params | dict[str, Any]) -> bytes:
-        body = {"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": _params(params)}
-        return msgspec.json.encode(body)
-
-    @staticmethod
-    def _answer(response: httpx2.Response, result_type: type[T]) -> T:
-        return _result(response.content, response.status_code, result_type)
-
 
 def _blob_params(content: str | bytes, kind: str) -> CreateBlobParams:
     if isinstance(content, bytes):
@@ -313,7 +187,7 @@ def _skill_files(files: list[SkillFile] | list[dict[str, str]] | None) -> list[S
     return [f if isinstance(f, SkillFile) else msgspec.convert(f, SkillFile) for f in files or []]
 
 
-class Client(_Calls):
+class Client(Calls):
     """Blocking client. `url` is the server's base URL (or its `/rpc` endpoint)."""
 
     def __init__(
@@ -325,9 +199,9 @@ class Client(_Calls):
         transport: httpx2.BaseTransport | None = None,
     ) -> None:
         super().__init__()
-        self.base_url = _base_url(url)
+        self.base_url = base_url_of(url)
         self._http = httpx2.Client(
-            base_url=self.base_url, headers=_headers(api_key), timeout=timeout, transport=transport
+            base_url=self.base_url, headers=request_headers(api_key), timeout=timeout, transport=transport
         )
 
     def __enter__(self) -> Client:
@@ -429,19 +303,19 @@ class Client(_Calls):
     def _stream(self, method: str, params: Params) -> Iterator[OutputEvent | RunResult]:
         body = self._request(method, params)
         with self._http.stream("POST", "/rpc", content=body, headers={"Accept": EVENT_STREAM}) as response:
-            if not _is_event_stream(response):  # an error answered before any run (401, 429, ...)
+            if not is_event_stream(response):  # an error answered before any run (401, 429, ...)
                 response.read()
                 yield self._answer(response, RunResult)
                 return
-            parser = _EventParser()
+            parser = EventParser()
             for line in response.iter_lines():
                 data = parser.feed(line)
                 if data is not None:
-                    event = _event(data)
+                    event = decode_event(data)
                     yield event
                     if isinstance(event, RunResult):
                         return
-            raise _ended_early(response)
+            raise ended_early(response)
 
     def create_blob(self, content: str | bytes, kind: str = "text/plain") -> CreateBlobResult:
         """`bytes` travel as base64; a `str` as text."""
@@ -464,7 +338,7 @@ class Client(_Calls):
         return self._call("create_skill", params, CreateSkillResult)
 
 
-class AsyncClient(_Calls):
+class AsyncClient(Calls):
     """The same methods as `Client`, awaitable; one connection pool per client."""
 
     def __init__(
@@ -476,9 +350,9 @@ class AsyncClient(_Calls):
         transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         super().__init__()
-        self.base_url = _base_url(url)
+        self.base_url = base_url_of(url)
         self._http = httpx2.AsyncClient(
-            base_url=self.base_url, headers=_headers(api_key), timeout=timeout, transport=transport
+            base_url=self.base_url, headers=request_headers(api_key), timeout=timeout, transport=transport
         )
 
     async def __aenter__(self) -> AsyncClient:
@@ -583,19 +457,19 @@ class AsyncClient(_Calls):
     async def _stream(self, method: str, params: Params) -> AsyncIterator[OutputEvent | RunResult]:
         body = self._request(method, params)
         async with self._http.stream("POST", "/rpc", content=body, headers={"Accept": EVENT_STREAM}) as response:
-            if not _is_event_stream(response):
+            if not is_event_stream(response):
                 await response.aread()
                 yield self._answer(response, RunResult)
                 return
-            parser = _EventParser()
+            parser = EventParser()
             async for line in response.aiter_lines():
                 data = parser.feed(line)
                 if data is not None:
-                    event = _event(data)
+                    event = decode_event(data)
                     yield event
                     if isinstance(event, RunResult):
                         return
-            raise _ended_early(response)
+            raise ended_early(response)
 
     async def create_blob(self, content: str | bytes, kind: str = "text/plain") -> CreateBlobResult:
         return await self._call("create_blob", _blob_params(content, kind), CreateBlobResult)

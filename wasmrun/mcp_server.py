@@ -129,36 +129,51 @@ def build_server(
     """An MCP server whose tools call `dispatcher` (the one /rpc uses). With `identify`,
     every call is made on behalf of the caller it names, and refused when it names nobody;
     without it (stdio: the operator's own process), as the dispatcher's own caller."""
-    context = dispatcher.context
-    offered = tools(with_create_skill, facts_of(context.limits, context.egress.network.run_code))
-    names = {tool.name for tool in offered}
-    listing = types.ListToolsResult(tools=[types.Tool.model_validate(render(tool, "mcp")) for tool in offered])
+    handlers = _Handlers(dispatcher, identify, with_create_skill)
+    return Server(
+        SERVER_NAME, version=_version(), instructions=INSTRUCTIONS, on_list_tools=handlers.list_tools,
+        on_call_tool=handlers.call_tool, on_list_resources=handlers.list_resources,
+        on_list_resource_templates=handlers.list_resource_templates, on_read_resource=handlers.read_resource,
+    )
 
-    async def dispatch(method: str, raw: msgspec.Raw, ctx: Any) -> msgspec.Struct:
-        if identify is None:
-            return await dispatcher(method, raw)
-        caller = identify(ctx)
+
+class _Handlers:
+    """The MCP requests, each answered through the dispatcher as its caller."""
+
+    def __init__(self, dispatcher: Dispatcher, identify: Identify | None, with_create_skill: bool) -> None:
+        self.dispatcher = dispatcher
+        self.identify = identify
+        context = dispatcher.context
+        offered = tools(with_create_skill, facts_of(context.limits, context.egress.network.run_code))
+        self.names = {tool.name for tool in offered}
+        self.listing = types.ListToolsResult(tools=[types.Tool.model_validate(render(tool, "mcp")) for tool in offered])
+
+    async def dispatch(self, method: str, raw: msgspec.Raw, ctx: Any) -> msgspec.Struct:
+        if self.identify is None:
+            return await self.dispatcher(method, raw)
+        caller = self.identify(ctx)
         if caller is None:
             raise Unauthorized("unauthorized: send a valid API key as `Authorization: Bearer <key>`")
-        return await dispatcher(method, raw, caller=caller)
+        return await self.dispatcher(method, raw, caller=caller)
 
-    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return listing
+    async def list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return self.listing
 
-    async def list_resources(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+    async def list_resources(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         return types.ListResourcesResult(resources=[])  # blobs are not listed, only read by ID
 
     async def list_resource_templates(
-        ctx: Any, params: types.PaginatedRequestParams | None
+        self, ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
         return types.ListResourceTemplatesResult(resource_templates=[BLOB_TEMPLATE])
 
-    async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    async def read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         uri = str(params.uri)
         if not uri.startswith("blob:"):
             raise MCPError(-32602, f"unknown resource {uri[:100]!r}: this server serves blob:<id> resources")
+        ask = msgspec.Raw(json.dumps({"blob_id": uri, "mode": "full"}).encode())
         try:
-            result = await dispatch("read_blob", msgspec.Raw(json.dumps({"blob_id": uri, "mode": "full"}).encode()), ctx)
+            result = await self.dispatch("read_blob", ask, ctx)
         except RPCError as exc:
             raise MCPError(exc.code, _message(exc), exc.data) from None
         assert isinstance(result, ReadBlobResult)
@@ -169,23 +184,17 @@ def build_server(
             contents = types.TextResourceContents(uri=uri, mime_type=result.kind, text=result.content)
         return types.ReadResourceResult(contents=[contents])
 
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        if params.name not in names:
-            return _error(f"unknown tool {params.name[:100]!r}; tools: {', '.join(sorted(names))}", -32601)
-        try:
-            # Back to the JSON the client sent. The SDK's parser takes NaN and Infinity,
-            # which JSON (and /rpc) refuses: refuse them here too rather than send null.
-            arguments = json.dumps(params.arguments or {}, allow_nan=False).encode()
-        except ValueError:
-            return _error("invalid params: arguments hold NaN or Infinity, which JSON does not allow", -32602)
-        if nests_deeper_than(arguments, MAX_ARGS_DEPTH + 1):  # /rpc's bound: the arguments object holds args
-            return _error(f"invalid params: arguments nest deeper than {MAX_ARGS_DEPTH} levels", -32602)
-        raw = msgspec.Raw(arguments)
+    async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name not in self.names:
+            return _error(f"unknown tool {params.name[:100]!r}; tools: {', '.join(sorted(self.names))}", -32601)
+        raw = _arguments(params.arguments)
+        if isinstance(raw, types.CallToolResult):
+            return raw
         progress, log = wanted(getattr(ctx, "meta", None)) if params.name in RUN_METHODS else (False, False)
         notices = RunNotices(ctx, progress, log) if progress or log else None
         listening = RUN_OUTPUT.set(notices.put) if notices is not None else None
         try:
-            result = await dispatch(params.name, raw, ctx)
+            result = await self.dispatch(params.name, raw, ctx)
         except RPCError as exc:
             return _error(_message(exc), exc.code, exc.data)
         except Exception:
@@ -197,15 +206,18 @@ def build_server(
                 RUN_OUTPUT.reset(listening)
             if notices is not None:
                 await notices.close()  # what the run wrote goes out before its result
+        return await self.answer(params.name, result, ctx)
+
+    async def answer(self, method: str, result: msgspec.Struct, ctx: Any) -> types.CallToolResult:
         # Through JSON rather than to_builtins: a run's output is JSON text (msgspec.Raw).
         plain = msgspec.json.decode(msgspec.json.encode(result))
-        content: list[types.ContentBlock] = [types.TextContent(text=_text(params.name, result, plain))]
+        content: list[types.ContentBlock] = [types.TextContent(text=_text(method, result, plain))]
         if isinstance(result, RunResult):
-            content.extend(await run_pictures(result, ctx))
+            content.extend(await self.run_pictures(result, ctx))
             content.extend(types.ResourceLink(name=blob, uri=blob) for blob in result.output_blobs)
         return types.CallToolResult(content=content, structured_content=plain)
 
-    async def run_pictures(result: RunResult, ctx: Any) -> list[types.ContentBlock]:
+    async def run_pictures(self, result: RunResult, ctx: Any) -> list[types.ContentBlock]:
         """The run's PNG pictures as image content (read as the caller, like read_blob):
         at most MAX_PICTURES, each at most MAX_PICTURE_BYTES; others stay resource links."""
         found: list[types.ContentBlock] = []
@@ -213,18 +225,25 @@ def build_server(
         for image in [i for i in images if i.kind in PICTURE_KINDS][:MAX_PICTURES]:
             ask = {"blob_id": image.blob_id, "mode": "sample_head", "max_bytes": MAX_PICTURE_BYTES + 1}
             try:
-                read = await dispatch("read_blob", msgspec.Raw(json.dumps(ask).encode()), ctx)
+                read = await self.dispatch("read_blob", msgspec.Raw(json.dumps(ask).encode()), ctx)
             except RPCError:
                 continue  # deleted since, or over a read limit: its link remains
             if isinstance(read, ReadBlobResult) and read.encoding == "base64" and not read.truncated:
                 found.append(types.ImageContent(data=read.content, mime_type=image.kind))
         return found
 
-    return Server(
-        SERVER_NAME, version=_version(), instructions=INSTRUCTIONS, on_list_tools=list_tools, on_call_tool=call_tool,
-        on_list_resources=list_resources, on_list_resource_templates=list_resource_templates,
-        on_read_resource=read_resource,
-    )
+
+def _arguments(arguments: dict[str, Any] | None) -> msgspec.Raw | types.CallToolResult:
+    """A tool call's arguments back as the JSON the client sent, or the error to answer."""
+    try:
+        # The SDK's parser takes NaN and Infinity, which JSON (and /rpc) refuses:
+        # refuse them here too rather than send null.
+        encoded = json.dumps(arguments or {}, allow_nan=False).encode()
+    except ValueError:
+        return _error("invalid params: arguments hold NaN or Infinity, which JSON does not allow", -32602)
+    if nests_deeper_than(encoded, MAX_ARGS_DEPTH + 1):  # /rpc's bound: the arguments object holds args
+        return _error(f"invalid params: arguments nest deeper than {MAX_ARGS_DEPTH} levels", -32602)
+    return msgspec.Raw(encoded)
 
 
 def _version() -> str:

@@ -9,7 +9,7 @@ httptools as `serve` uses): "starlette" answers /rpc through the Starlette route
 uvicorn's own protocol, "lean" as `wasmrun serve` now does: wire/rpc_asgi.py, and one write
 per response (wire/http_protocol.py). The client (this process) alternates between them request by
 request, so machine noise falls on both alike. Each server records timestamps of its hops
-(wasmrun/observe/phases.py's marks, plus the ASGI receive/send and the worker pipe), and
+(wasmrun/phases.py's marks, plus the ASGI receive/send and the worker pipe), and
 the client its send and receive: perf_counter_ns is CLOCK_MONOTONIC, one clock for all
 processes. With --pace each request follows a 50-200 ms gap with a native `python3 -I -S`
 spawn in it (a busy neighbour), as the bench's agent-pace row.
@@ -54,7 +54,7 @@ def serve(variant: str, port: int, data_dir: Path, marks_out: Path) -> None:
 
     import uvicorn
 
-    from wasmrun.observe import phases
+    from wasmrun import phases
     from wasmrun.sandbox import workerprocess
     from wasmrun.server import create_app
     from wasmrun.settings import Settings

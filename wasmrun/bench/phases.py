@@ -1,7 +1,7 @@
 """One hello broken down by phase, through the real dispatcher, admission, sandbox and audit log.
 
 In-process (the dispatcher of `wasmrun run`, with an audit log as the server has):
-the marks of wasmrun/observe/phases.py, each run after the sandbox settled. The
+the marks of wasmrun/phases.py, each run after the sandbox settled. The
 marks are off in production; what they cost off is measured here too.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import msgspec
 
+from wasmrun import phases
 from wasmrun.bench.systems import HELLO, InProcess, as_run_code
-from wasmrun.observe import phases
 from wasmrun.observe.audit import AuditLog
 from wasmrun.observe.record import Observers
 from wasmrun.protocol.methods import Dispatcher

@@ -5,11 +5,9 @@ Never the code, the args or any secret: only names, ids, sizes and outcomes.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
-
-from wasmrun.protocol import types
 
 
 class CallRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -34,22 +32,6 @@ class CallRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 class Observer(Protocol):
     def record(self, call: CallRecord) -> None: ...
-
-
-def describe_result(record: CallRecord, result: Any) -> None:
-    """Fill in what the result says (run id and outcome, blobs written)."""
-    if isinstance(result, types.RunResult):
-        record.run_id = result.run_id
-        record.run_status = result.status
-        record.blobs_created = list(result.output_blobs)
-        if isinstance(result.error, types.RunError):
-            record.error_type = result.error.type
-        if isinstance(result.session_rolled_back, bool):
-            record.session_rolled_back = result.session_rolled_back
-    elif isinstance(result, types.CreateBlobResult):
-        record.blobs_created = [result.blob_id]
-    elif isinstance(result, types.CreateSkillResult):
-        record.skill, record.version = result.name, result.version
 
 
 class Observers:

@@ -14,9 +14,9 @@ from typing import Any
 import msgspec
 import msgspec.inspect
 
-from wasmrun.observe import phases
-from wasmrun.observe.record import CallRecord, Observer, describe_result
-from wasmrun.protocol import blobs, runs, sessions, skills
+from wasmrun import phases
+from wasmrun.observe.record import CallRecord, Observer
+from wasmrun.protocol import blobs, runs, sessions, skills, types
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, MethodNotFound, QuotaExceeded, RPCError, Unauthorized
 from wasmrun.protocol.sessionstore import key_of
@@ -167,6 +167,22 @@ def _invalid(message: str) -> InvalidParams:
     if leaf:
         path = f"{path}.{leaf[1]}" if path else leaf[1]
     return InvalidParams(f"invalid params: {text}" + (f" (at `{path}`)" if path else ""), field=path or None)
+
+
+def describe_result(record: CallRecord, result: object) -> None:
+    """Fill in what the result says (run id and outcome, blobs written)."""
+    if isinstance(result, types.RunResult):
+        record.run_id = result.run_id
+        record.run_status = result.status
+        record.blobs_created = list(result.output_blobs)
+        if isinstance(result.error, types.RunError):
+            record.error_type = result.error.type
+        if isinstance(result.session_rolled_back, bool):
+            record.session_rolled_back = result.session_rolled_back
+    elif isinstance(result, types.CreateBlobResult):
+        record.blobs_created = [result.blob_id]
+    elif isinstance(result, types.CreateSkillResult):
+        record.skill, record.version = result.name, result.version
 
 
 class Dispatcher:

@@ -29,11 +29,11 @@ from typing import Any
 
 import msgspec
 
+from wasmrun import phases
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.egress.secrets import placeholder
 from wasmrun.limits import BY_FIELD, REQUESTABLE, TENANT_CAPS
-from wasmrun.observe import phases
 from wasmrun.offload import for_run
 from wasmrun.protocol.blobs import blob_info, quota_error
 from wasmrun.protocol.context import Context

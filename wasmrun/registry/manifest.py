@@ -16,6 +16,7 @@ from typing import Any, Literal
 import msgspec
 
 from wasmrun.egress.patterns import PatternError, UrlPattern
+from wasmrun.tenants.grants import SECRET_NAME
 
 # Every pattern here spells its classes out in ASCII ([0-9], not \d, which also
 # matches other scripts' digits) and is compiled with re.ASCII besides.
@@ -23,7 +24,6 @@ SEGMENT = r"[a-z_][a-z0-9_]*"
 # Dotted lower-case identifiers: a skill named a.b.c is imported as `skills.a.b.c`.
 DOTTED_NAME = re.compile(rf"{SEGMENT}(\.{SEGMENT})*", re.ASCII)
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
-SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 # https://semver.org, section "Is there a suggested regular expression", with [0-9] for \d.
 SEMVER = re.compile(
     r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from python_wasm import build as guest_build
+from wasmrun import phases
 from wasmrun.egress.client import EgressSession
-from wasmrun.observe import phases
 from wasmrun.sandbox import backgroundruns, guestrequest, outcome, redaction, sessions, workroots
 from wasmrun.sandbox.background import BackgroundLog
 from wasmrun.sandbox.blobaccess import BlobAccess

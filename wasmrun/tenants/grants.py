@@ -29,9 +29,14 @@ skills and its own, so "tenant" never reaches another tenant's skill.
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+# A secret's name, as a manifest declares it and a grant gives it (the guest sees
+# `wasmrun-secret:NAME`).
+SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 
 OWNERS = ("operator", "tenant", "any")
 EVERYONE_DEFAULT = "operator"  # a grant in an everyone section

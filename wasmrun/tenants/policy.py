@@ -32,8 +32,7 @@ from typing import Any
 
 import tomli
 
-from wasmrun.registry.manifest import SECRET_NAME
-from wasmrun.tenants.grants import EVERYONE_DEFAULT, TENANT_DEFAULT, Grants, granted, parse_grants
+from wasmrun.tenants.grants import EVERYONE_DEFAULT, SECRET_NAME, TENANT_DEFAULT, Grants, granted, parse_grants
 from wasmrun.tenants.limits import TenantLimits
 
 
