@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -147,31 +145,9 @@ def pandas_job(bench: Bench) -> dict[str, float]:
 
 def by_workers(tmp: Path, counts: tuple[int, ...]) -> dict[str, Any]:
     """RSS and PSS of `serve --image data` with each worker count, after every worker ran hellos."""
-    from wasmrun.bench.memory import children, process_memory
+    from wasmrun.bench import memory
 
-    out: dict[str, Any] = {}
-    for workers in counts:
-        with server(workers, tmp / f"data-mem-{workers}", "--image", "data") as (port, proc):
-            def calls() -> None:
-                client = Http(port)
-                for _ in range(10):
-                    client.sample(HELLO)
-                client.close()
-
-            threads = [threading.Thread(target=calls) for _ in range(2 * workers)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            time.sleep(1.0)  # spares made again, used instances torn down
-            kids = [process_memory(pid) for pid in children(proc.pid)]
-            main = process_memory(proc.pid)
-            out[str(workers)] = {
-                "server": main, "workers": kids,
-                "total_rss_mb": main["rss_mb"] + sum(k["rss_mb"] for k in kids),
-                "total_pss_mb": main["pss_mb"] + sum(k["pss_mb"] for k in kids),
-            }
-    return out
+    return memory.by_workers(tmp, counts, "--image", "data", calls_per_client=10, label="data-mem")
 
 
 def target_lines(rows: dict[str, Any]) -> list[str]:
