@@ -154,6 +154,33 @@ def create_app(
         in_flight=in_flight if in_flight is not None else RequestsInFlight(),
     )
 
+    too_slow = RequestTimeout(
+        f"the request body did not arrive within {body_timeout:g} seconds (WASMRUN_BODY_TIMEOUT)",
+        {"body_timeout_s": body_timeout},
+    )
+    middleware = [Middleware(GuardMiddleware, guard=guard)] if guard is not None else []
+    middleware.append(
+        Middleware(BodyDeadline, timeout=body_timeout, answer=jsonrpc.error_body(too_slow), media_type=JSON)
+    )
+    app = RpcFront(
+        routes=[
+            Route("/rpc", rpc, methods=["POST"]),
+            Route("/healthz", _healthz(health), methods=["GET"]),
+            Route("/metrics", _prometheus(metrics, metrics_refusal), methods=["GET"]),
+            *playground_routes(),
+            *routes,
+        ],
+        middleware=middleware,
+        lifespan=_lifespan(lifespans, on_shutdown),
+    )
+    # POST /rpc the short way: the same endpoint inside the same guards, without Starlette's stack.
+    app.rpc = BodyDeadline(rpc, timeout=body_timeout, answer=jsonrpc.error_body(too_slow), media_type=JSON)
+    if guard is not None:
+        app.rpc = GuardMiddleware(app.rpc, guard)
+    return app
+
+
+def _healthz(health: Callable[[], Health] | None) -> Callable[[Request], Awaitable[Response]]:
     async def healthz(request: Request) -> Response:
         """200 while a sandbox worker can serve runs (even if all are busy),
         503 when none can (all crashed and restarting, or shutting down)."""
@@ -169,16 +196,31 @@ def create_app(
             status_code=200 if now.serving else 503,
         )
 
+    return healthz
+
+
+def _prometheus(
+    metrics: Callable[[], bytes] | None, refusal: Callable[[str | None, str | None], str | None] | None
+) -> Callable[[Request], Awaitable[Response]]:
     async def prometheus(request: Request) -> Response:
         # Tenant names and usage: for the operator's scraper, never for a tenant.
         client = request.client.host if request.client is not None else None
-        if metrics_refusal is not None:
-            why = metrics_refusal(request.headers.get("authorization"), client)
+        if refusal is not None:
+            why = refusal(request.headers.get("authorization"), client)
         else:
             why = None if client is not None and is_loopback(client) else "/metrics is served to this machine only"
         if metrics is None or why is not None:
             return error_response(Forbidden(f"forbidden: {why or 'no metrics here'}"), 403)
         return Response(await asyncio.to_thread(metrics), media_type=METRICS_TYPE)
+
+    return prometheus
+
+
+def _lifespan(
+    lifespans: Sequence[Callable[[], contextlib.AbstractAsyncContextManager[Any]]],
+    on_shutdown: Callable[[], None] | None,
+) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
+    """Each of `lifespans` entered at startup and left at shutdown, then `on_shutdown`."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -191,27 +233,4 @@ def create_app(
             if on_shutdown is not None:
                 on_shutdown()
 
-    too_slow = RequestTimeout(
-        f"the request body did not arrive within {body_timeout:g} seconds (WASMRUN_BODY_TIMEOUT)",
-        {"body_timeout_s": body_timeout},
-    )
-    middleware = [Middleware(GuardMiddleware, guard=guard)] if guard is not None else []
-    middleware.append(
-        Middleware(BodyDeadline, timeout=body_timeout, answer=jsonrpc.error_body(too_slow), media_type=JSON)
-    )
-    app = RpcFront(
-        routes=[
-            Route("/rpc", rpc, methods=["POST"]),
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/metrics", prometheus, methods=["GET"]),
-            *playground_routes(),
-            *routes,
-        ],
-        middleware=middleware,
-        lifespan=lifespan,
-    )
-    # POST /rpc the short way: the same endpoint inside the same guards, without Starlette's stack.
-    app.rpc = BodyDeadline(rpc, timeout=body_timeout, answer=jsonrpc.error_body(too_slow), media_type=JSON)
-    if guard is not None:
-        app.rpc = GuardMiddleware(app.rpc, guard)
-    return app
+    return lifespan
