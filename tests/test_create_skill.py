@@ -12,7 +12,9 @@ import tomli
 from skillfiles import write_skill
 
 from wasmrun.registry.errors import SkillAlreadyExists
-from wasmrun.registry.store import DirectoryRegistry, NewFile, check_folder
+from wasmrun.registry.folders import check_folder
+from wasmrun.registry.interface import NewFile
+from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.settings import Settings
 
 Rpc = Callable[..., dict[str, Any]]

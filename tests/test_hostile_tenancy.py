@@ -228,6 +228,7 @@ def test_mcp_sessions_are_capped_per_tenant(two_tenants: tuple[LiveServer, dict[
     assert refused.status_code == 429, refused.text
     assert "busy for this tenant" in refused.json()["error"]["message"]
     assert refused.json()["error"]["data"] == {"limit": "mcp_sessions", "value": 2}
+    assert refused.headers["retry-after"] == "1"  # a hint to poll: when a session frees up is not known
     # bob opens his as if alice had none
     assert _open_mcp(server, keys["bob"]).status_code == 200
     # bob cannot end (nor use) alice's session with her session id
@@ -421,6 +422,13 @@ def test_a_tenants_requests_in_flight_are_capped_for_it_alone(tmp_path: Path) ->
         error = refused.json()["error"]
         assert error["code"] == -32002 and error["data"]["limit"] == "concurrent_requests"
         assert "busy for this tenant" in error["message"]
+        assert int(refused.headers["retry-after"]) == error["data"]["retry_after_s"]
+        # /mcp counts against the same cap, refused before the MCP SDK sees it, with the same wait
+        over_mcp = _open_mcp(server, keys["alice"])
+        assert over_mcp.status_code == 429, over_mcp.text
+        mcp_error = over_mcp.json()["error"]
+        assert mcp_error["code"] == -32002 and mcp_error["data"]["limit"] == "concurrent_requests"
+        assert int(over_mcp.headers["retry-after"]) == mcp_error["data"]["retry_after_s"]
         assert "result" in _rpc(server, keys["bob"], "list_skills", {})
         slow.close()
         for _ in range(100):

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from starlette.testclient import TestClient
 
-from wasmrun.protocol.errors import InvalidParams
+from wasmrun.protocol.errors import InvalidParams, QuotaExceeded
 from wasmrun.wire import jsonrpc
 from wasmrun.wire.app import create_app
 
@@ -318,6 +318,30 @@ def test_long_error_messages_are_cut() -> None:
     with _app(wordy) as client:
         message = post(client, call("anything"))["error"]["message"]
     assert len(message) <= jsonrpc.MAX_MESSAGE_CHARS
+
+
+def test_retry_after_is_the_longest_wait_the_answers_errors_ask_for() -> None:
+    """The wire layer's Retry-After comes from the errors it answers (their `retry_after_s`):
+    one call's, the longest of a batch's, a notification's (answered 204), none without."""
+    waits = {"short": 3, "long": 9}
+
+    async def limited(method: str, params: msgspec.Raw) -> Any:
+        if method in waits:
+            raise QuotaExceeded("quota exceeded: slow down", "runs_per_minute", 60, retry_after_s=waits[method])
+        return {}
+
+    with _app(limited) as client:
+        one = client.post("/rpc", content=json.dumps(call("long")), headers=JSON_TYPE)
+        assert one.status_code == 200
+        assert int(one.headers["retry-after"]) == one.json()["error"]["data"]["retry_after_s"] == 9
+        batch = client.post("/rpc", content=json.dumps([call("short", id=1), call("long", id=2), call("ok", id=3)]),
+                            headers=JSON_TYPE)
+        assert [a["error"]["data"]["retry_after_s"] for a in batch.json()[:2]] == [3, 9]
+        assert batch.headers["retry-after"] == "9"
+        quiet = client.post("/rpc", content=json.dumps({"jsonrpc": "2.0", "method": "short"}), headers=JSON_TYPE)
+        assert quiet.status_code == 204 and quiet.headers["retry-after"] == "3"
+        fine = client.post("/rpc", content=json.dumps(call("ok")), headers=JSON_TYPE)
+        assert "retry-after" not in fine.headers
 
 
 def _reference_duplicates(text: bytes) -> set[str]:

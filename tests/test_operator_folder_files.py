@@ -16,7 +16,7 @@ import pytest
 from tests.liveserver import LiveServer
 from tests.skillfiles import write_skill
 from wasmrun.client import Client, InvalidParams
-from wasmrun.registry.store import MAX_DESCRIPTOR_BYTES, load_skill
+from wasmrun.registry.folders import MAX_DESCRIPTOR_BYTES, load_skill
 
 
 def _operator_folder(top: Path) -> Path:

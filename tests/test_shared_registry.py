@@ -28,7 +28,7 @@ from wasmrun.database.connection import Database
 from wasmrun.database.orphans import OBJECT_LOCK_CLASS, sweep_orphans
 from wasmrun.registry.bundle import digest, pack
 from wasmrun.registry.manifest import SemVer
-from wasmrun.registry.store import version_order
+from wasmrun.registry.skill import version_order
 
 # (name, version, namespace or None): versions that order by semantic precedence, not
 # text (0.10.0 > 0.9.0, a release above its pre-releases, numeric pre-release ids below

@@ -40,12 +40,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from wasmrun.capabilities import facts_of
 from wasmrun.mcp_events import JsonUnlessNotified, RunNotices, wanted
-from wasmrun.protocol.errors import RPCError, Unauthorized
+from wasmrun.protocol.errors import QuotaExceeded, RPCError, Unauthorized
 from wasmrun.protocol.methods import RUN_METHODS, Dispatcher
 from wasmrun.protocol.streaming import RUN_OUTPUT
 from wasmrun.protocol.types import MAX_ARGS_DEPTH, ReadBlobResult, RunResult
 from wasmrun.tenants.caller import Caller
 from wasmrun.tools import render, tools
+from wasmrun.wire.app import error_response
 from wasmrun.wire.jsonrpc import MAX_MESSAGE_CHARS, nests_deeper_than
 
 logger = logging.getLogger("wasmrun.mcp")
@@ -381,10 +382,11 @@ def _not_found() -> Response:
 
 
 def _busy(cap: int) -> Response:
-    body = json.dumps({
-        "jsonrpc": "2.0", "id": None,
-        "error": {"code": -32002, "message": f"busy for this tenant: it has {cap} MCP sessions open, its limit"
-                  " (mcp_sessions); end one (DELETE /mcp with its mcp-session-id) or let an idle one expire",
-                  "data": {"limit": "mcp_sessions", "value": cap}},
-    })
-    return Response(body, status_code=429, media_type="application/json", headers={"Retry-After": "1"})
+    error = QuotaExceeded(
+        f"busy for this tenant: it has {cap} MCP sessions open, its limit (mcp_sessions);"
+        " end one (DELETE /mcp with its mcp-session-id) or let an idle one expire",
+        "mcp_sessions", cap,
+    )
+    # A hint to poll, for the header alone: when a session frees up is not known, so `data` names no wait.
+    error.retry_after_s = 1
+    return error_response(error, 429)

@@ -53,24 +53,23 @@ from wasmrun.registry.bundle import (
     digest,
     pack,
 )
-from wasmrun.registry.errors import SkillAlreadyExists, SkillDamaged, SkillUnavailable
+from wasmrun.registry.errors import Part, SkillAlreadyExists, SkillDamaged, SkillUnavailable
+from wasmrun.registry.files import folder_bytes
+from wasmrun.registry.folders import load_skill
+from wasmrun.registry.interface import SkillQuota, check_skill_quota
 from wasmrun.registry.manifest import MAX_VERSION, SEMVER, ManifestError, validate_manifest
-from wasmrun.registry.store import (
+from wasmrun.registry.skill import (
     RESERVED_NAMESPACE,
-    DirectoryRegistry,
     ListingPosition,
     Page,
     Skill,
     SkillKey,
-    SkillQuota,
     SkillSummary,
-    check_skill_quota,
-    folder_bytes,
     is_reserved_namespace,
     is_skill_name,
-    load_skill,
     version_order,
 )
+from wasmrun.registry.store import DirectoryRegistry
 
 logger = logging.getLogger("wasmrun.database")
 # Loaded skills kept per process, by bundle hash (the same bytes are the same skill).
@@ -343,7 +342,7 @@ class PgSkillRegistry(DirectoryRegistry):
         sha256 = digest(bundle)
         size = folder_bytes(tmp)
         location = bundle_object(sha256) if self.objects is not None else None
-        exists = SkillAlreadyExists(f"skill {name} {version} already exists", field="manifest")
+        exists = SkillAlreadyExists(f"skill {name} {version} already exists", Part.MANIFEST)
         try:
             with self._reachable():
                 # What would refuse it, asked before uploading anything (asked again, under

@@ -1,5 +1,5 @@
 """What the methods work with: one `Context` per server, built in wasmrun/server.py,
-copied per call with the authenticated `caller` (see Dispatcher)."""
+copied per call with the authenticated `caller` and the call's `resolved` list (see Dispatcher)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from wasmrun.blobs.store import BlobStore
 from wasmrun.egress.policy import EgressPolicy
 from wasmrun.protocol.sessionstore import SessionStore
-from wasmrun.registry.store import SkillRegistry
+from wasmrun.registry.interface import SkillRegistry
+from wasmrun.registry.skill import Skill
 from wasmrun.sandbox.executor import Executor
 from wasmrun.sandbox.limits import LimitPolicy
 from wasmrun.tenants.caller import LOCAL, Caller
@@ -32,3 +33,6 @@ class Context:
     gate: RunGate = field(default_factory=RunGate)  # each tenant's share of the sandboxes
     calls: CallGate = field(default_factory=CallGate)  # each tenant's share of the other methods' capacity
     sessions: SessionStore | None = None  # None: no sessions on this server
+    # The skills this call's handler found (find_skill appends each), for the call's record:
+    # a list of its own per observed call (the Dispatcher's), None when nobody records.
+    resolved: list[Skill] | None = None

@@ -28,12 +28,14 @@ as a run result with `status: "failed"`.
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from typing import Any
 
 
 class RPCError(Exception):
     code: int = -32603
+    # When the client may try again, in seconds: the wire layer sends it as an HTTP
+    # `Retry-After` header (wire/rpc_asgi.py, wire/app.py); None: no such header.
+    retry_after_s: int | None = None
 
     def __init__(self, message: str, data: dict[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -110,19 +112,6 @@ class Unauthorized(RPCError):
     code = -32001
 
 
-class RetryHint:
-    """When the client may try again; the wire layer puts one in `RETRY_HINT` per
-    HTTP request and turns it into a `Retry-After` header."""
-
-    __slots__ = ("seconds",)
-
-    def __init__(self) -> None:
-        self.seconds: int | None = None
-
-
-RETRY_HINT: ContextVar[RetryHint | None] = ContextVar("wasmrun_retry_hint", default=None)
-
-
 class QuotaExceeded(RPCError):
     """`data`: {"limit": its name, "value": the tenant's limit, "retry_after_s": for rate limits}."""
 
@@ -132,10 +121,8 @@ class QuotaExceeded(RPCError):
         data: dict[str, Any] = {"limit": limit, "value": value}
         if retry_after_s is not None:
             data["retry_after_s"] = retry_after_s
-            hint = RETRY_HINT.get()
-            if hint is not None:
-                hint.seconds = max(hint.seconds or 0, retry_after_s)
         super().__init__(message, data)
+        self.retry_after_s = retry_after_s
 
 
 class Forbidden(RPCError):

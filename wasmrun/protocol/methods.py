@@ -37,7 +37,6 @@ from wasmrun.protocol.types import (
     RunLimits,
     SessionRef,
 )
-from wasmrun.registry.store import Skill
 from wasmrun.tenants.caller import Caller
 from wasmrun.tenants.calls import CallsBusy
 
@@ -202,8 +201,7 @@ class Dispatcher:
             raise MethodNotFound(f"method not found: {method!r}", {"methods": sorted(METHODS)})
         if caller is None and self.require_caller:
             raise Unauthorized("unauthorized: this transport did not identify the caller")
-        same = caller is None or caller == self.context.caller
-        ctx = self.context if same or caller is None else dataclasses.replace(self.context, caller=caller)
+        ctx = self._context_of_call(caller)
         if method in RUN_METHODS:
             return await self._call(ctx, method, entry, raw_params)
         started = time.perf_counter()
@@ -215,8 +213,18 @@ class Dispatcher:
         except CallsBusy as exc:
             refused = QuotaExceeded(exc.message, exc.limit, exc.value, retry_after_s=1)
             if self.observer is not None:  # a refusal is a call too: counted and audited
-                self._observe(ctx, method, raw_params, None, started, None, refused, [])
+                self._observe(ctx, method, raw_params, None, started, None, refused)
             raise refused from None
+
+    def _context_of_call(self, caller: Caller | None) -> Context:
+        """The server's context as this call sees it: its caller's, and, when calls are
+        observed, with a `resolved` list of its own (one copy, made only when needed)."""
+        changes: dict[str, Any] = {}
+        if caller is not None and caller != self.context.caller:
+            changes["caller"] = caller
+        if self.observer is not None:
+            changes["resolved"] = []
+        return dataclasses.replace(self.context, **changes) if changes else self.context
 
     async def _call(self, ctx: Context, method: str, entry: Method, raw_params: msgspec.Raw) -> msgspec.Struct:
         if self.observer is None:
@@ -224,34 +232,30 @@ class Dispatcher:
         started = time.perf_counter()
         phases.mark("call")
         params: Params | None = None
-        resolved: list[Skill] = []
-        token = skills.RESOLVED.set(resolved)
         try:
             params = decode_params(entry.params, raw_params)
             result = await entry.handler(ctx, params)
         except RPCError as exc:
-            self._observe(ctx, method, raw_params, params, started, None, exc, resolved)
+            self._observe(ctx, method, raw_params, params, started, None, exc)
             raise
-        finally:
-            skills.RESOLVED.reset(token)
-        self._observe(ctx, method, raw_params, params, started, result, None, resolved)
+        self._observe(ctx, method, raw_params, params, started, result, None)
         phases.mark("audited")
         return result
 
     def _observe(
         self, ctx: Context, method: str, raw: msgspec.Raw, params: Params | None, started: float,
-        result: msgspec.Struct | None, error: RPCError | None, resolved: list[Skill],
+        result: msgspec.Struct | None, error: RPCError | None,
     ) -> None:
         """Tell the observer of the call. Observing never changes a call's answer: a call
         that completed (a run that happened) is never reported to its client as failed."""
         try:
-            self._record(ctx, method, raw, params, started, result, error, resolved)
+            self._record(ctx, method, raw, params, started, result, error)
         except Exception:
             logger.exception("cannot record a call of %s", method)
 
     def _record(
         self, ctx: Context, method: str, raw: msgspec.Raw, params: Params | None, started: float,
-        result: msgspec.Struct | None, error: RPCError | None, resolved: list[Skill],
+        result: msgspec.Struct | None, error: RPCError | None,
     ) -> None:
         assert self.observer is not None
         record = CallRecord(
@@ -274,7 +278,7 @@ class Dispatcher:
             record.skill = name[:200]
             # The version the call itself resolved (none when it found no skill): never a
             # second lookup, which could answer otherwise or fail after the call succeeded.
-            record.version = resolved[0].version if resolved else None
+            record.version = ctx.resolved[0].version if ctx.resolved else None
         if error is not None:
             record.error_code = error.code
             record.error_type = type(error).__name__

@@ -60,13 +60,9 @@ def _logs_blob(
     return blobs.create(data, "text/plain; charset=utf-8", run_id=result.run_id, owner=owner, quota=quota)
 
 
-def to_spec_result(
-    result: sandbox.RunResult, blobs: BlobStore, owner: str = LEGACY_OWNER, quota: BlobQuota | None = None
-) -> RunResult:
-    """Raises BlobQuotaExceeded when the output or logs blob would take `owner` over `quota`."""
-    u = result.usage
+def _spec_usage(u: sandbox.Usage) -> RunUsage:
     # Named one by one: the sandbox may track more than the protocol promises.
-    usage = RunUsage(
+    return RunUsage(
         cpu_ms=u.cpu_ms,
         peak_memory_bytes=u.peak_memory_bytes,
         blob_io_bytes=u.blob_io_bytes,
@@ -78,6 +74,13 @@ def to_spec_result(
         http_bytes_out=u.http_bytes_out,
         http_bytes_in=u.http_bytes_in,
     )
+
+
+def to_spec_result(
+    result: sandbox.RunResult, blobs: BlobStore, owner: str = LEGACY_OWNER, quota: BlobQuota | None = None
+) -> RunResult:
+    """Raises BlobQuotaExceeded when the output or logs blob would take `owner` over `quota`."""
+    usage = _spec_usage(result.usage)
     logs = logs_preview(result.logs, result.logs_cut_bytes)
     logs_blob = _logs_blob(result, blobs, owner, quota)
     if result.status == "failed" or result.error is not None:
@@ -89,9 +92,7 @@ def to_spec_result(
             output_blobs=list(result.output_blobs),
             logs_preview=logs,
             logs_blob=logs_blob,
-            error=RunError(
-                type=error.type, message=cut_middle(error.message, MAX_ERROR_BYTES, ERROR_HEAD_BYTES)
-            ),
+            error=RunError(type=error.type, message=cut_middle(error.message, MAX_ERROR_BYTES, ERROR_HEAD_BYTES)),
             usage=usage,
         )
     # The sandbox checked the JSON (jsontext.output_problem): it is passed on

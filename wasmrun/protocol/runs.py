@@ -44,7 +44,7 @@ from wasmrun.protocol.streaming import OutputListener, output_listener
 from wasmrun.protocol.types import MAX_ARGS_DEPTH, ExecuteSkillParams, RunCodeParams, RunLimits, RunResult
 from wasmrun.registry.errors import RegistryError, SkillUnavailable
 from wasmrun.registry.manifest import IDENTIFIER
-from wasmrun.registry.store import Skill
+from wasmrun.registry.skill import Skill
 from wasmrun.sandbox.executor import Busy
 from wasmrun.sandbox.jsontext import NotSendable, encode_args
 from wasmrun.sandbox.limits import LimitPolicy, Limits

@@ -6,7 +6,6 @@ import asyncio
 import base64
 import contextlib
 from collections.abc import Callable, Iterator
-from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import msgspec
@@ -43,6 +42,7 @@ from wasmrun.protocol.types import (
 from wasmrun.registry import skillmd
 from wasmrun.registry.errors import (
     InvalidSkillFiles,
+    Part,
     RegistryError,
     SkillAlreadyExists,
     SkillDamaged,
@@ -50,23 +50,10 @@ from wasmrun.registry.errors import (
     SkillUnavailable,
     UnsafeSkillPath,
 )
-from wasmrun.registry.store import (
-    DOC_FILE,
-    ListingPosition,
-    NewFile,
-    ReservedName,
-    Skill,
-    SkillQuota,
-    SkillQuotaExceeded,
-    SkillSummary,
-)
+from wasmrun.registry.interface import NewFile, ReservedName, SkillQuota, SkillQuotaExceeded
+from wasmrun.registry.skill import DOC_FILE, ListingPosition, Skill, SkillSummary
 
 T = TypeVar("T")
-
-# The skills a call's handler resolved (find_skill appends each), for the call's
-# record (protocol/methods.py Dispatcher): set per call by the dispatcher, so the
-# record names the version the call used without a second lookup.
-RESOLVED: ContextVar[list[Skill] | None] = ContextVar("wasmrun_resolved_skills", default=None)
 
 GUIDE_SKILL = "skills.protocol.guide"
 MAX_LIST_LIMIT = 200
@@ -80,6 +67,18 @@ _RPC_ERRORS: dict[type[RegistryError], type[InvalidParams]] = {
 }
 
 
+# The member of a call's params each input of a registry call comes from
+# (create_skill's manifest and skill_md, read_skill_file's path).
+_FIELDS: dict[Part, str] = {Part.MANIFEST: "manifest", Part.SKILL_MD: "skill_md", Part.PATH: "path"}
+
+
+def field_of(exc: RegistryError) -> str | None:
+    """The params field path of the input the registry refused (`files[2].path`)."""
+    if exc.part is Part.FILE and exc.file_index is not None:
+        return f"files[{exc.file_index}].path"
+    return _FIELDS.get(exc.part) if exc.part is not None else None
+
+
 def rpc_error(exc: RegistryError) -> RPCError:
     """The JSON-RPC error a client sees for what the registry refused."""
     if isinstance(exc, SkillUnavailable):  # out of reach for now: worth trying again
@@ -87,7 +86,7 @@ def rpc_error(exc: RegistryError) -> RPCError:
     if isinstance(exc, SkillDamaged):  # the server's storage failed, not the request
         return InternalError(exc.message)
     extra = {"problems": exc.problems} if exc.problems is not None else {}
-    return _RPC_ERRORS.get(type(exc), InvalidParams)(exc.message, field=exc.field, **extra)
+    return _RPC_ERRORS.get(type(exc), InvalidParams)(exc.message, field=field_of(exc), **extra)
 
 
 @contextlib.contextmanager
@@ -106,7 +105,7 @@ async def find_skill(
     Another tenant's skill is "not found", exactly like a name never created.
     A lookup that may wait for the database or the object store (a created skill's
     row, its bundle fetched and unpacked) runs in a thread: the event loop serves
-    other calls meanwhile. The skill found is told to the call's observer (RESOLVED)."""
+    other calls meanwhile. The skill found is added to `ctx.resolved`, for the call's record."""
     owner = ctx.caller.tenant
     in_memory = ctx.registry.finds_in_memory(name, owner)
 
@@ -119,9 +118,8 @@ async def find_skill(
     with registry_errors():
         skill = await ask(ctx.registry.find, name, version, owner)
         if skill is not None:
-            resolved = RESOLVED.get()
-            if resolved is not None:
-                resolved.append(skill)
+            if ctx.resolved is not None:
+                ctx.resolved.append(skill)
             return skill
         known: list[str] = await ask(ctx.registry.versions, name, owner) if version is not None else []
     if known:

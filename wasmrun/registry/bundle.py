@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from wasmrun.registry.store import folder_bytes
+from wasmrun.registry.files import folder_bytes
 
 logger = logging.getLogger("wasmrun.registry")
 TMP_PREFIX = ".tmp-"

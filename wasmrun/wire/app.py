@@ -50,6 +50,9 @@ Authenticate = Callable[[str | None], Caller | None]
 
 
 def error_response(error: RPCError, status: int, headers: dict[str, str] | None = None) -> Response:
+    """The error as a JSON-RPC body, with a `Retry-After` header when it says when to try again."""
+    if error.retry_after_s is not None:
+        headers = {**(headers or {}), "Retry-After": str(error.retry_after_s)}
     return Response(jsonrpc.error_body(error), status_code=status, media_type=JSON, headers=headers)
 
 
@@ -64,7 +67,7 @@ def unauthorized() -> Response:
 def too_many_requests(caller: Caller) -> Response:
     limit = caller.limits.concurrent_requests
     error = QuotaExceeded(too_many_requests_message(caller), "concurrent_requests", limit, retry_after_s=1)
-    return error_response(error, 429, {"Retry-After": "1"})
+    return error_response(error, 429)
 
 
 class Authenticated:

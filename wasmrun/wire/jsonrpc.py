@@ -1,7 +1,8 @@
 """JSON-RPC 2.0: envelopes, batches, notifications and error objects.
 
-`handle(body, dispatch)` takes the raw request body and returns the response
-body, or None when there is nothing to send (only notifications). Params stay
+`handle(body, dispatch)` takes the raw request body and returns its `Answer`: the
+response body, or None when there is nothing to send (only notifications), and
+the longest wait its errors ask for (the HTTP layer's `Retry-After`). Params stay
 `msgspec.Raw` here; the dispatcher decodes them into the method's Struct.
 `id` is kept as raw JSON, so it is echoed exactly: a string stays a string,
 `1` stays `1`, `null` stays `null`.
@@ -25,7 +26,7 @@ import logging
 import re
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
@@ -74,6 +75,15 @@ class Failure(msgspec.Struct):
     jsonrpc: str
     id: Raw
     error: ErrorObject
+
+
+class Answer(NamedTuple):
+    """The response to one request body."""
+
+    body: bytes | None  # None: nothing to send (only notifications came)
+    # The longest `retry_after_s` among the errors answered (a notification's too):
+    # when the client may try again, for an HTTP `Retry-After` header.
+    retry_after_s: int | None = None
 
 
 _encoder = msgspec.json.Encoder()
@@ -167,25 +177,27 @@ def _is_id(raw: Raw) -> bool:
     return bool(data) and data[0] in _ID_START
 
 
-async def handle(body: bytes, dispatch: Dispatch) -> bytes | None:
+async def handle(body: bytes, dispatch: Dispatch) -> Answer:
     problem = check_body(body)
     if problem is not None:
-        return error_body(problem)
+        return Answer(error_body(problem))
     try:
         msgspec.json.decode(body, type=Raw)  # checks the whole body is JSON
     except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: cannot, after check_body
-        return error_body(ParseError(f"parse error: {exc}"))
+        return Answer(error_body(ParseError(f"parse error: {exc}")))
     if body.lstrip()[:1] != b"[":
         return await _one(Raw(body), dispatch)
     calls = msgspec.json.decode(body, type=list[Raw])
     if not calls:
-        return error_body(InvalidRequest("invalid request: empty batch"))
+        return Answer(error_body(InvalidRequest("invalid request: empty batch")))
     if len(calls) > MAX_BATCH:
-        return error_body(
+        return Answer(error_body(
             InvalidRequest(f"invalid request: a batch may hold at most {MAX_BATCH} calls, not {len(calls)}")
-        )
-    answers = [a for a in await asyncio.gather(*(_one(c, dispatch) for c in calls)) if a is not None]
-    return b"[" + b",".join(answers) + b"]" if answers else None
+        ))
+    answered = await asyncio.gather(*(_one(c, dispatch) for c in calls))
+    bodies = [a.body for a in answered if a.body is not None]
+    waits = [a.retry_after_s for a in answered if a.retry_after_s is not None]
+    return Answer(b"[" + b",".join(bodies) + b"]" if bodies else None, max(waits) if waits else None)
 
 
 _ENVELOPE_MEMBERS = tuple(b'"%s"' % name.encode() for name in Request.__struct_fields__)
@@ -236,36 +248,38 @@ def duplicate_member(raw: bytes) -> str | None:
     return None
 
 
-async def _one(raw: Raw, dispatch: Dispatch) -> bytes | None:
+async def _one(raw: Raw, dispatch: Dispatch) -> Answer:
     try:
         request = msgspec.json.decode(raw, type=Request)
     except msgspec.ValidationError as exc:
-        return error_body(InvalidRequest(f"invalid request: {exc}"), _salvage_id(raw))
+        return Answer(error_body(InvalidRequest(f"invalid request: {exc}"), _salvage_id(raw)))
     text = bytes(raw)
     if _may_repeat(text, bytes(request.params)) and (twice := duplicate_member(text)) is not None:
-        return error_body(
+        return Answer(error_body(
             InvalidRequest(f"invalid request: member {twice[:100]!r} is given twice", {"member": twice[:100]}),
             request.id if twice != "id" and _is_id(request.id) else NULL,
-        )
+        ))
     is_notification = len(request.id) == 0
     if not is_notification and not _is_id(request.id):
-        return error_body(InvalidRequest("invalid request: id must be a string, a number or null"))
+        return Answer(error_body(InvalidRequest("invalid request: id must be a string, a number or null")))
     reply_id = NULL if is_notification else request.id
     if request.jsonrpc != "2.0":
-        return error_body(InvalidRequest('invalid request: "jsonrpc" must be "2.0"'), reply_id)
+        return Answer(error_body(InvalidRequest('invalid request: "jsonrpc" must be "2.0"'), reply_id))
     params = bytes(request.params)
     if params and params[0] not in b"{[n":
-        return error_body(InvalidRequest("invalid request: params must be an object or an array"), reply_id)
+        return Answer(error_body(InvalidRequest("invalid request: params must be an object or an array"), reply_id))
+    retry_after_s = None
     try:
         result = await dispatch(request.method, request.params)
         answer = _encoder.encode(Success("2.0", reply_id, result))
     except RPCError as exc:
         answer = error_body(exc, reply_id)
+        retry_after_s = exc.retry_after_s
     except Exception:
         ref = secrets.token_hex(4)
         logger.exception("internal error (ref %s) in %r", ref, request.method[:100])
         answer = error_body(InternalError(f"internal error (ref {ref})"), reply_id)
-    return None if is_notification else answer
+    return Answer(None if is_notification else answer, retry_after_s)
 
 
 def _salvage_id(raw: Raw) -> Raw:

@@ -25,12 +25,10 @@ from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from wasmrun.protocol.errors import (
-    RETRY_HINT,
     InternalError,
     InvalidRequest,
     QuotaExceeded,
     RequestTooLarge,
-    RetryHint,
     RPCError,
     Unauthorized,
 )
@@ -59,8 +57,14 @@ async def send_answer(send: Send, status: int, body: bytes = b"", headers: Heade
     await send({"type": "http.response.body", "body": body})
 
 
+def retry_after(seconds: int | None) -> Headers:
+    """The `Retry-After` header for an answer whose errors ask the client to wait (none when None)."""
+    return [] if seconds is None else [(b"retry-after", b"%d" % seconds)]
+
+
 def rpc_error(error: RPCError, status: int, headers: Headers | None = None) -> tuple[int, bytes, Headers | None]:
-    return status, jsonrpc.error_body(error), headers
+    head = [*(headers or ()), *retry_after(error.retry_after_s)]
+    return status, jsonrpc.error_body(error), head or None
 
 
 def header_values(scope: Scope) -> dict[bytes, bytes]:
@@ -122,7 +126,7 @@ class RpcEndpoint:
             if not held.enter_context(self.in_flight.enter(caller)):
                 limit = caller.limits.concurrent_requests
                 error = QuotaExceeded(too_many_requests_message(caller), "concurrent_requests", limit, retry_after_s=1)
-                await send_answer(send, *rpc_error(error, 429, [(b"retry-after", b"1")]))
+                await send_answer(send, *rpc_error(error, 429))
                 return
             await self._answer(scope, receive, send, headers, functools.partial(self.dispatch, caller=caller), held)
 
@@ -144,17 +148,15 @@ class RpcEndpoint:
             return
         if accepts_events(headers.get(b"accept", b"").decode("latin-1")) and asks_to_stream(body):
             # Counted in flight until the call ends, however early the client leaves.
-            stream = EventStreamResponse(body, functools.partial(_handle, call=call), held.pop_all() if held else None)
+            stream = EventStreamResponse(body, functools.partial(_streamed, call=call), held.pop_all() if held else None)
             await stream(scope, receive, send)
             return
-        hint = RetryHint()
-        RETRY_HINT.set(hint)  # this request's task alone: a rate limit hit in it sets a Retry-After
         answer = await _handle(body, call)
-        extra = [(b"retry-after", b"%d" % hint.seconds)] if hint.seconds is not None else None
-        if answer is None:
+        extra = retry_after(answer.retry_after_s) or None
+        if answer.body is None:
             await send_answer(send, 204, b"", extra)
         else:
-            await send_answer(send, 200, answer, extra)
+            await send_answer(send, 200, answer.body, extra)
 
     async def _body(self, receive: Receive) -> bytes | None:
         """The whole body, or None when it is over the limit (one chunk, the usual case: no copy)."""
@@ -177,12 +179,17 @@ class RpcEndpoint:
         return bytes(body)
 
 
-async def _handle(body: bytes, call: Callable[..., Awaitable[Any]]) -> bytes | None:
+async def _handle(body: bytes, call: Callable[..., Awaitable[Any]]) -> jsonrpc.Answer:
     try:
         return await jsonrpc.handle(body, call)
     except Exception:  # handle() answers errors itself; this is the last guard against a 500
         logger.exception("unexpected failure answering a request")
-        return jsonrpc.error_body(InternalError("internal error"))
+        return jsonrpc.Answer(jsonrpc.error_body(InternalError("internal error")))
+
+
+async def _streamed(body: bytes, call: Callable[..., Awaitable[Any]]) -> bytes | None:
+    """The answer's body alone: a stream's headers are sent before any call ends."""
+    return (await _handle(body, call)).body
 
 
 class RpcFront(Starlette):
