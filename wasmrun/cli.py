@@ -341,13 +341,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> int:
+    from wasmrun.backends import migrate_database
     from wasmrun.database.migrations import LATEST
-    from wasmrun.server import migrate_database
 
     settings = Settings.load(database_url=args.database_url)
     if settings.database_url is None:
         raise ValueError("migrate needs --database-url (or WASMRUN_DATABASE_URL): the local files need no migration")
-    done = migrate_database(settings)
+    done = migrate_database(settings.database_url)
     print(f"schema at version {LATEST}" + (f" (applied {', '.join(map(str, done))})" if done else " (up to date)"))
     return 0
 
@@ -387,11 +387,10 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _tenants(args: argparse.Namespace) -> int:
-    from wasmrun.server import migrate_database, tenant_store
+    from wasmrun.backends import open_backends
 
     settings = Settings.load(data_dir=args.data_dir, database_url=args.database_url)
-    migrate_database(settings)
-    store = tenant_store(settings)
+    store = open_backends(settings).records.tenant_store()
     command = args.tenants_command
     if command == "list":
         doc = store.load()

@@ -1,5 +1,6 @@
-"""Putting the runtime together: settings → blob store, skill registry, executor → app.
+"""Putting the runtime together: settings → backends → blob store, skill registry, executor → app.
 
+The backends (local files, or PostgreSQL and S3) are chosen once, in backends.py;
 `make_executor` is the one place that decides how the server runs sandboxes.
 """
 
@@ -10,73 +11,58 @@ import functools
 import hmac
 import importlib.util
 import logging
-import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
-from wasmrun.blobs.store import BlobStore, FileBlobStore
+from wasmrun.backends import Backends, open_backends
+from wasmrun.blobs.store import BlobStore
 from wasmrun.capabilities import facts_of
-from wasmrun.observe.audit import AuditLog
 from wasmrun.observe.metrics import Metrics
 from wasmrun.observe.record import Observers
 from wasmrun.packages import layer as package_layer
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.methods import Dispatcher
-from wasmrun.protocol.sessionstore import SessionStore, session_expired
+from wasmrun.protocol.sessionstore import session_expired
 from wasmrun.registry import requirements
 from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox import warmup
 from wasmrun.sandbox.executor import Executor, InProcessExecutor
-from wasmrun.sandbox.packagelayer import ENV as PACKAGES_ENV
-from wasmrun.sandbox.pool import BlobOpener, WorkerPool
+from wasmrun.sandbox.pool import WorkerPool
 from wasmrun.settings import Settings
 from wasmrun.tenants.caller import LOCAL_TENANT, local_caller
 from wasmrun.tenants.calls import CallGate, RequestsInFlight
-from wasmrun.tenants.quotas import RunGate
 from wasmrun.tenants.retention import BlobRetention
-from wasmrun.tenants.store import TenantDirectory, TenantEditor, TenantStore
+from wasmrun.tenants.store import TenantDirectory
 from wasmrun.wire.app import Authenticated
 from wasmrun.wire.app import create_app as create_wire_app
 from wasmrun.wire.guard import RequestGuard, is_loopback
 from wasmrun.wire.lazy import LazyEndpoint
 from wasmrun.wire.tools_route import tools_route
 
-if TYPE_CHECKING:
-    from wasmrun.database.audit import PgAuditLog
-    from wasmrun.database.orphans import OrphanSweeper
 
-
-def make_executor(settings: Settings) -> Executor:
-    """Worker processes, each opening the blob store at `settings.blobs_dir` itself."""
+def make_executor(settings: Settings, backends: Backends) -> Executor:
+    """Worker processes, each opening the blob store of `backends` itself."""
     from wasmrun.sandbox.engine import precompile
     from wasmrun.sandbox.images import resolve_image
 
     # Here, once, with progress on stderr, rather than in every worker at once.
     precompile()
-    # Workers find the operator's package layer (wasmrun/packages) through their environment.
-    os.environ[PACKAGES_ENV] = str(settings.package_layers)
     image = resolve_image(settings.image)
     if image == "data":
         from wasmrun.sandbox.images import data_engine, ready_image
 
         ready_image(data_engine(), quiet=False)
     logging.getLogger("wasmrun").info("serving the %s image", image)
-    if settings.blob_store is not None and settings.database_url is not None:
-        # Workers read the URLs from their environment, never from their command line
-        # (where any local user could read a password).
-        os.environ["WASMRUN_DATABASE_URL"] = settings.database_url
-        os.environ["WASMRUN_BLOB_STORE"] = settings.blob_store
-        opener = BlobOpener("wasmrun.database.blobs:SharedBlobStore", [])
-    else:
-        opener = BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(settings.blobs_dir)])
-    pool = WorkerPool(opener, workers=settings.workers, queue_timeout=settings.queue_timeout, image=image)
+    pool = WorkerPool(
+        backends.blobs.for_workers(), workers=settings.workers, queue_timeout=settings.queue_timeout, image=image,
+        packages=settings.package_layers,
+    )
     if settings.image == "auto" and image == "stdlib" and warmup.available():
         # The data stack is installed but its image not made: made in the background
         # (minutes, low priority) while this server answers on the stdlib image.
@@ -94,31 +80,17 @@ def make_local_executor(settings: Settings, blobs: BlobStore) -> Executor:
     )
 
 
-def open_registry(settings: Settings) -> DirectoryRegistry:
+def open_registry(settings: Settings, backends: Backends | None = None) -> DirectoryRegistry:
     """The operator's skill folders (read-only; `skills add`'s folder made here, so that a
-    skill added later is picked up without a restart) and the tenants' created skills:
-    in the shared database with --database-url, else under the data folder."""
+    skill added later is picked up without a restart) and the tenants' created skills
+    (backends.py: in the shared database with --database-url, else under the data folder)."""
+    if backends is None:
+        backends = open_backends(settings)
     settings.installed_skills.mkdir(parents=True, exist_ok=True)
-    if settings.database_url is None:
-        registry = DirectoryRegistry(settings.operator_skill_dirs, settings.skills_home, served_layer(settings))
-        warn_missing_packages(registry, settings)
-        return registry
-    from wasmrun.database.connection import Database
-    from wasmrun.database.skills import PgSkillRegistry
-
-    migrate_database(settings)
-    objects = None
-    if settings.blob_store is not None:  # bundles beside the blobs' bytes
-        from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
-
-        objects = ObjectStore(ObjectStoreLocation.parse(settings.blob_store))
-    shared = PgSkillRegistry(
-        settings.operator_skill_dirs, settings.skills_home, Database(settings.database_url), settings.skill_cache,
-        objects, cache_entries=settings.skill_cache_entries, cache_bytes=settings.skill_cache_bytes,
-        package_layer=served_layer(settings),
-    )
-    warn_missing_packages(shared, settings)
-    return shared
+    layer = served_layer(settings)
+    registry = backends.records.skill_registry(layer)
+    warn_missing_packages(registry, layer)
+    return registry
 
 
 def served_layer(settings: Settings) -> Path:
@@ -131,103 +103,66 @@ def served_layer(settings: Settings) -> Path:
     return package_layer.tag_root(settings.data_dir, package_layer.IMAGE_TAGS.get(image, package_layer.DEFAULT_TAG))
 
 
-def warn_missing_packages(registry: DirectoryRegistry, settings: Settings) -> None:
+def warn_missing_packages(registry: DirectoryRegistry, layer: Path) -> None:
     """Folder skills load whatever they declare; a missing package is said once, at start."""
     for skill in registry.loaded_operator_skills():
-        wanted = requirements.missing(skill.manifest, served_layer(settings))
+        wanted = requirements.missing(skill.manifest, layer)
         if wanted:
             logging.getLogger("wasmrun").warning("%s", requirements.missing_message(skill.manifest.name, wanted))
 
 
 def build_context(
-    settings: Settings, *, blobs: BlobStore | None = None, executor: Executor | None = None
+    settings: Settings, *, backends: Backends | None = None, blobs: BlobStore | None = None,
+    executor: Executor | None = None,
 ) -> Context:
-    """Everything the methods need; pass `blobs` and `executor` to share them (tests do)."""
+    """Everything the methods need, on `backends` (opened from `settings` when not given);
+    pass `blobs` and `executor` to share them (tests do)."""
+    if backends is None:
+        backends = open_backends(settings)
     if blobs is None:
-        blobs = open_blob_store(settings)
+        blobs = backends.blobs.blob_store()
     return Context(
-        registry=open_registry(settings),
+        registry=open_registry(settings, backends),
         blobs=blobs,
-        executor=executor if executor is not None else make_executor(settings),
+        executor=executor if executor is not None else make_executor(settings, backends),
         secrets=settings.secrets,
         limits=settings.limits,
         egress=settings.egress,
         access=settings.access,
         max_full_read_bytes=settings.max_full_read_bytes,
         caller=local_caller(settings.access.limits),
-        gate=open_run_gate(settings),
+        gate=backends.records.run_gate(),
         calls=CallGate(settings.queue_timeout),
-        sessions=open_session_store(settings),
+        sessions=backends.blobs.session_store(),
     )
 
 
-def open_session_store(settings: Settings) -> SessionStore:
-    """Sessions in the database and the object store with --blob-store (any server
-    resumes any session), else under the data folder."""
-    if settings.blob_store is None or settings.database_url is None:
-        return SessionStore(settings.data_dir / "sessions", settings.sessions)
-    from wasmrun.database.sessions import SharedSessionStore
-
-    migrate_database(settings)
-    # A cache of versions fetched or made here, one folder per process.
-    cache = settings.data_dir / "session-cache"
-    return SharedSessionStore(cache, settings.database_url, settings.blob_store, settings.sessions)
-
-
-def open_run_gate(settings: Settings) -> RunGate:
-    """Run admission; with --database-url a tenant's concurrent runs count across servers."""
-    if settings.database_url is None:
-        return RunGate(settings.queue_timeout, pool_size=settings.workers)
-    from wasmrun.database.runs import SharedRunGate
-
-    migrate_database(settings)
-    return SharedRunGate(settings.database_url, settings.queue_timeout, pool_size=settings.workers)
-
-
-def open_blob_store(settings: Settings) -> BlobStore:
-    """Blobs in the object store and the database with --blob-store, else files under the data folder."""
-    if settings.blob_store is not None:
-        from wasmrun.database.blobs import SharedBlobStore
-
-        migrate_database(settings)
-        return SharedBlobStore(settings.database_url, settings.blob_store)
-    store = FileBlobStore(settings.blobs_dir)
-    store.sweep()  # what writers killed before this start left behind
-    return store
-
-
 def create_app(
-    settings: Settings, context: Context | None = None, *, mcp_with_create_skill: bool = False
+    settings: Settings, context: Context | None = None, *, backends: Backends | None = None,
+    mcp_with_create_skill: bool = False,
 ) -> Starlette:
-    """The server's ASGI app. It closes the executor on shutdown only if it made it.
+    """The server's ASGI app, on `backends` (opened from `settings` when not given). It closes
+    the executor on shutdown only if it made it.
 
     /rpc, /tools and /mcp share one dispatcher and one app (so one middleware stack);
     /mcp only when the MCP SDK is installed (the `mcp` extra)."""
     owned = context is None
-    context = context if context is not None else build_context(settings)
-    migrate_database(settings)
-    tenants = tenant_directory(settings)
-    sessions = context.sessions
+    if backends is None:
+        backends = open_backends(settings)
+    context = context if context is not None else build_context(settings, backends=backends)
+    tenants = tenant_directory(settings, backends)
     metrics = Metrics(
         context.gate, context.executor.capacity, context.blobs, lambda: [LOCAL_TENANT, *tenants.names()],
         context.calls, getattr(context.executor, "background", None),
-        sessions.tenants if sessions is not None else None,
+        context.sessions.tenants if context.sessions is not None else None,
     )
-    audit = open_audit_log(settings)
+    audit = backends.records.audit_log()
     observers = Observers(metrics, *([audit] if audit is not None else []))
-    if sessions is not None:
-        sessions.on_end = lambda meta, reason: observers.record(session_expired(meta)) if reason == "expired" else None
-        sessions.start()
-    retention = BlobRetention(context.blobs, tenants, settings.access.limits.blob_ttl_s)
-    retention.start()
-    orphans = open_orphan_sweeper(settings)
+    stops = start_background_work(settings, context, backends, tenants, observers)
 
     def shutdown() -> None:
-        if sessions is not None:
-            sessions.stop()
-        retention.stop()
-        if orphans is not None:
-            orphans.stop()
+        for stop in stops:
+            stop()
         if audit is not None:
             audit.close()
         if owned:
@@ -237,25 +172,7 @@ def create_app(
     dispatcher = Dispatcher(context, observers, require_caller=True)
     in_flight = RequestsInFlight()  # each tenant's HTTP requests, /rpc and /mcp together
     routes: list[BaseRoute] = [tools_route(facts_of(context.limits, context.egress.network.run_code))]
-    lifespans = []
-    if importlib.util.find_spec("mcp") is None:
-        logging.getLogger("wasmrun").info("no MCP at /mcp: the mcp SDK is not installed (wasmrun[mcp])")
-    else:
-
-        def build_mcp() -> tuple[ASGIApp, Callable[[], AbstractAsyncContextManager[None]]]:
-            from wasmrun.mcp_server import http_app
-
-            return http_app(
-                dispatcher, authenticate=tenants.authenticate,
-                max_body_bytes=settings.max_body_bytes, with_create_skill=mcp_with_create_skill,
-            )
-
-        # The SDK is imported on the first authenticated /mcp request, not at start (see
-        # wire/lazy.py). Every request is authenticated like /rpc's before the SDK sees it,
-        # and each tool call runs as the key on its own request (mcp_server.http_app).
-        mcp = LazyEndpoint(build_mcp)
-        routes.append(Route("/mcp", endpoint=Authenticated(mcp, tenants.authenticate, in_flight)))
-        lifespans.append(mcp.lifespan)
+    lifespans = mcp_endpoint(settings, dispatcher, tenants, in_flight, routes, with_create_skill=mcp_with_create_skill)
     return create_wire_app(
         dispatcher,
         max_body_bytes=settings.max_body_bytes,
@@ -270,6 +187,51 @@ def create_app(
         metrics_refusal=functools.partial(metrics_refusal, settings.metrics_key, tenants),
         in_flight=in_flight,
     )
+
+
+def start_background_work(
+    settings: Settings, context: Context, backends: Backends, tenants: TenantDirectory, observers: Observers
+) -> list[Callable[[], None]]:
+    """Start what the server does beside answering (sessions' expiry, blob retention, the
+    object store's orphan sweep); what stops each, in order."""
+    stops: list[Callable[[], None]] = []
+    sessions = context.sessions
+    if sessions is not None:
+        sessions.on_end = lambda meta, reason: observers.record(session_expired(meta)) if reason == "expired" else None
+        sessions.start()
+        stops.append(sessions.stop)
+    retention = BlobRetention(context.blobs, tenants, settings.access.limits.blob_ttl_s)
+    retention.start()
+    stops.append(retention.stop)
+    orphans = backends.blobs.orphan_sweeper()
+    if orphans is not None:
+        stops.append(orphans.stop)
+    return stops
+
+
+def mcp_endpoint(
+    settings: Settings, dispatcher: Dispatcher, tenants: TenantDirectory, in_flight: RequestsInFlight,
+    routes: list[BaseRoute], *, with_create_skill: bool,
+) -> list[Callable[[], AbstractAsyncContextManager[None]]]:
+    """/mcp added to `routes` when the MCP SDK is installed; the lifespans it needs."""
+    if importlib.util.find_spec("mcp") is None:
+        logging.getLogger("wasmrun").info("no MCP at /mcp: the mcp SDK is not installed (wasmrun[mcp])")
+        return []
+
+    def build_mcp() -> tuple[ASGIApp, Callable[[], AbstractAsyncContextManager[None]]]:
+        from wasmrun.mcp_server import http_app
+
+        return http_app(
+            dispatcher, authenticate=tenants.authenticate,
+            max_body_bytes=settings.max_body_bytes, with_create_skill=with_create_skill,
+        )
+
+    # The SDK is imported on the first authenticated /mcp request, not at start (see
+    # wire/lazy.py). Every request is authenticated like /rpc's before the SDK sees it,
+    # and each tool call runs as the key on its own request (mcp_server.http_app).
+    mcp = LazyEndpoint(build_mcp)
+    routes.append(Route("/mcp", endpoint=Authenticated(mcp, tenants.authenticate, in_flight)))
+    return [mcp.lifespan]
 
 
 def metrics_refusal(
@@ -292,69 +254,23 @@ def metrics_refusal(
     return None
 
 
-def open_orphan_sweeper(settings: Settings) -> OrphanSweeper | None:
-    """With --blob-store: objects a killed server stored without their row are deleted
-    (at start, then periodically); nothing to do for files (FileBlobStore.sweep)."""
-    if settings.blob_store is None or settings.database_url is None:
-        return None
-    from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
-    from wasmrun.database.connection import Database
-    from wasmrun.database.orphans import OrphanSweeper
-
-    sweeper = OrphanSweeper(Database(settings.database_url), ObjectStore(ObjectStoreLocation.parse(settings.blob_store)))
-    sweeper.start()
-    return sweeper
-
-
-def migrate_database(settings: Settings) -> list[int]:
-    """Bring the shared database's schema up to date (nothing without --database-url)."""
-    if settings.database_url is None:
-        return []
-    from wasmrun.database.connection import Database
-
-    database = Database(settings.database_url)
-    try:
-        return database.migrate()
-    finally:
-        database.close()
-
-
-def tenant_store(settings: Settings) -> TenantEditor:
-    """The shared database's tenants with --database-url, else `<data_dir>/tenants.json`."""
-    if settings.database_url is None:
-        return TenantStore(settings.data_dir)
-    from wasmrun.database.connection import Database
-    from wasmrun.database.tenants import PgTenantStore
-
-    return PgTenantStore(Database(settings.database_url))
-
-
-def open_audit_log(settings: Settings) -> AuditLog | PgAuditLog | None:
-    """Rows of the shared database with --database-url (unless --audit-log -), else the file."""
-    if settings.audit_log is None:
-        return None
-    if settings.database_url is None:
-        return AuditLog(settings.audit_log)
-    from wasmrun.database.audit import PgAuditLog
-    from wasmrun.database.connection import Database
-
-    return PgAuditLog(Database(settings.database_url))
-
-
-def tenant_directory(settings: Settings) -> TenantDirectory:
-    """API keys from the tenant store; with no tenants there, the implicit
-    local tenant when this server may be anonymous (loopback, or --insecure)."""
+def tenant_directory(settings: Settings, backends: Backends | None = None) -> TenantDirectory:
+    """API keys from the tenant store of `backends` (opened from `settings` when not given);
+    with no tenants there, the implicit local tenant when this server may be anonymous
+    (loopback, or --insecure)."""
+    if backends is None:
+        backends = open_backends(settings)
     anonymous = is_loopback(settings.host) or settings.insecure
     return TenantDirectory(
-        tenant_store(settings),
+        backends.records.tenant_store(),
         settings.access.limits,
         anonymous=local_caller(settings.access.limits) if anonymous else None,
     )
 
 
-def check_exposure(settings: Settings) -> None:
+def check_exposure(settings: Settings, backends: Backends | None = None) -> None:
     """Refuse to serve a non-loopback address to anonymous clients unless told to."""
-    if is_loopback(settings.host) or tenant_directory(settings).has_tenants():
+    if is_loopback(settings.host) or tenant_directory(settings, backends).has_tenants():
         return
     if not settings.insecure:
         raise ValueError(
@@ -368,11 +284,11 @@ def check_exposure(settings: Settings) -> None:
     )
 
 
-def check_workers(settings: Settings) -> None:
+def check_workers(settings: Settings, backends: Backends | None = None) -> None:
     """Refuse to serve several tenants from fewer than two workers unless told to: each tenant
     may hold all the sandboxes but one (tenants/quotas.py), and with one worker that is all of
     them, so one tenant's sleeping runs make every other tenant's run "server busy"."""
-    tenants = len(tenant_directory(settings).names())
+    tenants = len(tenant_directory(settings, backends).names())
     if settings.workers >= 2 or tenants < 2:
         return
     if not settings.allow_one_worker:
@@ -389,12 +305,11 @@ def check_workers(settings: Settings) -> None:
 
 def serve(settings: Settings, *, mcp_with_create_skill: bool = False) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    migrate_database(settings)
-    check_exposure(settings)
-    check_workers(settings)
-    if settings.blob_store is None:  # the database's counters change with its rows: nothing to recount
-        FileBlobStore(settings.blobs_dir).recount()  # quotas start from what is on disk
-    app = create_app(settings, mcp_with_create_skill=mcp_with_create_skill)
+    backends = open_backends(settings)  # here once: the database migrated, the stores chosen
+    check_exposure(settings, backends)
+    check_workers(settings, backends)
+    backends.blobs.recount()  # quotas start from what is stored
+    app = create_app(settings, backends=backends, mcp_with_create_skill=mcp_with_create_skill)
     logging.getLogger("wasmrun").info(
         "serving the Skills Protocol at http://%s:%d/rpc (data in %s)",
         settings.host, settings.port, settings.data_dir,

@@ -174,62 +174,21 @@ class Settings:
         def pick(flag: object, name: str) -> str | None:
             return str(flag) if flag is not None else env.get(ENV_PREFIX + name) or None
 
-        extra_dirs = skills_dirs
-        if extra_dirs is None and env.get(ENV_PREFIX + "SKILLS_DIRS"):
-            extra_dirs = [Path(p) for p in env[ENV_PREFIX + "SKILLS_DIRS"].split(os.pathsep) if p]
-        extra = [d.expanduser() for d in extra_dirs or []]
-        dirs = [BUNDLED_SKILLS] + [d for d in extra if d != BUNDLED_SKILLS]
-
         secrets_path = pick(secrets_file, "SECRETS_FILE")
         policy_path = pick(policy_file, "POLICY_FILE")
-        values: dict[str, Any] = {
-            "host": pick(host, "HOST"),
-            "port": _int(pick(port, "PORT"), "port"),
-            "data_dir": Path(p).expanduser() if (p := pick(data_dir, "DATA_DIR")) else None,
-            "workers": _int(pick(workers, "WORKERS"), "workers"),
-            "queue_timeout": _float(env.get(ENV_PREFIX + "QUEUE_TIMEOUT"), "queue timeout"),
-            "max_body_bytes": _int(env.get(ENV_PREFIX + "MAX_BODY_BYTES"), "max body bytes"),
-            "body_timeout": _float(env.get(ENV_PREFIX + "BODY_TIMEOUT"), "body timeout"),
-            "max_full_read_bytes": _int(
-                env.get(ENV_PREFIX + "MAX_FULL_READ_BYTES"), "max full read bytes"
-            ),
-            "skill_cache_entries": _int(env.get(ENV_PREFIX + "SKILL_CACHE_ENTRIES"), "skill cache entries"),
-            "skill_cache_bytes": (
-                mb * 1024 * 1024 if (mb := _int(env.get(ENV_PREFIX + "SKILL_CACHE_MB"), "skill cache MB")) else None
-            ),
-        }
-        chosen = {k: v for k, v in values.items() if v is not None}
-        chosen_image = pick(image, "IMAGE")
-        if chosen_image is not None:
-            if chosen_image not in IMAGES:
-                raise ValueError(f"unknown image {chosen_image[:40]!r}: one of {', '.join(IMAGES)}")
-            chosen["image"] = chosen_image
-        chosen["data_dir"] = chosen.get("data_dir") or default_data_dir(env)
-        chosen["workers"] = chosen.get("workers") or default_workers(chosen.get("image", cls.image))  # fits memory
-        if chosen.get("body_timeout") == 0:
-            raise ValueError("body timeout must be above 0 seconds")
+        chosen = load_server_values(
+            env, host=pick(host, "HOST"), port=pick(port, "PORT"), data_dir=pick(data_dir, "DATA_DIR"),
+            workers=pick(workers, "WORKERS"), image=pick(image, "IMAGE"),
+        )
         audit = pick(audit_log, "AUDIT_LOG")
         chosen["audit_log"] = None if audit == "-" else Path(audit).expanduser() if audit else chosen["data_dir"] / "audit.log"
-        access = load_access_policy(Path(policy_path).expanduser() if policy_path else None)
-        ttl = pick(blob_ttl, "BLOB_TTL")
-        if ttl is not None:
-            seconds = _int(ttl, "blob ttl") if ttl != "0" else 0
-            access = dataclasses.replace(access, limits=dataclasses.replace(access.limits, blob_ttl_s=seconds or 0))
+        access = load_access(Path(policy_path).expanduser() if policy_path else None, pick(blob_ttl, "BLOB_TTL"))
         chosen["database_url"] = pick(database_url, "DATABASE_URL")
-        metrics_key = env.get(ENV_PREFIX + "METRICS_KEY") or None
-        if metrics_key is not None and (len(metrics_key) < 16 or not metrics_key.isascii() or not metrics_key.isprintable()):
-            raise ValueError("WASMRUN_METRICS_KEY must be at least 16 printable ASCII characters")
-        chosen["metrics_key"] = metrics_key
-        chosen["blob_store"] = pick(blob_store, "BLOB_STORE")
-        if chosen["blob_store"] is not None:
-            from wasmrun.blobs.objects import ObjectStoreLocation
-
-            ObjectStoreLocation.parse(chosen["blob_store"])  # a ValueError naming what is wrong
-            if chosen["database_url"] is None:
-                raise ValueError("--blob-store needs --database-url too: blob metadata and ownership live there")
+        chosen["metrics_key"] = load_metrics_key(env)
+        chosen["blob_store"] = load_blob_store(pick(blob_store, "BLOB_STORE"), chosen["database_url"])
         chosen["sessions"] = load_session_policy(env)
         return cls(
-            skills_dirs=tuple(dirs),
+            skills_dirs=load_skill_dirs(env, skills_dirs),
             limits=load_limit_policy(env),
             secrets=load_secrets(env, Path(secrets_path).expanduser() if secrets_path else None),
             egress=load_egress_policy(str(Path(policy_path).expanduser()) if policy_path else None),
@@ -238,6 +197,76 @@ class Settings:
             allow_one_worker=bool(allow_one_worker) or env.get(ENV_PREFIX + "ALLOW_ONE_WORKER", "") in ("1", "true", "yes"),
             **chosen,
         )
+
+
+def load_skill_dirs(env: Mapping[str, str], skills_dirs: list[Path] | None) -> tuple[Path, ...]:
+    """The bundled skills first, then --skills-dir (else WASMRUN_SKILLS_DIRS, os.pathsep-separated)."""
+    extra_dirs = skills_dirs
+    if extra_dirs is None and env.get(ENV_PREFIX + "SKILLS_DIRS"):
+        extra_dirs = [Path(p) for p in env[ENV_PREFIX + "SKILLS_DIRS"].split(os.pathsep) if p]
+    extra = [d.expanduser() for d in extra_dirs or []]
+    return (BUNDLED_SKILLS, *[d for d in extra if d != BUNDLED_SKILLS])
+
+
+def load_server_values(
+    env: Mapping[str, str], *, host: str | None, port: str | None, data_dir: str | None, workers: str | None,
+    image: str | None,
+) -> dict[str, Any]:
+    """Where the server listens and keeps its data, its workers and image, its sizes and
+    timeouts: only those given (the others keep Settings' defaults), and the data folder
+    and the number of workers always."""
+    values: dict[str, Any] = {
+        "host": host,
+        "port": _int(port, "port"),
+        "data_dir": Path(data_dir).expanduser() if data_dir else None,
+        "workers": _int(workers, "workers"),
+        "queue_timeout": _float(env.get(ENV_PREFIX + "QUEUE_TIMEOUT"), "queue timeout"),
+        "max_body_bytes": _int(env.get(ENV_PREFIX + "MAX_BODY_BYTES"), "max body bytes"),
+        "body_timeout": _float(env.get(ENV_PREFIX + "BODY_TIMEOUT"), "body timeout"),
+        "max_full_read_bytes": _int(env.get(ENV_PREFIX + "MAX_FULL_READ_BYTES"), "max full read bytes"),
+        "skill_cache_entries": _int(env.get(ENV_PREFIX + "SKILL_CACHE_ENTRIES"), "skill cache entries"),
+        "skill_cache_bytes": (
+            mb * 1024 * 1024 if (mb := _int(env.get(ENV_PREFIX + "SKILL_CACHE_MB"), "skill cache MB")) else None
+        ),
+    }
+    chosen = {k: v for k, v in values.items() if v is not None}
+    if image is not None:
+        if image not in IMAGES:
+            raise ValueError(f"unknown image {image[:40]!r}: one of {', '.join(IMAGES)}")
+        chosen["image"] = image
+    chosen["data_dir"] = chosen.get("data_dir") or default_data_dir(env)
+    chosen["workers"] = chosen.get("workers") or default_workers(chosen.get("image", Settings.image))  # fits memory
+    if chosen.get("body_timeout") == 0:
+        raise ValueError("body timeout must be above 0 seconds")
+    return chosen
+
+
+def load_access(policy_file: Path | None, blob_ttl: str | None) -> AccessPolicy:
+    """The operator's access policy (--policy-file), with --blob-ttl over its blob retention."""
+    access = load_access_policy(policy_file)
+    if blob_ttl is None:
+        return access
+    seconds = _int(blob_ttl, "blob ttl") if blob_ttl != "0" else 0
+    return dataclasses.replace(access, limits=dataclasses.replace(access.limits, blob_ttl_s=seconds or 0))
+
+
+def load_metrics_key(env: Mapping[str, str]) -> str | None:
+    metrics_key = env.get(ENV_PREFIX + "METRICS_KEY") or None
+    if metrics_key is not None and (len(metrics_key) < 16 or not metrics_key.isascii() or not metrics_key.isprintable()):
+        raise ValueError("WASMRUN_METRICS_KEY must be at least 16 printable ASCII characters")
+    return metrics_key
+
+
+def load_blob_store(blob_store: str | None, database_url: str | None) -> str | None:
+    """--blob-store, checked: a URL the object store client reads, and a database beside it."""
+    if blob_store is None:
+        return None
+    from wasmrun.blobs.objects import ObjectStoreLocation
+
+    ObjectStoreLocation.parse(blob_store)  # a ValueError naming what is wrong
+    if database_url is None:
+        raise ValueError("--blob-store needs --database-url too: blob metadata and ownership live there")
+    return blob_store
 
 
 def load_session_policy(env: Mapping[str, str]) -> SessionPolicy:

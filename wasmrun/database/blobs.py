@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import secrets
 import threading
 import time
@@ -41,8 +40,6 @@ READ_AHEAD = 1024 * 1024  # a read fetches at least this much and serves the nex
 # How long what was looked up serves later reads: a run's stream of chunk reads, not
 # much more (a blob deleted on another server stops being readable here after this).
 CACHE_S = 2.0
-DATABASE_ENV = "WASMRUN_DATABASE_URL"
-BLOB_STORE_ENV = "WASMRUN_BLOB_STORE"
 
 _COLUMNS = "blob_id, kind, size_bytes, sha256, created, run_id, utf8, owner"
 
@@ -58,13 +55,9 @@ def _info(row: tuple[object, ...]) -> BlobInfo:
 
 
 class SharedBlobStore:
-    def __init__(self, database_url: str | None = None, blob_store: str | None = None) -> None:
-        # A worker process is given no arguments: it reads both from its environment,
-        # so that a password in the URL never shows on a command line.
-        database_url = database_url or os.environ.get(DATABASE_ENV)
-        blob_store = blob_store or os.environ.get(BLOB_STORE_ENV)
-        if not database_url or not blob_store:
-            raise ValueError("shared blobs need both --database-url and --blob-store")
+    def __init__(self, database_url: str, blob_store: str) -> None:
+        # In a worker process both come with its setup (sandbox/poolworker.WorkerSetup),
+        # down its pipe: a password in the URL never shows on a command line.
         self.database = Database(database_url)
         self.objects = ObjectStore(ObjectStoreLocation.parse(blob_store))
         self._key: bytes | None = None

@@ -13,7 +13,6 @@ import os
 import re
 from pathlib import Path
 
-ENV = "WASMRUN_PACKAGES"  # how a server tells its worker processes where the layers are
 VERSION = re.compile(r"v-[0-9a-z_-]+", re.ASCII)
 
 
@@ -26,10 +25,8 @@ class PackageLayer:
 
     @classmethod
     def for_engine(cls, layers: Path | None, python_tag: str) -> PackageLayer:
-        """The layer for a guest of `python_tag` under `layers` (<data_dir>/packages,
-        else the server's WASMRUN_PACKAGES); none without either."""
-        if layers is None and os.environ.get(ENV):
-            layers = Path(os.environ[ENV])
+        """The layer for a guest of `python_tag` under `layers` (<data_dir>/packages);
+        none without it."""
         return cls(layers / python_tag if layers is not None else None)
 
     def current(self) -> Path | None:

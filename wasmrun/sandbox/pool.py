@@ -36,9 +36,9 @@ from wasmrun.sandbox.background import BackgroundTotals
 from wasmrun.sandbox.executor import Busy, ExecutorHealth
 from wasmrun.sandbox.ids import new_run_id
 from wasmrun.sandbox.outstream import OUTPUT, OutputSink
-from wasmrun.sandbox.poolworker import encoder, result_decoder
+from wasmrun.sandbox.poolworker import BlobOpener as BlobOpener
+from wasmrun.sandbox.poolworker import WorkerSetup, encoder, result_decoder
 from wasmrun.sandbox.types import RunError, RunRequest, RunResult, host_failure
-from wasmrun.sandbox.workerprocess import BlobOpener as BlobOpener
 from wasmrun.sandbox.workerprocess import Worker
 
 logger = logging.getLogger("wasmrun.pool")
@@ -166,9 +166,13 @@ class WorkerPool:
         watchdog_grace: float = WATCHDOG_GRACE_S,
         workspace_parent: Path | None = None,
         image: str = "stdlib",
+        packages: Path | None = None,
     ) -> None:
+        """`open_blobs`: how each worker opens the blob store; `packages`: the
+        operator's package layers (<data_dir>/packages), None for none."""
         self.size = max(1, workers or os.cpu_count() or 1)
         self.image = image
+        self.packages = packages
         self.queue_timeout = queue_timeout
         self.watchdog_grace = watchdog_grace
         self.workspace_parent = workspace_parent or workroots.default_parent()
@@ -182,7 +186,7 @@ class WorkerPool:
         workroots.sweep(self.workspace_parent)  # orphans of earlier crashes
         starting: list[Worker] = []
         try:
-            starting.extend(Worker(open_blobs, self.workspace_parent, image) for _ in range(self.size))
+            starting.extend(Worker(self._setup()) for _ in range(self.size))
             for worker in starting:
                 worker.wait_ready()
         except BaseException:
@@ -193,6 +197,11 @@ class WorkerPool:
         for worker in starting:
             self._idle.put(worker)
         threading.Thread(target=self._monitor, name="wasmrun-pool-monitor", daemon=True).start()
+
+    def _setup(self) -> WorkerSetup:
+        """What a worker started now serves (the image changes with `roll`)."""
+        packages = str(self.packages) if self.packages is not None else None
+        return WorkerSetup(self._open_blobs, str(self.workspace_parent), self.image, packages)
 
     def capacity(self) -> tuple[int, int]:
         """(busy, free) workers, for /metrics (no system call: see `health` for /healthz)."""
@@ -368,7 +377,7 @@ class WorkerPool:
 
     def _start_worker(self) -> Worker | None:
         try:
-            fresh = Worker(self._open_blobs, self.workspace_parent, self.image)
+            fresh = Worker(self._setup())
         except Exception:
             logger.exception("could not start a replacement worker; retrying")
             return None

@@ -1,14 +1,14 @@
 """A worker process of the pool (pool.py): one engine, runs served one at a time over a pipe.
 
-Started as `python -m wasmrun.sandbox.pool ...` (a fresh interpreter, never a
-fork); reads msgpack RunRequests framed by multiprocessing.connection and
-answers each with its RunResult, a streamed run's output first (OUTPUT
-messages, outstream.py).
+Started as `python -m wasmrun.sandbox.pool --fd-in N --fd-out M` (a fresh
+interpreter, never a fork); its first message is its `WorkerSetup`, then it
+reads msgpack RunRequests framed by multiprocessing.connection and answers
+each with its RunResult, a streamed run's output first (OUTPUT messages,
+outstream.py).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing.connection
 import signal
@@ -25,7 +25,28 @@ if TYPE_CHECKING:
 
 READY = b"ready"  # a worker's first message: its engine is loaded
 
+
+class BlobOpener(msgspec.Struct, frozen=True):
+    """How a worker process opens the blob store: `module:callable` and its
+    arguments. A spec, not an object, because it crosses a process."""
+
+    target: str
+    args: list[str] = []
+
+
+class WorkerSetup(msgspec.Struct, frozen=True):
+    """What a worker process serves, as the pool's first message down its request pipe:
+    never on its command line nor in its environment, where the shared blob store's
+    arguments (a database URL with its password) would be readable by other local users."""
+
+    blobs: BlobOpener
+    workspace_parent: str
+    image: str = "stdlib"  # "auto", "stdlib" or "data" (images.make_engine)
+    packages: str | None = None  # the operator's package layers (<data_dir>/packages); None: none
+
+
 encoder = msgspec.msgpack.Encoder()
+setup_decoder = msgspec.msgpack.Decoder(WorkerSetup)
 request_decoder = msgspec.msgpack.Decoder(RunRequest)
 result_decoder = msgspec.msgpack.Decoder(RunResult)
 
@@ -33,27 +54,22 @@ result_decoder = msgspec.msgpack.Decoder(RunResult)
 def main(argv: list[str] | None = None) -> None:
     """Entry point of a worker process (`python -m wasmrun.sandbox.pool ...`)."""
     import argparse
-    import importlib
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--fd-in", type=int, required=True)
     parser.add_argument("--fd-out", type=int, required=True)
-    parser.add_argument("--blobs", required=True, help="module:callable that opens the blob store")
-    parser.add_argument("--blobs-args", default="[]", help="JSON list of arguments for it")
-    parser.add_argument("--workspace-parent", type=Path, required=True)
-    parser.add_argument("--image", default="stdlib", choices=("auto", "stdlib", "data"))
     args = parser.parse_args(argv)
     # The parent handles Ctrl-C and shuts workers down by closing the pipe.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Into the server's stderr: a host failure in a run is logged there, with its traceback.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s[worker %(process)d]: %(message)s")
-    from wasmrun.sandbox.images import make_engine
-
-    module, _, name = args.blobs.partition(":")
-    open_blobs = getattr(importlib.import_module(module), name)
-    engine = make_engine(args.image, open_blobs(*json.loads(args.blobs_args)), args.workspace_parent)
     inbox = multiprocessing.connection.Connection(args.fd_in, writable=False)
     outbox = multiprocessing.connection.Connection(args.fd_out, readable=False)
+    try:
+        setup = setup_decoder.decode(inbox.recv_bytes())
+    except (EOFError, OSError):
+        return  # the pool went away before saying what to serve
+    engine = open_engine(setup)
     outbox.send_bytes(READY)
     try:
         while True:
@@ -64,6 +80,18 @@ def main(argv: list[str] | None = None) -> None:
             outbox.send_bytes(serve(engine, raw, outbox))
     finally:
         engine.close()
+
+
+def open_engine(setup: WorkerSetup) -> SandboxEngine:
+    """The engine `setup` describes, on the blob store its opener opens."""
+    import importlib
+
+    from wasmrun.sandbox.images import make_engine
+
+    module, _, name = setup.blobs.target.partition(":")
+    open_blobs = getattr(importlib.import_module(module), name)
+    packages = Path(setup.packages) if setup.packages is not None else None
+    return make_engine(setup.image, open_blobs(*setup.blobs.args), Path(setup.workspace_parent), packages=packages)
 
 
 def serve(engine: SandboxEngine, raw: bytes, outbox: multiprocessing.connection.Connection) -> bytes:

@@ -1,6 +1,6 @@
 """The pool's handle on one worker process (poolworker.py): its start, its pipes, its messages.
 
-Requests go down one pipe and results (a streamed run's output first) come
+Its setup (poolworker.WorkerSetup), then requests, go down one pipe and results (a streamed run's output first) come
 up another, framed as multiprocessing.connection frames them; the parent
 reads them inside its event loop (FrameReader), or on a thread when it
 drains a worker whose run was cancelled.
@@ -9,7 +9,6 @@ drains a worker whose run was cancelled.
 from __future__ import annotations
 
 import asyncio
-import json
 import multiprocessing.connection
 import os
 import select
@@ -17,22 +16,10 @@ import struct
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-import msgspec
 
 from wasmrun.offload import for_run
 from wasmrun.sandbox.outstream import OUTPUT, OutputSink, decode_chunks
-from wasmrun.sandbox.poolworker import READY
-
-
-class BlobOpener(msgspec.Struct, frozen=True):
-    """How a worker process opens the blob store: `module:callable` and its
-    (JSON) arguments. A spec, not an object, because it crosses a process."""
-
-    target: str
-    args: list[str] = []
-
+from wasmrun.sandbox.poolworker import READY, WorkerSetup, encoder
 
 PIPE_CAPACITY = 64 * 1024  # Linux's default: a smaller write never blocks on an idle worker
 
@@ -151,17 +138,12 @@ class FrameReader:
 
 
 class Worker:
-    """One worker process, started at once; `wait_ready` before its first run."""
+    """One worker process, started at once on `setup`; `wait_ready` before its first run."""
 
-    def __init__(self, opener: BlobOpener, workspace_parent: Path, image: str = "stdlib") -> None:
+    def __init__(self, setup: WorkerSetup) -> None:
         to_child_r, self.to_child = os.pipe()
         self.from_child, from_child_w = os.pipe()
-        cmd = [
-            sys.executable, "-m", "wasmrun.sandbox.pool",
-            "--fd-in", str(to_child_r), "--fd-out", str(from_child_w),
-            "--blobs", opener.target, "--blobs-args", json.dumps(opener.args),
-            "--workspace-parent", str(workspace_parent), "--image", image,
-        ]
+        cmd = [sys.executable, "-m", "wasmrun.sandbox.pool", "--fd-in", str(to_child_r), "--fd-out", str(from_child_w)]
         # A fresh interpreter, not fork: the server process has threads
         # (uvicorn, the epoch ticker) and forking those is unsafe.
         try:
@@ -174,6 +156,11 @@ class Worker:
         os.close(from_child_w)
         self.reader = FrameReader(self.from_child)
         self.answer_by = 0.0  # time.monotonic() by which the run in flight must answer
+        try:  # its first message (a few hundred bytes: the empty pipe takes it at once)
+            write_all(self.to_child, frame(encoder.encode(setup)))
+        except BaseException:
+            self.kill()
+            raise
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         greeting = multiprocessing.connection.Connection(os.dup(self.from_child), writable=False)
