@@ -430,7 +430,7 @@ def _skills_list(args: argparse.Namespace) -> int:
 
 
 def _skills_check(args: argparse.Namespace) -> int:
-    from wasmrun.registry.store import check_folder
+    from wasmrun.registry.folders import check_folder
 
     bad = 0
     for top in args.dirs:
@@ -464,7 +464,7 @@ def _tools(args: argparse.Namespace) -> int:
 
 def _skills_add(args: argparse.Namespace) -> int:
     from wasmrun.registry.errors import SkillAlreadyExists
-    from wasmrun.registry.store import SkillProblems
+    from wasmrun.registry.folders import SkillProblems
     from wasmrun.server import open_registry
 
     settings = Settings.load(data_dir=args.data_dir)

@@ -75,8 +75,8 @@ from wasmrun.registry.skill import (
     is_reserved_namespace,
 )
 
-# What cli.py and server.py import from here (the folders' SkillProblems and check_folder too).
-__all__ = ["DirectoryRegistry", "SkillProblems", "check_folder"]
+# What the server imports from here.
+__all__ = ["DirectoryRegistry"]
 
 RECHECK_S = 0.5  # how stale the registry may be after a folder changes
 AGENT_SKILLS_DIR = "agent-skills"  # in the writable folder, for `wasmrun skills add`; never a skill name
