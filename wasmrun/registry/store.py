@@ -55,7 +55,6 @@ from wasmrun.registry.files import (
 )
 from wasmrun.registry.folders import (
     SkillProblems,
-    check_folder,
     folders_signature,
     is_agent_skill,
     load_skill,
