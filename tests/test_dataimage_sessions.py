@@ -9,13 +9,17 @@ The session suite itself (tests/test_sessions.py) runs on the data image too
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 
 from tests.liveserver import LiveServer, wasmrun_env
-from wasmrun.sandbox.images import data_engine, ready_image
+from wasmrun.blobs.store import FileBlobStore
+from wasmrun.protocol.sessionstore import SessionStore
+from wasmrun.sandbox.images import data_engine, make_engine, ready_image
+from wasmrun.sandbox.types import RunRequest, RunResult, SessionRun
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +118,27 @@ def test_numpy_random_is_reseeded_per_session_and_a_seed_holds_across_runs(serve
     assert draws[0] != draws[1]  # the fork's first run was reseeded; the session kept its seeded stream
     for session in (sid, fork):
         rpc(server, "close_session", session_id=session)
+
+
+def test_a_session_made_on_the_stdlib_image_says_so_on_the_data_image(tmp_path: Path) -> None:
+    """A server on `auto` serves stdlib while the data image is being made, then data: a
+    session made meanwhile cannot resume on the other image, and its next run says why."""
+    store = SessionStore(tmp_path / "sessions")
+    _, meta = store.create("o", idle_timeout_s=600, limits={}, skills=[], max_sessions=10)
+
+    def run_on(image: str) -> RunResult:
+        engine = make_engine(image, FileBlobStore(tmp_path / "blobs"), workspace_root=tmp_path / image)
+        try:
+            session = SessionRun(folder=str(store.folder(meta)), version=meta.version, reseed=meta.reseed)
+            result = engine.run(RunRequest(kind="code", code="x = 1\nx", session=session))
+            if result.session is not None:
+                store.finish_run(meta, result.session)
+            return result
+        finally:
+            engine.close()
+
+    assert run_on("stdlib").status == "completed"
+    refused = run_on("data")
+    assert refused.status == "failed" and refused.error is not None
+    assert "made on the stdlib image and this server now runs the data image" in refused.error.message
+    assert refused.session is not None and refused.session.committed is False
