@@ -8,10 +8,15 @@ Rows, interleaved round by round so that machine noise falls on all alike:
     a session_id;
   - fork_session of a session holding ~100 MB (in-process SessionStore fork,
     and over HTTP);
-  - resume of a paused ~100 MB session: its first run on an instance that is
-    not warm (its image read from disk), against the same run warm;
+  - resume of a paused session (the small one, and one of ~100 MB): its first
+    run on an instance that is not warm (its image read from disk), against the
+    same run warm;
   - a paused session's size on disk against its linear memory, for a session
     that touched little and one that holds 100 MB.
+
+Each on one image: `rows(rounds, "data")` for the data image (bench.py --sessions runs
+both when the data image is built; `python scripts/bench_sessions.py data` alone).
+On the data image the small session also imports pandas and keeps a DataFrame.
 """
 
 from __future__ import annotations
@@ -27,12 +32,13 @@ from pathlib import Path
 import httpx2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from liveserver import LiveServer
+from liveserver import LiveServer, wasmrun_env
 
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.protocol.sessionstore import SessionStore
 from wasmrun.sandbox import sessions
 from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.images import make_engine
 from wasmrun.sandbox.limits import Limits
 from wasmrun.sandbox.types import RunRequest, SessionRun
 
@@ -73,13 +79,20 @@ def _interleave(rows: dict[str, Callable[[], float]], rounds: int, burst: int) -
     return {name: _median_ms(values) for name, values in samples.items()}
 
 
-def in_process(rounds: int) -> dict[str, float]:
+# What the small session holds before its timed runs: a notebook's first cell.
+FIRST_CELL = {
+    "stdlib": "import json",
+    "data": "import json, numpy as np, pandas as pd\ndf = pd.DataFrame({'k': np.arange(10_000) % 7, 'v': np.arange(10_000)})",
+}
+
+
+def in_process(rounds: int, image: str = "stdlib") -> dict[str, float]:
     tmp = Path(tempfile.mkdtemp(prefix="wasmrun-bench-sessions-"))
-    engine = SandboxEngine(FileBlobStore(tmp / "blobs"))
+    engine = make_engine(image, FileBlobStore(tmp / "blobs"), workspace_root=tmp / "work")
     try:
         store = SessionStore(tmp / "sessions")
         small = InProcessSession(engine, store)
-        small.run("import json")
+        small.run(FIRST_CELL[image])
 
         def fresh() -> float:
             t = time.perf_counter()
@@ -91,6 +104,11 @@ def in_process(rounds: int) -> dict[str, float]:
                               rounds, 10)
         figures["session cost per small run (ms)"] = round(
             figures["warm session run, in-process"] - figures["fresh run, in-process"], 3)
+        cold = []
+        for _ in range(max(3, rounds // 2)):
+            sessions.close_warm(engine)  # paused: only its image on disk
+            cold.append(small.run(SMALL))
+        figures["resumed run of the small session (ms)"] = _median_ms(cold)
         figures["small session: memory MB"] = round(small.meta.memory_bytes / 2**20, 1)
         figures["small session: paused on disk MB"] = round(small.meta.disk_bytes / 2**20, 2)
         big = InProcessSession(engine, store)
@@ -128,9 +146,9 @@ def _fork_and_resume(engine: SandboxEngine, store: SessionStore, big: InProcessS
     }
 
 
-def over_http(rounds: int) -> dict[str, float]:
+def over_http(rounds: int, image: str = "stdlib") -> dict[str, float]:
     tmp = Path(tempfile.mkdtemp(prefix="wasmrun-bench-sessions-http-"))
-    server = LiveServer(tmp / "data")
+    server = LiveServer(tmp / "data", env={**wasmrun_env(), "WASMRUN_IMAGE": image})
     try:
         with httpx2.Client(timeout=120) as client:
             def call(method: str, **params: object) -> dict:
@@ -140,7 +158,7 @@ def over_http(rounds: int) -> dict[str, float]:
                 return answer
 
             sid = call("create_session", language="python", limits={"memory_mb": 512})["result"]["session_id"]
-            call("run_code", language="python", code="import json", session_id=sid)
+            call("run_code", language="python", code=FIRST_CELL[image], session_id=sid)
 
             def timed(method: str, **params: object) -> Callable[[], float]:
                 def sample() -> float:
@@ -169,10 +187,16 @@ def over_http(rounds: int) -> dict[str, float]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def rows(rounds: int) -> dict[str, float]:
-    return {**in_process(rounds), **over_http(rounds)}
+def rows(rounds: int, image: str = "stdlib") -> dict[str, float]:
+    return {**in_process(rounds, image), **over_http(rounds, image)}
 
 
-def render(figures: dict[str, float]) -> list[str]:
+def render(figures: dict[str, float], image: str = "stdlib") -> list[str]:
     width = max(len(name) for name in figures)
-    return ["sessions (medians, ms unless named)"] + [f"  {name:<{width}}  {value:>9}" for name, value in figures.items()]
+    return [f"sessions on the {image} image (medians, ms unless named)"] + [
+        f"  {name:<{width}}  {value:>9}" for name, value in figures.items()]
+
+
+if __name__ == "__main__":
+    chosen = sys.argv[1] if len(sys.argv) > 1 else "stdlib"
+    print("\n".join(render(rows(5 if "--quick" in sys.argv else 15, chosen), chosen)))

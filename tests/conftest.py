@@ -53,6 +53,7 @@ def settings(tmp_path: Path, skills_dir: Path) -> Settings:
         data_dir=tmp_path / "data",
         skills_dirs=(BUNDLED_SKILLS, skills_dir),
         workers=2,
+        image=os.environ.get("WASMRUN_TEST_IMAGE", "stdlib"),  # the executor's (below): its package layer too
         secrets={"DEMO_TOKEN": "s3cret", "OTHER_TOKEN": "not-for-you"},
         # The operator grants DEMO_TOKEN (and one never configured) to the demo.* skills only.
         access=AccessPolicy(secret_grants=(Grant("demo.*", ("DEMO_TOKEN", "MISSING_ONE")),)),

@@ -36,4 +36,4 @@ def test_an_explicit_worker_count_is_taken_as_given(tmp_path: Path) -> None:
     assert Settings.load({**env, "WASMRUN_WORKERS": "5"}).workers == 5
     assert Settings.load(env, workers=7).workers == 7
     assert Settings.load(env).workers == default_workers("data")
-    assert Settings.load({"WASMRUN_DATA_DIR": str(tmp_path)}).workers == default_workers("stdlib")
+    assert Settings.load({"WASMRUN_DATA_DIR": str(tmp_path)}).workers == default_workers("auto")  # auto: the default image

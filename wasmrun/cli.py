@@ -317,7 +317,7 @@ def _image_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--image", choices=("auto", "stdlib", "data"),
         help="the guest image runs start from (WASMRUN_IMAGE; data: numpy, pandas, matplotlib; auto: data when it"
-        " is built, else stdlib; default stdlib)",
+        " is built, else stdlib; default auto)",
     )
 
 

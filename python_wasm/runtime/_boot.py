@@ -35,7 +35,7 @@ import types
 
 import _wasmrun
 import runtime.blobs
-from runtime import _compat, _contract, _skills, _stdio
+from runtime import _compat, _contract, _figures, _skills, _stdio
 
 # Commonly used modules, imported before the snapshot so runs get them free.
 HOT_MODULES = (
@@ -470,6 +470,9 @@ def _execute(request: dict) -> bytes:
         # Its own class name, whatever it is: the host alone decides its own
         # error types (a MemoryError here is the guest's, see sandbox/errors.py).
         return _failed(type(exc).__name__, _describe(exc))
+    finally:
+        if request.get("session"):  # its memory is kept: no file it holds may outlive the run
+            _figures.release_fonts()
 
 
 def run() -> None:

@@ -5,6 +5,7 @@ the data image, where matplotlib is pre-imported with the Agg backend.
 """
 
 import os
+import sys
 
 WORKSPACE = "/workspace"
 
@@ -32,3 +33,21 @@ def install() -> None:
     import matplotlib.pyplot as plt
 
     plt.show = show
+
+
+def release_fonts() -> None:
+    """Close the font files matplotlib holds open, at the end of a session's run.
+
+    FreeType keeps each font it loaded open (matplotlib caches the FT2Font objects),
+    and a file descriptor is the run's own: a session's next run has other ones, so
+    a cached font would read from a closed descriptor ("failed to load glyph") or
+    from whatever file the next run opened under that number. Emptying the caches
+    now closes them while their descriptors are valid; the next run that draws
+    text loads its fonts again. Nothing is imported: a no-op unless matplotlib is."""
+    font_manager = sys.modules.get("matplotlib.font_manager")
+    if font_manager is not None:
+        font_manager._get_font.cache_clear()
+    mathtext = sys.modules.get("matplotlib.mathtext")
+    parse = getattr(getattr(mathtext, "MathTextParser", None), "_parse_cached", None)
+    if parse is not None and hasattr(parse, "cache_clear"):  # its parses hold their fonts
+        parse.cache_clear()

@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="only the shared-backend rows (PostgreSQL + S3 against local files, two servers vs one)")
     parser.add_argument("--no-shared", action="store_true", help="skip the shared-backend rows")
     parser.add_argument("--sessions", action="store_true",
-                        help="only the session rows (scripts/bench_sessions.py, with the sessions feature)")
+                        help="only the session rows (scripts/bench_sessions.py), on each image that is built")
     return parser
 
 
@@ -71,7 +71,10 @@ def _single(opts: argparse.Namespace) -> bool:
         except ImportError as exc:
             raise SystemExit(f"the session rows need scripts/bench_sessions.py and the sessions feature ({exc})") from None
         guest_build.build()
-        print("\n".join(bench_sessions.render(bench_sessions.rows(5 if opts.quick else 15))))
+        from wasmrun.sandbox.images import image_state
+
+        for image in ("stdlib", "data") if image_state() is None else ("stdlib",):  # data: when it is built
+            print("\n".join(bench_sessions.render(bench_sessions.rows(5 if opts.quick else 15, image), image)))
         return True
     if opts.only:
         guest_build.build()

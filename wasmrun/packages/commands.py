@@ -40,7 +40,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         parser.add_argument(
             "--image", choices=sorted(layer.IMAGE_TAGS),
             help="the guest image whose layer to change, as `serve --image` names it (WASMRUN_IMAGE;"
-            " default stdlib; auto: data when it is built)",
+            " default auto: data when it is built, else stdlib)",
         )
         parser.add_argument(
             "--python", metavar="TAG",
@@ -57,7 +57,7 @@ def layer_tag(args: argparse.Namespace) -> str:
     """--python, else the layer of --image (else WASMRUN_IMAGE, as `serve` reads it)."""
     if args.python:
         return str(args.python)
-    image = args.image or os.environ.get("WASMRUN_IMAGE", "stdlib")
+    image = args.image or os.environ.get("WASMRUN_IMAGE") or "auto"  # serve's default (settings.py)
     if image == "auto":
         from wasmrun.sandbox.images import image_state
 

@@ -26,7 +26,7 @@ from python_wasm import dataimage
 from python_wasm import exports as exports_
 from wasmrun.abi import DOOR_IMPORT, DOOR_MODULE
 from wasmrun.blobs.quota import BlobQuotaExceeded
-from wasmrun.sandbox import compiled, door
+from wasmrun.sandbox import compiled, door, sessions
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.datastart import DATA_WARMUP_REQUESTS, DoorTurn
 from wasmrun.sandbox.engine import SandboxEngine
@@ -114,10 +114,13 @@ def add_images(result: RunResult, workspace: Workspace, request: RunRequest, blo
     plt.show()) stored as blobs of the run's owner and named in `result.images` (and
     `output_blobs`): regular files only (no symlink is followed), at most MAX_IMAGES,
     together within the run's blob I/O budget. One that does not fit is left out,
-    with a line in the run's logs; the run still completes."""
+    with a line in the run's logs; the run still completes. In a session, only the
+    pictures this run wrote: one an earlier run left in /workspace is not returned again."""
+    earlier = _session_workspace(request)
     with os.scandir(workspace.path) as entries:
         files = sorted(
-            (e for e in entries if e.is_file(follow_symlinks=False) and Path(e.name).suffix.lower() in IMAGE_KINDS),
+            (e for e in entries if e.is_file(follow_symlinks=False) and Path(e.name).suffix.lower() in IMAGE_KINDS
+             and not (earlier is not None and _left_by_earlier_run(e, earlier))),
             key=lambda e: e.name,
         )
     budget = request.limits.blob_io_bytes - result.usage.blob_io_bytes
@@ -149,6 +152,28 @@ def add_images(result: RunResult, workspace: Workspace, request: RunRequest, blo
         result.logs += "".join(f"wasmrun: {note}\n" for note in notes)
 
 
+def _session_workspace(request: RunRequest) -> Path | None:
+    """The /workspace a session run started from (its version's), None outside a session."""
+    if request.session is None:
+        return None
+    return sessions.version_dir(Path(request.session.folder), request.session.version) / "workspace"
+
+
+def _left_by_earlier_run(entry: os.DirEntry[str], earlier: Path) -> bool:
+    """Whether `entry` is the file of that name the session's /workspace held before
+    this run (the run's folder began as a copy of it, times kept): same size, same
+    modification time, same bytes."""
+    try:
+        before = os.stat(earlier / entry.name, follow_symlinks=False)
+        now = entry.stat(follow_symlinks=False)
+        if not stat.S_ISREG(before.st_mode) or (before.st_size, before.st_mtime_ns) != (now.st_size, now.st_mtime_ns):
+            return False
+        with open(earlier / entry.name, "rb") as old, open(entry.path, "rb") as new:
+            return old.read() == new.read()
+    except OSError:
+        return False
+
+
 # No static buffers: the request and the reply travel through the door.
 NO_BUFFERS = GuestBuffers(io_buffer=0, io_capacity=-1, out_buffer=0, out_len=0, out_capacity=0)
 IMAGES = ("stdlib", "data")
@@ -173,7 +198,8 @@ class DataImage(Image):
         built = ready_image(self.engine)
         self.interp = interp = built.interp  # the interpreter's files (dataimage.Interpreter)
         path = dataimage.image_path(interp)
-        self.guest = guest_build.Guest(f"data-{path.stem}", interp.lib, interp.snapshot_wasm, path, packaged=True)
+        key = sessions.DATA_GUEST_PREFIX + path.stem  # a session's image names it (sessionimages.py)
+        self.guest = guest_build.Guest(key, interp.lib, interp.snapshot_wasm, path, packaged=True)
         self._preopens = dataimage.preopens(interp)
         # The operator's layer for this Python (`wasmrun packages add --image data`): its
         # mount point is baked into the image; which version it shows is read per run.

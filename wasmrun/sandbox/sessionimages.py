@@ -47,6 +47,10 @@ Spans = list[tuple[int, int]]
 class ImageMismatch(Exception):
     """The image was made from another guest build: this server cannot resume it."""
 
+    def __init__(self, path: Path, made_by: str) -> None:
+        super().__init__(str(path))
+        self.made_by = made_by  # the guest key of the build that made it
+
 
 _compare = ctypes.CDLL(None).memcmp
 _compare.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
@@ -217,8 +221,9 @@ def _write(path: Path, spans: Spans, store: wasmtime.Store, memory: wasmtime.Mem
 def _header(f: object, path: Path, guest_key: str) -> tuple[int, list[tuple[int, int]]]:
     read = f.read  # type: ignore[attr-defined]
     magic, key_len = _HEADER.unpack(read(_HEADER.size))
-    if magic != MAGIC or read(key_len).decode() != guest_key:
-        raise ImageMismatch(str(path))
+    made_by = read(key_len).decode(errors="replace") if magic == MAGIC else ""
+    if made_by != guest_key:
+        raise ImageMismatch(path, made_by)
     memory_bytes, count = _SIZES.unpack(read(_SIZES.size))
     table = read(_SPAN.size * count)
     return memory_bytes, [_SPAN.unpack_from(table, i * _SPAN.size) for i in range(count)]

@@ -49,6 +49,8 @@ FOLDERS = ("workspace", "tmp")
 # Errors after which the interpreter may have stopped midway: its memory is not
 # kept. A guest MemoryError is the memory limit reached inside the interpreter.
 ROLLBACK_TYPES = errors.HOST_TYPES | {"MemoryError"}
+# The data image's guest keys start so (images.DataImage); a session is tied to its image.
+DATA_GUEST_PREFIX = "data-"
 WARM_SESSIONS = 4  # instances a worker keeps for the sessions it ran last
 WARM_MAX_BYTES = 512 << 20  # their memory in all: idle sessions hold no more of a worker's RAM
 
@@ -71,13 +73,13 @@ def run_in_session(
     current = version_dir(folder, spec.version)
     following = version_dir(folder, spec.version + 1)
     try:
-        _stage(current, following, blobs=bool(request.input_blobs))
+        _stage(current, following, run_only=_run_only_folders(engine))
         result = _run_staged(engine, request, t0, current, following, on_output)
-    except ImageMismatch:
+    except ImageMismatch as mismatch:
         _discard(following)
         result = RunResult(
             run_id=request.run_id, status="failed",
-            error=RunError(errors.INTERNAL, "this session was made by another build of the sandbox; start a new one"),
+            error=RunError(errors.INTERNAL, _mismatch_message(mismatch.made_by, engine.guest.key)),
         )
         result.session = SessionOutcome(committed=False)
     except Exception:
@@ -85,6 +87,18 @@ def run_in_session(
         result = host_failure(request, "the sandbox host failed; the run was stopped")
         result.session = SessionOutcome(committed=False)
     return result
+
+
+def _mismatch_message(made_by: str, serving: str) -> str:
+    """Why a session cannot resume here. The usual cause: a server on `auto` made it on
+    the stdlib image while the data image was being made, and serves the data image now."""
+    def image(key: str) -> str:
+        return "data" if key.startswith(DATA_GUEST_PREFIX) else "stdlib"
+
+    if made_by and image(made_by) != image(serving):
+        return (f"this session was made on the {image(made_by)} image and this server now runs the"
+                f" {image(serving)} image; start a new session")
+    return "this session was made by another build of the sandbox; start a new one"
 
 
 def _run_staged(
@@ -102,8 +116,8 @@ def _run_staged(
         if from_supply:
             sessionimages.load(current, fresh.store, fresh.memory, engine.guest.key)
         result, _ = engine._run_on(fresh, request, t0, bytecode, workspace_root=following, on_output=on_output)
-        if request.input_blobs:
-            tree.remove(following / "blobs")
+        for name in _run_only_folders(engine):  # the version keeps its workspace and tmp, nothing else
+            tree.remove(following / name)
         if rolls_back(result):
             _discard(following)
             result.session = SessionOutcome(committed=False, memory_bytes=fresh.memory.data_len(fresh.store))
@@ -219,17 +233,24 @@ def close_warm(engine: SandboxEngine) -> None:
         found.close()
 
 
-def _stage(current: Path, following: Path, blobs: bool) -> None:
-    """Version N+1's folders, as copies of N's (an earlier run's leftovers gone);
-    `blobs`: and a folder for the run's input blobs."""
+def _run_only_folders(engine: SandboxEngine) -> tuple[str, ...]:
+    """The folders a run mounts besides workspace and tmp, made empty for each run and
+    removed after it: its input blobs, and what the image mounts in every run (the data
+    image's /skills view and empty /packages: its mounts are baked into its memory)."""
+    return ("blobs",) + engine.image.run_folders
+
+
+def _stage(current: Path, following: Path, run_only: tuple[str, ...]) -> None:
+    """Version N+1's folders, as copies of N's (an earlier run's leftovers gone),
+    and the empty `run_only` folders this run mounts."""
     if current.name != "v0" and not current.is_dir():
         raise FileNotFoundError(f"session state {current} is missing")  # never run it from a blank state
     _discard(following)
     following.mkdir(mode=0o700)
     for name in FOLDERS:
         _copy_folder(current / name, following / name)
-    if blobs:
-        (following / "blobs").mkdir(mode=0o700)
+    for name in run_only:
+        (following / name).mkdir(mode=0o700)
 
 
 def _copy_folder(source: Path, target: Path, link: bool = False) -> None:
