@@ -27,7 +27,7 @@ from wasmrun.observe.audit import AuditLog
 from wasmrun.protocol.sessionstore import SessionStore
 from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox.poolworker import BlobOpener
-from wasmrun.settings import Settings
+from wasmrun.settings import Settings, load_blob_store
 from wasmrun.tenants.quotas import RunGate
 from wasmrun.tenants.store import TenantEditor, TenantStore
 
@@ -85,9 +85,8 @@ class Backends:
 
 def open_backends(settings: Settings) -> Backends:
     """The backends `settings` name; with --database-url its schema is brought up to date first."""
+    load_blob_store(settings.blob_store, settings.database_url)  # Settings.load's rule, for settings made directly
     if settings.database_url is None:
-        if settings.blob_store is not None:
-            raise ValueError("--blob-store needs --database-url too: blob metadata and ownership live there")
         return Backends(LocalRecords(settings), LocalBlobs(settings))
     migrate_database(settings.database_url)
     records = SharedRecords(settings, settings.database_url)
