@@ -12,6 +12,7 @@ import pytest
 
 from wasmrun.bench import datarows, report
 from wasmrun.bench.rows import COMPUTE_ROWS, STARTUP
+from wasmrun.bench.scaling import client_counts
 
 pytest.importorskip("matplotlib")
 
@@ -49,6 +50,8 @@ def test_table_has_every_row(quick: tuple[str, Path, Path, Path]) -> None:
     assert "by phase" in table and "guest entry" in table and "audit" in table
     assert "| one HTTP hello, by hop" in table and "| worker round trip (pipe, run, result) |" in table
     assert "| 4 worker(s) |" in table
+    assert "| every core used (" in table and "Every core used: hello" in table
+    assert f"| compute job | {max(client_counts())} |" in table
 
 
 def test_json_has_samples_phases_and_memory(quick: tuple[str, Path, Path, Path]) -> None:
@@ -67,6 +70,10 @@ def test_json_has_samples_phases_and_memory(quick: tuple[str, Path, Path, Path])
         assert hops["TOTAL (client round trip)"]["p50"] > hops["ASGI: body received"]["p50"] > 0
         assert hops["  of which engine.run in the worker"]["p50"] > 0
         assert all(h["p25"] <= h["p50"] <= h["p75"] for h in hops.values())
+    for job in ("hello", "compute job"):  # runs/s with 1..N concurrent clients of one server
+        by_count = figures["scaling"]["jobs"][job]
+        assert by_count["1"]["efficiency"] == 1.0
+        assert all(fig["runs_per_s"] > 0 for fig in by_count.values())
     memory = figures["memory"]
     assert [len(memory["by_workers"][k]["workers"]) for k in ("1", "2", "4")] == [1, 2, 4]
     assert memory["per_run"]["hello"]["status"] == "completed"

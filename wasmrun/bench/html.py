@@ -86,6 +86,20 @@ def _memory(plt: Any, mem: dict[str, Any]) -> str:
     return _svg(fig)
 
 
+def _scaling(plt: Any, scaling: dict[str, Any]) -> str:
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for job, by_count in scaling["jobs"].items():
+        counts = [int(c) for c in by_count]
+        ax.plot(counts, [by_count[str(c)]["runs_per_s"] for c in counts], marker="o", label=job)
+        ax.plot(counts, [c * by_count["1"]["runs_per_s"] for c in counts], linestyle=":", color="grey")
+    ax.set_xticks(counts)
+    ax.set_xlabel("concurrent clients (dotted: clients x one client)")
+    ax.set_ylabel("runs per second")
+    ax.set_yscale("log")
+    ax.legend()
+    return _svg(fig)
+
+
 def render(report: dict[str, Any]) -> str:
     plt = _pyplot()
     rows = report["rows"]
@@ -96,6 +110,8 @@ def render(report: dict[str, Any]) -> str:
     parts += [f'<figure class="chart">{_distributions(plt, r)}</figure>' for r in startup]
     parts += ["<h2>Compute: time relative to native CPython</h2>",
               f'<figure class="chart">{_compute_ratios(plt, compute)}</figure>',
+              *(["<h2>Every core used: runs/s by concurrent clients</h2>",
+                 f'<figure class="chart">{_scaling(plt, report["scaling"])}</figure>'] if report.get("scaling") else []),
               "<h2>One hello by phase</h2>", f'<figure class="chart">{_phases(plt, report["phases"])}</figure>',
               "<h2>Memory with 1, 2, 4 workers</h2>", f'<figure class="chart">{_memory(plt, report["memory"])}</figure>',
               "<h2>Table</h2>", f"<pre>{html.escape(table(report))}</pre>"]

@@ -176,6 +176,9 @@ def _compute(workload: Workload) -> Callable[[Bench], Samples]:
             (InProcess.label, lambda: bench.inproc.compute(source)),
             (Native.label, lambda: bench.native.compute(source)),
         ]
+        if bench.data is not None:  # what `auto`, the default image, runs when it is built
+            data = bench.data
+            steps.append((datarows.DATA_INPROC, lambda: data.inproc.compute(source)))
         for peer in bench.peers:
             if (peer.label, workload.name) in bench.unsupported or not bench.peer_due(peer, compute=True):
                 continue

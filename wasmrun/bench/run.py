@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from python_wasm import build as guest_build
-from wasmrun.bench import datarows, hops, memory, phases
+from wasmrun.bench import datarows, hops, memory, phases, scaling
 from wasmrun.bench.datarows import DataSide
 from wasmrun.bench.peers import Peer, start_peers
 from wasmrun.bench.rows import COMPUTE_ROWS, STARTUP, Row
@@ -163,6 +163,9 @@ def run(opts: Options, progress: Callable[[str], None] = lambda s: print(s, file
             samples = interleaved(bench, rows, rounds, progress)
             report["rows"] = summarise(rows, samples)
             report["notes"] = bench.notes
+            progress("every core used ...")
+            report["scaling"] = scaling.measure(port, windows=2 if opts.quick else 3,
+                                                seconds=0.5 if opts.quick else 3.0, cores=opts.workers)
         progress("phases ...")
         report["phases"] = phases.measure(inproc, tmp / "phases", 30 if opts.quick else 200)
         progress("HTTP hops ...")
