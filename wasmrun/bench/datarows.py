@@ -76,7 +76,7 @@ class DataSide:
     @property
     def http(self) -> Http:
         if self._http is None:
-            port, _proc = self._stack.enter_context(server(1, self.tmp / "serve", "--image", "data"))
+            port, _proc = self._stack.enter_context(server(1, self.tmp / "serve", image="data"))
             self._http = Http(port)
             self._stack.callback(self._http.close)
         return self._http
@@ -147,7 +147,7 @@ def by_workers(tmp: Path, counts: tuple[int, ...]) -> dict[str, Any]:
     """RSS and PSS of `serve --image data` with each worker count, after every worker ran hellos."""
     from wasmrun.bench import memory
 
-    return memory.by_workers(tmp, counts, "--image", "data", calls_per_client=10, label="data-mem")
+    return memory.by_workers(tmp, counts, image="data", calls_per_client=10, label="data-mem")
 
 
 def target_lines(rows: dict[str, Any]) -> list[str]:

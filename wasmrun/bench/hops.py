@@ -60,7 +60,7 @@ def serve(variant: str, port: int, data_dir: Path, marks_out: Path) -> None:
     from wasmrun.settings import Settings
     from wasmrun.wire.http_protocol import OneWriteHttpToolsProtocol
 
-    settings = Settings(data_dir=data_dir, workers=1, port=port)
+    settings = Settings(data_dir=data_dir, workers=1, port=port, image="stdlib")  # as the in-process rows
     app: Any = create_app(settings)
     if variant == "starlette":
         app.rpc = None  # POST /rpc through Starlette's stack and route (the same endpoint)

@@ -65,13 +65,13 @@ def per_run(inproc: InProcess, scale: float) -> dict[str, Any]:
 
 
 def by_workers(
-    tmp: Path, counts: tuple[int, ...], *serve_args: str, calls_per_client: int = 20, label: str = "mem"
+    tmp: Path, counts: tuple[int, ...], image: str = "stdlib", calls_per_client: int = 20, label: str = "mem"
 ) -> dict[str, Any]:
     """RSS and PSS of the server and its workers with each worker count, after every
     worker ran hellos (two clients per worker) and settled."""
     out: dict[str, Any] = {}
     for workers in counts:
-        with server(workers, tmp / f"{label}-{workers}", *serve_args) as (port, proc):
+        with server(workers, tmp / f"{label}-{workers}", image=image) as (port, proc):
             def calls() -> None:
                 client = Http(port)
                 for _ in range(calls_per_client):

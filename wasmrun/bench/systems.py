@@ -74,12 +74,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def server(workers: int, data_dir: Path, *extra: str) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
-    """A real `wasmrun serve` on loopback, stopped on leaving."""
+def server(
+    workers: int, data_dir: Path, *extra: str, image: str = "stdlib"
+) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """A real `wasmrun serve` of `image` on loopback, stopped on leaving. The image is always
+    named: the server's default (`auto`) serves the data image wherever it is built, and the
+    stdlib rows compare the stdlib image in-process with the same image over HTTP."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "wasmrun", "serve", "--port", str(port), "--workers", str(workers),
-         "--data-dir", str(data_dir), *extra],
+         "--data-dir", str(data_dir), "--image", image, *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
