@@ -95,6 +95,7 @@ def test_readme_section_rewritten_between_markers(quick: tuple[str, Path, Path, 
     assert text.startswith("# x\n\n## Speed\n\n") and text.endswith("\n## After\n")
     between = text.split(report.START)[1].split(report.END)[0]
     assert "wasmrun bench, 20" in between and "cores" in between and "| fresh sandbox hello, in-process |" in between
+    assert "| every core used (" in between and "| one HTTP hello, by hop" not in between  # kept short
 
 
 def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:

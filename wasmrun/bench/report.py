@@ -26,7 +26,9 @@ def _system_rows(row: dict[str, Any]) -> list[str]:
     return lines
 
 
-def table(report: dict[str, Any]) -> str:
+def table(report: dict[str, Any], hops: bool = True) -> str:
+    """The whole report as Markdown; `hops=False` leaves out the HTTP hop table (the README's
+    copy: the terminal, --json and --html keep it)."""
     lines = [f"wasmrun bench, {report['date']}; {report['machine']}; load average at start "
              f"{report['load'][0]:.1f}; {report['rounds']} interleaved rounds"
              + (" (--quick: small sizes, few samples: not for comparison)" if report["quick"] else ""), ""]
@@ -45,7 +47,7 @@ def table(report: dict[str, Any]) -> str:
         lines += _system_rows(row)
     lines += _compute_summary(compute)
     lines += scaling.lines(report.get("scaling"))
-    lines += _phase_lines(report["phases"]) + _hop_lines(report.get("hops")) + _memory_lines(report["memory"])
+    lines += _phase_lines(report["phases"]) + _hop_lines(report.get("hops") if hops else None) + _memory_lines(report["memory"])
     if report["memory"].get("data_by_workers"):
         lines += datarows.memory_lines(report["memory"]["data_by_workers"])
     lines += _peer_lines(report)
@@ -148,4 +150,4 @@ def rewrite_readme(readme: Path, report: dict[str, Any]) -> None:
     pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.DOTALL)
     if not pattern.search(text):
         raise ValueError(f"{readme} has no bench markers ({START!r} ... {END!r})")
-    readme.write_text(pattern.sub(lambda _: f"{START}\n{table(report)}\n{END}", text))
+    readme.write_text(pattern.sub(lambda _: f"{START}\n{table(report, hops=False)}\n{END}", text))
