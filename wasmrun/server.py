@@ -49,10 +49,13 @@ from wasmrun.wire.tools_route import tools_route
 def make_executor(settings: Settings, backends: Backends) -> Executor:
     """Worker processes, each opening the blob store of `backends` itself."""
     from wasmrun.sandbox.engine import precompile
+    from wasmrun.sandbox.heaptrim import release_freed_heap
     from wasmrun.sandbox.images import resolve_image
 
-    # Here, once, with progress on stderr, rather than in every worker at once.
+    # Here, once, with progress on stderr, rather than in every worker at once. The module
+    # loaded to check it is not kept: its memory goes back to the system.
     precompile()
+    release_freed_heap()
     image = resolve_image(settings.image)
     if image == "data":
         from wasmrun.sandbox.images import data_engine, ready_image

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from wasmrun.sandbox.heaptrim import release_freed_heap
 from wasmrun.sandbox.outstream import encode_chunks
 from wasmrun.sandbox.types import RunRequest, RunResult, host_failure
 
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     except (EOFError, OSError):
         return  # the pool went away before saying what to serve
     engine = open_engine(setup)
+    release_freed_heap()  # what making the engine (compiling, warm-up runs) freed
     outbox.send_bytes(READY)
     try:
         while True:
