@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
+import uvicorn
+
+from wasmrun.server import uvicorn_options
+from wasmrun.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -66,3 +74,27 @@ class LiveServer:
         _, err = self.process.communicate(timeout=30)
         assert self.process.returncode == 0, err
         return err
+
+
+@contextlib.contextmanager
+def serving(app: Any, settings: Settings, **overrides: Any) -> Iterator[uvicorn.Server]:
+    """`app` served in this process by uvicorn as `wasmrun serve` runs it (server.uvicorn_options:
+    the same HTTP protocol class), on a free loopback port: `server.config.port`. `overrides`
+    change an option (e.g. `http=` a subclass with other bounds)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    options = {**uvicorn_options(settings), "log_level": "warning", **overrides}
+    options.update(host="127.0.0.1", port=sock.getsockname()[1])
+    server = uvicorn.Server(uvicorn.Config(app, **options))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    give_up = time.monotonic() + 60
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < give_up, "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield server
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()

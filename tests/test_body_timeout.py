@@ -1,19 +1,19 @@
 """A request body that does not arrive in time is answered 408 and the connection closed,
-over a real socket to a real uvicorn server (a test client cannot trickle)."""
+over a real socket to a real uvicorn server run as `wasmrun serve` runs it (a test
+client cannot trickle). A client that keeps writing after the 408: test_lingering_close.py."""
 
 from __future__ import annotations
 
 import json
 import select
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
+from tests.liveserver import serving
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.sandbox.executor import InProcessExecutor
 from wasmrun.server import build_context, create_app
@@ -28,22 +28,8 @@ def server_port(tmp_path: Path, blob_store: FileBlobStore, executor: InProcessEx
         data_dir=tmp_path / "data", skills_dirs=(BUNDLED_SKILLS,), workers=1, body_timeout=BODY_TIMEOUT_S
     )
     app = create_app(settings, build_context(settings, blobs=blob_store, executor=executor))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    for _ in range(600):  # bounded wait for the start, 30 s at most
-        if server.started:
-            break
-        time.sleep(0.05)
-    assert server.started
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
+    with serving(app, settings) as server:  # as `wasmrun serve` runs it (its HTTP protocol)
+        yield server.config.port
 
 
 def read_until_closed(conn: socket.socket, limit_s: float = 30.0) -> bytes:

@@ -255,26 +255,12 @@ def test_healthz_is_503_while_no_worker_can_serve(http: TestClient, pool: Worker
 
 @pytest.fixture()
 def served(settings: Settings, pool: WorkerPool) -> Iterator[str]:
-    """The app behind a real uvicorn on a loopback port: its base URL."""
-    import socket
-    import threading
+    """The app behind a real uvicorn on a loopback port, run as `wasmrun serve` runs it: its base URL."""
+    from tests.liveserver import serving
 
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
     app = create_app(settings, build_context(settings, executor=pool))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    give_up = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < give_up
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(30)
-    sock.close()
+    with serving(app, settings) as server:
+        yield f"http://127.0.0.1:{server.config.port}"
 
 
 def test_clients_that_disconnect_mid_run_never_shrink_the_pool(served: str, pool: WorkerPool) -> None:

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -319,13 +320,19 @@ def serve(settings: Settings, *, mcp_with_create_skill: bool = False) -> None:
     )
     if any(getattr(route, "path", None) == "/mcp" for route in app.routes):
         logging.getLogger("wasmrun").info("MCP (streamable HTTP) at http://%s:%d/mcp", settings.host, settings.port)
+    uvicorn.run(app, **uvicorn_options(settings))
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """How `serve` runs uvicorn (tests that start a server in-process use the same)."""
+    from wasmrun.wire.http_protocol import HttpProtocol
+
     # No per-request access log: on a millisecond run it costs a tenth of the
     # server's CPU; runs are logged by the sandbox only when they fail on our side.
-    # A JSON-RPC answer's head and body in one write (wire/http_protocol.py).
-    from wasmrun.wire.http_protocol import OneWriteHttpToolsProtocol
-
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False,
-                http=OneWriteHttpToolsProtocol)
+    # One write per JSON-RPC answer, a lingering close after one that closes the
+    # connection (wire/http_protocol.py).
+    return {"host": settings.host, "port": settings.port, "log_level": "info", "access_log": False,
+            "http": HttpProtocol}
 
 
 async def serve_mcp_stdio(settings: Settings, *, with_create_skill: bool = False) -> None:

@@ -58,7 +58,7 @@ def serve(variant: str, port: int, data_dir: Path, marks_out: Path) -> None:
     from wasmrun.sandbox import workerprocess
     from wasmrun.server import create_app
     from wasmrun.settings import Settings
-    from wasmrun.wire.http_protocol import OneWriteHttpToolsProtocol
+    from wasmrun.wire.http_protocol import HttpProtocol
 
     settings = Settings(data_dir=data_dir, workers=1, port=port, image="stdlib")  # as the in-process rows
     app: Any = create_app(settings)
@@ -98,7 +98,7 @@ def serve(variant: str, port: int, data_dir: Path, marks_out: Path) -> None:
         await app(scope, timed_receive, timed_send)
 
     with phases.recording() as marks:
-        http: Any = "auto" if variant == "starlette" else OneWriteHttpToolsProtocol  # as `wasmrun serve`
+        http: Any = "auto" if variant == "starlette" else HttpProtocol  # as `wasmrun serve`
         server = uvicorn.Server(uvicorn.Config(timed_app, port=port, log_level="warning", access_log=False, http=http))
 
         def stop(*_: Any) -> None:

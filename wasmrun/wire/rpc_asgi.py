@@ -7,7 +7,7 @@ the HTTP layer added (scripts/http_hops.py). So `/rpc` is answered here straight
 from the ASGI messages, with every guard the route had, in the same order:
 Host/Origin (GuardMiddleware) and the body deadline (BodyDeadline) around it,
 then Content-Type (415), the API key (401), the tenant's requests in flight
-(429), the body limit (413, declared or counted), and the streamed answer (SSE)
+(429), the body limit (413, declared or counted; the connection closed), and the streamed answer (SSE)
 when asked for. `RpcFront` sends `POST /rpc` to it directly and everything else
 (other routes, other methods, lifespan) to Starlette, which serves the same
 endpoint as its `/rpc` route (so the answer is the same either way).
@@ -101,7 +101,9 @@ class RpcEndpoint:
                 " (WASMRUN_MAX_BODY_BYTES)",
                 {"max_body_bytes": max_body_bytes},
             ),
-            413,
+            # The rest of the body is not worth reading to reach a next request: the
+            # connection is closed (a lingering close, wire/http_protocol.py).
+            413, [(b"connection", b"close")],
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
