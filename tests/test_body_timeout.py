@@ -45,7 +45,9 @@ def read_until_closed(conn: socket.socket, limit_s: float = 30.0) -> bytes:
 
 @pytest.mark.parametrize("path", ["/rpc", "/mcp"])
 def test_a_trickled_body_is_answered_408_and_the_connection_closed(server_port: int, path: str) -> None:
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "list_skills"}).encode()
+    # Padded (JSON allows trailing space) so that trickling it takes minutes: the 1 s
+    # deadline comes first however loaded the machine is.
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "list_skills"}).encode() + b" " * 1000
     with socket.create_connection(("127.0.0.1", server_port), timeout=30) as conn:
         conn.sendall(
             b"POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"

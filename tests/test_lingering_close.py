@@ -32,6 +32,9 @@ from wasmrun.wire.http_protocol import LINGER_BYTES, HttpProtocol
 MAX_BODY = 65536
 TCP_ESTABLISHED = 1  # tcpi_state in struct tcp_info (linux/tcp.h)
 LIST_SKILLS = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "list_skills"}).encode()
+# Padded (JSON allows trailing space) so that trickling it takes minutes: the 1 s deadline
+# comes first however loaded the machine is.
+TRICKLED = LIST_SKILLS + b" " * 2000
 
 
 @pytest.fixture()
@@ -66,12 +69,12 @@ def wait_for_the_servers_end_of_stream(conn: socket.socket) -> None:
         time.sleep(0.005)
 
 
-def keep_writing_then_read(conn: socket.socket, chunks: int = 64, size: int = 4096) -> bytes:
-    """Write `chunks` more bytes of "request" after the server's end of stream, then read
-    to the end. Without a lingering close the first write draws a reset and a later one fails."""
+def keep_writing_then_read(conn: socket.socket, chunks: int = 16, size: int = 4096) -> bytes:
+    """Write `chunks` more blocks of "request" after the server's end of stream, then read
+    to the end. Without a lingering close the first write draws a reset (on loopback, before
+    the send returns) and the next one fails. A burst, well inside the linger's 2 s."""
     for _ in range(chunks):
         conn.sendall(b"x" * size)
-        time.sleep(0.001)  # let the server's reply to each write (a reset, without the fix) arrive
     data = b""
     while chunk := conn.recv(65536):
         data += chunk
@@ -95,8 +98,8 @@ def status_and_error(answer: bytes) -> tuple[bytes, dict[str, object], bytes]:
 @pytest.mark.parametrize("path", [b"/rpc", b"/mcp"])
 def test_a_trickled_body_408_reaches_a_client_that_keeps_writing(server: uvicorn.Server, path: bytes) -> None:
     with connect(server) as conn:
-        conn.sendall(head(path, len(LIST_SKILLS)))
-        trickle_until_answered(conn, LIST_SKILLS)
+        conn.sendall(head(path, len(TRICKLED)))
+        trickle_until_answered(conn, TRICKLED)
         wait_for_the_servers_end_of_stream(conn)
         status, error, fields = status_and_error(keep_writing_then_read(conn))
     assert status.startswith(b"HTTP/1.1 408") and b"connection: close" in fields

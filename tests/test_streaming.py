@@ -8,7 +8,7 @@ import json
 import re
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx2
@@ -56,6 +56,29 @@ def _runs(server: LiveServer, tenant: str, status: str = "") -> float:
     text = httpx2.get(server.base_url + "/metrics", headers={"authorization": f"Bearer {METRICS_KEY}"}, timeout=30).text
     pattern = r'wasmrun_runs_total\{[^}]*status="' + status + r'[^"]*"[^}]*tenant="' + tenant + r'"[^}]*\} ([0-9.e+]+)'
     return sum(float(v) for v in re.findall(pattern, text))
+
+
+def _wait_until(done: Callable[[], bool], give_up_s: float = 120.0) -> None:
+    """Until `done()`, however loaded the machine: the bound only stops a hang."""
+    give_up = time.monotonic() + give_up_s
+    while not done():
+        assert time.monotonic() < give_up, "gave up waiting"
+        time.sleep(0.05)
+
+
+def _kill_workers(server: LiveServer) -> None:
+    """SIGKILL the server's worker processes, ending the runs in them (the pool replaces them)."""
+    import os
+    import signal
+    import subprocess
+
+    workers = subprocess.run(["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True).stdout.split()
+    for pid in workers:
+        os.kill(int(pid), signal.SIGKILL)
+
+
+def _wait_for_both_workers(server: LiveServer) -> None:
+    _wait_until(lambda: httpx2.get(server.base_url + "/healthz", timeout=30).json()["workers"]["free"] == 2)
 
 
 def _call(method: str, params: dict[str, Any], id: int = 1) -> dict[str, Any]:
@@ -179,10 +202,7 @@ def test_a_client_that_leaves_does_not_stop_the_run(tenants: tuple[LiveServer, d
         first = next(_events(response))[1]
         assert first["params"]["text"] == "first\n"
     # Gone mid-run; the run finishes and is counted, and alice's request slot comes back.
-    for _ in range(200):
-        if _runs(server, "alice") > before:
-            break
-        time.sleep(0.05)
+    _wait_until(lambda: _runs(server, "alice") > before)
     assert _runs(server, "alice") == before + 1
     assert httpx2.get(server.base_url + "/healthz", timeout=30).status_code == 200
     events = _stream(server, keys["alice"], "run_code", {"language": "python", "code": "def main(a):\n    print(1)\n"})
@@ -206,10 +226,7 @@ def test_a_reader_that_stalls_does_not_stall_the_run(tenants: tuple[LiveServer, 
             + f"Authorization: Bearer {keys['bob']}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
         )
         # Not reading: the run still completes (the metrics count it), then read it all.
-        for _ in range(400):
-            if _runs(server, "bob", "completed") > before:
-                break
-            time.sleep(0.05)
+        _wait_until(lambda: _runs(server, "bob", "completed") > before)
         assert _runs(server, "bob", "completed") == before + 1
         received = bytearray()
         sock.settimeout(30)
@@ -254,24 +271,31 @@ def test_the_buffer_to_a_slow_client_is_bounded() -> None:
 def test_streams_count_against_the_tenants_requests_in_flight(tenants: tuple[LiveServer, dict[str, str]]) -> None:
     """alice may have 2 requests in flight: two open streams take both (the second may
     wait for her share of the sandboxes, in flight all the same), a third is 429, bob is
-    served meanwhile."""
+    served meanwhile. The runs would sleep 10 minutes, so they are still in flight however
+    slow the machine; the test ends them by killing the workers."""
     server, keys = tenants
-    slow = {"language": "python", "code": "import time\ndef main(a):\n    print('up')\n    time.sleep(2)\n", "stream": True}
+    slow = {"language": "python", "code": "import time\ndef main(a):\n    print('up')\n    time.sleep(600)\n",
+            "stream": True, "limits": {"timeout_ms": 600_000}}
     with httpx2.Client(timeout=60) as http:
         opened = []
         try:
             for _ in range(2):
                 response = http.send(http.build_request("POST", server.endpoint, json=_call("run_code", slow),
                                                         headers=_headers(keys["alice"])), stream=True)
-                opened.append(response)
+                opened.append((response, _events(response)))
                 assert response.status_code == 200  # the stream's headers come at once
-            assert next(_events(opened[0]))[1]["params"]["text"] == "up\n"
+            assert next(opened[0][1])[1]["params"]["text"] == "up\n"
             third = http.post(server.endpoint, json=_call("run_code", slow), headers=_headers(keys["alice"]))
             assert third.status_code == 429 and third.json()["error"]["data"]["limit"] == "concurrent_requests"
             assert _output(_stream(server, keys["bob"], "run_code", {"language": "python", "code": "print(2)"})) == "2\n"
-        finally:
-            for response in opened:
+        finally:  # end the runs: the second may start only once the first has ended
+            for response, events in opened:
+                _kill_workers(server)
+                for _, message in events:
+                    if message.get("method") == "run/output":  # it has just started: end it too
+                        _kill_workers(server)
                 response.close()
+            _wait_for_both_workers(server)
 
 
 def test_typed_client_iterates_events_then_the_result(tenants: tuple[LiveServer, dict[str, str]]) -> None:
@@ -369,25 +393,16 @@ def test_output_before_a_limit_stops_the_run_is_streamed(
 
 
 def test_a_worker_killed_mid_stream_ends_it_with_the_lost_run(tenants: tuple[LiveServer, dict[str, str]]) -> None:
-    import os
-    import signal
-    import subprocess
-
     server, keys = tenants
     code = "import time\ndef main(a):\n    print('started', flush=True)\n    time.sleep(30)\n"
     call = _call("run_code", {"language": "python", "code": code, "stream": True})
     with httpx2.stream("POST", server.endpoint, json=call, headers=_headers(keys["bob"]), timeout=60) as response:
         events = _events(response)
         assert next(events)[1]["params"]["text"] == "started\n"
-        workers = subprocess.run(["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True).stdout.split()
-        for pid in workers:  # the server's worker processes (the run's is one of them)
-            os.kill(int(pid), signal.SIGKILL)
+        _kill_workers(server)  # the run's worker is one of them
         rest = [m for _, m in events]
     assert rest[-1]["result"]["status"] == "failed" and rest[-1]["result"]["error"]["type"] == "WorkerCrashed"
-    for _ in range(200):  # replaced: the server serves streams again
-        if httpx2.get(server.base_url + "/healthz", timeout=30).json()["workers"]["free"] == 2:
-            break
-        time.sleep(0.1)
+    _wait_for_both_workers(server)  # replaced: the server serves streams again
     again = _stream(server, keys["bob"], "run_code", {"language": "python", "code": "print('back')"})
     assert _output(again) == "back\n"
 
