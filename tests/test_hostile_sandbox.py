@@ -130,12 +130,21 @@ def test_a_byte_every_block_is_charged_a_block(server: tuple[LiveServer, Path], 
 
 
 @pytest.mark.parametrize("how", ["seek", "pwrite"])
-def test_a_write_far_past_the_end_costs_only_its_block(server: tuple[LiveServer, Path], how: str) -> None:
-    live, _ = server
-    # One byte at 1 GiB: a hole, then one block. The disk, not the apparent size, is what counts.
+def test_a_write_far_past_the_end_counts_at_the_files_size(server: tuple[LiveServer, Path], how: str) -> None:
+    live, temp = server
+    # One byte at 1 GiB: a hole, then one block. The hole takes no disk, but anything
+    # that copies the file (a session's next run) writes it whole: the size counts.
     result = run_code(live, SEEK_AHEAD, {"how": how, "count": 2, "step": 1 << 30}, workspace_mb=1)
+    assert_quota_stop(result)
+    assert allocated_under(temp) < 2 * MiB
+
+
+@pytest.mark.parametrize("how", ["seek", "pwrite"])
+def test_a_write_past_the_end_within_the_quota_works(server: tuple[LiveServer, Path], how: str) -> None:
+    live, _ = server
+    result = run_code(live, SEEK_AHEAD, {"how": how, "count": 2, "step": 512 * 1024}, workspace_mb=1)
     assert result["status"] == "completed", result
-    assert result["output"] == (1 << 30) + 1
+    assert result["output"] == 512 * 1024 + 1
 
 
 GROW = """\

@@ -93,7 +93,9 @@ def test_globals_imports_and_files_carry_over(servers: Servers) -> None:
     assert plain["output"] is None and "session_rolled_back" not in plain
     listed = _result(call("list_sessions"))["sessions"]
     mine = next(s for s in listed if s["session_id"] == sid)
-    assert mine["runs"] == 6 and mine["image_bytes"] > 0 and mine["files_bytes"] == len("kept") + len("tmp")
+    assert mine["runs"] == 6 and mine["image_bytes"] > 0
+    # each file counts at its size or its blocks where more (as the workspace quota): a block each
+    assert len("kept") + len("tmp") <= mine["files_bytes"] <= 2 * 65536
 
 
 def test_a_timeout_rolls_back_memory_and_files(servers: Servers) -> None:

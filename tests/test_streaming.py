@@ -78,7 +78,10 @@ def _kill_workers(server: LiveServer) -> None:
 
 
 def _wait_for_both_workers(server: LiveServer) -> None:
-    _wait_until(lambda: httpx2.get(server.base_url + "/healthz", timeout=30).json()["workers"]["free"] == 2)
+    # the counts are the operator's on a server with tenants
+    _wait_until(lambda: httpx2.get(
+        server.base_url + "/healthz", headers={"authorization": f"Bearer {METRICS_KEY}"}, timeout=30,
+    ).json()["workers"]["free"] == 2)
 
 
 def _call(method: str, params: dict[str, Any], id: int = 1) -> dict[str, Any]:

@@ -190,6 +190,7 @@ def create_app(
         metrics=metrics.render,
         metrics_refusal=functools.partial(metrics_refusal, settings.metrics_key, tenants),
         in_flight=in_flight,
+        health_detail=functools.partial(health_detail, settings.metrics_key, tenants),
     )
 
 
@@ -256,6 +257,15 @@ def metrics_refusal(
     if client is None or not is_loopback(client):
         return "/metrics is served to this machine only (or with WASMRUN_METRICS_KEY set, to its key)"
     return None
+
+
+def health_detail(metrics_key: str | None, tenants: TenantDirectory, authorization: str | None) -> bool:
+    """Whether /healthz shows its worker and queue counts: on a server with no tenants
+    (the local user is the operator), or to the operator's metrics key. Anyone else
+    gets the status alone: "ok" (200) or "unavailable" (503)."""
+    if not tenants.has_tenants():
+        return True
+    return metrics_key is not None and metrics_refusal(metrics_key, tenants, authorization, None) is None
 
 
 def tenant_directory(settings: Settings, backends: Backends | None = None) -> TenantDirectory:

@@ -33,6 +33,7 @@ WAT = f"""
   (import "wasi_snapshot_preview1" "path_open"
     (func $path_open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "poll_oneoff" (func $poll_oneoff (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_filestat_set_size" (func $fd_set_size (param i32 i64) (result i32)))
   (memory (export "memory") 256)
   (data (i32.const 0) "f.bin")
   ;; `count` buffers, each the same `len` bytes at DATA
@@ -55,6 +56,8 @@ WAT = f"""
     (call $iovecs (local.get $count) (local.get $len))
     (call $fd_pwrite (local.get $fd) (i32.const {IOVS}) (local.get $count) (i64.const 0) (i32.const 32)))
   (func (export "written") (result i32) (i32.load (i32.const 32)))
+  (func (export "set_size") (param $fd i32) (param $size i64) (result i32)
+    (call $fd_set_size (local.get $fd) (local.get $size)))
   ;; `count` relative clock subscriptions (monotonic clock) of `ns` each
   (func (export "sleep") (param $count i32) (param $ns i64) (result i32)
     (call $sleep_into (local.get $count) (local.get $ns) (i32.const {EVENTS})))
@@ -234,3 +237,18 @@ def test_every_call_of_the_guest_that_can_allocate_disk_is_guarded(engine):
     assert "fd_write" in imported and "path_open" in imported
     assert ALLOCATING & imported <= set(GUARDED)
     assert ALLOCATING <= set(GUARDED)
+
+
+def test_growth_past_the_end_is_charged_at_the_new_size(guest, tmp_path):
+    """ftruncate's fd_filestat_set_size makes a file that long, holes or not: the
+    growth is charged before the call, so 10 GiB is refused and 512 KiB is not.
+    (fd_allocate is charged alike; no guest image imports it: see below.)"""
+    g = guest(workspace_bytes=MiB)
+    fd = g.open_file()
+    with pytest.raises(errors.RunAborted) as info:
+        g("set_size", fd, 10 << 30)
+    assert info.value.error_type == errors.WORKSPACE_QUOTA
+    assert (tmp_path / "workspace" / "f.bin").stat().st_size == 0
+    assert g("set_size", fd, 512 * 1024) == 0
+    assert (tmp_path / "workspace" / "f.bin").stat().st_size == 512 * 1024
+    assert g("file_fd") == fd  # the guest's own memory at the borrowed scratch is as it was

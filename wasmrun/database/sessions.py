@@ -267,6 +267,7 @@ class SharedSessionStore(SessionStore):
 
     def _copy_state(self, source: SessionMeta, meta: SessionMeta) -> None:
         """A fork: `source`'s version (fetched by `ready`) as `meta`'s version 0, uploaded."""
+        meta.created = source.created  # a fork keeps its original's age; its idle time starts now
         meta.runs, meta.memory_bytes = source.runs, source.memory_bytes
         meta.image_bytes, meta.files_bytes = source.image_bytes, source.files_bytes
         target = sandbox_sessions.version_dir(self.root / meta.key, 0)

@@ -13,8 +13,12 @@ docs/sessions.md). What this layer decides:
 - a session's limits and skills are fixed at creation (its memory image was
   made under them); a run may change only its own timeout_ms, cpu_ms and
   output_bytes;
-- the tenant's caps: `sessions` open at once and `session_bytes` (memory images
-  and files together) before a run or a fork starts.
+- the tenant's caps: `sessions` open at once, and `session_bytes` (memory images
+  and files together) before a run or a fork starts and again for the version a
+  run keeps: the worker gets the room left (`SessionRun.max_bytes`) and writes
+  no image past it, and the version is checked again when it is recorded
+  (other sessions of the tenant may have grown meanwhile); one that does not
+  fit is rolled back as `SessionBytesExceeded`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import msgspec
+from msgspec import UNSET
 
+from wasmrun import offload
 from wasmrun.protocol import runs
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import (
@@ -37,6 +43,7 @@ from wasmrun.protocol.errors import (
     SessionBusy,
     SessionNotFound,
 )
+from wasmrun.protocol.run_result import failure_summary
 from wasmrun.protocol.sessionstore import Busy, OverCap, SessionMeta, SessionStore, Unavailable, UnknownSession
 from wasmrun.protocol.streaming import output_listener
 from wasmrun.protocol.types import (
@@ -46,12 +53,14 @@ from wasmrun.protocol.types import (
     ListSessionsParams,
     ListSessionsResult,
     RunCodeParams,
+    RunError,
     RunLimits,
     RunResult,
     SessionInfo,
     SessionRef,
 )
 from wasmrun.registry.manifest import IDENTIFIER
+from wasmrun.sandbox.errors import SESSION_BYTES, session_bytes_exceeded
 from wasmrun.sandbox.types import RunResult as SandboxResult
 from wasmrun.sandbox.types import SessionOutcome, SessionRun
 
@@ -67,12 +76,17 @@ def _store(ctx: Context) -> SessionStore:
     return ctx.sessions
 
 
-async def _off_loop(store: SessionStore, call: Callable[..., T], *args: Any, thread: bool = False, **kwargs: Any) -> T:
-    """`call` on a thread when the store waits on a database (the shared one) or
-    `thread` (a call that writes or deletes folders), else here: a local store's
+async def _off_loop(
+    store: SessionStore, call: Callable[..., T], *args: Any, storage: str | None = None, **kwargs: Any
+) -> T:
+    """`call` on the session storage pool for tenant `storage` (a call that copies
+    or deletes a session's folders: offload.for_session_storage), on a thread when
+    the store waits on a database (the shared one), else here: a local store's
     lookups take microseconds, less than the hop to a thread."""
     try:
-        if thread or store.blocking:
+        if storage is not None:
+            return await offload.for_session_storage(storage, call, *args, **kwargs)
+        if store.blocking:
             return await asyncio.to_thread(call, *args, **kwargs)
         return call(*args, **kwargs)
     except Unavailable as exc:
@@ -148,7 +162,7 @@ async def fork_session(ctx: Context, p: SessionRef) -> ForkSessionResult:
     try:
         await _ready(store, source)
         session_id, _ = await _off_loop(
-            store, store.create, ctx.caller.tenant, thread=True, idle_timeout_s=source.idle_timeout_s,
+            store, store.create, ctx.caller.tenant, storage=ctx.caller.tenant, idle_timeout_s=source.idle_timeout_s,
             limits=dict(source.limits),
             skills=list(source.skills), max_sessions=ctx.caller.limits.sessions, source=source,
         )
@@ -163,7 +177,7 @@ async def fork_session(ctx: Context, p: SessionRef) -> ForkSessionResult:
 async def close_session(ctx: Context, p: SessionRef) -> CloseSessionResult:
     store = _store(ctx)
     try:
-        await _off_loop(store, store.close, ctx.caller.tenant, p.session_id, thread=True)
+        await _off_loop(store, store.close, ctx.caller.tenant, p.session_id, storage=ctx.caller.tenant)
     except UnknownSession:
         raise SessionNotFound(NOT_FOUND.format(p.session_id), field="session_id") from None
     except Busy:
@@ -232,35 +246,56 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
     await _check_room(ctx, store)
     request = runs.code_request(ctx, p, args_json, skills, input_blobs, limits)
     await _acquire(store, meta)
-    run = _SessionRun(store, meta)
+    run = _SessionRun(store, meta, ctx.caller.limits.session_bytes)
     try:
         await _ready(store, meta)
+        room = await _room(ctx, store, meta)
     except BaseException:
-        await asyncio.to_thread(store.release, meta)
+        await offload.for_run(store.release, meta)
         raise
-    request.session = SessionRun(folder=str(store.folder(meta)), version=meta.version, reseed=meta.reseed)
+    request.session = SessionRun(
+        folder=str(store.folder(meta)), version=meta.version, reseed=meta.reseed,
+        max_bytes=room, cap_bytes=ctx.caller.limits.session_bytes,
+    )
 
     async def run_and_settle() -> RunResult:
         try:
             return await runs._run(ctx, request, skills, on_result=run.keep, on_output=on_output)
         finally:
             # Off the event loop: with the shared backends, keeping a version uploads it.
-            await asyncio.to_thread(run.settle)
+            # On the run pool: another tenant's fork or close flood cannot hold it up.
+            await offload.for_run(run.settle)
 
     # A call cancelled midway (its client went away) leaves the run going on in
     # its worker, writing the next version: the session stays held until it ends.
     result = await asyncio.shield(asyncio.ensure_future(run_and_settle()))
     result.session_rolled_back = not run.kept
+    if run.over_cap is not None:
+        _fail(result, RunError(type=SESSION_BYTES, message=run.over_cap))
     return result
+
+
+def _fail(result: RunResult, error: RunError) -> None:
+    """A completed run undone after the fact (its new state did not fit)."""
+    result.status, result.error, result.output = "failed", error, UNSET
+    result.summary = failure_summary(error.type, error.message)
+
+
+async def _room(ctx: Context, store: SessionStore, meta: SessionMeta) -> int:
+    """What the tenant's `session_bytes` leaves for `meta`'s next version: the cap
+    less what its other sessions hold (this one's current version is replaced)."""
+    _, used = await _off_loop(store, store.usage, ctx.caller.tenant)
+    return max(0, ctx.caller.limits.session_bytes - (used - meta.disk_bytes))
 
 
 class _SessionRun:
     """One run's hold on its session: released once, when the run has ended."""
 
-    def __init__(self, store: SessionStore, meta: SessionMeta) -> None:
-        self.store, self.meta = store, meta
+    def __init__(self, store: SessionStore, meta: SessionMeta, cap: int) -> None:
+        self.store, self.meta, self.cap = store, meta, cap
         self.outcome: SessionOutcome | None = None
         self.kept = False
+        self.over_cap: str | None = None  # why a run that kept its state was undone at the end
         self._settled = False
 
     def keep(self, result: SandboxResult) -> None:
@@ -271,6 +306,16 @@ class _SessionRun:
             return
         self._settled = True
         try:
-            self.kept = self.store.finish_run(self.meta, self.outcome)
+            # The worker's room was figured at the start; the tenant's other sessions may
+            # have kept versions since. Checked again and kept under one lock per tenant.
+            with self.store.commit_lock(self.meta.owner):
+                outcome = self.outcome
+                if outcome is not None and outcome.committed:
+                    others = self.store.usage(self.meta.owner)[1] - self.meta.disk_bytes
+                    new = outcome.image_bytes + outcome.files_bytes
+                    if others + new > self.cap:
+                        self.over_cap = session_bytes_exceeded(new, max(0, self.cap - others), self.cap)
+                        outcome.committed = False
+                self.kept = self.store.finish_run(self.meta, outcome)
         finally:
             self.store.release(self.meta)

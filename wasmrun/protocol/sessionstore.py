@@ -111,6 +111,7 @@ class SessionStore:
         self._lock = threading.Lock()
         self._sessions: dict[str, SessionMeta] = {}
         self._busy: set[str] = set()
+        self._commit_locks: dict[str, threading.Lock] = {}
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(root, 0o700)
         self._load()
@@ -231,6 +232,9 @@ class SessionStore:
         try:
             folder.mkdir(mode=0o700)
             if source is not None:
+                # A fork keeps its original's age (a chain of forks ends at the first's
+                # maximum age); its idle time starts now.
+                meta.created = source.created
                 meta.runs, meta.memory_bytes = source.runs, source.memory_bytes
                 meta.image_bytes, meta.files_bytes = source.image_bytes, source.files_bytes
                 sandbox_sessions.copy_version(
@@ -254,6 +258,15 @@ class SessionStore:
             session_id=session_id, key=key_of(session_id), owner=owner, created=now, last_used=now,
             idle_timeout_s=idle_timeout_s, max_age_s=self.policy.max_age_s, limits=limits, skills=skills,
         )
+
+    def commit_lock(self, owner: str) -> threading.Lock:
+        """Held while a run of `owner`'s is checked against `session_bytes` and kept:
+        two of its runs ending at once cannot both fit in the same room."""
+        with self._lock:
+            found = self._commit_locks.get(owner)
+            if found is None:
+                found = self._commit_locks[owner] = threading.Lock()
+            return found
 
     def acquire(self, meta: SessionMeta) -> None:
         """Mark `meta` running a request; Busy if it already is (one at a time)."""

@@ -1,12 +1,16 @@
-"""What a run's writable folders cost the host's disk: allocated blocks, not sizes.
+"""What a run's writable folders count against their quota: each file at its
+size, or at the disk allocated for it where that is more.
 
-A file's size says little about the disk it takes: a file written 1 byte every
-4 KiB is sparse in its size but allocates a block per byte written, and a file
+Neither figure alone bounds what a file costs. A file written 1 byte every
+4 KiB is small in its size but allocates a block per byte written; a sparse
+file (grown by truncate, or by a write past its end) allocates almost nothing
+but is its whole size to anything that copies it (a session's next run, a
+download), and a filesystem without holes allocates it whole. And a file
 unlinked while it is still open has no name left to find it by but keeps all
-its blocks until the last descriptor closes. So a run's disk use is the
-allocated bytes (`st_blocks * 512`) of every inode the run can reach, by a name
-under its folders or by a descriptor the run's WASI holds open, each inode
-counted once (hard links share one).
+its blocks until the last descriptor closes. So a run's disk use is the sum,
+over every inode the run can reach (by a name under its folders or by a
+descriptor the run's WASI holds open, each inode counted once: hard links
+share one), of max(size, allocated bytes = `st_blocks * 512`).
 
 The descriptors are found through /proc/self/fd: wasmtime's WASI opens the
 run's files in this process, and a descriptor's link names the path it was
@@ -25,9 +29,15 @@ PROC_FDS = "/proc/self/fd"
 BLOCK_UNIT = 512  # st_blocks counts 512-byte units on every Unix
 
 
-def usage(tops: list[Path], root: Path) -> tuple[int, int]:
-    """(allocated bytes, entries) of everything below `tops` and of every file
-    this process holds open under `root` (unlinked or not), each inode once."""
+def charged(st: os.stat_result) -> int:
+    """What one inode counts: its size, or its allocated blocks where more."""
+    return max(st.st_size, st.st_blocks * BLOCK_UNIT)
+
+
+def usage(tops: list[Path], root: Path | None) -> tuple[int, int]:
+    """(bytes counted, entries) of everything below `tops` and of every file
+    this process holds open under `root` (unlinked or not; None: names only),
+    each inode once."""
     seen: set[tuple[int, int]] = set()
     allocated = entries = 0
     for top in tops:
@@ -37,11 +47,11 @@ def usage(tops: list[Path], root: Path) -> tuple[int, int]:
             entries += 1
             if (st.st_dev, st.st_ino) not in seen:
                 seen.add((st.st_dev, st.st_ino))
-                allocated += st.st_blocks * BLOCK_UNIT
-    for st in open_files(root):
+                allocated += charged(st)
+    for st in open_files(root) if root is not None else []:
         if (st.st_dev, st.st_ino) not in seen:
             seen.add((st.st_dev, st.st_ino))
-            allocated += st.st_blocks * BLOCK_UNIT
+            allocated += charged(st)
     return allocated, entries
 
 

@@ -29,6 +29,7 @@ CPU_LIMIT = "CPULimitExceeded"  # the run thread's CPU time (cpu_ms)
 MEMORY_LIMIT = "MemoryLimitExceeded"  # linear memory cap
 STACK_OVERFLOW = "StackOverflow"
 WORKSPACE_QUOTA = "WorkspaceQuotaExceeded"  # /workspace bytes or files
+SESSION_BYTES = "SessionBytesExceeded"  # a session's new state over the tenant's session_bytes
 BLOB_BUDGET = "BlobBudgetExceeded"  # bytes through blob host calls
 BLOB_QUOTA = "BlobQuotaExceeded"  # the tenant's stored blob bytes or count, or blobs per run
 HOST_CALL_ERROR = "InvalidHostCall"  # the guest passed a bad pointer/length
@@ -39,7 +40,7 @@ DATA_IMAGE_WARMING_UP = "DataImageWarmingUp"
 
 
 HOST_TYPES = frozenset({
-    TIMEOUT, CPU_LIMIT, MEMORY_LIMIT, STACK_OVERFLOW, WORKSPACE_QUOTA, BLOB_BUDGET, BLOB_QUOTA,
+    TIMEOUT, CPU_LIMIT, MEMORY_LIMIT, STACK_OVERFLOW, WORKSPACE_QUOTA, SESSION_BYTES, BLOB_BUDGET, BLOB_QUOTA,
     HOST_CALL_ERROR, GUEST_CRASH, WORKER_CRASHED, INTERNAL, DATA_IMAGE_WARMING_UP,
 })
 GUEST_PREFIX = "Guest"
@@ -97,3 +98,11 @@ def memory_hint(limit_bytes: int, ceiling_bytes: int) -> str:
                 " process the data in smaller pieces (stream files, write partial results to blobs)")
     return (f"hint: {limit}; ask for more with limits.memory_mb (within your ceiling)"
             " or process the data in smaller pieces")
+
+
+def session_bytes_exceeded(new_bytes: int, room: int, cap: int) -> str:
+    return (
+        f"session_bytes: this session's new state ({new_bytes} bytes of memory image and files) is over"
+        f" the {room} bytes your other sessions leave of your session_bytes limit of {cap};"
+        " the run's changes were rolled back (close sessions you no longer need)"
+    )

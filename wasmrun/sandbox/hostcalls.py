@@ -73,6 +73,9 @@ class RunContext:
         self.wasi_funcs: dict[str, FastFunc] = {}  # the real WASI calls, per store
         # Preopen fds whose folders cannot hold a FIFO or device (see Image.preopens).
         self.plain_fds: set[int] = set()
+        # fd -> how far past its file's end the guest last seeked it: the next write
+        # there makes the file that much longer (a hole, counted at its size).
+        self.seek_gaps: dict[int, int] = {}
         self.egress = egress or EgressSession(None)
         self.http_reply: bytes | None = None  # the last request's reply, until the guest reads it
 

@@ -64,11 +64,21 @@ def load(folder: Path, store: wasmtime.Store, memory: wasmtime.Memory, guest_key
             _read(folder / name, store, memory, guest_key)
 
 
+class TooLarge(Exception):
+    """The image would take more than the room it was given; nothing was written."""
+
+    def __init__(self, needed: int) -> None:
+        super().__init__(needed)
+        self.needed = needed
+
+
 def save(
-    previous: Path, folder: Path, store: wasmtime.Store, memory: wasmtime.Memory, guest_key: str
+    previous: Path, folder: Path, store: wasmtime.Store, memory: wasmtime.Memory, guest_key: str,
+    room: int | None = None,
 ) -> int:
     """`folder`'s memory from the instance, whose memory is `previous`'s after a
-    run; its bytes on disk."""
+    run; its bytes on disk. TooLarge, before a byte is written, when that would
+    be more than `room` (the base a delta is laid on counts in full)."""
     spans = written_spans(store, memory)
     base = previous / BASE
     if base.exists():
@@ -76,9 +86,22 @@ def save(
         delta = _changed(spans, base, base_spans, store, memory)
         base_bytes = base.stat().st_size
         if sum(length for _, length in delta) * 2 <= base_bytes:
+            _check_room(base_bytes + _file_size(delta, guest_key), room)
             _link(base, folder / BASE)
             return base_bytes + _write(folder / DELTA, delta, store, memory, guest_key)
+    _check_room(_file_size(spans, guest_key), room)
     return _write(folder / BASE, spans, store, memory, guest_key)
+
+
+def _file_size(spans: Spans, guest_key: str) -> int:
+    """What `_write` writes for `spans`: its header, span table and the spans."""
+    header = _HEADER.size + len(guest_key.encode()) + _SIZES.size + _SPAN.size * len(spans)
+    return header + sum(length for _, length in spans)
+
+
+def _check_room(needed: int, room: int | None) -> None:
+    if room is not None and needed > room:
+        raise TooLarge(needed)
 
 
 def copy(source: Path, target: Path) -> None:

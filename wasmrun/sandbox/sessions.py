@@ -36,7 +36,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wasmrun.sandbox import errors, sessionimages, tree
+from wasmrun.sandbox import diskuse, errors, sessionimages, tree
 from wasmrun.sandbox.instances import Fresh, release_pages
 from wasmrun.sandbox.sessionimages import ImageMismatch
 from wasmrun.sandbox.types import RunError, RunRequest, RunResult, SessionOutcome, host_failure
@@ -118,16 +118,12 @@ def _run_staged(
         result, _ = engine._run_on(fresh, request, t0, bytecode, workspace_root=following, on_output=on_output)
         for name in _run_only_folders(engine):  # the version keeps its workspace and tmp, nothing else
             tree.remove(following / name)
-        if rolls_back(result):
+        if not rolls_back(result):
+            _save(engine, request, current, following, fresh, result)
+        if result.session is None or not result.session.committed:
             _discard(following)
             result.session = SessionOutcome(committed=False, memory_bytes=fresh.memory.data_len(fresh.store))
         else:
-            image_bytes = sessionimages.save(current, following, fresh.store, fresh.memory, engine.guest.key)
-            files_bytes = sum(tree.measure(following / name)[0] for name in FOLDERS)
-            result.session = SessionOutcome(
-                committed=True, memory_bytes=fresh.memory.data_len(fresh.store),
-                image_bytes=image_bytes, files_bytes=files_bytes,
-            )
             kept = warm.keep(following, fresh)
     finally:
         if not kept:
@@ -136,6 +132,39 @@ def _run_staged(
             engine._supply.forget()
     result.usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
     return result
+
+
+def _save(
+    engine: SandboxEngine, request: RunRequest, current: Path, following: Path, fresh: Fresh, result: RunResult
+) -> None:
+    """Version N+1's memory image beside its files, when both fit the room the
+    tenant's `session_bytes` leaves (checked before the image is written: no
+    byte over it reaches the disk but the run's own files, which its
+    `workspace_mb` bounds); else the run fails with SessionBytesExceeded."""
+    spec = request.session
+    assert spec is not None
+    files_bytes = files_size(following)
+    room = None if spec.max_bytes is None else spec.max_bytes - files_bytes
+    try:
+        image_bytes = sessionimages.save(
+            current, following, fresh.store, fresh.memory, engine.guest.key, room=None if room is None else max(0, room),
+        )
+    except sessionimages.TooLarge as over:
+        assert spec.max_bytes is not None
+        result.status, result.output_json = "failed", b"null"
+        result.error = RunError(errors.SESSION_BYTES, errors.session_bytes_exceeded(
+            over.needed + files_bytes, spec.max_bytes, spec.cap_bytes or spec.max_bytes,
+        ))
+        return
+    result.session = SessionOutcome(
+        committed=True, memory_bytes=fresh.memory.data_len(fresh.store), image_bytes=image_bytes, files_bytes=files_bytes,
+    )
+
+
+def files_size(version: Path) -> int:
+    """What a version's files count against `session_bytes`: each at its size, or
+    at its blocks where more (as the workspace quota counts them, diskuse)."""
+    return diskuse.usage([version / name for name in FOLDERS], None)[0]
 
 
 class WarmInstances:
@@ -264,14 +293,44 @@ def _copy_folder(source: Path, target: Path, link: bool = False) -> None:
     if empty:
         target.mkdir(mode=0o700)
     else:
-        shutil.copytree(source, target, symlinks=True, copy_function=_link_or_copy if link else shutil.copy2)
+        shutil.copytree(source, target, symlinks=True, copy_function=_link_or_copy if link else copy_sparse)
 
 
 def _link_or_copy(source: str, target: str) -> None:
     try:
         os.link(source, target, follow_symlinks=False)
     except OSError:
-        shutil.copy2(source, target)
+        copy_sparse(source, target)
+
+
+def copy_sparse(source: str, target: str) -> str:
+    """`source` copied to `target` with its holes left holes (SEEK_DATA/SEEK_HOLE):
+    a sparse file costs its data, not its size, in the copy's disk and time."""
+    if os.path.islink(source):
+        os.symlink(os.readlink(source), target)
+        return target
+    with open(source, "rb") as src, open(target, "xb") as dst:
+        size = os.fstat(src.fileno()).st_size
+        position = 0
+        while position < size:
+            try:
+                data = os.lseek(src.fileno(), position, os.SEEK_DATA)
+            except OSError:  # ENXIO: only a hole is left
+                break
+            hole = os.lseek(src.fileno(), data, os.SEEK_HOLE)
+            src.seek(data)
+            dst.seek(data)
+            left = hole - data
+            while left > 0:
+                chunk = src.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                dst.write(chunk)
+                left -= len(chunk)
+            position = hole
+        dst.truncate(size)
+    shutil.copystat(source, target, follow_symlinks=False)
+    return target
 
 
 def _discard(path: Path) -> None:

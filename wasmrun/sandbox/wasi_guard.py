@@ -5,9 +5,11 @@ wasmtime's WASI has no disk quota, and a guest blocked in `poll_oneoff`
 So the linker shadows a few `wasi_snapshot_preview1` functions with Python
 wrappers that check first and then call the real implementation.
 
-Quota accounting is conservative and counts the disk the host allocates
-(see workspace.py's `Workspace` and diskuse.py): every block a call may allocate counts
-against an estimate before the call; when the estimate would pass the quota,
+Quota accounting is conservative and counts each file at its size, or at the
+disk the host allocates for it where that is more (see workspace.py's
+`Workspace` and diskuse.py): every byte a call may add, to a file's size (a
+hole made by a write or allocation past the end, or by growing its size) or
+to its blocks, counts against an estimate before the call; when the estimate would pass the quota,
 /workspace and /tmp (and the files the run holds open, unlinked or not) are
 measured for real, and only a real excess stops the run
 (`WorkspaceQuotaExceeded`). Only /workspace and /tmp are writable (one
@@ -15,7 +17,8 @@ quota for both), so every write to a descriptor other than stdout/stderr is
 a write there.
 
 What is shadowed: every call that adds bytes (fd_write, fd_pwrite,
-fd_allocate, fd_filestat_set_size) or entries (path_open with O_CREAT,
+fd_allocate, fd_filestat_set_size; fd_seek, to know how far past the end the
+next fd_write lands) or entries (path_open with O_CREAT,
 path_create_directory, path_symlink, path_link). path_rename,
 path_unlink_file, path_remove_directory and the time-setting calls add
 neither, and the read-only mounts refuse them (and links out of them).
@@ -56,6 +59,7 @@ ERRNO_ACCES = 2  # WASI's EACCES
 ERRNO_NOENT = 44  # WASI's ENOENT
 FILESTAT_SIZE = 64
 FILESTAT_FILETYPE = 16  # offset of the u8 filetype in a filestat
+FILESTAT_FILESIZE = 32  # offset of the u64 size in a filestat
 # What path_open may open. A FIFO, socket or device (only an operator's skill
 # folder can hold one: WASI cannot make them) would block the real open in
 # host code, out of the epoch's reach, until the pool gives up on the worker.
@@ -216,29 +220,65 @@ class _Wrappers:
                 _stream(caller, vecs, written, fd, ctx)
             write_guest(caller, nwritten, 4, struct.pack("<I", written))
             return 0
-        ctx.workspace.charge(ctx.workspace.write_bound(sum(n for _, n in vecs)))
+        gap = ctx.seek_gaps.pop(fd, 0)  # a write after a seek past the end: the hole counts too
+        ctx.workspace.charge(gap + ctx.workspace.write_bound(sum(n for _, n in vecs)))
         return self._call(caller, "fd_write", fd, iovs, iovs_len, nwritten)
+
+    def fd_seek(self, caller, fd, offset, whence, newoffset):  # type: ignore[no-untyped-def]
+        result = self._call(caller, "fd_seek", fd, offset, whence, newoffset)
+        ctx = current()
+        ctx.seek_gaps.pop(fd, None)
+        if result == 0 and fd > 2:
+            (position,) = struct.unpack("<Q", read_guest(caller, newoffset, 8))
+            if position > 0:
+                size = self._file_size(caller, fd)
+                if size is not None and position > size:
+                    ctx.seek_gaps[fd] = position - size
+        return result
 
     def fd_pwrite(self, caller, fd, iovs, iovs_len, offset, nwritten):  # type: ignore[no-untyped-def]
         vecs = _iovecs(caller, iovs, iovs_len)
         if vecs is None:
             return ERRNO_INVAL
-        # Past the end too, only the blocks written are allocated (the gap is a hole).
+        # Past the end, the gap is a hole: no disk, but the file's size, which counts.
         workspace = current().workspace
-        workspace.charge(workspace.write_bound(sum(n for _, n in vecs)))
+        workspace.charge(self._growth(caller, fd, offset) + workspace.write_bound(sum(n for _, n in vecs)))
         return self._call(caller, "fd_pwrite", fd, iovs, iovs_len, offset, nwritten)
 
     def fd_allocate(self, caller, fd, offset, length):  # type: ignore[no-untyped-def]
         workspace = current().workspace
-        workspace.charge(workspace.write_bound(length))
+        workspace.charge(self._growth(caller, fd, offset) + workspace.write_bound(length))
         return self._call(caller, "fd_allocate", fd, offset, length)
 
     def fd_filestat_set_size(self, caller, fd, size):  # type: ignore[no-untyped-def]
-        # Growth leaves a hole on most filesystems, not on all: the new size may be
-        # allocated whole, so it is charged whole (a shrink charges what it keeps).
+        # Growth leaves a hole on most filesystems, not on all: either way the file
+        # counts at its new size, so the growth is charged (a shrink charges nothing).
         workspace = current().workspace
-        workspace.charge(workspace.write_bound(size))
+        workspace.charge(self._growth(caller, fd, size))
         return self._call(caller, "fd_filestat_set_size", fd, size)
+
+    def _growth(self, caller: wasmtime.Caller, fd: int, end: int) -> int:
+        """How much longer the file at `fd` becomes if it reaches `end` (its
+        whole `end` when its size cannot be read: the real call fails alike)."""
+        if end <= 0:
+            return 0  # (negative: an offset past 2**63, which the real call refuses)
+        size = self._file_size(caller, fd)
+        return max(0, end - (size or 0))
+
+    def _file_size(self, caller: wasmtime.Caller, fd: int) -> int | None:
+        """The size of the file at `fd`, or None (not a file this run can stat).
+        The filestat needs 64 bytes of guest memory: borrowed at address 0 and put
+        back (the guest is blocked in this call; WASI wants it 8-byte aligned)."""
+        if guest_memory(caller).data_len(caller) < FILESTAT_SIZE:
+            return None
+        saved = read_guest(caller, 0, FILESTAT_SIZE)
+        try:
+            if self._call(caller, "fd_filestat_get", fd, 0) != 0:
+                return None
+            (size,) = struct.unpack("<Q", read_guest(caller, FILESTAT_FILESIZE, 8))
+            return int(size)
+        finally:
+            write_guest(caller, 0, FILESTAT_SIZE, saved)
 
     def path_open(self, caller, fd, dirflags, path, path_len, oflags, base, inheriting, fdflags, out):  # type: ignore[no-untyped-def]
         ctx = current()
@@ -253,6 +293,9 @@ class _Wrappers:
         result = self._call(
             caller, "path_open", fd, dirflags, path, path_len, oflags, base, inheriting, fdflags, out
         )
+        if result == 0:
+            # A number reused: the earlier file's seek is not this one's.
+            ctx.seek_gaps.pop(struct.unpack("<I", read_guest(caller, out, 4))[0], None)
         if result == 0 and not plain:
             # The new fd names something under a skill: whatever plain fd had its number
             # before (a closed preopen's number is reused) no longer vouches for it.
@@ -270,6 +313,9 @@ class _Wrappers:
             else:
                 ctx.plain_fds.discard(to)
             ctx.plain_fds.discard(fd)
+            ctx.seek_gaps.pop(to, None)
+            if fd in ctx.seek_gaps:
+                ctx.seek_gaps[to] = ctx.seek_gaps.pop(fd)
         return result
 
     def _refuse_special(self, caller: wasmtime.Caller, fd: int, dirflags: int, path: int, path_len: int) -> int:
@@ -341,11 +387,11 @@ class _Wrappers:
 
 
 GUARDED = (
-    "fd_write", "fd_pwrite", "fd_allocate", "fd_filestat_set_size", "path_open", "fd_renumber",
+    "fd_write", "fd_seek", "fd_pwrite", "fd_allocate", "fd_filestat_set_size", "path_open", "fd_renumber",
     "path_create_directory", "path_symlink", "path_link", "poll_oneoff",
 )
 # Real WASI calls the wrappers need but do not shadow.
-PASSED_THROUGH = ("clock_time_get", "path_filestat_get")
+PASSED_THROUGH = ("clock_time_get", "path_filestat_get", "fd_filestat_get")
 
 
 def define_guarded_wasi(engine: wasmtime.Engine, linker: wasmtime.Linker, module: wasmtime.Module) -> None:

@@ -23,11 +23,12 @@ class Workspace:
     at /workspace and `tmp` at /tmp, both inside the run's host folder `root`;
     both are emptied after the run.
 
-    The quota bounds the disk the host allocates for them (see diskuse), and
-    every call that may allocate goes through `charge` first with the most it
-    can allocate, so the check comes before the write: `write_bound` for
-    bytes written anywhere in a file (a sparse or past-the-end write allocates
-    only the blocks it touches, at most one more than its length covers).
+    The quota bounds the files' sizes, or the disk the host allocates for
+    them where more (see diskuse), and every call that may add to either goes
+    through `charge` first with the most it can add, so the check comes before
+    the write: `write_bound` for the blocks of bytes written anywhere in a
+    file (at most one more than their length covers), plus how far a write,
+    allocation or truncate past the end grows the file (the wasi guards).
     While the estimate stays under the quota nothing is measured; when it would
     pass it, the disk is measured for real, and only a real excess stops the
     run (`WorkspaceQuotaExceeded`)."""
@@ -63,7 +64,8 @@ class Workspace:
             raise errors.RunAborted(
                 errors.WORKSPACE_QUOTA,
                 f"/workspace and /tmp would exceed their quota of {self.max_bytes} bytes"
-                " (counted as the disk the host allocates, open-but-deleted files included)",
+                " (each file counted at its size, or at the disk it takes where more;"
+                " open-but-deleted files included)",
             )
         if used_files + nfiles > self.max_files:
             raise errors.RunAborted(

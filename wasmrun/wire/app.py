@@ -145,12 +145,14 @@ def create_app(
     metrics: Callable[[], bytes] | None = None,
     metrics_refusal: Callable[[str | None, str | None], str | None] | None = None,
     in_flight: RequestsInFlight | None = None,
+    health_detail: Callable[[str | None], bool] | None = None,
 ) -> Starlette:
     """`dispatch(method, params)` answers calls; with `authenticate`, every call first
     needs a caller, and dispatch gets it as `caller=`. `routes` are served by the same
     app as /rpc (so its middleware applies to them); each of `lifespans` is entered at
     startup and left at shutdown. `metrics_refusal(authorization, client_host)` says why
-    a /metrics request is refused (None: served); without it, loopback clients only."""
+    a /metrics request is refused (None: served); without it, loopback clients only.
+    `health_detail(authorization)` says whether /healthz shows its counts (None: always)."""
 
     rpc = RpcEndpoint(
         dispatch, max_body_bytes=max_body_bytes, authenticate=authenticate,
@@ -168,7 +170,7 @@ def create_app(
     app = RpcFront(
         routes=[
             Route("/rpc", rpc, methods=["POST"]),
-            Route("/healthz", _healthz(health), methods=["GET"]),
+            Route("/healthz", _healthz(health, health_detail), methods=["GET"]),
             Route("/metrics", _prometheus(metrics, metrics_refusal), methods=["GET"]),
             *playground_routes(),
             *routes,
@@ -183,21 +185,22 @@ def create_app(
     return app
 
 
-def _healthz(health: Callable[[], Health] | None) -> Callable[[Request], Awaitable[Response]]:
+def _healthz(
+    health: Callable[[], Health] | None, detail: Callable[[str | None], bool] | None = None
+) -> Callable[[Request], Awaitable[Response]]:
     async def healthz(request: Request) -> Response:
         """200 while a sandbox worker can serve runs (even if all are busy),
-        503 when none can (all crashed and restarting, or shutting down)."""
+        503 when none can (all crashed and restarting, or shutting down). The
+        counts (workers, queue) only where `detail` allows them: on a server with
+        tenants they tell anyone who reaches the port how loaded it is."""
         if health is None:
             return JSONResponse({"status": "ok"})
         now = health()
-        return JSONResponse(
-            {
-                "status": "ok" if now.serving else "unavailable",
-                "workers": {"total": now.total, "free": now.free, "unavailable": now.unavailable},
-                "queued": now.queued,
-            },
-            status_code=200 if now.serving else 503,
-        )
+        body: dict[str, Any] = {"status": "ok" if now.serving else "unavailable"}
+        if detail is None or detail(request.headers.get("authorization")):
+            body["workers"] = {"total": now.total, "free": now.free, "unavailable": now.unavailable}
+            body["queued"] = now.queued
+        return JSONResponse(body, status_code=200 if now.serving else 503)
 
     return healthz
 
