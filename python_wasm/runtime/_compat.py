@@ -111,9 +111,13 @@ def install_chdir() -> None:
     def chdir(path):
         if isinstance(path, int):
             return real_chdir(path)
-        resolved = os.path.realpath(path)
+        try:
+            resolved = os.path.realpath(path)
+        except (TypeError, ValueError):
+            resolved = None  # not a path: the real chdir says so, in its own words
         real_chdir(path)  # errors as Linux reports them, naming the path given
-        real_chdir(resolved)
+        if resolved is not None:
+            real_chdir(resolved)
 
     chdir.__doc__ = real_chdir.__doc__
     os.chdir = chdir
