@@ -266,7 +266,7 @@ class _SSLContext:
     def __new__(cls, protocol):
         if protocol not in (PROTOCOL_TLS, PROTOCOL_TLSv1, PROTOCOL_TLSv1_1, PROTOCOL_TLSv1_2,
                             PROTOCOL_TLS_CLIENT, PROTOCOL_TLS_SERVER):
-            raise ValueError("invalid or unsupported protocol version %i" % protocol)
+            raise ValueError(f"invalid or unsupported protocol version {protocol}")
         self = object.__new__(cls)
         client = protocol == PROTOCOL_TLS_CLIENT
         self._protocol = protocol
