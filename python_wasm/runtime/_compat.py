@@ -7,6 +7,9 @@
   ".../d/", `chdir("link")` keeps the link's name). Linux keeps the
   directory itself: `os.chdir` here passes the resolved path, so
   `getcwd()` and every relative path after it are as on Linux.
+- `chmod`: WASI has no permission bits and wasi-libc's `chmod` succeeds for
+  any path, even a missing one. `os.chmod` here still does nothing to the
+  bits, but answers for the path as Linux does (ENOENT, ENOTDIR).
 - `ssl`: WASI has no OpenSSL. `_tls` stands in as `_ssl` so `import ssl`,
   its constants and contexts work; TLS itself is the host's (runtime/http.py).
 - asyncio: the stock event loop needs a socket pair to wake itself up, and
@@ -123,6 +126,17 @@ def install_chdir() -> None:
     os.chdir = chdir
 
 
+def install_chmod() -> None:
+    real_chmod = os.chmod
+
+    def chmod(path, mode, *, dir_fd=None, follow_symlinks=True):
+        real_chmod(path, mode, dir_fd=dir_fd, follow_symlinks=follow_symlinks)  # its own argument errors
+        os.stat(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)  # the path's errors, as Linux's chmod
+
+    chmod.__doc__ = real_chmod.__doc__
+    os.chmod = chmod
+
+
 def install_ssl() -> None:
     try:
         import _ssl  # noqa: F401  (an interpreter with OpenSSL keeps its own)
@@ -135,6 +149,7 @@ def install_ssl() -> None:
 def install() -> None:
     install_socket()
     install_chdir()
+    install_chmod()
     _thread.start_new_thread = _no_threads
     _thread.start_new = _no_threads
     threading._start_new_thread = _no_threads

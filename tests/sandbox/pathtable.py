@@ -70,6 +70,7 @@ OPERATIONS = {
     "readlink": os.readlink,
     "utime": lambda p: os.utime(p, (1_000_000, 2_000_000)),
     "utime-nofollow": lambda p: os.utime(p, (1_000_000, 2_000_000), follow_symlinks=False),
+    "chmod": lambda p: os.chmod(p, 0o755),
     "listdir": lambda p: sorted(os.listdir(p)),
     "scandir": lambda p: sorted((e.name, e.is_dir(), e.is_file(), e.is_symlink()) for e in os.scandir(p)),
     "chdir": lambda p: (os.chdir(p), os.getcwd())[1],
