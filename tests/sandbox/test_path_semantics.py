@@ -27,6 +27,13 @@ KNOWN_DIFFERENCES = {
     # on Linux the descriptor-based branch opens the dangling link and reports ENOENT.
     "rmtree lx": "CPython's path-based rmtree on WASI: 'Cannot call rmtree on a symbolic link'",
 }
+# The data image is CPython 3.15 and the native side this interpreter (3.11): since 3.13
+# rmtree ignores FileNotFoundError for entries gone while it walks, so removing `d/sub/..`
+# (whose `sub` it removes first, as on Linux) ends without the ENOENT 3.11 raises.
+NEWER_CPYTHON = {
+    "rmtree d/sub/..": "CPython 3.13+ rmtree ignores FileNotFoundError while it walks",
+    "rmtree d/sub/../": "CPython 3.13+ rmtree ignores FileNotFoundError while it walks",
+}
 
 
 def test_path_operations_answer_as_on_linux(engine, tmp_path) -> None:
@@ -39,10 +46,11 @@ def test_path_operations_answer_as_on_linux(engine, tmp_path) -> None:
     assert result.status == "completed", (result.error, result.logs[-3000:])
     sandbox = result.output
     assert len(native) == len(sandbox) > 900
+    known = KNOWN_DIFFERENCES | (NEWER_CPYTHON if os.environ.get("WASMRUN_TEST_IMAGE") == "data" else {})
     differ = {case: (native[case], sandbox[case]) for case in native if native[case] != sandbox[case]}
-    unexplained = {case: answers for case, answers in differ.items() if case not in KNOWN_DIFFERENCES}
+    unexplained = {case: answers for case, answers in differ.items() if case not in known}
     assert not unexplained, "\n".join(f"{case}: native {n[0]} sandbox {s[0]}" for case, (n, s) in unexplained.items())
-    assert set(differ) == set(KNOWN_DIFFERENCES), "a listed difference is gone: take it off the list"
+    assert set(differ) == set(known), "a listed difference is gone: take it off the list"
 
 
 CLEANUP = """
