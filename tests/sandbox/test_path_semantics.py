@@ -14,6 +14,8 @@ import os
 import runpy
 from pathlib import Path
 
+import pytest
+
 from tests.sandbox.conftest import make_skill
 from wasmrun.sandbox.limits import Limits
 from wasmrun.sandbox.types import RunRequest
@@ -130,3 +132,45 @@ def test_read_only_folders_and_escapes_stay_refused_with_slashes(run_code, tmp_p
     assert out["deeper"] == "ENAMETOOLONG"  # as Linux: past PATH_MAX
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
     assert (tmp_path / "ro" / "file.txt").read_text() == "keep"
+
+
+PANDAS_TASK = """
+import os, shutil, unittest, io
+import pandas as pd
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+def task(folder):
+    os.makedirs(folder, exist_ok=True)
+    frame = pd.DataFrame({"x": [1, 2, 3], "y": [2, 4, 6]})
+    frame.to_csv(os.path.join(folder, "data.csv"), index=False)
+    frame.plot(x="x", y="y")
+    plt.savefig(os.path.join(folder, "plot.png"))
+    return pd.read_csv(os.path.join(folder, "data.csv"))["y"].sum()
+
+class TestTask(unittest.TestCase):
+    def setUp(self):
+        self.folder = "./test_data_files/"
+
+    def tearDown(self):
+        if os.path.exists(self.folder):
+            shutil.rmtree(self.folder)
+
+    def test_sum(self):
+        self.assertEqual(task(self.folder), 12)
+        self.assertTrue(os.path.isfile("./test_data_files/plot.png"))
+
+def main(args):
+    result = unittest.TextTestRunner(stream=io.StringIO()).run(
+        unittest.defaultTestLoader.loadTestsFromTestCase(TestTask))
+    return {"ok": result.wasSuccessful(), "problems": [t for _, t in result.errors + result.failures],
+            "left": sorted(os.listdir("."))}
+"""
+
+
+@pytest.mark.skipif(os.environ.get("WASMRUN_TEST_IMAGE") != "data", reason="pandas and matplotlib are the data image's")
+def test_a_data_task_whose_teardown_removes_its_folder_passes(run_code) -> None:
+    result = run_code(PANDAS_TASK)
+    assert result.status == "completed", result.error
+    assert result.output == {"ok": True, "problems": [], "left": []}
