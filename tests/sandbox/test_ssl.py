@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import trustme
@@ -15,7 +16,7 @@ from tests.egress_server import LocalServer, serve
 from tests.sandbox.conftest import make_skill
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.sandbox.jsontext import encode_args
-from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox.types import MountedSkill, RunRequest
 
 USE = """
 import ssl
@@ -149,3 +150,37 @@ def test_a_library_importing_ssl_at_import_time_works(engine, tmp_path) -> None:
     result = engine.run(RunRequest(kind="skill", skill="geo", skills=[skill]))
     assert result.status == "completed", (result.error, result.logs)
     assert result.output == {"https": True, "verify": "CERT_REQUIRED"}
+
+
+URLLIB3 = """
+import sys
+sys.path.insert(0, "/skills/libs")
+
+def main(args):
+    import urllib3
+    from urllib3.util import ssl_
+    ctx = ssl_.create_urllib3_context()
+    pool = urllib3.PoolManager(ssl_context=ctx)
+    try:
+        pool.request("GET", "https://example.com/", retries=False)
+        fetched = "no error"
+    except urllib3.exceptions.HTTPError as exc:
+        fetched = str(exc)
+    return {"context": type(ctx).__name__, "fetched": fetched}
+"""
+
+
+def test_urllib3_imports_and_fails_to_connect_saying_why(engine, tmp_path) -> None:
+    # The host's own urllib3 (pure Python, a dependency of the egress client), unchanged.
+    import shutil
+
+    import urllib3
+
+    libs = tmp_path / "libs"
+    shutil.copytree(Path(urllib3.__file__).parent, libs / "urllib3")
+    result = engine.run(RunRequest(
+        kind="code", code=URLLIB3, skills=[MountedSkill(name="libs", root=str(libs))],
+    ))
+    assert result.status == "completed", (result.error, result.logs)
+    assert result.output["context"] == "SSLContext"
+    assert "the sandbox has no sockets" in result.output["fetched"]
