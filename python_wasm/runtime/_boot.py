@@ -106,6 +106,8 @@ def init() -> None:
     # `site` is not imported (isolated start-up), but users call exit()/quit().
     builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
     builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
+    # Before http.client and urllib.request import: they define HTTPS classes only when ssl imports.
+    _compat.install_ssl()
     for name in HOT_MODULES:
         importlib.import_module(name)
     for name in HOT_CODECS:

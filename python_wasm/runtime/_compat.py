@@ -2,6 +2,16 @@
 
 - Threads: WASI preview 1 has none. Starting one fails at once with a
   one-line RuntimeError that says so (instead of "can't start new thread").
+- The working directory: wasi-libc keeps the path `chdir` was given as
+  the working directory, verbatim (`chdir("d/")` then `getcwd()` is
+  ".../d/", `chdir("link")` keeps the link's name). Linux keeps the
+  directory itself: `os.chdir` here passes the resolved path, so
+  `getcwd()` and every relative path after it are as on Linux.
+- `chmod`: WASI has no permission bits and wasi-libc's `chmod` succeeds for
+  any path, even a missing one. `os.chmod` here still does nothing to the
+  bits, but answers for the path as Linux does (ENOENT, ENOTDIR).
+- `ssl`: WASI has no OpenSSL. `_tls` stands in as `_ssl` so `import ssl`,
+  its constants and contexts work; TLS itself is the host's (runtime/http.py).
 - asyncio: the stock event loop needs a socket pair to wake itself up, and
   WASI has no sockets (OSError 58, then a noisy `__del__` traceback). The
   sandbox's loop has no self-pipe and a selector that can only wait for time
@@ -13,7 +23,9 @@
 from __future__ import annotations
 
 import _thread
+import os
 import selectors
+import sys
 import threading
 import time
 
@@ -88,10 +100,56 @@ def install_socket() -> None:
     for name in ("gethostbyname", "gethostbyname_ex", "gethostbyaddr", "getnameinfo"):
         if not hasattr(socket, name):
             setattr(socket, name, _no_name_lookup)
+    # socket.getaddrinfo (socket.create_connection, http.client) calls
+    # _socket.getaddrinfo, which WASI's build lacks: an AttributeError otherwise.
+    import _socket
+
+    if not hasattr(_socket, "getaddrinfo"):
+        _socket.getaddrinfo = _no_name_lookup
+
+
+def install_chdir() -> None:
+    real_chdir = os.chdir
+
+    def chdir(path):
+        if isinstance(path, int):
+            return real_chdir(path)
+        try:
+            resolved = os.path.realpath(path)
+        except (TypeError, ValueError):
+            resolved = None  # not a path: the real chdir says so, in its own words
+        real_chdir(path)  # errors as Linux reports them, naming the path given
+        if resolved is not None:
+            real_chdir(resolved)
+
+    chdir.__doc__ = real_chdir.__doc__
+    os.chdir = chdir
+
+
+def install_chmod() -> None:
+    real_chmod = os.chmod
+
+    def chmod(path, mode, *, dir_fd=None, follow_symlinks=True):
+        real_chmod(path, mode, dir_fd=dir_fd, follow_symlinks=follow_symlinks)  # its own argument errors
+        os.stat(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)  # the path's errors, as Linux's chmod
+
+    chmod.__doc__ = real_chmod.__doc__
+    os.chmod = chmod
+
+
+def install_ssl() -> None:
+    try:
+        import _ssl  # noqa: F401  (an interpreter with OpenSSL keeps its own)
+    except ImportError:
+        from runtime import _tls
+
+        sys.modules["_ssl"] = _tls
 
 
 def install() -> None:
     install_socket()
+    install_chdir()
+    install_chmod()
     _thread.start_new_thread = _no_threads
     _thread.start_new = _no_threads
     threading._start_new_thread = _no_threads

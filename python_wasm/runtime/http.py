@@ -251,3 +251,7 @@ def install_urllib():
 
     urllib.request.HTTPHandler.http_open = _urllib_open
     urllib.request.HTTPHandler.https_open = _urllib_open
+    # With `ssl` importable urllib has an HTTPSHandler too (urlopen(context=...)
+    # builds one): it goes through the host as well; the host does the TLS.
+    if hasattr(urllib.request, "HTTPSHandler"):
+        urllib.request.HTTPSHandler.https_open = _urllib_open

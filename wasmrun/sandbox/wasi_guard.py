@@ -22,6 +22,9 @@ next fd_write lands) or entries (path_open with O_CREAT,
 path_create_directory, path_symlink, path_link). path_rename,
 path_unlink_file, path_remove_directory and the time-setting calls add
 neither, and the read-only mounts refuse them (and links out of them).
+path_rename, path_unlink_file, path_remove_directory, path_link and
+path_symlink are also shadowed to answer a trailing slash as Linux does
+(wasi_paths.py).
 Each guard's own work is bounded whatever the guest passes: at most IOV_MAX
 buffers and MAX_SUBSCRIPTIONS subscriptions are looked at (more is EINVAL,
 without calling the real function), and stdout/stderr copy only the bytes
@@ -41,7 +44,7 @@ import wasmtime
 
 from python_wasm.exports import func, func_imports
 from wasmrun.abi import U32
-from wasmrun.sandbox import errors, watchdog
+from wasmrun.sandbox import errors, wasi_paths, watchdog
 from wasmrun.sandbox.capture import HeadTail
 from wasmrun.sandbox.guestmemory import guest_memory, read_guest, write_guest
 from wasmrun.sandbox.hostcalls import RunContext, current
@@ -347,11 +350,25 @@ class _Wrappers:
 
     def path_symlink(self, caller, old, old_len, fd, new, new_len):  # type: ignore[no-untyped-def]
         current().workspace.charge(nfiles=1)
-        return self._call(caller, "path_symlink", old, old_len, fd, new, new_len)
+        return wasi_paths.symlink(caller, self._real(caller), old, old_len, fd, new, new_len)
 
     def path_link(self, caller, old_fd, flags, old, old_len, new_fd, new, new_len):  # type: ignore[no-untyped-def]
         current().workspace.charge(nfiles=1)
-        return self._call(caller, "path_link", old_fd, flags, old, old_len, new_fd, new, new_len)
+        return wasi_paths.link(caller, self._real(caller), old_fd, flags, old, old_len, new_fd, new, new_len)
+
+    # Trailing slashes answered as on Linux (wasi_paths.py); nothing to charge.
+
+    def _real(self, caller: wasmtime.Caller) -> wasi_paths.RealCall:
+        return lambda name, *args: self._call(caller, name, *args)
+
+    def path_remove_directory(self, caller, fd, path, path_len):  # type: ignore[no-untyped-def]
+        return wasi_paths.remove_directory(caller, self._real(caller), fd, path, path_len)
+
+    def path_unlink_file(self, caller, fd, path, path_len):  # type: ignore[no-untyped-def]
+        return wasi_paths.unlink_file(caller, self._real(caller), fd, path, path_len)
+
+    def path_rename(self, caller, old_fd, old, old_len, new_fd, new, new_len):  # type: ignore[no-untyped-def]
+        return wasi_paths.rename(caller, self._real(caller), old_fd, old, old_len, new_fd, new, new_len)
 
     def poll_oneoff(self, caller, subs, events, count, nevents):  # type: ignore[no-untyped-def]
         ctx = current()
@@ -389,6 +406,7 @@ class _Wrappers:
 GUARDED = (
     "fd_write", "fd_seek", "fd_pwrite", "fd_allocate", "fd_filestat_set_size", "path_open", "fd_renumber",
     "path_create_directory", "path_symlink", "path_link", "poll_oneoff",
+    "path_remove_directory", "path_unlink_file", "path_rename",
 )
 # Real WASI calls the wrappers need but do not shadow.
 PASSED_THROUGH = ("clock_time_get", "path_filestat_get", "fd_filestat_get")
