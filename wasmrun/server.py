@@ -40,6 +40,7 @@ from wasmrun.tenants.calls import CallGate, RequestsInFlight
 from wasmrun.tenants.retention import BlobRetention
 from wasmrun.tenants.store import TenantDirectory
 from wasmrun.wire.app import Authenticated
+from wasmrun.e2b.front import e2b_routes
 from wasmrun.wire.app import create_app as create_wire_app
 from wasmrun.wire.guard import RequestGuard, is_loopback
 from wasmrun.wire.lazy import LazyEndpoint
@@ -175,6 +176,7 @@ def create_app(
     dispatcher = Dispatcher(context, observers, require_caller=True)
     in_flight = RequestsInFlight()  # each tenant's HTTP requests, /rpc and /mcp together
     routes: list[BaseRoute] = [tools_route(facts_of(context.limits, context.egress.network.run_code))]
+    routes.extend(e2b_routes(dispatcher, tenants.authenticate))  # the E2B SDK's front (docs/e2b.md)
     lifespans = mcp_endpoint(settings, dispatcher, tenants, in_flight, routes, with_create_skill=mcp_with_create_skill)
     return create_wire_app(
         dispatcher,

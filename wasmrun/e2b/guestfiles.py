@@ -1,0 +1,125 @@
+"""The session's files, read and written by the session itself: each operation is a
+run of FILE_PROGRAM in the session, so the sandbox's path rules (it sees only its own
+/workspace and /tmp), the workspace quota, the run's limits, audit and metrics all
+apply, and a write lands in the session's next version like any run's."""
+
+from __future__ import annotations
+
+import base64
+import textwrap
+from typing import Any
+
+from wasmrun.e2b.calls import Front, FrontError
+from wasmrun.e2b.paths import GUEST_HOME, e2b_path
+from wasmrun.e2b.sandboxes import E2BSandbox
+
+# Paths reach it relative to /workspace, already checked by paths.relative (no `..`,
+# no NUL); it refuses to follow a symlink out of /workspace all the same.
+_BODY = '''
+import base64, os, stat
+HOME = %r
+def _at(rel):
+    path = os.path.join(HOME, rel) if rel else HOME
+    real = os.path.realpath(path)
+    if real != HOME and not real.startswith(HOME + "/"):
+        raise PermissionError("the path leads out of the sandbox's files")
+    return path
+def _entry(path, rel):
+    st = os.lstat(path)
+    kind = "dir" if stat.S_ISDIR(st.st_mode) else "file"
+    return {"rel": rel, "name": os.path.basename(path.rstrip("/")) or "", "type": kind, "size": st.st_size,
+            "mode": st.st_mode & 0o7777, "mtime": st.st_mtime,
+            "link": os.readlink(path) if stat.S_ISLNK(st.st_mode) else ""}
+def _walk(rel, depth):
+    out = []
+    for name in sorted(os.listdir(_at(rel))):
+        child = rel + "/" + name if rel else name
+        entry = _entry(_at(child), child)
+        out.append(entry)
+        if entry["type"] == "dir" and depth > 1:
+            out.extend(_walk(child, depth - 1))
+    return out
+def main(args):
+    op, rel = args["op"], args["path"]
+    try:
+        if op == "read":
+            with open(_at(rel), "rb") as f:
+                return {"content": base64.b64encode(f.read()).decode()}
+        if op == "write":
+            path = _at(rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(base64.b64decode(args["content"]))
+            return {"entry": _entry(path, rel)}
+        if op == "stat":
+            return {"entry": _entry(_at(rel), rel)}
+        if op == "list":
+            if not os.path.isdir(_at(rel)):
+                raise NotADirectoryError(rel)
+            return {"entries": _walk(rel, args.get("depth", 1))}
+        if op == "mkdir":
+            if os.path.isdir(_at(rel)):
+                return {"exists": True}
+            os.makedirs(_at(rel))
+            return {"entry": _entry(_at(rel), rel)}
+        if op == "move":
+            target = _at(args["to"])
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.rename(_at(rel), target)
+            return {"entry": _entry(target, args["to"])}
+        if op == "remove":
+            path = _at(rel)
+            if os.path.isdir(path) and not os.path.islink(path):
+                import shutil
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+            return {}
+    except FileNotFoundError:
+        return {"error": "not_found"}
+    except (IsADirectoryError, NotADirectoryError, FileExistsError) as exc:
+        return {"error": "invalid", "message": type(exc).__name__}
+    except PermissionError as exc:
+        return {"error": "denied", "message": str(exc)}
+    raise ValueError("unknown operation")
+return main(args)
+''' % GUEST_HOME
+# One global in the session's namespace, never `main` (the user's code may define one).
+ENTRYPOINT = "_wasmrun_e2b_files"
+FILE_PROGRAM = f"def {ENTRYPOINT}(args):\n" + textwrap.indent(_BODY.strip("\n"), "    ") + "\n"
+
+ERRORS = {"not_found": 404, "invalid": 400, "denied": 403}
+
+
+async def file_op(front: Front, sandbox: E2BSandbox, op: str, rel: str, **extra: Any) -> dict[str, Any]:
+    """One operation on the sandbox's files (its default context's session), queued
+    behind a cell that is running, as envd's are not but a session's runs must be."""
+    context = sandbox.contexts["default"]
+    args = {"op": op, "path": rel, **extra}
+    async with context.lock:
+        result = await front.call(sandbox.caller, "run_code", {
+            "language": "python", "code": FILE_PROGRAM, "session_id": context.session_id, "args": args,
+            "entrypoint": ENTRYPOINT,
+        })
+    if result.get("status") != "completed":
+        error = result.get("error") or {}
+        kind, message = str(error.get("type", "Error")), str(error.get("message", ""))
+        if kind in ("WorkspaceQuota", "QuotaExceeded", "OutputTooLarge", "InvalidOutput"):
+            raise FrontError(507 if kind == "WorkspaceQuota" else 413, f"{kind}: {message.splitlines()[0][:300]}")
+        raise FrontError(500, f"the file operation failed: {kind}")
+    output: dict[str, Any] = result.get("output") or {}
+    if "error" in output:
+        where = e2b_path(rel)
+        raise FrontError(ERRORS.get(output["error"], 400), f"{where}: {output.get('message') or 'no such file or directory'}")
+    return output
+
+
+async def read_bytes(front: Front, sandbox: E2BSandbox, rel: str) -> bytes:
+    return base64.b64decode((await file_op(front, sandbox, "read", rel))["content"])
+
+
+async def write_bytes(front: Front, sandbox: E2BSandbox, rel: str, content: bytes) -> dict[str, Any]:
+    entry: dict[str, Any] = (await file_op(
+        front, sandbox, "write", rel, content=base64.b64encode(content).decode("ascii")
+    ))["entry"]
+    return entry

@@ -1,0 +1,121 @@
+"""What a wasmrun run says, as the code interpreter's line-delimited events: a display
+(the results contract: `{"data": {mime: value}, "main": bool, "blobs": {mime: blob id}}`)
+as a `result`, a run error as an `error` with name, value and traceback, output as
+`stdout`/`stderr`. Pure functions of dicts, so they are tested without a server."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import msgspec
+
+# MIME type -> the field of E2B's `Result` that carries it.
+RESULT_FIELDS: dict[str, str] = {
+    "text/plain": "text",
+    "text/html": "html",
+    "text/markdown": "markdown",
+    "image/svg+xml": "svg",
+    "image/png": "png",
+    "image/jpeg": "jpeg",
+    "application/pdf": "pdf",
+    "text/latex": "latex",
+    "application/json": "json",
+    "application/javascript": "javascript",
+}
+BINARY = frozenset({"image/png", "image/jpeg", "application/pdf"})  # base64 text in the event
+TRACEBACK_HEAD = "Traceback (most recent call last):"
+_encoder = msgspec.json.Encoder()
+
+ReadBlob = Callable[[str], bytes | None]
+
+
+def line(event: Mapping[str, Any]) -> bytes:
+    return _encoder.encode(event) + b"\n"
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def output_event(stream: str, text: str) -> dict[str, Any]:
+    """A chunk the run wrote: `stderr` stays stderr; stdout and the run's log are stdout."""
+    kind = "stderr" if stream == "stderr" else "stdout"
+    return {"type": kind, "text": text, "timestamp": now_us()}
+
+
+def _blob_value(mime: str, content: bytes) -> str | Any:
+    if mime in BINARY:
+        return base64.b64encode(content).decode("ascii")
+    text = content.decode("utf-8", errors="replace")
+    return msgspec.json.decode(text) if mime == "application/json" else text
+
+
+def display_result(display: Mapping[str, Any], read_blob: ReadBlob | None = None) -> dict[str, Any] | None:
+    """A `Display` as E2B's `result` event; None when it has no form E2B knows. Forms
+    kept as blobs (too large to inline) are read back with `read_blob`."""
+    data = display.get("data")
+    forms: dict[str, Any] = dict(data) if isinstance(data, Mapping) else {}
+    blobs = display.get("blobs")
+    if isinstance(blobs, Mapping) and read_blob is not None:
+        for mime, blob_id in blobs.items():
+            if mime in RESULT_FIELDS and mime not in forms and isinstance(blob_id, str):
+                content = read_blob(blob_id)
+                if content is not None:
+                    forms[mime] = _blob_value(mime, content)
+    event: dict[str, Any] = {"type": "result", "is_main_result": display.get("main") is True}
+    extra: dict[str, Any] = {}
+    for mime, value in forms.items():
+        name = RESULT_FIELDS.get(mime)
+        if name is None:
+            extra[mime] = value
+        elif name == "json" or isinstance(value, str):
+            event[name] = value
+    if extra:
+        event["extra"] = extra
+    return event if len(event) > 2 or extra else None
+
+
+def output_result(output: Any) -> dict[str, Any] | None:
+    """The run's `output` (its last expression, as JSON) as the main result, for a
+    server whose runs report no displays: its Python repr as text; None gives none,
+    as IPython shows nothing for None."""
+    if output is None:
+        return None
+    return {"type": "result", "is_main_result": True, "text": repr(output)}
+
+
+def error_event(kind: str, message: str) -> dict[str, Any]:
+    """A failed run as E2B's `error`: name is the exception's type, value its message,
+    traceback the whole text (a run's message starts with it when there is one)."""
+    start = message.find(TRACEBACK_HEAD)
+    if start < 0:
+        return {"type": "error", "name": kind, "value": message, "traceback": f"{kind}: {message}"}
+    traceback = message[start:]
+    last = traceback.rstrip().rsplit("\n", 1)[-1]
+    prefix = f"{kind}: "
+    if last.startswith(prefix):
+        value = last[len(prefix):]
+    else:
+        value = message[:start].strip() or last.strip()
+    return {"type": "error", "name": kind, "value": value, "traceback": traceback}
+
+
+def run_events(result: Mapping[str, Any], execution_count: int, read_blob: ReadBlob | None = None) -> list[dict[str, Any]]:
+    """The events that follow a run's streamed output: its results (displays, or the
+    output as the main result), its error, the execution count."""
+    events: list[dict[str, Any]] = []
+    displays = result.get("displays")
+    if isinstance(displays, list):
+        for display in displays:
+            if isinstance(display, Mapping) and (event := display_result(display, read_blob)) is not None:
+                events.append(event)
+    elif result.get("status") == "completed" and (main := output_result(result.get("output"))) is not None:
+        events.append(main)
+    error = result.get("error")
+    if result.get("status") == "failed" and isinstance(error, Mapping):
+        events.append(error_event(str(error.get("type", "Error")), str(error.get("message", ""))))
+    events.append({"type": "number_of_executions", "execution_count": execution_count})
+    return events
