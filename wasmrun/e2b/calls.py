@@ -5,6 +5,7 @@ errors as HTTP statuses, request bodies read with a bound, the sandboxes' table.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -22,6 +23,8 @@ from wasmrun.tenants.limits import SessionPolicy
 Authenticate = Callable[[str | None], Caller | None]
 MAX_JSON_BODY = 1024 * 1024  # control-plane and context bodies: small JSON
 MAX_CODE_BODY = 16 * 1024 * 1024  # an /execute body: a cell of code
+# What a run answers for an output too large to inline (protocol/run_result.py).
+STORED_OUTPUT = frozenset({"output_blob", "size_bytes", "kind", "preview"})
 
 
 class FrontError(Exception):
@@ -69,7 +72,7 @@ async def read_json_object(request: Request, limit: int = MAX_JSON_BODY) -> dict
         return {}
     try:
         value = msgspec.json.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         raise FrontError(400, "the body is not valid JSON") from None
     if not isinstance(value, dict):
         raise FrontError(400, "the body must be a JSON object")
@@ -106,6 +109,22 @@ class Front:
             raise FrontError(http_status(exc), exc.message) from None
         answer: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(result))
         return answer
+
+    async def read_blob(self, caller: Caller, blob_id: str) -> bytes:
+        read = await self.call(caller, "read_blob", {
+            "blob_id": blob_id, "mode": "full", "max_bytes": self.dispatcher.context.max_full_read_bytes,
+        })
+        content = str(read.get("content", ""))
+        return base64.b64decode(content) if read.get("encoding") == "base64" else content.encode()
+
+    async def run(self, caller: Caller, params: dict[str, Any]) -> dict[str, Any]:
+        """run_code's result, with an output too large to inline (stored as a blob, the
+        result naming it) read back in its place."""
+        result = await self.call(caller, "run_code", params)
+        output = result.get("output")
+        if isinstance(output, dict) and set(output) == STORED_OUTPUT and isinstance(output["output_blob"], str):
+            result["output"] = msgspec.json.decode(await self.read_blob(caller, output["output_blob"]))
+        return result
 
     async def close_session(self, caller: Caller, session_id: str) -> None:
         """Closes a session, waiting out a run in progress (a closed session stops nothing

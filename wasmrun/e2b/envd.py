@@ -92,8 +92,9 @@ async def upload(front: Front, request: Request, sandbox: E2BSandbox) -> Respons
 def entry_info(entry: dict[str, Any]) -> dict[str, Any]:
     """A file's facts from the session, as envd's EntryInfo (protobuf JSON)."""
     rel = str(entry.get("rel", ""))
-    mode = int(entry.get("mode", 0))
     kind = "FILE_TYPE_DIRECTORY" if entry.get("type") == "dir" else "FILE_TYPE_FILE"
+    # WASI reports no permission bits: the mode a user's own file or folder has.
+    mode = int(entry.get("mode", 0)) or (0o755 if kind == "FILE_TYPE_DIRECTORY" else 0o644)
     info: dict[str, Any] = {
         "name": rel.rsplit("/", 1)[-1] if rel else "user", "type": kind, "path": e2b_path(rel),
         "size": str(int(entry.get("size", 0))), "mode": mode,

@@ -17,7 +17,7 @@ from wasmrun.e2b.sandboxes import E2BSandbox
 # no NUL); it refuses to follow a symlink out of /workspace all the same.
 _BODY = '''
 import base64, os, stat
-HOME = %r
+HOME = "/workspace"  # paths.GUEST_HOME
 def _at(rel):
     path = os.path.join(HOME, rel) if rel else HOME
     real = os.path.realpath(path)
@@ -83,11 +83,13 @@ def main(args):
         return {"error": "denied", "message": str(exc)}
     raise ValueError("unknown operation")
 return main(args)
-''' % GUEST_HOME
+'''
 # One global in the session's namespace, never `main` (the user's code may define one).
 ENTRYPOINT = "_wasmrun_e2b_files"
 FILE_PROGRAM = f"def {ENTRYPOINT}(args):\n" + textwrap.indent(_BODY.strip("\n"), "    ") + "\n"
 
+if GUEST_HOME != "/workspace":  # the folder FILE_PROGRAM names
+    raise ImportError("FILE_PROGRAM's HOME and paths.GUEST_HOME differ")
 ERRORS = {"not_found": 404, "invalid": 400, "denied": 403}
 
 
@@ -97,7 +99,7 @@ async def file_op(front: Front, sandbox: E2BSandbox, op: str, rel: str, **extra:
     context = sandbox.contexts["default"]
     args = {"op": op, "path": rel, **extra}
     async with context.lock:
-        result = await front.call(sandbox.caller, "run_code", {
+        result = await front.run(sandbox.caller, {
             "language": "python", "code": FILE_PROGRAM, "session_id": context.session_id, "args": args,
             "entrypoint": ENTRYPOINT,
         })

@@ -8,7 +8,6 @@ how the operator adds packages, any other is an error naming what to write inste
 from __future__ import annotations
 
 import asyncio
-import base64
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,6 +18,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from wasmrun.e2b import results
 from wasmrun.e2b.calls import MAX_CODE_BODY, Front, FrontError, read_json_object
 from wasmrun.e2b.control import set_envs
+from wasmrun.e2b.paths import guest_path
 from wasmrun.e2b.sandboxes import CONTEXT_ID, DEFAULT_CONTEXT, HOME, CodeContext, E2BSandbox, new_id
 from wasmrun.protocol.streaming import RUN_OUTPUT
 from wasmrun.sandbox.outstream import OutputChunk
@@ -129,8 +129,10 @@ async def _run_cell(
     if not cell.strip():
         context.executions += 1
         return [{"type": "number_of_executions", "execution_count": context.executions}]
+    if context.cwd != HOME:  # a run's working folder is not kept between runs: set in the run
+        cell = f"__import__('os').chdir({guest_path(context.cwd)!r})\n{cell}"
     params = {"language": "python", "code": cell, "session_id": context.session_id, "stream": True}
-    result = await front.call(sandbox.caller, "run_code", params)
+    result = await front.run(sandbox.caller, params)
     context.executions += 1
     blobs = await _display_blobs(front, sandbox, result)
     return results.run_events(result, context.executions, blobs.get)
@@ -142,14 +144,7 @@ async def _display_blobs(front: Front, sandbox: E2BSandbox, result: dict[str, An
         blob_id for display in result.get("displays") or [] if isinstance(display, dict)
         for blob_id in (display.get("blobs") or {}).values() if isinstance(blob_id, str)
     }
-    found: dict[str, bytes] = {}
-    for blob_id in sorted(wanted):
-        read = await front.call(sandbox.caller, "read_blob", {
-            "blob_id": blob_id, "mode": "full", "max_bytes": front.dispatcher.context.max_full_read_bytes,
-        })
-        content = str(read.get("content", ""))
-        found[blob_id] = base64.b64decode(content) if read.get("encoding") == "base64" else content.encode()
-    return found
+    return {blob_id: await front.read_blob(sandbox.caller, blob_id) for blob_id in sorted(wanted)}
 
 
 def _context_json(context: CodeContext) -> dict[str, str]:
@@ -172,10 +167,10 @@ async def create_context(front: Front, request: Request, sandbox: E2BSandbox) ->
 
 
 async def _chdir(front: Front, sandbox: E2BSandbox, context: CodeContext) -> None:
-    from wasmrun.e2b.paths import guest_path
-
-    code = f"import os as _os\n_os.makedirs({guest_path(context.cwd)!r}, exist_ok=True)\n_os.chdir({guest_path(context.cwd)!r})\ndel _os\n"
-    result = await front.call(sandbox.caller, "run_code", {"language": "python", "code": code, "session_id": context.session_id})
+    folder = guest_path(context.cwd)
+    code = f"import os as _os\n_os.makedirs({folder!r}, exist_ok=True)\n_os.chdir({folder!r})\ndel _os\n"
+    params = {"language": "python", "code": code, "session_id": context.session_id}
+    result = await front.call(sandbox.caller, "run_code", params)
     if result.get("status") != "completed":
         await front.close_session(sandbox.caller, context.session_id)
         raise FrontError(400, f"cwd {context.cwd[:200]!r} cannot be made the context's folder")

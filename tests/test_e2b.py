@@ -1,0 +1,327 @@
+"""The real E2B SDK (`e2b`, `e2b-code-interpreter`, pinned in the test extra) against a
+live wasmrun with two tenants: the only change to E2B code is the two URLs and the key."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from e2b import NotFoundException, PtySize, SandboxException, TimeoutException
+from e2b.exceptions import SandboxNotFoundException
+from e2b_code_interpreter import Sandbox
+
+from tests.liveserver import ON_DATA_IMAGE, LiveServer
+from wasmrun.protocol.types import RunResult
+from wasmrun.tenants.store import TenantStore
+
+E2B_VARS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DEBUG", "E2B_DOMAIN")
+
+
+class Live:
+    def __init__(self, server: LiveServer, alice: str, bob: str) -> None:
+        self.server, self.alice, self.bob = server, alice, bob
+        self.api = f"{server.base_url}/e2b/api"
+        self.sandbox_url = f"{server.base_url}/e2b/sandbox"
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    data = tmp_path_factory.mktemp("e2b") / "data"
+    store = TenantStore(data)
+    alice, bob = store.add("alice"), store.add("bob")
+    server = LiveServer(data)  # two workers: one per tenant
+    saved = {name: os.environ.get(name) for name in E2B_VARS}
+    for name in E2B_VARS:
+        os.environ.pop(name, None)
+    # What a user sets: the two URLs and the key (alice's, unless a test says otherwise).
+    os.environ.update(E2B_API_URL=f"{server.base_url}/e2b/api", E2B_SANDBOX_URL=f"{server.base_url}/e2b/sandbox",
+                      E2B_API_KEY=alice)
+    try:
+        yield Live(server, alice, bob)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        server.stop()
+
+
+@pytest.fixture
+def sandbox(live: Live) -> Iterator[Sandbox]:
+    sb = Sandbox.create()
+    try:
+        yield sb
+    finally:
+        sb.kill()
+
+
+def test_run_code_keeps_state_and_streams_output(sandbox: Sandbox) -> None:
+    seen: list[str] = []
+    first = sandbox.run_code("x = 41\nprint('hello')\nx + 1", on_stdout=lambda m: seen.append(m.line))
+    assert first.text == "42" and first.results[0].is_main_result
+    assert first.logs.stdout == ["hello\n"] and seen == ["hello\n"] and first.error is None
+    assert sandbox.run_code("x * 2").text == "82"
+    assert sandbox.run_code("import sys\nprint('oops', file=sys.stderr)").logs.stderr == ["oops\n"]
+    assert sandbox.run_code("y = 1").results == []  # no last expression, no result
+
+
+def test_an_error_has_name_value_and_traceback_and_state_survives(sandbox: Sandbox) -> None:
+    errors = []
+    failed = sandbox.run_code("z = 5\ndef f():\n    raise KeyError('k')\nf()", on_error=errors.append)
+    assert failed.error is not None and errors == [failed.error]
+    assert (failed.error.name, failed.error.value) == ("KeyError", "'k'")
+    assert "line 3, in f" in failed.error.traceback and "Traceback (most recent call last)" in failed.error.traceback
+    assert sandbox.run_code("z").text == "5"  # a Python exception keeps state, as in a notebook
+
+
+def test_create_takes_envs_and_metadata_and_lists_them(live: Live) -> None:
+    sb = Sandbox.create(envs={"GREETING": "hi there"}, metadata={"job": "e2b-test"}, timeout=120)
+    try:
+        assert sb.run_code("import os\nos.environ['GREETING']").text == "'hi there'"
+        info = sb.get_info()
+        assert info.metadata == {"job": "e2b-test"} and info.state.value == "running"
+        assert 100 <= (info.end_at - info.started_at).total_seconds() <= 121
+        listed = {s.sandbox_id: s for s in Sandbox.list().next_items()}
+        assert listed[sb.sandbox_id].metadata == {"job": "e2b-test"}
+        sb.set_timeout(600)
+        assert (Sandbox.get_info(sb.sandbox_id).end_at - info.started_at).total_seconds() > 500
+    finally:
+        sb.kill()
+    assert sb.sandbox_id not in {s.sandbox_id for s in Sandbox.list().next_items()}
+    assert not sb.is_running()
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.get_info(sb.sandbox_id)
+
+
+def test_an_unknown_template_is_refused_clearly(live: Live) -> None:
+    with pytest.raises(SandboxException, match="not on this server"):
+        Sandbox.create(template="my-custom-gpu-template")
+
+
+def test_pause_resume_and_connect_keep_memory_and_files(sandbox: Sandbox) -> None:
+    sandbox.run_code("kept = [1, 2, 3]\nopen('notes.txt', 'w').write('before pause')")
+    sandbox.pause()
+    assert Sandbox.get_info(sandbox.sandbox_id).state.value == "paused"
+    with pytest.raises(Exception, match="paused"):
+        sandbox.run_code("kept")
+    again = Sandbox.connect(sandbox.sandbox_id)
+    assert Sandbox.get_info(sandbox.sandbox_id).state.value == "running"
+    assert again.run_code("sum(kept)").text == "6"
+    assert again.files.read("/home/user/notes.txt") == "before pause"
+
+
+def test_fork_copies_state_and_then_evolves_apart(sandbox: Sandbox) -> None:
+    sandbox.run_code("n = 10")
+    [child] = sandbox.fork()
+    assert isinstance(child, Sandbox)
+    try:
+        assert child.sandbox_id != sandbox.sandbox_id
+        child.run_code("n += 1")
+        assert child.run_code("n").text == "11" and sandbox.run_code("n").text == "10"
+    finally:
+        child.kill()
+
+
+def test_files_round_trip_and_the_filesystem_calls(sandbox: Sandbox) -> None:
+    payload = bytes(range(256)) * 40
+    sandbox.files.write("/home/user/data/blob.bin", payload)
+    assert sandbox.files.read("/home/user/data/blob.bin", format="bytes") == payload
+    sandbox.files.write("report.txt", "héllo")
+    assert sandbox.run_code("open('report.txt', encoding='utf-8').read()").text == "'héllo'"
+    sandbox.run_code("open('made_by_code.csv', 'w').write('a,b\\n1,2\\n')")
+    assert sandbox.files.read("~/made_by_code.csv") == "a,b\n1,2\n"
+    names = {e.name: e for e in sandbox.files.list("/home/user")}
+    assert {"data", "report.txt", "made_by_code.csv"} <= set(names) and names["data"].type.value == "dir"
+    assert names["report.txt"].size == len("héllo".encode())
+    assert sandbox.files.exists("report.txt") and not sandbox.files.exists("nope.txt")
+    assert sandbox.files.make_dir("/home/user/new/deep") and not sandbox.files.make_dir("/home/user/new/deep")
+    moved = sandbox.files.rename("report.txt", "/home/user/new/report.txt")
+    assert moved.path == "/home/user/new/report.txt" and not sandbox.files.exists("report.txt")
+    assert sandbox.files.get_info("new/report.txt").type.value == "file"
+    sandbox.files.remove("/home/user/new")
+    assert not sandbox.files.exists("new/report.txt")
+    with pytest.raises(NotFoundException):
+        sandbox.files.read("/home/user/missing.txt")
+
+
+def test_file_paths_outside_home_are_refused(sandbox: Sandbox) -> None:
+    for bad in ("/etc/passwd", "/home/user/../../etc/passwd", "../secret", "/tmp/../etc/x", "a" * 5000):
+        with pytest.raises(SandboxException):
+            sandbox.files.read(bad)
+        with pytest.raises(SandboxException):
+            sandbox.files.write(bad, "x")
+    linked = sandbox.run_code("import os\nos.symlink('/tmp', 'out')")  # no link out of the workspace
+    assert linked.error is not None and linked.error.name == "PermissionError"
+
+
+def test_contexts_are_separate_interpreters(sandbox: Sandbox) -> None:
+    sandbox.run_code("where = 'default'")
+    context = sandbox.create_code_context()
+    assert context.cwd == "/home/user" and context.language == "python"
+    assert {c.id for c in sandbox.list_code_contexts()} >= {context.id}
+    missing = sandbox.run_code("where", context=context)
+    assert missing.error is not None and missing.error.name == "NameError"
+    sandbox.run_code("where = 'mine'", context=context)
+    assert sandbox.run_code("where", context=context).text == "'mine'"
+    sandbox.restart_code_context(context)
+    assert sandbox.run_code("where", context=context).error is not None
+    sandbox.remove_code_context(context)
+    assert context.id not in {c.id for c in sandbox.list_code_contexts()}
+    with pytest.raises(NotFoundException):
+        sandbox.run_code("1", context=context)
+    assert sandbox.run_code("where").text == "'default'"
+
+
+def test_a_context_with_its_own_folder(sandbox: Sandbox) -> None:
+    context = sandbox.create_code_context(cwd="/home/user/project")
+    sandbox.run_code("open('here.txt', 'w').write('x')", context=context)
+    assert sandbox.run_code("import os\nos.getcwd()", context=context).text == "'/workspace/project'"
+
+
+def test_pip_install_says_how_packages_are_added_and_runs_the_rest(sandbox: Sandbox) -> None:
+    ran = sandbox.run_code("!pip install requests\n1 + 1")
+    assert ran.text == "2"
+    assert any("wasmrun packages add" in line for line in ran.logs.stderr)
+
+
+def test_commands_and_pty_are_refused_naming_run_code(sandbox: Sandbox) -> None:
+    with pytest.raises(SandboxException, match="run_code"):
+        sandbox.commands.run("ls -la")
+    with pytest.raises(SandboxException, match="run_code"):
+        sandbox.commands.run("pip install requests")
+    with pytest.raises(SandboxException, match="run_code"):
+        sandbox.pty.create(PtySize(rows=24, cols=80))
+    shell = sandbox.run_code("!ls")
+    assert shell.error is not None and "run_code" in shell.error.value
+
+
+def test_a_timeout_stops_the_wait_and_the_sandbox_serves_on(sandbox: Sandbox) -> None:
+    with pytest.raises(TimeoutException):
+        sandbox.run_code("import time\ntime.sleep(3)", timeout=1)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the cell ends in the sandbox; the next one queues behind it
+        if sandbox.run_code("'after'").text == "'after'":
+            break
+    else:
+        raise AssertionError("the sandbox did not serve after a timed-out cell")
+
+
+def test_a_sandbox_of_another_tenant_does_not_exist(live: Live, sandbox: Sandbox) -> None:
+    assert sandbox.sandbox_id not in {s.sandbox_id for s in Sandbox.list(api_key=live.bob).next_items()}
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.get_info(sandbox.sandbox_id, api_key=live.bob)
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.connect(sandbox.sandbox_id, api_key=live.bob)
+    assert Sandbox.kill(sandbox.sandbox_id, api_key=live.bob) is False
+    assert sandbox.run_code("1").text == "1"
+    theirs = Sandbox.create(api_key=live.bob)
+    try:
+        assert theirs.run_code("'bob'").text == "'bob'"
+        assert theirs.sandbox_id not in {s.sandbox_id for s in Sandbox.list().next_items()}
+    finally:
+        theirs.kill()
+
+
+def test_a_wrong_or_missing_key_is_refused(live: Live) -> None:
+    from e2b import AuthenticationException
+
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_key="e2b_not_a_key_of_this_server")
+
+
+@pytest.mark.skipif(not ON_DATA_IMAGE, reason="pandas is on the data image (WASMRUN_TEST_IMAGE=data)")
+def test_pandas_on_the_data_image(sandbox: Sandbox) -> None:
+    sandbox.run_code("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3], 'b': [4.0, 5.0, 6.5]})")
+    assert sandbox.run_code("int(df['a'].sum())").text == "6"
+    assert sandbox.run_code("float(df['b'].mean())").text == "5.166666666666667"
+
+
+@pytest.mark.skipif(not ON_DATA_IMAGE or "displays" not in RunResult.__struct_fields__,
+                    reason="charts need the data image and display results")
+def test_a_matplotlib_chart_is_a_png_result(sandbox: Sandbox) -> None:
+    import base64
+
+    ran = sandbox.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [3, 1, 2])\nplt.show()")
+    pngs = [r.png for r in ran.results if r.png]
+    assert pngs and base64.b64decode(pngs[0]).startswith(b"\x89PNG")
+
+
+# -- hostile requests straight at the front ---------------------------------------------------
+
+
+def test_hostile_control_plane_requests(live: Live, sandbox: Sandbox) -> None:
+    key = {"X-API-KEY": live.alice}
+
+    def post(path: str, **kw: object) -> httpx2.Response:
+        return httpx2.post(f"{live.api}{path}", headers={**key, **kw.pop("headers", {})}, timeout=30, **kw)  # type: ignore[arg-type]
+
+    assert post("/sandboxes", content=b"{not json").status_code == 400
+    assert post("/sandboxes", content=b"[1, 2]").status_code == 400
+    assert post("/sandboxes", content=b"[" * 100_000 + b"]" * 100_000).status_code in (400, 413)
+    assert post("/sandboxes", content=b"x" * (2 * 1024 * 1024)).status_code == 413
+    for body in ({"templateID": 7}, {"timeout": "NaN"}, {"timeout": 10**30}, {"timeout": True}, {"timeout": -1},
+                 {"metadata": {"k": 1}}, {"metadata": {"k": "v\u0000"}}, {"envVars": ["x"]},
+                 {"metadata": {str(i): "v" for i in range(1000)}}):
+        answer = post("/sandboxes", json=body)
+        assert answer.status_code == 400, body
+        assert set(answer.json()) == {"code", "message"}
+    for bad_id in ("x" * 5000, "..%2F..%2Fetc", "%00", "é", sandbox.sandbox_id.upper()):
+        got = httpx2.get(f"{live.api}/sandboxes/{bad_id}", headers=key, timeout=30)
+        assert got.status_code == 404, bad_id
+    assert httpx2.get(f"{live.api}/sandboxes/{sandbox.sandbox_id}", timeout=30).status_code == 401
+    assert post("/templates").status_code == 404
+    assert sandbox.run_code("'still serving'").text == "'still serving'"
+
+
+def test_hostile_sandbox_requests(live: Live, sandbox: Sandbox) -> None:
+    headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "49999"}
+    url = live.sandbox_url
+
+    def post(path: str, **kw: object) -> httpx2.Response:
+        return httpx2.post(f"{url}{path}", headers={**headers, **kw.pop("headers", {})}, timeout=30, **kw)  # type: ignore[arg-type]
+
+    assert post("/execute", json={"code": "1"}, headers={"E2b-Sandbox-Id": "f" * 32}).status_code == 502
+    assert post("/execute", json={"code": "1"}, headers={"E2b-Sandbox-Id": "x" * 5000}).status_code == 502
+    assert post("/execute", json={"code": "1"}, headers={"X-Access-Token": "wrong"}).status_code == 401
+    assert post("/execute", json={"code": 1}).status_code == 400
+    assert post("/execute", json={"code": "1\x00"}).status_code == 400
+    assert post("/execute", json={"code": "1", "language": "r"}).status_code == 400
+    assert post("/execute", json={"code": "1", "context_id": "../../x"}).status_code == 404
+    assert post("/execute", json={"code": "1", "env_vars": {"A": 1}}).status_code == 400
+    assert post("/execute", content=b"\xff\xfe not json").status_code == 400
+    assert post("/execute", content=b'{"code": "\\ud800"}').status_code in (200, 400)
+    assert post("/execute", content=b"x" * (17 * 1024 * 1024)).status_code == 413
+    assert post("/contexts/..%2F..%2Fetc/restart").status_code == 404
+    assert httpx2.delete(f"{url}/contexts/default", headers=headers, timeout=30).status_code == 400
+    assert post("/contexts", json={"cwd": "/etc"}).status_code == 400
+    assert post("/filesystem.Filesystem/Stat", json={"path": "/home/user/\u0000"}).json()["code"] == "invalid_argument"
+    assert post("/filesystem.Filesystem/ListDir", json={"path": "/home/user", "depth": 10**9}).status_code == 400
+    assert post("/filesystem.Filesystem/Remove", json={"path": "/home/user"}).status_code == 400
+    assert post("/filesystem.Filesystem/WatchDir", json={"path": "/home/user"}).status_code == 501
+    got = httpx2.get(f"{url}/files", params={"path": "/proc/self/environ"}, headers=headers, timeout=30)
+    assert got.status_code == 400 and "outside" in got.json()["message"]
+    assert sandbox.run_code("'still serving'").text == "'still serving'"
+
+
+def test_env_urls_alone_move_code_to_wasmrun(live: Live, tmp_path: Path) -> None:
+    """A script written for E2B, unchanged, in a process with only the variables set."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "agent.py"
+    script.write_text(
+        "from e2b_code_interpreter import Sandbox\n"
+        "with Sandbox.create() as sandbox:\n"
+        "    sandbox.run_code('x = 1')\n"
+        "    execution = sandbox.run_code('x += 1; x')\n"
+        "    print(execution.text)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WASMRUN_")}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2"
