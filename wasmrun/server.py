@@ -23,6 +23,7 @@ from starlette.types import ASGIApp
 from wasmrun.backends import Backends, open_backends
 from wasmrun.blobs.store import BlobStore
 from wasmrun.capabilities import facts_of
+from wasmrun.e2b.front import e2b_routes
 from wasmrun.observe.metrics import Metrics
 from wasmrun.observe.record import Observers
 from wasmrun.packages import layer as package_layer
@@ -40,7 +41,6 @@ from wasmrun.tenants.calls import CallGate, RequestsInFlight
 from wasmrun.tenants.retention import BlobRetention
 from wasmrun.tenants.store import TenantDirectory
 from wasmrun.wire.app import Authenticated
-from wasmrun.e2b.front import e2b_routes
 from wasmrun.wire.app import create_app as create_wire_app
 from wasmrun.wire.guard import RequestGuard, is_loopback
 from wasmrun.wire.lazy import LazyEndpoint

@@ -123,7 +123,11 @@ class Front:
         result = await self.call(caller, "run_code", params)
         output = result.get("output")
         if isinstance(output, dict) and set(output) == STORED_OUTPUT and isinstance(output["output_blob"], str):
-            result["output"] = msgspec.json.decode(await self.read_blob(caller, output["output_blob"]))
+            try:
+                result["output"] = msgspec.json.decode(await self.read_blob(caller, output["output_blob"]))
+            except msgspec.DecodeError:  # cut at the most a full read returns
+                most = self.dispatcher.context.max_full_read_bytes
+                raise FrontError(413, f"the answer is over the {most}-byte read limit of this server") from None
         return result
 
     async def close_session(self, caller: Caller, session_id: str) -> None:

@@ -30,6 +30,11 @@ def _entry(path, rel):
     return {"rel": rel, "name": os.path.basename(path.rstrip("/")) or "", "type": kind, "size": st.st_size,
             "mode": st.st_mode & 0o7777, "mtime": st.st_mtime,
             "link": os.readlink(path) if stat.S_ISLNK(st.st_mode) else ""}
+def _parent(path):
+    # Not os.makedirs(HOME, exist_ok=True): on the data image it walks up to "/" and fails there.
+    folder = os.path.dirname(path)
+    if folder != HOME and not os.path.isdir(folder):
+        os.makedirs(folder)
 def _walk(rel, depth):
     out = []
     for name in sorted(os.listdir(_at(rel))):
@@ -47,7 +52,7 @@ def main(args):
                 return {"content": base64.b64encode(f.read()).decode()}
         if op == "write":
             path = _at(rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            _parent(path)
             with open(path, "wb") as f:
                 f.write(base64.b64decode(args["content"]))
             return {"entry": _entry(path, rel)}
@@ -64,7 +69,7 @@ def main(args):
             return {"entry": _entry(_at(rel), rel)}
         if op == "move":
             target = _at(args["to"])
-            os.makedirs(os.path.dirname(target), exist_ok=True)
+            _parent(target)
             os.rename(_at(rel), target)
             return {"entry": _entry(target, args["to"])}
         if op == "remove":
@@ -106,9 +111,12 @@ async def file_op(front: Front, sandbox: E2BSandbox, op: str, rel: str, **extra:
     if result.get("status") != "completed":
         error = result.get("error") or {}
         kind, message = str(error.get("type", "Error")), str(error.get("message", ""))
-        if kind in ("WorkspaceQuota", "QuotaExceeded", "OutputTooLarge", "InvalidOutput"):
-            raise FrontError(507 if kind == "WorkspaceQuota" else 413, f"{kind}: {message.splitlines()[0][:300]}")
-        raise FrontError(500, f"the file operation failed: {kind}")
+        first = message.splitlines()[0][:300] if message else kind
+        if kind == "WorkspaceQuotaExceeded":
+            raise FrontError(507, f"the sandbox's files are over their quota: {first}")
+        if kind == "InvalidOutput" and op == "read":
+            raise FrontError(413, f"{e2b_path(rel)} is too large to read at once through this server ({first})")
+        raise FrontError(500, f"the file operation failed: {kind}: {first}")
     output: dict[str, Any] = result.get("output") or {}
     if "error" in output:
         where = e2b_path(rel)
