@@ -167,6 +167,15 @@ async def set_timeout(front: Front, request: Request) -> Response:
     return Response(status_code=204)
 
 
+async def refresh(front: Front, request: Request) -> Response:
+    """Keep-alive: `duration` seconds more from now (E2B's refreshes)."""
+    _, sandbox = _owned(front, request)
+    body = await read_json_object(request)
+    duration = _timeout({"timeout": body.get("duration", DEFAULT_TIMEOUT_S)}, front)
+    sandbox.end_at = max(sandbox.end_at, time.time() + (duration or DEFAULT_TIMEOUT_S))
+    return Response(status_code=204)
+
+
 async def connect(front: Front, request: Request) -> Response:
     """Connect (and resume): a paused sandbox runs again; `timeout` restarts its clock."""
     _, sandbox = _owned(front, request)
@@ -244,7 +253,7 @@ def control_routes(front: Front, wrap: Callable[[Endpoint, Front], Any]) -> list
         ("/sandboxes", create_sandbox, ["POST"]), ("/v2/sandboxes", create_sandbox, ["POST"]),
         ("/sandboxes", list_sandboxes, ["GET"]), ("/v2/sandboxes", list_sandboxes, ["GET"]),
         (one, get_sandbox, ["GET"]), (one, kill_sandbox, ["DELETE"]),
-        (f"{one}/timeout", set_timeout, ["POST"]), (f"{one}/refreshes", set_timeout, ["POST"]),
+        (f"{one}/timeout", set_timeout, ["POST"]), (f"{one}/refreshes", refresh, ["POST"]),
         (f"{one}/connect", connect, ["POST"]), (f"/v2{one}/connect", connect, ["POST"]),
         (f"{one}/resume", connect, ["POST"]), (f"{one}/pause", pause, ["POST"]),
         (f"{one}/fork", fork, ["POST"]), (f"{one}/metrics", metrics, ["GET"]),
