@@ -98,6 +98,31 @@ def test_create_takes_envs_and_metadata_and_lists_them(live: Live) -> None:
         Sandbox.get_info(sb.sandbox_id)
 
 
+def test_list_filters_by_metadata_and_state(live: Live) -> None:
+    from e2b import SandboxQuery, SandboxState
+
+    tagged = Sandbox.create(metadata={"team": "a b&c=d"})
+    other = Sandbox.create(metadata={"team": "x"})
+    try:
+        found = Sandbox.list(query=SandboxQuery(metadata={"team": "a b&c=d"})).next_items()
+        assert [s.sandbox_id for s in found] == [tagged.sandbox_id]
+        other.pause()
+        paused = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
+        assert [s.sandbox_id for s in paused] == [other.sandbox_id]
+    finally:
+        tagged.kill()
+        other.kill()
+
+
+def test_a_sandbox_ends_at_its_timeout(live: Live) -> None:
+    sb = Sandbox.create(timeout=1)
+    assert sb.run_code("1").text == "1"
+    time.sleep(1.5)
+    assert not sb.is_running()
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.get_info(sb.sandbox_id)
+
+
 def test_an_unknown_template_is_refused_clearly(live: Live) -> None:
     with pytest.raises(SandboxException, match="not on this server"):
         Sandbox.create(template="my-custom-gpu-template")

@@ -23,6 +23,10 @@ from wasmrun.tenants.limits import SessionPolicy
 Authenticate = Callable[[str | None], Caller | None]
 MAX_JSON_BODY = 1024 * 1024  # control-plane and context bodies: small JSON
 MAX_CODE_BODY = 16 * 1024 * 1024  # an /execute body: a cell of code
+SESSION_GONE = (
+    "the sandbox has ended: its session is gone (unused past the server's session idle timeout,"
+    " WASMRUN_SESSION_MAX_IDLE_S); create a new sandbox"
+)
 # What a run answers for an output too large to inline (protocol/run_result.py).
 STORED_OUTPUT = frozenset({"output_blob", "size_bytes", "kind", "preview"})
 
@@ -120,7 +124,12 @@ class Front:
     async def run(self, caller: Caller, params: dict[str, Any]) -> dict[str, Any]:
         """run_code's result, with an output too large to inline (stored as a blob, the
         result naming it) read back in its place."""
-        result = await self.call(caller, "run_code", params)
+        try:
+            result = await self.call(caller, "run_code", params)
+        except FrontError as exc:
+            if exc.status == 404:  # the session is gone: ended idle, or the server lost it
+                raise FrontError(502, SESSION_GONE) from None
+            raise
         output = result.get("output")
         if isinstance(output, dict) and set(output) == STORED_OUTPUT and isinstance(output["output_blob"], str):
             try:

@@ -5,6 +5,7 @@ Answers are E2B's JSON shapes; errors are `{"code", "message"}` as E2B's API giv
 from __future__ import annotations
 
 import time
+import urllib.parse
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -134,11 +135,13 @@ def _wanted(request: Request, sandbox: E2BSandbox) -> bool:
     states = request.query_params.get("state")
     if states and sandbox.state not in states.split(","):
         return False
-    for pair in request.query_params.get("metadata", "").split("&"):
-        key, _, value = pair.partition("=")
-        if key and sandbox.metadata.get(key) != value:
-            return False
-    return True
+    try:
+        wanted = urllib.parse.parse_qsl(request.query_params.get("metadata", ""), max_num_fields=MAX_METADATA)
+    except ValueError:
+        raise FrontError(400, f"metadata filters at most {MAX_METADATA} keys") from None
+    # The SDK quotes each key and value, then form-encodes the pairs: undone in that order.
+    unquote = urllib.parse.unquote
+    return all(sandbox.metadata.get(unquote(key)) == unquote(value) for key, value in wanted)
 
 
 async def list_sandboxes(front: Front, request: Request) -> Response:
