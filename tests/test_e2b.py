@@ -70,6 +70,26 @@ def test_run_code_keeps_state_and_streams_output(sandbox: Sandbox) -> None:
     assert sandbox.run_code("y = 1").results == []  # no last expression, no result
 
 
+def test_the_async_sdk_and_the_result_callback(live: Live) -> None:
+    import asyncio
+
+    from e2b_code_interpreter import AsyncSandbox
+
+    async def scenario() -> tuple[str | None, list[str | None], bytes]:
+        sandbox = await AsyncSandbox.create()
+        try:
+            seen: list[str | None] = []
+            await sandbox.run_code("items = [3, 1, 2]")
+            ran = await sandbox.run_code("sorted(items)", on_result=lambda r: seen.append(r.text))
+            await sandbox.files.write("async.bin", b"\x00\x01")
+            return ran.text, seen, await sandbox.files.read("async.bin", format="bytes")
+        finally:
+            await sandbox.kill()
+
+    text, seen, content = asyncio.run(scenario())
+    assert text == "[1, 2, 3]" and seen == ["[1, 2, 3]"] and content == b"\x00\x01"
+
+
 def test_an_error_has_name_value_and_traceback_and_state_survives(sandbox: Sandbox) -> None:
     errors = []
     failed = sandbox.run_code("z = 5\ndef f():\n    raise KeyError('k')\nf()", on_error=errors.append)

@@ -99,8 +99,9 @@ async def _run_stream(
         queue.put_nowait(results.line(results.output_event("stderr", NO_PIP.format(line=pip))))
 
     def on_output(chunks: list[OutputChunk]) -> None:
-        for chunk in chunks:
-            queue.put_nowait(results.line(results.output_event(chunk.stream, chunk.text)))
+        for chunk in chunks:  # displays are taken from the run's result, once, at its end
+            if isinstance(chunk, OutputChunk):
+                queue.put_nowait(results.line(results.output_event(chunk.stream, chunk.text)))
 
     async def run() -> None:
         RUN_OUTPUT.set(on_output)
