@@ -213,13 +213,20 @@ def test_contexts_are_separate_interpreters(sandbox: Sandbox) -> None:
     assert missing.error is not None and missing.error.name == "NameError"
     sandbox.run_code("where = 'mine'", context=context)
     assert sandbox.run_code("where", context=context).text == "'mine'"
+    sandbox.run_code("import os\nos.makedirs('sub')\nopen('sub/kept.txt', 'w').write('files stay')", context=context)
     sandbox.restart_code_context(context)
-    assert sandbox.run_code("where", context=context).error is not None
+    assert sandbox.run_code("where", context=context).error is not None  # a fresh interpreter
+    assert sandbox.run_code("open('sub/kept.txt').read()", context=context).text == "'files stay'"
+    assert sandbox.run_code("[n for n in globals() if n.startswith('_wasmrun')]", context=context).text == "[]"
     sandbox.remove_code_context(context)
     assert context.id not in {c.id for c in sandbox.list_code_contexts()}
     with pytest.raises(NotFoundException):
         sandbox.run_code("1", context=context)
     assert sandbox.run_code("where").text == "'default'"
+    sandbox.files.write("restart.txt", "still here")
+    sandbox.restart_code_context("default")
+    assert sandbox.run_code("where").error is not None
+    assert sandbox.files.read("restart.txt") == "still here"
 
 
 def test_a_context_with_its_own_folder(sandbox: Sandbox) -> None:

@@ -16,6 +16,7 @@ from wasmrun.e2b.sandboxes import E2BSandbox
 # Paths reach it relative to /workspace, already checked by paths.relative (no `..`,
 # no NUL); it refuses to follow a symlink out of /workspace all the same.
 _BODY = '''
+globals().pop("_wasmrun_e2b_files", None)  # the user's namespace keeps no trace of it
 import base64, os, stat
 HOME = "/workspace"  # paths.GUEST_HOME
 def _at(rel):
@@ -133,3 +134,41 @@ async def write_bytes(front: Front, sandbox: E2BSandbox, rel: str, content: byte
         front, sandbox, "write", rel, content=base64.b64encode(content).decode("ascii")
     ))["entry"]
     return entry
+
+
+# A restart's fresh interpreter keeps the sandbox's files: packed as a tar in the old
+# session, unpacked in the new one (each function removes its own name as it runs).
+PACK = """
+def _wasmrun_e2b_pack(args):
+    globals().pop("_wasmrun_e2b_pack", None)
+    import base64, io, os, tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in sorted(os.listdir("/workspace")):
+            tar.add("/workspace/" + name, arcname=name)
+    return base64.b64encode(buf.getvalue()).decode()
+"""
+UNPACK = """
+def _wasmrun_e2b_unpack(args):
+    globals().pop("_wasmrun_e2b_unpack", None)
+    import base64, io, tarfile
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(args["tar"])), mode="r") as tar:
+        tar.extractall("/workspace", filter="data")
+"""
+
+
+async def _program(front: Front, caller: Any, session_id: str, code: str, entrypoint: str, args: dict[str, Any]) -> Any:
+    result = await front.run(caller, {
+        "language": "python", "code": code, "session_id": session_id, "entrypoint": entrypoint, "args": args,
+    })
+    if result.get("status") != "completed":
+        error = result.get("error") or {}
+        first = str(error.get("message", "")).splitlines()[0][:300] if error.get("message") else ""
+        raise FrontError(413, f"the sandbox's files could not be carried over: {error.get('type', 'Error')}: {first}")
+    return result.get("output")
+
+
+async def carry_files(front: Front, sandbox: E2BSandbox, source: str, target: str) -> None:
+    """The files of session `source` into session `target` (a fresh one)."""
+    packed = await _program(front, sandbox.caller, source, PACK, "_wasmrun_e2b_pack", {})
+    await _program(front, sandbox.caller, target, UNPACK, "_wasmrun_e2b_unpack", {"tar": packed})

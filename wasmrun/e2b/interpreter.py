@@ -15,7 +15,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from wasmrun.e2b import results
+from wasmrun.e2b import guestfiles, results
 from wasmrun.e2b.calls import MAX_CODE_BODY, Front, FrontError, read_json_object
 from wasmrun.e2b.control import set_envs
 from wasmrun.e2b.paths import guest_path
@@ -198,11 +198,17 @@ async def remove_context(front: Front, request: Request, sandbox: E2BSandbox) ->
 
 
 async def restart_context(front: Front, request: Request, sandbox: E2BSandbox) -> Response:
-    """A fresh interpreter: a new session in the context's place (with fresh files)."""
+    """A fresh interpreter: a new session in the context's place, with the old one's files
+    (as a Jupyter kernel's restart keeps the machine's)."""
     context = _named_context(request, sandbox)
     async with context.lock:
         info = await front.call(sandbox.caller, "create_session",
                                 {"language": "python", "idle_timeout_s": front.session_policy.max_idle_timeout_s})
+        try:
+            await guestfiles.carry_files(front, sandbox, context.session_id, info["session_id"])
+        except FrontError:
+            await front.close_session(sandbox.caller, info["session_id"])
+            raise
         old, context.session_id, context.executions = context.session_id, info["session_id"], 0
         await front.close_session(sandbox.caller, old)
     return Response(status_code=204)
