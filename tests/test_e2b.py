@@ -22,8 +22,8 @@ E2B_VARS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DEBUG", "E2B_D
 
 
 class Live:
-    def __init__(self, server: LiveServer, alice: str, bob: str) -> None:
-        self.server, self.alice, self.bob = server, alice, bob
+    def __init__(self, server: LiveServer, alice: str, bob: str, carol: str) -> None:
+        self.server, self.alice, self.bob, self.carol = server, alice, bob, carol
         self.api = f"{server.base_url}/e2b/api"
         self.sandbox_url = f"{server.base_url}/e2b/sandbox"
 
@@ -33,6 +33,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     data = tmp_path_factory.mktemp("e2b") / "data"
     store = TenantStore(data)
     alice, bob = store.add("alice"), store.add("bob")
+    carol = store.add("carol", {"concurrent_requests": 1})
     server = LiveServer(data)  # two workers: one per tenant
     saved = {name: os.environ.get(name) for name in E2B_VARS}
     for name in E2B_VARS:
@@ -41,7 +42,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     os.environ.update(E2B_API_URL=f"{server.base_url}/e2b/api", E2B_SANDBOX_URL=f"{server.base_url}/e2b/sandbox",
                       E2B_API_KEY=alice)
     try:
-        yield Live(server, alice, bob)
+        yield Live(server, alice, bob, carol)
     finally:
         for name, value in saved.items():
             if value is None:
@@ -277,6 +278,24 @@ def test_a_sandbox_of_another_tenant_does_not_exist(live: Live, sandbox: Sandbox
         assert theirs.sandbox_id not in {s.sandbox_id for s in Sandbox.list().next_items()}
     finally:
         theirs.kill()
+
+
+def test_a_tenants_concurrent_requests_hold_for_the_e2b_front(live: Live) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from e2b import RateLimitException
+
+    sandbox = Sandbox.create(api_key=live.carol)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(sandbox.run_code, "import time\ntime.sleep(2)\n'slow'")
+            time.sleep(0.8)  # the cell's request is in flight, its stream open
+            with pytest.raises(RateLimitException):
+                Sandbox.list(api_key=live.carol).next_items()
+            assert slow.result().text == "'slow'"
+        assert Sandbox.list(api_key=live.carol).next_items()[0].sandbox_id == sandbox.sandbox_id
+    finally:
+        sandbox.kill()
 
 
 def test_a_wrong_or_missing_key_is_refused(live: Live) -> None:

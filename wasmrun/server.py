@@ -176,7 +176,7 @@ def create_app(
     dispatcher = Dispatcher(context, observers, require_caller=True)
     in_flight = RequestsInFlight()  # each tenant's HTTP requests, /rpc and /mcp together
     routes: list[BaseRoute] = [tools_route(facts_of(context.limits, context.egress.network.run_code))]
-    routes.extend(e2b_routes(dispatcher, tenants.authenticate))  # the E2B SDK's front (docs/e2b.md)
+    routes.extend(e2b_routes(dispatcher, tenants.authenticate, in_flight))  # the E2B SDK's front (docs/e2b.md)
     lifespans = mcp_endpoint(settings, dispatcher, tenants, in_flight, routes, with_create_skill=mcp_with_create_skill)
     return create_wire_app(
         dispatcher,

@@ -18,6 +18,7 @@ from wasmrun.e2b.sandboxes import E2BSandbox, SandboxTable
 from wasmrun.protocol.errors import InvalidParams, QuotaExceeded, RPCError, SessionBusy, SessionNotFound, Unauthorized
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.tenants.caller import Caller
+from wasmrun.tenants.calls import RequestsInFlight
 from wasmrun.tenants.limits import SessionPolicy
 
 Authenticate = Callable[[str | None], Caller | None]
@@ -86,9 +87,10 @@ async def read_json_object(request: Request, limit: int = MAX_JSON_BODY) -> dict
 class Front:
     """What every route of the front works with."""
 
-    def __init__(self, dispatcher: Dispatcher, authenticate: Authenticate) -> None:
+    def __init__(self, dispatcher: Dispatcher, authenticate: Authenticate, in_flight: RequestsInFlight) -> None:
         self.dispatcher = dispatcher
         self.authenticate = authenticate
+        self.in_flight = in_flight
         self.table = SandboxTable()
         sessions = dispatcher.context.sessions
         self.session_policy = sessions.policy if sessions is not None else SessionPolicy()
