@@ -100,6 +100,27 @@ def test_an_error_has_name_value_and_traceback_and_state_survives(sandbox: Sandb
     assert sandbox.run_code("z").text == "5"  # a Python exception keeps state, as in a notebook
 
 
+def test_an_agent_frameworks_final_answer_exception_comes_back_whole(sandbox: Sandbox) -> None:
+    """smolagents ends a run by raising a BaseException subclass defined in a function,
+    and reads the answer back from `error.value`."""
+    code = (
+        "def final_answer(x):\n"
+        "    import json\n"
+        "    class FinalAnswerException(BaseException):\n"
+        "        def __init__(self, value):\n"
+        "            self.value = value\n"
+        "    raise FinalAnswerException('safe:' + json.dumps(x))\n"
+        "print('working')\n"
+        "final_answer({'answer': 42, 'text': 'two\\nlines: yes'})\n"
+    )
+    ran = sandbox.run_code(code)
+    assert ran.logs.stdout == ["working\n"] and ran.error is not None
+    assert ran.error.name == "FinalAnswerException"
+    assert ran.error.value == 'safe:{"answer": 42, "text": "two\\nlines: yes"}'
+    multi = sandbox.run_code("raise ValueError('first\\nsecond')")
+    assert multi.error is not None and multi.error.value == "first\nsecond"
+
+
 def test_create_takes_envs_and_metadata_and_lists_them(live: Live) -> None:
     sb = Sandbox.create(envs={"GREETING": "hi there"}, metadata={"job": "e2b-test"}, timeout=120)
     try:

@@ -71,6 +71,21 @@ def test_a_failed_run_is_an_error_with_name_value_and_traceback() -> None:
     assert plain["traceback"].startswith("Timeout: ")
 
 
+def test_error_values_keep_their_lines_and_lose_a_qualified_type_name() -> None:
+    nested = ('Traceback (most recent call last):\n  File "<cell 1>", line 9, in <module>\n    final_answer(1)\n'
+              '    ~~~~~~~~~~~~^^^\n  File "<cell 1>", line 7, in final_answer\n    raise FinalAnswerException(x)\n'
+              'run_code.final_answer.<locals>.FinalAnswerException: safe:{"a": "b: c"}')
+    assert results.error_event("FinalAnswerException", nested)["value"] == 'safe:{"a": "b: c"}'
+    multi = ('Traceback (most recent call last):\n  File "<cell 2>", line 1, in <module>\n'
+             "ValueError: two\nlines\n  indented too")
+    assert results.error_event("ValueError", multi)["value"] == "two\nlines\n  indented too"
+    bare = 'Traceback (most recent call last):\n  File "<cell 3>", line 1, in <module>\nKeyboardInterrupt'
+    assert results.error_event("KeyboardInterrupt", bare)["value"] == ""
+    syntax = '  File "<cell 5>", line 1\n    x = 1 +\n           ^\nSyntaxError: invalid syntax'
+    event = results.error_event("SyntaxError", syntax)
+    assert event["value"] == "invalid syntax" and event["traceback"] == syntax
+
+
 def test_output_events_carry_the_stream_and_a_timestamp() -> None:
     execution = _parsed([results.output_event("stdout", "a\n"), results.output_event("stderr", "b\n"),
                          results.output_event("log", "c\n")])

@@ -6,6 +6,7 @@ as a `result`, a run error as an `error` with name, value and traceback, output 
 from __future__ import annotations
 
 import base64
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -87,19 +88,31 @@ def output_result(output: Any) -> dict[str, Any] | None:
     return {"type": "result", "is_main_result": True, "text": repr(output)}
 
 
+def _exception_text(kind: str, lines: list[str]) -> str | None:
+    """The exception's message from the lines after the last frame: its header is
+    `<Type>: <message>` (the type may be qualified, `f.<locals>.Type`), the message may go
+    on over the following lines."""
+    header = re.compile(rf"(?:[\w.<>]+\.)?{re.escape(kind)}(?:: (.*))?")
+    for index, text in enumerate(lines):
+        found = header.fullmatch(text)
+        if found:
+            return "\n".join([found.group(1) or "", *lines[index + 1:]]).strip("\n")
+    return None
+
+
 def error_event(kind: str, message: str) -> dict[str, Any]:
-    """A failed run as E2B's `error`: name is the exception's type, value its message,
-    traceback the whole text (a run's message starts with it when there is one)."""
+    """A failed run as E2B's `error`: name is the exception's type, value its message
+    (as `str(exception)`), traceback the whole text."""
     start = message.find(TRACEBACK_HEAD)
-    if start < 0:
+    traceback = message[start:] if start >= 0 else message
+    lines = traceback.split("\n")
+    last_frame = max((i for i, text in enumerate(lines) if text.startswith("  File ")), default=-1)
+    after = lines[last_frame + 1:]
+    while after and after[0].startswith(" "):  # the frame's source line and its carets
+        after = after[1:]
+    value = _exception_text(kind, after)
+    if value is None:  # not a Python traceback: the run's own message (a limit, a refusal)
         return {"type": "error", "name": kind, "value": message, "traceback": f"{kind}: {message}"}
-    traceback = message[start:]
-    last = traceback.rstrip().rsplit("\n", 1)[-1]
-    prefix = f"{kind}: "
-    if last.startswith(prefix):
-        value = last[len(prefix):]
-    else:
-        value = message[:start].strip() or last.strip()
     return {"type": "error", "name": kind, "value": value, "traceback": traceback}
 
 
