@@ -343,6 +343,40 @@ def test_a_matplotlib_chart_is_a_png_result(sandbox: Sandbox) -> None:
     assert pngs and base64.b64decode(pngs[0]).startswith(b"\x89PNG")
 
 
+@pytest.mark.skipif(not ON_DATA_IMAGE, reason="smolagents' executor imports numpy and PIL in the sandbox: the data image")
+def test_smolagents_e2b_executor_runs_unchanged(live: Live) -> None:
+    """An agent framework built on the SDK: smolagents' E2BExecutor sends its tools (with a
+    `!pip install` line for their imports), variables, steps and the final answer."""
+    smolagents = pytest.importorskip("smolagents")
+    from smolagents.default_tools import FinalAnswerTool
+    from smolagents.monitoring import AgentLogger, LogLevel
+    from smolagents.remote_executors import E2BExecutor
+
+    tool = smolagents.tool  # spelled `@tool`: smolagents rewrites that decorator when it sends the source
+
+    @tool
+    def double(x: int) -> int:
+        """Doubles a number.
+
+        Args:
+            x: the number to double
+        """
+        return 2 * x
+
+    executor = E2BExecutor(additional_imports=["statistics"], logger=AgentLogger(level=LogLevel.OFF))
+    try:
+        executor.send_tools({"final_answer": FinalAnswerTool(), "double": double})
+        executor.send_variables({"start": 21})
+        step = executor("y = double(start)\nprint('y is', y)\ny")
+        assert (step.output, step.logs, step.is_final_answer) == ("42", "y is 42\n", False)
+        done = executor("final_answer({'result': y})")
+        assert done.is_final_answer and done.output == {"result": 42}
+        with pytest.raises(smolagents.utils.AgentError, match="ZeroDivisionError"):
+            executor("1 / 0")
+    finally:
+        executor.cleanup()
+
+
 # -- hostile requests straight at the front ---------------------------------------------------
 
 
