@@ -333,14 +333,22 @@ def test_pandas_on_the_data_image(sandbox: Sandbox) -> None:
     assert sandbox.run_code("float(df['b'].mean())").text == "5.166666666666667"
 
 
-@pytest.mark.skipif(not ON_DATA_IMAGE or "displays" not in RunResult.__struct_fields__,
-                    reason="charts need the data image and display results")
+@pytest.mark.skipif(not ON_DATA_IMAGE, reason="charts need the data image")
 def test_a_matplotlib_chart_is_a_png_result(sandbox: Sandbox) -> None:
     import base64
 
-    ran = sandbox.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [3, 1, 2])\nplt.show()")
+    charts = []
+    ran = sandbox.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [3, 1, 2])\nplt.show()",
+                           on_result=charts.append)
     pngs = [r.png for r in ran.results if r.png]
-    assert pngs and base64.b64decode(pngs[0]).startswith(b"\x89PNG")
+    assert len(pngs) == 1 and base64.b64decode(pngs[0]).startswith(b"\x89PNG") and charts == ran.results
+
+
+@pytest.mark.skipif(not ON_DATA_IMAGE or "displays" not in RunResult.__struct_fields__,
+                    reason="display() needs the data image and display results")
+def test_display_and_a_dataframe_have_their_forms(sandbox: Sandbox) -> None:
+    ran = sandbox.run_code("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})\ndisplay('<b>x</b>')\ndf")
+    assert ran.results[-1].is_main_result and ran.results[-1].html and "<table" in ran.results[-1].html
 
 
 @pytest.mark.skipif(not ON_DATA_IMAGE, reason="smolagents' executor imports numpy and PIL in the sandbox: the data image")

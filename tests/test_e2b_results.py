@@ -60,6 +60,22 @@ def test_without_displays_the_output_is_the_main_result_as_its_repr() -> None:
     assert _parsed(results.run_events({"status": "completed", "output": None}, 1)).results == []
 
 
+def test_without_displays_the_runs_pictures_are_results_before_the_main_one() -> None:
+    done = {"status": "completed", "output": 3, "images": [
+        {"blob_id": "blob:1", "kind": "image/png", "name": "figure-1.png"},
+        {"blob_id": "blob:2", "kind": "image/svg+xml", "name": "chart.svg"},
+        {"blob_id": "blob:3", "kind": "text/csv", "name": "not-a-picture.csv"},
+    ]}
+    assert results.image_blobs(done) == {"blob:1", "blob:2", "blob:3"}
+    blobs = {"blob:1": b"\x89PNG", "blob:2": b"<svg/>"}
+    execution = _parsed(results.run_events(done, 1, blobs.get))
+    assert [r.formats() for r in execution.results] == [["png"], ["svg"], ["text"]]
+    assert base64.b64decode(execution.results[0].png) == b"\x89PNG" and not execution.results[0].is_main_result
+    assert execution.text == "3"
+    with_displays = {**done, "displays": [{"data": {"text/plain": "3"}, "main": True}]}
+    assert len(_parsed(results.run_events(with_displays, 1, blobs.get)).results) == 1  # displays say it all
+
+
 def test_a_failed_run_is_an_error_with_name_value_and_traceback() -> None:
     message = 'Traceback (most recent call last):\n  File "<cell 2>", line 1, in <module>\nKeyError: \'k\''
     execution = _parsed(results.run_events({"status": "failed", "error": {"type": "KeyError", "message": message}}, 2))

@@ -140,12 +140,8 @@ async def _run_cell(
 
 
 async def _display_blobs(front: Front, sandbox: E2BSandbox, result: dict[str, Any]) -> dict[str, bytes]:
-    """The blobs the run's displays name (forms too large to inline), read as the tenant."""
-    wanted = {
-        blob_id for display in result.get("displays") or [] if isinstance(display, dict)
-        for blob_id in (display.get("blobs") or {}).values() if isinstance(blob_id, str)
-    }
-    return {blob_id: await front.read_blob(sandbox.caller, blob_id) for blob_id in sorted(wanted)}
+    """The blobs the run's results name (large display forms, pictures), read as the tenant."""
+    return {blob_id: await front.read_blob(sandbox.caller, blob_id) for blob_id in sorted(results.image_blobs(result))}
 
 
 def _context_json(context: CodeContext) -> dict[str, str]:

@@ -116,17 +116,39 @@ def error_event(kind: str, message: str) -> dict[str, Any]:
     return {"type": "error", "name": kind, "value": value, "traceback": traceback}
 
 
+def image_blobs(result: Mapping[str, Any]) -> set[str]:
+    """The blobs run_events reads: the displays' large forms, or the run's pictures."""
+    displays = result.get("displays")
+    if isinstance(displays, list):
+        return {
+            blob_id for display in displays if isinstance(display, Mapping)
+            for blob_id in (display.get("blobs") or {}).values() if isinstance(blob_id, str)
+        }
+    return {
+        image["blob_id"] for image in result.get("images") or []
+        if isinstance(image, Mapping) and isinstance(image.get("blob_id"), str)
+    }
+
+
 def run_events(result: Mapping[str, Any], execution_count: int, read_blob: ReadBlob | None = None) -> list[dict[str, Any]]:
-    """The events that follow a run's streamed output: its results (displays, or the
-    output as the main result), its error, the execution count."""
+    """The events that follow a run's streamed output: its results (displays; or its
+    pictures and its output as the main result), its error, the execution count."""
     events: list[dict[str, Any]] = []
     displays = result.get("displays")
     if isinstance(displays, list):
         for display in displays:
             if isinstance(display, Mapping) and (event := display_result(display, read_blob)) is not None:
                 events.append(event)
-    elif result.get("status") == "completed" and (main := output_result(result.get("output"))) is not None:
-        events.append(main)
+    else:
+        # A server whose runs report no displays: the pictures the run made (a figure
+        # `plt.show()` saved, a chart written to /workspace), then the output as the main result.
+        for image in result.get("images") or []:
+            if isinstance(image, Mapping) and image.get("kind") in BINARY | {"image/svg+xml"}:
+                picture = {"data": {}, "blobs": {image["kind"]: image.get("blob_id")}}
+                if (event := display_result(picture, read_blob)) is not None:
+                    events.append(event)
+        if result.get("status") == "completed" and (main := output_result(result.get("output"))) is not None:
+            events.append(main)
     error = result.get("error")
     if result.get("status") == "failed" and isinstance(error, Mapping):
         events.append(error_event(str(error.get("type", "Error")), str(error.get("message", ""))))
