@@ -14,10 +14,11 @@ from e2b import NotFoundException, PtySize, SandboxException, TimeoutException
 from e2b.exceptions import SandboxNotFoundException
 from e2b_code_interpreter import Sandbox
 
-from tests.liveserver import ON_DATA_IMAGE, LiveServer
+from tests.liveserver import ON_DATA_IMAGE, LiveServer, wasmrun_env
 from wasmrun.protocol.types import RunResult
 from wasmrun.tenants.store import TenantStore
 
+METRICS_KEY = "operator-metrics-key"
 E2B_VARS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DEBUG", "E2B_DOMAIN")
 
 
@@ -34,7 +35,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     store = TenantStore(data)
     alice, bob = store.add("alice"), store.add("bob")
     carol = store.add("carol", {"concurrent_requests": 1})
-    server = LiveServer(data)  # two workers: one per tenant
+    # Two workers (one per tenant); /metrics open to the operator's key.
+    server = LiveServer(data, env=wasmrun_env() | {"WASMRUN_METRICS_KEY": METRICS_KEY})
     saved = {name: os.environ.get(name) for name in E2B_VARS}
     for name in E2B_VARS:
         os.environ.pop(name, None)
@@ -317,6 +319,23 @@ def test_a_tenants_concurrent_requests_hold_for_the_e2b_front(live: Live) -> Non
         assert Sandbox.list(api_key=live.carol).next_items()[0].sandbox_id == sandbox.sandbox_id
     finally:
         sandbox.kill()
+
+
+def test_the_fronts_calls_are_metered_per_tenant(live: Live) -> None:
+    def runs(tenant: str) -> float:
+        text = httpx2.get(f"{live.server.base_url}/metrics", headers={"authorization": f"Bearer {METRICS_KEY}"},
+                          timeout=30).text
+        line = f'wasmrun_runs_total{{method="run_code",status="completed",tenant="{tenant}"}} '
+        return sum(float(row.split()[-1]) for row in text.splitlines() if row.startswith(line))
+
+    before = runs("bob")
+    sandbox = Sandbox.create(api_key=live.bob)
+    try:
+        sandbox.run_code("1")
+        sandbox.files.write("m.txt", "metered")
+    finally:
+        sandbox.kill()
+    assert runs("bob") == before + 2  # the cell and the file write, both runs of bob's
 
 
 def test_a_wrong_or_missing_key_is_refused(live: Live) -> None:
