@@ -175,7 +175,9 @@ def test_an_unknown_template_is_refused_clearly(live: Live) -> None:
 def test_pause_resume_and_connect_keep_memory_and_files(sandbox: Sandbox) -> None:
     sandbox.run_code("kept = [1, 2, 3]\nopen('notes.txt', 'w').write('before pause')")
     sandbox.pause()
-    assert Sandbox.get_info(sandbox.sandbox_id).state.value == "paused"
+    paused = Sandbox.get_info(sandbox.sandbox_id)
+    assert paused.state.value == "paused"
+    assert (paused.end_at - paused.started_at).total_seconds() > 3000  # kept as long as its session, unused
     with pytest.raises(Exception, match="paused"):
         sandbox.run_code("kept")
     again = Sandbox.connect(sandbox.sandbox_id)

@@ -185,20 +185,20 @@ async def connect(front: Front, request: Request) -> Response:
     timeout = _timeout(await read_json_object(request), front, default=None)
     resumed = sandbox.paused
     sandbox.paused = False
-    if timeout is not None:
-        sandbox.end_at = time.time() + timeout
-    elif resumed:
-        sandbox.end_at = max(sandbox.end_at, time.time() + DEFAULT_TIMEOUT_S)
+    if timeout is not None or resumed:
+        sandbox.end_at = time.time() + (timeout or DEFAULT_TIMEOUT_S)
     return JSONResponse(created(sandbox), status_code=201 if resumed else 200)
 
 
 async def pause(front: Front, request: Request) -> Response:
-    """A session's memory and files are kept between runs already: pausing only stops
-    its clock and its sandbox endpoints until it is resumed (connect or resume)."""
+    """A session's memory and files are kept between runs already: pausing stops the
+    sandbox's endpoints until it is resumed (connect or resume), and its timeout: it
+    stays paused until its session, unused, ends (the server's longest idle timeout)."""
     _, sandbox = _owned(front, request)
     if sandbox.paused:
         return error(409, f"sandbox {sandbox.sandbox_id} is already paused")
     sandbox.paused = True
+    sandbox.end_at = time.time() + front.session_policy.max_idle_timeout_s
     return Response(status_code=204)
 
 

@@ -87,10 +87,11 @@ class SandboxTable:
         return sum(1 for s in self._sandboxes.values() if s.caller.tenant == tenant)
 
     def take_expired(self, now: float | None = None) -> list[E2BSandbox]:
-        """Running sandboxes past their end time, taken out of the table (their sessions
-        are closed by the caller). A paused sandbox does not time out, as on E2B."""
+        """Sandboxes past their end time, taken out of the table (their sessions are
+        closed by the caller). A paused sandbox's end time is when its session, unused,
+        ends (see control.pause)."""
         now = time.time() if now is None else now
-        gone = [s for s in self._sandboxes.values() if not s.paused and s.end_at <= now]
+        gone = [s for s in self._sandboxes.values() if s.end_at <= now]
         for sandbox in gone:
             del self._sandboxes[sandbox.sandbox_id]
         return gone
