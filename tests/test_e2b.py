@@ -220,6 +220,26 @@ def test_files_round_trip_and_the_filesystem_calls(sandbox: Sandbox) -> None:
         sandbox.files.read("/home/user/missing.txt")
 
 
+def test_kill_and_fork_during_a_running_cell(live: Live) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    sb = Sandbox.create()
+    with ThreadPoolExecutor(1) as pool:
+        sb.run_code("state = 'forked after the cell'")
+        slow = pool.submit(sb.run_code, "import time\ntime.sleep(1.5)\nstate = 'the cell ran first'")
+        time.sleep(0.5)
+        [child] = sb.fork()  # waits for the cell, as the session allows one request at a time
+        assert isinstance(child, Sandbox)
+        assert child.run_code("state").text == "'the cell ran first'"
+        child.kill()
+        busy = pool.submit(sb.run_code, "time.sleep(4)")
+        time.sleep(0.5)
+        sb.kill()  # answered without waiting for the cell: it ends, then its session
+        assert not busy.done() and not sb.is_running()
+        slow.result()
+        busy.result()
+
+
 def test_file_paths_outside_home_are_refused(sandbox: Sandbox) -> None:
     for bad in ("/etc/passwd", "/home/user/../../etc/passwd", "../secret", "/tmp/../etc/x", "a" * 5000):
         with pytest.raises(SandboxException):

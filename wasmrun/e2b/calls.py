@@ -157,12 +157,17 @@ class Front:
         for context in list(sandbox.contexts.values()):
             await self.close_session(sandbox.caller, context.session_id)
 
+    def end_later(self, sandbox: E2BSandbox) -> None:
+        """Ends a sandbox already out of the table in the background: a cell in progress
+        finishes first, and no request waits for it."""
+        task = asyncio.get_running_loop().create_task(self.end(sandbox))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     def sweep(self) -> None:
-        """Ends the sandboxes past their timeout (in the background: no request waits)."""
+        """Ends the sandboxes past their timeout."""
         for sandbox in self.table.take_expired(time.time()):
-            task = asyncio.get_running_loop().create_task(self.end(sandbox))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self.end_later(sandbox)
 
 
 def json_text(value: Any) -> str:

@@ -157,7 +157,7 @@ async def get_sandbox(front: Front, request: Request) -> Response:
 async def kill_sandbox(front: Front, request: Request) -> Response:
     _, sandbox = _owned(front, request)
     front.table.remove(sandbox.sandbox_id)
-    await front.end(sandbox)
+    front.end_later(sandbox)
     return Response(status_code=204)
 
 
@@ -228,7 +228,8 @@ async def _fork_one(front: Front, caller: Caller, source: E2BSandbox, timeout: i
     )
     try:
         for context in list(source.contexts.values()):
-            forked = await front.call(caller, "fork_session", {"session_id": context.session_id})
+            async with context.lock:  # after the cell in progress, as its session allows
+                forked = await front.call(caller, "fork_session", {"session_id": context.session_id})
             copy.contexts[context.context_id] = CodeContext(context.context_id, forked["session_id"], context.cwd)
     except FrontError:
         await front.end(copy)
