@@ -109,6 +109,19 @@ def test_output_events_carry_the_stream_and_a_timestamp() -> None:
     assert isinstance(json.loads(results.line(results.output_event("stdout", "x")))["timestamp"], int)
 
 
+def test_output_goes_out_in_whole_lines_per_stream() -> None:
+    lines = results.Lines()
+    fed = [*lines.feed("stdout", "y is"), *lines.feed("stderr", "oops"), *lines.feed("stdout", " 42"),
+           *lines.feed("stdout", "\nnext"), *lines.feed("stderr", "\n"), *lines.feed("log", "a\nb\n")]
+    assert [(e["type"], e["text"]) for e in fed] == [("stdout", "y is 42\n"), ("stderr", "oops\n"),
+                                                     ("stdout", "nexta\nb\n")]
+    assert [e["text"] for e in lines.feed("stdout", "no newline")] == []
+    assert [(e["type"], e["text"]) for e in lines.flush()] == [("stdout", "no newline")]
+    assert lines.flush() == []
+    long = lines.feed("stdout", "x" * results.Lines.MAX_PENDING)
+    assert len(long) == 1 and len(long[0]["text"]) == results.Lines.MAX_PENDING
+
+
 def test_pip_lines_are_taken_out_and_other_shell_lines_refused() -> None:
     cell, pips = split_cell("!pip install pandas\n%pip install -q numpy\nx = 1\nx")
     assert pips == ["!pip install pandas", "%pip install -q numpy"]

@@ -98,22 +98,25 @@ async def _run_stream(
     for pip in pips:
         queue.put_nowait(results.line(results.output_event("stderr", NO_PIP.format(line=pip))))
 
+    lines = results.Lines()
+
     def on_output(chunks: list[OutputChunk]) -> None:
         for chunk in chunks:  # displays are taken from the run's result, once, at its end
             if isinstance(chunk, OutputChunk):
-                queue.put_nowait(results.line(results.output_event(chunk.stream, chunk.text)))
+                for event in lines.feed(chunk.stream, chunk.text):
+                    queue.put_nowait(results.line(event))
 
     async def run() -> None:
         RUN_OUTPUT.set(on_output)
+        events: list[dict[str, Any]] = []
         try:
             async with context.lock:
-                for event in await _run_cell(front, sandbox, context, cell, envs):
-                    queue.put_nowait(results.line(event))
+                events = await _run_cell(front, sandbox, context, cell, envs)
         except FrontError as exc:
-            queue.put_nowait(results.line({"type": "error", "name": "SandboxError", "value": exc.message,
-                                           "traceback": exc.message}))
+            events = [{"type": "error", "name": "SandboxError", "value": exc.message, "traceback": exc.message}]
         finally:
-            queue.put_nowait(results.line({"type": "end_of_execution"}))
+            for event in [*lines.flush(), *events, {"type": "end_of_execution"}]:
+                queue.put_nowait(results.line(event))
             queue.put_nowait(None)
 
     task = asyncio.get_running_loop().create_task(run())

@@ -47,6 +47,30 @@ def output_event(stream: str, text: str) -> dict[str, Any]:
     return {"type": kind, "text": text, "timestamp": now_us()}
 
 
+class Lines:
+    """A run's output as E2B's messages: whole lines per stream, as Jupyter's
+    line-buffered streams send them (a `print` reaches the host as its text and its
+    newline apart); what is left without a newline goes out at the end, or once long."""
+
+    MAX_PENDING = 64 * 1024
+
+    def __init__(self) -> None:
+        self._pending: dict[str, str] = {}
+
+    def feed(self, stream: str, text: str) -> list[dict[str, Any]]:
+        kind = "stderr" if stream == "stderr" else "stdout"
+        text = self._pending.pop(kind, "") + text
+        cut = len(text) if len(text) >= self.MAX_PENDING else text.rfind("\n") + 1
+        if cut < len(text):
+            self._pending[kind] = text[cut:]
+        return [output_event(kind, text[:cut])] if cut else []
+
+    def flush(self) -> list[dict[str, Any]]:
+        events = [output_event(kind, text) for kind, text in self._pending.items() if text]
+        self._pending.clear()
+        return events
+
+
 def _blob_value(mime: str, content: bytes) -> str | Any:
     if mime in BINARY:
         return base64.b64encode(content).decode("ascii")
