@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from wasmrun.bench import datarows, report
+from wasmrun.bench import datarows, e2brow, report
 from wasmrun.bench.rows import COMPUTE_ROWS, STARTUP
 from wasmrun.bench.scaling import client_counts
 
@@ -47,6 +47,8 @@ def test_table_has_every_row(quick: tuple[str, Path, Path, Path]) -> None:
     else:
         assert "| data image: hello, in-process | absent: the data image is not built" in table
     assert "pydantic-monty (a Python subset), fresh session: absent (skipped" in table
+    # The E2B row: E2B's own SDK (the test extra) against the server's E2B front.
+    assert f"| E2B SDK: Sandbox.create() to the first run_code result | {e2brow.LABEL} |" in table
     assert "by phase" in table and "guest entry" in table and "audit" in table
     assert "| one HTTP hello, by hop" in table and "| worker round trip (pipe, run, result) |" in table
     assert "| 4 worker(s) |" in table

@@ -150,7 +150,7 @@ TENANT_LIMITS: tuple[TenantLimit, ...] = (
     ),
     TenantLimit("mcp_sessions", "count", 16, "MCP sessions open at once over /mcp"),
     TenantLimit(
-        "concurrent_requests", "count", 64, "HTTP requests (/rpc, /mcp) in flight at once, bodies being received included"
+        "concurrent_requests", "count", 64, "HTTP requests (/rpc, /mcp, /e2b) in flight at once, bodies being received included"
     ),
     TenantLimit(
         "call_bytes_per_s", "bytes per second", 64 * MiB, "bytes those other calls move (params in, content out), per second"

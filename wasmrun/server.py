@@ -24,6 +24,7 @@ from starlette.types import ASGIApp
 from wasmrun.backends import Backends, open_backends
 from wasmrun.blobs.store import BlobStore
 from wasmrun.capabilities import facts_of
+from wasmrun.e2b.front import e2b_routes
 from wasmrun.observe.metrics import Metrics
 from wasmrun.observe.record import Observers
 from wasmrun.packages import layer as package_layer
@@ -176,6 +177,7 @@ def create_app(
     dispatcher = Dispatcher(context, observers, require_caller=True)
     in_flight = RequestsInFlight()  # each tenant's HTTP requests, /rpc and /mcp together
     routes: list[BaseRoute] = [tools_route(facts_of(context.limits, context.egress.network.run_code))]
+    routes.extend(e2b_routes(dispatcher, tenants.authenticate, in_flight))  # the E2B SDK's front (docs/e2b.md)
     lifespans = mcp_endpoint(settings, dispatcher, tenants, in_flight, routes, with_create_skill=mcp_with_create_skill)
     return create_wire_app(
         dispatcher,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wasmrun.bench import datarows
+from wasmrun.bench import datarows, e2brow
 from wasmrun.bench.peers import Peer, PeerError
 from wasmrun.bench.systems import HELLO, InProcess, Native, as_run_code
 from wasmrun.bench.workloads import COMPUTE, Workload
@@ -167,6 +167,10 @@ startup_row(Row("data-pandas", "startup", "data image: a pandas job (20,000 rows
 startup_row(Row("session", "startup", "session resume (next run of a session)",
                 "run_code in a session created once (its state kept between runs), against a fresh run, over HTTP",
                 _session_resume, absent=_sessions_absent, burst=4, baseline="wasmrun, HTTP keep-alive"))
+startup_row(Row("e2b", "startup", "E2B SDK: Sandbox.create() to the first run_code result",
+                "E2B's own Python SDK against the server's E2B front: create a sandbox (a session), run `1 + 1`, "
+                "read its result; beside a fresh run over HTTP", e2brow.create_to_first_result,
+                absent=e2brow.absent, burst=3, baseline=e2brow.HTTP_HELLO))
 
 
 def _compute(workload: Workload) -> Callable[[Bench], Samples]:

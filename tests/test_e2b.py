@@ -1,0 +1,502 @@
+"""The real E2B SDK (`e2b`, `e2b-code-interpreter`, pinned in the test extra) against a
+live wasmrun with two tenants: the only change to E2B code is the two URLs and the key."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from e2b import NotFoundException, PtySize, SandboxException, TimeoutException
+from e2b.exceptions import SandboxNotFoundException
+from e2b_code_interpreter import Sandbox
+
+from tests.liveserver import ON_DATA_IMAGE, LiveServer, wasmrun_env
+from wasmrun.protocol.types import RunResult
+from wasmrun.tenants.store import TenantStore
+
+METRICS_KEY = "operator-metrics-key"
+E2B_VARS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DEBUG", "E2B_DOMAIN")
+
+
+class Live:
+    def __init__(self, server: LiveServer, alice: str, bob: str, carol: str) -> None:
+        self.server, self.alice, self.bob, self.carol = server, alice, bob, carol
+        self.api = f"{server.base_url}/e2b/api"
+        self.sandbox_url = f"{server.base_url}/e2b/sandbox"
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    data = tmp_path_factory.mktemp("e2b") / "data"
+    store = TenantStore(data)
+    alice, bob = store.add("alice"), store.add("bob")
+    carol = store.add("carol", {"concurrent_requests": 1})
+    # Two workers (one per tenant); /metrics open to the operator's key.
+    server = LiveServer(data, env=wasmrun_env() | {"WASMRUN_METRICS_KEY": METRICS_KEY})
+    saved = {name: os.environ.get(name) for name in E2B_VARS}
+    for name in E2B_VARS:
+        os.environ.pop(name, None)
+    # What a user sets: the two URLs and the key (alice's, unless a test says otherwise).
+    os.environ.update(E2B_API_URL=f"{server.base_url}/e2b/api", E2B_SANDBOX_URL=f"{server.base_url}/e2b/sandbox",
+                      E2B_API_KEY=alice)
+    try:
+        yield Live(server, alice, bob, carol)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        server.stop()
+
+
+@pytest.fixture
+def sandbox(live: Live) -> Iterator[Sandbox]:
+    sb = Sandbox.create()
+    try:
+        yield sb
+    finally:
+        sb.kill()
+
+
+def test_run_code_keeps_state_and_streams_output(sandbox: Sandbox) -> None:
+    seen: list[str] = []
+    first = sandbox.run_code("x = 41\nprint('hello')\nx + 1", on_stdout=lambda m: seen.append(m.line))
+    assert first.text == "42" and first.results[0].is_main_result
+    assert first.logs.stdout == ["hello\n"] and seen == ["hello\n"] and first.error is None
+    assert sandbox.run_code("x * 2").text == "82"
+    assert sandbox.run_code("import sys\nprint('oops', file=sys.stderr)").logs.stderr == ["oops\n"]
+    assert sandbox.run_code("y = 1").results == []  # no last expression, no result
+
+
+def test_the_async_sdk_and_the_result_callback(live: Live) -> None:
+    import asyncio
+
+    from e2b_code_interpreter import AsyncSandbox
+
+    async def scenario() -> tuple[str | None, list[str | None], bytes]:
+        sandbox = await AsyncSandbox.create()
+        try:
+            seen: list[str | None] = []
+            await sandbox.run_code("items = [3, 1, 2]")
+            ran = await sandbox.run_code("sorted(items)", on_result=lambda r: seen.append(r.text))
+            await sandbox.files.write("async.bin", b"\x00\x01")
+            return ran.text, seen, await sandbox.files.read("async.bin", format="bytes")
+        finally:
+            await sandbox.kill()
+
+    text, seen, content = asyncio.run(scenario())
+    assert text == "[1, 2, 3]" and seen == ["[1, 2, 3]"] and content == b"\x00\x01"
+
+
+def test_an_error_has_name_value_and_traceback_and_state_survives(sandbox: Sandbox) -> None:
+    errors = []
+    failed = sandbox.run_code("z = 5\ndef f():\n    raise KeyError('k')\nf()", on_error=errors.append)
+    assert failed.error is not None and errors == [failed.error]
+    assert (failed.error.name, failed.error.value) == ("KeyError", "'k'")
+    assert "line 3, in f" in failed.error.traceback and "Traceback (most recent call last)" in failed.error.traceback
+    assert sandbox.run_code("z").text == "5"  # a Python exception keeps state, as in a notebook
+
+
+def test_an_agent_frameworks_final_answer_exception_comes_back_whole(sandbox: Sandbox) -> None:
+    """smolagents ends a run by raising a BaseException subclass defined in a function,
+    and reads the answer back from `error.value`."""
+    code = (
+        "def final_answer(x):\n"
+        "    import json\n"
+        "    class FinalAnswerException(BaseException):\n"
+        "        def __init__(self, value):\n"
+        "            self.value = value\n"
+        "    raise FinalAnswerException('safe:' + json.dumps(x))\n"
+        "print('working')\n"
+        "final_answer({'answer': 42, 'text': 'two\\nlines: yes'})\n"
+    )
+    ran = sandbox.run_code(code)
+    assert ran.logs.stdout == ["working\n"] and ran.error is not None
+    assert ran.error.name == "FinalAnswerException"
+    assert ran.error.value == 'safe:{"answer": 42, "text": "two\\nlines: yes"}'
+    multi = sandbox.run_code("raise ValueError('first\\nsecond')")
+    assert multi.error is not None and multi.error.value == "first\nsecond"
+
+
+def test_create_takes_envs_and_metadata_and_lists_them(live: Live) -> None:
+    sb = Sandbox.create(envs={"GREETING": "hi there"}, metadata={"job": "e2b-test"}, timeout=120)
+    try:
+        assert sb.run_code("import os\nos.environ['GREETING']").text == "'hi there'"
+        info = sb.get_info()
+        assert info.metadata == {"job": "e2b-test"} and info.state.value == "running"
+        assert 100 <= (info.end_at - info.started_at).total_seconds() <= 121
+        listed = {s.sandbox_id: s for s in Sandbox.list().next_items()}
+        assert listed[sb.sandbox_id].metadata == {"job": "e2b-test"}
+        sb.set_timeout(600)
+        assert (Sandbox.get_info(sb.sandbox_id).end_at - info.started_at).total_seconds() > 500
+    finally:
+        sb.kill()
+    assert sb.sandbox_id not in {s.sandbox_id for s in Sandbox.list().next_items()}
+    assert not sb.is_running()
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.get_info(sb.sandbox_id)
+
+
+def test_list_filters_by_metadata_and_state(live: Live) -> None:
+    from e2b import SandboxQuery, SandboxState
+
+    tagged = Sandbox.create(metadata={"team": "a b&c=d"})
+    other = Sandbox.create(metadata={"team": "x"})
+    try:
+        found = Sandbox.list(query=SandboxQuery(metadata={"team": "a b&c=d"})).next_items()
+        assert [s.sandbox_id for s in found] == [tagged.sandbox_id]
+        other.pause()
+        paused = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
+        assert [s.sandbox_id for s in paused] == [other.sandbox_id]
+    finally:
+        tagged.kill()
+        other.kill()
+
+
+def test_a_sandbox_ends_at_its_timeout(live: Live) -> None:
+    sb = Sandbox.create(timeout=1)
+    assert sb.run_code("1").text == "1"
+    time.sleep(1.5)
+    assert not sb.is_running()
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.get_info(sb.sandbox_id)
+
+
+def test_an_unknown_template_is_refused_clearly(live: Live) -> None:
+    with pytest.raises(SandboxException, match="not on this server"):
+        Sandbox.create(template="my-custom-gpu-template")
+
+
+def test_pause_resume_and_connect_keep_memory_and_files(sandbox: Sandbox) -> None:
+    sandbox.run_code("kept = [1, 2, 3]\nopen('notes.txt', 'w').write('before pause')")
+    sandbox.pause()
+    paused = Sandbox.get_info(sandbox.sandbox_id)
+    assert paused.state.value == "paused"
+    assert (paused.end_at - paused.started_at).total_seconds() > 3000  # kept as long as its session, unused
+    with pytest.raises(Exception, match="paused"):
+        sandbox.run_code("kept")
+    again = Sandbox.connect(sandbox.sandbox_id)
+    assert Sandbox.get_info(sandbox.sandbox_id).state.value == "running"
+    assert again.run_code("sum(kept)").text == "6"
+    assert again.files.read("/home/user/notes.txt") == "before pause"
+
+
+def test_fork_copies_state_and_then_evolves_apart(sandbox: Sandbox) -> None:
+    sandbox.run_code("n = 10")
+    [child] = sandbox.fork()
+    assert isinstance(child, Sandbox)
+    try:
+        assert child.sandbox_id != sandbox.sandbox_id
+        child.run_code("n += 1")
+        assert child.run_code("n").text == "11" and sandbox.run_code("n").text == "10"
+    finally:
+        child.kill()
+
+
+def test_files_round_trip_and_the_filesystem_calls(sandbox: Sandbox) -> None:
+    payload = bytes(range(256)) * 40
+    sandbox.files.write("/home/user/data/blob.bin", payload)
+    assert sandbox.files.read("/home/user/data/blob.bin", format="bytes") == payload
+    sandbox.files.write("report.txt", "héllo")
+    assert sandbox.run_code("open('report.txt', encoding='utf-8').read()").text == "'héllo'"
+    sandbox.run_code("open('made_by_code.csv', 'w').write('a,b\\n1,2\\n')")
+    assert sandbox.files.read("~/made_by_code.csv") == "a,b\n1,2\n"
+    names = {e.name: e for e in sandbox.files.list("/home/user")}
+    assert {"data", "report.txt", "made_by_code.csv"} <= set(names) and names["data"].type.value == "dir"
+    assert names["report.txt"].size == len("héllo".encode())
+    assert sandbox.files.exists("report.txt") and not sandbox.files.exists("nope.txt")
+    assert sandbox.files.make_dir("/home/user/new/deep") and not sandbox.files.make_dir("/home/user/new/deep")
+    moved = sandbox.files.rename("report.txt", "/home/user/new/report.txt")
+    assert moved.path == "/home/user/new/report.txt" and not sandbox.files.exists("report.txt")
+    assert sandbox.files.get_info("new/report.txt").type.value == "file"
+    sandbox.files.remove("/home/user/new")
+    assert not sandbox.files.exists("new/report.txt")
+    with pytest.raises(NotFoundException):
+        sandbox.files.read("/home/user/missing.txt")
+
+
+def test_kill_and_fork_during_a_running_cell(live: Live) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    sb = Sandbox.create()
+    with ThreadPoolExecutor(1) as pool:
+        sb.run_code("state = 'forked after the cell'")
+        slow = pool.submit(sb.run_code, "import time\ntime.sleep(1.5)\nstate = 'the cell ran first'")
+        time.sleep(0.5)
+        [child] = sb.fork()  # waits for the cell, as the session allows one request at a time
+        assert isinstance(child, Sandbox)
+        assert child.run_code("state").text == "'the cell ran first'"
+        child.kill()
+        busy = pool.submit(sb.run_code, "time.sleep(4)")
+        time.sleep(0.5)
+        sb.kill()  # answered without waiting for the cell: it ends, then its session
+        assert not busy.done() and not sb.is_running()
+        slow.result()
+        busy.result()
+
+
+def test_file_paths_outside_home_are_refused(sandbox: Sandbox) -> None:
+    for bad in ("/etc/passwd", "/home/user/../../etc/passwd", "../secret", "/tmp/../etc/x", "a" * 5000):
+        with pytest.raises(SandboxException):
+            sandbox.files.read(bad)
+        with pytest.raises(SandboxException):
+            sandbox.files.write(bad, "x")
+    linked = sandbox.run_code("import os\nos.symlink('/tmp', 'out')")  # no link out of the workspace
+    assert linked.error is not None and linked.error.name == "PermissionError"
+
+
+def test_contexts_are_separate_interpreters(sandbox: Sandbox) -> None:
+    sandbox.run_code("where = 'default'")
+    context = sandbox.create_code_context()
+    assert context.cwd == "/home/user" and context.language == "python"
+    assert {c.id for c in sandbox.list_code_contexts()} >= {context.id}
+    missing = sandbox.run_code("where", context=context)
+    assert missing.error is not None and missing.error.name == "NameError"
+    sandbox.run_code("where = 'mine'", context=context)
+    assert sandbox.run_code("where", context=context).text == "'mine'"
+    sandbox.run_code("import os\nos.makedirs('sub')\nopen('sub/kept.txt', 'w').write('files stay')", context=context)
+    sandbox.restart_code_context(context)
+    assert sandbox.run_code("where", context=context).error is not None  # a fresh interpreter
+    assert sandbox.run_code("open('sub/kept.txt').read()", context=context).text == "'files stay'"
+    assert sandbox.run_code("[n for n in globals() if n.startswith('_wasmrun')]", context=context).text == "[]"
+    sandbox.remove_code_context(context)
+    assert context.id not in {c.id for c in sandbox.list_code_contexts()}
+    with pytest.raises(NotFoundException):
+        sandbox.run_code("1", context=context)
+    assert sandbox.run_code("where").text == "'default'"
+    sandbox.files.write("restart.txt", "still here")
+    sandbox.restart_code_context("default")
+    assert sandbox.run_code("where").error is not None
+    assert sandbox.files.read("restart.txt") == "still here"
+
+
+def test_a_context_with_its_own_folder(sandbox: Sandbox) -> None:
+    context = sandbox.create_code_context(cwd="/home/user/project")
+    sandbox.run_code("open('here.txt', 'w').write('x')", context=context)
+    assert sandbox.run_code("import os\nos.getcwd()", context=context).text == "'/workspace/project'"
+
+
+def test_pip_install_says_how_packages_are_added_and_runs_the_rest(sandbox: Sandbox) -> None:
+    ran = sandbox.run_code("!pip install requests\n1 + 1")
+    assert ran.text == "2"
+    assert any("wasmrun packages add" in line for line in ran.logs.stderr)
+
+
+def test_commands_and_pty_are_refused_naming_run_code(sandbox: Sandbox) -> None:
+    with pytest.raises(SandboxException, match="run_code"):
+        sandbox.commands.run("ls -la")
+    with pytest.raises(SandboxException, match="run_code"):
+        sandbox.commands.run("pip install requests")
+    with pytest.raises(SandboxException, match="run_code"):
+        sandbox.pty.create(PtySize(rows=24, cols=80))
+    shell = sandbox.run_code("!ls")
+    assert shell.error is not None and "run_code" in shell.error.value
+
+
+def test_a_timeout_stops_the_wait_and_the_sandbox_serves_on(sandbox: Sandbox) -> None:
+    with pytest.raises(TimeoutException):
+        sandbox.run_code("import time\ntime.sleep(3)", timeout=1)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the cell ends in the sandbox; the next one queues behind it
+        if sandbox.run_code("'after'").text == "'after'":
+            break
+    else:
+        raise AssertionError("the sandbox did not serve after a timed-out cell")
+
+
+def test_a_sandbox_of_another_tenant_does_not_exist(live: Live, sandbox: Sandbox) -> None:
+    assert sandbox.sandbox_id not in {s.sandbox_id for s in Sandbox.list(api_key=live.bob).next_items()}
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.get_info(sandbox.sandbox_id, api_key=live.bob)
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.connect(sandbox.sandbox_id, api_key=live.bob)
+    assert Sandbox.kill(sandbox.sandbox_id, api_key=live.bob) is False
+    assert sandbox.run_code("1").text == "1"
+    theirs = Sandbox.create(api_key=live.bob)
+    try:
+        assert theirs.run_code("'bob'").text == "'bob'"
+        assert theirs.sandbox_id not in {s.sandbox_id for s in Sandbox.list().next_items()}
+    finally:
+        theirs.kill()
+
+
+def test_a_tenants_concurrent_requests_hold_for_the_e2b_front(live: Live) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from e2b import RateLimitException
+
+    sandbox = Sandbox.create(api_key=live.carol)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(sandbox.run_code, "import time\ntime.sleep(2)\n'slow'")
+            time.sleep(0.8)  # the cell's request is in flight, its stream open
+            with pytest.raises(RateLimitException):
+                Sandbox.list(api_key=live.carol).next_items()
+            assert slow.result().text == "'slow'"
+        assert Sandbox.list(api_key=live.carol).next_items()[0].sandbox_id == sandbox.sandbox_id
+    finally:
+        sandbox.kill()
+
+
+def test_the_fronts_calls_are_metered_per_tenant(live: Live) -> None:
+    def runs(tenant: str) -> float:
+        text = httpx2.get(f"{live.server.base_url}/metrics", headers={"authorization": f"Bearer {METRICS_KEY}"},
+                          timeout=30).text
+        line = f'wasmrun_runs_total{{method="run_code",status="completed",tenant="{tenant}"}} '
+        return sum(float(row.split()[-1]) for row in text.splitlines() if row.startswith(line))
+
+    before = runs("bob")
+    sandbox = Sandbox.create(api_key=live.bob)
+    try:
+        sandbox.run_code("1")
+        sandbox.files.write("m.txt", "metered")
+    finally:
+        sandbox.kill()
+    assert runs("bob") == before + 2  # the cell and the file write, both runs of bob's
+
+
+def test_a_wrong_or_missing_key_is_refused(live: Live) -> None:
+    from e2b import AuthenticationException
+
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_key="e2b_not_a_key_of_this_server")
+
+
+@pytest.mark.skipif(not ON_DATA_IMAGE, reason="pandas is on the data image (WASMRUN_TEST_IMAGE=data)")
+def test_pandas_on_the_data_image(sandbox: Sandbox) -> None:
+    sandbox.run_code("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3], 'b': [4.0, 5.0, 6.5]})")
+    assert sandbox.run_code("int(df['a'].sum())").text == "6"
+    assert sandbox.run_code("float(df['b'].mean())").text == "5.166666666666667"
+
+
+@pytest.mark.skipif(not ON_DATA_IMAGE, reason="charts need the data image")
+def test_a_matplotlib_chart_is_a_png_result(sandbox: Sandbox) -> None:
+    import base64
+
+    charts = []
+    ran = sandbox.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [3, 1, 2])\nplt.show()",
+                           on_result=charts.append)
+    pngs = [r.png for r in ran.results if r.png]
+    assert len(pngs) == 1 and base64.b64decode(pngs[0]).startswith(b"\x89PNG") and charts == ran.results
+
+
+@pytest.mark.skipif(not ON_DATA_IMAGE or "displays" not in RunResult.__struct_fields__,
+                    reason="display() needs the data image and display results")
+def test_display_and_a_dataframe_have_their_forms(sandbox: Sandbox) -> None:
+    ran = sandbox.run_code("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})\ndisplay('<b>x</b>')\ndf")
+    assert ran.results[-1].is_main_result and ran.results[-1].html and "<table" in ran.results[-1].html
+
+
+@pytest.mark.skipif(not ON_DATA_IMAGE, reason="smolagents' executor imports numpy and PIL in the sandbox: the data image")
+def test_smolagents_e2b_executor_runs_unchanged(live: Live) -> None:
+    """An agent framework built on the SDK: smolagents' E2BExecutor sends its tools (with a
+    `!pip install` line for their imports), variables, steps and the final answer."""
+    smolagents = pytest.importorskip("smolagents")
+    from smolagents.default_tools import FinalAnswerTool
+    from smolagents.monitoring import AgentLogger, LogLevel
+    from smolagents.remote_executors import E2BExecutor
+
+    tool = smolagents.tool  # spelled `@tool`: smolagents rewrites that decorator when it sends the source
+
+    @tool
+    def double(x: int) -> int:
+        """Doubles a number.
+
+        Args:
+            x: the number to double
+        """
+        return 2 * x
+
+    executor = E2BExecutor(additional_imports=["statistics"], logger=AgentLogger(level=LogLevel.OFF))
+    try:
+        executor.send_tools({"final_answer": FinalAnswerTool(), "double": double})
+        executor.send_variables({"start": 21})
+        step = executor("y = double(start)\nprint('y is', y)\ny")
+        assert (step.output, step.logs, step.is_final_answer) == ("42", "y is 42\n", False)
+        done = executor("final_answer({'result': y})")
+        assert done.is_final_answer and done.output == {"result": 42}
+        with pytest.raises(smolagents.utils.AgentError, match="ZeroDivisionError"):
+            executor("1 / 0")
+    finally:
+        executor.cleanup()
+
+
+# -- hostile requests straight at the front ---------------------------------------------------
+
+
+def test_hostile_control_plane_requests(live: Live, sandbox: Sandbox) -> None:
+    key = {"X-API-KEY": live.alice}
+
+    def post(path: str, **kw: object) -> httpx2.Response:
+        return httpx2.post(f"{live.api}{path}", headers={**key, **kw.pop("headers", {})}, timeout=30, **kw)  # type: ignore[arg-type]
+
+    assert post("/sandboxes", content=b"{not json").status_code == 400
+    assert post("/sandboxes", content=b"[1, 2]").status_code == 400
+    assert post("/sandboxes", content=b"[" * 100_000 + b"]" * 100_000).status_code in (400, 413)
+    assert post("/sandboxes", content=b"x" * (2 * 1024 * 1024)).status_code == 413
+    for body in ({"templateID": 7}, {"timeout": "NaN"}, {"timeout": 10**30}, {"timeout": True}, {"timeout": -1},
+                 {"metadata": {"k": 1}}, {"metadata": {"k": "v\u0000"}}, {"envVars": ["x"]},
+                 {"metadata": {str(i): "v" for i in range(1000)}}):
+        answer = post("/sandboxes", json=body)
+        assert answer.status_code == 400, body
+        assert set(answer.json()) == {"code", "message"}
+    for bad_id in ("x" * 5000, "..%2F..%2Fetc", "%00", "é", sandbox.sandbox_id.upper()):
+        got = httpx2.get(f"{live.api}/sandboxes/{bad_id}", headers=key, timeout=30)
+        assert got.status_code == 404, bad_id
+    assert httpx2.get(f"{live.api}/sandboxes/{sandbox.sandbox_id}", timeout=30).status_code == 401
+    assert post("/templates").status_code == 404
+    assert sandbox.run_code("'still serving'").text == "'still serving'"
+
+
+def test_hostile_sandbox_requests(live: Live, sandbox: Sandbox) -> None:
+    headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "49999"}
+    url = live.sandbox_url
+
+    def post(path: str, **kw: object) -> httpx2.Response:
+        return httpx2.post(f"{url}{path}", headers={**headers, **kw.pop("headers", {})}, timeout=30, **kw)  # type: ignore[arg-type]
+
+    assert post("/execute", json={"code": "1"}, headers={"E2b-Sandbox-Id": "f" * 32}).status_code == 502
+    assert post("/execute", json={"code": "1"}, headers={"E2b-Sandbox-Id": "x" * 5000}).status_code == 502
+    assert post("/execute", json={"code": "1"}, headers={"X-Access-Token": "wrong"}).status_code == 401
+    assert post("/execute", json={"code": 1}).status_code == 400
+    assert post("/execute", json={"code": "1\x00"}).status_code == 400
+    assert post("/execute", json={"code": "1", "language": "r"}).status_code == 400
+    assert post("/execute", json={"code": "1", "context_id": "../../x"}).status_code == 404
+    assert post("/execute", json={"code": "1", "env_vars": {"A": 1}}).status_code == 400
+    assert post("/execute", content=b"\xff\xfe not json").status_code == 400
+    assert post("/execute", content=b'{"code": "\\ud800"}').status_code in (200, 400)
+    assert post("/execute", content=b"x" * (17 * 1024 * 1024)).status_code == 413
+    assert post("/contexts/..%2F..%2Fetc/restart").status_code == 404
+    assert httpx2.delete(f"{url}/contexts/default", headers=headers, timeout=30).status_code == 400
+    assert post("/contexts", json={"cwd": "/etc"}).status_code == 400
+    assert post("/filesystem.Filesystem/Stat", json={"path": "/home/user/\u0000"}).json()["code"] == "invalid_argument"
+    assert post("/filesystem.Filesystem/ListDir", json={"path": "/home/user", "depth": 10**9}).status_code == 400
+    assert post("/filesystem.Filesystem/Remove", json={"path": "/home/user"}).status_code == 400
+    assert post("/filesystem.Filesystem/WatchDir", json={"path": "/home/user"}).status_code == 501
+    got = httpx2.get(f"{url}/files", params={"path": "/proc/self/environ"}, headers=headers, timeout=30)
+    assert got.status_code == 400 and "outside" in got.json()["message"]
+    assert sandbox.run_code("'still serving'").text == "'still serving'"
+
+
+def test_env_urls_alone_move_code_to_wasmrun(live: Live, tmp_path: Path) -> None:
+    """A script written for E2B, unchanged, in a process with only the variables set."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "agent.py"
+    script.write_text(
+        "from e2b_code_interpreter import Sandbox\n"
+        "with Sandbox.create() as sandbox:\n"
+        "    sandbox.run_code('x = 1')\n"
+        "    execution = sandbox.run_code('x += 1; x')\n"
+        "    print(execution.text)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WASMRUN_")}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2"

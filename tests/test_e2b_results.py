@@ -1,0 +1,152 @@
+"""The mapping of wasmrun's run results onto the E2B code interpreter's events (pure)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from e2b_code_interpreter.models import Execution, parse_output
+
+from wasmrun.e2b import results
+from wasmrun.e2b.calls import FrontError
+from wasmrun.e2b.interpreter import split_cell
+from wasmrun.e2b.paths import guest_path, relative
+
+
+def _parsed(events: list[dict[str, object]]) -> Execution:
+    """The events as the real SDK reads them."""
+    execution = Execution()
+    for event in events:
+        parse_output(execution, results.line(event).decode())
+    return execution
+
+
+def test_a_display_with_every_form_becomes_one_result() -> None:
+    png = base64.b64encode(b"\x89PNG fake").decode()
+    display = {
+        "data": {"text/plain": "<Figure>", "text/html": "<b>x</b>", "image/png": png,
+                 "image/svg+xml": "<svg/>", "application/json": {"a": [1, 2]}, "text/markdown": "# t"},
+        "main": True,
+    }
+    event = results.display_result(display)
+    assert event is not None
+    execution = _parsed([event])
+    result = execution.results[0]
+    assert (result.text, result.html, result.png, result.svg, result.json, result.markdown) == (
+        "<Figure>", "<b>x</b>", png, "<svg/>", {"a": [1, 2]}, "# t")
+    assert result.is_main_result and execution.text == "<Figure>"
+
+
+def test_forms_kept_as_blobs_are_read_back_and_binary_ones_base64() -> None:
+    blobs = {"blob_png": b"\x89PNG\x00\xff", "blob_html": "<table>é</table>".encode()}
+    display = {"data": {"text/plain": "df"}, "main": False, "blobs": {"image/png": "blob_png", "text/html": "blob_html"}}
+    event = results.display_result(display, blobs.get)
+    assert event is not None
+    assert base64.b64decode(event["png"]) == b"\x89PNG\x00\xff"
+    assert event["html"] == "<table>é</table>" and event["is_main_result"] is False
+    missing = results.display_result({"data": {}, "blobs": {"image/png": "gone"}}, blobs.get)
+    assert missing is None  # a display with nothing to show is no result
+
+
+def test_unknown_mime_types_go_to_extra() -> None:
+    event = results.display_result({"data": {"text/plain": "x", "application/vnd.custom": {"k": 1}}})
+    assert event is not None and event["extra"] == {"application/vnd.custom": {"k": 1}}
+
+
+def test_without_displays_the_output_is_the_main_result_as_its_repr() -> None:
+    done = {"status": "completed", "output": {"a": "b"}}
+    execution = _parsed(results.run_events(done, 3))
+    assert execution.text == "{'a': 'b'}" and execution.execution_count == 3
+    assert _parsed(results.run_events({"status": "completed", "output": None}, 1)).results == []
+
+
+def test_without_displays_the_runs_pictures_are_results_before_the_main_one() -> None:
+    done = {"status": "completed", "output": 3, "images": [
+        {"blob_id": "blob:1", "kind": "image/png", "name": "figure-1.png"},
+        {"blob_id": "blob:2", "kind": "image/svg+xml", "name": "chart.svg"},
+        {"blob_id": "blob:3", "kind": "text/csv", "name": "not-a-picture.csv"},
+    ]}
+    assert results.image_blobs(done) == {"blob:1", "blob:2", "blob:3"}
+    blobs = {"blob:1": b"\x89PNG", "blob:2": b"<svg/>"}
+    execution = _parsed(results.run_events(done, 1, blobs.get))
+    assert [r.formats() for r in execution.results] == [["png"], ["svg"], ["text"]]
+    assert base64.b64decode(execution.results[0].png) == b"\x89PNG" and not execution.results[0].is_main_result
+    assert execution.text == "3"
+    with_displays = {**done, "displays": [{"data": {"text/plain": "3"}, "main": True}]}
+    assert len(_parsed(results.run_events(with_displays, 1, blobs.get)).results) == 1  # displays say it all
+
+
+def test_a_failed_run_is_an_error_with_name_value_and_traceback() -> None:
+    message = 'Traceback (most recent call last):\n  File "<cell 2>", line 1, in <module>\nKeyError: \'k\''
+    execution = _parsed(results.run_events({"status": "failed", "error": {"type": "KeyError", "message": message}}, 2))
+    assert execution.error is not None
+    assert (execution.error.name, execution.error.value) == ("KeyError", "'k'")
+    assert execution.error.traceback == message and execution.results == []
+    plain = results.error_event("Timeout", "the run exceeded its time limit of 2000 ms")
+    assert plain["value"] == "the run exceeded its time limit of 2000 ms"
+    assert plain["traceback"].startswith("Timeout: ")
+
+
+def test_error_values_keep_their_lines_and_lose_a_qualified_type_name() -> None:
+    nested = ('Traceback (most recent call last):\n  File "<cell 1>", line 9, in <module>\n    final_answer(1)\n'
+              '    ~~~~~~~~~~~~^^^\n  File "<cell 1>", line 7, in final_answer\n    raise FinalAnswerException(x)\n'
+              'run_code.final_answer.<locals>.FinalAnswerException: safe:{"a": "b: c"}')
+    assert results.error_event("FinalAnswerException", nested)["value"] == 'safe:{"a": "b: c"}'
+    multi = ('Traceback (most recent call last):\n  File "<cell 2>", line 1, in <module>\n'
+             "ValueError: two\nlines\n  indented too")
+    assert results.error_event("ValueError", multi)["value"] == "two\nlines\n  indented too"
+    bare = 'Traceback (most recent call last):\n  File "<cell 3>", line 1, in <module>\nKeyboardInterrupt'
+    assert results.error_event("KeyboardInterrupt", bare)["value"] == ""
+    syntax = '  File "<cell 5>", line 1\n    x = 1 +\n           ^\nSyntaxError: invalid syntax'
+    event = results.error_event("SyntaxError", syntax)
+    assert event["value"] == "invalid syntax" and event["traceback"] == syntax
+
+
+def test_output_events_carry_the_stream_and_a_timestamp() -> None:
+    execution = _parsed([results.output_event("stdout", "a\n"), results.output_event("stderr", "b\n"),
+                         results.output_event("log", "c\n")])
+    assert execution.logs.stdout == ["a\n", "c\n"] and execution.logs.stderr == ["b\n"]
+    assert isinstance(json.loads(results.line(results.output_event("stdout", "x")))["timestamp"], int)
+
+
+def test_output_goes_out_in_whole_lines_per_stream() -> None:
+    lines = results.Lines()
+    fed = [*lines.feed("stdout", "y is"), *lines.feed("stderr", "oops"), *lines.feed("stdout", " 42"),
+           *lines.feed("stdout", "\nnext"), *lines.feed("stderr", "\n"), *lines.feed("log", "a\nb\n")]
+    assert [(e["type"], e["text"]) for e in fed] == [("stdout", "y is 42\n"), ("stderr", "oops\n"),
+                                                     ("stdout", "nexta\nb\n")]
+    assert [e["text"] for e in lines.feed("stdout", "no newline")] == []
+    assert [(e["type"], e["text"]) for e in lines.flush()] == [("stdout", "no newline")]
+    assert lines.flush() == []
+    long = lines.feed("stdout", "x" * results.Lines.MAX_PENDING)
+    assert len(long) == 1 and len(long[0]["text"]) == results.Lines.MAX_PENDING
+
+
+def test_pip_lines_are_taken_out_and_other_shell_lines_refused() -> None:
+    cell, pips = split_cell("!pip install pandas\n%pip install -q numpy\nx = 1\nx")
+    assert pips == ["!pip install pandas", "%pip install -q numpy"]
+    assert cell == "\n\nx = 1\nx"  # blank lines keep the line numbers of tracebacks
+    for refused in ("!ls -la", "%timeit x", "x = 1\n!rm -rf /"):
+        try:
+            split_cell(refused)
+        except FrontError as exc:
+            assert "run_code" in exc.message
+        else:
+            raise AssertionError(refused)
+    assert split_cell("a != b\nx = {'!': 1}")[1] == []  # `!=` and a string are Python
+
+
+def test_paths_map_home_to_the_workspace_and_refuse_escapes() -> None:
+    assert relative("/home/user/a/b.txt") == "a/b.txt"
+    assert relative("a/./b.txt") == "a/b.txt"
+    assert relative("~/x") == "x"
+    assert relative("/home/user") == ""
+    assert guest_path("/home/user/d") == "/workspace/d"
+    for bad in ("/etc/passwd", "../x", "/home/user/../../etc", "a\x00b", "x" * 5000, "", "/home/userx/a",
+                "/".join(["d"] * 100)):
+        try:
+            relative(bad)
+        except FrontError as exc:
+            assert exc.status == 400
+        else:
+            raise AssertionError(bad)

@@ -1,0 +1,177 @@
+"""The front's way into wasmrun: protocol methods called through the server's
+Dispatcher as the sandbox's tenant (so quotas, limits, audit and metrics apply), their
+errors as HTTP statuses, request bodies read with a bound, the sandboxes' table."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+
+from wasmrun.e2b.sandboxes import E2BSandbox, SandboxTable
+from wasmrun.protocol.errors import InvalidParams, QuotaExceeded, RPCError, SessionBusy, SessionNotFound, Unauthorized
+from wasmrun.protocol.methods import Dispatcher
+from wasmrun.tenants.caller import Caller
+from wasmrun.tenants.calls import RequestsInFlight
+from wasmrun.tenants.limits import SessionPolicy
+
+Authenticate = Callable[[str | None], Caller | None]
+MAX_JSON_BODY = 1024 * 1024  # control-plane and context bodies: small JSON
+MAX_CODE_BODY = 16 * 1024 * 1024  # an /execute body: a cell of code
+SESSION_GONE = (
+    "the sandbox has ended: its session is gone (unused past the server's session idle timeout,"
+    " WASMRUN_SESSION_MAX_IDLE_S); create a new sandbox"
+)
+# What a run answers for an output too large to inline (protocol/run_result.py).
+STORED_OUTPUT = frozenset({"output_blob", "size_bytes", "kind", "preview"})
+
+
+class FrontError(Exception):
+    """An answer other than success: its HTTP status and a message for the SDK to show."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def http_status(error: RPCError) -> int:
+    if isinstance(error, SessionNotFound):
+        return 404
+    if isinstance(error, InvalidParams):
+        return 400
+    if isinstance(error, Unauthorized):
+        return 401
+    if isinstance(error, QuotaExceeded):
+        return 429
+    if isinstance(error, SessionBusy):
+        return 409
+    return 503 if error.retry_after_s is not None else 500
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused (413) past `limit` bytes without reading the rest."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise FrontError(413, f"the request body is over {limit} bytes")
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise FrontError(413, f"the request body is over {limit} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def read_json_object(request: Request, limit: int = MAX_JSON_BODY) -> dict[str, Any]:
+    """The body as a JSON object; empty means {}. Anything else is 400."""
+    body = await read_body(request, limit)
+    if not body.strip():
+        return {}
+    try:
+        value = msgspec.json.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        raise FrontError(400, "the body is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise FrontError(400, "the body must be a JSON object")
+    return value
+
+
+class Front:
+    """What every route of the front works with."""
+
+    def __init__(self, dispatcher: Dispatcher, authenticate: Authenticate, in_flight: RequestsInFlight) -> None:
+        self.dispatcher = dispatcher
+        self.authenticate = authenticate
+        self.in_flight = in_flight
+        self.table = SandboxTable()
+        sessions = dispatcher.context.sessions
+        self.session_policy = sessions.policy if sessions is not None else SessionPolicy()
+        self._background: set[asyncio.Task[None]] = set()
+
+    def api_caller(self, request: Request) -> Caller:
+        """The control plane's caller: E2B's `X-API-KEY` (or a Bearer header) is a
+        wasmrun tenant key; on a server without tenants every caller is the default one."""
+        key = request.headers.get("x-api-key")
+        authorization = f"Bearer {key}" if key else request.headers.get("authorization")
+        caller = self.authenticate(authorization)
+        if caller is None:
+            raise FrontError(401, "unauthorized: set E2B_API_KEY to a wasmrun tenant key")
+        return caller
+
+    async def call(self, caller: Caller, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A protocol method's result, as plain data; its error as a FrontError."""
+        raw = msgspec.Raw(msgspec.json.encode(params))
+        try:
+            result = await self.dispatcher(method, raw, caller)
+        except RPCError as exc:
+            raise FrontError(http_status(exc), exc.message) from None
+        answer: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(result))
+        return answer
+
+    async def read_blob(self, caller: Caller, blob_id: str) -> bytes:
+        read = await self.call(caller, "read_blob", {
+            "blob_id": blob_id, "mode": "full", "max_bytes": self.dispatcher.context.max_full_read_bytes,
+        })
+        content = str(read.get("content", ""))
+        return base64.b64decode(content) if read.get("encoding") == "base64" else content.encode()
+
+    async def run(self, caller: Caller, params: dict[str, Any]) -> dict[str, Any]:
+        """run_code's result, with an output too large to inline (stored as a blob, the
+        result naming it) read back in its place."""
+        try:
+            result = await self.call(caller, "run_code", params)
+        except FrontError as exc:
+            if exc.status == 404:  # the session is gone: ended idle, or the server lost it
+                raise FrontError(502, SESSION_GONE) from None
+            raise
+        output = result.get("output")
+        if isinstance(output, dict) and set(output) == STORED_OUTPUT and isinstance(output["output_blob"], str):
+            try:
+                result["output"] = msgspec.json.decode(await self.read_blob(caller, output["output_blob"]))
+            except msgspec.DecodeError:  # cut at the most a full read returns
+                most = self.dispatcher.context.max_full_read_bytes
+                raise FrontError(413, f"the answer is over the {most}-byte read limit of this server") from None
+        return result
+
+    async def close_session(self, caller: Caller, session_id: str) -> None:
+        """Closes a session, waiting out a run in progress (a closed session stops nothing
+        the SDK sees); one already gone is fine."""
+        for _ in range(600):
+            try:
+                await self.call(caller, "close_session", {"session_id": session_id})
+                return
+            except FrontError as exc:
+                if exc.status != 409:
+                    return
+            await asyncio.sleep(0.1)
+
+    async def end(self, sandbox: E2BSandbox) -> None:
+        for context in list(sandbox.contexts.values()):
+            await self.close_session(sandbox.caller, context.session_id)
+
+    def end_later(self, sandbox: E2BSandbox) -> None:
+        """Ends a sandbox already out of the table in the background: a cell in progress
+        finishes first, and no request waits for it."""
+        task = asyncio.get_running_loop().create_task(self.end(sandbox))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def sweep(self) -> None:
+        """Ends the sandboxes past their timeout."""
+        for sandbox in self.table.take_expired(time.time()):
+            self.end_later(sandbox)
+
+
+def json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+Handler = Callable[[Request], Awaitable[Any]]

@@ -1,0 +1,266 @@
+"""E2B's control plane (`E2B_API_URL`): create, list, get, kill, set timeout, connect,
+pause, resume and fork sandboxes, each one a wasmrun session of the caller's tenant.
+Answers are E2B's JSON shapes; errors are `{"code", "message"}` as E2B's API gives."""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from wasmrun.e2b.calls import Front, FrontError, read_json_object
+from wasmrun.e2b.sandboxes import DEFAULT_CONTEXT, CodeContext, E2BSandbox, new_id
+from wasmrun.tenants.caller import Caller
+
+ENVD_VERSION = "0.5.7"  # the envd API this front answers (HTTP /files, octet-stream uploads)
+CLIENT_ID = "wasmrun"
+# Template names code written for E2B asks for: each is the server's own image.
+TEMPLATES = frozenset({"code-interpreter-v1", "code-interpreter", "base", "python", "wasmrun"})
+DEFAULT_TIMEOUT_S = 300  # E2B's default sandbox timeout
+MAX_METADATA = 64
+MAX_TEXT = 4096
+MAX_FORKS = 10
+
+
+def error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"code": status, "message": message}, status_code=status)
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _strings(body: dict[str, Any], name: str) -> dict[str, str]:
+    value = body.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > MAX_METADATA:
+        raise FrontError(400, f"{name} must be an object of at most {MAX_METADATA} strings")
+    for key, item in value.items():
+        if not isinstance(item, str) or len(key) > MAX_TEXT or len(item) > MAX_TEXT or "\x00" in key + item:
+            raise FrontError(400, f"{name}.{key[:80]} must be a string of at most {MAX_TEXT} characters")
+    return dict(value)
+
+
+def _timeout(body: dict[str, Any], front: Front, default: int | None = DEFAULT_TIMEOUT_S) -> int | None:
+    value = body.get("timeout", default)
+    if value is None:
+        return None
+    most = front.session_policy.max_age_s
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise FrontError(400, f"timeout must be a whole number of seconds from 1 to {most} on this server")
+    return value
+
+
+def created(sandbox: E2BSandbox) -> dict[str, Any]:
+    """What create, connect and fork answer."""
+    return {
+        "templateID": sandbox.template, "sandboxID": sandbox.sandbox_id, "clientID": CLIENT_ID,
+        "envdVersion": ENVD_VERSION, "envdAccessToken": sandbox.access_token, "alias": sandbox.template,
+        "domain": None,
+    }
+
+
+def detail(sandbox: E2BSandbox, front: Front) -> dict[str, Any]:
+    """What get and list answer."""
+    limits = front.dispatcher.context.limits.defaults
+    return {
+        **created(sandbox), "startedAt": _iso(sandbox.started_at), "endAt": _iso(sandbox.end_at),
+        "cpuCount": 1, "memoryMB": limits.memory_bytes // (1024 * 1024),
+        "diskSizeMB": limits.workspace_bytes // (1024 * 1024), "state": sandbox.state,
+        "metadata": dict(sandbox.metadata),
+    }
+
+
+async def _new_session(front: Front, caller: Caller) -> str:
+    info = await front.call(
+        caller, "create_session", {"language": "python", "idle_timeout_s": front.session_policy.max_idle_timeout_s}
+    )
+    session_id: str = info["session_id"]
+    return session_id
+
+
+async def set_envs(front: Front, caller: Caller, session_id: str, envs: dict[str, str]) -> None:
+    """Sets environment variables in a session (os.environ persists across its runs)."""
+    if envs:
+        code = f"import os as _os\n_os.environ.update({envs!r})\ndel _os\n"
+        result = await front.call(caller, "run_code", {"language": "python", "code": code, "session_id": session_id})
+        if result.get("status") != "completed":
+            raise FrontError(500, "could not set the sandbox's environment variables")
+
+
+async def create_sandbox(front: Front, request: Request) -> Response:
+    caller = front.api_caller(request)
+    body = await read_json_object(request)
+    template = body.get("templateID", "code-interpreter-v1")
+    if not isinstance(template, str) or template not in TEMPLATES:
+        shown = template[:80] if isinstance(template, str) else type(template).__name__
+        return error(400, f"template {shown!r} is not on this server: wasmrun serves one Python image, "
+                     f"named {', '.join(sorted(TEMPLATES))}")
+    timeout = _timeout(body, front) or DEFAULT_TIMEOUT_S
+    metadata, envs = _strings(body, "metadata"), _strings(body, "envVars")
+    session_id = await _new_session(front, caller)
+    now = time.time()
+    sandbox = E2BSandbox(
+        sandbox_id=new_id(), caller=caller, template=template, metadata=metadata,
+        started_at=now, end_at=now + timeout, access_token=new_id(),
+    )
+    sandbox.contexts[DEFAULT_CONTEXT] = CodeContext(DEFAULT_CONTEXT, session_id)
+    try:
+        await set_envs(front, caller, session_id, envs)
+    except FrontError:
+        await front.close_session(caller, session_id)
+        raise
+    front.table.add(sandbox)
+    return JSONResponse(created(sandbox), status_code=201)
+
+
+def _owned(front: Front, request: Request) -> tuple[Caller, E2BSandbox]:
+    caller = front.api_caller(request)
+    sandbox_id = request.path_params["sandbox_id"]
+    sandbox = front.table.find(sandbox_id, caller.tenant)
+    if sandbox is None:
+        raise FrontError(404, f"sandbox {sandbox_id[:80]!r} not found")
+    return caller, sandbox
+
+
+def _wanted(request: Request, sandbox: E2BSandbox) -> bool:
+    """Whether the list's `state` and `metadata` filters keep the sandbox."""
+    states = request.query_params.get("state")
+    if states and sandbox.state not in states.split(","):
+        return False
+    try:
+        wanted = urllib.parse.parse_qsl(request.query_params.get("metadata", ""), max_num_fields=MAX_METADATA)
+    except ValueError:
+        raise FrontError(400, f"metadata filters at most {MAX_METADATA} keys") from None
+    # The SDK quotes each key and value, then form-encodes the pairs: undone in that order.
+    unquote = urllib.parse.unquote
+    return all(sandbox.metadata.get(unquote(key)) == unquote(value) for key, value in wanted)
+
+
+async def list_sandboxes(front: Front, request: Request) -> Response:
+    caller = front.api_caller(request)
+    kept = [detail(s, front) for s in front.table.owned(caller.tenant) if _wanted(request, s)]
+    return JSONResponse(kept)
+
+
+async def get_sandbox(front: Front, request: Request) -> Response:
+    return JSONResponse(detail(_owned(front, request)[1], front))
+
+
+async def kill_sandbox(front: Front, request: Request) -> Response:
+    _, sandbox = _owned(front, request)
+    front.table.remove(sandbox.sandbox_id)
+    front.end_later(sandbox)
+    return Response(status_code=204)
+
+
+async def set_timeout(front: Front, request: Request) -> Response:
+    _, sandbox = _owned(front, request)
+    timeout = _timeout(await read_json_object(request), front, default=None)
+    if timeout is None:
+        return error(400, "timeout is required")
+    sandbox.end_at = time.time() + timeout
+    return Response(status_code=204)
+
+
+async def refresh(front: Front, request: Request) -> Response:
+    """Keep-alive: `duration` seconds more from now (E2B's refreshes)."""
+    _, sandbox = _owned(front, request)
+    body = await read_json_object(request)
+    duration = _timeout({"timeout": body.get("duration", DEFAULT_TIMEOUT_S)}, front)
+    sandbox.end_at = max(sandbox.end_at, time.time() + (duration or DEFAULT_TIMEOUT_S))
+    return Response(status_code=204)
+
+
+async def connect(front: Front, request: Request) -> Response:
+    """Connect (and resume): a paused sandbox runs again; `timeout` restarts its clock."""
+    _, sandbox = _owned(front, request)
+    timeout = _timeout(await read_json_object(request), front, default=None)
+    resumed = sandbox.paused
+    sandbox.paused = False
+    if timeout is not None or resumed:
+        sandbox.end_at = time.time() + (timeout or DEFAULT_TIMEOUT_S)
+    return JSONResponse(created(sandbox), status_code=201 if resumed else 200)
+
+
+async def pause(front: Front, request: Request) -> Response:
+    """A session's memory and files are kept between runs already: pausing stops the
+    sandbox's endpoints until it is resumed (connect or resume), and its timeout: it
+    stays paused until its session, unused, ends (the server's longest idle timeout)."""
+    _, sandbox = _owned(front, request)
+    if sandbox.paused:
+        return error(409, f"sandbox {sandbox.sandbox_id} is already paused")
+    sandbox.paused = True
+    sandbox.end_at = time.time() + front.session_policy.max_idle_timeout_s
+    return Response(status_code=204)
+
+
+async def fork(front: Front, request: Request) -> Response:
+    """Forks: each a new sandbox on a fork of each of the source's contexts' sessions."""
+    caller, sandbox = _owned(front, request)
+    body = await read_json_object(request)
+    count = body.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_FORKS:
+        return error(400, f"count must be from 1 to {MAX_FORKS}")
+    timeout = _timeout(body, front, default=None)
+    answers: list[dict[str, Any]] = []
+    for _ in range(count):
+        try:
+            answers.append({"sandbox": created(await _fork_one(front, caller, sandbox, timeout))})
+        except FrontError as exc:
+            answers.append({"error": {"code": exc.status, "message": exc.message}})
+    return JSONResponse(answers, status_code=201)
+
+
+async def _fork_one(front: Front, caller: Caller, source: E2BSandbox, timeout: int | None) -> E2BSandbox:
+    now = time.time()
+    end_at = now + timeout if timeout is not None else max(source.end_at, now + 1)
+    copy = E2BSandbox(
+        sandbox_id=new_id(), caller=caller, template=source.template, metadata=dict(source.metadata),
+        started_at=now, end_at=end_at, access_token=new_id(),
+    )
+    try:
+        for context in list(source.contexts.values()):
+            async with context.lock:  # after the cell in progress, as its session allows
+                forked = await front.call(caller, "fork_session", {"session_id": context.session_id})
+            copy.contexts[context.context_id] = CodeContext(context.context_id, forked["session_id"], context.cwd)
+    except FrontError:
+        await front.end(copy)
+        raise
+    front.table.add(copy)
+    return copy
+
+
+async def metrics(front: Front, request: Request) -> Response:
+    _owned(front, request)
+    return JSONResponse([])
+
+
+async def unknown(front: Front, request: Request) -> Response:
+    front.api_caller(request)
+    return error(404, f"{request.method} {request.url.path[:200]} is not part of E2B's API that wasmrun serves (docs/e2b.md)")
+
+
+Endpoint = Callable[[Front, Request], Any]
+
+
+def control_routes(front: Front, wrap: Callable[[Endpoint, Front], Any]) -> list[BaseRoute]:
+    one = "/sandboxes/{sandbox_id}"
+    table: list[tuple[str, Endpoint, list[str]]] = [
+        ("/sandboxes", create_sandbox, ["POST"]), ("/v2/sandboxes", create_sandbox, ["POST"]),
+        ("/sandboxes", list_sandboxes, ["GET"]), ("/v2/sandboxes", list_sandboxes, ["GET"]),
+        (one, get_sandbox, ["GET"]), (one, kill_sandbox, ["DELETE"]),
+        (f"{one}/timeout", set_timeout, ["POST"]), (f"{one}/refreshes", refresh, ["POST"]),
+        (f"{one}/connect", connect, ["POST"]), (f"/v2{one}/connect", connect, ["POST"]),
+        (f"{one}/resume", connect, ["POST"]), (f"{one}/pause", pause, ["POST"]),
+        (f"{one}/fork", fork, ["POST"]), (f"{one}/metrics", metrics, ["GET"]),
+        ("/{rest:path}", unknown, ["GET", "POST", "PUT", "PATCH", "DELETE"]),
+    ]
+    return [Route(path, wrap(endpoint, front), methods=methods) for path, endpoint, methods in table]

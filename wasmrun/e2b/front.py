@@ -1,0 +1,118 @@
+"""The E2B-compatible front, mounted on the server: `/e2b/api` is the control plane
+(`E2B_API_URL`), `/e2b/sandbox` every sandbox endpoint (`E2B_SANDBOX_URL`: the SDK sends
+them all to that one URL, with `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers)."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
+
+from wasmrun.e2b import control, envd, interpreter
+from wasmrun.e2b.calls import Authenticate, Front, FrontError
+from wasmrun.e2b.sandboxes import E2BSandbox
+from wasmrun.protocol.methods import Dispatcher
+from wasmrun.tenants.caller import Caller
+from wasmrun.tenants.calls import RequestsInFlight, too_many_requests_message
+
+API_PREFIX = "/e2b/api"
+SANDBOX_PREFIX = "/e2b/sandbox"
+
+SandboxEndpoint = Callable[[Front, Request, E2BSandbox], Awaitable[Response]]
+
+
+def _admit(front: Front, caller: Caller) -> contextlib.ExitStack:
+    """The request's place in its tenant's `concurrent_requests` (as /rpc's), or 429."""
+    stack = contextlib.ExitStack()
+    if not stack.enter_context(front.in_flight.enter(caller)):
+        stack.close()
+        raise FrontError(429, too_many_requests_message(caller))
+    return stack
+
+
+def _control(endpoint: control.Endpoint, front: Front) -> Callable[[Request], Awaitable[Response]]:
+    async def handle(request: Request) -> Response:
+        front.sweep()
+        try:
+            with _admit(front, front.api_caller(request)):
+                answer: Response = await endpoint(front, request)
+                return answer
+        except FrontError as exc:
+            return control.error(exc.status, exc.message)
+
+    return handle
+
+
+async def _held(body: AsyncIterable[Any], hold: contextlib.ExitStack) -> AsyncIterator[Any]:
+    """A streamed body that keeps its request counted until it ends."""
+    with hold:
+        async for part in body:
+            yield part
+
+
+def sandbox_of(front: Front, request: Request) -> E2BSandbox:
+    """The sandbox a request names by `E2b-Sandbox-Id` (its id is the secret that reaches
+    it, as a session id is), checked against `X-Access-Token` when the SDK sends one."""
+    sandbox_id = request.headers.get("e2b-sandbox-id", "")
+    sandbox = front.table.find(sandbox_id)
+    if sandbox is None:
+        raise FrontError(502, f"The sandbox {sandbox_id[:80]!r} was not found")
+    token = request.headers.get("x-access-token")
+    if token is not None and not hmac.compare_digest(token.encode("utf-8", "replace"), sandbox.access_token.encode()):
+        raise FrontError(401, "the sandbox's access token does not match")
+    if sandbox.paused:
+        raise FrontError(502, f"The sandbox {sandbox.sandbox_id} is paused: resume it with Sandbox.connect()")
+    return sandbox
+
+
+def _in_sandbox(endpoint: SandboxEndpoint, front: Front) -> Callable[[Request], Awaitable[Response]]:
+    async def handle(request: Request) -> Response:
+        front.sweep()
+        try:
+            sandbox = sandbox_of(front, request)
+            hold = _admit(front, sandbox.caller)
+            with contextlib.ExitStack() as unless_streamed:
+                unless_streamed.push(hold)
+                answer = await endpoint(front, request, sandbox)
+                if isinstance(answer, StreamingResponse):
+                    answer.body_iterator = _held(answer.body_iterator, unless_streamed.pop_all())
+                return answer
+        except FrontError as exc:
+            return envd.error_response(request, exc)
+
+    return handle
+
+
+def sandbox_routes(front: Front) -> list[BaseRoute]:
+    table: list[tuple[str, SandboxEndpoint, list[str]]] = [
+        ("/execute", interpreter.execute, ["POST"]),
+        ("/contexts", interpreter.create_context, ["POST"]),
+        ("/contexts", interpreter.list_contexts, ["GET"]),
+        ("/contexts/{context_id}", interpreter.remove_context, ["DELETE"]),
+        ("/contexts/{context_id}/restart", interpreter.restart_context, ["POST"]),
+        ("/health", envd.health, ["GET"]),
+        ("/files", envd.download, ["GET"]),
+        ("/files", envd.upload, ["POST"]),
+        ("/filesystem.Filesystem/{method}", envd.filesystem_rpc, ["POST"]),
+        ("/{rest:path}", envd.refused, ["GET", "POST", "PUT", "DELETE"]),
+    ]
+    return [Route(path, _in_sandbox(endpoint, front), methods=methods) for path, endpoint, methods in table]
+
+
+def e2b_routes(
+    dispatcher: Dispatcher, authenticate: Authenticate, in_flight: RequestsInFlight | None = None
+) -> list[BaseRoute]:
+    """The front's routes, for the server's app (so its middleware applies); `in_flight`
+    is the server's count of each tenant's requests, shared with /rpc and /mcp."""
+    front = Front(dispatcher, authenticate, in_flight if in_flight is not None else RequestsInFlight())
+    return [
+        Mount(API_PREFIX, routes=control.control_routes(front, _control)),
+        Mount(SANDBOX_PREFIX, routes=sandbox_routes(front)),
+    ]
+
+

@@ -1,0 +1,174 @@
+"""The session's files, read and written by the session itself: each operation is a
+run of FILE_PROGRAM in the session, so the sandbox's path rules (it sees only its own
+/workspace and /tmp), the workspace quota, the run's limits, audit and metrics all
+apply, and a write lands in the session's next version like any run's."""
+
+from __future__ import annotations
+
+import base64
+import textwrap
+from typing import Any
+
+from wasmrun.e2b.calls import Front, FrontError
+from wasmrun.e2b.paths import GUEST_HOME, e2b_path
+from wasmrun.e2b.sandboxes import E2BSandbox
+
+# Paths reach it relative to /workspace, already checked by paths.relative (no `..`,
+# no NUL); it refuses to follow a symlink out of /workspace all the same.
+_BODY = '''
+globals().pop("_wasmrun_e2b_files", None)  # the user's namespace keeps no trace of it
+import base64, os, stat
+HOME = "/workspace"  # paths.GUEST_HOME
+def _at(rel):
+    path = os.path.join(HOME, rel) if rel else HOME
+    real = os.path.realpath(path)
+    if real != HOME and not real.startswith(HOME + "/"):
+        raise PermissionError("the path leads out of the sandbox's files")
+    return path
+def _entry(path, rel):
+    st = os.lstat(path)
+    kind = "dir" if stat.S_ISDIR(st.st_mode) else "file"
+    return {"rel": rel, "name": os.path.basename(path.rstrip("/")) or "", "type": kind, "size": st.st_size,
+            "mode": st.st_mode & 0o7777, "mtime": st.st_mtime,
+            "link": os.readlink(path) if stat.S_ISLNK(st.st_mode) else ""}
+def _parent(path):
+    # Not os.makedirs(HOME, exist_ok=True): on the data image it walks up to "/" and fails there.
+    folder = os.path.dirname(path)
+    if folder != HOME and not os.path.isdir(folder):
+        os.makedirs(folder)
+def _walk(rel, depth):
+    out = []
+    for name in sorted(os.listdir(_at(rel))):
+        child = rel + "/" + name if rel else name
+        entry = _entry(_at(child), child)
+        out.append(entry)
+        if entry["type"] == "dir" and depth > 1:
+            out.extend(_walk(child, depth - 1))
+    return out
+def main(args):
+    op, rel = args["op"], args["path"]
+    try:
+        if op == "read":
+            with open(_at(rel), "rb") as f:
+                return {"content": base64.b64encode(f.read()).decode()}
+        if op == "write":
+            path = _at(rel)
+            _parent(path)
+            with open(path, "wb") as f:
+                f.write(base64.b64decode(args["content"]))
+            return {"entry": _entry(path, rel)}
+        if op == "stat":
+            return {"entry": _entry(_at(rel), rel)}
+        if op == "list":
+            if not os.path.isdir(_at(rel)):
+                raise NotADirectoryError(rel)
+            return {"entries": _walk(rel, args.get("depth", 1))}
+        if op == "mkdir":
+            if os.path.isdir(_at(rel)):
+                return {"exists": True}
+            os.makedirs(_at(rel))
+            return {"entry": _entry(_at(rel), rel)}
+        if op == "move":
+            target = _at(args["to"])
+            _parent(target)
+            os.rename(_at(rel), target)
+            return {"entry": _entry(target, args["to"])}
+        if op == "remove":
+            path = _at(rel)
+            if os.path.isdir(path) and not os.path.islink(path):
+                import shutil
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+            return {}
+    except FileNotFoundError:
+        return {"error": "not_found"}
+    except (IsADirectoryError, NotADirectoryError, FileExistsError) as exc:
+        return {"error": "invalid", "message": type(exc).__name__}
+    except PermissionError as exc:
+        return {"error": "denied", "message": str(exc)}
+    raise ValueError("unknown operation")
+return main(args)
+'''
+# One global in the session's namespace, never `main` (the user's code may define one).
+ENTRYPOINT = "_wasmrun_e2b_files"
+FILE_PROGRAM = f"def {ENTRYPOINT}(args):\n" + textwrap.indent(_BODY.strip("\n"), "    ") + "\n"
+
+if GUEST_HOME != "/workspace":  # the folder FILE_PROGRAM names
+    raise ImportError("FILE_PROGRAM's HOME and paths.GUEST_HOME differ")
+ERRORS = {"not_found": 404, "invalid": 400, "denied": 403}
+
+
+async def file_op(front: Front, sandbox: E2BSandbox, op: str, rel: str, **extra: Any) -> dict[str, Any]:
+    """One operation on the sandbox's files (its default context's session), queued
+    behind a cell that is running, as envd's are not but a session's runs must be."""
+    context = sandbox.contexts["default"]
+    args = {"op": op, "path": rel, **extra}
+    async with context.lock:
+        result = await front.run(sandbox.caller, {
+            "language": "python", "code": FILE_PROGRAM, "session_id": context.session_id, "args": args,
+            "entrypoint": ENTRYPOINT,
+        })
+    if result.get("status") != "completed":
+        error = result.get("error") or {}
+        kind, message = str(error.get("type", "Error")), str(error.get("message", ""))
+        first = message.splitlines()[0][:300] if message else kind
+        if kind == "WorkspaceQuotaExceeded":
+            raise FrontError(507, f"the sandbox's files are over their quota: {first}")
+        if kind == "InvalidOutput" and op == "read":
+            raise FrontError(413, f"{e2b_path(rel)} is too large to read at once through this server ({first})")
+        raise FrontError(500, f"the file operation failed: {kind}: {first}")
+    output: dict[str, Any] = result.get("output") or {}
+    if "error" in output:
+        where = e2b_path(rel)
+        raise FrontError(ERRORS.get(output["error"], 400), f"{where}: {output.get('message') or 'no such file or directory'}")
+    return output
+
+
+async def read_bytes(front: Front, sandbox: E2BSandbox, rel: str) -> bytes:
+    return base64.b64decode((await file_op(front, sandbox, "read", rel))["content"])
+
+
+async def write_bytes(front: Front, sandbox: E2BSandbox, rel: str, content: bytes) -> dict[str, Any]:
+    entry: dict[str, Any] = (await file_op(
+        front, sandbox, "write", rel, content=base64.b64encode(content).decode("ascii")
+    ))["entry"]
+    return entry
+
+
+# A restart's fresh interpreter keeps the sandbox's files: packed as a tar in the old
+# session, unpacked in the new one (each function removes its own name as it runs).
+PACK = """
+def _wasmrun_e2b_pack(args):
+    globals().pop("_wasmrun_e2b_pack", None)
+    import base64, io, os, tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in sorted(os.listdir("/workspace")):
+            tar.add("/workspace/" + name, arcname=name)
+    return base64.b64encode(buf.getvalue()).decode()
+"""
+UNPACK = """
+def _wasmrun_e2b_unpack(args):
+    globals().pop("_wasmrun_e2b_unpack", None)
+    import base64, io, tarfile
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(args["tar"])), mode="r") as tar:
+        tar.extractall("/workspace", filter="data")
+"""
+
+
+async def _program(front: Front, caller: Any, session_id: str, code: str, entrypoint: str, args: dict[str, Any]) -> Any:
+    result = await front.run(caller, {
+        "language": "python", "code": code, "session_id": session_id, "entrypoint": entrypoint, "args": args,
+    })
+    if result.get("status") != "completed":
+        error = result.get("error") or {}
+        first = str(error.get("message", "")).splitlines()[0][:300] if error.get("message") else ""
+        raise FrontError(413, f"the sandbox's files could not be carried over: {error.get('type', 'Error')}: {first}")
+    return result.get("output")
+
+
+async def carry_files(front: Front, sandbox: E2BSandbox, source: str, target: str) -> None:
+    """The files of session `source` into session `target` (a fresh one)."""
+    packed = await _program(front, sandbox.caller, source, PACK, "_wasmrun_e2b_pack", {})
+    await _program(front, sandbox.caller, target, UNPACK, "_wasmrun_e2b_unpack", {"tar": packed})

@@ -1,0 +1,213 @@
+"""The code interpreter's endpoints (`E2b-Sandbox-Port: 49999`): `POST /execute`
+streaming line-delimited JSON events, and code contexts (each a session of its own).
+
+A cell runs as a session run: IPython-style, its last expression is the main result.
+Shell lines (`!cmd`) and magics do not run in a wasmrun sandbox: `!pip install` says
+how the operator adds packages, any other is an error naming what to write instead."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from wasmrun.e2b import guestfiles, results
+from wasmrun.e2b.calls import MAX_CODE_BODY, Front, FrontError, read_json_object
+from wasmrun.e2b.control import set_envs
+from wasmrun.e2b.paths import guest_path
+from wasmrun.e2b.sandboxes import CONTEXT_ID, DEFAULT_CONTEXT, HOME, CodeContext, E2BSandbox, new_id
+from wasmrun.protocol.streaming import RUN_OUTPUT
+from wasmrun.sandbox.outstream import OutputChunk
+
+PIP_LINE = re.compile(r"^\s*[!%]{1,2}\s*(pip3?|python3?\s+-m\s+pip|uv\s+pip|conda|mamba)\s+install\b.*$")
+SHELL_LINE = re.compile(r"^\s*(![^=]|%)")
+NO_PIP = (
+    "wasmrun: packages are not installed from inside a sandbox. Python packages are chosen by the"
+    " server's operator: `wasmrun packages add NAME` (docs/packages.md). Skipped: {line}\n"
+)
+NO_SHELL = (
+    "shell commands and IPython magics do not run in a wasmrun sandbox (there are no processes):"
+    " write the step in Python with run_code. Line {number}: {line}"
+)
+_RUNNING: set[asyncio.Task[None]] = set()  # runs whose client left still finish
+
+
+def split_cell(code: str) -> tuple[str, list[str]]:
+    """The cell without its `!pip install` lines (each kept blank, so line numbers hold),
+    and those lines; another shell or magic line is a SyntaxError-like FrontError."""
+    kept: list[str] = []
+    pips: list[str] = []
+    for number, text in enumerate(code.split("\n"), start=1):
+        if PIP_LINE.match(text):
+            pips.append(text.strip())
+            kept.append("")
+        elif SHELL_LINE.match(text):
+            raise FrontError(400, NO_SHELL.format(number=number, line=text.strip()[:200]))
+        else:
+            kept.append(text)
+    return "\n".join(kept), pips
+
+
+def _context(sandbox: E2BSandbox, context_id: Any) -> CodeContext:
+    if context_id is None:
+        return sandbox.contexts[DEFAULT_CONTEXT]
+    found = sandbox.contexts.get(context_id) if isinstance(context_id, str) else None
+    if found is None:
+        raise FrontError(404, f"context {str(context_id)[:80]!r} not found")
+    return found
+
+
+def _language(body: dict[str, Any]) -> None:
+    language = body.get("language")
+    if language is not None and language not in ("python", "py", "python3"):
+        raise FrontError(400, f"language {str(language)[:40]!r} is not served: wasmrun runs Python only")
+
+
+async def execute(front: Front, request: Request, sandbox: E2BSandbox) -> Response:
+    body = await read_json_object(request, MAX_CODE_BODY)
+    code = body.get("code")
+    if not isinstance(code, str) or "\x00" in code:
+        raise FrontError(400, "code must be a string (no NUL characters)")
+    _language(body)
+    context = _context(sandbox, body.get("context_id"))
+    envs = body.get("env_vars") or {}
+    if not isinstance(envs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in envs.items()):
+        raise FrontError(400, "env_vars must be an object of strings")
+    try:
+        cell, pips = split_cell(code)
+    except FrontError as exc:
+        lines = [{"type": "error", "name": "SyntaxError", "value": exc.message, "traceback": exc.message}]
+        return StreamingResponse(_fixed(lines), media_type="application/x-ndjson")
+    return StreamingResponse(_run_stream(front, sandbox, context, cell, pips, envs), media_type="application/x-ndjson")
+
+
+async def _fixed(events: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+    for event in events:
+        yield results.line(event)
+    yield results.line({"type": "end_of_execution"})
+
+
+async def _run_stream(
+    front: Front, sandbox: E2BSandbox, context: CodeContext, cell: str, pips: list[str], envs: dict[str, str]
+) -> AsyncIterator[bytes]:
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+    for pip in pips:
+        queue.put_nowait(results.line(results.output_event("stderr", NO_PIP.format(line=pip))))
+
+    lines = results.Lines()
+
+    def on_output(chunks: list[OutputChunk]) -> None:
+        for chunk in chunks:  # displays are taken from the run's result, once, at its end
+            if isinstance(chunk, OutputChunk):
+                for event in lines.feed(chunk.stream, chunk.text):
+                    queue.put_nowait(results.line(event))
+
+    async def run() -> None:
+        RUN_OUTPUT.set(on_output)
+        events: list[dict[str, Any]] = []
+        try:
+            async with context.lock:
+                events = await _run_cell(front, sandbox, context, cell, envs)
+        except FrontError as exc:
+            events = [{"type": "error", "name": "SandboxError", "value": exc.message, "traceback": exc.message}]
+        finally:
+            for event in [*lines.flush(), *events, {"type": "end_of_execution"}]:
+                queue.put_nowait(results.line(event))
+            queue.put_nowait(None)
+
+    task = asyncio.get_running_loop().create_task(run())
+    _RUNNING.add(task)
+    task.add_done_callback(_RUNNING.discard)
+    while (item := await queue.get()) is not None:
+        yield item
+
+
+async def _run_cell(
+    front: Front, sandbox: E2BSandbox, context: CodeContext, cell: str, envs: dict[str, str]
+) -> list[dict[str, Any]]:
+    await set_envs(front, sandbox.caller, context.session_id, envs)
+    if not cell.strip():
+        context.executions += 1
+        return [{"type": "number_of_executions", "execution_count": context.executions}]
+    if context.cwd != HOME:  # a run's working folder is not kept between runs: set in the run
+        cell = f"__import__('os').chdir({guest_path(context.cwd)!r})\n{cell}"
+    params = {"language": "python", "code": cell, "session_id": context.session_id, "stream": True}
+    result = await front.run(sandbox.caller, params)
+    context.executions += 1
+    blobs = await _display_blobs(front, sandbox, result)
+    return results.run_events(result, context.executions, blobs.get)
+
+
+async def _display_blobs(front: Front, sandbox: E2BSandbox, result: dict[str, Any]) -> dict[str, bytes]:
+    """The blobs the run's results name (large display forms, pictures), read as the tenant."""
+    return {blob_id: await front.read_blob(sandbox.caller, blob_id) for blob_id in sorted(results.image_blobs(result))}
+
+
+def _context_json(context: CodeContext) -> dict[str, str]:
+    return {"id": context.context_id, "language": context.language, "cwd": context.cwd}
+
+
+async def create_context(front: Front, request: Request, sandbox: E2BSandbox) -> Response:
+    body = await read_json_object(request)
+    _language(body)
+    cwd = body.get("cwd") or HOME
+    if not isinstance(cwd, str) or len(cwd) > 4096 or "\x00" in cwd:
+        raise FrontError(400, "cwd must be a path")
+    info = await front.call(sandbox.caller, "create_session",
+                            {"language": "python", "idle_timeout_s": front.session_policy.max_idle_timeout_s})
+    context = CodeContext(new_id()[:20], info["session_id"], cwd)
+    if cwd != HOME:
+        await _chdir(front, sandbox, context)
+    sandbox.contexts[context.context_id] = context
+    return JSONResponse(_context_json(context))
+
+
+async def _chdir(front: Front, sandbox: E2BSandbox, context: CodeContext) -> None:
+    folder = guest_path(context.cwd)
+    code = f"import os as _os\n_os.makedirs({folder!r}, exist_ok=True)\n_os.chdir({folder!r})\ndel _os\n"
+    params = {"language": "python", "code": code, "session_id": context.session_id}
+    result = await front.call(sandbox.caller, "run_code", params)
+    if result.get("status") != "completed":
+        await front.close_session(sandbox.caller, context.session_id)
+        raise FrontError(400, f"cwd {context.cwd[:200]!r} cannot be made the context's folder")
+
+
+async def list_contexts(front: Front, request: Request, sandbox: E2BSandbox) -> Response:
+    return JSONResponse([_context_json(c) for c in sandbox.contexts.values()])
+
+
+def _named_context(request: Request, sandbox: E2BSandbox) -> CodeContext:
+    context_id = request.path_params["context_id"]
+    if not CONTEXT_ID.fullmatch(context_id) or context_id not in sandbox.contexts:
+        raise FrontError(404, f"context {context_id[:80]!r} not found")
+    return sandbox.contexts[context_id]
+
+
+async def remove_context(front: Front, request: Request, sandbox: E2BSandbox) -> Response:
+    context = _named_context(request, sandbox)
+    if context.context_id == DEFAULT_CONTEXT:
+        raise FrontError(400, "the default context is the sandbox itself: kill the sandbox to end it")
+    del sandbox.contexts[context.context_id]
+    await front.close_session(sandbox.caller, context.session_id)
+    return Response(status_code=204)
+
+
+async def restart_context(front: Front, request: Request, sandbox: E2BSandbox) -> Response:
+    """A fresh interpreter: a new session in the context's place, with the old one's files
+    (as a Jupyter kernel's restart keeps the machine's)."""
+    context = _named_context(request, sandbox)
+    async with context.lock:
+        info = await front.call(sandbox.caller, "create_session",
+                                {"language": "python", "idle_timeout_s": front.session_policy.max_idle_timeout_s})
+        try:
+            await guestfiles.carry_files(front, sandbox, context.session_id, info["session_id"])
+        except FrontError:
+            await front.close_session(sandbox.caller, info["session_id"])
+            raise
+        old, context.session_id, context.executions = context.session_id, info["session_id"], 0
+        await front.close_session(sandbox.caller, old)
+    return Response(status_code=204)

@@ -1,0 +1,97 @@
+"""The E2B sandboxes this server holds: each one a wasmrun session of one tenant, with
+what E2B says about it (template, metadata, end time, paused) and its code contexts.
+
+The table lives in the server process (the event loop's thread only, so no lock). The
+sandbox id is random (128 bits) and never the session id: a session id is a bearer
+secret of /rpc, a sandbox id is listed to its tenant and sent in every sandbox request."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+
+from wasmrun.tenants.caller import Caller
+
+DEFAULT_CONTEXT = "default"
+HOME = "/home/user"
+SANDBOX_ID = re.compile(r"[a-z0-9]{32}")
+CONTEXT_ID = re.compile(r"[a-z0-9]{1,40}")
+
+
+@dataclass
+class CodeContext:
+    """One place code runs in: the sandbox's own session (the default context) or one
+    made by `create_code_context` (a session of its own)."""
+
+    context_id: str
+    session_id: str
+    cwd: str = HOME
+    language: str = "python"
+    executions: int = 0
+    # One cell at a time, queued as in a Jupyter kernel (a session refuses a second run).
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+
+
+@dataclass
+class E2BSandbox:
+    sandbox_id: str
+    caller: Caller
+    template: str
+    metadata: dict[str, str]
+    started_at: float
+    end_at: float
+    access_token: str
+    contexts: dict[str, CodeContext] = field(default_factory=dict)
+    paused: bool = False
+
+    @property
+    def session_id(self) -> str:
+        return self.contexts[DEFAULT_CONTEXT].session_id
+
+    @property
+    def state(self) -> str:
+        return "paused" if self.paused else "running"
+
+
+def new_id() -> str:
+    return secrets.token_hex(16)
+
+
+class SandboxTable:
+    def __init__(self) -> None:
+        self._sandboxes: dict[str, E2BSandbox] = {}
+
+    def add(self, sandbox: E2BSandbox) -> None:
+        self._sandboxes[sandbox.sandbox_id] = sandbox
+
+    def find(self, sandbox_id: str, tenant: str | None = None) -> E2BSandbox | None:
+        """The sandbox, or None when unknown, malformed, or (with `tenant`) another
+        tenant's: the same answer for each."""
+        if not isinstance(sandbox_id, str) or not SANDBOX_ID.fullmatch(sandbox_id):
+            return None
+        found = self._sandboxes.get(sandbox_id)
+        if found is None or (tenant is not None and found.caller.tenant != tenant):
+            return None
+        return found
+
+    def remove(self, sandbox_id: str) -> E2BSandbox | None:
+        return self._sandboxes.pop(sandbox_id, None)
+
+    def owned(self, tenant: str) -> list[E2BSandbox]:
+        return sorted((s for s in self._sandboxes.values() if s.caller.tenant == tenant), key=lambda s: s.started_at)
+
+    def count(self, tenant: str) -> int:
+        return sum(1 for s in self._sandboxes.values() if s.caller.tenant == tenant)
+
+    def take_expired(self, now: float | None = None) -> list[E2BSandbox]:
+        """Sandboxes past their end time, taken out of the table (their sessions are
+        closed by the caller). A paused sandbox's end time is when its session, unused,
+        ends (see control.pause)."""
+        now = time.time() if now is None else now
+        gone = [s for s in self._sandboxes.values() if s.end_at <= now]
+        for sandbox in gone:
+            del self._sandboxes[sandbox.sandbox_id]
+        return gone
