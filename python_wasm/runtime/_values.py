@@ -170,7 +170,7 @@ class Plain:
         if index.nlevels == 1 and index.is_unique and not any(isinstance(k, tuple) for k in labels):
             keys = [self.key(k) for k in labels]
             if len(set(keys)) == len(keys):
-                return {k: self.convert(v, (path, k), depth + 1) for k, v in zip(keys, values)}
+                return {k: self.convert(v, (path, k), depth + 1) for k, v in zip(keys, values, strict=True)}
         out = {
             "index": self.convert(labels, (path, "index"), depth + 1),
             "values": self.convert(values, (path, "values"), depth + 1),

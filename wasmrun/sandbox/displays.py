@@ -94,12 +94,14 @@ class Displays:
     def add(self, frame: bytes, written_blobs: list[str]) -> Display | None:
         """Keep the display in `frame` (returned), or count it as dropped (None)."""
         if len(self.shown) >= MAX_DISPLAYS:
-            return self._drop(f"the run showed more than {MAX_DISPLAYS}")
-        if self.bytes + len(frame) > RUN_DISPLAY_BYTES:
-            return self._drop(f"the run's displays passed {RUN_DISPLAY_BYTES} bytes")
-        found = check(frame, written_blobs)
+            found: Display | str = f"the run showed more than {MAX_DISPLAYS}"
+        elif self.bytes + len(frame) > RUN_DISPLAY_BYTES:
+            found = f"the run's displays passed {RUN_DISPLAY_BYTES} bytes"
+        else:
+            found = check(frame, written_blobs)
         if isinstance(found, str):
-            return self._drop(found)
+            self._drop(found)
+            return None
         self.bytes += len(frame)
         self.shown.append(found)
         return found
