@@ -28,7 +28,8 @@ serve: guest
 # The hostile, limit and session suites run a second time on the data image (docs/data-stack.md):
 # their live servers and in-process executor follow WASMRUN_TEST_IMAGE.
 DATA_IMAGE_SUITES := tests/test_hostile_sandbox.py tests/test_hostile_input.py tests/test_hostile_tenancy.py \
-	tests/test_quotas.py tests/test_run_limits.py tests/test_network.py tests/test_python_runs.py tests/test_sessions.py
+	tests/test_quotas.py tests/test_run_limits.py tests/test_network.py tests/test_python_runs.py tests/test_sessions.py \
+	tests/test_display_results.py
 
 test: guest
 	$(PY) -m pytest -q
