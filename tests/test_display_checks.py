@@ -68,3 +68,35 @@ def test_a_runs_displays_are_bounded_in_count_and_bytes() -> None:
     assert heavy.bytes <= RUN_DISPLAY_BYTES and heavy.dropped_count == 3
     heavy.add(b"junk", [])
     assert "4 displays were dropped" in heavy.warnings()[0] and "not valid JSON" in heavy.warnings()[0]
+
+
+def test_a_secret_in_a_streamed_display_is_replaced_by_its_placeholder() -> None:
+    from wasmrun.egress.secrets import Redactor
+    from wasmrun.sandbox.outstream import OutputChunk, OutputStream
+
+    sent: list[OutputChunk] = []
+    stream = OutputStream(sent.extend, 1 << 20, Redactor({"TOKEN": "s3cr3t-value"}))
+    stream.write("stdout", b"before\n")
+    stream.display(Display(data={"text/plain": "key=s3cr3t-value", "application/json": {"k": "s3cr3t-value"}}))
+    stream.finish()
+    assert [c.stream for c in sent] == ["stdout", "display"]
+    assert "s3cr3t" not in sent[1].text and json.loads(sent[1].text)["data"]["text/plain"].startswith("key=")
+
+
+def test_a_secret_in_a_runs_displays_is_replaced_by_its_placeholder(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from wasmrun.blobs.store import FileBlobStore
+    from wasmrun.sandbox.engine import SandboxEngine
+    from wasmrun.sandbox.types import RunRequest
+
+    assert isinstance(tmp_path, Path)
+    engine = SandboxEngine(FileBlobStore(tmp_path))
+    try:
+        code = "import os\ndisplay('token ' + os.environ['TOKEN'])\nos.environ['TOKEN']\n"
+        result = engine.run(RunRequest(kind="code", code=code, env={"TOKEN": "s3cr3t-value"}))
+    finally:
+        engine.close()
+    assert result.error is None, result.error
+    assert len(result.displays) == 2
+    assert "s3cr3t" not in json.dumps([d.data for d in result.displays])
