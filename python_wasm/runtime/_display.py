@@ -104,7 +104,10 @@ def bundle(obj) -> dict:
         try:
             found = method(obj, include=None, exclude=None)
         except TypeError:
-            found = method(obj)
+            try:
+                found = method(obj)
+            except Exception:
+                found = None
         except Exception:
             found = None
         if isinstance(found, tuple):
@@ -188,18 +191,29 @@ def display(*objs, include=None, exclude=None, metadata=None, transient=None, di
         if raw and isinstance(obj, dict):
             send({k: _form(k, v) for k, v in obj.items() if isinstance(k, str) and _form(k, v) is not None})
         else:
-            send(bundle(obj))
+            send(_safe_bundle(obj))
+
+
+def _safe_bundle(obj) -> dict:
+    """bundle(), or the object's text alone when its display methods fail in ways
+    bundle() does not expect: showing a value never fails the run."""
+    try:
+        return bundle(obj)
+    except Exception:
+        return {"text/plain": _text(obj)}
 
 
 def result(value) -> None:
     """A script's last expression, as a notebook's cell result (main)."""
     if value is not None:
-        send(bundle(value), main=True)
+        send(_safe_bundle(value), main=True)
 
 
 def end_run() -> list[str]:
     """Reset the run's count; a warning when displays were dropped."""
     global _sent, _dropped
+    if not _sent:  # most runs show nothing: their page of globals stays untouched
+        return []
     dropped, _sent, _dropped = _dropped, 0, 0
     if not dropped:
         return []

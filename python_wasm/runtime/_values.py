@@ -118,10 +118,10 @@ class Plain:
         dtype = getattr(value, "dtype", None)
         if dtype is None or not hasattr(value, "tolist"):
             return self._text(value, path)
-        if dtype.kind == "M":  # datetime64: as datetimes (microseconds), NaT as None
-            value = value.astype("datetime64[us]")
-        elif dtype.kind == "m":
-            value = value.astype("timedelta64[us]")
+        if dtype.kind in "Mm" and dtype.str[-3:-1] in ("ns", "ps", "fs", "as"):
+            # finer than Python's datetimes (whose .item() is an int): as microseconds;
+            # a day unit stays a date, NaT is None
+            value = value.astype(dtype.str[:-3] + "us]")
         if dtype.kind in "Mm" and hasattr(value, "shape") and value.shape == ():
             item = value.item()
             return self._missing(path) if item is None else self.convert(item, path, depth)
