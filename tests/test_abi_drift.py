@@ -165,6 +165,13 @@ def test_door_opcodes_errors_and_functions() -> None:
     assert public_functions(tree) == abi.GUEST_FUNCTIONS
 
 
+def test_display_frames_level_and_bounds() -> None:
+    constants = module_constants(runtime_tree("_display.py"))
+    assert constants.get("DISPLAY_LEVEL") == abi.DISPLAY_LEVEL
+    assert constants.get("MAX_DISPLAYS") == abi.MAX_DISPLAYS
+    assert constants["INLINE_BYTES"] < abi.MAX_DISPLAY_BYTES  # a frame's forms fit under the host's bound
+
+
 def test_boot_reads_exactly_the_requests_fields() -> None:
     read = keys_read_from(runtime_tree("_boot.py"), "request")
     assert read - fields(abi.GuestRequest) == set(), "the runtime reads fields the host never sends"

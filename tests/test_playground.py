@@ -159,6 +159,45 @@ def test_type_code_run_it_and_see_output_logs_receipt_and_image(browser: Any, se
     page.close()
 
 
+DISPLAY_CODE = IMAGE_CODE.replace("def main(args):", "def unused(args):") + """
+class Table:
+    def _repr_html_(self):
+        return "<table><tr><th>k</th></tr><tr><td>cell-a</td></tr></table><script>parent.hacked = 1</script>"
+    def __repr__(self):
+        return "Table()"
+
+class Picture:
+    def _repr_png_(self):
+        return png(20, 10, (200, 0, 0))
+
+display(Table())
+display(Picture())
+40 + 2
+"""
+
+
+def test_display_results_show_html_in_a_sandbox_and_pictures_as_images(browser: Any, server: LiveServer) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(server.base_url + "/")
+    page.fill("#code", DISPLAY_CODE)
+    page.fill("#args", "{}")
+    page.click("#run")
+    page.wait_for_selector("#displays .display.main")
+    assert page.is_visible("#displays-head")
+    shown = page.query_selector_all("#displays .display")
+    assert len(shown) == 3
+    frame = page.query_selector("#displays iframe")
+    assert frame is not None and frame.get_attribute("sandbox") == ""
+    inner = frame.content_frame()
+    assert inner is not None and "cell-a" in (inner.text_content("td") or "")
+    assert page.evaluate("() => window.hacked") is None  # the HTML's script never ran
+    size = page.eval_on_selector("#displays img", "img => [img.naturalWidth, img.naturalHeight]")
+    assert size == [20, 10]
+    assert "42" in (page.text_content("#displays .display.main") or "")
+    _shot(page, "playground-displays")
+    page.close()
+
+
 def test_browse_a_skill_read_its_skill_md_and_run_it(browser: Any, server: LiveServer) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.goto(server.base_url + "/")

@@ -135,11 +135,8 @@ NESTED_300 = "def main(args):\n    v = 1\n    for _ in range(300):\n        v = 
 @pytest.mark.parametrize(
     "code, why",
     [
-        ("def main(args):\n    return float('nan')\n", "NaN and Infinity"),
-        ("def main(args):\n    return {'x': float('-inf')}\n", "NaN and Infinity"),
         ("def main(args):\n    return 'a\\ud800b'\n", "lone surrogate"),
         ("def main(args):\n    return {'\\udc00': 1}\n", "lone surrogate"),
-        ("def main(args):\n    return {(1, 2): 3}\n", "keys must be"),
         ("def main(args):\n    return 10**5000\n", "JSON-serialisable"),
         ("import sys\nsys.setrecursionlimit(100000)\n" + NESTED_300, "nested deeper than 256"),
         ("def main(args):\n    v = 1\n    for _ in range(100000):\n        v = [v]\n    return v\n", "nested"),

@@ -110,7 +110,7 @@ def test_run_code_outputs(rpc: Rpc, code: str, params: dict[str, Any], expected:
         pytest.param("def main(:\n", "SyntaxError", "Failed: SyntaxError", id="syntax-error"),
         pytest.param("main = 42\n", "EntrypointNotFound", "Failed: EntrypointNotFound", id="main-not-callable"),
         pytest.param(
-            "def main(args):\n    return object()\n", "InvalidOutput", "Failed: InvalidOutput", id="not-json"
+            "def main(args):\n    return 10**5000\n", "InvalidOutput", "Failed: InvalidOutput", id="not-json"
         ),
         pytest.param(
             "def main(args):\n    while True:\n        pass\n", "Timeout", "Failed: Timeout", id="timeout"

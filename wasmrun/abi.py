@@ -128,6 +128,14 @@ GUEST_FUNCTIONS: Final = frozenset({
 RUN_STOPPED: Final = "RunStopped"
 RUN_STOPPED_MESSAGE: Final = "the run was stopped at its limit"
 
+# --- display results -----------------------------------------------------------------
+
+# A display result (runtime/_display.py) travels as a `log` host call at this level,
+# its message one display's JSON: {"data": {mime: form}, "main": bool, "blobs": {mime: id}}.
+DISPLAY_LEVEL: Final = 0x44495350  # "DISP"; log levels proper are 10..40
+MAX_DISPLAYS: Final = 64  # a run's displays past this are dropped (the guest counts, the host checks)
+MAX_DISPLAY_BYTES: Final = 1024 * 1024  # one display's JSON; the guest moves larger forms to blobs
+
 # --- the guest's file system -----------------------------------------------------------
 
 GUEST_LIB: Final = "/lib"  # the guest zip's folder, preopened read-only in every run

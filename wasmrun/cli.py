@@ -493,8 +493,19 @@ def _arg_value(text: str) -> Any:
 def _print_output(chunks: list[OutputChunk]) -> None:
     """A streamed run's output, on stderr as it comes: stdout stays the result's JSON alone."""
     for chunk in chunks:
-        sys.stderr.write(chunk.text)
+        if chunk.stream == "display":  # a display result: its text form, as a notebook prints it
+            sys.stderr.write(_display_text(json.loads(chunk.text)) + "\n")
+        else:
+            sys.stderr.write(chunk.text)
     sys.stderr.flush()
+
+
+def _display_text(display: dict[str, Any]) -> str:
+    """A display result as text: its text/plain, and what other forms it has."""
+    data = display.get("data") or {}
+    others = sorted(set(data) - {"text/plain"}) + sorted(f"{m} (blob {b})" for m, b in (display.get("blobs") or {}).items())
+    text = str(data.get("text/plain", ""))
+    return text + (f"\n[display: {', '.join(others)}]" if others else "")
 
 
 def _run(args: argparse.Namespace) -> int:

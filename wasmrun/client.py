@@ -17,7 +17,8 @@ JSON-RPC body) is an `HTTPError`; a connection failure or timeout is httpx2's
 `TransportError` / `TimeoutException`, as raised.
 
 `run_code_stream` and `execute_skill_stream` give a streamed run as an
-iterator: `OutputEvent`s as the guest writes, then the `RunResult`, last
+iterator: `OutputEvent`s as the guest writes, `DisplayEvent`s as it shows
+display results (`display(df)`, `plt.show()`), then the `RunResult`, last
 (docs/streaming.md):
 
     for event in skills.run_code_stream(code):
@@ -46,6 +47,7 @@ import msgspec
 from wasmrun.clientwire import (
     EVENT_STREAM,
     Calls,
+    DisplayEvent,
     EventParser,
     HTTPError,
     OutputEvent,
@@ -76,6 +78,7 @@ from wasmrun.protocol.types import (
     DeleteBlobResult,
     DescribeSkillParams,
     DescribeSkillResult,
+    Display,
     ExecuteSkillParams,
     ForkSessionResult,
     ListSessionsParams,
@@ -100,6 +103,8 @@ from wasmrun.protocol.types import (
 __all__ = [
     "AsyncClient",
     "Client",
+    "Display",
+    "DisplayEvent",
     "HTTPError",
     "OutputEvent",
     "InternalError",
@@ -284,7 +289,7 @@ class Client(Calls):
         self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None, session_id: str | None = None,
-    ) -> Iterator[OutputEvent | RunResult]:
+    ) -> Iterator[OutputEvent | DisplayEvent | RunResult]:
         """`run_code` streamed: `OutputEvent`s as the guest writes, then the `RunResult`."""
         params = _run_code_params(
             code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id
@@ -295,12 +300,12 @@ class Client(Calls):
         self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
         input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None,
-    ) -> Iterator[OutputEvent | RunResult]:
+    ) -> Iterator[OutputEvent | DisplayEvent | RunResult]:
         """`execute_skill` streamed: `OutputEvent`s as the skill writes, then the `RunResult`."""
         params = _execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
         return self._stream("execute_skill", _streamed(params))
 
-    def _stream(self, method: str, params: Params) -> Iterator[OutputEvent | RunResult]:
+    def _stream(self, method: str, params: Params) -> Iterator[OutputEvent | DisplayEvent | RunResult]:
         body = self._request(method, params)
         with self._http.stream("POST", "/rpc", content=body, headers={"Accept": EVENT_STREAM}) as response:
             if not is_event_stream(response):  # an error answered before any run (401, 429, ...)
@@ -438,7 +443,7 @@ class AsyncClient(Calls):
         self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None, session_id: str | None = None,
-    ) -> AsyncIterator[OutputEvent | RunResult]:
+    ) -> AsyncIterator[OutputEvent | DisplayEvent | RunResult]:
         """`run_code` streamed: `OutputEvent`s as the guest writes, then the `RunResult`."""
         params = _run_code_params(
             code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id
@@ -449,12 +454,12 @@ class AsyncClient(Calls):
         self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
         input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None,
-    ) -> AsyncIterator[OutputEvent | RunResult]:
+    ) -> AsyncIterator[OutputEvent | DisplayEvent | RunResult]:
         """`execute_skill` streamed: `OutputEvent`s as the skill writes, then the `RunResult`."""
         params = _execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
         return self._stream("execute_skill", _streamed(params))
 
-    async def _stream(self, method: str, params: Params) -> AsyncIterator[OutputEvent | RunResult]:
+    async def _stream(self, method: str, params: Params) -> AsyncIterator[OutputEvent | DisplayEvent | RunResult]:
         body = self._request(method, params)
         async with self._http.stream("POST", "/rpc", content=body, headers={"Accept": EVENT_STREAM}) as response:
             if not is_event_stream(response):

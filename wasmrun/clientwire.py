@@ -21,12 +21,13 @@ from wasmrun.protocol.errors import (
     RPCError,
     ServerBusy,
 )
-from wasmrun.protocol.types import ExecuteSkillParams, Params, RunCodeParams, RunResult
+from wasmrun.protocol.types import Display, ExecuteSkillParams, Params, RunCodeParams, RunResult
 
 T = TypeVar("T")
 
 EVENT_STREAM = "text/event-stream"
 OUTPUT_METHOD = "run/output"
+DISPLAY_METHOD = "run/display"
 
 ERRORS: dict[int, type[RPCError]] = {
     cls.code: cls for cls in (ParseError, InvalidRequest, MethodNotFound, InvalidParams, InternalError, ServerBusy)
@@ -64,6 +65,13 @@ class OutputEvent(msgspec.Struct, frozen=True):
     truncated: bool = False
 
 
+class DisplayEvent(msgspec.Struct, frozen=True):
+    """A display result a streamed run showed (`display(obj)`, a last expression,
+    `plt.show()`), as it happened; the result's `displays` hold them all again."""
+
+    display: Display
+
+
 class _Message(msgspec.Struct):
     """One event's JSON-RPC message: a notification, or the call's response."""
 
@@ -87,10 +95,12 @@ class EventParser:
         return None  # comments (keep-alives) and other fields
 
 
-def decode_event(data: bytes) -> OutputEvent | RunResult:
+def decode_event(data: bytes) -> OutputEvent | DisplayEvent | RunResult:
     message = msgspec.json.decode(data, type=_Message)
     if message.method == OUTPUT_METHOD:
         return msgspec.json.decode(message.params, type=OutputEvent)
+    if message.method == DISPLAY_METHOD:
+        return msgspec.json.decode(message.params, type=DisplayEvent)
     return decode_result(data, 200, RunResult)
 
 

@@ -101,12 +101,17 @@ class RunNotices:
     async def _send(self, stream: str, text: str) -> None:
         self._sent_chars += len(text)
         session = self.ctx.session
+        data: dict[str, Any] = {"stream": stream, "text": text}
+        if stream == "display":  # a display result (its JSON): its text form in progress, all of it in the log
+            display = json.loads(text)
+            data = {"stream": stream, "display": display}
+            text = str(display.get("data", {}).get("text/plain", "")) + "\n"
         if self.progress:
             await session.report_progress(self._sent_chars, None, text)
         if self.log:
             with contextlib.suppress(Warning):  # the SDK marks logging deprecated on 2026-07-28+
                 await session.send_log_message(
-                    LOG_LEVELS.get(stream, "info"), {"stream": stream, "text": text}, logger="wasmrun.run",
+                    LOG_LEVELS.get(stream, "info"), data, logger="wasmrun.run",
                     related_request_id=self.ctx.request_id,
                 )
 

@@ -39,6 +39,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from wasmrun.capabilities import facts_of
+from wasmrun.mcp_displays import display_content
 from wasmrun.mcp_events import JsonUnlessNotified, RunNotices, wanted
 from wasmrun.protocol.errors import QuotaExceeded, RPCError, Unauthorized
 from wasmrun.protocol.methods import RUN_METHODS, Dispatcher
@@ -94,6 +95,8 @@ def run_summary(result: RunResult) -> str:
         lines.append(f"output: {output}")
     if result.warnings:
         lines.extend(f"warning: {warning}" for warning in result.warnings)
+    if result.displays:
+        lines.append(f"displays: {len(result.displays)} (each follows as content; all forms in the structured result)")
     if result.output_blobs:
         lines.append("output blobs (read with read_blob): " + ", ".join(result.output_blobs))
     if result.images is not msgspec.UNSET:
@@ -214,22 +217,27 @@ class _Handlers:
         plain = msgspec.json.decode(msgspec.json.encode(result))
         content: list[types.ContentBlock] = [types.TextContent(text=_text(method, result, plain))]
         if isinstance(result, RunResult):
-            content.extend(await self.run_pictures(result, ctx))
+            shown, pictures = display_content(result, MAX_PICTURES)
+            content.extend(shown)
+            content.extend(await self.run_pictures(result, ctx, pictures))
             content.extend(types.ResourceLink(name=blob, uri=blob) for blob in result.output_blobs)
         return types.CallToolResult(content=content, structured_content=plain)
 
-    async def run_pictures(self, result: RunResult, ctx: Any) -> list[types.ContentBlock]:
+    async def run_pictures(self, result: RunResult, ctx: Any, shown: set[str]) -> list[types.ContentBlock]:
         """The run's PNG pictures as image content (read as the caller, like read_blob):
-        at most MAX_PICTURES, each at most MAX_PICTURE_BYTES; others stay resource links."""
+        at most MAX_PICTURES with those its displays `shown` (base64), each at most
+        MAX_PICTURE_BYTES, none twice; others stay resource links."""
         found: list[types.ContentBlock] = []
         images = result.images if result.images is not msgspec.UNSET else []
-        for image in [i for i in images if i.kind in PICTURE_KINDS][:MAX_PICTURES]:
+        for image in [i for i in images if i.kind in PICTURE_KINDS][: max(0, MAX_PICTURES - len(shown))]:
             ask = {"blob_id": image.blob_id, "mode": "sample_head", "max_bytes": MAX_PICTURE_BYTES + 1}
             try:
                 read = await self.dispatch("read_blob", msgspec.Raw(json.dumps(ask).encode()), ctx)
             except RPCError:
                 continue  # deleted since, or over a read limit: its link remains
             if isinstance(read, ReadBlobResult) and read.encoding == "base64" and not read.truncated:
+                if read.content in shown:  # plt.show() saved it and showed it: given once
+                    continue
                 found.append(types.ImageContent(data=read.content, mime_type=image.kind))
         return found
 

@@ -35,7 +35,7 @@ import types
 
 import _wasmrun
 import runtime.blobs
-from runtime import _compat, _contract, _figures, _skills, _stdio
+from runtime import _compat, _contract, _display, _figures, _skills, _stdio, _values
 
 # Commonly used modules, imported before the snapshot so runs get them free.
 HOT_MODULES = (
@@ -45,7 +45,7 @@ HOT_MODULES = (
     "operator", "os", "pathlib", "pprint", "random", "re", "shlex", "statistics",
     "string", "struct", "textwrap", "time", "traceback", "types", "typing",
     "unicodedata", "urllib.parse", "uuid", "zoneinfo",
-    "runtime", "runtime._contract", "runtime.blobs", "runtime.log", "runtime.http", "urllib.request",
+    "runtime", "runtime._contract", "runtime._values", "runtime.blobs", "runtime.log", "runtime.http", "urllib.request",
     # Many packages ask for their own version at import (operator-added ones under /packages).
     "importlib.metadata", "zipfile",
 )
@@ -65,21 +65,13 @@ _cells = 0
 # request is the host's own compact JSON; the output encoder's circular-
 # reference markers empty themselves after each successful call.
 def _not_serialisable(value: object) -> object:
-    """The JSON form of the data stack's values (the data image), else TypeError naming
-    the type: numpy scalars and arrays as Python numbers and lists (`np.int64(3)` is
-    no int, `np.bool_` no bool), pandas Series and Index as lists, a DataFrame as its
-    rows (records). NaN stays an error, as for a float."""
+    """The C encoder's hook: numpy arrays and scalars of numbers as Python numbers and
+    lists (`np.int64(3)` is no int); anything else is TypeError, and `_serialise`
+    then walks the value with `_values` (pandas objects, dates, NaN, no JSON form)."""
     kind = type(value)
-    module = kind.__module__.split(".", 1)[0]
-    if module == "numpy" and hasattr(value, "tolist"):
+    if kind.__module__.split(".", 1)[0] == "numpy" and getattr(getattr(value, "dtype", None), "kind", "O") in "biuf":
         return value.tolist()
-    if module == "pandas":
-        if hasattr(value, "to_dict") and hasattr(value, "columns"):
-            return value.to_dict(orient="records")
-        if hasattr(value, "tolist"):
-            return value.tolist()
-    name = kind.__name__ if module == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    raise TypeError(f"Object of type {name} is not JSON serializable")
+    raise TypeError(f"Object of type {kind.__name__} is not JSON serializable")
 
 
 _scan_request = _json.make_scanner(json.JSONDecoder())
@@ -115,6 +107,7 @@ def init() -> None:
     _compat.install()
     _compat.install_asyncio()
     _skills.install()
+    _display.install()
     importlib.import_module("runtime.http").install_urllib()
 
 
@@ -339,6 +332,8 @@ def _call_entrypoint(request: dict, warnings: list[str]):
             # In a session a `main` from an earlier run is not this script's entrypoint.
             fn = None if session else getattr(module, name, None)
             if fn is None:  # a plain script
+                if has_value:  # shown as a notebook shows a cell's value
+                    _display.result(value)
                 if value is None:
                     _contract.plain_script_null(module.__dict__, source, last, warnings)
                 if request.get("args"):
@@ -365,8 +360,22 @@ def _call_entrypoint(request: dict, warnings: list[str]):
     return value
 
 
-def _serialise(value) -> bytes:
-    """The return value as UTF-8 JSON, or InvalidOutput saying why it has none."""
+def _serialise(value, warnings: list[str] | None = None) -> bytes:
+    """The return value as UTF-8 JSON, or InvalidOutput saying why it has none.
+    Plain JSON takes the C encoder alone; a value it refuses (a NaN, a pandas object,
+    a date, an object with no JSON form) is walked into plain JSON by `_values`,
+    whose warnings (where NaN became null, what became text) join `warnings`."""
+    try:
+        return "".join(_encode_chunks(value, 0)).encode("utf-8")
+    except (ValueError, TypeError, RecursionError):
+        pass
+    if warnings is not None:
+        try:
+            value, found = _values.plain(value)
+        except _values.TooDeep:
+            raise _Failure("InvalidOutput", "the return value is not JSON-serialisable: it is nested too deeply"
+                           " (or holds itself)") from None
+        warnings.extend(found)
     try:
         return "".join(_encode_chunks(value, 0)).encode("utf-8")
     except UnicodeEncodeError:
@@ -461,9 +470,11 @@ def _execute(request: dict) -> bytes:
         _prepare(request)
         warnings: list[str] = []
         value = _call_entrypoint(request, warnings)
+        output = _serialise(value, warnings)
+        warnings.extend(_display.end_run())
         if warnings:  # b"W" + a JSON list of strings + "\n" (compact JSON has no raw newline)
-            return b"W" + _serialise([_text(w) for w in warnings]) + b"\nC" + _serialise(value)
-        return b"C" + _serialise(value)
+            return b"W" + _serialise([_text(w) for w in warnings]) + b"\nC" + output
+        return b"C" + output
     except _Failure as f:
         return _failed(f.type, f.message)
     except SystemExit as exc:
@@ -473,6 +484,7 @@ def _execute(request: dict) -> bytes:
         # error types (a MemoryError here is the guest's, see sandbox/errors.py).
         return _failed(type(exc).__name__, _describe(exc))
     finally:
+        _display.end_run()  # a session's next run counts its displays afresh
         if request.get("session"):  # its memory is kept: no file it holds may outlive the run
             _figures.release_fonts()
 

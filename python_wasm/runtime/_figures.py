@@ -1,11 +1,15 @@
 """`plt.show()` in a sandbox: there is no screen, so each open figure is saved
-as /workspace/figure-N.png and closed; the host returns the run's images
-(PNG and SVG files it finds in /workspace) with the result. Installed on
-the data image, where matplotlib is pre-imported with the Agg backend.
+as /workspace/figure-N.png, shown as a display result (its PNG, as a notebook
+shows it) and closed; the host also returns the run's images (PNG and SVG
+files it finds in /workspace) with the result. Installed on the data image,
+where matplotlib is pre-imported with the Agg backend.
 """
 
+import base64
 import os
 import sys
+
+from runtime import _display
 
 WORKSPACE = "/workspace"
 
@@ -24,8 +28,12 @@ def show(*args, **kwargs) -> None:
     n = 1
     for num in plt.get_fignums():
         n, path = _next_free(n)
-        plt.figure(num).savefig(path, format="png")
+        figure = plt.figure(num)
+        figure.savefig(path, format="png")
         n += 1
+        with open(path, "rb") as f:
+            png = base64.b64encode(f.read()).decode("ascii")
+        _display.send({"text/plain": _display.bundle_text(figure), "image/png": png})
     plt.close("all")
 
 

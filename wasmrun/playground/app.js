@@ -164,6 +164,7 @@ function showCallError(err) {
   text($("error"), err.message + data);
   for (const id of ["output", "logs"]) text($(id), "");
   $("images").replaceChildren();
+  showDisplays([]);
   $("receipt").replaceChildren();
 }
 
@@ -181,7 +182,47 @@ async function showResult(result) {
   text($("output"), result.output === undefined ? "(none)" : JSON.stringify(result.output, null, 2));
   text($("logs"), result.logs_preview || "(nothing printed)");
   showReceipt(result);
+  showDisplays(result.displays || []);
   await showImages(result);
+}
+
+// Display results (docs/run-contract.md): a picture as an <img> (data: URL; an SVG in an
+// <img> runs no script), HTML in a sandboxed iframe (no script, no same origin), else text.
+function showDisplays(displays) {
+  const box = $("displays");
+  box.replaceChildren();
+  $("displays-head").hidden = displays.length === 0;
+  for (const display of displays) {
+    const data = display.data || {};
+    const item = document.createElement("div");
+    item.className = display.main ? "display main" : "display";
+    if (display.main) item.append(text(document.createElement("span"), "Out:"));
+    if (typeof data["image/png"] === "string" || typeof data["image/jpeg"] === "string") {
+      const kind = typeof data["image/png"] === "string" ? "image/png" : "image/jpeg";
+      const img = document.createElement("img");
+      img.alt = data["text/plain"] || kind;
+      img.src = `data:${kind};base64,${data[kind]}`;
+      item.append(img);
+    } else if (typeof data["image/svg+xml"] === "string") {
+      const img = document.createElement("img");
+      img.alt = data["text/plain"] || "image/svg+xml";
+      img.src = `data:image/svg+xml;charset=utf-8,${encodeURIComponent(data["image/svg+xml"])}`;
+      item.append(img);
+    } else if (typeof data["text/html"] === "string") {
+      const frame = document.createElement("iframe");
+      frame.setAttribute("sandbox", "");
+      frame.title = data["text/plain"] || "HTML display";
+      frame.srcdoc = data["text/html"];
+      item.append(frame);
+    } else {
+      const shown = data["text/markdown"] ?? data["text/plain"] ?? JSON.stringify(data["application/json"] ?? null);
+      item.append(text(document.createElement("pre"), String(shown)));
+    }
+    for (const [kind, blobId] of Object.entries(display.blobs || {})) {
+      item.append(text(document.createElement("p"), `${kind} is in blob ${blobId}`));
+    }
+    box.append(item);
+  }
 }
 
 function showReceipt(result) {

@@ -23,7 +23,7 @@ from msgspec import UNSET, UnsetType
 from wasmrun.blobs.quota import BlobQuota
 from wasmrun.blobs.sampling import text_head, text_tail
 from wasmrun.blobs.store import LEGACY_OWNER, BlobStore
-from wasmrun.protocol.types import RunError, RunImage, RunResult, RunUsage
+from wasmrun.protocol.types import Display, RunError, RunImage, RunResult, RunUsage
 from wasmrun.sandbox import jsontext
 from wasmrun.sandbox import types as sandbox
 
@@ -94,6 +94,8 @@ def to_spec_result(
             logs_blob=logs_blob,
             error=RunError(type=error.type, message=cut_middle(error.message, MAX_ERROR_BYTES, ERROR_HEAD_BYTES)),
             usage=usage,
+            warnings=list(result.warnings) if result.warnings else UNSET,
+            displays=_displays(result),
         )
     # The sandbox checked the JSON (jsontext.output_problem): it is passed on
     # as it is, never decoded and re-encoded, so big integers stay exact.
@@ -115,9 +117,12 @@ def to_spec_result(
     summary = own_summary(outline) or completed_summary(
         outline, len(encoded), output_blobs, usage.total_ms, stored=stored
     )
+    if result.displays:
+        count = len(result.displays)
+        summary += f" Showed {count} display{'s' if count != 1 else ''} (see displays)."
     if result.warnings:  # the summary is what a model reads first
         count = len(result.warnings)
-        summary += f" {count} warning{'s' if count != 1 else ''}: the code likely misread the run contract (see warnings)."
+        summary += f" {count} warning{'s' if count != 1 else ''} (see warnings): {_warning_gist(result.warnings)}."
     return RunResult(
         status="completed",
         run_id=result.run_id,
@@ -129,7 +134,27 @@ def to_spec_result(
         logs_blob=logs_blob,
         usage=usage,
         warnings=list(result.warnings) if result.warnings else UNSET,
+        displays=_displays(result),
     )
+
+
+def _displays(result: sandbox.RunResult) -> list[Display] | UnsetType:
+    return [Display(data=d.data, main=d.main, blobs=d.blobs) for d in result.displays] or UNSET
+
+
+def _warning_gist(warnings: list[str]) -> str:
+    """What the warnings are about, in a few words, for the summary."""
+    gists = []
+    for warning in warnings:
+        gist = (
+            "NaN or missing values became null" if "written as null" in warning
+            else "values with no JSON form became text" if "no JSON form" in warning
+            else "displays were dropped" if "dropped" in warning
+            else "the code likely misread the run contract"
+        )
+        if gist not in gists:
+            gists.append(gist)
+    return "; ".join(gists)
 
 
 # The top level of an output, its items left as JSON text: enough for a summary

@@ -193,6 +193,19 @@ class RunImage(msgspec.Struct):
     name: str  # its file name in /workspace
 
 
+class Display(msgspec.Struct, kw_only=True):
+    """extension: one display result, as a notebook shows a cell's outputs
+    (Jupyter's display_data / execute_result, E2B's Result): `display(obj)`, a
+    script's last expression (`main`), `plt.show()`. docs/run-contract.md."""
+
+    # MIME type -> the form: text/plain, text/html, text/markdown, text/latex,
+    # image/svg+xml (text); image/png, image/jpeg (base64 text); application/json (any JSON)
+    data: dict[str, Any]
+    main: bool = False  # the value of the run's last expression (execute_result, is_main_result)
+    # MIME type -> blob id of a form too large to inline (absent from `data` then)
+    blobs: dict[str, str] = {}
+
+
 class RunResult(msgspec.Struct, kw_only=True):
     status: Literal["completed", "failed"]
     run_id: str
@@ -211,8 +224,11 @@ class RunResult(msgspec.Struct, kw_only=True):
     # midway and the session is as it was before it (memory and files)
     session_rolled_back: bool | UnsetType = UNSET
     # extension: the code likely misread the run contract (a `def mian`, a last
-    # line that assigns): each says what was found and what to write instead
+    # line that assigns), the output held NaN (written as null) or values with no
+    # JSON form (written as text), displays were dropped: each says what and where
     warnings: list[str] | UnsetType = UNSET
+    # extension: the run's display results, in the order shown; absent when none
+    displays: list[Display] | UnsetType = UNSET
 
 
 # -- blobs --------------------------------------------------------------------

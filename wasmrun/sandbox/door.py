@@ -17,7 +17,18 @@ from typing import Any, NamedTuple
 
 import wasmtime
 
-from wasmrun.abi import DOOR_ALLOC, DOOR_FRAME_SLACK, EINVAL, ENOENT, MAX_BLOB_ID, OK, U32, DoorOp
+from wasmrun.abi import (
+    DISPLAY_LEVEL,
+    DOOR_ALLOC,
+    DOOR_FRAME_SLACK,
+    EINVAL,
+    ENOENT,
+    MAX_BLOB_ID,
+    MAX_DISPLAY_BYTES,
+    OK,
+    U32,
+    DoorOp,
+)
 from wasmrun.blobs.kinds import MAX_KIND, is_valid_kind
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.egress.client import RunDeadline
@@ -109,6 +120,9 @@ def _log(ctx: RunContext, payload: bytes) -> bytes:
     if len(payload) < 4:
         raise _Refused(EINVAL)
     (level,) = struct.unpack_from("<i", payload)
+    if level == DISPLAY_LEVEL:  # a display result, not a log line (abi.DISPLAY_LEVEL)
+        ctx.show(payload[4 : 4 + MAX_DISPLAY_BYTES + 1])
+        return b""
     message = payload[4 : 4 + ctx.limits.output_bytes].decode("utf-8", "replace")
     ctx.write_output(log_line(level, message))
     return b""

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import wasmtime
 
-from wasmrun.abi import EINVAL, ENOENT, MAX_BLOB_ID, MAX_HTTP_META, U32
+from wasmrun.abi import DISPLAY_LEVEL, EINVAL, ENOENT, MAX_BLOB_ID, MAX_DISPLAY_BYTES, MAX_HTTP_META, U32
 from wasmrun.blobs.kinds import MAX_KIND, is_valid_kind
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
 from wasmrun.egress.client import EgressSession, RunDeadline
 from wasmrun.sandbox import errors
 from wasmrun.sandbox.blobaccess import BlobAccess
 from wasmrun.sandbox.capture import HeadTail, log_line
+from wasmrun.sandbox.displays import Displays
 from wasmrun.sandbox.guestmemory import context_reader, guest_memory, read_guest, span, write_guest
 from wasmrun.sandbox.limits import Limits
 from wasmrun.sandbox.outstream import OutputStream, Stream
@@ -78,6 +79,7 @@ class RunContext:
         self.seek_gaps: dict[int, int] = {}
         self.egress = egress or EgressSession(None)
         self.http_reply: bytes | None = None  # the last request's reply, until the guest reads it
+        self.displays = Displays()
 
     def charge_blob_io(self, n: int) -> None:
         self.blob_io += n
@@ -91,6 +93,12 @@ class RunContext:
         self.logs.write(data)
         if self.stream is not None:
             self.stream.write(stream, data)
+
+    def show(self, frame: bytes) -> None:
+        """A display result the guest showed (checked; streamed when the run streams)."""
+        display = self.displays.add(frame, self.output_blobs)
+        if display is not None and self.stream is not None:
+            self.stream.display(display)
 
     def flush_stream(self, caller: wasmtime.Caller) -> None:
         """Before the guest waits in host code (a sleep, a network call): send
@@ -265,6 +273,9 @@ def blob_write(
 
 def log(caller: wasmtime.Caller, level: int, ptr: int, length: int) -> None:
     ctx = current()
+    if level == DISPLAY_LEVEL:  # a display result, not a log line (abi.DISPLAY_LEVEL)
+        ctx.show(read_guest(caller, ptr, min(length & U32, MAX_DISPLAY_BYTES + 1)))
+        return
     # Read at most what the capture could keep; a huge message is cut, not copied.
     keep = min(length & U32, ctx.limits.output_bytes)
     message = read_guest(caller, ptr, keep).decode("utf-8", "replace")

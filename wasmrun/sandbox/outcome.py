@@ -83,6 +83,8 @@ def result(run_id: str, ctx: RunContext, usage: Usage, error: RunError | None) -
         # too: the host has no evidence it came from the limit, but says what the limit is).
         hint = errors.memory_hint(ctx.limits.memory_bytes, CEILING_LIMITS.memory_bytes)
         found.error = RunError(found.error.type, f"{found.error.message}\n{hint}")
+    found.displays = ctx.displays.shown
+    found.warnings = found.warnings + ctx.displays.warnings()
     found.logs = ctx.logs.text()
     found.logs_cut_bytes = ctx.logs.cut
     return found

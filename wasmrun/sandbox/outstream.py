@@ -23,7 +23,7 @@ from __future__ import annotations
 import codecs
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("wasmrun.sandbox")
 
 Stream = Literal["stdout", "stderr", "log"]
+# A chunk's label: a stream's text, or "display": one display result as JSON (sandbox/displays.py).
+ChunkKind = Literal["stdout", "stderr", "log", "display"]
 STREAMS: tuple[Stream, ...] = ("stdout", "stderr", "log")
 SEND_AT = 16 * 1024  # bytes waiting that are sent without waiting for the next poll
 
@@ -40,7 +42,7 @@ SEND_AT = 16 * 1024  # bytes waiting that are sent without waiting for the next 
 class OutputChunk(msgspec.Struct, array_like=True):
     """Text one stream of the run wrote; `truncated` on the last one when the cap was reached."""
 
-    stream: Stream
+    stream: ChunkKind
     text: str
     truncated: bool = False
 
@@ -48,6 +50,7 @@ class OutputChunk(msgspec.Struct, array_like=True):
 OutputSink = Callable[[list["OutputChunk"]], None]
 OUTPUT = b"O"  # first byte of a worker's message of output chunks (a RunResult's msgpack never starts so)
 _encoder = msgspec.msgpack.Encoder()
+_json = msgspec.json.Encoder()
 _decoder = msgspec.msgpack.Decoder(list[OutputChunk])
 
 
@@ -103,6 +106,16 @@ class OutputStream:
         elif self._pending_bytes >= SEND_AT:
             self.flush()
 
+    def display(self, shown: Any) -> None:
+        """A display result (a sandbox.types.Display), sent with what was written before it.
+        Not counted against the output cap: displays have their own (sandbox/displays.py)."""
+        if self._send is None:
+            return
+        if self._redact is not None:
+            shown = msgspec.structs.replace(shown, data=self._redact.value(shown.data))
+        self._pending.append(OutputChunk("display", _json.encode(shown).decode("utf-8")))
+        self.flush()
+
     def _add(self, stream: Stream, text: str) -> None:
         if not text:
             return
@@ -129,6 +142,8 @@ class OutputStream:
 
     def _redacted(self, chunk: OutputChunk) -> OutputChunk:
         assert self._redact is not None
+        if chunk.stream == "display":  # redacted as a value when it was added
+            return chunk
         text = self._redact.text(self._held[chunk.stream] + chunk.text)
         keep = self._redact.pending(text) if not chunk.truncated else 0
         self._held[chunk.stream] = text[len(text) - keep :] if keep else ""

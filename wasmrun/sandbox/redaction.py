@@ -33,6 +33,7 @@ def redact_result(result: RunResult, request: RunRequest) -> None:
     result.logs = redact.text(result.logs)
     # A picture's name is the guest's choice (images.add_images): it could spell a secret.
     result.images = [msgspec.structs.replace(i, name=redact.text(i.name)) for i in result.images]
+    result.displays = [msgspec.structs.replace(d, data=redact.value(d.data)) for d in result.displays]
     if result.error is not None:
         result.error = RunError(result.error.type, redact.text(result.error.message))
     if redact.data(result.output_json) != result.output_json:

@@ -95,6 +95,14 @@ class RunImage(msgspec.Struct):
     name: str  # its file name in /workspace
 
 
+class Display(msgspec.Struct):
+    """A display result the guest showed (checked: sandbox/displays.py)."""
+
+    data: dict[str, Any]  # MIME type -> the form (base64 text for images)
+    main: bool = False  # the value of a script's last expression
+    blobs: dict[str, str] = {}  # MIME type -> blob id, for forms too large to inline
+
+
 class RunResult(msgspec.Struct):
     run_id: str
     status: Literal["completed", "failed"]
@@ -111,6 +119,7 @@ class RunResult(msgspec.Struct):
     # The guest runtime's word that the code likely misread the run contract (a
     # `mian`, a final assignment): the output is null and no error says why.
     warnings: list[str] = []
+    displays: list[Display] = []  # in the order they were shown
     # The engine's own runs (import, compile, warm-up) since its last result:
     # sent with this one, for /metrics (background.py); never to the client.
     background: list[BackgroundRun] = []

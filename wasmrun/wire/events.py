@@ -2,6 +2,7 @@
 Server-Sent Events, the way MCP's streamable HTTP answers a POST. Each event's
 `data:` is one JSON-RPC message: `run/output` notifications
 (`{"stream": "stdout"|"stderr"|"log", "text": ...}`) while the guest writes,
+`run/display` notifications (`{"display": {...}}`) as it shows display results,
 then the call's response, always the last event.
 
 The run and the connection are decoupled by `RunEvents`, a bounded buffer:
@@ -33,6 +34,7 @@ EVENT_STREAM = "text/event-stream"
 QUEUE_BYTES = 256 * 1024  # output waiting for a slow client; past it, dropped with a marker
 KEEPALIVE_S = 15.0  # an SSE comment when nothing else was sent this long (proxies close idle streams)
 OUTPUT_METHOD = "run/output"
+DISPLAY_METHOD = "run/display"
 
 
 class _Output(msgspec.Struct):
@@ -92,6 +94,13 @@ def output_event(stream: str, text: str, *, dropped: int | None = None, truncate
     return _event(_encoder.encode(_Notification("2.0", OUTPUT_METHOD, params)))
 
 
+def display_event(display_json: str) -> bytes:
+    """`run/display` with `params = {"display": <Display>}`: the display's JSON as the
+    sandbox encoded it (checked there; sandbox/displays.py), passed on as it is."""
+    head = b'data: {"jsonrpc":"2.0","method":"' + DISPLAY_METHOD.encode() + b'","params":{"display":'
+    return head + display_json.encode("utf-8") + b"}}\n\n"
+
+
 def dropped_notice(chars: int) -> str:
     return f"[... {chars} characters of output not streamed: the client read too slowly ...]\n"
 
@@ -115,7 +124,10 @@ class RunEvents:
         if self._reader_gone:
             return
         for chunk in chunks:
-            event = output_event(chunk.stream, chunk.text, truncated=chunk.truncated)
+            if chunk.stream == "display":
+                event = display_event(chunk.text)
+            else:
+                event = output_event(chunk.stream, chunk.text, truncated=chunk.truncated)
             if self._dropped or self._bytes + len(event) > self.limit:
                 self._dropped += len(chunk.text)
                 continue
