@@ -14,6 +14,7 @@ from typing import Any
 class Extra:
     cold: bool = False
     tti: int = 0  # sandboxes in a row, and at once; 0: off
+    data_peers: bool = True
 
 
 def measure(extra: Extra, report: dict[str, Any], tmp: Path, quick: bool, progress: Callable[[str], None]) -> None:
@@ -25,6 +26,13 @@ def measure(extra: Extra, report: dict[str, Any], tmp: Path, quick: bool, progre
         report["rows"].update(rows)
         report.setdefault("section_notes", {})["tti"] = notes
         report["published"] = tti.published()
+    if extra.data_peers:
+        from wasmrun.bench import datapeers
+
+        progress("data stack beside its peers ...")
+        rows, notes = datapeers.measure(samples=3 if quick else 10)
+        report["rows"].update(rows)
+        report.setdefault("section_notes", {})["data-peers"] = notes
     if extra.cold:
         from wasmrun.bench import cold
 

@@ -15,7 +15,8 @@ from wasmrun.bench.stats import ms, ratio
 MISSING = charts.MISSING
 STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:0 1em}"
          "table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:14px}"
-         "th,td{border:1px solid #ccc;padding:3px 8px}td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}"
+         "th,td{border:1px solid #ccc;padding:3px 8px}"
+         "td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}"
          "th{background:#f0f0f0}caption{text-align:left;font-weight:bold;padding:4px 0}"
          "td.absent{color:#866}figure{margin:1em 0}p.note{color:#444;font-size:13px}")
 

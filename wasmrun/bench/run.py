@@ -172,7 +172,9 @@ def run(opts: Options, progress: Callable[[str], None] = lambda s: print(s, file
             bench = Bench(opts, inproc, Http(port), peers)
             bench.data = data
             report["absent_rows"] = {r.label: why for r in STARTUP if (why := r.absent(bench)) is not None}
-            rows = [r for r in STARTUP if r.label not in report["absent_rows"]] + COMPUTE_ROWS
+            # Every peer listed appears in a table: an absent one as a row saying why.
+            report["absent_rows"].update({label: p["why"] for label, p in report["peers"].items() if not p["present"]})
+            rows = [r for r in STARTUP if r.absent(bench) is None] + COMPUTE_ROWS
             progress("warm-up ...")
             bench.round = -1  # the slow peers sit the warm-up out
             _warm_up(bench, rows)
