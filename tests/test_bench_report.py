@@ -100,6 +100,17 @@ def test_a_bad_snippet_file_is_one_clear_line(tmp_path: Path, content: bytes, me
         assert done.returncode == 2 and "not a file" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_an_empty_cache_holds_the_built_guest_and_nothing_compiled(tmp_path: Path) -> None:
+    """What the cold rows call an empty cache: the guest a wheel ships, nothing else."""
+    from python_wasm.build import cache_root
+    from wasmrun.bench import cold
+
+    folder = cold.empty_cache(tmp_path)
+    assert [p.name for p in folder.iterdir()] == ["guest"]
+    ours = sorted(p.relative_to(Path(cache_root()) / "guest") for p in (Path(cache_root()) / "guest").rglob("*"))
+    assert sorted(p.relative_to(folder / "guest") for p in (folder / "guest").rglob("*")) == ours
+
+
 def test_compare_prints_the_change_row_by_row(code_run: Any, tmp_path: Path) -> None:
     new = json.loads(code_run[1].read_text())
     old = json.loads(json.dumps(new))

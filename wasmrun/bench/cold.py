@@ -161,6 +161,12 @@ def _absent_data() -> str | None:
     return datarows.not_built()
 
 
+def _absent_mcp() -> str | None:
+    import importlib.util
+
+    return None if importlib.util.find_spec("mcp") else "the MCP SDK is not installed (pip install 'wasmrun[mcp]')"
+
+
 def _absent_onefile() -> str | None:
     return None if onefile() is not None else "no one-file executable in dist/ (`make onefile` makes it)"
 
@@ -232,7 +238,7 @@ def _rows() -> list[tuple[str, str, str, Sample | None, Callable[[], str | None]
         ]
     rows += [
         ("cold:mcp", "`wasmrun mcp` start to its first tool result", "stdio: initialize, then tools/call run_code "
-         "hello, from the process's start to that result (warm cache)", _mcp, none),
+         "hello, from the process's start to that result (warm cache)", _mcp, _absent_mcp),
         ("cold:onefile", "one-file executable: `run -c` to its output", "dist/wasmrun-*: a new process, unpacking "
          "its archive, to the run's output (its cache warm after the first start)", _onefile, _absent_onefile),
         ("cold:data-make", "the data image's make, fresh cache", "`python -m wasmrun.sandbox.images` in a fresh "
