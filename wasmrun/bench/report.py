@@ -63,6 +63,8 @@ def table(report: dict[str, Any], hops: bool = True) -> str:
             lines += _startup_goals(rows) + datarows.target_lines(rows)
         if section == "compute":
             lines += _compute_summary(in_section)
+        if section == "tti":  # others' published figures, cited as theirs, under our rows
+            lines += ["", *report.get("published", [])]
         lines += [f"- {note}" for note in report.get("section_notes", {}).get(section, [])]
     lines += scaling.lines(report.get("scaling"))
     if report.get("phases"):
