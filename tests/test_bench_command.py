@@ -25,7 +25,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Path, Pa
     done = subprocess.run(
         [sys.executable, "-m", "wasmrun", "bench", "--quick", "--no-peers", "--tti", "3", "--json", str(tmp / "out.json"),
          "--html", str(tmp / "out.html"), "--readme", str(readme)],
-        capture_output=True, text=True, timeout=600, cwd=tmp,
+        capture_output=True, text=True, timeout=1800, cwd=tmp,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout, tmp / "out.json", tmp / "out.html", readme
@@ -167,4 +167,4 @@ def test_data_stack_beside_its_peers(quick: tuple[str, Path, Path, Path]) -> Non
     if datarows.not_built() is None:
         measured = {r["label"]: r for r in rows if not r.get("absent")}
         for label in ("data stack: hello", "data stack: import pandas", "data stack: a groupby on 100,000 rows"):
-            assert measured[label]["systems"][datarows.DATA_INPROC]["n"] == 3
+            assert measured[label]["systems"][datarows.DATA_INPROC]["n"] == 2

@@ -30,7 +30,7 @@ def measure(extra: Extra, report: dict[str, Any], tmp: Path, quick: bool, progre
         from wasmrun.bench import datapeers
 
         progress("data stack beside its peers ...")
-        rows, notes = datapeers.measure(samples=3 if quick else 10)
+        rows, notes = datapeers.measure(samples=2 if quick else 10)
         report["rows"].update(rows)
         report.setdefault("section_notes", {})["data-peers"] = notes
     if extra.cold:
