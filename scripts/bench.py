@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The broader bench (regimes, bundled skills, stock CPython-on-WASI, throughput, fairness,
-shared backend), kept for its flags; the code is in wasmrun/bench/legacy*.py.
+shared backend), kept for its flags; the code is in scripts/bench_legacy*.py (checkout-only
+tools, out of the installed package: issue #30).
 
     python scripts/bench.py [--quick] [--rounds N] [--workers N] [--json FILE]
                             [--no-pyodide] [--no-peers] [--no-shared]
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "scripts"))  # bench_shared, for the shared-backend rows
 
-from wasmrun.bench.legacy_cli import main  # noqa: E402
+from bench_legacy_cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,8 +17,10 @@
                         (the run's output on stderr as it comes, the result as JSON on stdout)
     wasmrun warm                  compile the guest to machine code now (else the first start does)
     wasmrun doctor [--data-dir D] versions, caches, free disk; exits 1 if something is wrong
-    wasmrun bench [--quick] [--json F] [--html F] [--readme [README.md]] [--from-json F]
-                                  start-up, compute and memory against native CPython and the peers
+    wasmrun bench [--quick] [--cold] [--tti N] [--json F] [--html F] [--readme [README.md]]
+                  [--from-json F] [--compare OLD.json] [--code FILE] [--schema]
+                                  start-up (cold and warm), time to interactive, compute and memory
+                                  against native CPython and the peers
     wasmrun --version
 """
 

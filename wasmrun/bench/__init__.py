@@ -6,6 +6,9 @@ and the peer sandboxes installed on this machine, in one interleaved run.
   systems.py   the systems measured: wasmrun in-process and over HTTP, native CPython
   peers.py     the peer sandboxes (pydantic-monty, llm-wasm-sandbox, Pyodide via Node)
   run.py       the interleaved run; phases.py and memory.py its other sections
-  report.py    the table, the JSON, the README section; html.py the charts
-  legacy.py    the older, broader bench (scripts/bench.py's sections)
+  extra.py     the sections after it: datapeers.py (the data stack beside its peers),
+               tti.py (time to interactive), cold.py (--cold); code.py is --code
+  machine.py   the machine and its load; schema.py the JSON's schema
+  report.py    the table and the README section; html.py the page, charts.py its charts;
+               compare.py --compare
 """

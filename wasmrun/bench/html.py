@@ -1,120 +1,115 @@
-"""The HTML report: one self-contained file, charts as inline SVG (matplotlib, the `bench` extra)."""
+"""The HTML report: one self-contained file a person reads. The figures are real <table>s
+(one per section, p50/p90/p99/max and n for every system), the machine and its load head
+the page, and the charts (charts.py, inline SVG) print their values."""
 
 from __future__ import annotations
 
 import html
-import io
 from typing import Any
 
-from wasmrun.bench.report import table
+from wasmrun.bench import charts
+from wasmrun.bench.machine import load_line
+from wasmrun.bench.report import SECTIONS
+from wasmrun.bench.stats import ms, ratio
 
-MISSING = ("the HTML report needs matplotlib: pip install 'wasmrun[bench]' "
-           "(the table and the JSON need nothing more)")
+MISSING = charts.MISSING
+STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:0 1em}"
+         "table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:14px}"
+         "th,td{border:1px solid #ccc;padding:3px 8px}"
+         "td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}"
+         "th{background:#f0f0f0}caption{text-align:left;font-weight:bold;padding:4px 0}"
+         "td.absent{color:#866}figure{margin:1em 0}p.note{color:#444;font-size:13px}")
 
 
 def _pyplot() -> Any:
-    try:
-        import matplotlib
-    except ImportError:
-        raise RuntimeError(MISSING) from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams["svg.fonttype"] = "none"  # text as text: a smaller file, and searchable
-
-    return plt
+    return charts.pyplot()
 
 
-def _svg(fig: Any) -> str:
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    _pyplot().close(fig)
-    text = buf.getvalue()
-    return text[text.index("<svg"):]
+def _e(text: Any) -> str:
+    return html.escape(str(text))
 
 
-def _distributions(plt: Any, row: dict[str, Any]) -> str:
-    labels = list(row["samples_ms"])
-    fig, ax = plt.subplots(figsize=(8, 0.6 * len(labels) + 1.2))
-    ax.boxplot([row["samples_ms"][k] for k in labels], vert=False, whis=(10, 90), showfliers=True)
-    ax.set_yticks(range(1, len(labels) + 1), labels)
-    ax.set_xscale("log")
-    ax.set_xlabel("ms (log scale; box: p25-p75, whiskers: p10-p90)")
-    ax.set_title(row["label"])
-    return _svg(fig)
+def _machine(report: dict[str, Any]) -> str:
+    h = report.get("host")
+    if not h:
+        return f"<p>{_e(report['date'])}; {_e(report['machine'])}; {_e(load_line(report))}</p>"
+    versions = ", ".join(f"{k} {v}" for k, v in h["versions"].items() if v)
+    cells = [("date", report["date"]), ("CPU", f"{h['cpu_model']} ({h.get('arch', '')})"), ("cores", h["cores"]),
+             ("memory", f"{h['memory_mb']:,.0f} MB" if h.get("memory_mb") else "-"), ("OS", h["os"]),
+             ("versions", versions), ("load", load_line(report)),
+             ("run", f"{report['rounds']} interleaved rounds" + (" (--quick: not for comparison)" if report["quick"] else ""))]
+    body = "".join(f"<tr><th scope=\"row\">{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in cells)
+    return f'<table class="machine"><caption>Machine and load</caption>{body}</table>'
 
 
-def _compute_ratios(plt: Any, rows: list[dict[str, Any]]) -> str:
-    systems = sorted({s for r in rows for s in r["systems"] if s != r["baseline"]})
-    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) * max(1, len(systems)) + 1.5))
-    height = 0.8 / max(1, len(systems))
-    for j, system in enumerate(systems):
-        ys = [i + j * height for i in range(len(rows))]
-        xs = [r["systems"].get(system, {}).get("ratio", 0.0) for r in rows]
-        ax.barh(ys, xs, height=height, label=system)
-    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(rows))], [r["label"] for r in rows])
-    for x, style in ((1, "-"), (2, "--"), (3, ":")):
-        ax.axvline(x, color="grey", linestyle=style, linewidth=1)
-    ax.set_xscale("log")
-    ax.set_xlabel("time / native CPython (p50; log scale; lines at 1x, 2x, 3x)")
-    ax.legend(loc="lower right", fontsize="small")
-    ax.invert_yaxis()
-    return _svg(fig)
+def section_table(title: str, rows: list[dict[str, Any]], absent: dict[str, str]) -> str:
+    success = any("success_rate" in f for r in rows for f in r["systems"].values())
+    columns = ["row", "system", "p50", "p90", "p99", "max", "n", *(["success"] if success else []), "/ baseline"]
+    head = "".join(f'<th scope="col">{c}</th>' for c in columns)
+    body = []
+    for row in rows:
+        if row.get("absent"):
+            absent = {**absent, row["label"]: row["absent"]}
+            continue
+        for label, fig in row["systems"].items():
+            ok = f"{fig['success_rate'] * 100:.0f}% of {fig['attempts']}" if "success_rate" in fig else ""
+            r = ratio(fig["ratio"]) if fig.get("ratio") is not None else ""
+            nums = [ms(fig.get(k)) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")] + [fig["n"], *([ok] if success else []), r]
+            body.append(f'<tr><td title="{_e(row.get("what", ""))}">{_e(row["label"])}</td><td>{_e(label)}</td>'
+                        + "".join(f'<td class="num">{_e(v)}</td>' for v in nums) + "</tr>")
+    for label, why in absent.items():
+        body.append(f'<tr><td>{_e(label)}</td><td class="absent" colspan="{len(columns) - 1}">absent: {_e(why)}</td></tr>')
+    return (f'<table class="figures" data-section="{_e(title)}"><caption>{_e(title)}</caption>'
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 
-def _phases(plt: Any, ph: dict[str, Any]) -> str:
-    fig, ax = plt.subplots(figsize=(9, 1.8))
-    left = 0.0
-    for name, ms in ph["phases_ms"].items():
-        ax.barh([0], [ms * 1000], left=left, label=name)
-        left += ms * 1000
-    ax.set_yticks([])
-    ax.set_xlabel("microseconds (p50 of each phase)")
-    ax.legend(ncol=4, fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.45))
-    return _svg(fig)
+def _tables(report: dict[str, Any]) -> list[str]:
+    parts = []
+    rows = report["rows"]
+    for section, title in SECTIONS:
+        in_section = [r for r in rows.values() if r["section"] == section]
+        absent = report.get("absent_rows", {}) if section == "startup" else {}
+        if in_section or absent:
+            parts.append(section_table(title, in_section, absent))
+            notes = report.get("section_notes", {}).get(section, [])
+            parts += [f'<p class="note">{_e(n)}</p>' for n in notes]
+    return parts
 
 
-def _memory(plt: Any, mem: dict[str, Any]) -> str:
-    counts = [int(k) for k in mem["by_workers"]]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for key, label in (("total_rss_mb", "total RSS"), ("total_pss_mb", "total PSS")):
-        ax.plot(counts, [mem["by_workers"][str(c)][key] for c in counts], marker="o", label=label)
-    ax.set_xticks(counts)
-    ax.set_xlabel("workers")
-    ax.set_ylabel("MB (server + workers)")
-    ax.legend()
-    return _svg(fig)
+def _peers(report: dict[str, Any]) -> str:
+    items = [f"<li><b>{_e(k)}</b>: {_e(v)}</li>" for k, v in report.get("systems", {}).items()]
+    for label, p in report.get("peers", {}).items():
+        items.append(f"<li><b>{_e(label)}</b>: {_e(p['isolates'])}</li>" if p["present"]
+                     else f"<li><b>{_e(label)}</b>: absent ({_e(p['why'])})</li>")
+    items += [f"<li>{_e(n)}</li>" for n in report.get("notes", [])]
+    return f"<h2>Systems and peers</h2><ul>{''.join(items)}</ul>"
 
 
-def _scaling(plt: Any, scaling: dict[str, Any]) -> str:
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for job, by_count in scaling["jobs"].items():
-        counts = [int(c) for c in by_count]
-        ax.plot(counts, [by_count[str(c)]["runs_per_s"] for c in counts], marker="o", label=job)
-        ax.plot(counts, [c * by_count["1"]["runs_per_s"] for c in counts], linestyle=":", color="grey")
-    ax.set_xticks(counts)
-    ax.set_xlabel("concurrent clients (dotted: clients x one client)")
-    ax.set_ylabel("runs per second")
-    ax.set_yscale("log")
-    ax.legend()
-    return _svg(fig)
+def _charts(plt: Any, report: dict[str, Any]) -> list[str]:
+    rows = report["rows"]
+    timed = [r for r in rows.values() if r["section"] != "compute" and any(r.get("samples_ms", {}).values())]
+    compute = [r for r in rows.values() if r["section"] == "compute"]
+    parts = ["<h2>Latency distributions</h2>"]
+    parts += [f'<figure class="chart">{charts.distributions(plt, r)}</figure>' for r in timed]
+    if compute:
+        parts += ["<h2>Compute: time relative to native CPython</h2>",
+                  f'<figure class="chart">{charts.compute_ratios(plt, compute)}</figure>']
+    if report.get("scaling"):
+        parts += ["<h2>Every core used: runs/s by concurrent clients</h2>",
+                  f'<figure class="chart">{charts.scaling(plt, report["scaling"])}</figure>']
+    if report.get("phases"):
+        parts += ["<h2>One hello by phase</h2>", f'<figure class="chart">{charts.phases(plt, report["phases"])}</figure>']
+    if report.get("memory", {}).get("by_workers"):
+        parts += ["<h2>Memory by workers</h2>", f'<figure class="chart">{charts.memory(plt, report["memory"])}</figure>']
+    return parts
 
 
 def render(report: dict[str, Any]) -> str:
-    plt = _pyplot()
-    rows = report["rows"]
-    startup = [r for r in rows.values() if r["section"] == "startup"]
-    compute = [r for r in rows.values() if r["section"] == "compute"]
-    parts = [f"<h1>wasmrun bench</h1><p>{html.escape(report['date'])}; {html.escape(report['machine'])}</p>",
-             "<h2>Start-up latency distributions</h2>"]
-    parts += [f'<figure class="chart">{_distributions(plt, r)}</figure>' for r in startup]
-    parts += ["<h2>Compute: time relative to native CPython</h2>",
-              f'<figure class="chart">{_compute_ratios(plt, compute)}</figure>',
-              *(["<h2>Every core used: runs/s by concurrent clients</h2>",
-                 f'<figure class="chart">{_scaling(plt, report["scaling"])}</figure>'] if report.get("scaling") else []),
-              "<h2>One hello by phase</h2>", f'<figure class="chart">{_phases(plt, report["phases"])}</figure>',
-              "<h2>Memory with 1, 2, 4 workers</h2>", f'<figure class="chart">{_memory(plt, report["memory"])}</figure>',
-              "<h2>Table</h2>", f"<pre>{html.escape(table(report))}</pre>"]
-    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>wasmrun bench</title>"
-            "<style>body{font-family:sans-serif;max-width:1000px;margin:auto}pre{font-size:12px;overflow-x:auto}"
-            "figure{margin:1em 0}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+    plt = charts.pyplot()
+    parts = ["<h1>wasmrun bench</h1>", _machine(report), "<h2>Figures</h2>", *_tables(report)]
+    for cite in report.get("published", []):
+        parts.append(f'<p class="note">{_e(cite)}</p>')
+    parts += _charts(plt, report)
+    parts.append(_peers(report))
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>wasmrun bench</title>"
+            f"<style>{STYLE}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")

@@ -19,8 +19,12 @@ from typing import Any
 from python_wasm import build as guest_build
 from wasmrun.bench import datarows, hops, memory, phases, scaling
 from wasmrun.bench.datarows import DataSide
+from wasmrun.bench.extra import Extra
+from wasmrun.bench.extra import measure as measure_extra
+from wasmrun.bench.machine import host, load
 from wasmrun.bench.peers import Peer, start_peers
 from wasmrun.bench.rows import COMPUTE_ROWS, STARTUP, Row
+from wasmrun.bench.schema import SCHEMA_VERSION
 from wasmrun.bench.stats import summary
 from wasmrun.bench.systems import HELLO, Http, InProcess, Native, server
 
@@ -90,6 +94,20 @@ def machine() -> str:
             f"Python {platform.python_version()}, wasmtime-py {version('wasmtime')}")
 
 
+def new_report(quick: bool, rounds: int) -> dict[str, Any]:
+    """The report's heading: the schema version, the date, the machine and its load now."""
+    h = host()
+    h["load_before"] = load()
+    return {"schema_version": SCHEMA_VERSION, "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": machine(), "host": h, "load": h["load_before"], "quick": quick, "rounds": rounds,
+            "rows": {}, "systems": {}, "peers": {}}
+
+
+def finish(report: dict[str, Any]) -> dict[str, Any]:
+    report["host"]["load_after"] = load()
+    return report
+
+
 def interleaved(bench: Bench, rows: list[Row], rounds: int, progress: Callable[[str], None]) -> dict[str, Any]:
     """Each round takes a burst from every row in turn, in forward order one round and backward the next."""
     samples: dict[str, dict[str, list[float]]] = {row.key: {} for row in rows}
@@ -122,8 +140,7 @@ def summarise(rows: list[Row], samples: dict[str, dict[str, list[float]]]) -> di
         systems = {}
         for label, values in sorted(per.items(), key=lambda kv: _column(kv[0], row.baseline)):
             figures: dict[str, Any] = summary(values)
-            if base:
-                figures["ratio"] = statistics.median(values) / base
+            figures["ratio"] = statistics.median(values) / base if base else None
             systems[label] = figures
         out[row.key] = {"label": row.label, "section": row.section, "what": row.what, "baseline": row.baseline,
                         "systems": systems, "samples_ms": {k: [v * 1000 for v in vs] for k, vs in per.items()}}
@@ -135,14 +152,13 @@ def _column(label: str, baseline: str) -> tuple[int, str]:
     return (0 if label.startswith("wasmrun") else 1 if label == baseline else 2, label)
 
 
-def run(opts: Options, progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> dict[str, Any]:
+def run(opts: Options, progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+        extra: Extra | None = None) -> dict[str, Any]:
     guest_build.build()
     tmp = Path(tempfile.mkdtemp(prefix="wasmrun-bench-"))
     rounds = 3 if opts.quick else opts.rounds
-    report: dict[str, Any] = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
-        "load": os.getloadavg(), "quick": opts.quick, "rounds": rounds, "scale": opts.scale,
-    }
+    report = new_report(opts.quick, rounds)
+    report["scale"] = opts.scale
     peers: list[Peer] = []
     inproc = InProcess(tmp / "blobs")
     data = datarows.open_side(tmp)
@@ -156,7 +172,9 @@ def run(opts: Options, progress: Callable[[str], None] = lambda s: print(s, file
             bench = Bench(opts, inproc, Http(port), peers)
             bench.data = data
             report["absent_rows"] = {r.label: why for r in STARTUP if (why := r.absent(bench)) is not None}
-            rows = [r for r in STARTUP if r.label not in report["absent_rows"]] + COMPUTE_ROWS
+            # Every peer listed appears in a table: an absent one as a row saying why.
+            report["absent_rows"].update({label: p["why"] for label, p in report["peers"].items() if not p["present"]})
+            rows = [r for r in STARTUP if r.absent(bench) is None] + COMPUTE_ROWS
             progress("warm-up ...")
             bench.round = -1  # the slow peers sit the warm-up out
             _warm_up(bench, rows)
@@ -175,6 +193,8 @@ def run(opts: Options, progress: Callable[[str], None] = lambda s: print(s, file
         if data is not None:
             data.close()  # before its own servers start: memory is what they measure
             report["memory"]["data_by_workers"] = datarows.by_workers(tmp, opts.memory_workers[:2])
+        if extra is not None:
+            measure_extra(extra, report, tmp, opts.quick, progress)
     finally:
         if data is not None:
             data.close()
@@ -183,4 +203,4 @@ def run(opts: Options, progress: Callable[[str], None] = lambda s: print(s, file
         inproc.close()
         shutil.rmtree(tmp, ignore_errors=True)
     report["systems"] = {InProcess.label: InProcess.isolates, Http.label: Http.isolates, Native.label: Native.isolates}
-    return report
+    return finish(report)

@@ -1,4 +1,4 @@
-"""The broader bench of scripts/bench.py: its sections and systems (see legacy_cli.py for its command).
+"""The broader bench of scripts/bench.py: its sections and systems (see bench_legacy_cli.py for its command).
 
 Sandbox start-up and throughput, side by side, in one run on this machine.
 
