@@ -101,8 +101,10 @@ async def _run_stream(
     lines = results.Lines()
 
     def on_output(chunks: list[OutputChunk]) -> None:
-        for chunk in chunks:  # displays are taken from the run's result, once, at its end
-            if isinstance(chunk, OutputChunk):
+        # Displays are taken from the run's result, once, at its end (where their large
+        # forms can be read back from blobs); here only the streams' text.
+        for chunk in chunks:
+            if isinstance(chunk, OutputChunk) and chunk.stream != "display":
                 for event in lines.feed(chunk.stream, chunk.text):
                     queue.put_nowait(results.line(event))
 
