@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from wasmrun.imagefacts import ImageFacts, image_facts
 
@@ -25,6 +26,8 @@ class ServedImage:
         self.package_layers = package_layers  # <data_dir>/packages: the operator's added packages
         self._listeners: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
+        # The background make's progress (sandbox/warmup.py), when one was started: None once over.
+        self.warming: Callable[[], Any] | None = None
 
     @property
     def name(self) -> str:
@@ -33,6 +36,16 @@ class ServedImage:
     def facts(self) -> ImageFacts:
         """The served image's facts, the operator's added packages read now."""
         return image_facts(self._name, self.package_layers)
+
+    def status(self) -> dict[str, Any]:
+        """The image served and the warm-up's progress, as /healthz and the playground show them."""
+        progress = self.warming() if self.warming is not None else None
+        status: dict[str, Any] = {"serving": self._name}
+        if progress is not None:
+            import msgspec
+
+            status["warming_up"] = msgspec.to_builtins(progress)
+        return status
 
     def on_switch(self, listener: Callable[[str], None]) -> None:
         """Call `listener(image)` (on the switching thread) each time the served image changes."""

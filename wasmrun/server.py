@@ -80,6 +80,8 @@ def make_executor(settings: Settings, backends: Backends, served: ServedImage | 
             if served is not None:
                 served.switch("data")  # once every worker serves it: the texts say so then
 
+        if served is not None:
+            served.warming = warming.progress
         warming.start(on_ready=on_ready)
         return warmup.WarmingExecutor(pool, warming)
     return pool
@@ -206,6 +208,7 @@ def create_app(
         body_timeout=settings.body_timeout,
         on_shutdown=shutdown,
         health=context.executor.health,
+        image_status=context.served.status,
         routes=routes,
         lifespans=lifespans,
         guard=RequestGuard.for_server(settings.host, settings.access.allowed_hosts, settings.access.allowed_origins),

@@ -138,6 +138,7 @@ def create_app(
     body_timeout: float = 30.0,
     on_shutdown: Callable[[], None] | None = None,
     health: Callable[[], Health] | None = None,
+    image_status: Callable[[], dict[str, Any]] | None = None,
     routes: Sequence[BaseRoute] = (),
     lifespans: Sequence[Callable[[], contextlib.AbstractAsyncContextManager[Any]]] = (),
     guard: RequestGuard | None = None,
@@ -168,7 +169,7 @@ def create_app(
     app = RpcFront(
         routes=[
             Route("/rpc", rpc, methods=["POST"]),
-            Route("/healthz", _healthz(health), methods=["GET"]),
+            Route("/healthz", _healthz(health, image_status), methods=["GET"]),
             Route("/metrics", _prometheus(metrics, metrics_refusal), methods=["GET"]),
             *playground_routes(),
             *routes,
@@ -183,18 +184,27 @@ def create_app(
     return app
 
 
-def _healthz(health: Callable[[], Health] | None) -> Callable[[Request], Awaitable[Response]]:
+def image_fields(image_status: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
+    """/healthz's word on the guest image: the one served and, while the data image is
+    made in the background, how far that is (served.py)."""
+    return {"image": image_status()} if image_status is not None else {}
+
+
+def _healthz(
+    health: Callable[[], Health] | None, image_status: Callable[[], dict[str, Any]] | None = None
+) -> Callable[[Request], Awaitable[Response]]:
     async def healthz(request: Request) -> Response:
         """200 while a sandbox worker can serve runs (even if all are busy),
         503 when none can (all crashed and restarting, or shutting down)."""
         if health is None:
-            return JSONResponse({"status": "ok"})
+            return JSONResponse({"status": "ok", **image_fields(image_status)})
         now = health()
         return JSONResponse(
             {
                 "status": "ok" if now.serving else "unavailable",
                 "workers": {"total": now.total, "free": now.free, "unavailable": now.unavailable},
                 "queued": now.queued,
+                **image_fields(image_status),
             },
             status_code=200 if now.serving else 503,
         )
