@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import asyncio
 import json
 import logging
+import os
 from typing import Any
 
 import msgspec

@@ -219,15 +219,15 @@ def test_open_a_session_run_in_it_upload_a_file_and_see_the_image_served(browser
         page.wait_for_function(f"() => document.querySelector('#output').textContent === {wanted!r}")
     page.wait_for_function("() => (document.querySelector('#sessions li small')?.textContent || '').includes('2 runs')")
 
-    data = "city,sales\nOslo,3\nLima,4\n".encode()
+    data = b"city,sales\nOslo,3\nLima,4\n"
     page.set_input_files("#upload", files=[{"name": "sales.csv", "mimeType": "text/csv", "buffer": data}])
     page.click("#upload-send")
     page.wait_for_function("() => document.querySelector('#upload-state').textContent.includes('blob:')")
     blob_id = page.input_value("#blobs")
     assert blob_id.startswith("blob:") and "," not in blob_id
     page.select_option("#session-pick", "")  # a fresh sandbox, the blob mounted
-    page.fill("#code", "import csv\nrows = list(csv.DictReader(open('/blobs/' + %r)))\n"
-                       "sum(int(r['sales']) for r in rows)" % blob_id)
+    page.fill("#code", f"import csv\nrows = list(csv.DictReader(open('/blobs/' + {blob_id!r})))\n"
+                       "sum(int(r['sales']) for r in rows)")
     page.click("#run")
     page.wait_for_function("() => document.querySelector('#output').textContent === '7'")
     shot = _shot(page, "playground-session-upload")

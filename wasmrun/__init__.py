@@ -4,10 +4,7 @@ is the typed client (wasmrun/client.py), imported on first use so that `import w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from wasmrun.client import AsyncClient, Client
+from typing import Any
 
 __all__ = ["AsyncClient", "Client"]
 _LAZY = {"Client": "wasmrun.client", "AsyncClient": "wasmrun.client"}

@@ -39,8 +39,8 @@ STATELESS = (
 SESSIONS = (
     "Sessions (state across runs, like notebook cells): create_session returns a session_id; each"
     " run_code with that session_id keeps globals, imports, /workspace and /tmp for the next (load a"
-    " CSV once, then explore it in later runs). fork_session copies one, close_session ends it (idle sessions expire). A run stopped by a limit"
-    " is undone; an exception is not."
+    " CSV once, then explore it in later runs). fork_session copies one, close_session ends it (idle"
+    " sessions expire). A run stopped by a limit is undone; an exception is not."
 )
 # Standard modules named as examples, when the guest has them.
 COMMON_STDLIB = (

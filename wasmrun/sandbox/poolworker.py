@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import multiprocessing.connection
 import signal
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
     from wasmrun.sandbox.engine import SandboxEngine
 
 READY = b"ready"  # a worker's first message: its engine is loaded
+# The other image's engine (for sessions made on it) costs a worker ~210 MB RSS (~65 MB PSS,
+# the compiled module's pages being shared) when it is the stdlib one beside the data image:
+# closed once no run has needed it for this long (docs/sessions.md).
+OTHER_ENGINE_IDLE_S = 600.0
 
 
 class BlobOpener(msgspec.Struct, frozen=True):
@@ -98,17 +103,27 @@ class Engines:
         self.serving = open_engine(setup)
         self.image = image_name(self.serving.guest.key)
         self._others: dict[str, SandboxEngine] = {}
+        self._used: dict[str, float] = {}  # when each of _others last took a run (time.monotonic())
 
     def for_request(self, request: RunRequest) -> SandboxEngine:
         from wasmrun.sandbox.sessions import image_of
 
+        self._close_idle()
         wanted = image_of(request)
         if wanted is None or wanted == self.image:
             return self.serving
         engine = self._others.get(wanted)
         if engine is None:
             engine = self._others[wanted] = open_engine(msgspec.structs.replace(self.setup, image=wanted))
+        self._used[wanted] = time.monotonic()
         return engine
+
+    def _close_idle(self) -> None:
+        for image, used in list(self._used.items()):
+            if time.monotonic() - used > OTHER_ENGINE_IDLE_S:
+                del self._used[image]
+                self._others.pop(image).close()
+                release_freed_heap()
 
     def close(self) -> None:
         for engine in (self.serving, *self._others.values()):
