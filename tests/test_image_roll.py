@@ -155,3 +155,111 @@ async def _through_the_roll(watchers: Watchers, held: Any, server: LiveServer, t
             await asyncio.sleep(1)
     await asyncio.wait_for(asyncio.gather(modern, legacy), 120)
     return made_in
+
+
+def test_connected_mcp_clients_are_told_when_the_served_image_changes(tmp_path: Path) -> None:
+    """The notification path alone, quickly: a real server in this process (so the test can
+    switch its served image as the warm-up does when the data image is ready), the official
+    SDK's clients of both eras connected to its /mcp; the texts they list again name the
+    new image. (The slow test above does the same through a real roll.)"""
+    import threading
+
+    import uvicorn
+
+    from tests.liveserver import free_port
+    from wasmrun.blobs.store import FileBlobStore
+    from wasmrun.sandbox.executor import InProcessExecutor
+    from wasmrun.server import build_context, create_app
+    from wasmrun.settings import Settings
+
+    settings = Settings(data_dir=tmp_path / "data", image="stdlib")
+    blobs = FileBlobStore(tmp_path / "blobs")
+    executor = InProcessExecutor(blobs, slots=1)
+    context = build_context(settings, blobs=blobs, executor=executor)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, context), port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        watchers = Watchers(f"http://127.0.0.1:{port}/mcp")
+
+        async def through_the_switch() -> None:
+            told = asyncio.Event()
+            modern = asyncio.create_task(watchers.watch_modern())
+            legacy = asyncio.create_task(watchers.watch_legacy(told))
+            await asyncio.wait_for(watchers.ready.wait(), 60)
+            await asyncio.sleep(1)  # the legacy client has listed the tools
+            before = len(watchers.listing)
+            assert before == 0
+            threading.Thread(target=context.served.switch, args=("data",)).start()  # as warmup's thread does
+            await asyncio.wait_for(asyncio.gather(modern, legacy), 60)
+
+        asyncio.run(through_the_switch())
+        assert watchers.modern == ["ToolsListChanged"], watchers.modern
+        assert watchers.legacy == ["notifications/tools/list_changed"], watchers.legacy
+        from wasmrun.imagefacts import image_facts
+
+        data_python = image_facts("data").python
+        assert all(f"CPython {data_python} " in text for text in watchers.listing), watchers.listing
+        tools = httpx2.get(f"http://127.0.0.1:{port}/tools", timeout=30).json()
+        assert f"CPython {data_python} " in next(t["description"] for t in tools if t["name"] == "run_code")
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        executor.close()
+
+
+def test_a_session_keeps_its_image_when_the_workers_move_to_the_data_image(tmp_path: Path) -> None:
+    """The worker pool's move itself (WorkerPool.roll, as the warm-up calls it), on the data
+    image the cache already holds: a session made on the stdlib image runs on there after
+    every worker serves the data image; new runs and new sessions get the data image."""
+    import json
+    import threading
+
+    import msgspec
+
+    from wasmrun.backends import open_backends
+    from wasmrun.protocol.methods import Dispatcher
+    from wasmrun.sandbox.images import image_state
+    from wasmrun.sandbox.pool import WorkerPool
+    from wasmrun.server import build_context
+    from wasmrun.settings import Settings
+
+    if image_state() is not None:
+        pytest.skip(f"the data image is not made here ({image_state()})")
+    settings = Settings(data_dir=tmp_path / "data", image="stdlib")
+    backends = open_backends(settings)
+    pool = WorkerPool(backends.blobs.for_workers(), workers=1, image="stdlib")
+    context = build_context(settings, backends=backends, executor=pool)
+    dispatch = Dispatcher(context)
+
+    def call(method: str, params: dict[str, Any]) -> Any:
+        result = asyncio.run(dispatch(method, msgspec.Raw(json.dumps(params).encode())))
+        return msgspec.json.decode(msgspec.json.encode(result))
+
+    try:
+        session = call("create_session", {"language": "python"})["session_id"]
+        first = call("run_code", {"language": "python", "session_id": session,
+                                  "code": "import sys\nkept = 41\nlist(sys.version_info[:2])"})
+        assert first["output"] == [3, 11], first
+        roll = threading.Thread(target=pool.roll, args=("data",))
+        roll.start()
+        roll.join(600)
+        assert not roll.is_alive()
+        later = call("run_code", {"language": "python", "session_id": session,
+                                  "code": "import sys\n[kept + 1, list(sys.version_info[:2])]"})
+        assert later["status"] == "completed" and later["output"] == [42, [3, 11]], later
+        forked = call("fork_session", {"session_id": session})["session_id"]  # a copy keeps the image too
+        assert call("run_code", {"language": "python", "session_id": forked, "code": "kept"})["output"] == 41
+        fresh = call("run_code", {"language": "python", "code": "import sys\nlist(sys.version_info[:2])"})
+        assert fresh["output"] != [3, 11], fresh
+        newer = call("create_session", {"language": "python"})["session_id"]
+        on_data = call("run_code", {"language": "python", "session_id": newer,
+                                    "code": "import numpy\nint(numpy.arange(4).sum())"})
+        assert on_data["output"] == 6, on_data
+    finally:
+        pool.close()
