@@ -81,7 +81,7 @@ def test_the_roll_to_the_data_image_changes_the_texts_and_keeps_sessions(tmp_pat
     dataimage.ready(quiet=False)  # the shared cache's interpreter (fetched once by `make guest`)
     folder = tmp_path / "dataimage"
     folder.mkdir(mode=0o700)
-    env = wasmrun_env() | {"WASMRUN_IMAGE": "auto", dataimage.DIR_ENV: str(folder)}
+    env = wasmrun_env() | {"WASMRUN_IMAGE": "auto", dataimage.DIR_ENV: str(folder), "WASMRUN_SESSION_MAX_IDLE_S": "10800"}
     held = open(os.open(folder / warmup.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600))
     fcntl.flock(held, fcntl.LOCK_EX)  # the server's make waits for it
     server = LiveServer(tmp_path / "data", "--workers", "1", env=env)
@@ -94,7 +94,8 @@ def test_the_roll_to_the_data_image_changes_the_texts_and_keeps_sessions(tmp_pat
         assert warming["image"] == "data" and not warming["measured"], health
         assert warming["expected_s"] == warmup.DEFAULT_BUILD_S and warming["seconds_left"] > 0, health
 
-        session = rpc(server, "create_session", {"language": "python"})["session_id"]
+        # Idle through the make (minutes on a loaded machine): longer than the default idle timeout.
+        session = rpc(server, "create_session", {"language": "python", "idle_timeout_s": 3 * 3600})["session_id"]
         first = rpc(server, "run_code", {"language": "python", "session_id": session,
                                          "code": "import sys\nkept = 41\nsys.version_info[:2]"})
         assert first["status"] == "completed" and first["output"] == [3, 11], first
