@@ -144,7 +144,7 @@ class ServerFacts:
         built_in = ", ".join(f"{p.name} {p.version}" for p in self.image.built_in)
         answered = f"Methods this server answers: {', '.join(methods)}." if methods else ""
         return "\n\n".join(part for part in (
-            "## This server (generated from its configuration and the image it serves)",
+            "## This server (generated from its configuration)",
             f"Image served: {self.image.name}. " + self.installed(),
             RUN_CONTRACT, STATELESS, SESSIONS, BLOBS, self.network(), self.limits_text(),
             "Errors: a failed run has error.type and error.message (with the Python traceback;"
