@@ -28,6 +28,7 @@ from tests.liveserver import LiveServer, wasmrun_env
 from wasmrun.sandbox import warmup
 
 MAKE_DEADLINE_S = 1800
+MODERN = "2026-07-28"  # the MCP protocol version with subscriptions/listen
 
 
 def rpc(server: LiveServer, method: str, params: dict[str, Any]) -> Any:
@@ -54,7 +55,9 @@ class Watchers:
         self.ready = asyncio.Event()
 
     async def watch_modern(self) -> None:
-        async with MCPClient(self.url) as mcp:
+        # Pinned: "auto" probes server/discover and, on a loaded machine, may time out into
+        # the 2025 handshake, where no listen stream exists (the legacy client covers that era).
+        async with MCPClient(self.url, mode=MODERN) as mcp:
             async with mcp.listen(tools_list_changed=True) as subscription:
                 self.ready.set()
                 async for event in subscription:
