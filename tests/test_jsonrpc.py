@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from typing import Any
 
 import msgspec
@@ -226,8 +227,11 @@ def test_body_over_the_limit_is_refused_clearly(client: TestClient, settings: An
 def test_healthz(client: TestClient) -> None:
     response = client.get("/healthz")
     assert response.status_code == 200
-    # The test app runs sandboxes in-process, on two slots (see conftest).
-    assert response.json() == {"status": "ok", "workers": {"total": 2, "free": 2, "unavailable": 0}, "queued": 0}
+    # The test app runs sandboxes in-process, on two slots (see conftest), on the suite's image.
+    assert response.json() == {
+        "status": "ok", "workers": {"total": 2, "free": 2, "unavailable": 0}, "queued": 0,
+        "image": {"serving": os.environ.get("WASMRUN_TEST_IMAGE", "stdlib")},
+    }
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.liveserver import REPO, LiveServer, wasmrun_env
+from tests.liveserver import REPO, TEST_IMAGE, LiveServer, wasmrun_env
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "tests" / "artifacts"
@@ -239,3 +239,46 @@ def test_with_tenants_the_page_needs_the_key_and_sends_it_as_bearer(
     other.goto(server.base_url + "/")
     assert other.evaluate("sessionStorage.getItem('wasmrun.tenant_key')") is None
     context.close()
+
+
+def test_open_a_session_run_in_it_upload_a_file_and_see_the_image_served(browser: Any, server: LiveServer) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 1100})
+    page.goto(server.base_url + "/")
+    page.wait_for_function("() => document.querySelector('#server-image').textContent.startsWith('image: ')")
+    assert (page.text_content("#server-image") or "").startswith(f"image: {TEST_IMAGE}")
+
+    page.click("#session-new")
+    page.wait_for_selector("#sessions li")
+    session_id = page.get_attribute("#sessions li", "data-session") or ""
+    assert session_id.startswith("ses_") and page.input_value("#session-pick") == session_id
+    for code, wanted in (("total = 20\ntotal", "20"), ("total * 2", "40")):  # state carries over
+        page.fill("#code", code)
+        page.fill("#args", "{}")
+        page.click("#run")
+        page.wait_for_function(f"() => document.querySelector('#output').textContent === {wanted!r}")
+    page.wait_for_function("() => (document.querySelector('#sessions li small')?.textContent || '').includes('2 runs')")
+
+    data = b"city,sales\nOslo,3\nLima,4\n"
+    page.set_input_files("#upload", files=[{"name": "sales.csv", "mimeType": "text/csv", "buffer": data}])
+    page.click("#upload-send")
+    page.wait_for_function("() => document.querySelector('#upload-state').textContent.includes('blob:')")
+    blob_id = page.input_value("#blobs")
+    assert blob_id.startswith("blob:") and "," not in blob_id
+    page.select_option("#session-pick", "")  # a fresh sandbox, the blob mounted
+    page.fill("#code", f"import csv\nrows = list(csv.DictReader(open('/blobs/' + {blob_id!r})))\n"
+                       "sum(int(r['sales']) for r in rows)")
+    page.click("#run")
+    page.wait_for_function("() => document.querySelector('#output').textContent === '7'")
+    shot = _shot(page, "playground-session-upload")
+    assert shot.stat().st_size > 10_000
+
+    stored = httpx2.post(server.endpoint, json={"jsonrpc": "2.0", "id": 1, "method": "read_blob",
+                                                "params": {"blob_id": blob_id, "mode": "full"}}, timeout=60).json()
+    assert stored["result"]["content"] == data.decode() and stored["result"]["kind"] == "text/csv"
+
+    page.click(f"#sessions li[data-session='{session_id}'] .session-close")
+    page.wait_for_function("() => document.querySelectorAll('#sessions li').length === 0")
+    listed = httpx2.post(server.endpoint, json={"jsonrpc": "2.0", "id": 1, "method": "list_sessions", "params": {}},
+                         timeout=60).json()
+    assert listed["result"]["sessions"] == []
+    page.close()

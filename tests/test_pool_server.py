@@ -224,7 +224,8 @@ def test_a_host_failure_in_one_run_never_costs_a_worker(http: TestClient, pool: 
 
 def test_healthz_is_503_while_no_worker_can_serve(http: TestClient, pool: WorkerPool) -> None:
     assert http.get("/healthz").json() == {
-        "status": "ok", "workers": {"total": WORKERS, "free": WORKERS, "unavailable": 0}, "queued": 0
+        "status": "ok", "workers": {"total": WORKERS, "free": WORKERS, "unavailable": 0}, "queued": 0,
+        "image": {"serving": "stdlib"},
     }
     working = pool._open_blobs
     pool._open_blobs = BlobOpener("wasmrun.no_such_module:open")  # replacements fail to start

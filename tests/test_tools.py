@@ -254,7 +254,7 @@ def test_run_tools_teach_the_contract_and_state_the_server() -> None:
     from wasmrun.capabilities import ServerFacts
 
     facts = ServerFacts()
-    assert "json" in facts.packages and "sqlite3" in facts.packages and "runtime" not in facts.packages
+    assert "json" in facts.image.modules and "sqlite3" in facts.image.modules and "runtime" not in facts.image.modules
     for tool in render_all("anthropic"):
         assert NAME_RULE.fullmatch(tool["name"]) and tool["input_schema"]["type"] == "object"
         if tool["name"] not in ("run_code", "execute_skill"):

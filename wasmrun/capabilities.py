@@ -6,11 +6,10 @@ the generated part of the protocol guide, so neither is written by hand.
 
 from __future__ import annotations
 
-import functools
-import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from wasmrun.imagefacts import MAX_ADDED_NAMED, ImageFacts, image_facts
 from wasmrun.limits import REQUESTABLE
 from wasmrun.sandbox.limits import LimitPolicy
 
@@ -34,46 +33,44 @@ BLOBS = (
     " output_blobs). /workspace is a writable scratch folder."
 )
 STATELESS = (
-    "Every run is stateless: a fresh interpreter, nothing kept from an earlier run (pass data"
-    " again through args or blobs)."
+    "A run without session_id is stateless: a fresh interpreter, nothing kept from an earlier run"
+    " (pass data again through args or blobs)."
 )
-# Guest packages not worth naming to a model: private, test and build helpers.
-_UNLISTED = frozenset({"runtime", "this", "antigravity", "pydoc", "idlelib", "lib2to3", "sitecustomize"})
-
-
-@functools.lru_cache(maxsize=4)
-def guest_packages(zip_path: str) -> tuple[str, ...]:
-    """The top-level modules and packages the guest can import, read from its library zip."""
-    names: set[str] = set()
-    try:
-        with zipfile.ZipFile(zip_path) as zf:
-            for entry in zf.namelist():
-                top = entry.split("/", 1)[0]
-                name = top[:-3] if top.endswith((".py", ".pyc")) else top
-                name = name.removesuffix(".py")
-                if name.isidentifier() and not name.startswith("_") and name not in _UNLISTED:
-                    names.add(name)
-    except (OSError, zipfile.BadZipFile):
-        return ()
-    return tuple(sorted(names))
-
-
-def _this_guest_packages() -> tuple[str, ...]:
-    from python_wasm import build as guest_build
-
-    guest = guest_build.find_guest()
-    return guest_packages(str(guest.zip_path)) if guest is not None else ()
-
-
-# Third-party packages a model most often expects; named when the guest has them.
-NOTABLE = ("numpy", "pandas", "matplotlib", "openpyxl", "pypdf", "PIL", "requests", "scipy", "yaml")
-
-
+SESSIONS = (
+    "Sessions (state across runs, like notebook cells): create_session returns a session_id; each"
+    " run_code with that session_id keeps globals, imports, /workspace and /tmp for the next (load a"
+    " CSV once, then explore it in later runs). fork_session copies one, close_session ends it (idle"
+    " sessions expire). A run stopped by a limit is undone; an exception is not."
+)
 # Standard modules named as examples, when the guest has them.
 COMMON_STDLIB = (
     "json", "csv", "re", "math", "statistics", "datetime", "zoneinfo", "decimal", "collections",
     "itertools", "sqlite3", "zipfile", "gzip", "xml", "html", "email", "urllib", "hashlib", "base64",
 )
+MAX_NOTABLE_NAMED = 12
+
+
+def installed_text(image: ImageFacts) -> str:
+    """What a run can import on `image`, in words a model reads."""
+    common = [name for name in COMMON_STDLIB if name in image.modules]
+    stdlib = f"CPython {image.python} with its standard library (e.g. {', '.join(common)})"
+    if image.notable or image.built_in:
+        named = ", ".join(f"{p.name} {p.version}" + (f" (import {p.module})" if p.module != p.name else "")
+                          for p in image.notable[:MAX_NOTABLE_NAMED])
+        rest = len(image.built_in) - min(len(image.notable), MAX_NOTABLE_NAMED)
+        more = f" and {rest} more (load_skills_protocol_guide lists them)" if rest > 0 else ""
+        packages = f"; packages: {named}{more}; no pip install"
+    else:
+        packages = "; no third-party packages built in, no pip install"
+    added = ""
+    if image.added:
+        names = ", ".join(f"{p.name} {p.version}" for p in image.added[:MAX_ADDED_NAMED])
+        extra = f" and {len(image.added) - MAX_ADDED_NAMED} more" if len(image.added) > MAX_ADDED_NAMED else ""
+        added = f"; added by this server's operator: {names}{extra}"
+    return (
+        f"Python: {stdlib}{packages}{added}; `runtime` (blobs, http, skills helpers);"
+        " a mounted skill imports as skills.<name>."
+    )
 
 
 @dataclass(frozen=True)
@@ -82,7 +79,7 @@ class ServerFacts:
 
     limits: LimitPolicy = field(default_factory=LimitPolicy)
     run_code_hosts: tuple[str, ...] = ()  # URL patterns run_code may reach (the operator's)
-    packages: tuple[str, ...] = field(default_factory=_this_guest_packages)
+    image: ImageFacts = field(default_factory=lambda: image_facts("stdlib"))
 
     def limit_bounds(self) -> dict[str, tuple[int, int, int]]:
         """Each requestable limit's lowest value, default and ceiling, in the request's units."""
@@ -111,14 +108,7 @@ class ServerFacts:
         }
 
     def installed(self) -> str:
-        third_party = [name for name in NOTABLE if name in self.packages]
-        extra = f" plus {', '.join(third_party)}" if third_party else " and no third-party packages (no pip install)"
-        common = [name for name in COMMON_STDLIB if name in self.packages]
-        return (
-            f"Installed: CPython 3.11's standard library ({len(self.packages)} importable top-level"
-            f" modules, e.g. {', '.join(common)}){extra}; `runtime` (blobs, http, skills helpers);"
-            " a mounted skill imports as skills.<name>."
-        )
+        return installed_text(self.image)
 
     def network(self) -> str:
         if not self.run_code_hosts:
@@ -138,7 +128,7 @@ class ServerFacts:
     def run_code_description(self) -> str:
         return "\n".join((
             "Execute LLM-written Python in a fresh sandbox, with the listed skills and blobs mounted.",
-            RUN_CONTRACT, self.installed(), BLOBS, STATELESS, self.network(), self.limits_text(),
+            RUN_CONTRACT, self.installed(), BLOBS, STATELESS, SESSIONS, self.network(), self.limits_text(),
         ))
 
     def execute_skill_description(self) -> str:
@@ -150,11 +140,13 @@ class ServerFacts:
 
     def guide_section(self, methods: tuple[str, ...] = ()) -> str:
         """The guide's generated part: this server's own facts (and the methods it answers)."""
-        packages = ", ".join(self.packages)
+        packages = ", ".join(self.image.modules)
+        built_in = ", ".join(f"{p.name} {p.version}" for p in self.image.built_in)
         answered = f"Methods this server answers: {', '.join(methods)}." if methods else ""
         return "\n\n".join(part for part in (
             "## This server (generated from its configuration)",
-            RUN_CONTRACT, STATELESS, BLOBS, self.network(), self.limits_text(),
+            f"Image served: {self.image.name}. " + self.installed(),
+            RUN_CONTRACT, STATELESS, SESSIONS, BLOBS, self.network(), self.limits_text(),
             "Errors: a failed run has error.type and error.message (with the Python traceback;"
             " Timeout and CPULimitExceeded say where the code was when it was stopped). A call"
             " with a bad parameter is JSON-RPC -32602 naming the field.",
@@ -163,11 +155,13 @@ class ServerFacts:
             " from the skill's root) run an Agent Skill's scripts inside the sandbox;"
             " skills.run_command(name, 'python -m scripts.x ARGS') takes the command as its SKILL.md"
             " writes it.",
+            f"Packages built into the image: {built_in}." if built_in else "",
             f"Importable top-level modules: {packages}.",
             answered,
         ) if part)
 
 
-def facts_of(limits: LimitPolicy, run_code_hosts: Any = ()) -> ServerFacts:
-    """A server's facts from its limit policy and its run_code network allowlist."""
-    return ServerFacts(limits=limits, run_code_hosts=tuple(str(h) for h in run_code_hosts))
+def facts_of(limits: LimitPolicy, run_code_hosts: Any = (), image: ImageFacts | None = None) -> ServerFacts:
+    """A server's facts from its limit policy, its run_code network allowlist and the image it serves."""
+    hosts = tuple(str(h) for h in run_code_hosts)
+    return ServerFacts(limits=limits, run_code_hosts=hosts, image=image if image is not None else image_facts("stdlib"))

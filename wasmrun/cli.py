@@ -457,9 +457,16 @@ def _skills_check(args: argparse.Namespace) -> int:
 
 
 def _tools(args: argparse.Namespace) -> int:
+    from wasmrun.capabilities import facts_of
+    from wasmrun.imagefacts import image_facts
+    from wasmrun.server import serving_now
     from wasmrun.tools import render_all
 
-    rendered = render_all(args.format, strict=args.strict, with_create_skill=args.with_create_skill)
+    # As `serve` with these settings would state them now: its limits, network and image.
+    settings = Settings.load()
+    image = image_facts(serving_now(settings.image), settings.package_layers)
+    facts = facts_of(settings.limits, settings.egress.network.run_code, image)
+    rendered = render_all(args.format, strict=args.strict, with_create_skill=args.with_create_skill, facts=facts)
     print(json.dumps(rendered, indent=2))
     return 0
 

@@ -32,7 +32,8 @@ from typing import Any
 
 import mcp_types as types
 import msgspec
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from starlette.responses import Response
@@ -41,6 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from wasmrun.capabilities import facts_of
 from wasmrun.mcp_displays import display_content
 from wasmrun.mcp_events import JsonUnlessNotified, RunNotices, wanted
+from wasmrun.mcp_listchanged import ToolListChanges
 from wasmrun.protocol.errors import QuotaExceeded, RPCError, Unauthorized
 from wasmrun.protocol.methods import RUN_METHODS, Dispatcher
 from wasmrun.protocol.streaming import RUN_OUTPUT
@@ -134,11 +136,26 @@ def build_server(
     every call is made on behalf of the caller it names, and refused when it names nobody;
     without it (stdio: the operator's own process), as the dispatcher's own caller."""
     handlers = _Handlers(dispatcher, identify, with_create_skill)
-    return Server(
+    changes = ToolListChanges()
+    handlers.changes = changes
+    dispatcher.context.served.on_switch(changes.changed)  # the tool texts follow the image served
+    return _Server(
         SERVER_NAME, version=_version(), instructions=INSTRUCTIONS, on_list_tools=handlers.list_tools,
         on_call_tool=handlers.call_tool, on_list_resources=handlers.list_resources,
         on_list_resource_templates=handlers.list_resource_templates, on_read_resource=handlers.read_resource,
+        on_subscriptions_listen=changes.listen,
     )
+
+
+class _Server(Server[Any]):
+    """The SDK's server, its capabilities saying that the tool list may change (2025-era
+    sessions: `tools.listChanged`; 2026-07-28 ones learn it from `subscriptions/listen`)."""
+
+    def create_initialization_options(
+        self, notification_options: NotificationOptions | None = None, *args: Any, **kwargs: Any
+    ) -> InitializationOptions:
+        options = notification_options or NotificationOptions(tools_changed=True)
+        return super().create_initialization_options(options, *args, **kwargs)
 
 
 class _Handlers:
@@ -147,10 +164,21 @@ class _Handlers:
     def __init__(self, dispatcher: Dispatcher, identify: Identify | None, with_create_skill: bool) -> None:
         self.dispatcher = dispatcher
         self.identify = identify
-        context = dispatcher.context
-        offered = tools(with_create_skill, facts_of(context.limits, context.egress.network.run_code))
-        self.names = {tool.name for tool in offered}
-        self.listing = types.ListToolsResult(tools=[types.Tool.model_validate(render(tool, "mcp")) for tool in offered])
+        self.with_create_skill = with_create_skill
+        self.changes: ToolListChanges | None = None
+        self._listed: tuple[Any, types.ListToolsResult] | None = None  # (the facts, their listing)
+        self.names = {tool.name for tool in tools(with_create_skill)}
+
+    def listing(self) -> types.ListToolsResult:
+        """The tools as they are now (their texts state the served image): made again when it changes."""
+        context = self.dispatcher.context
+        facts = facts_of(context.limits, context.egress.network.run_code, context.served.facts())
+        listed = self._listed
+        if listed is None or listed[0] != facts:
+            offered = tools(self.with_create_skill, facts)
+            listed = (facts, types.ListToolsResult(tools=[types.Tool.model_validate(render(t, "mcp")) for t in offered]))
+            self._listed = listed
+        return listed[1]
 
     async def dispatch(self, method: str, raw: msgspec.Raw, ctx: Any) -> msgspec.Struct:
         if self.identify is None:
@@ -161,7 +189,9 @@ class _Handlers:
         return await self.dispatcher(method, raw, caller=caller)
 
     async def list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return self.listing
+        if self.changes is not None:
+            self.changes.seen(ctx)
+        return self.listing()
 
     async def list_resources(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         return types.ListResourcesResult(resources=[])  # blobs are not listed, only read by ID
@@ -189,6 +219,8 @@ class _Handlers:
         return types.ReadResourceResult(contents=[contents])
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if self.changes is not None:
+            self.changes.seen(ctx)
         if params.name not in self.names:
             return _error(f"unknown tool {params.name[:100]!r}; tools: {', '.join(sorted(self.names))}", -32601)
         raw = _arguments(params.arguments)

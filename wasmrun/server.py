@@ -36,6 +36,7 @@ from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox import warmup
 from wasmrun.sandbox.executor import Executor, InProcessExecutor
 from wasmrun.sandbox.pool import WorkerPool
+from wasmrun.served import ServedImage
 from wasmrun.settings import Settings
 from wasmrun.tenants.caller import LOCAL_TENANT, local_caller
 from wasmrun.tenants.calls import CallGate, RequestsInFlight
@@ -48,8 +49,9 @@ from wasmrun.wire.lazy import LazyEndpoint
 from wasmrun.wire.tools_route import tools_route
 
 
-def make_executor(settings: Settings, backends: Backends) -> Executor:
-    """Worker processes, each opening the blob store of `backends` itself."""
+def make_executor(settings: Settings, backends: Backends, served: ServedImage | None = None) -> Executor:
+    """Worker processes, each opening the blob store of `backends` itself; `served` is
+    told which image they serve (and of the move to the data image, on `auto`)."""
     from wasmrun.sandbox.engine import precompile
     from wasmrun.sandbox.heaptrim import release_freed_heap
     from wasmrun.sandbox.images import resolve_image
@@ -64,6 +66,8 @@ def make_executor(settings: Settings, backends: Backends) -> Executor:
 
         ready_image(data_engine(), quiet=False)
     logging.getLogger("wasmrun").info("serving the %s image", image)
+    if served is not None:
+        served.switch(image)
     pool = WorkerPool(
         backends.blobs.for_workers(), workers=settings.workers, queue_timeout=settings.queue_timeout, image=image,
         packages=settings.package_layers,
@@ -72,7 +76,15 @@ def make_executor(settings: Settings, backends: Backends) -> Executor:
         # The data stack is installed but its image not made: made in the background
         # (minutes, low priority) while this server answers on the stdlib image.
         warming = warmup.DataImageWarmup()
-        warming.start(on_ready=lambda: pool.roll("data"))
+
+        def on_ready() -> None:
+            pool.roll("data")
+            if served is not None:
+                served.switch("data")  # once every worker serves it: the texts say so then
+
+        if served is not None:
+            served.warming = warming.progress
+        warming.start(on_ready=on_ready)
         return warmup.WarmingExecutor(pool, warming)
     return pool
 
@@ -98,13 +110,18 @@ def open_registry(settings: Settings, backends: Backends | None = None) -> Direc
     return registry
 
 
-def served_layer(settings: Settings) -> Path:
-    """The package layer of the guest image this server runs (each image's Python has its own)."""
-    image = settings.image
+def serving_now(image: str) -> str:
+    """The image a server started with `image` ("auto", "stdlib" or "data") serves now."""
     if image == "auto":
         from wasmrun.sandbox.images import image_state
 
-        image = "data" if image_state() is None else "stdlib"
+        return "data" if image_state() is None else "stdlib"
+    return image
+
+
+def served_layer(settings: Settings) -> Path:
+    """The package layer of the guest image this server runs (each image's Python has its own)."""
+    image = serving_now(settings.image)
     return package_layer.tag_root(settings.data_dir, package_layer.IMAGE_TAGS.get(image, package_layer.DEFAULT_TAG))
 
 
@@ -126,10 +143,15 @@ def build_context(
         backends = open_backends(settings)
     if blobs is None:
         blobs = backends.blobs.blob_store()
+    served = ServedImage(package_layers=settings.package_layers)
+    if executor is None:
+        executor = make_executor(settings, backends, served)
+    else:  # the caller's: on the image its settings name
+        served.switch(serving_now(settings.image))
     return Context(
         registry=open_registry(settings, backends),
         blobs=blobs,
-        executor=executor if executor is not None else make_executor(settings, backends),
+        executor=executor,
         secrets=settings.secrets,
         limits=settings.limits,
         egress=settings.egress,
@@ -139,6 +161,7 @@ def build_context(
         gate=backends.records.run_gate(),
         calls=CallGate(settings.queue_timeout),
         sessions=backends.blobs.session_store(),
+        served=served,
     )
 
 
@@ -176,7 +199,10 @@ def create_app(
 
     dispatcher = Dispatcher(context, observers, require_caller=True)
     in_flight = RequestsInFlight()  # each tenant's HTTP requests, /rpc and /mcp together
-    routes: list[BaseRoute] = [tools_route(facts_of(context.limits, context.egress.network.run_code))]
+    served = context.served
+    routes: list[BaseRoute] = [
+        tools_route(lambda: facts_of(context.limits, context.egress.network.run_code, served.facts()))
+    ]
     routes.extend(e2b_routes(dispatcher, tenants.authenticate, in_flight))  # the E2B SDK's front (docs/e2b.md)
     lifespans = mcp_endpoint(settings, dispatcher, tenants, in_flight, routes, with_create_skill=mcp_with_create_skill)
     return create_wire_app(
@@ -185,6 +211,7 @@ def create_app(
         body_timeout=settings.body_timeout,
         on_shutdown=shutdown,
         health=context.executor.health,
+        image_status=context.served.status,
         routes=routes,
         lifespans=lifespans,
         guard=RequestGuard.for_server(settings.host, settings.access.allowed_hosts, settings.access.allowed_origins),

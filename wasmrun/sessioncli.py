@@ -7,8 +7,10 @@
     wasmrun session list
 
 The server is --url (WASMRUN_URL, default http://127.0.0.1:8080), the key
---api-key (WASMRUN_API_KEY). Each prints the result as JSON; `run` exits 1
-when the run failed, any command 2 when the server refused the call.
+--api-key (WASMRUN_API_KEY). `create` and `fork` print the new session's id alone
+(`SID=$(wasmrun session create)`; --json prints its whole record), the others the
+result as JSON; `run` exits 1 when the run failed, any command 2 when the server
+refused the call.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ def add_parser(commands: Any) -> None:
     session.add_argument("--url", default=None, help=f"the server (WASMRUN_URL; default {DEFAULT_URL})")
     session.add_argument("--api-key", default=None, help="the tenant's API key (WASMRUN_API_KEY; default none)")
     sub = session.add_subparsers(dest="session_command", required=True)
-    create = command(sub, "create", "start a new Python session and print its session_id",
-                     "wasmrun session create --idle-timeout-s 1800 --skill data.csv.profile")
+    create = command(sub, "create", "start a new Python session and print its session_id (--json: its whole record)",
+                     "SID=$(wasmrun session create --idle-timeout-s 1800 --skill data.csv.profile)")
+    create.add_argument("--json", action="store_true", help="print the session's whole record as JSON (default: its id)")
     limitcli.add_limit_shorthands(create, ("memory_mb", "timeout_ms"), "the server's")
     create.add_argument("--idle-timeout-s", type=int,
                         help="end the session after this many seconds unused (default: the server's)")
@@ -49,11 +52,13 @@ def add_parser(commands: Any) -> None:
     run.add_argument("session_id", help="the id create printed")
     run.add_argument("file", metavar="FILE.py", help="the code: a final expression or main(args); - reads stdin")
     limitcli.add_limit_shorthands(run, ("timeout_ms",), "the session's")
-    for name, about in (("fork", "copy a session (memory and files) into a new one"),
-                        ("close", "end a session and delete its state")):
-        command(sub, name, about, f"wasmrun session {name} ses_...").add_argument(
-            "session_id", help="the session's id"
-        )
+    fork = command(sub, "fork", "copy a session (memory and files) into a new one and print the new one's id",
+                   "wasmrun session fork ses_...")
+    fork.add_argument("session_id", help="the session's id")
+    fork.add_argument("--json", action="store_true", help="print the new session's record as JSON (default: its id)")
+    command(sub, "close", "end a session and delete its state", "wasmrun session close ses_...").add_argument(
+        "session_id", help="the session's id"
+    )
     command(sub, "list", "list your open sessions", "wasmrun session list")
 
 
@@ -66,6 +71,10 @@ def main(args: argparse.Namespace) -> int:
         except RPCError as exc:
             print(f"wasmrun: {exc.message}", file=sys.stderr)
             return 2
+    new_id = getattr(result, "session_id", None)
+    if args.session_command in ("create", "fork") and not args.json and isinstance(new_id, str):
+        print(new_id)  # what the help promises: the id, alone, for a shell variable
+        return 0
     print(msgspec.json.format(msgspec.json.encode(result), indent=2).decode())
     return 1 if getattr(result, "status", "completed") == "failed" else 0
 

@@ -125,13 +125,18 @@ function runParams() {
   }
   const timeout = $("timeout").value ? Number($("timeout").value) : null;
   if (mode() === "skill") {
-    const params = { name: $("skill-pick").value, args };
+    const params = { name: $("skill-pick").value, args, input_blobs: inputBlobs() };
     if (timeout) params.timeout_ms = timeout;
     return ["execute_skill", params];
   }
   const mounts = $("mounts").value.split(",").map((s) => s.trim()).filter(Boolean);
-  const params = { language: "python", code: $("code").value, args, mount_skills: mounts };
+  const params = { language: "python", code: $("code").value, args, mount_skills: mounts, input_blobs: inputBlobs() };
   if (timeout) params.limits = { timeout_ms: timeout };
+  const session = chosenSession();
+  if (session) {
+    params.session_id = session; // a session's skills are its own, fixed when it was made
+    delete params.mount_skills;
+  }
   return ["run_code", params];
 }
 
@@ -145,6 +150,7 @@ async function run() {
     const result = await rpc(method, params);
     text($("run-state"), `answered in ${Math.round(performance.now() - started)} ms`);
     await showResult(result);
+    if (params.session_id) await loadSessions();
   } catch (err) {
     text($("run-state"), "");
     showCallError(err);
@@ -279,6 +285,7 @@ function init() {
     $("key").value = "";
     showKeyState();
     loadSkills();
+    loadSessions();
   });
   $("key-forget").addEventListener("click", () => {
     sessionStorage.removeItem(KEY_SLOT);
@@ -289,6 +296,7 @@ function init() {
   $("run").addEventListener("click", run);
   onMode();
   loadSkills();
+  initWorkbench(); // workbench.js: sessions, uploads, the server's image
 }
 
 document.addEventListener("DOMContentLoaded", init);

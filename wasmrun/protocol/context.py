@@ -13,6 +13,7 @@ from wasmrun.registry.interface import SkillRegistry
 from wasmrun.registry.skill import Skill
 from wasmrun.sandbox.executor import Executor
 from wasmrun.sandbox.limits import LimitPolicy
+from wasmrun.served import ServedImage
 from wasmrun.tenants.caller import LOCAL, Caller
 from wasmrun.tenants.calls import CallGate
 from wasmrun.tenants.policy import AccessPolicy
@@ -33,6 +34,7 @@ class Context:
     gate: RunGate = field(default_factory=RunGate)  # each tenant's share of the sandboxes
     calls: CallGate = field(default_factory=CallGate)  # each tenant's share of the other methods' capacity
     sessions: SessionStore | None = None  # None: no sessions on this server
+    served: ServedImage = field(default_factory=ServedImage)  # the image new runs get (its texts follow it)
     # The skills this call's handler found (find_skill appends each), for the call's record:
     # a list of its own per observed call (the Dispatcher's), None when nobody records.
     resolved: list[Skill] | None = None

@@ -16,7 +16,7 @@ import msgspec.inspect
 
 from wasmrun import phases
 from wasmrun.observe.record import CallRecord, Observer
-from wasmrun.protocol import blobs, runs, sessions, skills, types
+from wasmrun.protocol import blobs, paramcheck, runs, sessions, skills, types
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, MethodNotFound, QuotaExceeded, RPCError, Unauthorized
 from wasmrun.protocol.sessionstore import key_of
@@ -98,7 +98,12 @@ def decode_params(params_type: type[Params], raw: msgspec.Raw) -> Params:
     try:
         return msgspec.convert(value, params_type)
     except msgspec.ValidationError as exc:
-        raise _invalid(str(exc)) from None
+        found = paramcheck.problems(params_type, value)
+        if not found:  # a problem no single member shows
+            raise _invalid(str(exc)) from None
+        fields = [p.field for p in found]
+        extra = {"fields": fields} if len(fields) > 1 else {}
+        raise InvalidParams(paramcheck.describe(found), field=fields[0], **extra) from None
 
 
 def _limits_moved_in(params_type: type[Params], value: dict[str, Any]) -> dict[str, Any]:

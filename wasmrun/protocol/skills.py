@@ -222,7 +222,7 @@ async def load_skills_protocol_guide(ctx: Context, p: LoadGuideParams) -> LoadGu
 
 
 def _server_facts(ctx: Context) -> ServerFacts:
-    return facts_of(ctx.limits, ctx.egress.network.run_code)
+    return facts_of(ctx.limits, ctx.egress.network.run_code, ctx.served.facts())
 
 
 # -- create_skill -------------------------------------------------------------

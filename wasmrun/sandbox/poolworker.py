@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import multiprocessing.connection
 import signal
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
     from wasmrun.sandbox.engine import SandboxEngine
 
 READY = b"ready"  # a worker's first message: its engine is loaded
+# The other image's engine (for sessions made on it) costs a worker ~210 MB RSS (~65 MB PSS,
+# the compiled module's pages being shared) when it is the stdlib one beside the data image:
+# closed once no run has needed it for this long (docs/sessions.md).
+OTHER_ENGINE_IDLE_S = 600.0
 
 
 class BlobOpener(msgspec.Struct, frozen=True):
@@ -70,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         setup = setup_decoder.decode(inbox.recv_bytes())
     except (EOFError, OSError):
         return  # the pool went away before saying what to serve
-    engine = open_engine(setup)
+    engines = Engines(setup)
     release_freed_heap()  # what making the engine (compiling, warm-up runs) freed
     outbox.send_bytes(READY)
     try:
@@ -79,9 +84,50 @@ def main(argv: list[str] | None = None) -> None:
                 raw = inbox.recv_bytes()
             except (EOFError, OSError):
                 return
-            outbox.send_bytes(serve(engine, raw, outbox))
+            outbox.send_bytes(serve(engines, raw, outbox))
     finally:
-        engine.close()
+        engines.close()
+
+
+class Engines:
+    """A worker's engines: the one of the image it serves, and, made when first needed and
+    kept, the other image's, for the runs of sessions made on it. A session keeps the image
+    it was made on (its memory is that interpreter's) whatever the server serves for new
+    runs: a session made on the stdlib image while the data image was being made keeps
+    running there after the move (docs/sessions.md)."""
+
+    def __init__(self, setup: WorkerSetup) -> None:
+        from wasmrun.sandbox.sessions import image_name
+
+        self.setup = setup
+        self.serving = open_engine(setup)
+        self.image = image_name(self.serving.guest.key)
+        self._others: dict[str, SandboxEngine] = {}
+        self._used: dict[str, float] = {}  # when each of _others last took a run (time.monotonic())
+
+    def for_request(self, request: RunRequest) -> SandboxEngine:
+        from wasmrun.sandbox.sessions import image_of
+
+        self._close_idle()
+        wanted = image_of(request)
+        if wanted is None or wanted == self.image:
+            return self.serving
+        engine = self._others.get(wanted)
+        if engine is None:
+            engine = self._others[wanted] = open_engine(msgspec.structs.replace(self.setup, image=wanted))
+        self._used[wanted] = time.monotonic()
+        return engine
+
+    def _close_idle(self) -> None:
+        for image, used in list(self._used.items()):
+            if time.monotonic() - used > OTHER_ENGINE_IDLE_S:
+                del self._used[image]
+                self._others.pop(image).close()
+                release_freed_heap()
+
+    def close(self) -> None:
+        for engine in (self.serving, *self._others.values()):
+            engine.close()
 
 
 def open_engine(setup: WorkerSetup) -> SandboxEngine:
@@ -96,7 +142,7 @@ def open_engine(setup: WorkerSetup) -> SandboxEngine:
     return make_engine(setup.image, open_blobs(*setup.blobs.args), Path(setup.workspace_parent), packages=packages)
 
 
-def serve(engine: SandboxEngine, raw: bytes, outbox: multiprocessing.connection.Connection) -> bytes:
+def serve(engines: Engines, raw: bytes, outbox: multiprocessing.connection.Connection) -> bytes:
     """One run, start to end; whatever fails, the answer is that run's result
     and the worker goes on serving (the parent names a run it lost an id)."""
     try:
@@ -105,6 +151,11 @@ def serve(engine: SandboxEngine, raw: bytes, outbox: multiprocessing.connection.
         request = RunRequest(kind="code")
         return encoder.encode(host_failure(request, "the sandbox could not read the run request"))
     on_output = (lambda chunks: outbox.send_bytes(encode_chunks(chunks))) if request.stream else None
+    try:
+        engine = engines.for_request(request)
+    except Exception:
+        message = "this session's image cannot be loaded on this server any more; start a new session"
+        return encoder.encode(host_failure(request, message))
     result = engine.run(request, on_output)  # never raises
     result.background = engine.background.drain()  # the engine's own runs, for /metrics
     try:

@@ -57,6 +57,17 @@ _compare.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
 _compare.restype = ctypes.c_int
 
 
+def made_by(folder: Path) -> str | None:
+    """The guest key that made the memory image of the version `folder`: None when it
+    has none (a session's first run), "" when its file is not one of ours."""
+    try:
+        with open(folder / BASE, "rb") as f:
+            magic, key_len = _HEADER.unpack(f.read(_HEADER.size))
+            return f.read(key_len).decode(errors="replace") if magic == MAGIC else ""
+    except (OSError, struct.error):
+        return None
+
+
 def load(folder: Path, store: wasmtime.Store, memory: wasmtime.Memory, guest_key: str) -> None:
     """Write a version's memory into a fresh instance (nothing if it has none yet)."""
     for name in (BASE, DELTA):

@@ -59,6 +59,20 @@ def version_dir(folder: Path, version: int) -> Path:
     return folder / f"v{version}"
 
 
+def image_name(guest_key: str) -> str:
+    """The image ("stdlib" or "data") of a guest key."""
+    return "data" if guest_key.startswith(DATA_GUEST_PREFIX) else "stdlib"
+
+
+def image_of(request: RunRequest) -> str | None:
+    """The image a session run must run on: the one that made its session's memory
+    (None: not a session run, or the session's first, which any image can run)."""
+    if request.session is None:
+        return None
+    made_by = sessionimages.made_by(version_dir(Path(request.session.folder), request.session.version))
+    return image_name(made_by) if made_by else None
+
+
 def rolls_back(result: RunResult) -> bool:
     return result.error is not None and result.error.type in ROLLBACK_TYPES
 
@@ -92,12 +106,9 @@ def run_in_session(
 def _mismatch_message(made_by: str, serving: str) -> str:
     """Why a session cannot resume here. The usual cause: a server on `auto` made it on
     the stdlib image while the data image was being made, and serves the data image now."""
-    def image(key: str) -> str:
-        return "data" if key.startswith(DATA_GUEST_PREFIX) else "stdlib"
-
-    if made_by and image(made_by) != image(serving):
-        return (f"this session was made on the {image(made_by)} image and this server now runs the"
-                f" {image(serving)} image; start a new session")
+    if made_by and image_name(made_by) != image_name(serving):
+        return (f"this session was made on the {image_name(made_by)} image and this server now runs the"
+                f" {image_name(serving)} image; start a new session")
     return "this session was made by another build of the sandbox; start a new one"
 
 

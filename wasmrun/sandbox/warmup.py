@@ -79,13 +79,29 @@ class BuildStatus(msgspec.Struct):
     expected_s: float
 
 
-def expected_seconds() -> float:
-    """How long a make takes here: the last one's time, else DEFAULT_BUILD_S."""
+class WarmupProgress(msgspec.Struct):
+    """How far the background make of the data image is (for /healthz and the playground)."""
+
+    image: str  # the image being made: "data"
+    seconds_so_far: int
+    seconds_left: int  # a guess: the expected time less the time so far, at least 5
+    expected_s: int
+    measured: bool  # expected_s is this machine's last make's time (else a first guess)
+
+
+def measured_seconds() -> float | None:
+    """How long the last make of the data image took on this machine (its cache records it), if known."""
     try:
         seconds = float((dataimage.root() / TIMING_NAME).read_text(errors="replace")[:32])
     except (OSError, ValueError):
-        return DEFAULT_BUILD_S
-    return min(max(10.0, seconds), MAX_BUILD_CPU_S) if math.isfinite(seconds) else DEFAULT_BUILD_S
+        return None
+    return min(max(1.0, seconds), MAX_BUILD_CPU_S) if math.isfinite(seconds) else None
+
+
+def expected_seconds() -> float:
+    """How long a make takes here: the last one's time, else DEFAULT_BUILD_S."""
+    measured = measured_seconds()
+    return measured if measured is not None else DEFAULT_BUILD_S
 
 
 def _root() -> Path:
@@ -123,7 +139,7 @@ def build(quiet: bool = False) -> Path:
             image = images.ready_image(images.data_engine(), quiet=quiet)
             took = time.time() - status.started
             if made:
-                (_root() / TIMING_NAME).write_text(f"{took:.0f}\n")
+                (_root() / TIMING_NAME).write_text(f"{took:.1f}\n")  # the next countdown starts from it
         finally:
             status_file.unlink(missing_ok=True)
     return dataimage.image_path(image.interp)
@@ -181,6 +197,7 @@ class DataImageWarmup:
 
     def __init__(self) -> None:
         self.started = time.monotonic()
+        self.measured = measured_seconds() is not None
         self.expected_s = expected_seconds()
         self._warming = threading.Event()
         self._closed = threading.Event()
@@ -192,6 +209,13 @@ class DataImageWarmup:
 
     def seconds_left(self) -> int:
         return int(max(5.0, self.expected_s - (time.monotonic() - self.started)))
+
+    def progress(self) -> WarmupProgress | None:
+        """How far the make is, None once it is over (made or failed)."""
+        if not self.warming:
+            return None
+        so_far = int(time.monotonic() - self.started)
+        return WarmupProgress("data", so_far, self.seconds_left(), int(self.expected_s), self.measured)
 
     def start(self, on_ready: Callable[[], None]) -> None:
         """Start the maker; `on_ready` is called (on a thread of ours) once the image is ready."""

@@ -138,6 +138,7 @@ def create_app(
     body_timeout: float = 30.0,
     on_shutdown: Callable[[], None] | None = None,
     health: Callable[[], Health] | None = None,
+    image_status: Callable[[], dict[str, Any]] | None = None,
     routes: Sequence[BaseRoute] = (),
     lifespans: Sequence[Callable[[], contextlib.AbstractAsyncContextManager[Any]]] = (),
     guard: RequestGuard | None = None,
@@ -170,7 +171,7 @@ def create_app(
     app = RpcFront(
         routes=[
             Route("/rpc", rpc, methods=["POST"]),
-            Route("/healthz", _healthz(health, health_detail), methods=["GET"]),
+            Route("/healthz", _healthz(health, health_detail, image_status), methods=["GET"]),
             Route("/metrics", _prometheus(metrics, metrics_refusal), methods=["GET"]),
             *playground_routes(),
             *routes,
@@ -185,8 +186,17 @@ def create_app(
     return app
 
 
+def image_fields(image_status: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
+    """/healthz's word on the guest image: the one served and, while the data image is
+    made in the background, how far that is (served.py). Anyone may see it: the tool
+    texts say as much."""
+    return {"image": image_status()} if image_status is not None else {}
+
+
 def _healthz(
-    health: Callable[[], Health] | None, detail: Callable[[str | None], bool] | None = None
+    health: Callable[[], Health] | None,
+    detail: Callable[[str | None], bool] | None = None,
+    image_status: Callable[[], dict[str, Any]] | None = None,
 ) -> Callable[[Request], Awaitable[Response]]:
     async def healthz(request: Request) -> Response:
         """200 while a sandbox worker can serve runs (even if all are busy),
@@ -194,12 +204,13 @@ def _healthz(
         counts (workers, queue) only where `detail` allows them: on a server with
         tenants they tell anyone who reaches the port how loaded it is."""
         if health is None:
-            return JSONResponse({"status": "ok"})
+            return JSONResponse({"status": "ok", **image_fields(image_status)})
         now = health()
         body: dict[str, Any] = {"status": "ok" if now.serving else "unavailable"}
         if detail is None or detail(request.headers.get("authorization")):
             body["workers"] = {"total": now.total, "free": now.free, "unavailable": now.unavailable}
             body["queued"] = now.queued
+        body.update(image_fields(image_status))
         return JSONResponse(body, status_code=200 if now.serving else 503)
 
     return healthz

@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 FOLDER = Path(__file__).resolve().parent.parent / "playground"
 FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
+         "workbench.js": "text/javascript; charset=utf-8",
          "style.css": "text/css; charset=utf-8"}
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self';"

@@ -3,6 +3,8 @@ the LLM tool definitions (wasmrun/tools.py) as one JSON array."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -36,10 +38,11 @@ async def tools(request: Request, facts: ServerFacts | None = None) -> Response:
     return JSONResponse(rendered)
 
 
-def tools_route(facts: ServerFacts | None = None) -> Route:
-    """The route, its run tools stated for the server `facts` describes."""
+def tools_route(facts: Callable[[], ServerFacts] | None = None) -> Route:
+    """The route, its run tools stated for the server `facts()` describes at each request
+    (the served image can change while the server runs: served.py)."""
 
     async def endpoint(request: Request) -> Response:
-        return await tools(request, facts)
+        return await tools(request, facts() if facts is not None else None)
 
     return Route("/tools", endpoint, methods=["GET"])
