@@ -53,27 +53,18 @@ def test_unknown_mime_types_go_to_extra() -> None:
     assert event is not None and event["extra"] == {"application/vnd.custom": {"k": 1}}
 
 
-def test_without_displays_the_output_is_the_main_result_as_its_repr() -> None:
-    done = {"status": "completed", "output": {"a": "b"}}
-    execution = _parsed(results.run_events(done, 3))
-    assert execution.text == "{'a': 'b'}" and execution.execution_count == 3
-    assert _parsed(results.run_events({"status": "completed", "output": None}, 1)).results == []
-
-
-def test_without_displays_the_runs_pictures_are_results_before_the_main_one() -> None:
-    done = {"status": "completed", "output": 3, "images": [
-        {"blob_id": "blob:1", "kind": "image/png", "name": "figure-1.png"},
-        {"blob_id": "blob:2", "kind": "image/svg+xml", "name": "chart.svg"},
-        {"blob_id": "blob:3", "kind": "text/csv", "name": "not-a-picture.csv"},
+def test_displays_are_the_results_in_order_with_their_blobs_read_back() -> None:
+    done = {"status": "completed", "output": 3, "displays": [
+        {"data": {}, "blobs": {"image/png": "blob:1"}},
+        {"data": {"image/svg+xml": "<svg/>"}},
+        {"data": {"text/plain": "3"}, "main": True},
     ]}
-    assert results.image_blobs(done) == {"blob:1", "blob:2", "blob:3"}
-    blobs = {"blob:1": b"\x89PNG", "blob:2": b"<svg/>"}
-    execution = _parsed(results.run_events(done, 1, blobs.get))
+    assert results.image_blobs(done) == {"blob:1"}
+    execution = _parsed(results.run_events(done, 1, {"blob:1": b"\x89PNG"}.get))
     assert [r.formats() for r in execution.results] == [["png"], ["svg"], ["text"]]
     assert base64.b64decode(execution.results[0].png) == b"\x89PNG" and not execution.results[0].is_main_result
-    assert execution.text == "3"
-    with_displays = {**done, "displays": [{"data": {"text/plain": "3"}, "main": True}]}
-    assert len(_parsed(results.run_events(with_displays, 1, blobs.get)).results) == 1  # displays say it all
+    assert execution.text == "3" and execution.results[2].is_main_result
+    assert _parsed(results.run_events({"status": "completed", "output": None}, 1)).results == []
 
 
 def test_a_failed_run_is_an_error_with_name_value_and_traceback() -> None:

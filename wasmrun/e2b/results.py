@@ -103,15 +103,6 @@ def display_result(display: Mapping[str, Any], read_blob: ReadBlob | None = None
     return event if len(event) > 2 or extra else None
 
 
-def output_result(output: Any) -> dict[str, Any] | None:
-    """The run's `output` (its last expression, as JSON) as the main result, for a
-    server whose runs report no displays: its Python repr as text; None gives none,
-    as IPython shows nothing for None."""
-    if output is None:
-        return None
-    return {"type": "result", "is_main_result": True, "text": repr(output)}
-
-
 def _exception_text(kind: str, lines: list[str]) -> str | None:
     """The exception's message from the lines after the last frame: its header is
     `<Type>: <message>` (the type may be qualified, `f.<locals>.Type`), the message may go
@@ -141,38 +132,21 @@ def error_event(kind: str, message: str) -> dict[str, Any]:
 
 
 def image_blobs(result: Mapping[str, Any]) -> set[str]:
-    """The blobs run_events reads: the displays' large forms, or the run's pictures."""
-    displays = result.get("displays")
-    if isinstance(displays, list):
-        return {
-            blob_id for display in displays if isinstance(display, Mapping)
-            for blob_id in (display.get("blobs") or {}).values() if isinstance(blob_id, str)
-        }
+    """The blobs run_events reads: the displays' forms too large to inline."""
     return {
-        image["blob_id"] for image in result.get("images") or []
-        if isinstance(image, Mapping) and isinstance(image.get("blob_id"), str)
+        blob_id for display in result.get("displays") or [] if isinstance(display, Mapping)
+        for blob_id in (display.get("blobs") or {}).values() if isinstance(blob_id, str)
     }
 
 
 def run_events(result: Mapping[str, Any], execution_count: int, read_blob: ReadBlob | None = None) -> list[dict[str, Any]]:
-    """The events that follow a run's streamed output: its results (displays; or its
-    pictures and its output as the main result), its error, the execution count."""
+    """The events that follow a run's streamed output: its results (the run's display
+    results, in order: display(), plt.show(), the last expression as the main one), its
+    error, the execution count."""
     events: list[dict[str, Any]] = []
-    displays = result.get("displays")
-    if isinstance(displays, list):
-        for display in displays:
-            if isinstance(display, Mapping) and (event := display_result(display, read_blob)) is not None:
-                events.append(event)
-    else:
-        # A server whose runs report no displays: the pictures the run made (a figure
-        # `plt.show()` saved, a chart written to /workspace), then the output as the main result.
-        for image in result.get("images") or []:
-            if isinstance(image, Mapping) and image.get("kind") in BINARY | {"image/svg+xml"}:
-                picture = {"data": {}, "blobs": {image["kind"]: image.get("blob_id")}}
-                if (event := display_result(picture, read_blob)) is not None:
-                    events.append(event)
-        if result.get("status") == "completed" and (main := output_result(result.get("output"))) is not None:
-            events.append(main)
+    for display in result.get("displays") or []:
+        if isinstance(display, Mapping) and (event := display_result(display, read_blob)) is not None:
+            events.append(event)
     error = result.get("error")
     if result.get("status") == "failed" and isinstance(error, Mapping):
         events.append(error_event(str(error.get("type", "Error")), str(error.get("message", ""))))
