@@ -21,10 +21,13 @@ REQUESTABLE_LIMITS: dict[str, tuple[str, int, str]] = {
 
 RUN_CONTRACT = (
     "Run contract: define `def main(args):` (args is the call's `args` object) and return a"
-    " JSON-serialisable value, which becomes `output`; without main, the code runs as a script"
-    " and the value of its last line, when that is an expression, is the output (as in a notebook"
-    " cell). print() goes to logs_preview, not output. A result's `warnings` say when the"
-    " contract was likely misread."
+    " value, which becomes `output`; without main, the code runs as a script and the value of its"
+    " last line, when that is an expression, is the output (as in a notebook cell). Values keep"
+    " their labels in JSON (a Series as {label: value}, a DataFrame as {columns, index, data});"
+    " NaN and infinities become null, and a value with no JSON form its text, each with a warning."
+    " display(obj) and plt.show() add `displays` (text/plain, text/html tables, image/png charts),"
+    " in order, the last expression's with main=true. print() goes to logs_preview, not output."
+    " A result's `warnings` say when the contract was likely misread."
 )
 BLOBS = (
     "Blobs: each blob id in input_blobs is a read-only file at /blobs/<id> (open('/blobs/' +"
