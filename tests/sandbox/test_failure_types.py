@@ -14,7 +14,7 @@ from wasmrun.sandbox import errors
 HOST_TYPES = [
     "Timeout", "CPULimitExceeded", "MemoryLimitExceeded", "StackOverflow", "WorkspaceQuotaExceeded",
     "BlobBudgetExceeded", "BlobQuotaExceeded", "InvalidHostCall", "GuestCrashed", "WorkerCrashed", "SandboxError",
-    "DataImageWarmingUp",
+    "DataImageWarmingUp", "SessionBytesExceeded",
 ]
 
 
