@@ -48,6 +48,22 @@ def _strings(body: dict[str, Any], name: str) -> dict[str, str]:
     return dict(value)
 
 
+def env_vars(value: Any, name: str) -> dict[str, str]:
+    """Environment variables as `os.environ` takes them: names not empty and without '='
+    or NUL, values strings without NUL; anything else is 400 naming the member (not a run
+    that fails setting them)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise FrontError(400, f"{name} must be an object of strings")
+    for key, item in value.items():
+        if not key or "=" in key or "\x00" in key:
+            raise FrontError(400, f"{name}: {key[:80]!r} is not a variable name (empty, or with '=' or NUL)")
+        if not isinstance(item, str) or "\x00" in item:
+            raise FrontError(400, f"{name}.{key[:80]} must be a string without NUL")
+    return dict(value)
+
+
 def _timeout(body: dict[str, Any], front: Front, default: int | None = DEFAULT_TIMEOUT_S) -> int | None:
     value = body.get("timeout", default)
     if value is None:
@@ -104,7 +120,7 @@ async def create_sandbox(front: Front, request: Request) -> Response:
         return error(400, f"template {shown!r} is not on this server: wasmrun serves one Python image, "
                      f"named {', '.join(sorted(TEMPLATES))}")
     timeout = _timeout(body, front) or DEFAULT_TIMEOUT_S
-    metadata, envs = _strings(body, "metadata"), _strings(body, "envVars")
+    metadata, envs = _strings(body, "metadata"), env_vars(_strings(body, "envVars"), "envVars")
     session_id = await _new_session(front, caller)
     now = time.time()
     sandbox = E2BSandbox(

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from wasmrun.e2b import guestfiles, results
 from wasmrun.e2b.calls import MAX_CODE_BODY, Front, FrontError, read_json_object
-from wasmrun.e2b.control import set_envs
+from wasmrun.e2b.control import env_vars, set_envs
 from wasmrun.e2b.paths import guest_path
 from wasmrun.e2b.sandboxes import CONTEXT_ID, DEFAULT_CONTEXT, HOME, CodeContext, E2BSandbox, new_id
 from wasmrun.protocol.streaming import RUN_OUTPUT
@@ -74,9 +74,7 @@ async def execute(front: Front, request: Request, sandbox: E2BSandbox) -> Respon
         raise FrontError(400, "code must be a string (no NUL characters)")
     _language(body)
     context = _context(sandbox, body.get("context_id"))
-    envs = body.get("env_vars") or {}
-    if not isinstance(envs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in envs.items()):
-        raise FrontError(400, "env_vars must be an object of strings")
+    envs = env_vars(body.get("env_vars"), "env_vars")
     try:
         cell, pips = split_cell(code)
     except FrontError as exc:
@@ -157,8 +155,9 @@ async def create_context(front: Front, request: Request, sandbox: E2BSandbox) ->
     body = await read_json_object(request)
     _language(body)
     cwd = body.get("cwd") or HOME
-    if not isinstance(cwd, str) or len(cwd) > 4096 or "\x00" in cwd:
+    if not isinstance(cwd, str):
         raise FrontError(400, "cwd must be a path")
+    guest_path(cwd)  # refused (400) before a session is made for it
     info = await front.call(sandbox.caller, "create_session",
                             {"language": "python", "idle_timeout_s": front.session_policy.max_idle_timeout_s})
     context = CodeContext(new_id()[:20], info["session_id"], cwd)
