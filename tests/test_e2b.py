@@ -506,6 +506,9 @@ def test_refused_requests_are_clear_and_leave_no_session_behind(live: Live) -> N
             created = httpx2.post(f"{live.api}/sandboxes", headers={"X-API-KEY": live.dave},
                                   json={"envVars": envs}, timeout=60)
             assert created.status_code == 400 and "envVars" in created.json()["message"], envs
+        # A name the sandbox's filesystem refuses: 400 saying why, not a server error.
+        too_long = post("/files", params={"path": "a" * 300}, content=b"x")
+        assert too_long.status_code == 400 and "too long" in too_long.json()["message"], too_long.text
         context = post("/contexts", json={"cwd": "/home/user/sub"})
         assert context.status_code == 200, context.text
         ran = post("/execute", json={"code": "import os; os.getcwd()", "context_id": context.json()["id"]})
