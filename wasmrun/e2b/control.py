@@ -94,7 +94,8 @@ def detail(sandbox: E2BSandbox, front: Front) -> dict[str, Any]:
     }
 
 
-async def _new_session(front: Front, caller: Caller) -> str:
+async def new_session(front: Front, caller: Caller) -> str:
+    """A session for a sandbox or a context: the longest idle timeout the server allows."""
     info = await front.call(
         caller, "create_session", {"language": "python", "idle_timeout_s": front.session_policy.max_idle_timeout_s}
     )
@@ -121,7 +122,7 @@ async def create_sandbox(front: Front, request: Request) -> Response:
                      f"named {', '.join(sorted(TEMPLATES))}")
     timeout = _timeout(body, front) or DEFAULT_TIMEOUT_S
     metadata, envs = _strings(body, "metadata"), env_vars(_strings(body, "envVars"), "envVars")
-    session_id = await _new_session(front, caller)
+    session_id = await new_session(front, caller)
     now = time.time()
     sandbox = E2BSandbox(
         sandbox_id=new_id(), caller=caller, template=template, metadata=metadata,
