@@ -100,3 +100,22 @@ def test_a_secret_in_a_runs_displays_is_replaced_by_its_placeholder(tmp_path: ob
     assert result.error is None, result.error
     assert len(result.displays) == 2
     assert "s3cr3t" not in json.dumps([d.data for d in result.displays])
+
+
+def test_mcp_text_of_hostile_html_is_made_in_one_pass() -> None:
+    """A guest's HTML display with no text/plain, as MCP's text content: tags are spaces,
+    script and style are gone, and 1 MB of unclosed tags (a regex's rescans: hours of the
+    server's loop) ends well inside the bound below."""
+    import threading
+
+    from wasmrun.mcp_displays import html_text
+
+    assert html_text("<p>a &amp; b</p><script>x<y</script >c<style>s</style>d<scripty>e</scripty>") == " a & b  c d e "
+    answers: list[str] = []
+    worker = threading.Thread(
+        target=lambda: answers.extend(html_text(t) for t in ("<script" * 150_000, "<" * 1_000_000, "<b " * 300_000)),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(120)  # a bound against the quadratic (hours), not a speed check
+    assert answers == ["", "", ""]

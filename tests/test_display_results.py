@@ -169,6 +169,35 @@ def test_values_json_cannot_carry_still_fail_clearly(server: LiveServer) -> None
     assert run(server, "def main(args):\n    return 'a\\ud800'\n")["error"]["type"] == "InvalidOutput"
 
 
+LIARS = """
+class DataFrame:  # says it is pandas'
+    __module__ = "pandas.core.frame"
+class ndarray:  # says it is numpy's, with a dtype of integers it does not have
+    __module__ = "numpy"
+    class dtype:
+        kind = "i"
+    def tolist(self):
+        raise RuntimeError("not an array")
+class Meta(type):
+    @property
+    def __module__(cls):
+        raise RuntimeError("no module")
+class Nameless(metaclass=Meta):
+    def __repr__(self):
+        return "Nameless()"
+"""
+
+
+@pytest.mark.parametrize("value", ["DataFrame()", "ndarray()", "Nameless()"])
+def test_a_value_that_lies_about_its_type_is_its_text(server: LiveServer, value: str) -> None:
+    """As the output of main and as a last expression: its text with a warning, the run completed."""
+    for code in (f"{LIARS}def main(args):\n    return [{value}]\n", f"{LIARS}{value}\n"):
+        result = run(server, code)
+        assert result["status"] == "completed", result.get("error")
+        assert any("written as its text" in w for w in result["warnings"]), result["warnings"]
+    assert isinstance(result["output"], str) and result["displays"][0]["main"]
+
+
 def test_displays_before_a_failure_are_kept(server: LiveServer) -> None:
     result = run(server, "display('shown first')\n1/0\n")
     assert result["status"] == "failed"

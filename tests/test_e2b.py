@@ -23,8 +23,8 @@ E2B_VARS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DEBUG", "E2B_D
 
 
 class Live:
-    def __init__(self, server: LiveServer, alice: str, bob: str, carol: str) -> None:
-        self.server, self.alice, self.bob, self.carol = server, alice, bob, carol
+    def __init__(self, server: LiveServer, alice: str, bob: str, carol: str, dave: str) -> None:
+        self.server, self.alice, self.bob, self.carol, self.dave = server, alice, bob, carol, dave
         self.api = f"{server.base_url}/e2b/api"
         self.sandbox_url = f"{server.base_url}/e2b/sandbox"
 
@@ -35,6 +35,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     store = TenantStore(data)
     alice, bob = store.add("alice"), store.add("bob")
     carol = store.add("carol", {"concurrent_requests": 1})
+    dave = store.add("dave", {"sessions": 2})
     # Two workers (one per tenant); /metrics open to the operator's key.
     server = LiveServer(data, env=wasmrun_env() | {"WASMRUN_METRICS_KEY": METRICS_KEY})
     saved = {name: os.environ.get(name) for name in E2B_VARS}
@@ -44,7 +45,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     os.environ.update(E2B_API_URL=f"{server.base_url}/e2b/api", E2B_SANDBOX_URL=f"{server.base_url}/e2b/sandbox",
                       E2B_API_KEY=alice)
     try:
-        yield Live(server, alice, bob, carol)
+        yield Live(server, alice, bob, carol, dave)
     finally:
         for name, value in saved.items():
             if value is None:
@@ -481,6 +482,39 @@ def test_hostile_sandbox_requests(live: Live, sandbox: Sandbox) -> None:
     got = httpx2.get(f"{url}/files", params={"path": "/proc/self/environ"}, headers=headers, timeout=30)
     assert got.status_code == 400 and "outside" in got.json()["message"]
     assert sandbox.run_code("'still serving'").text == "'still serving'"
+
+
+def test_refused_requests_are_clear_and_leave_no_session_behind(live: Live) -> None:
+    """Dave may hold two sessions: his sandbox is one, and after every refusal below a
+    context (the second) can still be made, so none of them kept a session open."""
+    made = httpx2.post(f"{live.api}/sandboxes", headers={"X-API-KEY": live.dave}, json={}, timeout=60)
+    assert made.status_code == 201
+    headers = {"E2b-Sandbox-Id": made.json()["sandboxID"], "E2b-Sandbox-Port": "49999"}
+
+    def post(path: str, **kw: object) -> httpx2.Response:
+        return httpx2.post(f"{live.sandbox_url}{path}", headers=headers, timeout=60, **kw)  # type: ignore[arg-type]
+
+    try:
+        for cwd in ("/etc", "/home/user/../../etc", "x" * 5000, "/home/user/\x00"):
+            refused = post("/contexts", json={"cwd": cwd})
+            assert refused.status_code == 400 and "path" in refused.text, cwd
+        # A string's bytes that are not UTF-8: the body is refused, not a server error.
+        assert post("/execute", content=b'{"code": "\xff\xfe"}').status_code == 400
+        for envs in ({"A": "x\x00y"}, {"": "x"}, {"A=B": "x"}, ["A"]):
+            refused = post("/execute", json={"code": "1", "env_vars": envs})
+            assert refused.status_code == 400 and "env_vars" in refused.text, envs
+            created = httpx2.post(f"{live.api}/sandboxes", headers={"X-API-KEY": live.dave},
+                                  json={"envVars": envs}, timeout=60)
+            assert created.status_code == 400 and "envVars" in created.json()["message"], envs
+        # A name the sandbox's filesystem refuses: 400 saying why, not a server error.
+        too_long = post("/files", params={"path": "a" * 300}, content=b"x")
+        assert too_long.status_code == 400 and "too long" in too_long.json()["message"], too_long.text
+        context = post("/contexts", json={"cwd": "/home/user/sub"})
+        assert context.status_code == 200, context.text
+        ran = post("/execute", json={"code": "import os; os.getcwd()", "context_id": context.json()["id"]})
+        assert "/workspace/sub" in ran.text
+    finally:
+        httpx2.delete(f"{live.api}/sandboxes/{headers['E2b-Sandbox-Id']}", headers={"X-API-KEY": live.dave}, timeout=60)
 
 
 def test_env_urls_alone_move_code_to_wasmrun(live: Live, tmp_path: Path) -> None:

@@ -411,3 +411,29 @@ def test_a_member_spelled_twice_two_ways_is_found(params: str) -> None:
     body = ('{"jsonrpc":"2.0","id":1,"method":"read_blob","params":' + params + "}").encode()
     assert _may_repeat(body, params.encode())
     assert duplicate_member(body) is not None
+
+
+class _CountedBytes(bytes):
+    """A body that adds up the bytes `count` scans in it."""
+
+    scanned = 0
+
+    def count(self, *args: Any) -> int:  # type: ignore[override]
+        _CountedBytes.scanned += len(self)
+        return super().count(*args)
+
+
+def test_many_members_in_a_large_body_are_checked_in_one_pass() -> None:
+    """5,000 members of a 25 MB params object: the cheap check does not count each
+    name over the whole body (minutes of the event loop), and a repeat is still found."""
+    from wasmrun.wire.jsonrpc import _may_repeat, duplicate_member
+
+    members = {f"k{i}": "x" * 5000 for i in range(5000)}
+    params = json.dumps(members)
+    body = _CountedBytes(('{"jsonrpc":"2.0","id":1,"method":"run_code","params":' + params + "}").encode())
+    _CountedBytes.scanned = 0
+    assert _may_repeat(body, params.encode())
+    assert _CountedBytes.scanned < 10 * len(body)  # not a scan per member
+    assert duplicate_member(bytes(body)) is None
+    twice = bytes(body)[:-2] + b',"k7":1}}'
+    assert duplicate_member(twice) == "params.k7"

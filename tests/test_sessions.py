@@ -394,3 +394,18 @@ def test_session_runs_leave_the_worker_making_spares_again(tmp_path: Path) -> No
         assert all(prepared[-4:]), prepared
     finally:
         server.stop()
+
+
+def test_a_long_session_of_file_writes_runs_on(servers: Servers) -> None:
+    """Each run goes through the host's WASI guard (a file written): a session's warm
+    instance serves run after run, past the pool's 128 instances, each run's file kept."""
+    call = servers.alice
+    session = _new(call)
+    try:
+        for i in range(150):
+            result = _run(call, session, f"open('f{i}', 'w').write('{i}')\nn = {i}")
+            assert result["status"] == "completed", (i, result.get("error"))
+        last = _run(call, session, "import os\n(n, len(os.listdir('.')), open('f149').read())")
+        assert last["output"] == [149, 150, "149"], last
+    finally:
+        call("close_session", session_id=session)

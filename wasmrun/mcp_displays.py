@@ -14,7 +14,33 @@ from wasmrun.protocol.types import Display, RunResult
 
 MAX_DISPLAY_TEXT = 4000  # characters of one display's text content
 MAX_DISPLAY_BLOCKS = 16  # displays given as content (all of them stay in the structured result)
-_TAG = re.compile(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", re.DOTALL | re.IGNORECASE)
+_NAME_CHAR = re.compile(r"\w")
+HIDDEN = ("script", "style")  # elements whose content is not text
+
+
+def html_text(markup: str) -> str:
+    """The text of HTML: each tag a space, script and style elements gone, entities
+    decoded. One pass (a guest's HTML is hostile: a regex with a lazy `.*?` or a
+    `<[^>]*>` rescans the rest of the text for every unclosed `<`, hours for 1 MB)."""
+    lower = markup.lower()
+    parts: list[str] = []
+    at = 0
+    while (start := markup.find("<", at)) >= 0:
+        parts.append(markup[at:start])
+        end = start
+        for name in HIDDEN:
+            after = start + 1 + len(name)
+            if lower.startswith(name, start + 1) and not _NAME_CHAR.match(markup, after):
+                end = lower.find("</" + name, after)
+                break
+        close = markup.find(">", end) if end >= 0 else -1
+        if close < 0:  # unclosed: the rest is inside the tag
+            at = len(markup)
+            break
+        parts.append(" ")
+        at = close + 1
+    parts.append(markup[at:])
+    return html.unescape("".join(parts))
 
 
 def display_text(display: Display) -> str:
@@ -22,7 +48,7 @@ def display_text(display: Display) -> str:
     for mime in ("text/plain", "text/markdown", "text/html"):
         value = data.get(mime)
         if isinstance(value, str):
-            text = html.unescape(_TAG.sub(" ", value)) if mime == "text/html" else value
+            text = html_text(value) if mime == "text/html" else value
             break
     else:
         text = ""

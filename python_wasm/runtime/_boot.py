@@ -69,8 +69,11 @@ def _not_serialisable(value: object) -> object:
     lists (`np.int64(3)` is no int); anything else is TypeError, and `_serialise`
     then walks the value with `_values` (pandas objects, dates, NaN, no JSON form)."""
     kind = type(value)
-    if kind.__module__.split(".", 1)[0] == "numpy" and getattr(getattr(value, "dtype", None), "kind", "O") in "biuf":
-        return value.tolist()
+    try:
+        if kind.__module__.split(".", 1)[0] == "numpy" and getattr(getattr(value, "dtype", None), "kind", "O") in "biuf":
+            return value.tolist()
+    except Exception:  # a type that only says it is numpy's, or whose __module__ raises: _values' to walk
+        pass
     raise TypeError(f"Object of type {kind.__name__} is not JSON serializable")
 
 

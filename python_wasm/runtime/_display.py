@@ -70,6 +70,13 @@ def _text(obj) -> str:
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 3] + "..."
 
 
+def _is_figure(obj) -> bool:
+    try:
+        return str(type(obj).__module__).startswith("matplotlib.figure")
+    except Exception:  # a metaclass whose __module__ raises
+        return False
+
+
 def _figure_png(fig) -> str | None:
     buffer = io.BytesIO()
     try:
@@ -124,7 +131,7 @@ def bundle(obj) -> dict:
             data[mime] = _form(mime, method(obj))
         except Exception:  # IPython too shows what the other methods give
             continue
-    if "image/png" not in data and type(obj).__module__.startswith("matplotlib.figure"):
+    if "image/png" not in data and _is_figure(obj):
         data["image/png"] = _figure_png(obj)
     plain = data.pop("text/plain", None)
     forms = {"text/plain": plain if isinstance(plain, str) else _text(obj)}

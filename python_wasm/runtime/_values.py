@@ -44,6 +44,16 @@ def _path_text(path) -> str:
     return "output" + "".join(reversed(parts))
 
 
+def _module(value) -> str:
+    """The module `value`'s type names as its own ("" when asking fails: a metaclass may
+    make `__module__` anything, a property that raises included)."""
+    try:
+        module = type(value).__module__
+    except Exception:
+        return ""
+    return module if isinstance(module, str) else ""
+
+
 class Plain:
     """One walk of one value: the places where a value was missing or only text."""
 
@@ -79,14 +89,17 @@ class Plain:
 
     def _text(self, value, path) -> str:
         self.text_count += 1
+        kind = type(value)
         if len(self.texts) < MAX_PATHS:
-            kind = type(value)
-            name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+            module = _module(value)
+            name = kind.__name__ if module == "builtins" else f"{module}.{kind.__qualname__}"
             self.texts.append((path, name))
         try:
             text = repr(value)
+            if not isinstance(text, str):
+                raise TypeError
         except Exception:
-            text = f"<{type(value).__name__} object>"
+            text = f"<{kind.__name__} object>"
         return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 3] + "..."
 
     def convert(self, value, path=None, depth: int = 0):
@@ -104,12 +117,19 @@ class Plain:
             return out
         if isinstance(value, (list, tuple)):
             return [self.convert(v, (path, i), depth + 1) for i, v in enumerate(value)]
-        module = type(value).__module__.partition(".")[0]
-        if module == "numpy":
-            return self._numpy(value, path, depth)
-        if module == "pandas":
-            return self._pandas(value, path, depth)
-        return self._other(value, path, depth)
+        try:
+            module = _module(value).partition(".")[0]
+            if module == "numpy":
+                return self._numpy(value, path, depth)
+            if module == "pandas":
+                return self._pandas(value, path, depth)
+            return self._other(value, path, depth)
+        except (TooDeep, RecursionError):
+            raise
+        except Exception:
+            # An object that only says it is numpy's or pandas' (its module name is
+            # anyone's to set), or whose own methods fail: its text, never a failed run.
+            return self._text(value, path)
 
     def _sequence(self, items, path, depth: int) -> list:
         return [self.convert(v, (path, i), depth + 1) for i, v in enumerate(items)]
@@ -197,8 +217,7 @@ class Plain:
             except TypeError:
                 items = list(value)
             return self._sequence(items, path, depth)
-        kind = type(value)
-        if kind.__module__ == "uuid" or kind.__module__ == "pathlib":
+        if _module(value) in ("uuid", "pathlib"):
             return str(value)
         enum = sys.modules.get("enum")
         if enum is not None and isinstance(value, enum.Enum):
@@ -223,12 +242,15 @@ class Plain:
             return float.__repr__(key)
         if isinstance(key, (datetime.date, datetime.time)):
             return key.isoformat()
-        if type(key).__module__.partition(".")[0] == "numpy" and hasattr(key, "item"):
-            return self.key(key.item())
         try:
-            return str(key)
+            if _module(key).partition(".")[0] == "numpy" and hasattr(key, "item"):
+                return self.key(key.item())
+            text = str(key)
+            if isinstance(text, str):
+                return text
         except Exception:
-            return f"<{type(key).__name__} object>"
+            pass
+        return f"<{type(key).__name__} object>"
 
 
 def plain(value) -> tuple[object, list[str]]:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from wasmrun.bench.stats import summary
-from wasmrun.bench.systems import HELLO, Http, as_run_code, free_port
+from wasmrun.bench.systems import HELLO, Http, as_run_code, free_port, stop
 
 RUN = {"language": "python", "code": as_run_code(HELLO)}
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,12 +77,7 @@ def first_answer(argv: list[str], env: dict[str, str], data_dir: Path, port: int
             finally:
                 client.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def _serve(image: str, empty: bool) -> Sample:

@@ -73,6 +73,16 @@ def free_port() -> int:
         return port
 
 
+def stop(proc: subprocess.Popen[Any]) -> None:
+    """Ends a server the bench started: asked first, killed after 20 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @contextmanager
 def server(
     workers: int, data_dir: Path, *extra: str, image: str = "stdlib"
@@ -100,12 +110,7 @@ def server(
                 time.sleep(0.1)
         yield port, proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 class Http:

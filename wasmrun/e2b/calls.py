@@ -77,8 +77,8 @@ async def read_json_object(request: Request, limit: int = MAX_JSON_BODY) -> dict
         return {}
     try:
         value = msgspec.json.decode(body)
-    except (msgspec.DecodeError, RecursionError):
-        raise FrontError(400, "the body is not valid JSON") from None
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):  # a string's bytes not UTF-8: the last
+        raise FrontError(400, "the body is not valid JSON (UTF-8)") from None
     if not isinstance(value, dict):
         raise FrontError(400, "the body must be a JSON object")
     return value

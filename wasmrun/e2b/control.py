@@ -48,6 +48,22 @@ def _strings(body: dict[str, Any], name: str) -> dict[str, str]:
     return dict(value)
 
 
+def env_vars(value: Any, name: str) -> dict[str, str]:
+    """Environment variables as `os.environ` takes them: names not empty and without '='
+    or NUL, values strings without NUL; anything else is 400 naming the member (not a run
+    that fails setting them)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise FrontError(400, f"{name} must be an object of strings")
+    for key, item in value.items():
+        if not key or "=" in key or "\x00" in key:
+            raise FrontError(400, f"{name}: {key[:80]!r} is not a variable name (empty, or with '=' or NUL)")
+        if not isinstance(item, str) or "\x00" in item:
+            raise FrontError(400, f"{name}.{key[:80]} must be a string without NUL")
+    return dict(value)
+
+
 def _timeout(body: dict[str, Any], front: Front, default: int | None = DEFAULT_TIMEOUT_S) -> int | None:
     value = body.get("timeout", default)
     if value is None:
@@ -78,7 +94,8 @@ def detail(sandbox: E2BSandbox, front: Front) -> dict[str, Any]:
     }
 
 
-async def _new_session(front: Front, caller: Caller) -> str:
+async def new_session(front: Front, caller: Caller) -> str:
+    """A session for a sandbox or a context: the longest idle timeout the server allows."""
     info = await front.call(
         caller, "create_session", {"language": "python", "idle_timeout_s": front.session_policy.max_idle_timeout_s}
     )
@@ -104,8 +121,8 @@ async def create_sandbox(front: Front, request: Request) -> Response:
         return error(400, f"template {shown!r} is not on this server: wasmrun serves one Python image, "
                      f"named {', '.join(sorted(TEMPLATES))}")
     timeout = _timeout(body, front) or DEFAULT_TIMEOUT_S
-    metadata, envs = _strings(body, "metadata"), _strings(body, "envVars")
-    session_id = await _new_session(front, caller)
+    metadata, envs = _strings(body, "metadata"), env_vars(_strings(body, "envVars"), "envVars")
+    session_id = await new_session(front, caller)
     now = time.time()
     sandbox = E2BSandbox(
         sandbox_id=new_id(), caller=caller, template=template, metadata=metadata,

@@ -87,6 +87,8 @@ def main(args):
         return {"error": "invalid", "message": type(exc).__name__}
     except PermissionError as exc:
         return {"error": "denied", "message": str(exc)}
+    except OSError as exc:  # a name too long, a folder not empty, ...: the caller's to change
+        return {"error": "invalid", "message": f"{type(exc).__name__}: {exc.strerror or exc}"}
     raise ValueError("unknown operation")
 return main(args)
 '''
@@ -97,6 +99,15 @@ FILE_PROGRAM = f"def {ENTRYPOINT}(args):\n" + textwrap.indent(_BODY.strip("\n"),
 if GUEST_HOME != "/workspace":  # the folder FILE_PROGRAM names
     raise ImportError("FILE_PROGRAM's HOME and paths.GUEST_HOME differ")
 ERRORS = {"not_found": 404, "invalid": 400, "denied": 403}
+
+
+def failure(result: dict[str, Any]) -> tuple[str, str]:
+    """A failed run's error type and the line that says why: a traceback's last line
+    (the exception), not its first ("Traceback (most recent call last):")."""
+    error = result.get("error") or {}
+    kind = str(error.get("type", "Error"))
+    lines = [line for line in str(error.get("message", "")).splitlines() if line.strip()]
+    return kind, (lines[-1].strip()[:300] if lines else kind)
 
 
 async def file_op(front: Front, sandbox: E2BSandbox, op: str, rel: str, **extra: Any) -> dict[str, Any]:
@@ -110,14 +121,12 @@ async def file_op(front: Front, sandbox: E2BSandbox, op: str, rel: str, **extra:
             "entrypoint": ENTRYPOINT,
         })
     if result.get("status") != "completed":
-        error = result.get("error") or {}
-        kind, message = str(error.get("type", "Error")), str(error.get("message", ""))
-        first = message.splitlines()[0][:300] if message else kind
+        kind, reason = failure(result)
         if kind == "WorkspaceQuotaExceeded":
-            raise FrontError(507, f"the sandbox's files are over their quota: {first}")
+            raise FrontError(507, f"the sandbox's files are over their quota: {reason}")
         if kind == "InvalidOutput" and op == "read":
-            raise FrontError(413, f"{e2b_path(rel)} is too large to read at once through this server ({first})")
-        raise FrontError(500, f"the file operation failed: {kind}: {first}")
+            raise FrontError(413, f"{e2b_path(rel)} is too large to read at once through this server ({reason})")
+        raise FrontError(500, f"the file operation failed: {kind}: {reason}")
     output: dict[str, Any] = result.get("output") or {}
     if "error" in output:
         where = e2b_path(rel)
@@ -162,9 +171,8 @@ async def _program(front: Front, caller: Any, session_id: str, code: str, entryp
         "language": "python", "code": code, "session_id": session_id, "entrypoint": entrypoint, "args": args,
     })
     if result.get("status") != "completed":
-        error = result.get("error") or {}
-        first = str(error.get("message", "")).splitlines()[0][:300] if error.get("message") else ""
-        raise FrontError(413, f"the sandbox's files could not be carried over: {error.get('type', 'Error')}: {first}")
+        kind, reason = failure(result)
+        raise FrontError(413, f"the sandbox's files could not be carried over: {kind}: {reason}")
     return result.get("output")
 
 

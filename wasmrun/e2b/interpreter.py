@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from wasmrun.e2b import guestfiles, results
 from wasmrun.e2b.calls import MAX_CODE_BODY, Front, FrontError, read_json_object
-from wasmrun.e2b.control import set_envs
+from wasmrun.e2b.control import env_vars, new_session, set_envs
 from wasmrun.e2b.paths import guest_path
 from wasmrun.e2b.sandboxes import CONTEXT_ID, DEFAULT_CONTEXT, HOME, CodeContext, E2BSandbox, new_id
 from wasmrun.protocol.streaming import RUN_OUTPUT
@@ -74,9 +74,7 @@ async def execute(front: Front, request: Request, sandbox: E2BSandbox) -> Respon
         raise FrontError(400, "code must be a string (no NUL characters)")
     _language(body)
     context = _context(sandbox, body.get("context_id"))
-    envs = body.get("env_vars") or {}
-    if not isinstance(envs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in envs.items()):
-        raise FrontError(400, "env_vars must be an object of strings")
+    envs = env_vars(body.get("env_vars"), "env_vars")
     try:
         cell, pips = split_cell(code)
     except FrontError as exc:
@@ -157,11 +155,10 @@ async def create_context(front: Front, request: Request, sandbox: E2BSandbox) ->
     body = await read_json_object(request)
     _language(body)
     cwd = body.get("cwd") or HOME
-    if not isinstance(cwd, str) or len(cwd) > 4096 or "\x00" in cwd:
+    if not isinstance(cwd, str):
         raise FrontError(400, "cwd must be a path")
-    info = await front.call(sandbox.caller, "create_session",
-                            {"language": "python", "idle_timeout_s": front.session_policy.max_idle_timeout_s})
-    context = CodeContext(new_id()[:20], info["session_id"], cwd)
+    guest_path(cwd)  # refused (400) before a session is made for it
+    context = CodeContext(new_id()[:20], await new_session(front, sandbox.caller), cwd)
     if cwd != HOME:
         await _chdir(front, sandbox, context)
     sandbox.contexts[context.context_id] = context
@@ -203,13 +200,12 @@ async def restart_context(front: Front, request: Request, sandbox: E2BSandbox) -
     (as a Jupyter kernel's restart keeps the machine's)."""
     context = _named_context(request, sandbox)
     async with context.lock:
-        info = await front.call(sandbox.caller, "create_session",
-                                {"language": "python", "idle_timeout_s": front.session_policy.max_idle_timeout_s})
+        fresh = await new_session(front, sandbox.caller)
         try:
-            await guestfiles.carry_files(front, sandbox, context.session_id, info["session_id"])
+            await guestfiles.carry_files(front, sandbox, context.session_id, fresh)
         except FrontError:
-            await front.close_session(sandbox.caller, info["session_id"])
+            await front.close_session(sandbox.caller, fresh)
             raise
-        old, context.session_id, context.executions = context.session_id, info["session_id"], 0
+        old, context.session_id, context.executions = context.session_id, fresh, 0
         await front.close_session(sandbox.caller, old)
     return Response(status_code=204)

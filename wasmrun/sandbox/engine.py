@@ -198,10 +198,10 @@ class SandboxEngine:
         )
         mounts = Mounts(request, workspace, self._roots, bytecode or {}, bytecode_writable, packages)
         usage = Usage(prepared_ahead=fresh.prepared_ahead)
+        ctx.wasi_funcs = fresh.wasi_funcs
         try:
             error = self._call_guest(fresh, ctx, mounts, usage, t0)
         finally:
-            ctx.wasi_funcs.clear()
             ctx.egress.close()
         result = outcome.result(run_id, ctx, usage, error)
         if result.status == "completed":

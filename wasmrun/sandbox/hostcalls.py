@@ -71,7 +71,7 @@ class RunContext:
         self.deadline = 0.0  # time.monotonic() when the run must stop
         self.workspace = workspace
         self.buffers = buffers
-        self.wasi_funcs: dict[str, FastFunc] = {}  # the real WASI calls, per store
+        self.wasi_funcs: dict[str, FastFunc] = {}  # the real WASI calls: its store's (instances.Fresh)
         # Preopen fds whose folders cannot hold a FIFO or device (see Image.preopens).
         self.plain_fds: set[int] = set()
         # fd -> how far past its file's end the guest last seeked it: the next write

@@ -41,7 +41,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import wasmtime
@@ -72,6 +72,10 @@ class Fresh:
     image_pages: frozenset[int] | None = None  # the skill images' pages copied in too, if any
     applied: Image | None = None  # the image already written in: it serves only a run from that image
     interrupt: wasmtime.Func | None = None  # the guest's wasmrun_interrupt (bridge.c)
+    # The real WASI calls behind the host's guard (wasi_guard), made once per store: each
+    # is an instance in the store, kept until the store closes, so made per run a session's
+    # warm store would gather one a run, up to the pool's instance limit (a crashed run).
+    wasi_funcs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def image_ready(self) -> bool:
