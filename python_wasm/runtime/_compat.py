@@ -1,7 +1,8 @@
 """What WASI lacks, turned into behaviour a Python user understands.
 
 - Threads: WASI preview 1 has none. Starting one fails at once with a
-  one-line RuntimeError that says so (instead of "can't start new thread").
+  one-line RuntimeError that says so (instead of "can't start new thread"),
+  on 3.11 (`_start_new_thread`) and 3.13+ (`_start_joinable_thread`) alike.
 - The working directory: wasi-libc keeps the path `chdir` was given as
   the working directory, verbatim (`chdir("d/")` then `getcwd()` is
   ".../d/", `chdir("link")` keeps the link's name). Linux keeps the
@@ -153,6 +154,10 @@ def install() -> None:
     _thread.start_new_thread = _no_threads
     _thread.start_new = _no_threads
     threading._start_new_thread = _no_threads
+    # CPython 3.13+ (the data image's 3.15): Thread.start() goes through start_joinable_thread.
+    if hasattr(threading, "_start_joinable_thread"):
+        _thread.start_joinable_thread = _no_threads
+        threading._start_joinable_thread = _no_threads
 
 
 def install_asyncio() -> None:

@@ -17,6 +17,20 @@ REQUEST, RESPOND, BLOB_SIZE, BLOB_READ, BLOB_WRITE, LOG, HTTP_REQUEST = range(1,
 ENOENT, EBUDGET, EINVAL = -1, -2, -3
 
 
+class RunStopped(BaseException):
+    """Raised where the code is when the host asks a run to stop at its limit (bridge.c's
+    `_wasmrun.RunStopped`): the host's `wasmrun_interrupt` here is CPython's
+    `PyErr_SetInterruptEx(SIGINT)` (python_wasm/dataimage.py), and `_stop_here` is the
+    SIGINT handler, which the interpreter calls at its next eval-breaker check."""
+
+
+RUN_STOPPED_MESSAGE = "the run was stopped at its limit"  # wasmrun/abi.py's; tests/test_abi_drift.py checks
+
+
+def _stop_here(signum, frame):  # the SIGINT handler (see RunStopped)
+    raise RunStopped(RUN_STOPPED_MESSAGE)
+
+
 def _field(data) -> bytes:
     data = bytes(data)
     return struct.pack("<I", len(data)) + data

@@ -231,7 +231,7 @@ class SandboxEngine:
         ctx.plain_fds = set(plain_fds)
         store.set_wasi(wasi)
         t1 = time.perf_counter()
-        interrupt = call_interrupt(fresh.interrupt) if fresh.interrupt is not None else None
+        interrupt = call_interrupt(fresh) if fresh.interrupt is not None else None
         on_tick = output_poll(ctx, memory) if ctx.stream is not None else None
         phases.mark("entry")
         watch = self._watchdog.start(limits.cpu_ms, limits.timeout_ms, interrupt, on_tick)

@@ -24,7 +24,7 @@ import wasmtime
 from python_wasm import build as guest_build
 from python_wasm import dataimage
 from python_wasm import exports as exports_
-from wasmrun.abi import DOOR_IMPORT, DOOR_MODULE
+from wasmrun.abi import DOOR_IMPORT, DOOR_MODULE, Export
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.sandbox import compiled, door, sessions
 from wasmrun.sandbox.blobaccess import BlobAccess
@@ -216,7 +216,11 @@ class DataImage(Image):
     def new_instance(self) -> Fresh:
         store = wasmtime.Store(self.engine)
         exports = self._pre.instantiate(store).exports(store)
-        return Fresh(store, DoorTurn(exports, self.module), exports_.memory(exports))
+        return Fresh(
+            store, DoorTurn(exports, self.module), exports_.memory(exports),
+            interrupt=exports_.func(exports, Export.INTERRUPT),
+            interrupt_args=dataimage.INTERRUPT_ARGS, interrupt_results=dataimage.INTERRUPT_RESULTS,
+        )
 
     def enter(self, fresh: Fresh, ctx: RunContext) -> None:
         fresh.run(fresh.store, -1)  # the request and the reply go through the door

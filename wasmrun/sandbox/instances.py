@@ -71,7 +71,9 @@ class Fresh:
     prepared_ahead: bool = False
     image_pages: frozenset[int] | None = None  # the skill images' pages copied in too, if any
     applied: Image | None = None  # the image already written in: it serves only a run from that image
-    interrupt: wasmtime.Func | None = None  # the guest's wasmrun_interrupt (bridge.c)
+    interrupt: wasmtime.Func | None = None  # the guest's wasmrun_interrupt (bridge.c; dataimage.py)
+    interrupt_args: tuple[int, ...] = ()  # its i32 arguments (the data image's: the signal)
+    interrupt_results: int = 0
     # The real WASI calls behind the host's guard (wasi_guard), made once per store: each
     # is an instance in the store, kept until the store closes, so made per run a session's
     # warm store would gather one a run, up to the pool's instance limit (a crashed run).

@@ -26,6 +26,7 @@ logger = logging.getLogger("wasmrun.sandbox")
 
 PINNED_VERSION = "49.0.0"
 UPDATE_DEADLINE_CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE in wasmtime.h
+WASMTIME_I32 = 0  # a wasmtime_val_t's kind (wasmtime/val.h)
 
 # The raw store context wasmtime hands an epoch callback (a `wasmtime_context_t *`).
 Context = Any
@@ -110,16 +111,23 @@ def caller_context(caller: wasmtime.Caller) -> Context:
     return caller._context()
 
 
-def context_caller(func: wasmtime.Func) -> Callable[[Context], None]:
-    """A caller of `func` (no parameters, no results) for the epoch callback's own
-    store context (the store is inside wasm: Func.__call__ would enter it again
-    through the Store object, which the callback has not got). Its errors and
-    traps are dropped; its own wasm is given one more epoch first."""
+def context_caller(func: wasmtime.Func, args: tuple[int, ...] = (), results: int = 0) -> Callable[[Context], None]:
+    """A caller of `func` (i32 `args`, `results` results, which are dropped) for the
+    epoch callback's own store context (the store is inside wasm: Func.__call__
+    would enter it again through the Store object, which the callback has not got).
+    Its errors and traps are dropped; its own wasm is given one more epoch first."""
 
-    def call(context: Context) -> None:
+    def call(context: Context) -> None:  # the values made here: most runs never call it
+        params = (ffi.wasmtime_val_t * max(len(args), 1))()
+        for slot, value in zip(params, args, strict=False):
+            slot.kind = WASMTIME_I32
+            slot.of.i32 = value
+        out = (ffi.wasmtime_val_t * max(results, 1))()
         ffi.wasmtime_context_set_epoch_deadline(context, 1)
         trap = ctypes.POINTER(ffi.wasm_trap_t)()
-        error = ffi.wasmtime_func_call(context, ctypes.byref(func._func), None, 0, None, 0, ctypes.byref(trap))
+        error = ffi.wasmtime_func_call(
+            context, ctypes.byref(func._func), params, len(args), out, results, ctypes.byref(trap)
+        )
         if error:
             ffi.wasmtime_error_delete(error)
         if trap:

@@ -42,6 +42,7 @@ import wasmtime
 
 from wasmrun.sandbox import errors, wasmtime_internals
 from wasmrun.sandbox.alarm import Alarm
+from wasmrun.sandbox.instances import Fresh
 from wasmrun.sandbox.types import RunError
 
 logger = logging.getLogger("wasmrun.sandbox")
@@ -72,10 +73,11 @@ GRACE_S = 0.05
 GRACE_WALL_S = 0.25
 
 
-def call_interrupt(func: wasmtime.Func) -> Callable[[object], None]:
-    """A caller of the guest's `wasmrun_interrupt` export, for the epoch callback's
-    own store context."""
-    return wasmtime_internals.context_caller(func)
+def call_interrupt(fresh: Fresh) -> Callable[[object], None]:
+    """A caller of the instance's `wasmrun_interrupt` export (with its arguments), for
+    the epoch callback's own store context."""
+    assert fresh.interrupt is not None
+    return wasmtime_internals.context_caller(fresh.interrupt, fresh.interrupt_args, fresh.interrupt_results)
 
 
 class RunWatch:
