@@ -33,7 +33,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                        help="measure nothing: render the table, --html and --readme from an earlier --json (default off)")
     bench.add_argument("--compare", type=Path, metavar="OLD.json",
                        help="also print the change, row by row, from an earlier --json to this run (default off)")
-    bench.add_argument("--schema", action="store_true", help="print the JSON schema of --json's file and exit (default: run the bench)")
+    bench.add_argument("--schema", action="store_true", help="print the JSON schema of --json's file and exit (default: off)")
     bench.add_argument("--code", type=Path, metavar="FILE",
                        help="measure only FILE, a Python snippet: a fresh run of it on the stdlib image, the data "
                        "image (when built) and native CPython, the call and the snippet alone (default off)")
