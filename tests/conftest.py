@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -87,3 +88,21 @@ def rpc(client: TestClient) -> Callable[..., dict[str, Any]]:
         return response.json()
 
     return call
+
+
+# -- headless Chromium (Debian's, installed by .ci/chromium; never `playwright install`) ---------
+
+CHROMIUM = Path("/usr/bin/chromium")
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+               "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists() or shutil.which("chromium") is None:
+        pytest.skip("Debian's chromium is not installed (.ci/chromium installs it)")
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    with playwright_api.sync_playwright() as pw:
+        launched = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        yield launched
+        launched.close()

@@ -6,10 +6,8 @@ one-line message without matplotlib, and the HTML page read in a real headless C
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +19,6 @@ from wasmrun.bench.stats import ms
 jsonschema = pytest.importorskip("jsonschema")
 pytest.importorskip("matplotlib")
 
-CHROMIUM = Path("/usr/bin/chromium")
-LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", "--no-first-run"]
 SNIPPET = "from __future__ import annotations\nimport json\ntotal = sum(len(json.dumps({'i': i})) for i in range(2000))\n"
 
 
@@ -146,17 +141,6 @@ def code_html_missing() -> str:
 
 
 # -- the page in a browser -----------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists() or shutil.which("chromium") is None:
-        pytest.skip("Debian's chromium is not installed (.ci/chromium installs it)")
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    with playwright_api.sync_playwright() as pw:
-        launched = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        yield launched
-        launched.close()
 
 
 def test_the_report_reads_as_tables_and_charts_in_a_browser(browser: Any, code_run: Any) -> None:

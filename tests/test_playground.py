@@ -9,7 +9,6 @@ call the server. A screenshot of each browser test is kept in tests/artifacts/.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,10 +20,7 @@ import pytest
 
 from tests.liveserver import REPO, TEST_IMAGE, LiveServer, wasmrun_env
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "tests" / "artifacts"
-LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 # A run that prints, returns a value and writes a PNG (made by hand: no imaging library needed).
 IMAGE_CODE = """\
@@ -105,17 +101,6 @@ def test_the_page_may_call_the_server_that_served_it_and_no_other_page_may(serve
 
 
 # -- the page in a browser ---------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists() or shutil.which("chromium") is None:
-        pytest.skip("Debian's chromium is not installed (.ci/chromium installs it)")
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    with playwright_api.sync_playwright() as pw:
-        launched = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        yield launched
-        launched.close()
 
 
 def _shot(page: Any, name: str) -> Path:
