@@ -60,7 +60,7 @@ def test_every_curl_in_the_readme_runs_verbatim_against_a_fresh_server(server: L
             continue
         if "text/event-stream" in command:  # one JSON-RPC message per `data:` line; the response last
             events = [json.loads(line[len("data: "):]) for line in output.splitlines() if line.startswith("data: ")]
-            assert events and all(e.get("method") == "run/output" for e in events[:-1]), output[:800]
+            assert events and all(e.get("method") in ("run/output", "run/display") for e in events[:-1]), output[:800]
             output = json.dumps(events[-1])
         answer = json.loads(output)
         assert not (isinstance(answer, dict) and "error" in answer), f"{command}\n-> {output[:500]}"

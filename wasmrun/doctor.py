@@ -237,7 +237,7 @@ def _check_data_image(d: Diagnosis, settings: Settings) -> None:
         served = settings.image + (" (made at start: minutes)" if settings.image == "data" and not_ready else "")
     d.fact("served image", f"{served} (--image / WASMRUN_IMAGE: {settings.image})")
     measured = warmup.measured_seconds()
-    d.fact("last make of the data image", f"{measured:.0f} s here last time (a warm-up's countdown starts from it)" if measured
+    d.fact("data make time", f"{measured:.0f} s here last time (a warm-up's countdown starts from it)" if measured
            else f"not measured here yet (a warm-up's countdown guesses {warmup.DEFAULT_BUILD_S:.0f} s)")
 
 
