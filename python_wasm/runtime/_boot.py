@@ -262,7 +262,7 @@ def _prepare(request: dict) -> None:
         if folder not in sys.path:  # a session's runs share sys.path
             sys.path.append(folder)
     try:
-        os.chdir("/workspace")
+        _compat.real_chdir("/workspace")  # resolved already: no need of os.chdir's realpath
     except OSError:
         pass
 
