@@ -5,8 +5,11 @@ response; against a real server with two tenants. No timed assertions: order onl
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import socket
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -68,10 +71,6 @@ def _wait_until(done: Callable[[], bool], give_up_s: float = 120.0) -> None:
 
 def _kill_workers(server: LiveServer) -> None:
     """SIGKILL the server's worker processes, ending the runs in them (the pool replaces them)."""
-    import os
-    import signal
-    import subprocess
-
     workers = subprocess.run(["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True).stdout.split()
     for pid in workers:
         os.kill(int(pid), signal.SIGKILL)

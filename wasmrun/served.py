@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from wasmrun.imagefacts import ImageFacts, image_facts
 
 logger = logging.getLogger("wasmrun.served")
@@ -42,8 +44,6 @@ class ServedImage:
         progress = self.warming() if self.warming is not None else None
         status: dict[str, Any] = {"serving": self._name}
         if progress is not None:
-            import msgspec
-
             status["warming_up"] = msgspec.to_builtins(progress)
         return status
 
