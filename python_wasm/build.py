@@ -56,15 +56,14 @@ from python_wasm.downloads import (
     XZ_SRC,
     ZIGLANG,
     ZLIB_SRC,
+    Progress,
     _atomic_replace_dir,
     _private_dir,
     fetch,
 )
 
-# Importable from here as before: the cache and its downloads (downloads.py), the
-# contract's guest paths (wasmrun/abi.py).
-from python_wasm.downloads import Download as Download
-from python_wasm.downloads import Progress as Progress
+# Still importable from here for wasmrun/sandbox (branch sandboxpkg; KNOWN_UNTIL_MERGE in
+# scripts/check_architecture.py): everything else takes them from downloads.py.
 from python_wasm.downloads import cache_root as cache_root
 from python_wasm.downloads import mark_used as mark_used
 from python_wasm.native import (
@@ -74,8 +73,7 @@ from python_wasm.native import (
 )
 from python_wasm.native import inputs_key as native_inputs_key
 from wasmrun import dirtree
-from wasmrun.abi import GUEST_LIB as GUEST_LIB
-from wasmrun.abi import ZIP_NAME as ZIP_NAME
+from wasmrun.abi import GUEST_LIB, ZIP_NAME
 from wasmrun.durable import atomic_write
 
 HERE = Path(__file__).resolve().parent

@@ -298,8 +298,8 @@ def make_snapshot(base_wasm: Path, lib_dir: Path, out: Path) -> dict[str, object
     """Write the pre-initialised module to `out`; returns size figures."""
     import wasmtime
 
-    from python_wasm import build
     from python_wasm import exports as exports_
+    from wasmrun.abi import GUEST_LIB
 
     original = base_wasm.read_bytes()
     sections = _sections(original)
@@ -322,7 +322,7 @@ def make_snapshot(base_wasm: Path, lib_dir: Path, out: Path) -> dict[str, object
 
     store = wasmtime.Store(engine)
     wasi = wasmtime.WasiConfig()
-    wasi.preopen_dir(str(lib_dir), build.GUEST_LIB, fs_mutable=False)
+    wasi.preopen_dir(str(lib_dir), GUEST_LIB, fs_mutable=False)
     wasi.inherit_stderr()
     store.set_wasi(wasi)
     instance = linker.instantiate(store, module)

@@ -64,6 +64,8 @@ from typing import Any
 import wasmtime
 
 from python_wasm import build as guest_build
+from python_wasm.downloads import Progress
+from wasmrun.abi import GUEST_LIB
 from wasmrun.bench import systems
 from wasmrun.bench.stats import pct
 from wasmrun.bench.systems import Native as _Native
@@ -133,7 +135,7 @@ class StockWasi:
     label = "(c) stock CPython-on-WASI, no snapshot"
 
     def __init__(self) -> None:
-        cpython = guest_build.unpack_cpython(guest_build.Progress(quiet=True))
+        cpython = guest_build.unpack_cpython(Progress(quiet=True))
         self.stdlib = cpython / "lib"
         self.engine = wasmtime.Engine(engine_config())
         module = load_module(self.engine, cpython / "bin" / "python3.11.wasm")
@@ -186,8 +188,8 @@ class StockWasiOurLib(StockWasi):
         self.lib = guest_build.ready_guest().lib_dir
 
     def _files(self, wasi: wasmtime.WasiConfig) -> None:
-        wasi.env = [("PYTHONHOME", guest_build.GUEST_LIB), ("PYTHONPATH", f"{guest_build.GUEST_LIB}/wasmrun-guest.zip")]
-        wasi.preopen_dir(str(self.lib), guest_build.GUEST_LIB, fs_mutable=False)
+        wasi.env = [("PYTHONHOME", GUEST_LIB), ("PYTHONPATH", f"{GUEST_LIB}/wasmrun-guest.zip")]
+        wasi.preopen_dir(str(self.lib), GUEST_LIB, fs_mutable=False)
 
 
 class Native(_Native):

@@ -38,6 +38,7 @@ from bench_legacy import (
 )
 
 from python_wasm import build as guest_build
+from python_wasm.downloads import cache_root
 from wasmrun.bench.memory import children
 from wasmrun.bench.peers import PeerError, start_peers
 from wasmrun.bench.systems import server
@@ -122,7 +123,7 @@ def _measure(opts: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     notes: list[str] = []
     with contextlib.ExitStack() as running:  # every sandbox row closed once, whatever happens
         print("installing/starting the peers ...", file=sys.stderr)
-        started, absent = start_peers(guest_build.cache_root(), pyodide=not (opts.quick or opts.no_pyodide),
+        started, absent = start_peers(cache_root(), pyodide=not (opts.quick or opts.no_pyodide),
                                       python_peers=not (opts.quick or opts.no_peers))
         for peer in started:
             running.callback(peer.close)

@@ -39,9 +39,10 @@ import sys
 from pathlib import Path
 
 from python_wasm import build, payload
+from python_wasm.downloads import cache_root
 
 # The guest rides after PyInstaller's archive; unpacked into the cache on the first start.
-unpacked = payload.unpack(Path(sys.executable), build.cache_root())
+unpacked = payload.unpack(Path(sys.executable), cache_root())
 if unpacked is not None:
     build.PACKAGED_DIR = unpacked
 

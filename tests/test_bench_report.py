@@ -97,7 +97,7 @@ def test_a_bad_snippet_file_is_one_clear_line(tmp_path: Path, content: bytes, me
 
 def test_an_empty_cache_holds_the_built_guest_and_nothing_compiled(tmp_path: Path) -> None:
     """What the cold rows call an empty cache: the guest a wheel ships, nothing else."""
-    from python_wasm.build import cache_root
+    from python_wasm.downloads import cache_root
     from wasmrun.bench import cold
 
     folder = cold.empty_cache(tmp_path)

@@ -14,6 +14,7 @@ from importlib.metadata import PackageNotFoundError, metadata, version
 from pathlib import Path
 
 from python_wasm import build as guest_build
+from python_wasm.downloads import cache_root
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 
 # Room for a compiled module (about 30 MB), the skill bytecode cache and some blobs.
@@ -247,7 +248,7 @@ def _check_dirs(d: Diagnosis, settings: Settings) -> None:
     if not skills:
         d.problems.append(f"no bundled skills at {BUNDLED_SKILLS}: reinstall wasmrun")
     free = [
-        _check_folder(d, "cache", guest_build.cache_root()),
+        _check_folder(d, "cache", cache_root()),
         _check_folder(d, "data dir", settings.data_dir),
     ]
     d.fact("free disk", ", ".join(f"{what} {human(n)}" for what, n in free if n is not None))

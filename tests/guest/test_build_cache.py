@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from python_wasm import build
+from python_wasm import build, downloads
 
 
 def test_stale_builds_are_pruned_recent_ones_kept(tmp_path, monkeypatch):
@@ -39,4 +39,4 @@ def test_built_guest_is_found_by_its_input_key():
 
 def test_cache_dir_is_overridable(tmp_path, monkeypatch):
     monkeypatch.setenv("WASMRUN_CACHE_DIR", str(tmp_path / "elsewhere"))
-    assert build.cache_root() == tmp_path / "elsewhere"
+    assert downloads.cache_root() == tmp_path / "elsewhere"

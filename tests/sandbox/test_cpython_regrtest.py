@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from python_wasm import build
+from python_wasm.downloads import Progress
 from wasmrun.sandbox.limits import Limits
 from wasmrun.sandbox.types import MountedSkill, RunRequest
 
@@ -60,7 +61,7 @@ def main(args):
 
 
 def _test_lib() -> Path:
-    return build.unpack_cpython(build.Progress(quiet=True)) / "lib" / "python3.11"
+    return build.unpack_cpython(Progress(quiet=True)) / "lib" / "python3.11"
 
 
 def _modules() -> tuple[str, ...]:

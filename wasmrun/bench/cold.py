@@ -35,7 +35,7 @@ Sample = Callable[[Path], float]
 
 
 def _cache() -> Path:
-    from python_wasm.build import cache_root
+    from python_wasm.downloads import cache_root
 
     return Path(cache_root())
 

@@ -105,7 +105,7 @@ def _systems(tmp: Path, closers: list[Callable[[], None]], absent: dict[str, str
             absent[label] = why
         else:
             systems.append((label, sample))
-    from python_wasm.build import cache_root
+    from python_wasm.downloads import cache_root
 
     folder, _ = pyodide_folder(Path(cache_root())) if _has_node() else (None, "")
     if (why := pyodide_why(folder)) is not None:

@@ -15,7 +15,8 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wasmrun.bench.systems import HELLO, Http, InProcess, Native, as_run_code, server
+from wasmrun.bench.interleave import alternating
+from wasmrun.bench.systems import HELLO, Http, InProcess, Native, server
 
 if TYPE_CHECKING:
     from wasmrun.bench.run import Bench
@@ -104,10 +105,8 @@ def absent(bench: Bench) -> str | None:
 
 
 def fresh_hello(bench: Bench) -> dict[str, float]:
-    from wasmrun.bench.rows import _alternating
-
     data = _side(bench)
-    return _alternating(bench, [
+    return alternating(bench, [
         (DATA_INPROC, lambda: data.inproc.sample(HELLO)),
         (InProcess.label, lambda: bench.inproc.sample(HELLO)),
         (Native.label, lambda: bench.native.sample(HELLO)),
@@ -115,10 +114,8 @@ def fresh_hello(bench: Bench) -> dict[str, float]:
 
 
 def http_hello(bench: Bench) -> dict[str, float]:
-    from wasmrun.bench.rows import _alternating
-
     data = _side(bench)
-    return _alternating(bench, [
+    return alternating(bench, [
         (DATA_HTTP, lambda: data.http.sample(HELLO)),
         ("wasmrun, HTTP keep-alive", lambda: bench.http.sample(HELLO)),
         (Native.label, lambda: bench.native.sample(HELLO)),
@@ -126,10 +123,8 @@ def http_hello(bench: Bench) -> dict[str, float]:
 
 
 def _with_hello(bench: Bench, label: str, source: str) -> dict[str, float]:
-    from wasmrun.bench.rows import _alternating
-
     data = _side(bench)
-    return _alternating(bench, [
+    return alternating(bench, [
         (label, lambda: data.inproc.sample(source)),
         (DATA_HELLO, lambda: data.inproc.sample(HELLO)),
     ])
@@ -172,4 +167,4 @@ def memory_lines(mem: dict[str, Any]) -> list[str]:
     return lines
 
 
-__all__ = ["DataSide", "as_run_code", "open_side"]
+__all__ = ["DataSide", "open_side"]

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from wasmrun.bench import datarows, e2brow
-from wasmrun.bench.peers import Peer, PeerError
+from wasmrun.bench.interleave import Samples, alternating
+from wasmrun.bench.peers import Peer
 from wasmrun.bench.systems import HELLO, InProcess, Native, as_run_code
 from wasmrun.bench.workloads import COMPUTE, Workload
 from wasmrun.sandbox.types import MountedSkill, RunRequest
@@ -26,8 +27,6 @@ from wasmrun.settings import BUNDLED_SKILLS
 
 if TYPE_CHECKING:
     from wasmrun.bench.run import Bench
-
-Samples = dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -52,21 +51,6 @@ def startup_row(row: Row) -> Row:
     return row
 
 
-def _alternating(bench: Bench, steps: list[tuple[str, Callable[[], float]]], key: str = "hello") -> Samples:
-    """One sample of each system, in forward order one call and backward the next (ABBA):
-    neither side always runs right after the other. A peer that cannot run the
-    workload (a Python subset) is noted and left out of the row from then on."""
-    bench.flip = not bench.flip
-    out: Samples = {}
-    for label, step in steps if bench.flip else reversed(steps):
-        try:
-            out[label] = step()
-        except PeerError as exc:
-            bench.unsupported.add((label, key))
-            bench.notes.append(f"{label}: {key}: not supported ({exc})")
-    return out
-
-
 def _peer_steps(bench: Bench, source: str, key: str) -> list[tuple[str, Callable[[], float]]]:
     steps: list[tuple[str, Callable[[], float]]] = []
     for peer in bench.peers:
@@ -81,7 +65,7 @@ def _peer_steps(bench: Bench, source: str, key: str) -> list[tuple[str, Callable
 
 
 def _fresh_hello(bench: Bench) -> Samples:
-    return _alternating(bench, [
+    return alternating(bench, [
         (InProcess.label, lambda: bench.inproc.sample(HELLO)),
         (Native.label, lambda: bench.native.sample(HELLO)),
         *_peer_steps(bench, HELLO, "hello"),
@@ -89,7 +73,7 @@ def _fresh_hello(bench: Bench) -> Samples:
 
 
 def _http_hello(bench: Bench) -> Samples:
-    return _alternating(bench, [
+    return alternating(bench, [
         ("wasmrun, HTTP keep-alive", lambda: bench.http.sample(HELLO)),
         (Native.label, lambda: bench.native.sample(HELLO)),
     ])
@@ -114,7 +98,7 @@ def text_stats_request() -> RunRequest:
 def _skill_run(bench: Bench) -> Samples:
     args = {"text": "One fish. Two fish. Red fish, blue fish. " * 5}
     request = text_stats_request()
-    return _alternating(bench, [
+    return alternating(bench, [
         ("wasmrun, in-process", lambda: bench.inproc.run(request)),
         ("wasmrun, HTTP keep-alive", lambda: bench.http.timed_call("execute_skill", {"name": "text.stats", "args": args})),
         ("hello in-process (for scale)", lambda: bench.inproc.sample(HELLO)),
@@ -132,7 +116,7 @@ def _session_resume(bench: Bench) -> Samples:
     if bench.session_id is None:
         bench.session_id = str(bench.http.call("create_session", {"language": "python"})["session_id"])
     params = {"language": "python", "code": as_run_code(HELLO), "session_id": bench.session_id}
-    return _alternating(bench, [
+    return alternating(bench, [
         ("wasmrun, HTTP, a session's next run", lambda: bench.http.timed_call("run_code", params)),
         ("wasmrun, HTTP keep-alive", lambda: bench.http.sample(HELLO)),
     ])
@@ -194,11 +178,11 @@ def _compute(workload: Workload) -> Callable[[Bench], Samples]:
                 return seconds if peer.times_itself else max(0.0, seconds - bench.peer_hello(peer))
 
             steps.append((peer.label, step))
-        return _alternating(bench, steps, workload.name)
+        return alternating(bench, steps, workload.name)
     return measure
 
 
 for _w in COMPUTE:
     COMPUTE_ROWS.append(Row(f"compute:{_w.name}", "compute", _w.name, f"N={_w.n} at full size", _compute(_w), burst=1))
 
-__all__ = ["COMPUTE_ROWS", "STARTUP", "PeerError", "Row", "startup_row"]
+__all__ = ["COMPUTE_ROWS", "STARTUP", "Row", "startup_row"]

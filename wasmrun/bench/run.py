@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from python_wasm import build as guest_build
+from python_wasm.downloads import cache_root
 from wasmrun.bench import datarows, hops, memory, phases, scaling
 from wasmrun.bench.datarows import DataSide
 from wasmrun.bench.extra import Extra
@@ -164,7 +165,7 @@ def run(opts: Options, progress: Callable[[str], None] = lambda s: print(s, file
     data = datarows.open_side(tmp)
     try:
         progress("peers ...")
-        peers, absent = start_peers(guest_build.cache_root(), pyodide=opts.pyodide and not opts.quick,
+        peers, absent = start_peers(cache_root(), pyodide=opts.pyodide and not opts.quick,
                                     python_peers=opts.peers)
         report["peers"] = {p.label: {"isolates": p.isolates, "present": True} for p in peers}
         report["peers"].update({label: {"present": False, "why": why} for label, why in absent.items()})
