@@ -1,4 +1,4 @@
-"""Grants follow ownership (wasmrun/tenants/grants.py): one rule for every grant form."""
+"""Grants follow ownership (wasmrun/egress/grants.py): one rule for every grant form."""
 
 from __future__ import annotations
 

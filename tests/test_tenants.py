@@ -208,7 +208,7 @@ def test_a_tenant_cannot_reach_another_tenants_skills(http: TestClient, keys: di
 
 @pytest.fixture()
 def granted(settings: Settings, context: Context, keys: dict[str, str]) -> Iterator[TestClient]:
-    from wasmrun.tenants.grants import Grant
+    from wasmrun.egress.grants import Grant
     from wasmrun.tenants.policy import AccessPolicy
 
     policy = AccessPolicy(tenant_secret_grants={"alice": (Grant("user.report", ("DEMO_TOKEN",), "any"),)})

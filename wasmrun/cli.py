@@ -37,10 +37,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from wasmrun import cli_help, images_command, limitcli, sessioncli
+from wasmrun import cli_help, images_command, limitcli, packages_command, sessioncli
 from wasmrun.bench import command as bench_command
 from wasmrun.database import DatabaseError
-from wasmrun.packages import commands as packages_commands
 from wasmrun.settings import Settings
 from wasmrun.tools import FORMATS
 
@@ -136,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     _run_parser(commands)
     sessioncli.add_parser(commands)
     bench_command.add_parser(commands)
-    packages_commands.add_parser(commands)
+    packages_command.add_parser(commands)
     images_command.add_parser(commands)
     _command(
         commands, "warm", "compile the guest to machine code now and cache it, e.g. while building an image"
@@ -304,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "images":
             return images_command.main(args)
         if args.command == "packages":
-            return packages_commands.main(args, Settings.load(data_dir=args.data_dir).data_dir)
+            return packages_command.main(args, Settings.load(data_dir=args.data_dir).data_dir)
         if args.skills_command == "list":
             return _skills_list(args)
         if args.skills_command == "add":

@@ -7,12 +7,11 @@ import os
 import sys
 from pathlib import Path
 
+from wasmrun.cli_help import command
 from wasmrun.packages import layer, names, resolve, wheels
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from wasmrun.cli_help import command
-
     packages = command(
         commands, "packages", "pure-Python packages every run can import (a read-only layer in the data dir)",
         "wasmrun packages add defusedxml tabulate",

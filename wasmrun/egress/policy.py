@@ -4,7 +4,7 @@ Who grants what:
 - a skill's manifest *requests* network access (`permissions.network`);
 - the operator *grants* it, per skill name pattern, in the policy file's
   `[network]` section; a grant reaches the operator's skills only, unless it
-  names a tenant or says `owner` (wasmrun/tenants/grants.py: grants follow
+  names a tenant or says `owner` (wasmrun/egress/grants.py: grants follow
   ownership, so a tenant's created `salesforce.evil` gets nothing from
   `"salesforce.*"`);
 - a run may reach a URL only if it matches both (the intersection).
@@ -40,8 +40,8 @@ from typing import Any
 
 import msgspec
 
+from wasmrun.egress.grants import EVERYONE_DEFAULT, TENANT_DEFAULT, GrantError, Grants, granted, parse_grants
 from wasmrun.egress.patterns import PatternError, Target, UrlPattern
-from wasmrun.tenants.grants import EVERYONE_DEFAULT, TENANT_DEFAULT, GrantError, Grants, granted, parse_grants
 
 MiB = 1 << 20
 

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from wasmrun.egress.grants import SECRET_NAME
 from wasmrun.egress.patterns import PatternError, UrlPattern
-from wasmrun.tenants.grants import SECRET_NAME
 
 # Every pattern here spells its classes out in ASCII ([0-9], not \d, which also
 # matches other scripts' digits) and is compiled with re.ASCII besides.

@@ -18,7 +18,7 @@ tenants' default limits.
 
 A skill's manifest (`permissions.secrets`) only asks: a run gets a secret when
 the skill asks for it AND a grant here names the skill (exactly or by an
-fnmatch pattern such as `data.*`) AND reaches its owner (tenants/grants.py: an
+fnmatch pattern such as `data.*`) AND reaches its owner (egress/grants.py: an
 everyone grant reaches only the operator's skills unless it says `owner`) AND
 the secret is configured.
 """
@@ -32,7 +32,7 @@ from typing import Any
 
 import tomli
 
-from wasmrun.tenants.grants import EVERYONE_DEFAULT, SECRET_NAME, TENANT_DEFAULT, Grants, granted, parse_grants
+from wasmrun.egress.grants import EVERYONE_DEFAULT, SECRET_NAME, TENANT_DEFAULT, Grants, granted, parse_grants
 from wasmrun.tenants.limits import TenantLimits
 
 
