@@ -1,6 +1,7 @@
 """The house's size and layering rules (scripts/check_architecture.py, docs/architecture.md):
-no module over 600 lines, no function over 60, the engine at most 300, no import cycle
-between packages. A change that breaks one fails here with the list of findings."""
+no module over 600 lines, no function over 60, the engine at most 300, no import cycle between
+packages or between modules, the layer order, no `X as X` re-export, and docs/layout.md naming
+what wasmrun/ holds. Each rule is shown failing on a small bad tree and passing on the real one."""
 
 from __future__ import annotations
 
@@ -22,13 +23,40 @@ def _checker() -> ModuleType:
     return module
 
 
+checker = _checker()
+
+# A small house: "top" above "middle" above "bottom", each a top-level module or package.
+LAYERS = (("top", frozenset({"wasmrun.top"})), ("middle", frozenset({"wasmrun.middle"})),
+          ("bottom", frozenset({"wasmrun.bottom"})))
+LAYOUT = "# Layout\n\n```\nwasmrun/\n  top.py\n  middle/\n  bottom.py\npython_wasm/\n```\n"
+
+
+def _tree(tmp_path: Path, files: dict[str, str], layout: str = LAYOUT) -> Path:
+    base = {"wasmrun/__init__.py": "", "wasmrun/top.py": "", "wasmrun/middle/__init__.py": "",
+            "wasmrun/bottom.py": "", "docs/layout.md": layout}
+    for name, text in {**base, **files}.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def _found(root: Path, sub_layers: dict[str, object] | None = None) -> list[str]:
+    return [str(finding) for finding in checker.raw_findings(root, LAYERS, sub_layers or {})]
+
+
 def test_the_house_keeps_its_size_and_layering_rules() -> None:
-    found = [str(finding) for finding in _checker().findings()]
+    found = [str(finding) for finding in checker.findings()]
     assert found == [], "\n".join(found)
 
 
+def test_the_small_good_house_passes(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"wasmrun/top.py": "from wasmrun import middle\nfrom wasmrun.bottom import x\n",
+                            "wasmrun/middle/a.py": "import wasmrun.bottom\n"})
+    assert _found(root) == []
+
+
 def test_the_checker_finds_a_long_function_and_a_package_cycle() -> None:
-    checker = _checker()
     body = "\n".join(f"    x{i} = {i}" for i in range(checker.MAX_FUNCTION_LINES + 1))
     tree = ast.parse(f"def long_one():\n{body}\n\ndef short_one():\n    return 1\n")
     found = [str(finding) for finding in checker.function_findings(tree, "m.py")]
@@ -36,3 +64,84 @@ def test_the_checker_finds_a_long_function_and_a_package_cycle() -> None:
     graph = {"wasmrun.a": {"wasmrun.b"}, "wasmrun.b": {"wasmrun.c"}, "wasmrun.c": {"wasmrun.a"}, "wasmrun.d": set()}
     cycles = checker.cycles(graph)
     assert [sorted(members) for members in cycles] == [["wasmrun.a", "wasmrun.b", "wasmrun.c"]]
+
+
+def test_a_cycle_between_modules_of_one_package_is_found_with_imports_in_functions(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "wasmrun/middle/a.py": "from wasmrun.middle.b import thing\n",
+        "wasmrun/middle/b.py": "def later():\n    from wasmrun.middle import c\n",
+        "wasmrun/middle/c.py": "from . import a\n",
+    })
+    assert _found(root) == [
+        "wasmrun.middle.a <-> wasmrun.middle.b <-> wasmrun.middle.c: import cycle between modules"]
+
+
+def test_an_import_under_type_checking_makes_no_cycle(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "wasmrun/middle/a.py": "from wasmrun.middle.b import thing\n",
+        "wasmrun/middle/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from wasmrun.middle import a\n"
+                               "else:\n    import json\n",
+    })
+    assert _found(root) == []
+
+
+def test_a_lower_layer_importing_a_higher_one_is_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "wasmrun/middle/deep.py": "def f():\n    import wasmrun.top\n",
+        # a type-only import still ties the bottom to the middle: found too
+        "wasmrun/bottom.py": "import typing\nif typing.TYPE_CHECKING:\n    from wasmrun.middle.deep import f\n",
+    })
+    assert _found(root) == [
+        "wasmrun/bottom.py: imports wasmrun.middle.deep (layer 'middle' is above 'bottom')",
+        "wasmrun/middle/deep.py: imports wasmrun.top (layer 'top' is above 'middle')",
+    ]
+
+
+def test_a_package_placed_in_no_layer_or_a_layer_naming_nothing_is_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"wasmrun/newcomer/__init__.py": ""},
+                 layout=LAYOUT.replace("  bottom.py\n", "  bottom.py\n  newcomer/\n"))
+    assert _found(root) == ["wasmrun.newcomer: placed in no layer (scripts/check_architecture.py)"]
+    (root / "wasmrun/bottom.py").unlink()
+    assert _found(root) == ["wasmrun.newcomer: placed in no layer (scripts/check_architecture.py)",
+                            "wasmrun.bottom: placed in a layer but no such module or package",
+                            "docs/layout.md: names bottom.py, which is not in wasmrun/"]
+
+
+def test_a_package_own_layer_order_is_checked(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"wasmrun/middle/run.py": "from wasmrun.middle.parts import engine\n",
+                            "wasmrun/middle/parts/__init__.py": "",
+                            "wasmrun/middle/parts/engine.py": "from wasmrun.middle import run\n"})
+    order = {"wasmrun.middle": (("run", frozenset({"wasmrun.middle.run"})),
+                                ("parts", frozenset({"wasmrun.middle.parts"})))}
+    assert _found(root, order) == [
+        "wasmrun.middle.parts.engine <-> wasmrun.middle.run: import cycle between modules",
+        "wasmrun/middle/parts/engine.py: imports wasmrun.middle.run (layer 'run' is above 'parts')"]
+
+
+def test_a_re_export_of_our_own_name_is_found_outside_a_package_face(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "wasmrun/top.py": "from wasmrun.bottom import x as x\nfrom json import loads as loads\n",
+        "wasmrun/middle/__init__.py": "from wasmrun.bottom import x as x\n",
+    })
+    assert _found(root) == [
+        "wasmrun/top.py: re-exports x (`X as X`): import them from where they are defined"]
+
+
+def test_docs_layout_must_name_each_module_and_only_modules_that_exist(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"wasmrun/extra.py": ""},
+                 layout=LAYOUT.replace("  top.py\n", "  top.py (gone.py: long gone; old/ too)\n"))
+    found = [line for line in _found(root) if line.startswith("docs/")]
+    assert found == ["docs/layout.md: names gone.py, which is not in wasmrun/",
+                     "docs/layout.md: names old/, which is not in wasmrun/",
+                     "docs/layout.md: does not name wasmrun/extra.py"]
+
+
+def test_a_known_finding_that_no_longer_occurs_fails_the_check(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"wasmrun/middle/a.py": "from wasmrun.middle import b\n",
+                            "wasmrun/middle/b.py": "from wasmrun.middle import a\n"})
+    cycle = "wasmrun.middle.a <-> wasmrun.middle.b: import cycle between modules"
+    assert [str(f) for f in checker.findings(root, LAYERS, {}, known={})] == [cycle]
+    assert checker.findings(root, LAYERS, {}, known={cycle: "somebranch"}) == []
+    (root / "wasmrun/middle/b.py").write_text("")
+    assert [str(f) for f in checker.findings(root, LAYERS, {}, known={cycle: "somebranch"})] == [
+        f"KNOWN_UNTIL_MERGE: lists {cycle!r} (branch somebranch), which no longer occurs"]
