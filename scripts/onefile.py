@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from importlib.metadata import distribution, version
+from importlib.metadata import version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,17 +68,6 @@ METADATA = ("wasmrun", "wasmtime", "mcp", "starlette", "uvicorn", "msgspec")
 # developer tools of this checkout's venv: a one-file server is a local one.
 EXCLUDE = ("boto3", "botocore", "s3transfer", "psycopg", "psycopg_binary", "psycopg_pool", "mypy", "mypyc",
            "pytest", "_pytest", "trustme", "ruff", "PyInstaller", "setuptools", "pip", "build")
-
-
-def _mypyc_helpers() -> list[str]:
-    """The top-level helper modules of wasmrun's mypyc-compiled dependencies (tomli):
-    imported by a hashed name that PyInstaller's import scan does not see."""
-    found = []
-    for dist in ("tomli",):
-        for file in distribution(dist).files or []:
-            if "/" not in str(file) and "__mypyc" in str(file):
-                found.append(str(file).split(".", 1)[0])
-    return found
 
 
 def target_name() -> str:
@@ -128,8 +117,6 @@ def build(out: Path) -> Path:
         # wasmtime loads its library from <package>/<platform>-<machine>/ by path.
         lib = next(Path(wasmtime.__file__).parent.glob("*-*/_libwasmtime.*"))
         args += ["--add-binary", f"{lib}:wasmtime/{lib.parent.name}"]
-        for helper in _mypyc_helpers():
-            args += ["--hidden-import", helper]
         for module in EXCLUDE:
             args += ["--exclude-module", module]
         for package in METADATA:

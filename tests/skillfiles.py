@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from wasmrun.registry import tomlwriter
+import tomli_w
 
 
 def write_skill(
@@ -32,7 +32,7 @@ def write_skill(
     if code is not None:
         doc.setdefault("runtime", {"language": "python", "entrypoint": "code/main.py", "export": "main"})
         (root / "code" / "main.py").write_text(code)
-    (root / "skill.toml").write_text(tomlwriter.dumps(doc))
+    (root / "skill.toml").write_text(tomli_w.dumps(doc))
     if skill_md is None:
         skill_md = f"---\nname: {name} title\nshort_description: Short {name}.\n---\n# {name}\n"
     (root / "SKILL.md").write_text(skill_md)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import base64
 import threading
+import tomllib
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-import tomli
 from skillfiles import write_skill
 
 from wasmrun.registry.errors import SkillAlreadyExists
@@ -67,7 +67,7 @@ def test_create_then_use(rpc: Rpc, settings: Settings) -> None:
     assert result["output"] == {"saved": {"a": 1}}
     root = settings.skills_home / "@local" / "user.julaiti.save_sheet_as_csv" / "0.1.0"
     assert (root / "code" / "helper.py").read_text() == HELPER["content"]
-    assert tomli.loads((root / "skill.toml").read_text()) == manifest()
+    assert tomllib.loads((root / "skill.toml").read_text()) == manifest()
 
 
 def test_created_skill_survives_a_restart(rpc: Rpc, settings: Settings) -> None:
@@ -172,11 +172,18 @@ def test_binary_file_as_base64(rpc: Rpc) -> None:
         pytest.param("Ünïcödé — ✓ 😀", id="unicode"),
         pytest.param("tab\there\x7fdel", id="control-chars"),
         pytest.param("multi\nline", id="newline"),
+        pytest.param('NUL \x00, CR LF \r\n, \"""triple\""" and \'\'\'literal\'\'\'', id="nul-and-quotes"),
+        pytest.param("x" * 1024, id="longest-description"),
     ],
 )
 def test_manifest_round_trips_through_toml(rpc: Rpc, description: str) -> None:
     m = manifest(
-        description=description, inputs={"weird key": {"type": "string", "default": 1.5, "n": [1, "a"]}}
+        description=description,
+        inputs={
+            "weird key": {"type": "string", "default": 1.5, "n": [1, "a"]},
+            "long": {"type": "string", "default": "y\n" * 2500, "[key].with \"quotes\"\n": -(2**63)},
+            "biggest": {"type": "integer", "default": 2**63 - 1, "nested": [[{"a": [True, 0.1]}]]},
+        },
     )
     rpc("create_skill", params(manifest=m))
     assert (
@@ -291,6 +298,14 @@ def test_manifest_round_trips_through_toml(rpc: Rpc, description: str) -> None:
             id="bad-base64",
         ),
         pytest.param({"manifest": "name = 'x'"}, "manifest", "", id="manifest-not-object"),
+        pytest.param(
+            {"manifest": manifest(inputs={"x": {"default": 2**64}})}, "manifest", "inputs.x.default is an integer "
+            "outside TOML's 64-bit range", id="int-beyond-toml"
+        ),
+        pytest.param(
+            {"manifest": manifest(inputs={"k" * 5000: {"default": [1, None]}})}, "manifest",
+            "... (5000 characters)].default[1] is null", id="null-under-a-long-key"
+        ),
     ],
 )
 def test_invalid_skills_are_refused_and_leave_nothing(
@@ -303,6 +318,17 @@ def test_invalid_skills_are_refused_and_leave_nothing(
     leftovers = [p for p in settings.skills_home.rglob("*") if p.is_file()]
     assert leftovers == []
     assert rpc("list_skills", {"namespace": "user"})["result"]["skills"] == []
+
+
+def test_a_string_toml_cannot_hold_is_refused_naming_where() -> None:
+    # A lone surrogate cannot come over JSON-RPC (the envelope refuses it) but can from Python.
+    from wasmrun.registry.creation import manifest_toml
+    from wasmrun.registry.errors import InvalidSkillFiles
+
+    for doc, where in (({"description": "x\ud800"}, "manifest.description"),
+                       ({"inputs": {"\udc80": 1}}, "a key in manifest.inputs")):
+        with pytest.raises(InvalidSkillFiles, match=f"{where} is not valid Unicode"):
+            manifest_toml(manifest(**doc))
 
 
 def test_no_half_written_skill_is_ever_visible(settings: Settings) -> None:

@@ -43,12 +43,11 @@ import dataclasses
 import logging
 import os
 import stat
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomli
 
 import wasmrun
 from wasmrun.egress.policy import EgressPolicy, load_egress_policy
@@ -304,7 +303,7 @@ def load_secrets(env: Mapping[str, str], secrets_file: Path | None) -> dict[str,
     found: dict[str, str] = {}
     if secrets_file is not None:
         with open(secrets_file, "rb") as f:
-            table = tomli.load(f)
+            table = tomllib.load(f)
         if secrets_file.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
             logger.warning("secrets file %s is readable by other users", secrets_file)
         for name, value in table.items():

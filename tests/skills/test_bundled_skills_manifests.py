@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import ast
 import sys
+import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import frontmatter
 import pytest
-import tomli
 
 SKILLS_DIR = Path(__file__).resolve().parents[2] / "skills"
 SKILL_DIRS = sorted(p for p in SKILLS_DIR.iterdir() if p.is_dir())
@@ -21,14 +21,14 @@ UNAVAILABLE_IN_SANDBOX = frozenset({
 
 
 def _manifest(skill_dir: Path) -> dict[str, Any]:
-    return tomli.loads((skill_dir / "skill.toml").read_text("utf-8"))
+    return tomllib.loads((skill_dir / "skill.toml").read_text("utf-8"))
 
 
 def _is_action(skill_dir: Path) -> bool:
     # Tolerant, since it runs at collection: a broken manifest fails test_manifest_is_valid instead.
     try:
         return _manifest(skill_dir).get("kind") == "action"
-    except (OSError, tomli.TOMLDecodeError):
+    except (OSError, tomllib.TOMLDecodeError):
         return False
 
 

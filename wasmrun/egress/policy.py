@@ -295,12 +295,12 @@ def load_egress_policy(path: str | None) -> EgressPolicy:
     no network, secrets in `env` mode."""
     if path is None:
         return EgressPolicy()
-    import tomli
+    import tomllib
 
     try:
         with open(path, "rb") as f:
-            table = tomli.load(f)
-    except tomli.TOMLDecodeError as exc:
+            table = tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
         raise PolicyError(f"policy file {path} is not valid TOML: {exc}") from None
     try:
         policy = parse_egress_policy(table)

@@ -7,21 +7,23 @@ shared backend instead)."""
 from __future__ import annotations
 
 import errno
+import math
+import re
 import shutil
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
-import tomli
+import tomli_w
 
 from wasmrun.durable import atomic_write
-from wasmrun.registry import tomlwriter
 from wasmrun.registry.errors import InvalidSkillFiles, Part
 from wasmrun.registry.files import check_relative_path
 from wasmrun.registry.folders import SkillProblems, load_skill
 from wasmrun.registry.interface import NewFile
-from wasmrun.registry.manifest import Manifest, ManifestError, validate_manifest
+from wasmrun.registry.manifest import Manifest, ManifestError, shown, validate_manifest
 from wasmrun.registry.skill import DOC_FILE, MANIFEST_FILE
 from wasmrun.registry.skillmd import parse_frontmatter
 
@@ -111,14 +113,62 @@ def clean_staging(staging: Path) -> None:
 
 
 def manifest_toml(manifest: dict[str, Any]) -> str:
+    """The manifest as skill.toml text (tomli-w), checked by reading it back (tomllib)."""
+    problem = _not_toml(manifest, "manifest")
     try:
-        text = tomlwriter.dumps(manifest)
-        same = tomli.loads(text) == manifest
-    except (ValueError, tomli.TOMLDecodeError) as exc:
+        if problem is not None:
+            raise ValueError(problem)
+        text = tomli_w.dumps(manifest)
+        same = tomllib.loads(text) == manifest
+    except (TypeError, ValueError) as exc:  # tomllib.TOMLDecodeError is a ValueError
         raise InvalidSkillFiles(f"manifest cannot be written as TOML: {exc}", Part.MANIFEST) from None
     if not same:
         raise InvalidSkillFiles("manifest cannot be written as TOML faithfully", Part.MANIFEST)
     return text
+
+
+# TOML's integers are 64-bit signed; a reader other than Python's refuses a larger one.
+_TOML_INT = range(-(2**63), 2**63)
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _not_toml(value: object, where: str) -> str | None:
+    """What in a JSON value TOML cannot hold, named by its path; None when it all can.
+    (The manifest was checked to nest at most manifest.MAX_DEPTH deep.)"""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _not_unicode(key, f"a key in {where}") or _not_toml(item, _member(where, key))
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list):
+        return next((p for i, item in enumerate(value) if (p := _not_toml(item, f"{where}[{i}]")) is not None), None)
+    if value is None:
+        return f"{where} is null: TOML has no null; leave the key out instead"
+    if isinstance(value, str):
+        return _not_unicode(value, where)
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return None if value in _TOML_INT else f"{where} is an integer outside TOML's 64-bit range"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where} is NaN or infinite"
+    return f"{where} is a {type(value).__name__}, which TOML cannot hold"
+
+
+def _member(where: str, key: str) -> str:
+    """``where.key``, or ``where['a long or odd key'...]`` cut short (a client chose it)."""
+    return f"{where}.{key}" if _PLAIN_KEY.fullmatch(key) else f"{where}[{shown(key, 40)}]"
+
+
+def _not_unicode(text: object, where: str) -> str | None:
+    if not isinstance(text, str):
+        return f"{where} is a {type(text).__name__}, not a string"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"{where} is not valid Unicode (a lone surrogate)"
+    return None
 
 
 def _write_file(path: Path, data: bytes) -> None:

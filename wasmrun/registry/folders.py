@@ -6,11 +6,10 @@ of modification times a change to them shows up in."""
 from __future__ import annotations
 
 import os
+import tomllib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
-
-import tomli
 
 from wasmrun.registry import agentskills
 from wasmrun.registry.files import FileTooLarge, inside, is_file, read_regular
@@ -40,13 +39,13 @@ def load_skill(root: Path) -> Skill:
     raw: dict[str, Any] = {}
     manifest: Manifest | None = None
     try:
-        raw = tomli.loads(read_regular(root / MANIFEST_FILE, MAX_DESCRIPTOR_BYTES).decode("utf-8"))
+        raw = tomllib.loads(read_regular(root / MANIFEST_FILE, MAX_DESCRIPTOR_BYTES).decode("utf-8"))
         manifest = validate_manifest(raw)
     except (UnicodeDecodeError, FileTooLarge, OSError) as exc:
         problems.append(_unreadable(MANIFEST_FILE, exc))
-    except tomli.TOMLDecodeError as exc:
+    except tomllib.TOMLDecodeError as exc:
         problems.append(f"{MANIFEST_FILE} is not valid TOML: {exc}")
-    except RecursionError:  # tomli refuses inline tables/arrays nested 400 deep this way
+    except RecursionError:  # tomllib refuses inline tables/arrays nested 400 deep this way
         problems.append(f"{MANIFEST_FILE} nests inline tables/arrays too deeply")
     except ManifestError as exc:
         problems.extend(f"{MANIFEST_FILE}: {p}" for p in exc.problems)

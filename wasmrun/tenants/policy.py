@@ -25,12 +25,11 @@ the secret is configured.
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomli
 
 from wasmrun.egress.grants import EVERYONE_DEFAULT, SECRET_NAME, TENANT_DEFAULT, Grants, granted, parse_grants
 from wasmrun.tenants.limits import TenantLimits
@@ -55,7 +54,7 @@ def load_access_policy(path: Path | None) -> AccessPolicy:
     if path is None:
         return AccessPolicy()
     with open(path, "rb") as f:
-        doc = tomli.load(f)
+        doc = tomllib.load(f)
     # [network] and the secret modes in [secrets] are the egress policy's (egress/policy.py).
     known = {"secrets", "tenants", "allowed_hosts", "allowed_origins", "limits", "network"}
     if unknown := sorted(set(doc) - known):
