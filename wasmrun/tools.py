@@ -282,10 +282,6 @@ def _default_facts() -> ServerFacts:
     return ServerFacts()
 
 
-def tool_names(with_create_skill: bool = False) -> list[str]:
-    return [tool.name for tool in tools(with_create_skill)]
-
-
 # -- OpenAI strict mode ---------------------------------------------------------
 
 

@@ -21,10 +21,6 @@ STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:0 1em
          "td.absent{color:#866}figure{margin:1em 0}p.note{color:#444;font-size:13px}")
 
 
-def _pyplot() -> Any:
-    return charts.pyplot()
-
-
 def _e(text: Any) -> str:
     return html.escape(str(text))
 

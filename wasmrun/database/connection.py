@@ -77,14 +77,6 @@ class Database:
                 self._conn.close()
                 self._conn = None
 
-    def schema_version(self) -> int:
-        with self.connection() as conn:
-            exists = conn.execute("SELECT to_regclass('wasmrun_schema') IS NOT NULL").fetchone()
-            if not exists or not exists[0]:
-                return 0
-            row = conn.execute("SELECT coalesce(max(version), 0) FROM wasmrun_schema").fetchone()
-            return int(row[0]) if row else 0
-
     def migrate(self) -> list[int]:
         """Apply the steps this database lacks; returns their numbers (none: up to date).
         A database newer than this wasmrun is refused rather than used."""

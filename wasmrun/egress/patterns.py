@@ -262,7 +262,3 @@ class UrlPattern:
     def matches_origin(self, target: Target) -> bool:
         """Whether the scheme, host and port match, whatever the path."""
         return dataclasses.replace(self, path="").matches(target)
-
-
-def parse_patterns(texts: list[str]) -> tuple[UrlPattern, ...]:
-    return tuple(UrlPattern.parse(t) for t in texts)

@@ -111,10 +111,6 @@ class GuardMiddleware:
         await self.app(scope, receive, send)
 
 
-def is_json(content_type: str) -> bool:
-    return content_type.split(";", 1)[0].strip().lower() == JSON
-
-
 class Health(Protocol):
     """What /healthz reports: the sandbox executor's health, seen structurally
     (this layer knows nothing of sandboxes)."""
