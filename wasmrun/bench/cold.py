@@ -7,7 +7,8 @@
 - `wasmrun mcp` (stdio) from its start to its first `tools/call run_code` result;
 - a session's first run (create_session untimed), a fork's first run (fork_session
   untimed) and a paused session's first run (its image read back from disk), in-process;
-- the one-file executable's start (`make onefile`'s dist/wasmrun-*): `run -c` to its
+- the one-file executable's start (`make onefile`'s dist/wasmrun-*, looked for in the
+  current folder's dist/: the checkout's when the bench runs there): `run -c` to its
   output, when built;
 - the data image's make, in a fresh cache with its downloads copied in (minutes).
 
@@ -30,7 +31,8 @@ from wasmrun.bench.stats import summary
 from wasmrun.bench.systems import HELLO, Http, as_run_code, free_port, stop
 
 RUN = {"language": "python", "code": as_run_code(HELLO)}
-ROOT = Path(__file__).resolve().parents[2]
+# The folder holding the wasmrun package this bench runs: its subprocesses import the same one.
+WASMRUN_PARENT = Path(__file__).resolve().parents[2]
 Sample = Callable[[Path], float]
 
 
@@ -119,7 +121,7 @@ def _mcp(tmp: Path) -> float:
 
 
 def onefile() -> Path | None:
-    found = sorted((ROOT / "dist").glob("wasmrun-*-*"))
+    found = sorted((Path.cwd() / "dist").glob("wasmrun-*-*"))
     found = [f for f in found if f.is_file() and os.access(f, os.X_OK)]
     return found[-1] if found else None
 
@@ -139,10 +141,11 @@ def _data_make(tmp: Path) -> float:
     """The data image made in a fresh cache, its downloads (the wheels, the stock interpreter) copied in."""
     cache = empty_cache(tmp)
     shutil.copytree(_cache() / "downloads", cache / "downloads", symlinks=True, copy_function=_link_or_copy)
-    env = {**os.environ, "WASMRUN_CACHE_DIR": str(cache)}
+    path = os.pathsep.join(p for p in (str(WASMRUN_PARENT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "WASMRUN_CACHE_DIR": str(cache), "PYTHONPATH": path}
     t = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "wasmrun.sandbox.images"], env=env, capture_output=True, text=True,
-                          timeout=3600, cwd=ROOT)
+                          timeout=3600)
     elapsed = time.perf_counter() - t
     shutil.rmtree(cache, ignore_errors=True)
     if done.returncode != 0:
