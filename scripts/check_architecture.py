@@ -12,6 +12,8 @@
   on it); a package may declare its own order of sub-packages in SUB_LAYERS;
 - no ``from wasmrun.x import name as name`` re-export of our own names: each name is
   imported from the module that defines it (a package's ``__init__.py``, its face, may);
+- nothing in ``wasmrun/`` reaches the checkout: no import of ``scripts`` or ``tests``, no
+  change to ``sys.path`` (an installed wheel has neither folder);
 - docs/layout.md names every top-level module and package of ``wasmrun/``, and every
   ``name.py`` or ``name/`` it names in its ``wasmrun/`` section exists.
 
@@ -193,6 +195,24 @@ def reexport_findings(tree: ast.Module, where: str) -> Iterator[Finding]:
         yield Finding(where, f"re-exports {', '.join(names)} (`X as X`): import them from where they are defined")
 
 
+CHECKOUT_ONLY = ("scripts", "tests", "conftest")
+
+
+def checkout_findings(tree: ast.Module, where: str) -> Iterator[Finding]:
+    """An import of the checkout's scripts/ or tests/, or a change to sys.path, in wasmrun/."""
+    for node in sorted((n for n in ast.walk(tree) if isinstance(n, ast.stmt | ast.expr)), key=lambda n: n.lineno):
+        names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        for name in names:
+            if name.split(".")[0] in CHECKOUT_ONLY:
+                yield Finding(f"{where}:{node.lineno}", f"imports {name}, which only a checkout has")
+        target = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else None
+        targets = node.targets if isinstance(node, ast.Assign) else [target] if target is not None else []
+        if any(isinstance(t, ast.Attribute) and t.attr == "path" and isinstance(t.value, ast.Name)
+               and t.value.id == "sys" for t in targets):
+            yield Finding(f"{where}:{node.lineno}", "changes sys.path (what it imports must be in the package)")
+
+
 def function_findings(tree: ast.Module, where: str) -> Iterator[Finding]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -330,6 +350,8 @@ def module_trees(root: Path = ROOT) -> tuple[dict[str, ast.Module], dict[str, Pa
         found.extend(function_findings(tree, where))
         if path.name != "__init__.py":
             found.extend(reexport_findings(tree, where))
+        if where.startswith("wasmrun/"):
+            found.extend(checkout_findings(tree, where))
         name = module_name(path, root)
         trees[name] = tree
         paths[name] = path

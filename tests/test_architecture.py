@@ -127,6 +127,17 @@ def test_a_re_export_of_our_own_name_is_found_outside_a_package_face(tmp_path: P
         "wasmrun/top.py: re-exports x (`X as X`): import them from where they are defined"]
 
 
+def test_the_package_reaching_the_checkout_is_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"wasmrun/top.py": "import sys\nsys.path.insert(0, 'scripts')\nfrom scripts import bench\n",
+                            "wasmrun/middle/a.py": "import sys\nsys.path = []\ndef f():\n    import tests.liveserver\n",
+                            "wasmrun/bottom.py": "import sys\nprint(sys.path)\n"})
+    assert _found(root) == [
+        "wasmrun/middle/a.py:2: changes sys.path (what it imports must be in the package)",
+        "wasmrun/middle/a.py:4: imports tests.liveserver, which only a checkout has",
+        "wasmrun/top.py:2: changes sys.path (what it imports must be in the package)",
+        "wasmrun/top.py:3: imports scripts, which only a checkout has"]
+
+
 def test_docs_layout_must_name_each_module_and_only_modules_that_exist(tmp_path: Path) -> None:
     root = _tree(tmp_path, {"wasmrun/extra.py": ""},
                  layout=LAYOUT.replace("  top.py\n", "  top.py (gone.py: long gone; old/ too)\n"))
