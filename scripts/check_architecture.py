@@ -15,7 +15,8 @@
 - nothing in ``wasmrun/`` reaches the checkout: no import of ``scripts`` or ``tests``, no
   change to ``sys.path`` (an installed wheel has neither folder);
 - docs/layout.md names every top-level module and package of ``wasmrun/``, and every
-  ``name.py`` or ``name/`` it names in its ``wasmrun/`` section exists.
+  ``name.py`` or ``name/`` it names in its ``wasmrun/`` section exists; docs/architecture.md's
+  layer diagram has HOUSE_LAYERS' layers, in order, each naming its units.
 
 KNOWN_UNTIL_MERGE lists the findings other branches remove; it must be empty once they are
 merged (a listed finding that no longer occurs is itself a finding, so the list cannot rot).
@@ -336,6 +337,40 @@ def layout_findings(root: Path = ROOT) -> Iterator[Finding]:
             yield Finding("docs/layout.md", f"does not name wasmrun/{name}")
 
 
+def diagram_findings(root: Path, layers: Layers) -> Iterator[Finding]:
+    """docs/architecture.md's diagram (the first code block under "## Layers"): a line that
+    starts in the first column opens a layer (its label, then what it holds); each layer of
+    ``layers`` is there in order under its name, and names each of its units."""
+    doc = "docs/architecture.md"
+    text = (root / doc).read_text(encoding="utf-8").partition("\n## Layers\n")[2]
+    block = text.partition("\n```\n")[2].partition("\n```")[0]
+    labels: list[str] = []
+    named: dict[str, int] = {}
+    for line in block.splitlines():
+        if line[:1].strip():
+            labels.append(re.split(r"\s{2,}", line, maxsplit=1)[0].rstrip("/"))
+        for name in LAYOUT_NAME.findall(line):
+            named.setdefault(name, len(labels) - 1)
+    names = [name for name, _ in layers]
+    if labels != names:
+        yield Finding(doc, f"the layer diagram has layers {labels}, HOUSE_LAYERS has {names}")
+        return
+    for position, (name, units) in enumerate(layers):
+        for unit in sorted(units):
+            file_name = _doc_name(root, unit)
+            if file_name not in named:
+                yield Finding(doc, f"the layer diagram does not name {file_name} (layer {name!r})")
+            elif named[file_name] != position:
+                yield Finding(doc, f"the layer diagram places {file_name} in layer {labels[named[file_name]]!r}, "
+                                   f"HOUSE_LAYERS in {name!r}")
+
+
+def _doc_name(root: Path, unit: str) -> str:
+    """How the docs name a unit: ``cli.py``, ``wire/``, ``python_wasm/``."""
+    last = unit.rpartition(".")[2]
+    return f"{last}/" if (root / unit.replace(".", "/")).is_dir() else f"{last}.py"
+
+
 def module_trees(root: Path = ROOT) -> tuple[dict[str, ast.Module], dict[str, Path], list[Finding]]:
     trees: dict[str, ast.Module] = {}
     paths: dict[str, Path] = {}
@@ -383,6 +418,8 @@ def raw_findings(root: Path = ROOT, layers: Layers = HOUSE_LAYERS,
         result.extend(layer_findings(every, order, sub_units(every, package), where))
     if (root / "docs/layout.md").exists():
         result.extend(layout_findings(root))
+    if (root / "docs/architecture.md").exists():
+        result.extend(diagram_findings(root, layers))
     return result
 
 

@@ -147,6 +147,21 @@ def test_docs_layout_must_name_each_module_and_only_modules_that_exist(tmp_path:
                      "docs/layout.md: does not name wasmrun/extra.py"]
 
 
+def test_the_layer_diagram_must_follow_the_declared_layers(tmp_path: Path) -> None:
+    diagram = "# A\n\n## Layers\n\n```\ntop       top.py\n  |\nmiddle/   middle/ (and more.py)\n  |\n" \
+              "bottom    bottom.py\n```\n"
+    root = _tree(tmp_path, {"docs/architecture.md": diagram})
+    assert _found(root) == []
+    (root / "docs/architecture.md").write_text(diagram.replace("top       top.py", "top       the top"))
+    assert _found(root) == ["docs/architecture.md: the layer diagram does not name top.py (layer 'top')"]
+    (root / "docs/architecture.md").write_text(diagram.replace("bottom    bottom.py", "bottom    it").replace(
+        "middle/ (and more.py)", "middle/, bottom.py"))
+    assert _found(root) == ["docs/architecture.md: the layer diagram places bottom.py in layer 'middle', HOUSE_LAYERS in 'bottom'"]
+    (root / "docs/architecture.md").write_text(diagram.replace("bottom    bottom.py", ""))
+    assert _found(root) == ["docs/architecture.md: the layer diagram has layers ['top', 'middle'], "
+                            "HOUSE_LAYERS has ['top', 'middle', 'bottom']"]
+
+
 def test_a_known_finding_that_no_longer_occurs_fails_the_check(tmp_path: Path) -> None:
     root = _tree(tmp_path, {"wasmrun/middle/a.py": "from wasmrun.middle import b\n",
                             "wasmrun/middle/b.py": "from wasmrun.middle import a\n"})
