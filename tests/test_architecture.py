@@ -156,7 +156,8 @@ def test_the_layer_diagram_must_follow_the_declared_layers(tmp_path: Path) -> No
     assert _found(root) == ["docs/architecture.md: the layer diagram does not name top.py (layer 'top')"]
     (root / "docs/architecture.md").write_text(diagram.replace("bottom    bottom.py", "bottom    it").replace(
         "middle/ (and more.py)", "middle/, bottom.py"))
-    assert _found(root) == ["docs/architecture.md: the layer diagram places bottom.py in layer 'middle', HOUSE_LAYERS in 'bottom'"]
+    assert _found(root) == [
+        "docs/architecture.md: the layer diagram places bottom.py in layer 'middle', HOUSE_LAYERS in 'bottom'"]
     (root / "docs/architecture.md").write_text(diagram.replace("bottom    bottom.py", ""))
     assert _found(root) == ["docs/architecture.md: the layer diagram has layers ['top', 'middle'], "
                             "HOUSE_LAYERS has ['top', 'middle', 'bottom']"]
