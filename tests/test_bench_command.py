@@ -22,6 +22,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Path, Pa
     tmp = tmp_path_factory.mktemp("bench")
     readme = tmp / "README.md"
     readme.write_text(f"# x\n\n## Speed\n\n{report.START}\nold table\n{report.END}\n\n## After\n")
+    (tmp / "docs").mkdir()
     done = subprocess.run(
         [sys.executable, "-m", "wasmrun", "bench", "--quick", "--no-peers", "--tti", "3", "--json", str(tmp / "out.json"),
          "--html", str(tmp / "out.html"), "--readme", str(readme)],
@@ -98,6 +99,12 @@ def test_readme_section_rewritten_between_markers(quick: tuple[str, Path, Path, 
     between = text.split(report.START)[1].split(report.END)[0]
     assert "wasmrun bench, 20" in between and "cores" in between and "| fresh sandbox hello, in-process |" in between
     assert "| every core used (" in between and "| one HTTP hello, by hop" not in between  # kept short
+    # The compute rows workload by workload are on the full page, their summary in the README.
+    assert f"| {COMPUTE_ROWS[0].label} |" not in between and "Compute, wasmrun stdlib image / native: median" in between
+    assert "(docs/bench-results.md)" in between
+    full = (quick[3].parent / "docs" / "bench-results.md").read_text()
+    assert f"| {COMPUTE_ROWS[0].label} |" in full and "| one HTTP hello, by hop" in full
+    assert "| fresh sandbox hello, in-process |" in full and "do not edit by hand" in full
 
 
 def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:

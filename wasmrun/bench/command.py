@@ -28,7 +28,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                        help="write an HTML report with tables and charts (needs matplotlib: the `bench` extra; "
                        "default none)")
     bench.add_argument("--readme", type=Path, nargs="?", const=Path("README.md"), metavar="README",
-                       help="rewrite the table between the bench markers of README (default ./README.md)")
+                       help="rewrite the summary between the bench markers of README, and every row in "
+                       "docs/bench-results.md beside it (default ./README.md)")
     bench.add_argument("--from-json", type=Path, metavar="FILE",
                        help="measure nothing: render the table, --html and --readme from an earlier --json (default off)")
     bench.add_argument("--compare", type=Path, metavar="OLD.json",
@@ -117,9 +118,8 @@ def run(args: argparse.Namespace) -> int:
         print("\n" + change)
     if args.html is not None and page is not None:
         args.html.write_text(page)
-    if args.readme is not None:
-        report.rewrite_readme(args.readme, figures)
-    for what, path in (("JSON", args.json), ("HTML", args.html), ("README", args.readme)):
+    full = report.rewrite_readme(args.readme, figures) if args.readme is not None else None
+    for what, path in (("JSON", args.json), ("HTML", args.html), ("README", args.readme), ("every row", full)):
         if path is not None:
             print(f"wrote {what}: {path}", file=sys.stderr)
     return 0

