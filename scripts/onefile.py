@@ -6,7 +6,7 @@ the bundled skills and the playground (PyInstaller's archive, unpacked to a
 temporary folder on each start), then, appended after it (python_wasm/payload.py),
 the built guest and the guest compiled to machine code for this wasmtime and
 engine configuration: unpacked once into the cache on the first start, whose run
-loads that code instead of compiling for 10-30 s (wasmrun/sandbox/compiled.py);
+loads that code instead of compiling for 10-30 s (wasmrun/sandbox/images/compiled.py);
 a machine whose CPU cannot load it compiles once into its cache, as a wheel does.
 
     python scripts/onefile.py [--out dist]      prints the file it made
@@ -32,7 +32,8 @@ import wasmtime  # noqa: E402
 
 from python_wasm import build as guest_build  # noqa: E402
 from python_wasm import payload  # noqa: E402
-from wasmrun.sandbox import compiled, engine  # noqa: E402
+from wasmrun.sandbox import engine  # noqa: E402
+from wasmrun.sandbox.images import compiled  # noqa: E402
 
 ENTRY = """\
 import sys

@@ -1,6 +1,6 @@
 """A new server whose data image is not made yet: it answers at once on the stdlib image,
 makes the data image in the background, tells a numpy run to retry meanwhile, and moves its
-workers to the data image when it is ready, without a restart (wasmrun/sandbox/warmup.py).
+workers to the data image when it is ready, without a restart (wasmrun/sandbox/pool/warmup.py).
 
 The data-image folder is a new one (WASMRUN_DATAIMAGE_DIR); the compiled-module cache is the
 shared one, so the make copies, makes and loads rather than compiling for minutes when
@@ -26,7 +26,8 @@ import pytest
 
 from python_wasm import dataimage
 from tests.liveserver import LiveServer, wasmrun_env
-from wasmrun.sandbox import errors, warmup
+from wasmrun.sandbox.contract import errors
+from wasmrun.sandbox.pool import warmup
 
 NUMPY = "import numpy as np\ndef main(args):\n    return int(np.arange(10).sum())\n"
 HELLO = "def main(args):\n    return 'hello'\n"

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox import errors
-from wasmrun.sandbox.images import DataSandboxEngine
-from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
+from wasmrun.sandbox.contract import errors
+from wasmrun.sandbox.contract.limits import Limits
+from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult
+from wasmrun.sandbox.images.dataimage import DataSandboxEngine
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The data image's fast start keeps every run fresh (real runs, no timing).
 
-What changed for speed (wasmrun/sandbox/datastart.py): runs enter the guest as a
+What changed for speed (wasmrun/sandbox/images/datastart.py): runs enter the guest as a
 turn with no source, spares have the pages data runs touch copied in ahead, the
 image's own objects are frozen out of the collector and numpy's global
 generator is reseeded from host entropy with init_by_array. None of it may let
@@ -18,8 +18,8 @@ import pytest
 
 from python_wasm import dataimage
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox.images import DataSandboxEngine
-from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox.contract.types import RunRequest
+from wasmrun.sandbox.images.dataimage import DataSandboxEngine
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The host's check of the guest's display frames (wasmrun/sandbox/displays.py): each
+"""The host's check of the guest's display frames (wasmrun/sandbox/guest/displays.py): each
 rule a hostile guest could break is refused with a reason, the good frame is kept,
 and a run's displays stay bounded in count and bytes. (The same frames from a real
 guest, on a real server: tests/test_display_results.py.)"""
@@ -10,8 +10,8 @@ import json
 import pytest
 
 from wasmrun.abi import MAX_DISPLAY_BYTES, MAX_DISPLAYS
-from wasmrun.sandbox.displays import RUN_DISPLAY_BYTES, Displays, check
-from wasmrun.sandbox.types import Display
+from wasmrun.sandbox.contract.types import Display
+from wasmrun.sandbox.guest.displays import RUN_DISPLAY_BYTES, Displays, check
 
 WROTE = ["blob:" + "a" * 32]
 
@@ -72,7 +72,7 @@ def test_a_runs_displays_are_bounded_in_count_and_bytes() -> None:
 
 def test_a_secret_in_a_streamed_display_is_replaced_by_its_placeholder() -> None:
     from wasmrun.egress.secrets import Redactor
-    from wasmrun.sandbox.outstream import OutputChunk, OutputStream
+    from wasmrun.sandbox.guest.outstream import OutputChunk, OutputStream
 
     sent: list[OutputChunk] = []
     stream = OutputStream(sent.extend, 1 << 20, Redactor({"TOKEN": "s3cr3t-value"}))
@@ -87,8 +87,8 @@ def test_a_secret_in_a_runs_displays_is_replaced_by_its_placeholder(tmp_path: ob
     from pathlib import Path
 
     from wasmrun.blobs.store import FileBlobStore
+    from wasmrun.sandbox.contract.types import RunRequest
     from wasmrun.sandbox.engine import SandboxEngine
-    from wasmrun.sandbox.types import RunRequest
 
     assert isinstance(tmp_path, Path)
     engine = SandboxEngine(FileBlobStore(tmp_path))

@@ -13,7 +13,7 @@ import pytest
 from tests.skillfiles import write_skill
 from wasmrun.protocol.runs import run_limits
 from wasmrun.protocol.types import RunLimits
-from wasmrun.sandbox.limits import CEILING_LIMITS, LimitPolicy, MiB
+from wasmrun.sandbox.contract.limits import CEILING_LIMITS, LimitPolicy, MiB
 from wasmrun.settings import Settings
 from wasmrun.tenants.limits import TenantLimits
 

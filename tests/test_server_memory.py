@@ -1,5 +1,5 @@
 """The server process and its workers give back the C heap that loading the guest's
-compiled module frees (wasmrun/sandbox/heaptrim.py): without it the server process kept
+compiled module frees (wasmrun/sandbox/memory/heaptrim.py): without it the server process kept
 ~60 MB it never used again."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from wasmrun.sandbox import heaptrim
+from wasmrun.sandbox.memory import heaptrim
 
 CHECK = """
 import gc
@@ -19,7 +19,7 @@ def rss_mb():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
 from wasmrun.sandbox.engine import precompile
-from wasmrun.sandbox.heaptrim import release_freed_heap
+from wasmrun.sandbox.memory.heaptrim import release_freed_heap
 precompile()  # what `serve` does once at start, before its workers
 gc.collect()
 kept = rss_mb()

@@ -12,7 +12,7 @@ import httpx2
 
 from tests.liveserver import LiveServer
 
-WORKER_MODULE = b"wasmrun.sandbox.pool"
+WORKER_MODULE = b"\x00wasmrun.sandbox.pool\x00"  # `-m` names the package (its __main__ is the worker)
 
 
 def worker_pids(server_pid: int) -> set[int]:

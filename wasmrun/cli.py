@@ -45,7 +45,7 @@ from wasmrun.settings import Settings
 from wasmrun.tools import FORMATS
 
 if TYPE_CHECKING:
-    from wasmrun.sandbox.outstream import OutputChunk
+    from wasmrun.sandbox.guest.outstream import OutputChunk
 
 DATA_DIR_HELP = "where blobs, created skills and tenants live (WASMRUN_DATA_DIR; default ~/.local/share/wasmrun)"
 

@@ -34,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
 
         where = precompile()
     else:
-        from wasmrun.sandbox import warmup
+        from wasmrun.sandbox.pool import warmup
 
         try:
             where = warmup.build(quiet=False)
@@ -47,8 +47,8 @@ def main(args: argparse.Namespace) -> int:
 
 def data_image_state() -> str:
     """Ready, being made (by whom, how far), or not made and how to make it (status, doctor)."""
-    from wasmrun.sandbox import warmup
-    from wasmrun.sandbox.images import image_state, ready_image_path
+    from wasmrun.sandbox.images.dataimage import image_state, ready_image_path
+    from wasmrun.sandbox.pool import warmup
 
     not_ready = image_state()
     if not_ready is None:

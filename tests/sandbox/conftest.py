@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from wasmrun.sandbox.contract.limits import LimitPolicy
+from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult
 from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.images import make_engine
-from wasmrun.sandbox.jsontext import encode_args
-from wasmrun.sandbox.limits import LimitPolicy
-from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
+from wasmrun.sandbox.guest.jsontext import encode_args
+from wasmrun.sandbox.images.dataimage import make_engine
 
 
 class MemoryBlobs:

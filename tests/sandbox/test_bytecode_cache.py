@@ -8,7 +8,7 @@ import pytest
 
 from tests.sandbox.conftest import make_skill
 from wasmrun.sandbox import tree
-from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox.contract.types import RunRequest
 
 PYC = "/pycache/skills/{name}/code/{module}.cpython-311.pyc"
 

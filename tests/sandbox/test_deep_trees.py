@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from wasmrun.sandbox import tree
-from wasmrun.sandbox.workspace import Workspace, WorkspaceDirs
+from wasmrun.sandbox.files.workspace import Workspace, WorkspaceDirs
 
 DEPTH = 5_000  # past Python's recursion limit; the path is 10,000 characters (PATH_MAX is 4,096)
 

@@ -8,9 +8,9 @@ import time
 
 from tests.egress_server import serve
 from wasmrun.egress.policy import NetworkGrant
+from wasmrun.sandbox.contract.types import RunRequest, RunResult
 from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.jsontext import encode_args
-from wasmrun.sandbox.types import RunRequest, RunResult
+from wasmrun.sandbox.guest.jsontext import encode_args
 
 SECRET = "hv-7d1e0c2b9a5f4e3d"
 CODE = """\

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import wasmtime
 
-from wasmrun.sandbox import errors
-from wasmrun.sandbox.hostcalls import RunContext, set_current
-from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.workspace import Workspace
+from wasmrun.sandbox.contract import errors
+from wasmrun.sandbox.contract.limits import Limits
+from wasmrun.sandbox.files.workspace import Workspace
+from wasmrun.sandbox.guest.hostcalls import RunContext, set_current
 
 HOSTILE = """
 (module

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from wasmrun.sandbox.instances import HARD_MAX_RETIRED
+from wasmrun.sandbox.memory.instances import HARD_MAX_RETIRED
 
 
 def _open_fds() -> int:
@@ -47,7 +47,7 @@ def test_two_hundred_runs_leak_nothing(run_code, engine):
 
 
 def test_used_instances_never_pile_up_past_the_bound(engine):
-    from wasmrun.sandbox.types import RunRequest
+    from wasmrun.sandbox.contract.types import RunRequest
 
     request = RunRequest(kind="code", code="def main(args):\n    return 1")
     supply = engine._supply

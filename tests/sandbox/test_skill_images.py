@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from tests.sandbox.conftest import make_skill
-from wasmrun.sandbox import instances
+from wasmrun.sandbox.contract.limits import LimitPolicy
+from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult
 from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.instances import APPLIED_MAX_BYTES, IMAGE_SPARES, SPARES, Fresh, HotPages, InstanceSupply
-from wasmrun.sandbox.limits import LimitPolicy
-from wasmrun.sandbox.skillimages import MAX_PREFAULT_PAGES, SkillImage, SkillImages, image_key, memory_view
-from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
+from wasmrun.sandbox.memory import instances
+from wasmrun.sandbox.memory.instances import APPLIED_MAX_BYTES, IMAGE_SPARES, SPARES, Fresh, HotPages, InstanceSupply
+from wasmrun.sandbox.memory.skillpages import MAX_PREFAULT_PAGES, SkillImage, SkillImages, image_key, memory_view
 
 MAIN = """\
 import random
@@ -146,7 +146,7 @@ def test_an_image_is_kept_only_if_the_skill_did_not_change_while_it_was_made(tmp
 def test_a_failed_import_run_is_tried_again_later_a_bounded_number_of_times(tmp_path) -> None:
     """A failure (a busy host, a skill changing) is not final: a later request tries
     again once its backoff has passed, up to MAX_ATTEMPTS failures, never more."""
-    from wasmrun.sandbox.skillimages import MAX_ATTEMPTS
+    from wasmrun.sandbox.memory.skillpages import MAX_ATTEMPTS
 
     skill = make_skill(tmp_path, "img.flaky", {"code/main.py": "VALUE = 1\n"})
     made: list[str] = []

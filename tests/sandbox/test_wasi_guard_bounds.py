@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import wasmtime
 
-from wasmrun.sandbox import errors
-from wasmrun.sandbox.capture import HeadTail
-from wasmrun.sandbox.hostcalls import RunContext, set_current
-from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.wasi_guard import IOV_MAX, MAX_SUBSCRIPTIONS
-from wasmrun.sandbox.workspace import Workspace
+from wasmrun.sandbox.contract import errors
+from wasmrun.sandbox.contract.limits import Limits
+from wasmrun.sandbox.files.workspace import Workspace
+from wasmrun.sandbox.guest.capture import HeadTail
+from wasmrun.sandbox.guest.hostcalls import RunContext, set_current
+from wasmrun.sandbox.guest.wasi_guard import IOV_MAX, MAX_SUBSCRIPTIONS
 
 EINVAL = 28
 IOVS, DATA, SUBS, EVENTS = 1024, 1 << 20, 4 << 20, 8 << 20  # addresses in the module's memory
@@ -231,7 +231,7 @@ def test_every_call_of_the_guest_that_can_allocate_disk_is_guarded(engine):
     charge first (fd_allocate included: today's CPython build does not import it at all,
     so `posix_fallocate` is not reachable from a run; a build that did would be charged)."""
     from python_wasm.exports import func_imports
-    from wasmrun.sandbox.wasi_guard import GUARDED, WASI
+    from wasmrun.sandbox.guest.wasi_guard import GUARDED, WASI
 
     imported = set(func_imports(engine.module, WASI))
     assert "fd_write" in imported and "path_open" in imported

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import wasmtime
 
-from wasmrun.sandbox import errors
-from wasmrun.sandbox.hostcalls import RunContext, set_current
-from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.workspace import Workspace
+from wasmrun.sandbox.contract import errors
+from wasmrun.sandbox.contract.limits import Limits
+from wasmrun.sandbox.files.workspace import Workspace
+from wasmrun.sandbox.guest.hostcalls import RunContext, set_current
 
 PAGES = 4
 END = PAGES * 65536

@@ -174,7 +174,7 @@ class _Sessions:
     def __init__(self, tmp: Path) -> None:
         from wasmrun.blobs.store import FileBlobStore
         from wasmrun.protocol.sessionstore import SessionStore
-        from wasmrun.sandbox.images import make_engine
+        from wasmrun.sandbox.images.dataimage import make_engine
 
         self.engine = make_engine("stdlib", FileBlobStore(tmp / "blobs"), workspace_root=tmp / "work")
         self.store = SessionStore(tmp / "sessions")
@@ -184,8 +184,8 @@ class _Sessions:
                                  source=source)[1]
 
     def run(self, meta: Any, code: str) -> float:
-        from wasmrun.sandbox.limits import Limits
-        from wasmrun.sandbox.types import RunRequest, SessionRun
+        from wasmrun.sandbox.contract.limits import Limits
+        from wasmrun.sandbox.contract.types import RunRequest, SessionRun
 
         request = RunRequest(kind="code", code=code, limits=Limits(timeout_ms=60_000), session=SessionRun(
             folder=str(self.store.folder(meta)), version=meta.version, reseed=meta.reseed))

@@ -55,7 +55,7 @@ def serve(variant: str, port: int, data_dir: Path, marks_out: Path) -> None:
     import uvicorn
 
     from wasmrun import phases
-    from wasmrun.sandbox import workerprocess
+    from wasmrun.sandbox.pool import workerprocess
     from wasmrun.server import create_app
     from wasmrun.settings import Settings
     from wasmrun.wire.http_protocol import HttpProtocol

@@ -16,8 +16,8 @@ from typing import Any
 
 from wasmrun.bench.systems import HELLO, Http, InProcess, as_run_code, server
 from wasmrun.bench.workloads import COMPUTE
-from wasmrun.sandbox.instances import PAGE, HotPages
-from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox.contract.types import RunRequest
+from wasmrun.sandbox.memory.instances import PAGE, HotPages
 
 MiB = 1024 * 1024
 

@@ -21,10 +21,10 @@ from wasmrun.bench.systems import HELLO, InProcess, as_run_code
 from wasmrun.observe.audit import AuditLog
 from wasmrun.observe.record import Observers
 from wasmrun.protocol.methods import Dispatcher
-from wasmrun.sandbox.background import BackgroundTotals
-from wasmrun.sandbox.executor import ExecutorHealth
-from wasmrun.sandbox.outstream import OutputSink
-from wasmrun.sandbox.types import RunRequest, RunResult
+from wasmrun.sandbox.contract.background import BackgroundTotals
+from wasmrun.sandbox.contract.types import RunRequest, RunResult
+from wasmrun.sandbox.guest.outstream import OutputSink
+from wasmrun.sandbox.pool.executor import ExecutorHealth
 from wasmrun.server import build_context
 from wasmrun.settings import Settings
 

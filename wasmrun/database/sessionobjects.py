@@ -4,7 +4,7 @@ A version is up to three objects, each under `sessions/<key>/<nonce>/`, the
 nonce new for every upload (so a server that lost its hold on a session, and
 uploads anyway, never overwrites what another server committed):
 
-    memory        the base image (sandbox/sessionimages.py); a version whose base
+    memory        the base image (sandbox/memory/sessionpages.py); a version whose base
                   is a hard link of its previous version's names the same object
     memory.delta  the pages changed since the base, when the version has one
     files.tar     /workspace and /tmp (symbolic links kept as links)
@@ -24,13 +24,14 @@ import tarfile
 from pathlib import Path
 
 from wasmrun.blobs.objects import ObjectStore
-from wasmrun.sandbox import sessionimages, tree
+from wasmrun.sandbox import tree
+from wasmrun.sandbox.memory import sessionpages
 from wasmrun.sandbox.sessions import FOLDERS
 
 PREFIX = "sessions/"
 FILES = "files.tar"
 MARKER = "objects.json"
-MEMORY_FILES = (sessionimages.BASE, sessionimages.DELTA)
+MEMORY_FILES = (sessionpages.BASE, sessionpages.DELTA)
 
 
 def marker(objects: dict[str, str]) -> bytes:
@@ -65,7 +66,7 @@ def upload(
             path = version / role
             if not path.exists():
                 continue
-            reused = previous_objects.get(role) if role == sessionimages.BASE else None
+            reused = previous_objects.get(role) if role == sessionpages.BASE else None
             if reused is not None and previous is not None and _same_file(path, previous / role):
                 stored[role] = reused
                 continue

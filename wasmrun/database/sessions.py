@@ -56,7 +56,7 @@ from wasmrun.protocol.sessionstore import (
     key_of,
 )
 from wasmrun.sandbox import sessions as sandbox_sessions
-from wasmrun.sandbox.types import SessionOutcome
+from wasmrun.sandbox.contract.types import SessionOutcome
 from wasmrun.tenants.limits import SessionPolicy
 
 logger = logging.getLogger("wasmrun.sessions")

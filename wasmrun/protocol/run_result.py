@@ -24,8 +24,8 @@ from wasmrun.blobs.quota import BlobQuota
 from wasmrun.blobs.sampling import text_head, text_tail
 from wasmrun.blobs.store import LEGACY_OWNER, BlobStore
 from wasmrun.protocol.types import Display, RunError, RunImage, RunResult, RunUsage
-from wasmrun.sandbox import jsontext
-from wasmrun.sandbox import types as sandbox
+from wasmrun.sandbox.contract import types as sandbox
+from wasmrun.sandbox.guest import jsontext
 
 MAX_OUTPUT_BYTES = 4096
 OUTPUT_PREVIEW_BYTES = 1000

@@ -60,9 +60,9 @@ from wasmrun.protocol.types import (
     SessionRef,
 )
 from wasmrun.registry.manifest import IDENTIFIER
-from wasmrun.sandbox.errors import SESSION_BYTES, session_bytes_exceeded
-from wasmrun.sandbox.types import RunResult as SandboxResult
-from wasmrun.sandbox.types import SessionOutcome, SessionRun
+from wasmrun.sandbox.contract.errors import SESSION_BYTES, session_bytes_exceeded
+from wasmrun.sandbox.contract.types import RunResult as SandboxResult
+from wasmrun.sandbox.contract.types import SessionOutcome, SessionRun
 
 # What a run in a session may set for itself; the rest of its limits are the session's.
 PER_RUN_LIMITS = ("timeout_ms", "cpu_ms", "output_bytes")

@@ -37,7 +37,7 @@ import msgspec
 from wasmrun.observe.record import CallRecord
 from wasmrun.sandbox import sessions as sandbox_sessions
 from wasmrun.sandbox import tree
-from wasmrun.sandbox.types import SessionOutcome
+from wasmrun.sandbox.contract.types import SessionOutcome
 from wasmrun.tenants.limits import SessionPolicy
 
 logger = logging.getLogger("wasmrun.sessions")

@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wasmrun.sandbox.background import COMPILE_LIMITS, IMPORT_LIMITS, BackgroundRun
-from wasmrun.sandbox.guestmemory import memory_view
-from wasmrun.sandbox.instances import HotPages
-from wasmrun.sandbox.skillimages import NoBlobs, SkillImage
-from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
-from wasmrun.sandbox.workspace import Workspace
+from wasmrun.sandbox.contract.background import COMPILE_LIMITS, IMPORT_LIMITS, BackgroundRun
+from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult
+from wasmrun.sandbox.files.workspace import Workspace
+from wasmrun.sandbox.guest.guestmemory import memory_view
+from wasmrun.sandbox.memory.instances import HotPages
+from wasmrun.sandbox.memory.skillpages import NoBlobs, SkillImage
 
 if TYPE_CHECKING:
     from wasmrun.sandbox.engine import SandboxEngine

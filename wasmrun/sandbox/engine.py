@@ -21,24 +21,26 @@ from pathlib import Path
 from python_wasm import build as guest_build
 from wasmrun import phases
 from wasmrun.egress.client import EgressSession
-from wasmrun.sandbox import backgroundruns, guestrequest, outcome, redaction, sessions, workroots
-from wasmrun.sandbox.background import BackgroundLog
-from wasmrun.sandbox.blobaccess import BlobAccess
-from wasmrun.sandbox.bytecode import BytecodeCache
-from wasmrun.sandbox.guestroot import GuestRoots
-from wasmrun.sandbox.hostcalls import RunContext, output_poll, set_current
-from wasmrun.sandbox.ids import new_run_id
-from wasmrun.sandbox.image import Image, Mounts
-from wasmrun.sandbox.instances import Fresh, InstanceSupply, release_pages
-from wasmrun.sandbox.outstream import OutputSink, OutputStream
-from wasmrun.sandbox.skillimages import SkillImage, SkillImages, image_key, single_skill
-from wasmrun.sandbox.stdlibimage import StdlibImage
-from wasmrun.sandbox.stdlibimage import precompile as precompile  # cli, server, doctor: from here
-from wasmrun.sandbox.stdlibimage import precompiled_state as precompiled_state
-from wasmrun.sandbox.types import MountedSkill, RunError, RunRequest, RunResult, Usage, host_failure
-from wasmrun.sandbox.watchdog import Watchdog, call_interrupt
-from wasmrun.sandbox.workroots import WorkRoot
-from wasmrun.sandbox.workspace import Workspace, WorkspaceDirs, place_input_blobs
+from wasmrun.sandbox import backgroundruns, outcome, redaction, sessions
+from wasmrun.sandbox.budget.watchdog import Watchdog, call_interrupt
+from wasmrun.sandbox.contract.background import BackgroundLog
+from wasmrun.sandbox.contract.blobaccess import BlobAccess
+from wasmrun.sandbox.contract.ids import new_run_id
+from wasmrun.sandbox.contract.types import MountedSkill, RunError, RunRequest, RunResult, Usage, host_failure
+from wasmrun.sandbox.files import workroots
+from wasmrun.sandbox.files.guestroot import GuestRoots
+from wasmrun.sandbox.files.workroots import WorkRoot
+from wasmrun.sandbox.files.workspace import Workspace, WorkspaceDirs, place_input_blobs
+from wasmrun.sandbox.guest import guestrequest
+from wasmrun.sandbox.guest.hostcalls import RunContext, output_poll, set_current
+from wasmrun.sandbox.guest.outstream import OutputSink, OutputStream
+from wasmrun.sandbox.images.image import Image, Mounts
+from wasmrun.sandbox.images.stdlibimage import StdlibImage
+from wasmrun.sandbox.images.stdlibimage import precompile as precompile  # cli, server, doctor: from here
+from wasmrun.sandbox.images.stdlibimage import precompiled_state as precompiled_state
+from wasmrun.sandbox.memory.bytecode import BytecodeCache
+from wasmrun.sandbox.memory.instances import Fresh, InstanceSupply, release_pages
+from wasmrun.sandbox.memory.skillpages import SkillImage, SkillImages, image_key, single_skill
 
 logger = logging.getLogger("wasmrun.sandbox")
 # Threads that run guests need the wasm stack (stdlibimage.WASM_STACK_BYTES) plus the host's own frames.

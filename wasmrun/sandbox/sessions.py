@@ -4,7 +4,7 @@ A session's state lives in its folder on disk, one version at a time:
 
     <folder>/v<N>/memory      the pages of linear memory written since the guest
                               snapshot, and the memory's size (with
-                              memory.delta: see sessionimages.py)
+                              memory.delta: see sessionpages.py)
     <folder>/v<N>/workspace/  its /workspace
     <folder>/v<N>/tmp/        its /tmp
 
@@ -36,14 +36,17 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wasmrun.sandbox import diskuse, errors, sessionimages, tree
-from wasmrun.sandbox.instances import Fresh, release_pages
-from wasmrun.sandbox.sessionimages import ImageMismatch
-from wasmrun.sandbox.types import RunError, RunRequest, RunResult, SessionOutcome, host_failure
+from wasmrun.sandbox import tree
+from wasmrun.sandbox.contract import errors
+from wasmrun.sandbox.contract.types import RunError, RunRequest, RunResult, SessionOutcome, host_failure
+from wasmrun.sandbox.files import diskuse
+from wasmrun.sandbox.memory import sessionpages
+from wasmrun.sandbox.memory.instances import Fresh, release_pages
+from wasmrun.sandbox.memory.sessionpages import ImageMismatch
 
 if TYPE_CHECKING:
     from wasmrun.sandbox.engine import SandboxEngine
-    from wasmrun.sandbox.outstream import OutputSink
+    from wasmrun.sandbox.guest.outstream import OutputSink
 
 FOLDERS = ("workspace", "tmp")
 # Errors after which the interpreter may have stopped midway: its memory is not
@@ -69,7 +72,7 @@ def image_of(request: RunRequest) -> str | None:
     (None: not a session run, or the session's first, which any image can run)."""
     if request.session is None:
         return None
-    made_by = sessionimages.made_by(version_dir(Path(request.session.folder), request.session.version))
+    made_by = sessionpages.made_by(version_dir(Path(request.session.folder), request.session.version))
     return image_name(made_by) if made_by else None
 
 
@@ -125,7 +128,7 @@ def _run_staged(
     kept = False
     try:
         if from_supply:
-            sessionimages.load(current, fresh.store, fresh.memory, engine.guest.key)
+            sessionpages.load(current, fresh.store, fresh.memory, engine.guest.key)
         result, _ = engine._run_on(fresh, request, t0, bytecode, workspace_root=following, on_output=on_output)
         for name in _run_only_folders(engine):  # the version keeps its workspace and tmp, nothing else
             tree.remove(following / name)
@@ -157,10 +160,10 @@ def _save(
     files_bytes = files_size(following)
     room = None if spec.max_bytes is None else spec.max_bytes - files_bytes
     try:
-        image_bytes = sessionimages.save(
+        image_bytes = sessionpages.save(
             current, following, fresh.store, fresh.memory, engine.guest.key, room=None if room is None else max(0, room),
         )
-    except sessionimages.TooLarge as over:
+    except sessionpages.TooLarge as over:
         assert spec.max_bytes is not None
         result.status, result.output_json = "failed", b"null"
         result.error = RunError(errors.SESSION_BYTES, errors.session_bytes_exceeded(
@@ -240,7 +243,7 @@ def _identity(version: Path) -> tuple[int, int]:
     """Which image `version` holds: its newest memory file's inode and time (never
     changed in place once written). A folder deleted and made again under its name
     (a version fetched anew from the object store) has new files: another image."""
-    for name in (sessionimages.DELTA, sessionimages.BASE):
+    for name in (sessionpages.DELTA, sessionpages.BASE):
         try:
             found = (version / name).stat()
         except OSError:
@@ -354,6 +357,6 @@ def copy_version(source: Path, target: Path) -> None:
     changed in place once it is recorded: each run works on copies (`_stage`),
     so the two sessions' next runs each copy them before writing."""
     target.mkdir(mode=0o700)
-    sessionimages.copy(source, target)
+    sessionpages.copy(source, target)
     for name in FOLDERS:
         _copy_folder(source / name, target / name, link=True)
