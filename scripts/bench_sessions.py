@@ -36,11 +36,11 @@ from liveserver import LiveServer, wasmrun_env
 
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.protocol.sessionstore import SessionStore
-from wasmrun.sandbox import sessions
 from wasmrun.sandbox.contract.limits import Limits
 from wasmrun.sandbox.contract.types import RunRequest, SessionRun
 from wasmrun.sandbox.engine import SandboxEngine
 from wasmrun.sandbox.images.dataimage import make_engine
+from wasmrun.sandbox.sessions import run as sessions
 
 SMALL = "x = 1"
 HUNDRED_MB = "data = bytearray(100 << 20)\nfor i in range(0, len(data), 4096):\n    data[i] = 1\nlen(data)"

@@ -206,7 +206,7 @@ class _Sessions:
         return self.run(self.create(source=parent), "len(rows)")
 
     def resumed_first(self, tmp: Path) -> float:
-        from wasmrun.sandbox import sessions
+        from wasmrun.sandbox.sessions import run as sessions
 
         meta = self.create()
         self.run(meta, self.STATE)

@@ -4,7 +4,7 @@ A version is up to three objects, each under `sessions/<key>/<nonce>/`, the
 nonce new for every upload (so a server that lost its hold on a session, and
 uploads anyway, never overwrites what another server committed):
 
-    memory        the base image (sandbox/memory/sessionpages.py); a version whose base
+    memory        the base image (sandbox/sessions/pages.py); a version whose base
                   is a hard link of its previous version's names the same object
     memory.delta  the pages changed since the base, when the version has one
     files.tar     /workspace and /tmp (symbolic links kept as links)
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from wasmrun.blobs.objects import ObjectStore
 from wasmrun.sandbox import tree
-from wasmrun.sandbox.memory import sessionpages
-from wasmrun.sandbox.sessions import FOLDERS
+from wasmrun.sandbox.sessions import pages as sessionpages
+from wasmrun.sandbox.sessions.run import FOLDERS
 
 PREFIX = "sessions/"
 FILES = "files.tar"

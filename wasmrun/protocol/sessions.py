@@ -1,7 +1,7 @@
 """create_session, run_code with a session_id, fork_session, close_session, list_sessions.
 
 A session is a Python interpreter whose globals, imports, /workspace and /tmp
-carry over from one run to the next (see sandbox/sessions.py for how, and
+carry over from one run to the next (see sandbox/sessions/run.py for how, and
 docs/sessions.md). What this layer decides:
 
 - one request at a time per session: a second one while a run is in progress

@@ -5,7 +5,7 @@ only), where `key` is the SHA-256 of the session id (192 random bits): the
 folder's name gives away nothing a `ls` could use, and the audit log names a
 session by a prefix of its key. The folder
 holds `meta.json` (this module's `SessionMeta`) and the session's state
-version by version (see sandbox/sessions.py). Every session is paused on disk
+version by version (see sandbox/sessions/run.py). Every session is paused on disk
 between runs, so the store is rebuilt from the folders when the server
 starts: sessions survive a restart, and the runs in progress when it stopped
 are lost (the version before them is kept).
@@ -35,9 +35,9 @@ from pathlib import Path
 import msgspec
 
 from wasmrun.observe.record import CallRecord
-from wasmrun.sandbox import sessions as sandbox_sessions
 from wasmrun.sandbox import tree
 from wasmrun.sandbox.contract.types import SessionOutcome
+from wasmrun.sandbox.sessions import run as sandbox_sessions
 from wasmrun.tenants.limits import SessionPolicy
 
 logger = logging.getLogger("wasmrun.sessions")

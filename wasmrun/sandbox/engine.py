@@ -21,7 +21,7 @@ from pathlib import Path
 from python_wasm import build as guest_build
 from wasmrun import phases
 from wasmrun.egress.client import EgressSession
-from wasmrun.sandbox import backgroundruns, outcome, redaction, sessions
+from wasmrun.sandbox import backgroundruns, outcome, redaction
 from wasmrun.sandbox.budget.watchdog import Watchdog, call_interrupt
 from wasmrun.sandbox.contract.background import BackgroundLog
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
@@ -41,6 +41,7 @@ from wasmrun.sandbox.images.stdlibimage import precompiled_state as precompiled_
 from wasmrun.sandbox.memory.bytecode import BytecodeCache
 from wasmrun.sandbox.memory.instances import Fresh, InstanceSupply, release_pages
 from wasmrun.sandbox.memory.skillpages import SkillImage, SkillImages, image_key, single_skill
+from wasmrun.sandbox.sessions import run as sessions
 
 logger = logging.getLogger("wasmrun.sandbox")
 # Threads that run guests need the wasm stack (stdlibimage.WASM_STACK_BYTES) plus the host's own frames.

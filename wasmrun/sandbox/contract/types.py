@@ -29,7 +29,7 @@ class MountedSkill(msgspec.Struct, frozen=True):
 
 
 class SessionRun(msgspec.Struct, frozen=True):
-    """A run inside a session (see sandbox/sessions.py): its state is the
+    """A run inside a session (see sandbox/sessions/run.py): its state is the
     folder's version `version`; a run that keeps its state leaves `version + 1`."""
 
     folder: str  # the session's host folder (under the server's data dir, 0700)

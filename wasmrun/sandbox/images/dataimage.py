@@ -25,7 +25,6 @@ from python_wasm import dataimage
 from python_wasm import exports as exports_
 from wasmrun.abi import DOOR_IMPORT, DOOR_MODULE, Export
 from wasmrun.blobs.quota import BlobQuotaExceeded
-from wasmrun.sandbox import sessions
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
 from wasmrun.sandbox.contract.types import MountedSkill, RunImage, RunRequest, RunResult
 from wasmrun.sandbox.engine import SandboxEngine
@@ -40,6 +39,7 @@ from wasmrun.sandbox.images.datastart import DATA_WARMUP_REQUESTS, DoorTurn
 from wasmrun.sandbox.images.image import BLOBS, SKILLS_ROOT, TMP, WORKSPACE, Image, Mounts
 from wasmrun.sandbox.images.stdlibimage import WASM_STACK_BYTES
 from wasmrun.sandbox.memory.instances import Fresh
+from wasmrun.sandbox.sessions import run as sessions
 
 logger = logging.getLogger(__name__)
 

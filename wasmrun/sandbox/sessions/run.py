@@ -4,7 +4,7 @@ A session's state lives in its folder on disk, one version at a time:
 
     <folder>/v<N>/memory      the pages of linear memory written since the guest
                               snapshot, and the memory's size (with
-                              memory.delta: see sessionpages.py)
+                              memory.delta: see pages.py)
     <folder>/v<N>/workspace/  its /workspace
     <folder>/v<N>/tmp/        its /tmp
 
@@ -40,9 +40,9 @@ from wasmrun.sandbox import tree
 from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.contract.types import RunError, RunRequest, RunResult, SessionOutcome, host_failure
 from wasmrun.sandbox.files import diskuse
-from wasmrun.sandbox.memory import sessionpages
 from wasmrun.sandbox.memory.instances import Fresh, release_pages
-from wasmrun.sandbox.memory.sessionpages import ImageMismatch
+from wasmrun.sandbox.sessions import pages
+from wasmrun.sandbox.sessions.pages import ImageMismatch
 
 if TYPE_CHECKING:
     from wasmrun.sandbox.engine import SandboxEngine
@@ -72,7 +72,7 @@ def image_of(request: RunRequest) -> str | None:
     (None: not a session run, or the session's first, which any image can run)."""
     if request.session is None:
         return None
-    made_by = sessionpages.made_by(version_dir(Path(request.session.folder), request.session.version))
+    made_by = pages.made_by(version_dir(Path(request.session.folder), request.session.version))
     return image_name(made_by) if made_by else None
 
 
@@ -128,7 +128,7 @@ def _run_staged(
     kept = False
     try:
         if from_supply:
-            sessionpages.load(current, fresh.store, fresh.memory, engine.guest.key)
+            pages.load(current, fresh.store, fresh.memory, engine.guest.key)
         result, _ = engine._run_on(fresh, request, t0, bytecode, workspace_root=following, on_output=on_output)
         for name in _run_only_folders(engine):  # the version keeps its workspace and tmp, nothing else
             tree.remove(following / name)
@@ -160,10 +160,10 @@ def _save(
     files_bytes = files_size(following)
     room = None if spec.max_bytes is None else spec.max_bytes - files_bytes
     try:
-        image_bytes = sessionpages.save(
+        image_bytes = pages.save(
             current, following, fresh.store, fresh.memory, engine.guest.key, room=None if room is None else max(0, room),
         )
-    except sessionpages.TooLarge as over:
+    except pages.TooLarge as over:
         assert spec.max_bytes is not None
         result.status, result.output_json = "failed", b"null"
         result.error = RunError(errors.SESSION_BYTES, errors.session_bytes_exceeded(
@@ -243,7 +243,7 @@ def _identity(version: Path) -> tuple[int, int]:
     """Which image `version` holds: its newest memory file's inode and time (never
     changed in place once written). A folder deleted and made again under its name
     (a version fetched anew from the object store) has new files: another image."""
-    for name in (sessionpages.DELTA, sessionpages.BASE):
+    for name in (pages.DELTA, pages.BASE):
         try:
             found = (version / name).stat()
         except OSError:
@@ -357,6 +357,6 @@ def copy_version(source: Path, target: Path) -> None:
     changed in place once it is recorded: each run works on copies (`_stage`),
     so the two sessions' next runs each copy them before writing."""
     target.mkdir(mode=0o700)
-    sessionpages.copy(source, target)
+    pages.copy(source, target)
     for name in FOLDERS:
         _copy_folder(source / name, target / name, link=True)
