@@ -69,8 +69,7 @@ from wasmrun.bench.stats import pct
 from wasmrun.bench.systems import Native as _Native
 from wasmrun.bench.systems import free_port, server
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox.contract.limits import Limits
-from wasmrun.sandbox.contract.types import MountedSkill, RunRequest
+from wasmrun.sandbox import Limits, MountedSkill, RunRequest
 from wasmrun.sandbox.images.stdlibimage import engine_config, load_module
 from wasmrun.settings import BUNDLED_SKILLS
 

@@ -3,7 +3,11 @@
 - no module over MAX_MODULE_LINES lines;
 - no function or method over MAX_FUNCTION_LINES lines (decorators and docstring included);
 - no import cycle between packages (``wasmrun.sandbox`` -> ``python_wasm`` -> ``wasmrun.sandbox``);
-- ``sandbox/engine.py`` at most ENGINE_LINES lines.
+- ``sandbox/engine.py`` at most ENGINE_LINES lines;
+- code outside ``wasmrun/sandbox/`` imports the sandbox only through its face, ``wasmrun.sandbox``
+  (its ``__all__``), never ``wasmrun.sandbox.<part>``, by an import or by a module name in a
+  string (``python -m``, ``importlib``); tests under ``tests/sandbox/`` test the parts and may
+  reach inside, as may the few tools in FACE_EXEMPT.
 
 Run ``python scripts/check_architecture.py`` (exit 1 and a list when a rule is broken);
 ``tests/test_architecture.py`` runs it in CI.
@@ -24,6 +28,18 @@ EXCLUDED = ("python_wasm/runtime",)
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 60
 ENGINE_LINES = 300
+SANDBOX = "wasmrun.sandbox"
+# Where code outside the sandbox lives, and what of it may reach inside: tests of the parts, and
+# tools that time or compare its inner steps (they patch or read a part's functions by name).
+FACE_CHECKED = ("wasmrun", "tests", "scripts", "examples")
+FACE_EXEMPT = (
+    "wasmrun/sandbox/",
+    "tests/sandbox/",
+    "tests/test_abi_drift.py",  # the guest's sources against the host's host calls and door
+    "scripts/hello_phases.py",  # times a run's inner steps
+    "scripts/profile_guest.py",  # swaps the images' engine settings
+    "scripts/bench_legacy.py",  # the old bench's own stdlib engine
+)
 
 
 @dataclass(frozen=True)
@@ -132,6 +148,43 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def face_findings(tree: ast.Module, where: str) -> Iterator[Finding]:
+    """Imports of the sandbox past its face in one module outside it: ``wasmrun.sandbox.<part>``
+    imported, a part imported by name from the face (``from wasmrun.sandbox import engine``),
+    or a part's module name as a whole string."""
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+            if node.module == SANDBOX:
+                names += [f"{SANDBOX}.{alias.name}" for alias in node.names if _is_part(alias.name)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _is_module_name(node.value):
+            names = [node.value]
+        for name in names:
+            if name.startswith(SANDBOX + "."):
+                yield Finding(f"{where}:{node.lineno}", f"imports {name} past the sandbox's face (wasmrun.sandbox)")
+
+
+def _is_part(name: str) -> bool:
+    """A module or package inside the sandbox (not a name its face exports)."""
+    base = ROOT / "wasmrun" / "sandbox" / name
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def _is_module_name(text: str) -> bool:
+    parts = text.split(".")
+    return len(parts) > 2 and all(part.isidentifier() for part in parts)
+
+
+def face_checked_modules() -> Iterator[Path]:
+    for folder in FACE_CHECKED:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if not path.relative_to(ROOT).as_posix().startswith(FACE_EXEMPT):
+                yield path
+
+
 def findings() -> list[Finding]:
     result: list[Finding] = []
     modules: dict[str, ast.Module] = {}
@@ -151,6 +204,9 @@ def findings() -> list[Finding]:
     packages = {package_of(module) for module in modules}
     for members in cycles(package_graph(modules, packages)):
         result.append(Finding(" <-> ".join(members), "import cycle between packages"))
+    for path in face_checked_modules():
+        where = path.relative_to(ROOT).as_posix()
+        result.extend(face_findings(ast.parse(path.read_text(encoding="utf-8"), filename=where), where))
     return result
 
 

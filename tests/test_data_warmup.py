@@ -26,8 +26,7 @@ import pytest
 
 from python_wasm import dataimage
 from tests.liveserver import LiveServer, wasmrun_env
-from wasmrun.sandbox.contract import errors
-from wasmrun.sandbox.pool import warmup
+from wasmrun.sandbox import errors, warmup
 
 NUMPY = "import numpy as np\ndef main(args):\n    return int(np.arange(10).sum())\n"
 HELLO = "def main(args):\n    return 'hello'\n"

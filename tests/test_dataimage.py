@@ -17,10 +17,7 @@ from pathlib import Path
 import pytest
 
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox.contract import errors
-from wasmrun.sandbox.contract.limits import Limits
-from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult
-from wasmrun.sandbox.images.dataimage import DataSandboxEngine
+from wasmrun.sandbox import DataSandboxEngine, Limits, MountedSkill, RunRequest, RunResult, errors
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,7 @@ import pytest
 
 from tests.liveserver import LiveServer, wasmrun_env
 from tests.skillfiles import write_skill
-from wasmrun.sandbox.contract import errors
-from wasmrun.sandbox.images.dataimage import data_engine, ready_image
+from wasmrun.sandbox import data_engine, errors, ready_image
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,7 @@ import pytest
 
 from python_wasm import dataimage
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox.contract.types import RunRequest
-from wasmrun.sandbox.images.dataimage import DataSandboxEngine
+from wasmrun.sandbox import DataSandboxEngine, RunRequest
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from starlette.testclient import TestClient
 from tests.egress_server import LocalServer, serve
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.egress.policy import EgressPolicy, parse_egress_policy
-from wasmrun.sandbox.pool.executor import InProcessExecutor
+from wasmrun.sandbox import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import Settings
 from wasmrun.tenants.grants import Grant

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from skillfiles import write_skill
 
-from wasmrun.sandbox.pool.executor import InProcessExecutor
+from wasmrun.sandbox import InProcessExecutor
 
 Rpc = Callable[..., dict[str, Any]]
 

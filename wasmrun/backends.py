@@ -26,7 +26,7 @@ from wasmrun.blobs.store import BlobStore, FileBlobStore
 from wasmrun.observe.audit import AuditLog
 from wasmrun.protocol.sessionstore import SessionStore
 from wasmrun.registry.store import DirectoryRegistry
-from wasmrun.sandbox.pool.poolworker import BlobOpener
+from wasmrun.sandbox import BlobOpener
 from wasmrun.settings import Settings, load_blob_store
 from wasmrun.tenants.quotas import RunGate
 from wasmrun.tenants.store import TenantEditor, TenantStore

@@ -202,8 +202,7 @@ def _check_guest(d: Diagnosis, guest: guest_build.Guest) -> None:
 
 
 def _check_compiled(d: Diagnosis, guest: guest_build.Guest) -> None:
-    from wasmrun.sandbox.engine import precompiled_state
-    from wasmrun.sandbox.images import compiled
+    from wasmrun.sandbox import compiled, precompiled_state
 
     if not guest.snapshot_wasm.is_file():
         return
@@ -224,8 +223,7 @@ def _check_compiled(d: Diagnosis, guest: guest_build.Guest) -> None:
 def _check_data_image(d: Diagnosis, settings: Settings) -> None:
     """The data image (docs/data-stack.md) is optional: its absence is a fact, not a problem."""
     from wasmrun.images_command import data_image_state
-    from wasmrun.sandbox.images.dataimage import image_state
-    from wasmrun.sandbox.pool import warmup
+    from wasmrun.sandbox import image_state, warmup
 
     d.fact("data image", data_image_state())
     not_ready = image_state()

@@ -53,7 +53,7 @@ import tomli
 import wasmrun
 from wasmrun.egress.policy import EgressPolicy, load_egress_policy
 from wasmrun.limits import REQUESTABLE
-from wasmrun.sandbox.contract.limits import CEILING_LIMITS, LimitPolicy
+from wasmrun.sandbox import CEILING_LIMITS, LimitPolicy
 from wasmrun.tenants.limits import SessionPolicy
 from wasmrun.tenants.policy import AccessPolicy, load_access_policy
 from wasmrun.workersizing import default_workers

@@ -54,6 +54,6 @@ def default_workers(image: str, cpus: int | None = None, available: int | None =
 def _data_image_possible() -> bool:
     """Whether `auto` can ever serve the data image here (the data extra installed, or
     its interpreter fetched): without it, `auto` is the stdlib image's worker count."""
-    from wasmrun.sandbox.pool import warmup
+    from wasmrun.sandbox import warmup
 
     return warmup.available()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from wasmrun.limits import MiB
 from wasmrun.sandbox.contract import errors
-from wasmrun.sandbox.contract.limits import MiB
 
 
 def completed(result):

@@ -28,6 +28,7 @@ from typing import Any
 
 from wasmrun.bench.stats import summary
 from wasmrun.bench.systems import HELLO, Http, as_run_code, free_port, stop
+from wasmrun.sandbox import DATA_IMAGE_MAKER
 
 RUN = {"language": "python", "code": as_run_code(HELLO)}
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,7 +142,7 @@ def _data_make(tmp: Path) -> float:
     shutil.copytree(_cache() / "downloads", cache / "downloads", symlinks=True, copy_function=_link_or_copy)
     env = {**os.environ, "WASMRUN_CACHE_DIR": str(cache)}
     t = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "wasmrun.sandbox.images"], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", DATA_IMAGE_MAKER], env=env, capture_output=True, text=True,
                           timeout=3600, cwd=ROOT)
     elapsed = time.perf_counter() - t
     shutil.rmtree(cache, ignore_errors=True)
@@ -174,7 +175,7 @@ class _Sessions:
     def __init__(self, tmp: Path) -> None:
         from wasmrun.blobs.store import FileBlobStore
         from wasmrun.protocol.sessionstore import SessionStore
-        from wasmrun.sandbox.images.dataimage import make_engine
+        from wasmrun.sandbox import make_engine
 
         self.engine = make_engine("stdlib", FileBlobStore(tmp / "blobs"), workspace_root=tmp / "work")
         self.store = SessionStore(tmp / "sessions")
@@ -184,8 +185,7 @@ class _Sessions:
                                  source=source)[1]
 
     def run(self, meta: Any, code: str) -> float:
-        from wasmrun.sandbox.contract.limits import Limits
-        from wasmrun.sandbox.contract.types import RunRequest, SessionRun
+        from wasmrun.sandbox import Limits, RunRequest, SessionRun
 
         request = RunRequest(kind="code", code=code, limits=Limits(timeout_ms=60_000), session=SessionRun(
             folder=str(self.store.folder(meta)), version=meta.version, reseed=meta.reseed))
@@ -206,11 +206,9 @@ class _Sessions:
         return self.run(self.create(source=parent), "len(rows)")
 
     def resumed_first(self, tmp: Path) -> float:
-        from wasmrun.sandbox.sessions import run as sessions
-
         meta = self.create()
         self.run(meta, self.STATE)
-        sessions.close_warm(self.engine)  # paused: only its image on disk
+        self.engine.close_warm_sessions()  # paused: only its image on disk
         return self.run(meta, "len(rows)")
 
     def close(self) -> None:

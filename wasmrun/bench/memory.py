@@ -9,6 +9,7 @@ serve` after every worker ran hellos, for each worker count in turn.
 
 from __future__ import annotations
 
+import mmap
 import threading
 import time
 from pathlib import Path
@@ -16,8 +17,7 @@ from typing import Any
 
 from wasmrun.bench.systems import HELLO, Http, InProcess, as_run_code, server
 from wasmrun.bench.workloads import COMPUTE
-from wasmrun.sandbox.contract.types import RunRequest
-from wasmrun.sandbox.memory.instances import PAGE, HotPages
+from wasmrun.sandbox import HotPages, RunRequest
 
 MiB = 1024 * 1024
 
@@ -59,7 +59,7 @@ def per_run(inproc: InProcess, scale: float) -> dict[str, Any]:
             engine._dirs.give_back(workspace.root)
         finally:
             fresh.store.close()
-        out[name] = {"written_mb": len(written) * PAGE / MiB, "linear_memory_mb": result.usage.peak_memory_bytes / MiB,
+        out[name] = {"written_mb": len(written) * mmap.PAGESIZE / MiB, "linear_memory_mb": result.usage.peak_memory_bytes / MiB,
                      "status": result.status}
     return out
 

@@ -21,10 +21,7 @@ from wasmrun.bench.systems import HELLO, InProcess, as_run_code
 from wasmrun.observe.audit import AuditLog
 from wasmrun.observe.record import Observers
 from wasmrun.protocol.methods import Dispatcher
-from wasmrun.sandbox.contract.background import BackgroundTotals
-from wasmrun.sandbox.contract.types import RunRequest, RunResult
-from wasmrun.sandbox.guest.outstream import OutputSink
-from wasmrun.sandbox.pool.executor import ExecutorHealth
+from wasmrun.sandbox import BackgroundTotals, ExecutorHealth, OutputSink, RunRequest, RunResult
 from wasmrun.server import build_context
 from wasmrun.settings import Settings
 

@@ -21,7 +21,7 @@ from wasmrun.bench import datarows, e2brow
 from wasmrun.bench.peers import Peer, PeerError
 from wasmrun.bench.systems import HELLO, InProcess, Native, as_run_code
 from wasmrun.bench.workloads import COMPUTE, Workload
-from wasmrun.sandbox.contract.types import MountedSkill, RunRequest
+from wasmrun.sandbox import MountedSkill, RunRequest
 from wasmrun.settings import BUNDLED_SKILLS
 
 if TYPE_CHECKING:

@@ -23,15 +23,14 @@ import secrets
 import tarfile
 from pathlib import Path
 
+from wasmrun import dirtree
 from wasmrun.blobs.objects import ObjectStore
-from wasmrun.sandbox import tree
-from wasmrun.sandbox.sessions import pages as sessionpages
-from wasmrun.sandbox.sessions.run import FOLDERS
+from wasmrun.sandbox import session_state
 
 PREFIX = "sessions/"
 FILES = "files.tar"
 MARKER = "objects.json"
-MEMORY_FILES = (sessionpages.BASE, sessionpages.DELTA)
+MEMORY_FILES = session_state.MEMORY_FILES
 
 
 def marker(objects: dict[str, str]) -> bytes:
@@ -66,7 +65,7 @@ def upload(
             path = version / role
             if not path.exists():
                 continue
-            reused = previous_objects.get(role) if role == sessionpages.BASE else None
+            reused = previous_objects.get(role) if role == MEMORY_FILES[0] else None
             if reused is not None and previous is not None and _same_file(path, previous / role):
                 stored[role] = reused
                 continue
@@ -92,7 +91,7 @@ def _bundle(version: Path, bundle: Path) -> str:
     """`version`'s folders as a tar at `bundle`; its SHA-256. Unchanged folders give
     the same bytes: each run's copies keep the files' and folders' times."""
     with tarfile.open(bundle, "w", format=tarfile.PAX_FORMAT) as tar:
-        for name in FOLDERS:
+        for name in session_state.FOLDERS:
             if (version / name).is_dir():
                 tar.add(version / name, arcname=name, filter=_top_timeless)  # links kept as links, never followed
     digest = hashlib.sha256()
@@ -117,12 +116,12 @@ def fetch(objects: ObjectStore, objects_of: dict[str, str], target: Path) -> Non
                 # Our own bundles; still, no member may land outside the folder.
                 tar.extractall(staging, filter="tar")
             bundle.unlink()
-        for name in FOLDERS:
+        for name in session_state.FOLDERS:
             (staging / name).mkdir(mode=0o700, exist_ok=True)
         mark(staging, objects_of)
         os.rename(staging, target)
     except BaseException:
-        tree.remove(staging)
+        dirtree.remove(staging)
         raise
 
 
@@ -140,7 +139,7 @@ def delete(objects: ObjectStore, names: list[str]) -> None:
 def _top_timeless(member: tarfile.TarInfo) -> tarfile.TarInfo:
     """The two folders themselves are made anew by every run (when empty): their time
     would change an otherwise equal bundle."""
-    if member.name in FOLDERS:
+    if member.name in session_state.FOLDERS:
         member.mtime = 0
     return member
 

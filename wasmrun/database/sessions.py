@@ -55,8 +55,8 @@ from wasmrun.protocol.sessionstore import (
     _remove,
     key_of,
 )
-from wasmrun.sandbox.contract.types import SessionOutcome
-from wasmrun.sandbox.sessions import run as sandbox_sessions
+from wasmrun.sandbox import SessionOutcome
+from wasmrun.sandbox import session_state as sandbox_sessions
 from wasmrun.tenants.limits import SessionPolicy
 
 logger = logging.getLogger("wasmrun.sessions")

@@ -60,9 +60,8 @@ from wasmrun.protocol.types import (
     SessionRef,
 )
 from wasmrun.registry.manifest import IDENTIFIER
-from wasmrun.sandbox.contract.errors import SESSION_BYTES, session_bytes_exceeded
-from wasmrun.sandbox.contract.types import RunResult as SandboxResult
-from wasmrun.sandbox.contract.types import SessionOutcome, SessionRun
+from wasmrun.sandbox import SESSION_BYTES, SessionOutcome, SessionRun, session_bytes_exceeded
+from wasmrun.sandbox import RunResult as SandboxResult
 
 # What a run in a session may set for itself; the rest of its limits are the session's.
 PER_RUN_LIMITS = ("timeout_ms", "cpu_ms", "output_bytes")

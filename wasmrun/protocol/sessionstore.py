@@ -34,10 +34,10 @@ from pathlib import Path
 
 import msgspec
 
+from wasmrun import dirtree
 from wasmrun.observe.record import CallRecord
-from wasmrun.sandbox import tree
-from wasmrun.sandbox.contract.types import SessionOutcome
-from wasmrun.sandbox.sessions import run as sandbox_sessions
+from wasmrun.sandbox import SessionOutcome
+from wasmrun.sandbox import session_state as sandbox_sessions
 from wasmrun.tenants.limits import SessionPolicy
 
 logger = logging.getLogger("wasmrun.sessions")
@@ -327,7 +327,7 @@ class OverCap(Exception):
 def _remove(path: Path) -> None:
     try:
         if path.exists():
-            tree.remove(path)
+            dirtree.remove(path)
     except OSError:
         logger.warning("could not remove %s", path)
 

@@ -36,8 +36,6 @@ from wasmrun.sandbox.guest.hostcalls import RunContext, output_poll, set_current
 from wasmrun.sandbox.guest.outstream import OutputSink, OutputStream
 from wasmrun.sandbox.images.image import Image, Mounts
 from wasmrun.sandbox.images.stdlibimage import StdlibImage
-from wasmrun.sandbox.images.stdlibimage import precompile as precompile  # cli, server, doctor: from here
-from wasmrun.sandbox.images.stdlibimage import precompiled_state as precompiled_state
 from wasmrun.sandbox.memory.bytecode import BytecodeCache
 from wasmrun.sandbox.memory.instances import Fresh, InstanceSupply, release_pages
 from wasmrun.sandbox.memory.skillpages import SkillImage, SkillImages, image_key, single_skill
@@ -109,8 +107,12 @@ class SandboxEngine:
         """Wait until spare instances are ready and teardown is done (benchmarks use it)."""
         self._supply.wait_idle(timeout)
 
-    def close(self) -> None:
+    def close_warm_sessions(self) -> None:
+        """Close the instances kept warm for recent sessions: their next runs read their pages from disk."""
         sessions.close_warm(self)
+
+    def close(self) -> None:
+        self.close_warm_sessions()
         self.skill_images.close()
         self._supply.close()
         self._watchdog.close()

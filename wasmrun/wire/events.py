@@ -27,7 +27,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from wasmrun.protocol.streaming import RUN_OUTPUT
-from wasmrun.sandbox.guest.outstream import OutputChunk
+from wasmrun.sandbox import OutputChunk
 from wasmrun.wire.jsonrpc import check_body
 
 EVENT_STREAM = "text/event-stream"

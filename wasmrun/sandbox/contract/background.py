@@ -20,7 +20,8 @@ import threading
 
 import msgspec
 
-from wasmrun.sandbox.contract.limits import Limits, MiB
+from wasmrun.limits import MiB
+from wasmrun.sandbox.contract.limits import Limits
 
 # A skill's import: generous for real imports (pandas takes about 2 s of CPU
 # here), small against the 15 minutes a client run may have.

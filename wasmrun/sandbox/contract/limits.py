@@ -11,8 +11,7 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
-from wasmrun.limits import BY_FIELD, RUN_LIMIT, RUN_LIMITS
-from wasmrun.limits import MiB as MiB  # re-exported: the sandbox's modules take it from here
+from wasmrun.limits import BY_FIELD, RUN_LIMIT, RUN_LIMITS, MiB
 
 
 def _default(field: str) -> int:

@@ -39,7 +39,7 @@ from wasmrun.sandbox.images.datastart import DATA_WARMUP_REQUESTS, DoorTurn
 from wasmrun.sandbox.images.image import BLOBS, SKILLS_ROOT, TMP, WORKSPACE, Image, Mounts
 from wasmrun.sandbox.images.stdlibimage import WASM_STACK_BYTES
 from wasmrun.sandbox.memory.instances import Fresh
-from wasmrun.sandbox.sessions import run as sessions
+from wasmrun.sandbox.sessions.state import DATA_GUEST_PREFIX, version_dir
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def _session_workspace(request: RunRequest) -> Path | None:
     """The /workspace a session run started from (its version's), None outside a session."""
     if request.session is None:
         return None
-    return sessions.version_dir(Path(request.session.folder), request.session.version) / "workspace"
+    return version_dir(Path(request.session.folder), request.session.version) / "workspace"
 
 
 def _left_by_earlier_run(entry: os.DirEntry[str], earlier: Path) -> bool:
@@ -199,7 +199,7 @@ class DataImage(Image):
         built = ready_image(self.engine)
         self.interp = interp = built.interp  # the interpreter's files (dataimage.Interpreter)
         path = dataimage.image_path(interp)
-        key = sessions.DATA_GUEST_PREFIX + path.stem  # a session's image names it (sessionimages.py)
+        key = DATA_GUEST_PREFIX + path.stem  # a session's image names it (sessions/pages.py)
         self.guest = guest_build.Guest(key, interp.lib, interp.snapshot_wasm, path, packaged=True)
         self._preopens = dataimage.preopens(interp)
         # The operator's layer for this Python (`wasmrun packages add --image data`): its

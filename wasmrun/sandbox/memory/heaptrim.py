@@ -34,3 +34,8 @@ def release_freed_heap() -> None:
     gc.collect()
     if _TRIM is not None:
         _TRIM(0)
+
+
+def can_release_freed_heap() -> bool:
+    """Whether `release_freed_heap` does anything here (glibc's malloc_trim found)."""
+    return _TRIM is not None

@@ -38,9 +38,8 @@ from wasmrun.sandbox.contract.types import RunError, RunRequest, RunResult, host
 from wasmrun.sandbox.files import workroots
 from wasmrun.sandbox.guest.outstream import OUTPUT, OutputSink
 from wasmrun.sandbox.pool.executor import Busy, ExecutorHealth
-from wasmrun.sandbox.pool.poolworker import BlobOpener as BlobOpener
-from wasmrun.sandbox.pool.poolworker import WorkerSetup, encoder, result_decoder
-from wasmrun.sandbox.pool.workerprocess import Worker
+from wasmrun.sandbox.pool.poolworker import BlobOpener, WorkerSetup, encoder, result_decoder
+from wasmrun.sandbox.pool.workerprocess import WorkerProcess
 
 logger = logging.getLogger("wasmrun.pool")
 
@@ -62,8 +61,8 @@ class _IdleWorkers:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._idle: list[Worker] = []
-        self._waiting: collections.deque[asyncio.Future[Worker]] = collections.deque()
+        self._idle: list[WorkerProcess] = []
+        self._waiting: collections.deque[asyncio.Future[WorkerProcess]] = collections.deque()
 
     def count(self) -> tuple[int, int]:
         """Idle workers alive, and idle ones found dead (a system call each: for /healthz)."""
@@ -79,7 +78,7 @@ class _IdleWorkers:
         with self._lock:
             return len(self._waiting)
 
-    def put(self, worker: Worker) -> None:
+    def put(self, worker: WorkerProcess) -> None:
         with self._lock:
             while self._waiting:
                 waiter = self._waiting.popleft()
@@ -97,13 +96,13 @@ class _IdleWorkers:
         except RuntimeError:  # that loop is closed: its waiter is gone
             self.put(worker)
 
-    def _hand(self, waiter: asyncio.Future[Worker], worker: Worker) -> None:
+    def _hand(self, waiter: asyncio.Future[WorkerProcess], worker: WorkerProcess) -> None:
         if waiter.done():
             self.put(worker)
         else:
             waiter.set_result(worker)
 
-    def remove(self, worker: Worker) -> bool:
+    def remove(self, worker: WorkerProcess) -> bool:
         """Take `worker` out if it is idle (False: a run has it)."""
         with self._lock:
             if worker in self._idle:
@@ -111,18 +110,18 @@ class _IdleWorkers:
                 return True
             return False
 
-    def take_all(self) -> list[Worker]:
+    def take_all(self) -> list[WorkerProcess]:
         with self._lock:
             taken, self._idle = self._idle, []
             return taken
 
-    async def get(self, timeout: float) -> Worker:
+    async def get(self, timeout: float) -> WorkerProcess:
         """An idle worker, or TimeoutError after `timeout` seconds."""
         loop = asyncio.get_running_loop()
         with self._lock:
             if self._idle:  # the common case: no future, no timer
                 return self._idle.pop()
-            waiter: asyncio.Future[Worker] = loop.create_future()
+            waiter: asyncio.Future[WorkerProcess] = loop.create_future()
             self._waiting.append(waiter)
 
         def expire() -> None:
@@ -179,15 +178,15 @@ class WorkerPool:
         self.workspace_parent = workspace_parent or workroots.default_parent()
         self._open_blobs = open_blobs
         self.background = BackgroundTotals()  # the workers' own runs, as their results report them
-        self._workers: list[Worker] = []
+        self._workers: list[WorkerProcess] = []
         self._idle = _IdleWorkers()
         self._unavailable = 0
         self._closed = False
         self._lock = threading.Lock()
         workroots.sweep(self.workspace_parent)  # orphans of earlier crashes
-        starting: list[Worker] = []
+        starting: list[WorkerProcess] = []
         try:
-            starting.extend(Worker(self._setup()) for _ in range(self.size))
+            starting.extend(WorkerProcess(self._setup()) for _ in range(self.size))
             for worker in starting:
                 worker.wait_ready()
         except BaseException:
@@ -251,7 +250,7 @@ class WorkerPool:
         return result
 
     @contextlib.asynccontextmanager
-    async def _worker(self) -> AsyncIterator[Worker]:
+    async def _worker(self) -> AsyncIterator[WorkerProcess]:
         """A live worker for one exchange; given back whatever happens in it."""
         worker = await self._take()
         try:
@@ -264,7 +263,7 @@ class WorkerPool:
             raise
         self._idle.put(worker)
 
-    async def _take(self) -> Worker:
+    async def _take(self) -> WorkerProcess:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self.queue_timeout
         while True:
@@ -276,7 +275,7 @@ class WorkerPool:
                 return worker
             self._retire(worker)  # died while idle: replaced in the background
 
-    def _drain_later(self, worker: Worker) -> None:
+    def _drain_later(self, worker: WorkerProcess) -> None:
         """Let a cancelled run's worker finish it, then give it back. On a thread,
         not a task: the loop may be shutting down (that is what cancelled it)."""
         worker.reader.detach()  # here, on the loop's thread
@@ -284,7 +283,7 @@ class WorkerPool:
             self._unavailable += 1  # not serving until it has answered
         threading.Thread(target=self._drain, args=(worker,), name="wasmrun-drain", daemon=True).start()
 
-    def _drain(self, worker: Worker) -> None:
+    def _drain(self, worker: WorkerProcess) -> None:
         try:
             try:
                 while worker.reader.read_blocking(max(0.0, worker.answer_by - time.monotonic()))[:1] == OUTPUT:
@@ -301,7 +300,7 @@ class WorkerPool:
     def _monitor(self) -> None:
         """Replace a worker that dies while idle as soon as it dies, not when the
         next run picks it (a run that has one finds out itself: EOF)."""
-        pidfds: dict[Worker, int] = {}
+        pidfds: dict[WorkerProcess, int] = {}
         try:
             while not self._closed:
                 with self._lock:
@@ -329,7 +328,7 @@ class WorkerPool:
                 if fd >= 0:
                     os.close(fd)
 
-    def _retire_from_monitor(self, dead: Worker) -> None:
+    def _retire_from_monitor(self, dead: WorkerProcess) -> None:
         """`_retire` belongs on the loop whose reader the worker's pipe is on."""
         loop = dead.reader.loop
         if loop is not None:
@@ -340,21 +339,21 @@ class WorkerPool:
                 dead.reader.loop = None
         self._retire(dead)
 
-    def _retire(self, dead: Worker) -> None:
+    def _retire(self, dead: WorkerProcess) -> None:
         """Kill `dead` and start its replacement, off the event loop."""
         dead.reader.detach()  # here, on the loop's thread
         with self._lock:
             self._unavailable += 1
         threading.Thread(target=self._replace_counted, args=(dead,), name="wasmrun-replace", daemon=True).start()
 
-    def _replace_counted(self, dead: Worker) -> None:
+    def _replace_counted(self, dead: WorkerProcess) -> None:
         try:
             self._replace(dead)
         finally:
             with self._lock:
                 self._unavailable -= 1
 
-    def _replace(self, dead: Worker) -> None:
+    def _replace(self, dead: WorkerProcess) -> None:
         """Kill `dead`, remove its workspaces, start a new worker in its place:
         retried until one starts (or the pool closes), so the pool keeps its size."""
         try:
@@ -376,9 +375,9 @@ class WorkerPool:
             time.sleep(delay)
             delay = min(delay * 2, REPLACE_RETRY_MAX_S)
 
-    def _start_worker(self) -> Worker | None:
+    def _start_worker(self) -> WorkerProcess | None:
         try:
-            fresh = Worker(self._setup())
+            fresh = WorkerProcess(self._setup())
         except Exception:
             logger.exception("could not start a replacement worker; retrying")
             return None
@@ -433,7 +432,7 @@ class WorkerPool:
             worker.close_pipes()
 
 
-def _dismiss(worker: Worker) -> None:
+def _dismiss(worker: WorkerProcess) -> None:
     """An idle worker out of the pool: its pipe's reader detached on its loop's thread,
     then EOF on its request pipe (it exits), killed if it has not within 5 s."""
 
@@ -457,7 +456,7 @@ def _dismiss(worker: Worker) -> None:
     detach_and_stop()
 
 
-def _pidfd(worker: Worker) -> int:
+def _pidfd(worker: WorkerProcess) -> int:
     """A descriptor that becomes readable when the worker exits (-1: none;
     the monitor then notices the death at its next refresh)."""
     try:

@@ -97,7 +97,7 @@ class Engines:
     running there after the move (docs/sessions.md)."""
 
     def __init__(self, setup: WorkerSetup) -> None:
-        from wasmrun.sandbox.sessions.run import image_name
+        from wasmrun.sandbox.sessions.state import image_name
 
         self.setup = setup
         self.serving = open_engine(setup)
@@ -106,7 +106,7 @@ class Engines:
         self._used: dict[str, float] = {}  # when each of _others last took a run (time.monotonic())
 
     def for_request(self, request: RunRequest) -> SandboxEngine:
-        from wasmrun.sandbox.sessions.run import image_of
+        from wasmrun.sandbox.sessions.state import image_of
 
         self._close_idle()
         wanted = image_of(request)

@@ -139,7 +139,7 @@ class FrameReader:
             self.loop = None
 
 
-class Worker:
+class WorkerProcess:
     """One worker process, started at once on `setup`; `wait_ready` before its first run."""
 
     def __init__(self, setup: WorkerSetup) -> None:

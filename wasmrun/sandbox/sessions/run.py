@@ -27,53 +27,28 @@ unless a limit or a crash stopped it midway, writes version N+1. So:
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 import time
 import weakref
-from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wasmrun.sandbox import tree
+from wasmrun import dirtree
 from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.contract.types import RunError, RunRequest, RunResult, SessionOutcome, host_failure
-from wasmrun.sandbox.files import diskuse
-from wasmrun.sandbox.memory.instances import Fresh, release_pages
+from wasmrun.sandbox.memory.instances import Fresh
 from wasmrun.sandbox.sessions import pages
 from wasmrun.sandbox.sessions.pages import ImageMismatch
+from wasmrun.sandbox.sessions.state import discard, files_size, image_name, stage, version_dir
+from wasmrun.sandbox.sessions.warm import WarmInstances, close_instance
 
 if TYPE_CHECKING:
     from wasmrun.sandbox.engine import SandboxEngine
     from wasmrun.sandbox.guest.outstream import OutputSink
 
-FOLDERS = ("workspace", "tmp")
 # Errors after which the interpreter may have stopped midway: its memory is not
 # kept. A guest MemoryError is the memory limit reached inside the interpreter.
 ROLLBACK_TYPES = errors.HOST_TYPES | {"MemoryError"}
-# The data image's guest keys start so (images.DataImage); a session is tied to its image.
-DATA_GUEST_PREFIX = "data-"
-WARM_SESSIONS = 4  # instances a worker keeps for the sessions it ran last
-WARM_MAX_BYTES = 512 << 20  # their memory in all: idle sessions hold no more of a worker's RAM
-
-
-def version_dir(folder: Path, version: int) -> Path:
-    return folder / f"v{version}"
-
-
-def image_name(guest_key: str) -> str:
-    """The image ("stdlib" or "data") of a guest key."""
-    return "data" if guest_key.startswith(DATA_GUEST_PREFIX) else "stdlib"
-
-
-def image_of(request: RunRequest) -> str | None:
-    """The image a session run must run on: the one that made its session's memory
-    (None: not a session run, or the session's first, which any image can run)."""
-    if request.session is None:
-        return None
-    made_by = pages.made_by(version_dir(Path(request.session.folder), request.session.version))
-    return image_name(made_by) if made_by else None
 
 
 def rolls_back(result: RunResult) -> bool:
@@ -90,17 +65,17 @@ def run_in_session(
     current = version_dir(folder, spec.version)
     following = version_dir(folder, spec.version + 1)
     try:
-        _stage(current, following, run_only=_run_only_folders(engine))
+        stage(current, following, run_only=_run_only_folders(engine))
         result = _run_staged(engine, request, t0, current, following, on_output)
     except ImageMismatch as mismatch:
-        _discard(following)
+        discard(following)
         result = RunResult(
             run_id=request.run_id, status="failed",
             error=RunError(errors.INTERNAL, _mismatch_message(mismatch.made_by, engine.guest.key)),
         )
         result.session = SessionOutcome(committed=False)
     except Exception:
-        _discard(following)
+        discard(following)
         result = host_failure(request, "the sandbox host failed; the run was stopped")
         result.session = SessionOutcome(committed=False)
     return result
@@ -131,17 +106,17 @@ def _run_staged(
             pages.load(current, fresh.store, fresh.memory, engine.guest.key)
         result, _ = engine._run_on(fresh, request, t0, bytecode, workspace_root=following, on_output=on_output)
         for name in _run_only_folders(engine):  # the version keeps its workspace and tmp, nothing else
-            tree.remove(following / name)
+            dirtree.remove(following / name)
         if not rolls_back(result):
             _save(engine, request, current, following, fresh, result)
         if result.session is None or not result.session.committed:
-            _discard(following)
+            discard(following)
             result.session = SessionOutcome(committed=False, memory_bytes=fresh.memory.data_len(fresh.store))
         else:
             kept = warm.keep(following, fresh)
     finally:
         if not kept:
-            _close(fresh)
+            close_instance(fresh)
         if from_supply:  # kept warm here or closed: either way it never goes back to the supply
             engine._supply.forget()
     result.usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
@@ -175,87 +150,6 @@ def _save(
     )
 
 
-def files_size(version: Path) -> int:
-    """What a version's files count against `session_bytes`: each at its size, or
-    at its blocks where more (as the workspace quota counts them, diskuse)."""
-    return diskuse.usage([version / name for name in FOLDERS], None)[0]
-
-
-class WarmInstances:
-    """The instances of a worker's most recent session runs, kept after a run
-    that kept its state, each exactly its version's image: the next run of
-    that version on this worker skips reading the image. A run that rolls back
-    closes its instance (its memory may be midway through anything); any other
-    version, a session ended or evicted here, is read from disk as before.
-    The pool hands a quiet server's runs to the last worker used (idle workers
-    are a stack), so a session's back-to-back runs find their instance."""
-
-    def __init__(self, limit: int = WARM_SESSIONS, max_bytes: int = WARM_MAX_BYTES) -> None:
-        self.limit = limit
-        self.max_bytes = max_bytes
-        # version folder -> its instance, and the folder's identity when kept
-        self._kept: OrderedDict[Path, tuple[Fresh, tuple[int, int]]] = OrderedDict()
-        self._lock = threading.Lock()  # an in-process engine runs on several threads
-
-    def take(self, version: Path) -> Fresh | None:
-        with self._lock:
-            self._drop_ended()
-            kept = self._kept.pop(version, None)
-            if kept is None:
-                return None
-            fresh, identity = kept
-            if identity != _identity(version):  # a folder of that name made since (fetched again)
-                _close(fresh)
-                return None
-            return fresh
-
-    def keep(self, version: Path, fresh: Fresh) -> bool:
-        """Keep `fresh` as `version`'s (False: not kept, close it), evicting the
-        least recently kept past `limit` instances or `max_bytes` of memory in all."""
-        if self.limit <= 0 or _size(fresh) > self.max_bytes:
-            return False
-        identity = _identity(version)
-        with self._lock:
-            self._kept[version] = (fresh, identity)
-            while len(self._kept) > self.limit or sum(_size(f) for f, _ in self._kept.values()) > self.max_bytes:
-                _, (oldest, _) = self._kept.popitem(last=False)
-                _close(oldest)
-        return True
-
-    def _drop_ended(self) -> None:
-        """Versions no longer on disk (a later one won, the session ended): their memory goes now."""
-        for version in [v for v in self._kept if not v.exists()]:
-            _close(self._kept.pop(version)[0])
-
-    def close(self) -> None:
-        with self._lock:
-            while self._kept:
-                _close(self._kept.popitem()[1][0])
-
-
-def _close(fresh: Fresh) -> None:
-    """Done with an instance: a large one's pages go back to the system now (release_pages)."""
-    release_pages(fresh.store, fresh.memory)
-    fresh.store.close()
-
-
-def _identity(version: Path) -> tuple[int, int]:
-    """Which image `version` holds: its newest memory file's inode and time (never
-    changed in place once written). A folder deleted and made again under its name
-    (a version fetched anew from the object store) has new files: another image."""
-    for name in (pages.DELTA, pages.BASE):
-        try:
-            found = (version / name).stat()
-        except OSError:
-            continue
-        return (found.st_ino, found.st_mtime_ns)
-    return (-1, -1)
-
-
-def _size(fresh: Fresh) -> int:
-    return fresh.memory.data_len(fresh.store)
-
-
 _warm: weakref.WeakKeyDictionary[SandboxEngine, WarmInstances] = weakref.WeakKeyDictionary()
 
 
@@ -283,80 +177,3 @@ def _run_only_folders(engine: SandboxEngine) -> tuple[str, ...]:
     return ("blobs",) + engine.image.run_folders
 
 
-def _stage(current: Path, following: Path, run_only: tuple[str, ...]) -> None:
-    """Version N+1's folders, as copies of N's (an earlier run's leftovers gone),
-    and the empty `run_only` folders this run mounts."""
-    if current.name != "v0" and not current.is_dir():
-        raise FileNotFoundError(f"session state {current} is missing")  # never run it from a blank state
-    _discard(following)
-    following.mkdir(mode=0o700)
-    for name in FOLDERS:
-        _copy_folder(current / name, following / name)
-    for name in run_only:
-        (following / name).mkdir(mode=0o700)
-
-
-def _copy_folder(source: Path, target: Path, link: bool = False) -> None:
-    """`source`'s tree at `target` (symbolic links copied as links, never
-    followed); `link`: its files hard-linked rather than copied."""
-    try:
-        with os.scandir(source) as entries:
-            empty = next(entries, None) is None
-    except FileNotFoundError:
-        empty = True
-    if empty:
-        target.mkdir(mode=0o700)
-    else:
-        shutil.copytree(source, target, symlinks=True, copy_function=_link_or_copy if link else copy_sparse)
-
-
-def _link_or_copy(source: str, target: str) -> None:
-    try:
-        os.link(source, target, follow_symlinks=False)
-    except OSError:
-        copy_sparse(source, target)
-
-
-def copy_sparse(source: str, target: str) -> str:
-    """`source` copied to `target` with its holes left holes (SEEK_DATA/SEEK_HOLE):
-    a sparse file costs its data, not its size, in the copy's disk and time."""
-    if os.path.islink(source):
-        os.symlink(os.readlink(source), target)
-        return target
-    with open(source, "rb") as src, open(target, "xb") as dst:
-        size = os.fstat(src.fileno()).st_size
-        position = 0
-        while position < size:
-            try:
-                data = os.lseek(src.fileno(), position, os.SEEK_DATA)
-            except OSError:  # ENXIO: only a hole is left
-                break
-            hole = os.lseek(src.fileno(), data, os.SEEK_HOLE)
-            src.seek(data)
-            dst.seek(data)
-            left = hole - data
-            while left > 0:
-                chunk = src.read(min(left, 1 << 20))
-                if not chunk:
-                    break
-                dst.write(chunk)
-                left -= len(chunk)
-            position = hole
-        dst.truncate(size)
-    shutil.copystat(source, target, follow_symlinks=False)
-    return target
-
-
-def _discard(path: Path) -> None:
-    if path.exists():
-        tree.remove(path)
-
-
-def copy_version(source: Path, target: Path) -> None:
-    """A fork: every file hard-linked, none copied. A version's files are never
-    changed in place once it is recorded: each run works on copies (`_stage`),
-    so the two sessions' next runs each copy them before writing."""
-    target.mkdir(mode=0o700)
-    pages.copy(source, target)
-    for name in FOLDERS:
-        _copy_folder(source / name, target / name, link=True)

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from wasmrun.abi import MAX_DISPLAY_BYTES, MAX_DISPLAYS
-from wasmrun.sandbox.contract.types import Display
+from wasmrun.sandbox import Display
 from wasmrun.sandbox.guest.displays import RUN_DISPLAY_BYTES, Displays, check
 
 WROTE = ["blob:" + "a" * 32]
@@ -72,7 +72,7 @@ def test_a_runs_displays_are_bounded_in_count_and_bytes() -> None:
 
 def test_a_secret_in_a_streamed_display_is_replaced_by_its_placeholder() -> None:
     from wasmrun.egress.secrets import Redactor
-    from wasmrun.sandbox.guest.outstream import OutputChunk, OutputStream
+    from wasmrun.sandbox import OutputChunk, OutputStream
 
     sent: list[OutputChunk] = []
     stream = OutputStream(sent.extend, 1 << 20, Redactor({"TOKEN": "s3cr3t-value"}))
@@ -87,8 +87,7 @@ def test_a_secret_in_a_runs_displays_is_replaced_by_its_placeholder(tmp_path: ob
     from pathlib import Path
 
     from wasmrun.blobs.store import FileBlobStore
-    from wasmrun.sandbox.contract.types import RunRequest
-    from wasmrun.sandbox.engine import SandboxEngine
+    from wasmrun.sandbox import RunRequest, SandboxEngine
 
     assert isinstance(tmp_path, Path)
     engine = SandboxEngine(FileBlobStore(tmp_path))
