@@ -26,9 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.sandbox import outcome, redaction
+from wasmrun.sandbox.budget import wasi_guard
 from wasmrun.sandbox.contract.types import RunRequest
 from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.guest import door, guestrequest, hostcalls, wasi_guard
+from wasmrun.sandbox.guest import door, guestrequest, hostcalls
 from wasmrun.sandbox.guest.wasmtime_internals import FastFunc
 from wasmrun.sandbox.images import dataimage, datastart
 
@@ -48,12 +49,12 @@ def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def instrument(engine: SandboxEngine) -> None:
-    supply = engine._supply
+    supply = engine.loop.supply
     supply.take = timed("instance: take a spare", supply.take)  # type: ignore[method-assign]
     image = engine.image
     image.preopens = timed("instance: WASI set-up (preopens)", image.preopens)  # type: ignore[method-assign]
     guestrequest.encode = timed("guest request: encode", guestrequest.encode)
-    watchdog = engine._watchdog
+    watchdog = engine.loop.watchdog
     watchdog.start = timed("watchdog: start", watchdog.start)  # type: ignore[method-assign]
     watchdog.finish = timed("watchdog: finish", watchdog.finish)  # type: ignore[method-assign]
     if isinstance(engine.image, dataimage.DataImage):

@@ -89,7 +89,7 @@ def test_guest_made_deep_tree_fails_the_run_cleanly_and_is_removed(run_code, eng
     assert result.status == "failed"
     assert result.error.type == "WorkspaceQuotaExceeded"
     engine.drain()
-    leftovers = [p for p in engine.workspace_root.glob("ws-*") if any(p.iterdir())]
+    leftovers = [p for p in engine.loop.workspace_root.glob("ws-*") if any(p.iterdir())]
     assert leftovers == []
 
 
@@ -117,5 +117,5 @@ def test_guest_made_tree_deeper_than_any_path_is_removed(run_code, engine):
     result = run_code(code, args={"depth": 3000}, workspace_files=5000, timeout_ms=300_000)
     assert result.output == 3000, result.error
     engine.drain()
-    leftovers = [p for p in engine.workspace_root.glob("ws-*") if any(p.iterdir())]
+    leftovers = [p for p in engine.loop.workspace_root.glob("ws-*") if any(p.iterdir())]
     assert leftovers == []

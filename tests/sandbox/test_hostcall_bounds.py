@@ -46,10 +46,10 @@ HOSTILE = """
 
 @pytest.fixture()
 def hostile(engine, blobs, tmp_path):
-    module = wasmtime.Module(engine.engine, HOSTILE)
-    store = wasmtime.Store(engine.engine)
+    module = wasmtime.Module(engine.image.engine, HOSTILE)
+    store = wasmtime.Store(engine.image.engine)
     store.set_epoch_deadline(10**6)
-    instance = engine._linker.instantiate(store, module)
+    instance = engine.image.linker.instantiate(store, module)
     workspace = Workspace(tmp_path, Limits().workspace_bytes, Limits().workspace_files)
     ctx = RunContext("run_test", b"x" * 64, Limits(), blobs, [], workspace)
     set_current(ctx)

@@ -284,7 +284,7 @@ def test_a_skill_of_many_files_runs_as_before(engine: SandboxEngine, tmp_path: P
 
 
 def test_an_image_written_in_changes_exactly_its_pages(engine: SandboxEngine) -> None:
-    pristine, target = engine._new_instance(), engine._new_instance()
+    pristine, target = engine.image.new_instance(), engine.image.new_instance()
     try:
         size = pristine.memory.data_len(pristine.store)
         page, wasm_page = 4096, 65536
@@ -330,8 +330,8 @@ def test_the_pages_copied_ahead_are_bounded_and_follow_the_cache() -> None:
 def _no_skill_modules(engine: SandboxEngine, fresh: Fresh) -> None:
     """Run, on `fresh`, code that mounts nothing: it must see no skill's state."""
     probe = "import sys\ndef main(args):\n    return [m for m in sys.modules if m.startswith('skills')]"
-    result, workspace = engine._run_on(fresh, RunRequest(kind="code", code=probe), 0.0)
-    engine._supply.retire(fresh.store, workspace)
+    result, workspace = engine.loop.run_in(fresh, RunRequest(kind="code", code=probe), 0.0)
+    engine.loop.supply.retire(fresh.store, workspace)
     assert _output(result) == []
 
 
@@ -340,10 +340,10 @@ def test_spares_for_image_runs_hold_the_image_pages_and_nothing_of_the_skill(
 ) -> None:
     skill = _skill(tmp_path, "img.spare")
     _warm(engine, skill)
-    image = engine.skill_images.get(image_key(engine.guest.key, skill))
+    image = engine.skill_images.get(image_key(engine.image.guest.key, skill))
     assert image is not None and image.pages() <= engine.skill_images.prefault_pages()
     engine.wait_idle(60)
-    supply = engine._supply
+    supply = engine.loop.supply
     with supply._cond:
         ready = [spare for spare in supply._spares if spare.image_ready]
     assert len(ready) == IMAGE_SPARES
@@ -361,9 +361,9 @@ def test_a_spare_with_an_image_written_in_serves_only_runs_from_that_image(
 ) -> None:
     skill = _skill(tmp_path, "img.applied")
     _warm(engine, skill)
-    image = engine.skill_images.get(image_key(engine.guest.key, skill))
+    image = engine.skill_images.get(image_key(engine.image.guest.key, skill))
     engine.wait_idle(60)
-    supply = engine._supply
+    supply = engine.loop.supply
     assert [spare.applied for spare in supply._applied].count(image) == 1
     # Runs that are not from that image never get it, however many spares they use.
     for fresh in [supply.take() for _ in range(SPARES + IMAGE_SPARES + 1)]:
@@ -389,11 +389,11 @@ def test_a_spare_with_an_image_written_in_serves_only_runs_from_that_image(
 def test_a_large_image_gets_no_spare_written_in(engine: SandboxEngine, tmp_path: Path) -> None:
     skill = _skill(tmp_path, "img.large", 1, "BIG = b'x' * (20 << 20)\n")
     _warm(engine, skill)
-    image = engine.skill_images.get(image_key(engine.guest.key, skill))
+    image = engine.skill_images.get(image_key(engine.image.guest.key, skill))
     assert image is not None and image.nbytes > APPLIED_MAX_BYTES
     engine.wait_idle(60)
     # An idle spare holding 20 MB for one skill: not made; runs still start from the image.
-    assert image not in [spare.applied for spare in engine._supply._applied]
+    assert image not in [spare.applied for spare in engine.loop.supply._applied]
     later = _run(engine, skill)
     assert "importing the skill" not in later.logs and _output(later)["seen"] == 1
 
@@ -404,7 +404,7 @@ def test_where_pages_cannot_be_copied_in_the_supply_stops_trying(
     # No MADV_POPULATE_WRITE (an old kernel, not Linux): spares for image runs are
     # given up on once, not retried in every quiet moment (a housekeeper spinning).
     monkeypatch.setattr(instances, "_madvise", lambda: None)
-    supply = InstanceSupply(engine._new_instance, engine._dirs, HotPages([]), lambda: frozenset({1, 2, 3}))
+    supply = InstanceSupply(engine.image.new_instance, engine.loop.dirs, HotPages([]), lambda: frozenset({1, 2, 3}))
     try:
         supply.wait_idle(60)
         with supply._cond:

@@ -51,12 +51,12 @@ def per_run(inproc: InProcess, scale: float) -> dict[str, Any]:
     for name, code in [("hello", as_run_code(HELLO))] + [
         (w.name, as_run_code(w.source(scale), "ELAPSED")) for w in COMPUTE
     ]:
-        fresh = engine._new_instance()  # never used, not prefaulted: only this run's writes show
+        fresh = engine.image.new_instance()  # never used, not prefaulted: only this run's writes show
         try:
             before = HotPages.written_pages(fresh.store, fresh.memory)
-            result, workspace = engine._run_on(fresh, RunRequest(kind="code", code=code), time.perf_counter())
+            result, workspace = engine.loop.run_in(fresh, RunRequest(kind="code", code=code), time.perf_counter())
             written = HotPages.written_pages(fresh.store, fresh.memory) - before
-            engine._dirs.give_back(workspace.root)
+            engine.loop.dirs.give_back(workspace.root)
         finally:
             fresh.store.close()
         out[name] = {"written_mb": len(written) * mmap.PAGESIZE / MiB, "linear_memory_mb": result.usage.peak_memory_bytes / MiB,

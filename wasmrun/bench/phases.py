@@ -49,7 +49,7 @@ class _SharedEngine:
         try:
             return await asyncio.to_thread(self.engine.run, request, on_output)
         finally:
-            self.background.add(self.engine.background.drain())  # as InProcessExecutor does
+            self.background.add(self.engine.loop.background.drain())  # as InProcessExecutor does
 
     def health(self) -> ExecutorHealth:
         return ExecutorHealth(total=1, free=1, unavailable=0, queued=0)

@@ -44,7 +44,6 @@ from wasmrun.sandbox.budget.alarm import Alarm
 from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.contract.types import RunError
 from wasmrun.sandbox.guest import wasmtime_internals
-from wasmrun.sandbox.memory.instances import Fresh
 
 logger = logging.getLogger("wasmrun.sandbox")
 
@@ -72,13 +71,6 @@ def _outside_clock() -> int | None:
 # of wall-clock time whatever happens.
 GRACE_S = 0.05
 GRACE_WALL_S = 0.25
-
-
-def call_interrupt(fresh: Fresh) -> Callable[[object], None]:
-    """A caller of the instance's `wasmrun_interrupt` export (with its arguments), for
-    the epoch callback's own store context."""
-    assert fresh.interrupt is not None
-    return wasmtime_internals.context_caller(fresh.interrupt, fresh.interrupt_args, fresh.interrupt_results)
 
 
 class RunWatch:
@@ -221,7 +213,7 @@ class Watchdog:
         on_tick: Callable[[object], None] | None = None,
     ) -> RunWatch:
         """On the run's thread, just before it enters wasm. `interrupt` asks the
-        guest to raise where it is (call_interrupt), before a hard stop; `on_tick`
+        guest to raise where it is (instances.Fresh.interrupt_caller), before a hard stop; `on_tick`
         runs at each epoch the run reaches (streamed runs)."""
         watch = RunWatch(cpu_ms, timeout_ms, interrupt)
         watch.on_tick = on_tick

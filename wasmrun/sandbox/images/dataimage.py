@@ -25,6 +25,7 @@ from python_wasm import dataimage
 from python_wasm import exports as exports_
 from wasmrun.abi import DOOR_IMPORT, DOOR_MODULE, Export
 from wasmrun.blobs.quota import BlobQuotaExceeded
+from wasmrun.sandbox.budget.wasi_guard import define_guarded_wasi
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
 from wasmrun.sandbox.contract.types import MountedSkill, RunImage, RunRequest, RunResult
 from wasmrun.sandbox.engine import SandboxEngine
@@ -32,7 +33,6 @@ from wasmrun.sandbox.files.packagelayer import PackageLayer
 from wasmrun.sandbox.files.workspace import Workspace
 from wasmrun.sandbox.guest import door
 from wasmrun.sandbox.guest.hostcalls import GuestBuffers, RunContext
-from wasmrun.sandbox.guest.wasi_guard import define_guarded_wasi
 from wasmrun.sandbox.guest.wasmtime_internals import set_async_stack_size
 from wasmrun.sandbox.images import compiled
 from wasmrun.sandbox.images.datastart import DATA_WARMUP_REQUESTS, DoorTurn
@@ -54,7 +54,7 @@ def data_engine() -> wasmtime.Engine:
     config.epoch_interruption = True  # CPU and timeouts: the watchdog's epochs (watchdog.py)
     # The stdlib engine's wasm stack (wasmtime's default, 512 KiB, is far below the C stack
     # CPython's recursion checks allow for: deep code trapped as StackOverflow instead of
-    # raising RecursionError); the engine's run threads have room for it (engine._roomy_thread_stacks).
+    # raising RecursionError); the engine's run threads have room for it (runloop._roomy_thread_stacks).
     set_async_stack_size(config, WASM_STACK_BYTES + (1 << 20))
     config.max_wasm_stack = WASM_STACK_BYTES
     return wasmtime.Engine(config)

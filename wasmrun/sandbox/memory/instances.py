@@ -48,6 +48,7 @@ import wasmtime
 
 from wasmrun.sandbox.budget.alarm import Alarm
 from wasmrun.sandbox.files.workspace import Workspace, WorkspaceDirs
+from wasmrun.sandbox.guest import wasmtime_internals
 
 logger = logging.getLogger("wasmrun.sandbox")
 
@@ -70,7 +71,7 @@ class Fresh:
     memory: wasmtime.Memory
     prepared_ahead: bool = False
     image_pages: frozenset[int] | None = None  # the skill images' pages copied in too, if any
-    applied: Image | None = None  # the image already written in: it serves only a run from that image
+    applied: PagesToApply | None = None  # the image already written in: it serves only a run from that image
     interrupt: wasmtime.Func | None = None  # the guest's wasmrun_interrupt (bridge.c; dataimage.py)
     interrupt_args: tuple[int, ...] = ()  # its i32 arguments (the data image's: the signal)
     interrupt_results: int = 0
@@ -83,9 +84,16 @@ class Fresh:
     def image_ready(self) -> bool:
         return self.image_pages is not None
 
+    def interrupt_caller(self) -> Callable[[object], None] | None:
+        """A caller of the guest's `wasmrun_interrupt` export (with its arguments), for the
+        epoch callback's own store context (the watchdog's soft stop); None: the guest has none."""
+        if self.interrupt is None:
+            return None
+        return wasmtime_internals.context_caller(self.interrupt, self.interrupt_args, self.interrupt_results)
 
-class Image(Protocol):
-    """A skill image as the supply sees it (skillimages.SkillImage)."""
+
+class PagesToApply(Protocol):
+    """A skill's pages as the supply sees them (memory/skillpages.py)."""
 
     def apply(self, store: wasmtime.Store, memory: wasmtime.Memory) -> None: ...
 
@@ -255,13 +263,13 @@ class InstanceSupply:
         dirs: WorkspaceDirs,
         hot: HotPages | None = None,
         image_pages: Callable[[], frozenset[int]] = frozenset,
-        recent_images: Callable[[int], Sequence[Image]] = lambda n: (),
+        recent_pages: Callable[[int], Sequence[PagesToApply]] = lambda n: (),
     ) -> None:
         self._make = make
         self._dirs = dirs
         self.hot = hot or HotPages([])
         self._image_pages = image_pages
-        self._recent_images = recent_images
+        self._recent_pages = recent_pages
         self._applied: list[Fresh] = []  # spares with an image written in, one per image
         self._can_fill = True  # off once copying pages in proves unsupported here
         self._image_hot: tuple[frozenset[int], HotPages] = (frozenset(), self.hot)
@@ -278,7 +286,7 @@ class InstanceSupply:
         self._thread = threading.Thread(target=self._loop, name="wasmrun-instances", daemon=True)
         self._thread.start()
 
-    def take(self, image: Image | None = None) -> Fresh:
+    def take(self, image: PagesToApply | None = None) -> Fresh:
         """A fresh instance; `image`: for a run from that skill image (which the
         instance may have written in already: see `Fresh.applied`)."""
         with self._cond:
@@ -317,11 +325,11 @@ class InstanceSupply:
         """Whether fewer than IMAGE_SPARES spares have `pages` (the lock is held)."""
         return bool(pages) and sum(_same(spare.image_pages, pages) for spare in self._spares) < IMAGE_SPARES
 
-    def _applied_work(self) -> tuple[Fresh | None, Image | None]:
+    def _applied_work(self) -> tuple[Fresh | None, PagesToApply | None]:
         """(an applied spare whose image is no longer among the most recent, to
         tear down) or else (None, a recent image that has no applied spare yet),
         or (None, None) (the lock is held)."""
-        recent = [image for image in self._recent_images(APPLIED_SPARES) if image.nbytes <= APPLIED_MAX_BYTES]
+        recent = [image for image in self._recent_pages(APPLIED_SPARES) if image.nbytes <= APPLIED_MAX_BYTES]
         for spare in self._applied:
             if not any(spare.applied is image for image in recent):
                 return spare, None
@@ -406,7 +414,7 @@ class InstanceSupply:
         fresh.prepared_ahead = True
         return fresh
 
-    def _prepare_applied(self, image: Image) -> Fresh:
+    def _prepare_applied(self, image: PagesToApply) -> Fresh:
         """A spare with `image` written in (its pages and the hot ones copied in first)."""
         fresh = self._make()
         pages = self._image_pages()  # the union: this image's pages too, unless past its bound
@@ -456,7 +464,7 @@ class InstanceSupply:
             retired = self._retired.popleft() if self._retired else None
             self._tearing_down += retired is not None
             to_fill = stale = None
-            to_apply: Image | None = None
+            to_apply: PagesToApply | None = None
             make_spare = retired is None and len(self._spares) < SPARES
             if retired is None and not make_spare:
                 to_fill = self._image_spare_to_fill()

@@ -119,7 +119,7 @@ class InProcessExecutor:
             return await asyncio.to_thread(self.engine.run, request, forward)
         finally:
             self._slots.release()
-            self.background.add(self.engine.background.drain())
+            self.background.add(self.engine.loop.background.drain())
 
     def health(self) -> ExecutorHealth:
         slots = self._slots

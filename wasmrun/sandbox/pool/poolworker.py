@@ -101,7 +101,7 @@ class Engines:
 
         self.setup = setup
         self.serving = open_engine(setup)
-        self.image = image_name(self.serving.guest.key)
+        self.image = image_name(self.serving.image.guest.key)
         self._others: dict[str, SandboxEngine] = {}
         self._used: dict[str, float] = {}  # when each of _others last took a run (time.monotonic())
 
@@ -157,7 +157,7 @@ def serve(engines: Engines, raw: bytes, outbox: multiprocessing.connection.Conne
         message = "this session's image cannot be loaded on this server any more; start a new session"
         return encoder.encode(host_failure(request, message))
     result = engine.run(request, on_output)  # never raises
-    result.background = engine.background.drain()  # the engine's own runs, for /metrics
+    result.background = engine.loop.background.drain()  # the engine's own runs, for /metrics
     try:
         return encoder.encode(result)
     except Exception:

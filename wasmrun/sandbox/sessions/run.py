@@ -27,24 +27,20 @@ unless a limit or a crash stopped it midway, writes version N+1. So:
 
 from __future__ import annotations
 
-import threading
 import time
-import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from wasmrun import dirtree
+from wasmrun.sandbox import backgroundruns
 from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.contract.types import RunError, RunRequest, RunResult, SessionOutcome, host_failure
+from wasmrun.sandbox.guest.outstream import OutputSink
 from wasmrun.sandbox.memory.instances import Fresh
+from wasmrun.sandbox.runloop import RunLoop
 from wasmrun.sandbox.sessions import pages
 from wasmrun.sandbox.sessions.pages import ImageMismatch
 from wasmrun.sandbox.sessions.state import discard, files_size, image_name, stage, version_dir
 from wasmrun.sandbox.sessions.warm import WarmInstances, close_instance
-
-if TYPE_CHECKING:
-    from wasmrun.sandbox.engine import SandboxEngine
-    from wasmrun.sandbox.guest.outstream import OutputSink
 
 # Errors after which the interpreter may have stopped midway: its memory is not
 # kept. A guest MemoryError is the memory limit reached inside the interpreter.
@@ -56,22 +52,23 @@ def rolls_back(result: RunResult) -> bool:
 
 
 def run_in_session(
-    engine: SandboxEngine, request: RunRequest, t0: float, on_output: OutputSink | None = None
+    loop: RunLoop, warm: WarmInstances, request: RunRequest, t0: float, on_output: OutputSink | None = None
 ) -> RunResult:
-    """Run `request` in its session's state; never raises (as engine.run)."""
+    """Run `request` in its session's state on `loop`, starting from `warm`'s instance of
+    its version when one is kept; never raises (as engine.run)."""
     spec = request.session
     assert spec is not None
     folder = Path(spec.folder)
     current = version_dir(folder, spec.version)
     following = version_dir(folder, spec.version + 1)
     try:
-        stage(current, following, run_only=_run_only_folders(engine))
-        result = _run_staged(engine, request, t0, current, following, on_output)
+        stage(current, following, run_only=_run_only_folders(loop))
+        result = _run_staged(loop, warm, request, t0, current, following, on_output)
     except ImageMismatch as mismatch:
         discard(following)
         result = RunResult(
             run_id=request.run_id, status="failed",
-            error=RunError(errors.INTERNAL, _mismatch_message(mismatch.made_by, engine.guest.key)),
+            error=RunError(errors.INTERNAL, _mismatch_message(mismatch.made_by, loop.image.guest.key)),
         )
         result.session = SessionOutcome(committed=False)
     except Exception:
@@ -91,24 +88,23 @@ def _mismatch_message(made_by: str, serving: str) -> str:
 
 
 def _run_staged(
-    engine: SandboxEngine, request: RunRequest, t0: float, current: Path, following: Path,
+    loop: RunLoop, warm: WarmInstances, request: RunRequest, t0: float, current: Path, following: Path,
     on_output: OutputSink | None,
 ) -> RunResult:
-    bytecode = engine._skill_bytecode(request.skills)
-    warm = _warm_instances(engine)
+    bytecode = backgroundruns.skill_bytecode(loop, request.skills)
     fresh = warm.take(current)
     from_supply = fresh is None
     if fresh is None:
-        fresh = engine._supply.take()
+        fresh = loop.supply.take()
     kept = False
     try:
         if from_supply:
-            pages.load(current, fresh.store, fresh.memory, engine.guest.key)
-        result, _ = engine._run_on(fresh, request, t0, bytecode, workspace_root=following, on_output=on_output)
-        for name in _run_only_folders(engine):  # the version keeps its workspace and tmp, nothing else
+            pages.load(current, fresh.store, fresh.memory, loop.image.guest.key)
+        result, _ = loop.run_in(fresh, request, t0, bytecode, workspace_root=following, on_output=on_output)
+        for name in _run_only_folders(loop):  # the version keeps its workspace and tmp, nothing else
             dirtree.remove(following / name)
         if not rolls_back(result):
-            _save(engine, request, current, following, fresh, result)
+            _save(loop, request, current, following, fresh, result)
         if result.session is None or not result.session.committed:
             discard(following)
             result.session = SessionOutcome(committed=False, memory_bytes=fresh.memory.data_len(fresh.store))
@@ -118,13 +114,13 @@ def _run_staged(
         if not kept:
             close_instance(fresh)
         if from_supply:  # kept warm here or closed: either way it never goes back to the supply
-            engine._supply.forget()
+            loop.supply.forget()
     result.usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
     return result
 
 
 def _save(
-    engine: SandboxEngine, request: RunRequest, current: Path, following: Path, fresh: Fresh, result: RunResult
+    loop: RunLoop, request: RunRequest, current: Path, following: Path, fresh: Fresh, result: RunResult
 ) -> None:
     """Version N+1's memory image beside its files, when both fit the room the
     tenant's `session_bytes` leaves (checked before the image is written: no
@@ -136,7 +132,7 @@ def _save(
     room = None if spec.max_bytes is None else spec.max_bytes - files_bytes
     try:
         image_bytes = pages.save(
-            current, following, fresh.store, fresh.memory, engine.guest.key, room=None if room is None else max(0, room),
+            current, following, fresh.store, fresh.memory, loop.image.guest.key, room=None if room is None else max(0, room),
         )
     except pages.TooLarge as over:
         assert spec.max_bytes is not None
@@ -150,30 +146,10 @@ def _save(
     )
 
 
-_warm: weakref.WeakKeyDictionary[SandboxEngine, WarmInstances] = weakref.WeakKeyDictionary()
-
-
-_warm_lock = threading.Lock()
-
-
-def _warm_instances(engine: SandboxEngine) -> WarmInstances:
-    with _warm_lock:
-        found = _warm.get(engine)
-        if found is None:
-            found = _warm[engine] = WarmInstances()
-        return found
-
-
-def close_warm(engine: SandboxEngine) -> None:
-    found = _warm.pop(engine, None)
-    if found is not None:
-        found.close()
-
-
-def _run_only_folders(engine: SandboxEngine) -> tuple[str, ...]:
+def _run_only_folders(loop: RunLoop) -> tuple[str, ...]:
     """The folders a run mounts besides workspace and tmp, made empty for each run and
     removed after it: its input blobs, and what the image mounts in every run (the data
     image's /skills view and empty /packages: its mounts are baked into its memory)."""
-    return ("blobs",) + engine.image.run_folders
+    return ("blobs",) + loop.image.run_folders
 
 
