@@ -109,9 +109,9 @@ def make_skill(root: Path, name: str, files: dict[str, str], entrypoint: str = "
 def deep_root(tmp_path):
     """A folder for deep trees, removed by descriptor afterwards, even if the test failed:
     pytest's own cleanup recurses."""
-    from wasmrun.sandbox import tree
+    from wasmrun import dirtree
 
     root = tmp_path / "deep-root"
     root.mkdir()
     yield root
-    tree.remove(root)
+    dirtree.remove(root)

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from tests.sandbox.conftest import make_skill
-from wasmrun.sandbox import tree
+from wasmrun import dirtree
 from wasmrun.sandbox.contract.types import RunRequest
 
 PYC = "/pycache/skills/{name}/code/{module}.cpython-311.pyc"
@@ -133,7 +133,7 @@ def test_a_skill_with_a_deep_folder_tree_is_compiled(engine, deep_root, caplog):
     try:
         assert (folder / f"code/{deep}/leaf.cpython-311.pyc").is_file()
     finally:
-        tree.remove(folder)  # not left in the shared cache
+        dirtree.remove(folder)  # not left in the shared cache
     assert not [r for r in caplog.records if "compiling skill" in r.getMessage()]
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from wasmrun.sandbox.contract.types import RunRequest
 from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.guest.guestmemory import memory_view
 from wasmrun.sandbox.memory.instances import HotPages
-from wasmrun.sandbox.memory.skillpages import memory_view
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pagemap is Linux's")
 

@@ -186,7 +186,7 @@ def test_a_dead_workers_workspaces_are_removed(pool, tmp_path):
 
 
 def test_orphaned_workspaces_are_swept_at_start_and_live_ones_kept(tmp_path):
-    from wasmrun.sandbox import tree
+    from wasmrun import dirtree
     from wasmrun.sandbox.files.workroots import WorkRoot
 
     parent = tmp_path / "ws"
@@ -212,5 +212,5 @@ def test_orphaned_workspaces_are_swept_at_start_and_live_ones_kept(tmp_path):
         assert (parent / "not-ours").is_dir()
     finally:
         live.release()
-        tree.remove(orphan)  # on failure: pytest's own cleanup would recurse into it
+        dirtree.remove(orphan)  # on failure: pytest's own cleanup would recurse into it
     assert not live.path.exists()

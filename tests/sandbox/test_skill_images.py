@@ -16,9 +16,10 @@ from tests.sandbox.conftest import make_skill
 from wasmrun.sandbox.contract.limits import LimitPolicy
 from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult
 from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.guest.guestmemory import memory_view
 from wasmrun.sandbox.memory import instances
 from wasmrun.sandbox.memory.instances import APPLIED_MAX_BYTES, IMAGE_SPARES, SPARES, Fresh, HotPages, InstanceSupply
-from wasmrun.sandbox.memory.skillpages import MAX_PREFAULT_PAGES, SkillImage, SkillImages, image_key, memory_view
+from wasmrun.sandbox.memory.skillpages import MAX_PREFAULT_PAGES, SkillImage, SkillImages, image_key
 
 MAIN = """\
 import random

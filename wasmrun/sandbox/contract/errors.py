@@ -18,11 +18,13 @@ reported by our guest runtime about the guest's own code.
 
 import unicodedata
 
-# The ones the guest's runtime reports too: the contract's (wasmrun/abi.py).
-from wasmrun.abi import ENTRYPOINT_NOT_FOUND as ENTRYPOINT_NOT_FOUND
-from wasmrun.abi import GUEST_CRASH as GUEST_CRASH
-from wasmrun.abi import INVALID_OUTPUT as INVALID_OUTPUT
-from wasmrun.abi import SYSTEM_EXIT as SYSTEM_EXIT
+from wasmrun import abi
+
+# The ones the guest's runtime reports too: named by the contract (wasmrun/abi.py).
+ENTRYPOINT_NOT_FOUND = abi.ENTRYPOINT_NOT_FOUND
+GUEST_CRASH = abi.GUEST_CRASH
+INVALID_OUTPUT = abi.INVALID_OUTPUT
+SYSTEM_EXIT = abi.SYSTEM_EXIT
 
 TIMEOUT = "Timeout"  # wall-clock limit (timeout_ms)
 CPU_LIMIT = "CPULimitExceeded"  # the run thread's CPU time (cpu_ms)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from wasmrun.sandbox import tree
+from wasmrun import dirtree
 
 PROC_FDS = "/proc/self/fd"
 BLOCK_UNIT = 512  # st_blocks counts 512-byte units on every Unix
@@ -41,7 +41,7 @@ def usage(tops: list[Path], root: Path | None) -> tuple[int, int]:
     seen: set[tuple[int, int]] = set()
     allocated = entries = 0
     for top in tops:
-        for _fd, _name, st in tree.walk(top):
+        for _fd, _name, st in dirtree.walk(top):
             if st is None:
                 continue
             entries += 1

@@ -22,7 +22,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from wasmrun.sandbox import tree
+from wasmrun import dirtree
 
 MAX_ROOTS = 256
 
@@ -76,6 +76,6 @@ class GuestRoots:
 
 def _remove_quietly(path: Path) -> None:
     try:
-        tree.remove(path)
+        dirtree.remove(path)
     except OSError:
         pass

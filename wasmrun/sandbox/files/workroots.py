@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from wasmrun.sandbox import tree
+from wasmrun import dirtree
 
 logger = logging.getLogger("wasmrun.sandbox")
 
@@ -62,7 +62,7 @@ class WorkRoot:
         if self._fd < 0:
             return
         try:
-            tree.remove(self.path)
+            dirtree.remove(self.path)
         except OSError:
             logger.warning("could not remove the workspace folder %s", self.path, exc_info=True)
         finally:
@@ -91,7 +91,7 @@ def sweep(parent: Path) -> int:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # a live process holds it
-            tree.remove(Path(entry.path))
+            dirtree.remove(Path(entry.path))
             removed += 1
         except OSError:
             logger.warning("could not remove the orphaned workspace folder %s", entry.path, exc_info=True)

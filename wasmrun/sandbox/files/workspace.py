@@ -12,7 +12,7 @@ import logging
 import os
 from pathlib import Path
 
-from wasmrun.sandbox import tree
+from wasmrun import dirtree
 from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
 from wasmrun.sandbox.files import diskuse
@@ -112,7 +112,7 @@ class WorkspaceDirs:
         """Empty the run folder `path` and shelve it; one that cannot be emptied is dropped."""
         try:
             for sub in self.subfolders:
-                tree.empty(path / sub)
+                dirtree.empty(path / sub)
         except OSError:
             _remove_quietly(path)
             return
@@ -126,7 +126,7 @@ class WorkspaceDirs:
 
 def _remove_quietly(path: Path) -> None:
     try:
-        tree.remove(path)
+        dirtree.remove(path)
     except OSError:
         pass  # left for the engine's close, which removes its whole root
 

@@ -19,7 +19,6 @@ from wasmrun.abi import (
     RUN_STOPPED_MESSAGE,
     decode_failure,
 )
-from wasmrun.abi import GuestFailure as GuestFailure
 from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.contract.types import RunError, RunResult
 from wasmrun.sandbox.guest import jsontext

@@ -15,14 +15,15 @@ from __future__ import annotations
 import ctypes
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import wasmtime
+from wasmtime import _exportable
 from wasmtime import _ffi as ffi
-from wasmtime._exportable import AsExtern as AsExtern  # a Linker/Instance import: Func, Memory, ...
 from wasmtime._func import enter_wasm
 
 logger = logging.getLogger("wasmrun.sandbox")
+AsExtern: TypeAlias = _exportable.AsExtern  # a Linker/Instance import: Func, Memory, ...
 
 PINNED_VERSION = "49.0.0"
 UPDATE_DEADLINE_CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE in wasmtime.h

@@ -23,7 +23,7 @@ import wasmtime
 from python_wasm import build as guest_build
 from python_wasm import dataimage
 from python_wasm import exports as exports_
-from wasmrun.abi import DOOR_IMPORT, DOOR_MODULE, Export
+from wasmrun.abi import BLOBS, DOOR_IMPORT, DOOR_MODULE, SKILLS_ROOT, TMP, WORKSPACE, Export
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.sandbox.budget.wasi_guard import define_guarded_wasi
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
@@ -36,7 +36,7 @@ from wasmrun.sandbox.guest.hostcalls import GuestBuffers, RunContext
 from wasmrun.sandbox.guest.wasmtime_internals import set_async_stack_size
 from wasmrun.sandbox.images import compiled
 from wasmrun.sandbox.images.datastart import DATA_WARMUP_REQUESTS, DoorTurn
-from wasmrun.sandbox.images.image import BLOBS, SKILLS_ROOT, TMP, WORKSPACE, Image, Mounts
+from wasmrun.sandbox.images.image import Image, Mounts
 from wasmrun.sandbox.images.stdlibimage import WASM_STACK_BYTES
 from wasmrun.sandbox.memory.instances import Fresh
 from wasmrun.sandbox.sessions.state import DATA_GUEST_PREFIX, version_dir

@@ -25,10 +25,6 @@ from python_wasm import build as guest_build
 
 # Where a run's folders are mounted in the guest (every image): the host-guest
 # contract's paths, importable from here as well.
-from wasmrun.abi import BLOBS as BLOBS
-from wasmrun.abi import SKILLS_ROOT as SKILLS_ROOT
-from wasmrun.abi import TMP as TMP
-from wasmrun.abi import WORKSPACE as WORKSPACE
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
 from wasmrun.sandbox.contract.types import RunRequest, RunResult
 from wasmrun.sandbox.files.guestroot import GuestRoots

@@ -16,7 +16,7 @@ import wasmtime
 
 from python_wasm import build as guest_build
 from python_wasm.exports import func, func_imports, memory
-from wasmrun.abi import GUEST_LIB, IMPORT_MODULE, Export
+from wasmrun.abi import BLOBS, GUEST_LIB, IMPORT_MODULE, SKILLS_ROOT, TMP, WORKSPACE, Export
 from wasmrun.sandbox.budget.wasi_guard import define_guarded_wasi
 from wasmrun.sandbox.contract.limits import CEILING_LIMITS
 from wasmrun.sandbox.contract.types import RunRequest
@@ -24,7 +24,7 @@ from wasmrun.sandbox.files.packagelayer import PackageLayer
 from wasmrun.sandbox.guest.hostcalls import HOST_FUNCTIONS, GuestBuffers, RunContext
 from wasmrun.sandbox.guest.wasmtime_internals import FastFunc, set_async_stack_size, use_pooling_allocator
 from wasmrun.sandbox.images import compiled
-from wasmrun.sandbox.images.image import BLOBS, SKILLS_ROOT, TMP, WORKSPACE, Image, Mounts
+from wasmrun.sandbox.images.image import Image, Mounts
 from wasmrun.sandbox.memory.bytecode import guest_dir as bytecode_guest_dir
 from wasmrun.sandbox.memory.instances import Fresh
 

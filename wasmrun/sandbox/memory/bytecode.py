@@ -19,7 +19,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from wasmrun.sandbox import tree
+from wasmrun import dirtree
 from wasmrun.sandbox.contract.types import MountedSkill
 
 GUEST_PREFIX = "/pycache"
@@ -42,7 +42,7 @@ class BytecodeCache:
         is named as such; the compile run skips what it cannot read."""
         h = hashlib.sha256(skill.name.encode())
         h.update(b"\0" + os.fsencode(os.path.realpath(skill.root)))
-        tree.stamp_files(h, Path(skill.root), keep=lambda name: name.endswith(".py"))
+        dirtree.stamp_files(h, Path(skill.root), keep=lambda name: name.endswith(".py"))
         return f"{skill.name}-{h.hexdigest()[:24]}"
 
     def lookup(self, skill: MountedSkill) -> tuple[str, Path | None]:
@@ -66,6 +66,6 @@ class BytecodeCache:
 
     def discard(self, staging: Path) -> None:
         try:
-            tree.remove(staging)  # any depth: it mirrors the skill's tree
+            dirtree.remove(staging)  # any depth: it mirrors the skill's tree
         except OSError:
             pass

@@ -53,11 +53,10 @@ from pathlib import Path
 
 import wasmtime
 
+from wasmrun import dirtree
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
-from wasmrun.sandbox import tree
 from wasmrun.sandbox.contract.types import MountedSkill
 from wasmrun.sandbox.guest.guestmemory import host_address
-from wasmrun.sandbox.guest.guestmemory import memory_view as memory_view  # sessionimages and tests use it from here
 
 logger = logging.getLogger("wasmrun.sandbox")
 
@@ -139,12 +138,12 @@ class SkillImage:
 
 def image_key(guest_key: str, skill: MountedSkill) -> str | None:
     """Names the skill as it is now: any file added, removed or changed (see
-    tree.stamp_files), another folder (a new version) or another guest build is a new key.
+    dirtree.stamp_files), another folder (a new version) or another guest build is a new key.
     A walk with a loop, not recursion: a skill's tree may be deep. None for a
     skill of more than MAX_KEY_ENTRIES entries: naming it would cost every run
     more than an image saves, so it runs as it always did."""
     h = hashlib.sha256(f"{guest_key}\0{skill.name}\0{skill.entrypoint}\0{skill.root}".encode())
-    if not tree.stamp_files(h, Path(skill.root), max_entries=MAX_KEY_ENTRIES):
+    if not dirtree.stamp_files(h, Path(skill.root), max_entries=MAX_KEY_ENTRIES):
         return None
     return h.hexdigest()
 

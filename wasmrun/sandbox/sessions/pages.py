@@ -31,7 +31,8 @@ from pathlib import Path
 
 import wasmtime
 
-from wasmrun.sandbox.memory.skillpages import WASM_PAGE, memory_view
+from wasmrun.sandbox.guest.guestmemory import memory_view
+from wasmrun.sandbox.memory.skillpages import WASM_PAGE
 
 PAGE = 4096
 CHUNK = 64 * 1024  # one memcmp per chunk, then per page within a chunk that differs
