@@ -324,7 +324,7 @@ def skill_rows(inproc: InProcess, blobs: FileBlobStore, rounds: int) -> dict[str
     requests = bundled_skill_requests(blobs)
     for request in requests.values():  # first runs: compile runs, then the import runs
         assert engine.run(request).status == "completed"
-    engine.skill_images.wait_ready(120)
+    engine.skill_pages.wait_ready(120)
 
     def timed(request: RunRequest) -> float:
         settle(inproc)
@@ -338,7 +338,7 @@ def skill_rows(inproc: InProcess, blobs: FileBlobStore, rounds: int) -> dict[str
     modes = ("image", "no image", "no image, no bytecode")
     samples: dict[str, dict[str, list[float]]] = {m: {} for m in modes}
     hello_samples: list[float] = []
-    images = engine.skill_images
+    images = engine.skill_pages
     compiled_bytecode = backgroundruns.skill_bytecode
     try:
         for _ in range(rounds):

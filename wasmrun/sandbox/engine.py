@@ -50,14 +50,14 @@ class SandboxEngine:
     ) -> None:
         self.image = image or StdlibImage(guest, packages)
         # A skill's pages are made by an import run on the loop, and copied into spares by its supply.
-        self.skill_images = SkillImages(
-            lambda skill: backgroundruns.import_skill_pages(self.loop, skill, self.skill_images.max_bytes),
+        self.skill_pages = SkillImages(
+            lambda skill: backgroundruns.import_skill_pages(self.loop, skill, self.skill_pages.max_bytes),
             on_change=lambda: self.loop.supply.wake(),
             key_of=lambda skill: image_key(self.image.key + self.image.packages.version(), skill),
         )
         self.loop = RunLoop(
             self.image, blobs, workspace_root, backgroundruns.learn_hot_pages,
-            self.skill_images.prefault_pages, self.skill_images.recent,
+            self.skill_pages.prefault_pages, self.skill_pages.recent,
         )
         self.warm_sessions = WarmInstances()  # a session's instance, kept for its next run here
 
@@ -75,7 +75,7 @@ class SandboxEngine:
 
     def close(self) -> None:
         self.close_warm_sessions()
-        self.skill_images.close()
+        self.skill_pages.close()
         self.loop.close()
 
     def __enter__(self) -> SandboxEngine:
@@ -97,12 +97,12 @@ class SandboxEngine:
             return run_in_session(self.loop, self.warm_sessions, request, t0, on_output)
         try:
             bytecode = backgroundruns.skill_bytecode(self.loop, request.skills)
-            skill, key, image = self._skill_image_for(request)
-            fresh = self.loop.supply.take(image)
+            skill, key, pages = self._skill_pages_for(request)
+            fresh = self.loop.supply.take(pages)
             phases.mark("instance")
             try:
-                if image is not None and fresh.applied is not image:
-                    image.apply(fresh.store, fresh.memory)
+                if pages is not None and fresh.applied is not pages:
+                    pages.apply(fresh.store, fresh.memory)
                 result, workspace = self.loop.run_in(fresh, request, t0, bytecode, on_output=on_output)
             except BaseException:
                 fresh.store.close()
@@ -110,17 +110,17 @@ class SandboxEngine:
                 raise
             release_pages(fresh.store, fresh.memory)
             self.loop.supply.retire(fresh.store, workspace)
-            if skill is not None and key is not None and image is None and result.status == "completed":
+            if skill is not None and key is not None and pages is None and result.status == "completed":
                 # Only after a completed run: the import fits these limits (a skill
                 # that hangs at import costs no background run).
-                self.skill_images.request(key, skill)
+                self.skill_pages.request(key, skill)
             return result
         except Exception:
             return host_failure(request, "the sandbox host failed; the run was stopped")
 
-    def _skill_image_for(self, request: RunRequest) -> tuple[MountedSkill | None, str | None, SkillImage | None]:
-        """The one skill a run may start from the import image of, that image's
-        key, and the image itself when it is made and fits the run's memory."""
+    def _skill_pages_for(self, request: RunRequest) -> tuple[MountedSkill | None, str | None, SkillImage | None]:
+        """The one skill a run may start from the pages of (its modules imported), their
+        key, and the pages themselves when they are made and fit the run's memory."""
         # The import run has no environment and no network: a run granted either
         # imports for itself (a skill may read them at import).
         no_network = request.network is None or not request.network.granted
@@ -130,7 +130,7 @@ class SandboxEngine:
         if skill is None:
             return None, None, None
         key = image_key(self.image.key + self.image.packages.version(), skill)
-        image = self.skill_images.get(key) if key is not None else None
-        if image is not None and image.memory_bytes > request.limits.memory_bytes:
-            image = None  # the import alone would not fit this run's memory limit
-        return skill, key, image
+        pages = self.skill_pages.get(key) if key is not None else None
+        if pages is not None and pages.memory_bytes > request.limits.memory_bytes:
+            pages = None  # the import alone would not fit this run's memory limit
+        return skill, key, pages

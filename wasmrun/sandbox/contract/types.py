@@ -87,8 +87,9 @@ class Usage(msgspec.Struct):
     http_bytes_in: int = 0  # response bytes received (bodies, headers)
 
 
-class RunImage(msgspec.Struct):
-    """A picture the run left at the top of /workspace, returned as a blob (data image)."""
+class Figure(msgspec.Struct):
+    """A figure (a picture) the run left at the top of /workspace, returned as a blob (data
+    image); the spec's run result lists them as `images` (protocol/run_result.py)."""
 
     blob_id: str
     kind: str  # image/png or image/svg+xml
@@ -110,7 +111,7 @@ class RunResult(msgspec.Struct):
     # but never decoded on the way: big integers stay exact. null when failed.
     output_json: bytes = b"null"
     output_blobs: list[str] = []
-    images: list[RunImage] = []  # also in output_blobs
+    images: list[Figure] = []  # the run's figures, also in output_blobs (the wire's name)
     logs: str = ""
     logs_cut_bytes: int = 0
     error: RunError | None = None

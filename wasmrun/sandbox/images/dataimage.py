@@ -27,7 +27,7 @@ from wasmrun.abi import BLOBS, DOOR_IMPORT, DOOR_MODULE, SKILLS_ROOT, TMP, WORKS
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.sandbox.budget.wasi_guard import define_guarded_wasi
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
-from wasmrun.sandbox.contract.types import MountedSkill, RunImage, RunRequest, RunResult
+from wasmrun.sandbox.contract.types import Figure, MountedSkill, RunRequest, RunResult
 from wasmrun.sandbox.engine import SandboxEngine
 from wasmrun.sandbox.files.packagelayer import PackageLayer
 from wasmrun.sandbox.files.workspace import Workspace
@@ -146,7 +146,7 @@ def add_images(result: RunResult, workspace: Workspace, request: RunRequest, blo
         result.usage.blob_io_bytes += len(data)
         if blob not in result.output_blobs:
             result.output_blobs.append(blob)
-        result.images.append(RunImage(blob_id=blob, kind=kind, name=entry.name))
+        result.images.append(Figure(blob_id=blob, kind=kind, name=entry.name))
     if len(files) > MAX_IMAGES:
         notes.append(f"{len(files) - MAX_IMAGES} more images not returned (at most {MAX_IMAGES} per run)")
     if notes:

@@ -57,7 +57,7 @@ class Image(ABC):
     buffers: GuestBuffers  # where the request and output travel in memory (none: io_capacity -1)
     run_folders: tuple[str, ...] = ()  # subfolders each run folder needs besides workspace, tmp, blobs
     compiles_skills: bool = False  # skills run from bytecode compiled ahead (backgroundruns.skill_bytecode)
-    makes_skill_images: bool = False  # a skill's import is kept as a memory image (skillimages.py)
+    makes_skill_images: bool = False  # a skill's import is kept as its pages (memory/skillpages.py)
     warmup: tuple[RunRequest, ...] = ()  # runs whose written pages every spare gets ahead
 
     @property

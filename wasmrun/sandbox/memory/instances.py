@@ -16,15 +16,15 @@ and several spares are kept so a burst finds them ready. Under sustained
 back-to-back load runs make their instance on the spot, and used ones are
 torn down anyway once too many pile up.
 
-Runs from a skill image (skillimages.py) write a few hundred more pages
+Runs from a skill's pages (memory/skillpages.py) write a few hundred more pages
 before the guest starts; a page fault on each cost such a run more than the
 copying itself (about 1.6 ms of 2.7 here). So a few spares are set aside for
-them, with the pages of the cached images copied in too; a run from an
-image takes one of those first, other runs take them last. And for the most
-recently used images, one spare each has that image already written in (the
-copy itself, about 1.2 ms here): it serves a run from exactly that image
-object and nothing else, and is torn down once the image is no longer among
-the most recent.
+them, with the pages of the cached skills copied in too; a run from a
+skill's pages takes one of those first, other runs take them last. And for the
+most recently used skills' pages, one spare each has them already written in
+(the copy itself, about 1.2 ms here): it serves a run from exactly those pages
+and nothing else, and is torn down once they are no longer among the most
+recent.
 
 A spare holds no run state: per-run WASI (preopens), epoch deadline and
 memory limit are set on it when a run takes it, and it serves that run only.
@@ -59,9 +59,9 @@ SPARES = 8  # enough for a burst; each holds about a megabyte of prefaulted page
 MAX_RETIRED = 16  # past this, teardown goes on even while runs are in flight
 HARD_MAX_RETIRED = 32  # past this, the run that retires an instance tears one down itself
 QUIET_S = 0.002  # how long without runs before housekeeping starts
-IMAGE_SPARES = 2  # spares that also have the skill images' pages copied in
-APPLIED_SPARES = 2  # images (the most recently used) that get a spare with them written in
-APPLIED_MAX_BYTES = 16 << 20  # a larger image gets none: an idle spare would hold all of it
+SKILL_PAGE_SPARES = 2  # spares that also have the skills' pages copied in
+APPLIED_SPARES = 2  # skills' pages (the most recently used) that get a spare with them written in
+APPLIED_MAX_BYTES = 16 << 20  # larger pages get none: an idle spare would hold all of it
 
 
 @dataclass
@@ -70,8 +70,8 @@ class Fresh:
     run: Callable[[wasmtime.Store, int], Any]  # the guest's run export (or images.DoorTurn)
     memory: wasmtime.Memory
     prepared_ahead: bool = False
-    image_pages: frozenset[int] | None = None  # the skill images' pages copied in too, if any
-    applied: PagesToApply | None = None  # the image already written in: it serves only a run from that image
+    prefaulted_pages: frozenset[int] | None = None  # the skills' pages copied in too, if any
+    applied: PagesToApply | None = None  # a skill's pages already written in: it serves only a run from them
     interrupt: wasmtime.Func | None = None  # the guest's wasmrun_interrupt (bridge.c; dataimage.py)
     interrupt_args: tuple[int, ...] = ()  # its i32 arguments (the data image's: the signal)
     interrupt_results: int = 0
@@ -81,8 +81,8 @@ class Fresh:
     wasi_funcs: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def image_ready(self) -> bool:
-        return self.image_pages is not None
+    def has_skill_pages(self) -> bool:
+        return self.prefaulted_pages is not None
 
     def interrupt_caller(self) -> Callable[[object], None] | None:
         """A caller of the guest's `wasmrun_interrupt` export (with its arguments), for the
@@ -206,7 +206,7 @@ def _spans(pages: AbstractSet[int]) -> list[tuple[int, int]]:
 
 
 def _same(a: frozenset[int] | None, b: frozenset[int] | None) -> bool:
-    """Equal page sets; by identity first (the images hand out one object until they change)."""
+    """Equal page sets; by identity first (the skill pages hand out one object until they change)."""
     return a is b or a == b
 
 
@@ -262,17 +262,17 @@ class InstanceSupply:
         make: Callable[[], Fresh],
         dirs: WorkspaceDirs,
         hot: HotPages | None = None,
-        image_pages: Callable[[], frozenset[int]] = frozenset,
+        prefault_pages: Callable[[], frozenset[int]] = frozenset,
         recent_pages: Callable[[int], Sequence[PagesToApply]] = lambda n: (),
     ) -> None:
         self._make = make
         self._dirs = dirs
         self.hot = hot or HotPages([])
-        self._image_pages = image_pages
+        self._prefault_pages = prefault_pages
         self._recent_pages = recent_pages
-        self._applied: list[Fresh] = []  # spares with an image written in, one per image
+        self._applied: list[Fresh] = []  # spares with a skill's pages written in, one per skill
         self._can_fill = True  # off once copying pages in proves unsupported here
-        self._image_hot: tuple[frozenset[int], HotPages] = (frozenset(), self.hot)
+        self._prefault_hot: tuple[frozenset[int], HotPages] = (frozenset(), self.hot)
         self._spares: deque[Fresh] = deque()
         self._retired: deque[tuple[wasmtime.Store, Workspace]] = deque()
         self._cond = threading.Condition()  # drain() and wait_idle() wait on it
@@ -286,16 +286,16 @@ class InstanceSupply:
         self._thread = threading.Thread(target=self._loop, name="wasmrun-instances", daemon=True)
         self._thread.start()
 
-    def take(self, image: PagesToApply | None = None) -> Fresh:
-        """A fresh instance; `image`: for a run from that skill image (which the
+    def take(self, skill_pages: PagesToApply | None = None) -> Fresh:
+        """A fresh instance; `skill_pages`: for a run from those pages (which the
         instance may have written in already: see `Fresh.applied`)."""
         with self._cond:
             self._in_flight += 1
-            spare = next((s for s in self._applied if s.applied is image), None) if image is not None else None
+            spare = next((s for s in self._applied if s.applied is skill_pages), None) if skill_pages is not None else None
             if spare is not None:
                 self._applied.remove(spare)
             else:
-                spare = self._pick_spare(image is not None)
+                spare = self._pick_spare(skill_pages is not None)
         if spare is not None:
             return spare
         try:
@@ -307,45 +307,45 @@ class InstanceSupply:
                 pass
             return self._make()
 
-    def _pick_spare(self, from_image: bool) -> Fresh | None:
-        """The oldest spare, one with the images' pages if `from_image` (else one
+    def _pick_spare(self, from_skill_pages: bool) -> Fresh | None:
+        """The oldest spare, one with the skills' pages if `from_skill_pages` (else one
         without), if there is one (the lock is held)."""
         for spare in self._spares:
-            if spare.image_ready == from_image:
+            if spare.has_skill_pages == from_skill_pages:
                 self._spares.remove(spare)
                 return spare
         return self._spares.popleft() if self._spares else None
 
     def wake(self) -> None:
-        """The skill images changed: spares for image runs may need their pages."""
+        """The skills' pages changed: spares for runs from them may need them."""
         with self._cond:
             self._alarm.set(time.monotonic())
 
-    def _image_spares_wanted(self, pages: frozenset[int]) -> bool:
+    def _skill_page_spares_wanted(self, pages: frozenset[int]) -> bool:
         """Whether fewer than IMAGE_SPARES spares have `pages` (the lock is held)."""
-        return bool(pages) and sum(_same(spare.image_pages, pages) for spare in self._spares) < IMAGE_SPARES
+        return bool(pages) and sum(_same(spare.prefaulted_pages, pages) for spare in self._spares) < SKILL_PAGE_SPARES
 
     def _applied_work(self) -> tuple[Fresh | None, PagesToApply | None]:
-        """(an applied spare whose image is no longer among the most recent, to
-        tear down) or else (None, a recent image that has no applied spare yet),
+        """(an applied spare whose pages are no longer among the most recent, to
+        tear down) or else (None, recent pages that have no applied spare yet),
         or (None, None) (the lock is held)."""
-        recent = [image for image in self._recent_pages(APPLIED_SPARES) if image.nbytes <= APPLIED_MAX_BYTES]
+        recent = [skill_pages for skill_pages in self._recent_pages(APPLIED_SPARES) if skill_pages.nbytes <= APPLIED_MAX_BYTES]
         for spare in self._applied:
-            if not any(spare.applied is image for image in recent):
+            if not any(spare.applied is skill_pages for skill_pages in recent):
                 return spare, None
-        for image in recent:
-            if not any(spare.applied is image for spare in self._applied):
-                return None, image
+        for skill_pages in recent:
+            if not any(spare.applied is skill_pages for spare in self._applied):
+                return None, skill_pages
         return None, None
 
-    def _image_spare_to_fill(self) -> Fresh | None:
-        """A spare to copy the images' current pages into, while too few have
+    def _spare_to_fill(self) -> Fresh | None:
+        """A spare to copy the skills' current pages into, while too few have
         them: one with an older set of pages first (the lock is held)."""
-        pages = self._image_pages()
-        if not self._can_fill or not self._image_spares_wanted(pages):
+        pages = self._prefault_pages()
+        if not self._can_fill or not self._skill_page_spares_wanted(pages):
             return None
-        stale = [spare for spare in self._spares if not _same(spare.image_pages, pages)]
-        stale.sort(key=lambda spare: spare.image_pages is None)
+        stale = [spare for spare in self._spares if not _same(spare.prefaulted_pages, pages)]
+        stale.sort(key=lambda spare: spare.prefaulted_pages is None)
         return stale[0] if stale else None
 
     def retire(self, store: wasmtime.Store, workspace: Workspace) -> None:
@@ -383,7 +383,7 @@ class InstanceSupply:
             self._closing
             or (bool(self._retired) and (quiet or len(self._retired) >= MAX_RETIRED))
             or (quiet and len(self._spares) < SPARES)
-            or (quiet and self._image_spare_to_fill() is not None)
+            or (quiet and self._spare_to_fill() is not None)
             or (quiet and self._applied_work() != (None, None))
         )
 
@@ -392,7 +392,7 @@ class InstanceSupply:
         if self._in_flight or not (
             self._retired
             or len(self._spares) < SPARES
-            or self._image_spare_to_fill() is not None
+            or self._spare_to_fill() is not None
             or self._applied_work() != (None, None)
         ):
             return None
@@ -401,58 +401,58 @@ class InstanceSupply:
     def _prepare(self) -> Fresh:
         fresh = self._make()
         with self._cond:
-            pages = self._image_pages()
-            # A spare holding an older set of image pages is brought up to date in place
-            # (_image_spare_to_fill) rather than joined by a new one: at most IMAGE_SPARES
-            # spares hold image pages, whatever the images did meanwhile.
-            stale = any(spare.image_ready and not _same(spare.image_pages, pages) for spare in self._spares)
-            if stale or not self._image_spares_wanted(pages):
+            pages = self._prefault_pages()
+            # A spare holding an older set of skills' pages is brought up to date in place
+            # (_spare_to_fill) rather than joined by a new one: at most SKILL_PAGE_SPARES
+            # spares hold skills' pages, whatever the skills' pages did meanwhile.
+            stale = any(spare.has_skill_pages and not _same(spare.prefaulted_pages, pages) for spare in self._spares)
+            if stale or not self._skill_page_spares_wanted(pages):
                 pages = frozenset()
         hot = self._hot_with(pages) if pages else self.hot
         if hot.populate(fresh.store, fresh.memory, interrupted=lambda: self._in_flight > 0) and pages:
-            fresh.image_pages = pages
+            fresh.prefaulted_pages = pages
         fresh.prepared_ahead = True
         return fresh
 
-    def _prepare_applied(self, image: PagesToApply) -> Fresh:
-        """A spare with `image` written in (its pages and the hot ones copied in first)."""
+    def _prepare_applied(self, skill_pages: PagesToApply) -> Fresh:
+        """A spare with `skill_pages` written in (the union of pages and the hot ones copied in first)."""
         fresh = self._make()
-        pages = self._image_pages()  # the union: this image's pages too, unless past its bound
+        pages = self._prefault_pages()  # the union: these pages too, unless past their bound
         hot = self._hot_with(pages) if pages else self.hot
         hot.populate(fresh.store, fresh.memory, lambda: self._in_flight > 0)
         try:
-            image.apply(fresh.store, fresh.memory)
+            skill_pages.apply(fresh.store, fresh.memory)
         except BaseException:
             fresh.store.close()
             raise
-        fresh.applied = image
+        fresh.applied = skill_pages
         fresh.prepared_ahead = True
         return fresh
 
-    def _fill_images(self, spare: Fresh) -> None:
-        """Copy the images' current pages into an unused spare (its content stays
+    def _fill_skill_pages(self, spare: Fresh) -> None:
+        """Copy the skills' current pages into an unused spare (its content stays
         the snapshot's: populating only makes the pages its own)."""
-        pages = self._image_pages()
+        pages = self._prefault_pages()
         if not pages:
             return
         hot = self._hot_with(pages)
         if hot.populate(spare.store, spare.memory, lambda: self._in_flight > 0):
-            spare.image_pages = pages
+            spare.prefaulted_pages = pages
         elif not hot.supported:
             with self._cond:
                 self._can_fill = False  # never again: it would be tried in every quiet moment
 
     def _hot_with(self, pages: frozenset[int]) -> HotPages:
         """The hot pages and `pages`; rebuilt only when `pages` change."""
-        known, hot = self._image_hot
+        known, hot = self._prefault_hot
         if not _same(pages, known):
             hot = HotPages.from_pages(pages | self.hot.page_set(), self.hot.read_set())
-            self._image_hot = (pages, hot)
+            self._prefault_hot = (pages, hot)
         return hot
 
     def _step(self, teardown_now: bool = False) -> bool:
         """One unit of housekeeping: tear one instance down, make one spare, or
-        copy the images' pages into one. Returns False when there is nothing
+        copy the skills' pages into one. Returns False when there is nothing
         (more) to do or the supply is closing. `teardown_now`: tear down a used
         instance if there is one, quiet or not."""
         with self._cond:
@@ -467,7 +467,7 @@ class InstanceSupply:
             to_apply: PagesToApply | None = None
             make_spare = retired is None and len(self._spares) < SPARES
             if retired is None and not make_spare:
-                to_fill = self._image_spare_to_fill()
+                to_fill = self._spare_to_fill()
                 if to_fill is not None:
                     self._spares.remove(to_fill)  # no run may take it meanwhile
                 else:
@@ -481,7 +481,7 @@ class InstanceSupply:
                 self._dirs.give_back(workspace.root)
             elif to_fill is not None:
                 try:
-                    self._fill_images(to_fill)
+                    self._fill_skill_pages(to_fill)
                 finally:
                     with self._cond:
                         self._spares.append(to_fill)
@@ -491,7 +491,7 @@ class InstanceSupply:
                 applied = self._prepare_applied(to_apply)
                 with self._cond:
                     self._applied.append(applied)
-            elif make_spare:  # (else the images changed meanwhile: look again)
+            elif make_spare:  # (else the skills' pages changed meanwhile: look again)
                 spare = self._prepare()
                 with self._cond:
                     self._spares.append(spare)
@@ -532,7 +532,7 @@ class InstanceSupply:
                 lambda: not self._retired
                 and not self._tearing_down
                 and len(self._spares) >= SPARES
-                and self._image_spare_to_fill() is None
+                and self._spare_to_fill() is None
                 and self._applied_work() == (None, None),
                 timeout,
             )

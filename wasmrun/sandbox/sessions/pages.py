@@ -1,4 +1,4 @@
-"""A session's memory on disk: the pages written since the guest snapshot.
+"""A session's pages: its memory on disk, the pages written since the guest snapshot.
 
 A version's memory is one or two files, each a header and spans of pages:
 
@@ -45,8 +45,8 @@ _SPAN = struct.Struct("<QQ")  # offset, length
 Spans = list[tuple[int, int]]
 
 
-class ImageMismatch(Exception):
-    """The image was made from another guest build: this server cannot resume it."""
+class PagesMismatch(Exception):
+    """The pages were written by another guest build: this server cannot resume them."""
 
     def __init__(self, path: Path, made_by: str) -> None:
         super().__init__(str(path))
@@ -59,7 +59,7 @@ _compare.restype = ctypes.c_int
 
 
 def made_by(folder: Path) -> str | None:
-    """The guest key that made the memory image of the version `folder`: None when it
+    """The guest key that wrote the pages of the version `folder`: None when it
     has none (a session's first run), "" when its file is not one of ours."""
     try:
         with open(folder / BASE, "rb") as f:
@@ -77,7 +77,7 @@ def load(folder: Path, store: wasmtime.Store, memory: wasmtime.Memory, guest_key
 
 
 class TooLarge(Exception):
-    """The image would take more than the room it was given; nothing was written."""
+    """The pages would take more than the room they were given; nothing was written."""
 
     def __init__(self, needed: int) -> None:
         super().__init__(needed)
@@ -258,7 +258,7 @@ def _header(f: object, path: Path, guest_key: str) -> tuple[int, list[tuple[int,
     magic, key_len = _HEADER.unpack(read(_HEADER.size))
     made_by = read(key_len).decode(errors="replace") if magic == MAGIC else ""
     if made_by != guest_key:
-        raise ImageMismatch(path, made_by)
+        raise PagesMismatch(path, made_by)
     memory_bytes, count = _SIZES.unpack(read(_SIZES.size))
     table = read(_SPAN.size * count)
     return memory_bytes, [_SPAN.unpack_from(table, i * _SPAN.size) for i in range(count)]

@@ -9,14 +9,14 @@ A session's state lives in its folder on disk, one version at a time:
     <folder>/v<N>/tmp/        its /tmp
 
 A run of version N takes a fresh instance of the snapshot (as every run does),
-writes the image's pages into it, mounts copies of N's folders, runs, and,
+writes the version's pages into it, mounts copies of N's folders, runs, and,
 unless a limit or a crash stopped it midway, writes version N+1. So:
 
 - rollback is free: a run stopped midway (timeout, CPU, memory, a trap, a host
   call refused) leaves N as it was, memory and files; N+1 is deleted;
 - a session holds no worker and no instance between runs: any worker can run
   it next (it is paused on disk after every run), and it survives a restart;
-- a fork is a hard link of the memory image (never changed in place: each
+- a fork is a hard link of the pages' base file (never changed in place: each
   version writes a new file) and a copy of the folders;
 - only linear memory carries over. The one mutable global, `__stack_pointer`,
   is back at its start value whenever the guest returns normally (the only
@@ -38,7 +38,7 @@ from wasmrun.sandbox.guest.outstream import OutputSink
 from wasmrun.sandbox.memory.instances import Fresh
 from wasmrun.sandbox.runloop import RunLoop
 from wasmrun.sandbox.sessions import pages
-from wasmrun.sandbox.sessions.pages import ImageMismatch
+from wasmrun.sandbox.sessions.pages import PagesMismatch
 from wasmrun.sandbox.sessions.state import discard, files_size, image_name, stage, version_dir
 from wasmrun.sandbox.sessions.warm import WarmInstances, close_instance
 
@@ -64,7 +64,7 @@ def run_in_session(
     try:
         stage(current, following, run_only=_run_only_folders(loop))
         result = _run_staged(loop, warm, request, t0, current, following, on_output)
-    except ImageMismatch as mismatch:
+    except PagesMismatch as mismatch:
         discard(following)
         result = RunResult(
             run_id=request.run_id, status="failed",
@@ -122,8 +122,8 @@ def _run_staged(
 def _save(
     loop: RunLoop, request: RunRequest, current: Path, following: Path, fresh: Fresh, result: RunResult
 ) -> None:
-    """Version N+1's memory image beside its files, when both fit the room the
-    tenant's `session_bytes` leaves (checked before the image is written: no
+    """Version N+1's pages beside its files, when both fit the room the
+    tenant's `session_bytes` leaves (checked before the pages are written: no
     byte over it reaches the disk but the run's own files, which its
     `workspace_mb` bounds); else the run fails with SessionBytesExceeded."""
     spec = request.session
@@ -131,7 +131,7 @@ def _save(
     files_bytes = files_size(following)
     room = None if spec.max_bytes is None else spec.max_bytes - files_bytes
     try:
-        image_bytes = pages.save(
+        pages_bytes = pages.save(
             current, following, fresh.store, fresh.memory, loop.image.guest.key, room=None if room is None else max(0, room),
         )
     except pages.TooLarge as over:
@@ -142,7 +142,7 @@ def _save(
         ))
         return
     result.session = SessionOutcome(
-        committed=True, memory_bytes=fresh.memory.data_len(fresh.store), image_bytes=image_bytes, files_bytes=files_bytes,
+        committed=True, memory_bytes=fresh.memory.data_len(fresh.store), image_bytes=pages_bytes, files_bytes=files_bytes,
     )
 
 
