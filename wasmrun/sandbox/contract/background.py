@@ -1,7 +1,7 @@
 """Guest work the server starts itself, outside any client's run: its limits and its tally.
 
 Three kinds of runs execute guest code without a client call of their own:
-a skill's *import run* (skillimages.py: it builds the skill's memory image in
+a skill's *import run* (memory/skillpages.py: it makes the skill's pages in
 the background), a *compile run* (compiled.py's bytecode for a skill, before
 the run that needs it) and the *warm-up* runs an engine makes at start to learn
 its hot pages. None of them takes the limits of the run that caused it: each

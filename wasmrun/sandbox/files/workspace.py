@@ -93,7 +93,7 @@ class WorkspaceDirs:
 
     def __init__(self, root: Path, extra: tuple[str, ...] = ()) -> None:
         self.root = root  # private to one engine (0700)
-        self.subfolders = self.SUBFOLDERS + extra  # extra: e.g. the data image's skills view (images.py)
+        self.subfolders = self.SUBFOLDERS + extra  # extra: e.g. the data image's skills view (images/dataimage.py)
         self.block = diskuse.block_size(root)  # measured once: the workspaces' allocation unit
         self._serial = itertools.count()
         self._spare: list[Path] = []

