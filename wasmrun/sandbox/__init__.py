@@ -6,16 +6,18 @@ so; tests under tests/sandbox/ may reach inside, they test the parts). Names loa
 first use, so importing a type (`from wasmrun.sandbox import RunRequest`) does not load
 wasmtime or a guest.
 
-Inside, one concept per sub-package, from the bottom up (docs/layout.md):
+Inside, one concept per sub-package, from the bottom up: each imports only those listed
+before it (docs/architecture.md; images/dataimage.py, which builds engines, is the exception):
 
 - contract/: the run's request and result, limits, error types, run ids, background runs'
   limits and tally, what the sandbox needs from blob storage
 - files/: a run's folders and their quota, each process's work root, the guest's `/`,
   the operator's package layer
 - guest/: the guest boundary: memory, request and reply, host calls and the data image's
-  door, the WASI calls the host checks, captured and streamed output, displays, JSON text,
+  door, trailing-slash paths, captured and streamed output, displays, JSON text,
   wasmtime-py's private API
-- budget/: CPU and wall-clock budgets (the watchdog and its alarm)
+- budget/: CPU and wall-clock budgets (the watchdog and its alarm), and the WASI calls the
+  host checks first (workspace quota, sleep deadline, FIFOs)
 - memory/: memory kept ahead: spare instances, a skill's pages, skill bytecode, heap trim
 - images/: the guest images (the Image seam, the stdlib image, the data image and its
   start, the compiled-module cache); `python -m wasmrun.sandbox.images` makes the data image
