@@ -35,7 +35,7 @@ class SessionRun(msgspec.Struct, frozen=True):
     folder: str  # the session's host folder (under the server's data dir, 0700)
     version: int
     reseed: bool = False  # the session's first run, or a fork's: new random state
-    # The most the new version (memory image and files) may take on disk: what the
+    # The most the new version (its pages and files) may take on disk: what the
     # tenant's `session_bytes` leaves after its other sessions. None: no cap.
     max_bytes: int | None = None
     cap_bytes: int | None = None  # that limit itself, for the error's message

@@ -43,7 +43,7 @@ class PackageLayer:
         return folder if (folder / "site-packages").is_dir() else None
 
     def version(self) -> str:
-        """Names the published version (part of skill image keys): '' without one."""
+        """Names the published version (part of the keys of skills' pages): '' without one."""
         folder = self.current()
         return f":{folder.name}" if folder is not None else ""
 

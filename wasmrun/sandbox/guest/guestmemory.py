@@ -4,7 +4,7 @@ Nothing the guest passes is trusted: a host call's pointer and length are
 checked against the memory's current size and a bad one stops the run
 (`HostCallError`), never the host. The host-side views (an address, a
 memoryview) are for the host's own bookkeeping of a stopped or finished
-instance: skill and session images, hot pages.
+instance: skill and session pages, hot pages.
 """
 
 from __future__ import annotations
