@@ -59,13 +59,9 @@ from python_wasm.downloads import (
     Progress,
     _atomic_replace_dir,
     _private_dir,
+    cache_root,
     fetch,
 )
-
-# Still importable from here for wasmrun/sandbox (branch sandboxpkg; KNOWN_UNTIL_MERGE in
-# scripts/check_architecture.py): everything else takes them from downloads.py.
-from python_wasm.downloads import cache_root as cache_root
-from python_wasm.downloads import mark_used as mark_used
 from python_wasm.native import (
     _zig_env,
     native_objects,

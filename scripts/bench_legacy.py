@@ -71,9 +71,8 @@ from wasmrun.bench.stats import pct
 from wasmrun.bench.systems import Native as _Native
 from wasmrun.bench.systems import free_port, server
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.stdlibimage import engine_config, load_module
-from wasmrun.sandbox.types import MountedSkill, RunRequest
+from wasmrun.sandbox import Limits, MountedSkill, RunRequest, backgroundruns
+from wasmrun.sandbox.images.stdlibimage import engine_config, load_module
 from wasmrun.settings import BUNDLED_SKILLS
 
 __all__ = ["free_port"]
@@ -327,7 +326,7 @@ def skill_rows(inproc: InProcess, blobs: FileBlobStore, rounds: int) -> dict[str
     requests = bundled_skill_requests(blobs)
     for request in requests.values():  # first runs: compile runs, then the import runs
         assert engine.run(request).status == "completed"
-    engine.skill_images.wait_ready(120)
+    engine.skill_pages.wait_ready(120)
 
     def timed(request: RunRequest) -> float:
         settle(inproc)
@@ -341,21 +340,21 @@ def skill_rows(inproc: InProcess, blobs: FileBlobStore, rounds: int) -> dict[str
     modes = ("image", "no image", "no image, no bytecode")
     samples: dict[str, dict[str, list[float]]] = {m: {} for m in modes}
     hello_samples: list[float] = []
-    images = engine.skill_images
-    compiled_bytecode = engine._skill_bytecode
+    images = engine.skill_pages
+    compiled_bytecode = backgroundruns.skill_bytecode
     try:
         for _ in range(rounds):
             hello_samples += [timed(hello) for _ in range(3)]
             for mode in modes:
                 images.enabled = mode == "image"
                 if mode == "no image, no bytecode":
-                    engine._skill_bytecode = lambda skills: {}  # type: ignore[method-assign]
+                    backgroundruns.skill_bytecode = lambda loop, skills: {}
                 for name, request in requests.items():
                     samples[mode].setdefault(name, []).extend(timed(request) for _ in range(3))
-                engine._skill_bytecode = compiled_bytecode  # type: ignore[method-assign]
+                backgroundruns.skill_bytecode = compiled_bytecode
     finally:
         images.enabled = True
-        engine._skill_bytecode = compiled_bytecode  # type: ignore[method-assign]
+        backgroundruns.skill_bytecode = compiled_bytecode
     base = statistics.median(hello_samples)
     report: dict[str, Any] = {"hello": summary(hello_samples)}
     for mode in modes:

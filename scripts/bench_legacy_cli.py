@@ -74,7 +74,7 @@ def _single(opts: argparse.Namespace) -> bool:
         except ImportError as exc:
             raise SystemExit(f"the session rows need scripts/bench_sessions.py and the sessions feature ({exc})") from None
         guest_build.build()
-        from wasmrun.sandbox.images import image_state
+        from wasmrun.sandbox import image_state
 
         for image in ("stdlib", "data") if image_state() is None else ("stdlib",):  # data: when it is built
             print("\n".join(bench_sessions.render(bench_sessions.rows(5 if opts.quick else 15, image), image)))

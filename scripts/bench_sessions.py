@@ -36,11 +36,7 @@ from liveserver import LiveServer, wasmrun_env
 
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.protocol.sessionstore import SessionStore
-from wasmrun.sandbox import sessions
-from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.images import make_engine
-from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.types import RunRequest, SessionRun
+from wasmrun.sandbox import Limits, RunRequest, SandboxEngine, SessionRun, make_engine
 
 SMALL = "x = 1"
 HUNDRED_MB = "data = bytearray(100 << 20)\nfor i in range(0, len(data), 4096):\n    data[i] = 1\nlen(data)"
@@ -106,7 +102,7 @@ def in_process(rounds: int, image: str = "stdlib") -> dict[str, float]:
             figures["warm session run, in-process"] - figures["fresh run, in-process"], 3)
         cold = []
         for _ in range(max(3, rounds // 2)):
-            sessions.close_warm(engine)  # paused: only its image on disk
+            engine.close_warm_sessions()  # paused: only its image on disk
             cold.append(small.run(SMALL))
         figures["resumed run of the small session (ms)"] = _median_ms(cold)
         figures["small session: memory MB"] = round(small.meta.memory_bytes / 2**20, 1)
@@ -136,7 +132,7 @@ def _fork_and_resume(engine: SandboxEngine, store: SessionStore, big: InProcessS
     cold: list[float] = []
     warm: list[float] = []
     for _ in range(max(3, rounds // 2)):
-        sessions.close_warm(engine)  # paused: only its image on disk
+        engine.close_warm_sessions()  # paused: only its image on disk
         cold.append(big.run("len(data)"))
         warm.append(big.run("len(data)"))
     return {

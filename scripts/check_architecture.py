@@ -16,7 +16,11 @@
   change to ``sys.path`` (an installed wheel has neither folder);
 - docs/layout.md names every top-level module and package of ``wasmrun/``, and every
   ``name.py`` or ``name/`` it names in its ``wasmrun/`` section exists; docs/architecture.md's
-  layer diagram has HOUSE_LAYERS' layers, in order, each naming its units.
+  layer diagram has HOUSE_LAYERS' layers, in order, each naming its units;
+- code outside ``wasmrun/sandbox/`` imports the sandbox only through its face, ``wasmrun.sandbox``
+  (its ``__all__``), never ``wasmrun.sandbox.<part>``, by an import or by a module name in a
+  string (``python -m``, ``importlib``); tests under ``tests/sandbox/`` test the parts and may
+  reach inside, as may the few tools in FACE_EXEMPT.
 
 KNOWN_UNTIL_MERGE lists the findings other branches remove; it must be empty once they are
 merged (a listed finding that no longer occurs is itself a finding, so the list cannot rot).
@@ -41,6 +45,18 @@ EXCLUDED = ("python_wasm/runtime",)
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 60
 ENGINE_LINES = 300
+SANDBOX = "wasmrun.sandbox"
+# Where code outside the sandbox lives, and what of it may reach inside: tests of the parts, and
+# tools that time or compare its inner steps (they patch or read a part's functions by name).
+FACE_CHECKED = ("wasmrun", "tests", "scripts", "examples")
+FACE_EXEMPT = (
+    "wasmrun/sandbox/",
+    "tests/sandbox/",
+    "tests/test_abi_drift.py",  # the guest's sources against the host's host calls and door
+    "scripts/hello_phases.py",  # times a run's inner steps
+    "scripts/profile_guest.py",  # swaps the images' engine settings
+    "scripts/bench_legacy.py",  # the old bench's own stdlib engine
+)
 
 Layers = tuple[tuple[str, frozenset[str]], ...]
 
@@ -89,20 +105,6 @@ KNOWN_UNTIL_MERGE: dict[str, str] = {
     # branch `assembly`: the session store moves out of protocol/ into a package of its own
     # (place that package in HOUSE_LAYERS, in "stores", when it lands).
     "wasmrun/database/sessions.py: imports wasmrun.protocol.sessionstore (layer 'protocol' is above 'stores')": "assembly",
-    # branch `sandboxpkg`: the sandbox's own aliases go (and its face is a package's __init__.py).
-    "wasmrun/sandbox/engine.py: re-exports precompile, precompiled_state (`X as X`):"
-    " import them from where they are defined": "sandboxpkg",
-    "wasmrun/sandbox/errors.py: re-exports ENTRYPOINT_NOT_FOUND, GUEST_CRASH, INVALID_OUTPUT, SYSTEM_EXIT (`X as X`):"
-    " import them from where they are defined": "sandboxpkg",
-    "wasmrun/sandbox/image.py: re-exports BLOBS, SKILLS_ROOT, TMP, WORKSPACE (`X as X`):"
-    " import them from where they are defined": "sandboxpkg",
-    "wasmrun/sandbox/limits.py: re-exports MiB (`X as X`): import them from where they are defined": "sandboxpkg",
-    "wasmrun/sandbox/pool.py: re-exports BlobOpener (`X as X`): import them from where they are defined": "sandboxpkg",
-    "wasmrun/sandbox/reply.py: re-exports GuestFailure (`X as X`): import them from where they are defined": "sandboxpkg",
-    "wasmrun/sandbox/skillimages.py: re-exports memory_view (`X as X`): import them from where they are defined": "sandboxpkg",
-    # branch `sandboxpkg`: wasmrun/sandbox still calls guest_build.cache_root / mark_used (python_wasm.build);
-    # once it takes them from python_wasm.downloads, drop these two re-exports from build.py.
-    "python_wasm/build.py: re-exports cache_root, mark_used (`X as X`): import them from where they are defined": "sandboxpkg",
 }
 
 
@@ -212,6 +214,43 @@ def checkout_findings(tree: ast.Module, where: str) -> Iterator[Finding]:
         if any(isinstance(t, ast.Attribute) and t.attr == "path" and isinstance(t.value, ast.Name)
                and t.value.id == "sys" for t in targets):
             yield Finding(f"{where}:{node.lineno}", "changes sys.path (what it imports must be in the package)")
+
+
+def face_findings(tree: ast.Module, where: str) -> Iterator[Finding]:
+    """Imports of the sandbox past its face in one module outside it: ``wasmrun.sandbox.<part>``
+    imported, a part imported by name from the face (``from wasmrun.sandbox import engine``),
+    or a part's module name as a whole string."""
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+            if node.module == SANDBOX:
+                names += [f"{SANDBOX}.{alias.name}" for alias in node.names if _is_part(alias.name)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _is_module_name(node.value):
+            names = [node.value]
+        for name in names:
+            if name.startswith(SANDBOX + "."):
+                yield Finding(f"{where}:{node.lineno}", f"imports {name} past the sandbox's face (wasmrun.sandbox)")
+
+
+def _is_part(name: str) -> bool:
+    """A module or package inside the sandbox (not a name its face exports)."""
+    base = ROOT / "wasmrun" / "sandbox" / name
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def _is_module_name(text: str) -> bool:
+    parts = text.split(".")
+    return len(parts) > 2 and all(part.isidentifier() for part in parts)
+
+
+def face_checked_modules(root: Path = ROOT) -> Iterator[Path]:
+    for folder in FACE_CHECKED:
+        for path in sorted((root / folder).rglob("*.py")):
+            if not path.relative_to(root).as_posix().startswith(FACE_EXEMPT):
+                yield path
 
 
 def function_findings(tree: ast.Module, where: str) -> Iterator[Finding]:
@@ -416,6 +455,10 @@ def raw_findings(root: Path = ROOT, layers: Layers = HOUSE_LAYERS,
     result.extend(layer_findings(every, layers, units, where))
     for package, order in (SUB_LAYERS if sub_layers is None else sub_layers).items():
         result.extend(layer_findings(every, order, sub_units(every, package), where))
+    if (root / "wasmrun/sandbox/__init__.py").exists():
+        for path in face_checked_modules(root):
+            relative = path.relative_to(root).as_posix()
+            result.extend(face_findings(ast.parse(path.read_text(encoding="utf-8"), filename=relative), relative))
     if (root / "docs/layout.md").exists():
         result.extend(layout_findings(root))
     if (root / "docs/architecture.md").exists():

@@ -25,10 +25,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox import datastart, door, guestrequest, hostcalls, images, outcome, redaction, wasi_guard
+from wasmrun.sandbox import outcome, redaction
+from wasmrun.sandbox.budget import wasi_guard
+from wasmrun.sandbox.contract.types import RunRequest
 from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.types import RunRequest
-from wasmrun.sandbox.wasmtime_internals import FastFunc
+from wasmrun.sandbox.guest import door, guestrequest, hostcalls
+from wasmrun.sandbox.guest.wasmtime_internals import FastFunc
+from wasmrun.sandbox.images import dataimage, datastart
 
 HELLO = "def main(args):\n    print('hello')\n    return 1\n"
 spent: dict[str, float] = collections.defaultdict(float)
@@ -46,22 +49,22 @@ def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def instrument(engine: SandboxEngine) -> None:
-    supply = engine._supply
+    supply = engine.loop.supply
     supply.take = timed("instance: take a spare", supply.take)  # type: ignore[method-assign]
     image = engine.image
     image.preopens = timed("instance: WASI set-up (preopens)", image.preopens)  # type: ignore[method-assign]
     guestrequest.encode = timed("guest request: encode", guestrequest.encode)
-    watchdog = engine._watchdog
+    watchdog = engine.loop.watchdog
     watchdog.start = timed("watchdog: start", watchdog.start)  # type: ignore[method-assign]
     watchdog.finish = timed("watchdog: finish", watchdog.finish)  # type: ignore[method-assign]
-    if isinstance(engine.image, images.DataImage):
+    if isinstance(engine.image, dataimage.DataImage):
         # The turn holds the door's host calls and the guarded WASI calls (print) the guest makes.
         datastart.DoorTurn.__call__ = timed(  # type: ignore[method-assign]
             "guest: turn (wasm, door and WASI calls)", datastart.DoorTurn.__call__
         )
         door.answer = timed("guest: door frames (host side)", door.answer)
         wasi_guard._capture = timed("guest: print captured (host side)", wasi_guard._capture)
-        images.add_images = timed("result: pictures in /workspace", images.add_images)
+        dataimage.add_images = timed("result: pictures in /workspace", dataimage.add_images)
     else:
         FastFunc.__call__ = timed("guest: entry to return (wasm)", FastFunc.__call__)  # type: ignore[method-assign]
     hostcalls.RunContext.drain_guest_output = timed(  # type: ignore[method-assign]
@@ -78,7 +81,7 @@ def main() -> None:
     parser.add_argument("--image", choices=("stdlib", "data"), default="stdlib")
     args = parser.parse_args()
     rows: dict[str, list[float]] = collections.defaultdict(list)
-    with tempfile.TemporaryDirectory() as tmp, images.make_engine(args.image, FileBlobStore(Path(tmp))) as engine:
+    with tempfile.TemporaryDirectory() as tmp, dataimage.make_engine(args.image, FileBlobStore(Path(tmp))) as engine:
         instrument(engine)
         for _ in range(args.runs):
             engine.wait_idle()

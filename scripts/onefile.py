@@ -6,7 +6,7 @@ the bundled skills and the playground (PyInstaller's archive, unpacked to a
 temporary folder on each start), then, appended after it (python_wasm/payload.py),
 the built guest and the guest compiled to machine code for this wasmtime and
 engine configuration: unpacked once into the cache on the first start, whose run
-loads that code instead of compiling for 10-30 s (wasmrun/sandbox/compiled.py);
+loads that code instead of compiling for 10-30 s (wasmrun/sandbox/images/compiled.py);
 a machine whose CPU cannot load it compiles once into its cache, as a wheel does.
 
     python scripts/onefile.py [--out dist]      prints the file it made
@@ -32,7 +32,7 @@ import wasmtime  # noqa: E402
 
 from python_wasm import build as guest_build  # noqa: E402
 from python_wasm import payload  # noqa: E402
-from wasmrun.sandbox import compiled, engine  # noqa: E402
+from wasmrun.sandbox import WORKER_PACKAGE, compiled, precompile  # noqa: E402
 
 ENTRY = """\
 import sys
@@ -46,7 +46,7 @@ unpacked = payload.unpack(Path(sys.executable), cache_root())
 if unpacked is not None:
     build.PACKAGED_DIR = unpacked
 
-if sys.argv[1:2] == ["-m"] and sys.argv[2:3] == ["wasmrun.sandbox.pool"]:
+if sys.argv[1:2] == ["-m"] and sys.argv[2:3] == [WORKER_PACKAGE]:
     # `python -m MODULE ...`, as the server starts its sandbox workers (sys.executable is this file).
     import runpy
 
@@ -57,7 +57,7 @@ if sys.argv[1:2] == ["-m"] and sys.argv[2:3] == ["wasmrun.sandbox.pool"]:
 from wasmrun.cli import main
 
 sys.exit(main())
-"""
+""".replace("WORKER_PACKAGE", repr(WORKER_PACKAGE))  # the pool's workers: `python -m` on it
 # Imported by name at run time (uvicorn's loop and protocol choice, the MCP SDK's
 # server parts; not mcp.cli, which needs typer), which PyInstaller's import scan does not see.
 COLLECT = ("uvicorn", "wasmrun", "mcp.server", "mcp.shared")
@@ -80,7 +80,7 @@ def _stage_guest(stage: Path) -> Path:
     guest = guest_build.ready_guest(quiet=False)
     packaged = stage / "guest"
     guest_build.copy_into_package(guest, packaged)
-    made = engine.precompile(guest)
+    made = precompile(guest)
     (packaged / "compiled").mkdir()
     # Under the name the cache gives it (wasmtime version, engine settings, module hash).
     shutil.copy2(made, packaged / "compiled" / compiled.shipped_path(made).name)

@@ -158,7 +158,7 @@ def _config_for(variant: Variant, base: Callable[[], Any]) -> Callable[[], Any]:
     """`base` (an engine-config maker) with `variant`'s settings applied."""
     import wasmtime
 
-    from wasmrun.sandbox import wasmtime_internals
+    from wasmrun.sandbox.guest import wasmtime_internals
 
     def make() -> wasmtime.Config:
         config: wasmtime.Config = base() if variant.get("pool", True) else wasmtime.Config()
@@ -184,8 +184,8 @@ def _engine(image: str, variant: Variant, tmp: Path) -> Any:
     The image modules' config makers and cache keys are replaced for this
     process only (a runner is a process of its own)."""
     from wasmrun.blobs.store import FileBlobStore
-    from wasmrun.sandbox import images, stdlibimage
     from wasmrun.sandbox.engine import SandboxEngine
+    from wasmrun.sandbox.images import dataimage, stdlibimage
 
     codegen = {k: v for k, v in variant.items() if k not in ("perfmap", "guest")}  # the profiler changes no code
     suffix = ";variant=" + json.dumps(codegen, sort_keys=True) if codegen else ""
@@ -193,9 +193,9 @@ def _engine(image: str, variant: Variant, tmp: Path) -> Any:
         import wasmtime
 
         make_data = _config_for({**variant, "pool": False}, wasmtime.Config)  # the data engine has no pool
-        images.data_engine = lambda: wasmtime.Engine(make_data())
-        images.DATA_ENGINE_SETTINGS += suffix
-        return images.make_engine("data", FileBlobStore(tmp))
+        dataimage.data_engine = lambda: wasmtime.Engine(make_data())
+        dataimage.DATA_ENGINE_SETTINGS += suffix
+        return dataimage.make_engine("data", FileBlobStore(tmp))
     stdlibimage.engine_config = _config_for(variant, stdlibimage.engine_config)
     stdlibimage.ENGINE_SETTINGS += suffix
     guest = None
@@ -209,9 +209,9 @@ def _engine(image: str, variant: Variant, tmp: Path) -> Any:
 
 def run_sandbox_runner(image: str, variant: Variant) -> None:
     """Serve `NAME SECONDS` lines on stdin with the sandbox, as NATIVE_RUNNER does natively."""
-    from wasmrun.sandbox.jsontext import encode_args
-    from wasmrun.sandbox.limits import CEILING_LIMITS
-    from wasmrun.sandbox.types import RunRequest
+    from wasmrun.sandbox.contract.limits import CEILING_LIMITS
+    from wasmrun.sandbox.contract.types import RunRequest
+    from wasmrun.sandbox.guest.jsontext import encode_args
 
     with tempfile.TemporaryDirectory() as tmp, _engine(image, variant, Path(tmp)) as engine:
         print("ready", flush=True)

@@ -19,10 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.jsontext import encode_args
-from wasmrun.sandbox.limits import LimitPolicy
-from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox import LimitPolicy, RunRequest, SandboxEngine, encode_args
 
 
 def _source(text: str) -> str:

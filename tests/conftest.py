@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.egress.grants import Grant
 from wasmrun.protocol.context import Context
-from wasmrun.sandbox.executor import InProcessExecutor
+from wasmrun.sandbox import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 from wasmrun.tenants.policy import AccessPolicy

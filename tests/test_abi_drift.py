@@ -17,7 +17,7 @@ import wasmtime
 
 from python_wasm import build as guest_build
 from wasmrun import abi
-from wasmrun.sandbox import door, hostcalls
+from wasmrun.sandbox.guest import door, hostcalls
 
 ROOT = Path(__file__).resolve().parent.parent
 BRIDGE_C = ROOT / "python_wasm" / "bridge.c"
@@ -236,7 +236,7 @@ def _wasm_type(ty: wasmtime.ValType) -> str:
 
 
 def test_built_guest_imports_and_exports() -> None:
-    from wasmrun.sandbox.stdlibimage import engine_config, load_module
+    from wasmrun.sandbox.images.stdlibimage import engine_config, load_module
 
     guest = guest_build.find_guest()
     if guest is None:

@@ -26,9 +26,7 @@ from wasmrun.database.migrations import MIGRATIONS
 from wasmrun.database.sessions import SharedSessionStore
 from wasmrun.database.tenants import PgTenantStore
 from wasmrun.packages.layer import DEFAULT_TAG
-from wasmrun.sandbox.jsontext import encode_args
-from wasmrun.sandbox.pool import BlobOpener, WorkerPool
-from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox import BlobOpener, RunRequest, WorkerPool, encode_args
 from wasmrun.server import create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 from wasmrun.tenants.store import TenantStore

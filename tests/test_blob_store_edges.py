@@ -13,7 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from wasmrun.blobs.store import STALE_WRITE_S, FileBlobStore
-from wasmrun.sandbox.executor import InProcessExecutor
+from wasmrun.sandbox import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import Settings
 

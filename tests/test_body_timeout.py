@@ -15,7 +15,7 @@ import pytest
 
 from tests.liveserver import serving
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox.executor import InProcessExecutor
+from wasmrun.sandbox import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 

@@ -1,6 +1,6 @@
 """A new server whose data image is not made yet: it answers at once on the stdlib image,
 makes the data image in the background, tells a numpy run to retry meanwhile, and moves its
-workers to the data image when it is ready, without a restart (wasmrun/sandbox/warmup.py).
+workers to the data image when it is ready, without a restart (wasmrun/sandbox/pool/warmup.py).
 
 The data-image folder is a new one (WASMRUN_DATAIMAGE_DIR); the compiled-module cache is the
 shared one, so the make copies, makes and loads rather than compiling for minutes when

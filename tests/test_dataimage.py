@@ -17,10 +17,7 @@ from pathlib import Path
 import pytest
 
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox import errors
-from wasmrun.sandbox.images import DataSandboxEngine
-from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
+from wasmrun.sandbox import DataSandboxEngine, Limits, MountedSkill, RunRequest, RunResult, errors
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,7 @@ import pytest
 
 from tests.test_dataimage import run, runner, store  # noqa: F401  (fixtures)
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox.images import DataSandboxEngine
-from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox import DataSandboxEngine, Limits, RunRequest
 
 
 def test_numpy_and_pandas_values_come_back_as_json(runner: DataSandboxEngine) -> None:  # noqa: F811

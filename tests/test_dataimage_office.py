@@ -17,7 +17,7 @@ import pytest
 
 from tests.liveserver import LiveServer
 from tests.test_dataimage_http import rpc, run_code
-from wasmrun.sandbox.images import data_engine, ready_image
+from wasmrun.sandbox import data_engine, ready_image
 
 DOCX_SCRIPT = '''"""Usage: docx_words.py IN.docx OUT.txt  -- the words of a .docx's body, one line."""
 import sys

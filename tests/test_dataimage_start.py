@@ -1,6 +1,6 @@
 """The data image's fast start keeps every run fresh (real runs, no timing).
 
-What changed for speed (wasmrun/sandbox/datastart.py): runs enter the guest as a
+What changed for speed (wasmrun/sandbox/images/datastart.py): runs enter the guest as a
 turn with no source, spares have the pages data runs touch copied in ahead, the
 image's own objects are frozen out of the collector and numpy's global
 generator is reseeded from host entropy with init_by_array. None of it may let
@@ -18,8 +18,7 @@ import pytest
 
 from python_wasm import dataimage
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox.images import DataSandboxEngine
-from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox import DataSandboxEngine, RunRequest
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +35,7 @@ def output(runner: DataSandboxEngine, code: str) -> object:
 
 
 def test_spares_are_made_ahead_with_the_data_runs_pages(runner: DataSandboxEngine) -> None:
-    assert runner._supply.hot.pages > 0
+    assert runner.loop.supply.hot.pages > 0
     runner.wait_idle()
     result = runner.run(RunRequest(kind="code", code="def main(args):\n    return 1\n"))
     assert result.status == "completed" and result.usage.prepared_ahead
@@ -96,10 +95,10 @@ def test_the_collector_still_frees_a_runs_own_cycles(runner: DataSandboxEngine) 
 
 def test_a_turn_with_source_text_still_runs_it(runner: DataSandboxEngine) -> None:
     """Only a turn with no source is the fast path: text (how the image is made) runs as before."""
-    fresh = runner._new_instance()
+    fresh = runner.image.new_instance()
     try:
         fresh.store.set_epoch_deadline(1 << 30)
-        workspace = Path(runner.workspace_root) / "turn-text"
+        workspace = Path(runner.loop.workspace_root) / "turn-text"
         workspace.mkdir()
         import wasmtime
 

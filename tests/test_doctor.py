@@ -12,7 +12,7 @@ import pytest
 from python_wasm import build as guest_build
 from wasmrun import doctor
 from wasmrun.cli import main
-from wasmrun.sandbox import engine
+from wasmrun.sandbox import precompile
 from wasmrun.settings import BUNDLED_SKILLS
 
 
@@ -24,7 +24,7 @@ def guest() -> guest_build.Guest:
 @pytest.fixture(scope="module")
 def shared_cwasm() -> Path:
     """The guest compiled in the shared cache (compiling takes seconds; the wheel test does it)."""
-    return engine.precompile()
+    return precompile()
 
 
 @pytest.fixture()

@@ -248,7 +248,7 @@ def test_hostile_limits_and_entrypoints_are_clear_errors(server: LiveServer, par
     (b"W\xff\xfe\nC1", [], b"C1"),
 ])
 def test_guest_warnings_are_bounded_and_never_fatal(reply: bytes, warnings: list[str], rest: bytes) -> None:
-    from wasmrun.sandbox.jsontext import guest_warnings
+    from wasmrun.sandbox import guest_warnings
 
     assert guest_warnings(reply) == (warnings, rest)
 

@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.protocol.methods import METHODS
-from wasmrun.sandbox.executor import InProcessExecutor
+from wasmrun.sandbox import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 from wasmrun.wire.jsonrpc import MAX_DEPTH

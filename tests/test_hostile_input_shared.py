@@ -21,7 +21,7 @@ from tests.postgres import PostgresServer, postgres_server  # noqa: F401  (fixtu
 from tests.test_hostile_input import CASES, check_hostile_value
 from wasmrun.backends import Backends, open_backends
 from wasmrun.blobs.store import BlobStore
-from wasmrun.sandbox.executor import InProcessExecutor
+from wasmrun.sandbox import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 

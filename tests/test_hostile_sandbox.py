@@ -325,7 +325,7 @@ def _background_metrics(live: LiveServer) -> dict[str, float]:
 
 @NO_SKILL_IMAGES
 def test_a_skill_spinning_in_its_import_run_is_stopped_at_the_import_runs_own_limits(skill_server: LiveServer) -> None:
-    from wasmrun.sandbox.background import IMPORT_LIMITS
+    from wasmrun.sandbox import IMPORT_LIMITS
 
     # The client asks for the ceiling: the import run does not get it.
     first = _execute(skill_server, "spin.import", timeout_ms=900_000)

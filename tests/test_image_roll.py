@@ -178,7 +178,7 @@ def test_connected_mcp_clients_are_told_when_the_served_image_changes(tmp_path: 
 
     from tests.liveserver import free_port
     from wasmrun.blobs.store import FileBlobStore
-    from wasmrun.sandbox.executor import InProcessExecutor
+    from wasmrun.sandbox import InProcessExecutor
     from wasmrun.server import build_context, create_app
     from wasmrun.settings import Settings
 
@@ -234,8 +234,7 @@ def test_a_session_keeps_its_image_when_the_workers_move_to_the_data_image(tmp_p
 
     from wasmrun.backends import open_backends
     from wasmrun.protocol.methods import Dispatcher
-    from wasmrun.sandbox.images import image_state
-    from wasmrun.sandbox.pool import WorkerPool
+    from wasmrun.sandbox import WorkerPool, image_state
     from wasmrun.server import build_context
     from wasmrun.settings import Settings
 

@@ -14,7 +14,7 @@ import pytest
 
 from wasmrun import cli, limits
 from wasmrun.limits import REQUESTABLE, RUN_LIMIT, TENANT_LIMITS, MiB
-from wasmrun.sandbox.limits import CEILING_LIMITS, DEFAULT_LIMITS
+from wasmrun.sandbox import CEILING_LIMITS, DEFAULT_LIMITS
 from wasmrun.settings import Settings
 from wasmrun.tenants.limits import TenantLimits, check_limits
 from wasmrun.tools import render_all

@@ -24,7 +24,7 @@ import uvicorn
 
 from tests.liveserver import serving
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox.executor import InProcessExecutor
+from wasmrun.sandbox import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 from wasmrun.wire.http_protocol import LINGER_BYTES, HttpProtocol

@@ -28,7 +28,7 @@ from tests.egress_server import LocalServer, serve
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.egress.grants import Grant
 from wasmrun.egress.policy import EgressPolicy, parse_egress_policy
-from wasmrun.sandbox.executor import InProcessExecutor
+from wasmrun.sandbox import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import Settings
 from wasmrun.tenants.policy import AccessPolicy

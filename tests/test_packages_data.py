@@ -14,7 +14,7 @@ import pytest
 
 from tests.liveserver import LiveServer
 from tests.test_packages import packages, rpc, run_code
-from wasmrun.sandbox.images import data_engine, ready_image
+from wasmrun.sandbox import data_engine, ready_image
 
 
 @pytest.fixture(scope="module")

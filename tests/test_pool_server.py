@@ -16,7 +16,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.skillfiles import write_skill
-from wasmrun.sandbox.pool import BlobOpener, WorkerPool
+from wasmrun.sandbox import BlobOpener, WorkerPool
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import Settings
 

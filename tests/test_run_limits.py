@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from tests.skillfiles import write_skill
+from wasmrun.limits import MiB
 from wasmrun.protocol.runs import run_limits
 from wasmrun.protocol.types import RunLimits
-from wasmrun.sandbox.limits import CEILING_LIMITS, LimitPolicy, MiB
+from wasmrun.sandbox import CEILING_LIMITS, LimitPolicy
 from wasmrun.settings import Settings
 from wasmrun.tenants.limits import TenantLimits
 

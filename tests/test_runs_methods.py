@@ -14,7 +14,7 @@ from skillfiles import write_skill
 
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.protocol.run_result import MAX_LOGS_PREVIEW_BYTES, MAX_OUTPUT_BYTES
-from wasmrun.sandbox.executor import InProcessExecutor
+from wasmrun.sandbox import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import Settings
 

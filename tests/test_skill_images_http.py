@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from skillfiles import write_skill
 
-from wasmrun.sandbox.executor import InProcessExecutor
+from wasmrun.sandbox import InProcessExecutor
 
 Rpc = Callable[..., dict[str, Any]]
 
@@ -28,7 +28,7 @@ def skills_dir(skills_dir: Path) -> Path:
 def test_execute_skill_later_runs_skip_the_import(rpc: Rpc, executor: InProcessExecutor) -> None:
     first = rpc("execute_skill", {"name": "demo.imports", "args": {"n": 1}})["result"]
     assert first["status"] == "completed" and "importing demo.imports" in first["logs_preview"]
-    assert executor.engine.skill_images.wait_ready(120)
+    assert executor.engine.skill_pages.wait_ready(120)
     for n in range(2, 4):
         later = rpc("execute_skill", {"name": "demo.imports", "args": {"n": n}})["result"]
         assert later["status"] == "completed" and later["output"] == 1  # nothing of the last run
@@ -39,4 +39,4 @@ def test_a_skill_reading_its_secret_at_import_still_sees_it(rpc: Rpc, executor: 
     for _ in range(3):
         result = rpc("execute_skill", {"name": "demo.envimport"})["result"]
         assert result["status"] == "completed" and result["output"] == len("s3cret")
-        assert executor.engine.skill_images.wait_ready(120)
+        assert executor.engine.skill_pages.wait_ready(120)

@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 
 from tests.skillfiles import write_skill
 from wasmrun.registry import skillmd
-from wasmrun.sandbox.executor import InProcessExecutor
+from wasmrun.sandbox import InProcessExecutor
 from wasmrun.server import build_context, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 

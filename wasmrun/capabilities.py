@@ -11,7 +11,7 @@ from typing import Any
 
 from wasmrun.imagefacts import MAX_ADDED_NAMED, ImageFacts, image_facts
 from wasmrun.limits import REQUESTABLE
-from wasmrun.sandbox.limits import LimitPolicy
+from wasmrun.sandbox import LimitPolicy
 
 # What a request's `limits` may name, the Limits field each sets, how many of
 # that field's units one unit of the request is, and what it bounds (wasmrun/limits.py).

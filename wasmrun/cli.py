@@ -44,7 +44,7 @@ from wasmrun.settings import Settings
 from wasmrun.tools import FORMATS
 
 if TYPE_CHECKING:
-    from wasmrun.sandbox.outstream import OutputChunk
+    from wasmrun.sandbox import OutputChunk
 
 DATA_DIR_HELP = "where blobs, created skills and tenants live (WASMRUN_DATA_DIR; default ~/.local/share/wasmrun)"
 
@@ -373,7 +373,7 @@ def _mcp(args: argparse.Namespace) -> int:
 
 
 def _warm() -> int:
-    from wasmrun.sandbox.engine import precompile
+    from wasmrun.sandbox import precompile
 
     print(f"compiled module ready: {precompile()}")
     return 0

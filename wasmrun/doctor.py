@@ -203,8 +203,7 @@ def _check_guest(d: Diagnosis, guest: guest_build.Guest) -> None:
 
 
 def _check_compiled(d: Diagnosis, guest: guest_build.Guest) -> None:
-    from wasmrun.sandbox import compiled
-    from wasmrun.sandbox.engine import precompiled_state
+    from wasmrun.sandbox import compiled, precompiled_state
 
     if not guest.snapshot_wasm.is_file():
         return
@@ -225,8 +224,7 @@ def _check_compiled(d: Diagnosis, guest: guest_build.Guest) -> None:
 def _check_data_image(d: Diagnosis, settings: Settings) -> None:
     """The data image (docs/data-stack.md) is optional: its absence is a fact, not a problem."""
     from wasmrun.images_command import data_image_state
-    from wasmrun.sandbox import warmup
-    from wasmrun.sandbox.images import image_state
+    from wasmrun.sandbox import image_state, warmup
 
     d.fact("data image", data_image_state())
     not_ready = image_state()

@@ -30,7 +30,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     started = time.monotonic()
     if args.image == "stdlib":
-        from wasmrun.sandbox.engine import precompile
+        from wasmrun.sandbox import precompile
 
         where = precompile()
     else:
@@ -47,8 +47,7 @@ def main(args: argparse.Namespace) -> int:
 
 def data_image_state() -> str:
     """Ready, being made (by whom, how far), or not made and how to make it (status, doctor)."""
-    from wasmrun.sandbox import warmup
-    from wasmrun.sandbox.images import image_state, ready_image_path
+    from wasmrun.sandbox import image_state, ready_image_path, warmup
 
     not_ready = image_state()
     if not_ready is None:

@@ -31,7 +31,7 @@ from typing import Any
 from mcp_types import LOG_LEVEL_META_KEY
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from wasmrun.sandbox.outstream import OutputChunk
+from wasmrun.sandbox import OutputChunk
 
 logger = logging.getLogger("wasmrun.mcp")
 

@@ -58,7 +58,7 @@ def layer_tag(args: argparse.Namespace) -> str:
         return str(args.python)
     image = args.image or os.environ.get("WASMRUN_IMAGE") or "auto"  # serve's default (settings.py)
     if image == "auto":
-        from wasmrun.sandbox.images import image_state
+        from wasmrun.sandbox import image_state
 
         image = "data" if image_state() is None else "stdlib"
     if image not in layer.IMAGE_TAGS:

@@ -1,7 +1,7 @@
 """Which guest image serves new runs now, and who is told when that changes.
 
 A server started with `--image auto` before the data image is made serves the stdlib
-image, makes the data image in the background (sandbox/warmup.py) and then moves to it:
+image, makes the data image in the background (sandbox/pool/warmup.py) and then moves to it:
 the one change of a running server's image. Its tool texts, guide and MCP tool list
 describe the image served (capabilities.py, imagefacts.py), so they are read from here
 at each call, and the MCP server is told of the change (`notifications/tools/list_changed`).
@@ -28,7 +28,7 @@ class ServedImage:
         self.package_layers = package_layers  # <data_dir>/packages: the operator's added packages
         self._listeners: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
-        # The background make's progress (sandbox/warmup.py), when one was started: None once over.
+        # The background make's progress (sandbox/pool/warmup.py), when one was started: None once over.
         self.warming: Callable[[], Any] | None = None
 
     @property

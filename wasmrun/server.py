@@ -33,9 +33,7 @@ from wasmrun.protocol.methods import Dispatcher
 from wasmrun.protocol.sessionstore import session_expired
 from wasmrun.registry import requirements
 from wasmrun.registry.store import DirectoryRegistry
-from wasmrun.sandbox import warmup
-from wasmrun.sandbox.executor import Executor, InProcessExecutor
-from wasmrun.sandbox.pool import WorkerPool
+from wasmrun.sandbox import Executor, InProcessExecutor, WorkerPool, warmup
 from wasmrun.served import ServedImage
 from wasmrun.settings import Settings
 from wasmrun.tenants.caller import LOCAL_TENANT, local_caller
@@ -52,9 +50,7 @@ from wasmrun.wire.tools_route import tools_route
 def make_executor(settings: Settings, backends: Backends, served: ServedImage | None = None) -> Executor:
     """Worker processes, each opening the blob store of `backends` itself; `served` is
     told which image they serve (and of the move to the data image, on `auto`)."""
-    from wasmrun.sandbox.engine import precompile
-    from wasmrun.sandbox.heaptrim import release_freed_heap
-    from wasmrun.sandbox.images import resolve_image
+    from wasmrun.sandbox import precompile, release_freed_heap, resolve_image
 
     # Here, once, with progress on stderr, rather than in every worker at once. The module
     # loaded to check it is not kept: its memory goes back to the system.
@@ -62,7 +58,7 @@ def make_executor(settings: Settings, backends: Backends, served: ServedImage | 
     release_freed_heap()
     image = resolve_image(settings.image)
     if image == "data":
-        from wasmrun.sandbox.images import data_engine, ready_image
+        from wasmrun.sandbox import data_engine, ready_image
 
         ready_image(data_engine(), quiet=False)
     logging.getLogger("wasmrun").info("serving the %s image", image)
@@ -113,7 +109,7 @@ def open_registry(settings: Settings, backends: Backends | None = None) -> Direc
 def serving_now(image: str) -> str:
     """The image a server started with `image` ("auto", "stdlib" or "data") serves now."""
     if image == "auto":
-        from wasmrun.sandbox.images import image_state
+        from wasmrun.sandbox import image_state
 
         return "data" if image_state() is None else "stdlib"
     return image

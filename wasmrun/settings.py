@@ -52,7 +52,7 @@ from typing import Any
 import wasmrun
 from wasmrun.egress.policy import EgressPolicy, load_egress_policy
 from wasmrun.limits import REQUESTABLE
-from wasmrun.sandbox.limits import CEILING_LIMITS, LimitPolicy
+from wasmrun.sandbox import CEILING_LIMITS, LimitPolicy
 from wasmrun.tenants.limits import SessionPolicy
 from wasmrun.tenants.policy import AccessPolicy, load_access_policy
 from wasmrun.workersizing import default_workers
@@ -79,7 +79,7 @@ def default_data_dir(env: Mapping[str, str]) -> Path:
     return Path(base) / "wasmrun"
 
 
-# The guest images (wasmrun/sandbox/images.py); "auto": data when it is built, else stdlib.
+# The guest images (wasmrun/sandbox/images/dataimage.py); "auto": data when it is built, else stdlib.
 IMAGES = ("auto", "stdlib", "data")
 
 

@@ -2,7 +2,7 @@
 
 A worker on the stdlib image holds about 130 MB; on the data image about 450 MB
 once its spare instances are ready (its compiled module alone is ~330 MB, read
-into each worker's own memory, see sandbox/compiled.py), plus what its run in
+into each worker's own memory, see sandbox/images/compiled.py), plus what its run in
 flight uses, up to the run's memory limit (256 MiB by default). One worker per
 CPU, as on the stdlib image, could then ask for more memory than the machine
 has: with the data image (`--image data`, or `auto`, which may pick it) the

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from wasmrun.sandbox.contract.limits import LimitPolicy
+from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult
 from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.images import make_engine
-from wasmrun.sandbox.jsontext import encode_args
-from wasmrun.sandbox.limits import LimitPolicy
-from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
+from wasmrun.sandbox.guest.jsontext import encode_args
+from wasmrun.sandbox.images.dataimage import make_engine
 
 
 class MemoryBlobs:
@@ -109,9 +109,9 @@ def make_skill(root: Path, name: str, files: dict[str, str], entrypoint: str = "
 def deep_root(tmp_path):
     """A folder for deep trees, removed by descriptor afterwards, even if the test failed:
     pytest's own cleanup recurses."""
-    from wasmrun.sandbox import tree
+    from wasmrun import dirtree
 
     root = tmp_path / "deep-root"
     root.mkdir()
     yield root
-    tree.remove(root)
+    dirtree.remove(root)

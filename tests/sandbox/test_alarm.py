@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from wasmrun.sandbox import alarm as alarm_module
-from wasmrun.sandbox.alarm import Alarm
+from wasmrun.sandbox.budget import alarm as alarm_module
+from wasmrun.sandbox.budget.alarm import Alarm
 
 
 @pytest.fixture(autouse=True, params=["timerfd", "condition"])

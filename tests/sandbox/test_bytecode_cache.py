@@ -7,8 +7,8 @@ import os
 import pytest
 
 from tests.sandbox.conftest import make_skill
-from wasmrun.sandbox import tree
-from wasmrun.sandbox.types import RunRequest
+from wasmrun import dirtree
+from wasmrun.sandbox.contract.types import RunRequest
 
 PYC = "/pycache/skills/{name}/code/{module}.cpython-311.pyc"
 
@@ -87,7 +87,7 @@ def test_a_syntax_error_still_surfaces_at_import(run_code, tmp_path):
 
 
 def _compiled_paths(engine, skill) -> set[str]:
-    _key, folder = engine._bytecode.lookup(skill)
+    _key, folder = engine.loop.bytecode.lookup(skill)
     assert folder is not None, "no compiled folder was published for the skill"
     return {p.relative_to(folder).as_posix() for p in folder.rglob("*.pyc")}
 
@@ -128,12 +128,12 @@ def test_a_skill_with_a_deep_folder_tree_is_compiled(engine, deep_root, caplog):
     caplog.set_level("WARNING", logger="wasmrun.sandbox")
     result = engine.run(RunRequest(kind="skill", skill="deep.skill", skills=[skill]))
     assert result.output == "deep"
-    _key, folder = engine._bytecode.lookup(skill)
+    _key, folder = engine.loop.bytecode.lookup(skill)
     assert folder is not None
     try:
         assert (folder / f"code/{deep}/leaf.cpython-311.pyc").is_file()
     finally:
-        tree.remove(folder)  # not left in the shared cache
+        dirtree.remove(folder)  # not left in the shared cache
     assert not [r for r in caplog.records if "compiling skill" in r.getMessage()]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import wasmtime
 
-from wasmrun.sandbox import compiled
+from wasmrun.sandbox.images import compiled
 
 SETTINGS = "test"
 ADDER = "(module (func (export \"add\") (param i32 i32) (result i32) local.get 0 local.get 1 i32.add))"

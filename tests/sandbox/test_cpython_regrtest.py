@@ -19,8 +19,8 @@ import pytest
 
 from python_wasm import build
 from python_wasm.downloads import Progress
-from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.types import MountedSkill, RunRequest
+from wasmrun.sandbox.contract.limits import Limits
+from wasmrun.sandbox.contract.types import MountedSkill, RunRequest
 
 # Chosen to cover what the guest's build decides: the parser and compiler
 # (stack, allocator, string functions), libm, the C modules we compile

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from wasmrun.sandbox import tree
-from wasmrun.sandbox.workspace import Workspace, WorkspaceDirs
+from wasmrun import dirtree
+from wasmrun.sandbox.files.workspace import Workspace, WorkspaceDirs
 
 DEPTH = 5_000  # past Python's recursion limit; the path is 10,000 characters (PATH_MAX is 4,096)
 
@@ -40,7 +40,7 @@ def test_measure_and_empty_a_very_deep_tree(deep_root):
     size, entries = workspace.measure()
     assert entries == 2 * DEPTH + 2 * 3
     assert size >= 2 * DEPTH  # the files' bytes, and whatever the filesystem reports for folders
-    tree.empty(workspace.path)
+    dirtree.empty(workspace.path)
     assert list(workspace.path.iterdir()) == []
 
 
@@ -67,14 +67,14 @@ def test_symbolic_links_are_removed_not_followed(tmp_path):
     os.symlink(outside, top / "a" / "link")
     os.symlink(outside / "keep.txt", top / "file-link")
     os.symlink(top / "nowhere", top / "dangling")
-    assert tree.measure(top)[1] == 4
-    tree.remove(top)
+    assert dirtree.measure(top)[1] == 4
+    dirtree.remove(top)
     assert not top.exists()
     assert (outside / "keep.txt").read_text() == "mine"
 
 
 def test_remove_of_a_missing_tree_is_quiet(tmp_path):
-    tree.remove(tmp_path / "never-made")
+    dirtree.remove(tmp_path / "never-made")
 
 
 def test_guest_made_deep_tree_fails_the_run_cleanly_and_is_removed(run_code, engine):
@@ -89,7 +89,7 @@ def test_guest_made_deep_tree_fails_the_run_cleanly_and_is_removed(run_code, eng
     assert result.status == "failed"
     assert result.error.type == "WorkspaceQuotaExceeded"
     engine.drain()
-    leftovers = [p for p in engine.workspace_root.glob("ws-*") if any(p.iterdir())]
+    leftovers = [p for p in engine.loop.workspace_root.glob("ws-*") if any(p.iterdir())]
     assert leftovers == []
 
 
@@ -97,7 +97,7 @@ def test_guest_made_deep_tree_fails_the_run_cleanly_and_is_removed(run_code, eng
 def test_measure_counts_plain_entries(tmp_path, entries):
     for i in range(entries):
         (tmp_path / f"f{i}").write_bytes(b"abc")
-    assert tree.measure(tmp_path) == (3 * entries, entries)
+    assert dirtree.measure(tmp_path) == (3 * entries, entries)
 
 
 def test_guest_made_tree_deeper_than_any_path_is_removed(run_code, engine):
@@ -117,5 +117,5 @@ def test_guest_made_tree_deeper_than_any_path_is_removed(run_code, engine):
     result = run_code(code, args={"depth": 3000}, workspace_files=5000, timeout_ms=300_000)
     assert result.output == 3000, result.error
     engine.drain()
-    leftovers = [p for p in engine.workspace_root.glob("ws-*") if any(p.iterdir())]
+    leftovers = [p for p in engine.loop.workspace_root.glob("ws-*") if any(p.iterdir())]
     assert leftovers == []

@@ -6,7 +6,7 @@ import pytest
 import wasmtime
 
 from wasmrun import durable
-from wasmrun.sandbox import compiled, stdlibimage
+from wasmrun.sandbox.images import compiled, stdlibimage
 
 WAT = '(module (func (export "answer") (result i32) (i32.const 42)))'
 

@@ -7,9 +7,9 @@ import json
 
 from tests.egress_server import serve
 from wasmrun.egress.policy import NetworkGrant
+from wasmrun.sandbox.contract.types import RunRequest
 from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.jsontext import encode_args
-from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox.guest.jsontext import encode_args
 
 RAW = """\
 import json

@@ -8,9 +8,9 @@ import time
 
 from tests.egress_server import serve
 from wasmrun.egress.policy import NetworkGrant
+from wasmrun.sandbox.contract.types import RunRequest, RunResult
 from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.jsontext import encode_args
-from wasmrun.sandbox.types import RunRequest, RunResult
+from wasmrun.sandbox.guest.jsontext import encode_args
 
 SECRET = "hv-7d1e0c2b9a5f4e3d"
 CODE = """\
@@ -24,8 +24,8 @@ def main(args):
 
 
 def _run_and_search(engine: SandboxEngine, request: RunRequest, needle: bytes) -> tuple[RunResult, bool]:
-    fresh = engine._supply.take()
-    result, workspace = engine._run_on(fresh, request, time.perf_counter())
+    fresh = engine.loop.supply.take()
+    result, workspace = engine.loop.run_in(fresh, request, time.perf_counter())
     try:
         size = fresh.memory.data_len(fresh.store)
         found = False
@@ -35,7 +35,7 @@ def _run_and_search(engine: SandboxEngine, request: RunRequest, needle: bytes) -
             found = found or needle in chunk
         return result, found
     finally:
-        engine._supply.retire(fresh.store, workspace)
+        engine.loop.supply.retire(fresh.store, workspace)
 
 
 def test_host_secret_is_never_in_guest_memory(engine: SandboxEngine) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from wasmrun.sandbox import errors
+from wasmrun.sandbox.contract import errors
 
 HOST_TYPES = [
     "Timeout", "CPULimitExceeded", "MemoryLimitExceeded", "StackOverflow", "WorkspaceQuotaExceeded",

@@ -1,11 +1,11 @@
-"""wasmrun.sandbox.wasmtime_internals.FastFunc against wasmtime-py's own Func.__call__."""
+"""wasmrun.sandbox.guest.wasmtime_internals.FastFunc against wasmtime-py's own Func.__call__."""
 
 from __future__ import annotations
 
 import pytest
 import wasmtime
 
-from wasmrun.sandbox.wasmtime_internals import FastFunc
+from wasmrun.sandbox.guest.wasmtime_internals import FastFunc
 
 WAT = """
 (module

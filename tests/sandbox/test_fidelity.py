@@ -8,7 +8,7 @@ import math
 import random
 import struct
 
-from wasmrun.sandbox.types import RunResult
+from wasmrun.sandbox.contract.types import RunResult
 
 
 def completed(result: RunResult):

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import wasmtime
 
-from wasmrun.sandbox import errors
-from wasmrun.sandbox.hostcalls import RunContext, set_current
-from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.workspace import Workspace
+from wasmrun.sandbox.contract import errors
+from wasmrun.sandbox.contract.limits import Limits
+from wasmrun.sandbox.files.workspace import Workspace
+from wasmrun.sandbox.guest.hostcalls import RunContext, set_current
 
 HOSTILE = """
 (module
@@ -46,10 +46,10 @@ HOSTILE = """
 
 @pytest.fixture()
 def hostile(engine, blobs, tmp_path):
-    module = wasmtime.Module(engine.engine, HOSTILE)
-    store = wasmtime.Store(engine.engine)
+    module = wasmtime.Module(engine.image.engine, HOSTILE)
+    store = wasmtime.Store(engine.image.engine)
     store.set_epoch_deadline(10**6)
-    instance = engine._linker.instantiate(store, module)
+    instance = engine.image.linker.instantiate(store, module)
     workspace = Workspace(tmp_path, Limits().workspace_bytes, Limits().workspace_files)
     ctx = RunContext("run_test", b"x" * 64, Limits(), blobs, [], workspace)
     set_current(ctx)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from wasmrun.sandbox.jsontext import MAX_DEPTH, NotSendable, encode_args, output_problem
+from wasmrun.sandbox.guest.jsontext import MAX_DEPTH, NotSendable, encode_args, output_problem
 
 
 def _depth(value: Any) -> int:

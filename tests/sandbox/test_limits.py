@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 import msgspec
 import pytest
 
-from wasmrun.sandbox import watchdog
+from wasmrun.sandbox.budget import watchdog
+from wasmrun.sandbox.contract.limits import LimitPolicy
+from wasmrun.sandbox.contract.types import RunRequest
 from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.limits import LimitPolicy
-from wasmrun.sandbox.types import RunRequest
 
 POLICY = LimitPolicy()
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.sandbox.conftest import make_skill
-from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox.contract.limits import Limits
+from wasmrun.sandbox.contract.types import RunRequest
 
 TABLE = Path(__file__).with_name("pathtable.py")
 

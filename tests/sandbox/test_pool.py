@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from wasmrun.sandbox.executor import Busy
-from wasmrun.sandbox.jsontext import encode_args
-from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.pool import BlobOpener, WorkerPool
-from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox.contract.limits import Limits
+from wasmrun.sandbox.contract.types import RunRequest
+from wasmrun.sandbox.guest.jsontext import encode_args
+from wasmrun.sandbox.pool.executor import Busy
+from wasmrun.sandbox.pool.pool import BlobOpener, WorkerPool
 
 SLEEP = "import time\ndef main(args):\n    time.sleep(args.get('s', 1))\n    return 'done'"
 
@@ -186,8 +186,8 @@ def test_a_dead_workers_workspaces_are_removed(pool, tmp_path):
 
 
 def test_orphaned_workspaces_are_swept_at_start_and_live_ones_kept(tmp_path):
-    from wasmrun.sandbox import tree
-    from wasmrun.sandbox.workroots import WorkRoot
+    from wasmrun import dirtree
+    from wasmrun.sandbox.files.workroots import WorkRoot
 
     parent = tmp_path / "ws"
     parent.mkdir(mode=0o700)
@@ -212,5 +212,5 @@ def test_orphaned_workspaces_are_swept_at_start_and_live_ones_kept(tmp_path):
         assert (parent / "not-ours").is_dir()
     finally:
         live.release()
-        tree.remove(orphan)  # on failure: pytest's own cleanup would recurse into it
+        dirtree.remove(orphan)  # on failure: pytest's own cleanup would recurse into it
     assert not live.path.exists()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from wasmrun.sandbox import errors
-from wasmrun.sandbox.limits import MiB
+from wasmrun.limits import MiB
+from wasmrun.sandbox.contract import errors
 
 
 def completed(result):

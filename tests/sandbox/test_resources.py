@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from wasmrun.sandbox.instances import HARD_MAX_RETIRED
+from wasmrun.sandbox.memory.instances import HARD_MAX_RETIRED
 
 
 def _open_fds() -> int:
@@ -38,19 +38,19 @@ def test_two_hundred_runs_leak_nothing(run_code, engine):
     # teardown at once: HARD_MAX_RETIRED when runs come faster than teardown,
     # as on a loaded machine), never a file a run wrote.
     # (`roots` beside them holds the guest's read-only `/` folders, see guestroot.py.)
-    spares = [name for name in os.listdir(engine.workspace_root) if name != "roots"]
+    spares = [name for name in os.listdir(engine.loop.workspace_root) if name != "roots"]
     assert len(spares) <= HARD_MAX_RETIRED + 2
     for name in spares:  # each run folder keeps its empty workspace, tmp and blobs (and the data image's skills)
-        run_folder = engine.workspace_root / name
-        assert sorted(os.listdir(run_folder)) == sorted(engine._dirs.subfolders)
+        run_folder = engine.loop.workspace_root / name
+        assert sorted(os.listdir(run_folder)) == sorted(engine.loop.dirs.subfolders)
         assert all(os.listdir(run_folder / sub) == [] for sub in os.listdir(run_folder))
 
 
 def test_used_instances_never_pile_up_past_the_bound(engine):
-    from wasmrun.sandbox.types import RunRequest
+    from wasmrun.sandbox.contract.types import RunRequest
 
     request = RunRequest(kind="code", code="def main(args):\n    return 1")
-    supply = engine._supply
+    supply = engine.loop.supply
     # Back to back, faster than a quiet moment: the housekeeper never gets one.
     for _ in range(3 * HARD_MAX_RETIRED):
         assert engine.run(request).output == 1

@@ -127,7 +127,7 @@ def test_messages_leak_no_host_paths(run_code, engine):
     code = "import os\ndef main(args):\n    open('/nope/x')\n"
     result = run_code(code)
     text = result.error.message + result.logs
-    for host_path in (str(engine.guest.lib_dir), str(engine.workspace_root), "/root", "site-packages"):
+    for host_path in (str(engine.image.guest.lib_dir), str(engine.loop.workspace_root), "/root", "site-packages"):
         assert host_path not in text
 
 

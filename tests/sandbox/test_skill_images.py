@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from tests.sandbox.conftest import make_skill
-from wasmrun.sandbox import instances
+from wasmrun.sandbox.contract.limits import LimitPolicy
+from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult
 from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.instances import APPLIED_MAX_BYTES, IMAGE_SPARES, SPARES, Fresh, HotPages, InstanceSupply
-from wasmrun.sandbox.limits import LimitPolicy
-from wasmrun.sandbox.skillimages import MAX_PREFAULT_PAGES, SkillImage, SkillImages, image_key, memory_view
-from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
+from wasmrun.sandbox.guest.guestmemory import memory_view
+from wasmrun.sandbox.memory import instances
+from wasmrun.sandbox.memory.instances import APPLIED_MAX_BYTES, SKILL_PAGE_SPARES, SPARES, Fresh, HotPages, InstanceSupply
+from wasmrun.sandbox.memory.skillpages import MAX_PREFAULT_PAGES, SkillImage, SkillImages, image_key
 
 MAIN = """\
 import random
@@ -50,7 +51,7 @@ def _output(result: RunResult) -> dict:
 def _warm(engine: SandboxEngine, skill: MountedSkill) -> RunResult:
     """The first run (which imports), then wait for the skill's image."""
     first = _run(engine, skill)
-    assert engine.skill_images.wait_ready(120)
+    assert engine.skill_pages.wait_ready(120)
     return first
 
 
@@ -146,7 +147,7 @@ def test_an_image_is_kept_only_if_the_skill_did_not_change_while_it_was_made(tmp
 def test_a_failed_import_run_is_tried_again_later_a_bounded_number_of_times(tmp_path) -> None:
     """A failure (a busy host, a skill changing) is not final: a later request tries
     again once its backoff has passed, up to MAX_ATTEMPTS failures, never more."""
-    from wasmrun.sandbox.skillimages import MAX_ATTEMPTS
+    from wasmrun.sandbox.memory.skillpages import MAX_ATTEMPTS
 
     skill = make_skill(tmp_path, "img.flaky", {"code/main.py": "VALUE = 1\n"})
     made: list[str] = []
@@ -200,7 +201,7 @@ def test_the_image_keeps_skill_files_read_only_and_the_listings(engine: SandboxE
     )
     skill = _skill(tmp_path, "img.ro", 1, extra)
     first = engine.run(RunRequest(kind="skill", skill=skill.name, function="probe", skills=[skill]))
-    assert engine.skill_images.wait_ready(120)
+    assert engine.skill_pages.wait_ready(120)
     later = engine.run(RunRequest(kind="skill", skill=skill.name, function="probe", skills=[skill]))
     assert "importing the skill" not in later.logs
     assert _output(later) == _output(first)
@@ -220,7 +221,7 @@ def test_a_run_that_fails_makes_no_image(engine: SandboxEngine, tmp_path: Path) 
     skill = _skill(tmp_path, "img.fails", 1, "def fails(args):\n    raise ValueError('no')\n")
     for _ in range(2):
         result = engine.run(RunRequest(kind="skill", skill=skill.name, function="fails", skills=[skill]))
-        assert engine.skill_images.wait_ready(120)
+        assert engine.skill_pages.wait_ready(120)
         assert result.status == "failed" and "importing the skill" in result.logs
 
 
@@ -228,7 +229,7 @@ def test_a_skill_that_fails_to_import_runs_as_before(engine: SandboxEngine, tmp_
     skill = make_skill(tmp_path, "img.broken", {"code/main.py": "raise RuntimeError('broken at import')\n"})
     for _ in range(2):
         result = _run(engine, skill)
-        assert engine.skill_images.wait_ready(120)
+        assert engine.skill_pages.wait_ready(120)
         assert result.status == "failed" and "broken at import" in result.error.message
 
 
@@ -237,7 +238,7 @@ def test_the_import_run_reads_and_writes_no_blobs(engine: SandboxEngine, blobs, 
     skill = make_skill(tmp_path, "img.blobs", {"code/main.py": source})
     before = set(blobs.data)
     first = _run(engine, skill)
-    assert engine.skill_images.wait_ready(120)
+    assert engine.skill_pages.wait_ready(120)
     second = _run(engine, skill)
     made = set(blobs.data) - before
     # Two runs, two blobs, both the caller's: the import run stored nothing.
@@ -251,7 +252,7 @@ def test_a_bundled_skill_gives_the_same_answer_from_its_image(engine: SandboxEng
     skill = MountedSkill(name, str(root), "code/main.py")
     args = b'{"text": "One fish. Two fish. Red fish, blue fish."}'
     first = engine.run(RunRequest(kind="skill", skill=name, skills=[skill], args_json=args))
-    assert engine.skill_images.wait_ready(120)
+    assert engine.skill_pages.wait_ready(120)
     later = engine.run(RunRequest(kind="skill", skill=name, skills=[skill], args_json=args))
     assert first.status == later.status == "completed"
     assert json.loads(later.output_json) == json.loads(first.output_json)
@@ -276,7 +277,7 @@ def test_a_skill_of_many_files_runs_as_before(engine: SandboxEngine, tmp_path: P
     assert image_key("guest", skill) is None
     for _ in range(2):
         result = _run(engine, skill)
-        assert engine.skill_images.wait_ready(120)
+        assert engine.skill_pages.wait_ready(120)
         assert _output(result)["seen"] == 1 and "importing the skill" in result.logs
 
 
@@ -284,7 +285,7 @@ def test_a_skill_of_many_files_runs_as_before(engine: SandboxEngine, tmp_path: P
 
 
 def test_an_image_written_in_changes_exactly_its_pages(engine: SandboxEngine) -> None:
-    pristine, target = engine._new_instance(), engine._new_instance()
+    pristine, target = engine.image.new_instance(), engine.image.new_instance()
     try:
         size = pristine.memory.data_len(pristine.store)
         page, wasm_page = 4096, 65536
@@ -330,8 +331,8 @@ def test_the_pages_copied_ahead_are_bounded_and_follow_the_cache() -> None:
 def _no_skill_modules(engine: SandboxEngine, fresh: Fresh) -> None:
     """Run, on `fresh`, code that mounts nothing: it must see no skill's state."""
     probe = "import sys\ndef main(args):\n    return [m for m in sys.modules if m.startswith('skills')]"
-    result, workspace = engine._run_on(fresh, RunRequest(kind="code", code=probe), 0.0)
-    engine._supply.retire(fresh.store, workspace)
+    result, workspace = engine.loop.run_in(fresh, RunRequest(kind="code", code=probe), 0.0)
+    engine.loop.supply.retire(fresh.store, workspace)
     assert _output(result) == []
 
 
@@ -340,13 +341,13 @@ def test_spares_for_image_runs_hold_the_image_pages_and_nothing_of_the_skill(
 ) -> None:
     skill = _skill(tmp_path, "img.spare")
     _warm(engine, skill)
-    image = engine.skill_images.get(image_key(engine.guest.key, skill))
-    assert image is not None and image.pages() <= engine.skill_images.prefault_pages()
+    image = engine.skill_pages.get(image_key(engine.image.guest.key, skill))
+    assert image is not None and image.pages() <= engine.skill_pages.prefault_pages()
     engine.wait_idle(60)
-    supply = engine._supply
+    supply = engine.loop.supply
     with supply._cond:
-        ready = [spare for spare in supply._spares if spare.image_ready]
-    assert len(ready) == IMAGE_SPARES
+        ready = [spare for spare in supply._spares if spare.has_skill_pages]
+    assert len(ready) == SKILL_PAGE_SPARES
     other = SkillImage(image.memory_bytes, image.spans)  # an image no spare has written in
     fresh = supply.take(other)
     assert fresh in ready and fresh.applied is None
@@ -361,12 +362,12 @@ def test_a_spare_with_an_image_written_in_serves_only_runs_from_that_image(
 ) -> None:
     skill = _skill(tmp_path, "img.applied")
     _warm(engine, skill)
-    image = engine.skill_images.get(image_key(engine.guest.key, skill))
+    image = engine.skill_pages.get(image_key(engine.image.guest.key, skill))
     engine.wait_idle(60)
-    supply = engine._supply
+    supply = engine.loop.supply
     assert [spare.applied for spare in supply._applied].count(image) == 1
     # Runs that are not from that image never get it, however many spares they use.
-    for fresh in [supply.take() for _ in range(SPARES + IMAGE_SPARES + 1)]:
+    for fresh in [supply.take() for _ in range(SPARES + SKILL_PAGE_SPARES + 1)]:
         assert fresh.applied is None
         _no_skill_modules(engine, fresh)
     assert [spare.applied for spare in supply._applied].count(image) == 1
@@ -377,23 +378,23 @@ def test_a_spare_with_an_image_written_in_serves_only_runs_from_that_image(
     engine.wait_idle(60)
     assert [spare.applied for spare in supply._applied].count(image) == 1  # made again
     # Images off (or the image evicted): its spare is torn down, never handed out.
-    engine.skill_images.enabled = False
+    engine.skill_pages.enabled = False
     try:
         engine.wait_idle(60)
         assert supply._applied == []
         assert "importing the skill" in _run(engine, skill).logs
     finally:
-        engine.skill_images.enabled = True
+        engine.skill_pages.enabled = True
 
 
 def test_a_large_image_gets_no_spare_written_in(engine: SandboxEngine, tmp_path: Path) -> None:
     skill = _skill(tmp_path, "img.large", 1, "BIG = b'x' * (20 << 20)\n")
     _warm(engine, skill)
-    image = engine.skill_images.get(image_key(engine.guest.key, skill))
+    image = engine.skill_pages.get(image_key(engine.image.guest.key, skill))
     assert image is not None and image.nbytes > APPLIED_MAX_BYTES
     engine.wait_idle(60)
     # An idle spare holding 20 MB for one skill: not made; runs still start from the image.
-    assert image not in [spare.applied for spare in engine._supply._applied]
+    assert image not in [spare.applied for spare in engine.loop.supply._applied]
     later = _run(engine, skill)
     assert "importing the skill" not in later.logs and _output(later)["seen"] == 1
 
@@ -404,12 +405,12 @@ def test_where_pages_cannot_be_copied_in_the_supply_stops_trying(
     # No MADV_POPULATE_WRITE (an old kernel, not Linux): spares for image runs are
     # given up on once, not retried in every quiet moment (a housekeeper spinning).
     monkeypatch.setattr(instances, "_madvise", lambda: None)
-    supply = InstanceSupply(engine._new_instance, engine._dirs, HotPages([]), lambda: frozenset({1, 2, 3}))
+    supply = InstanceSupply(engine.image.new_instance, engine.loop.dirs, HotPages([]), lambda: frozenset({1, 2, 3}))
     try:
         supply.wait_idle(60)
         with supply._cond:
             assert len(supply._spares) == SPARES
-            assert not any(spare.image_ready for spare in supply._spares)
+            assert not any(spare.has_skill_pages for spare in supply._spares)
             assert not supply._has_work()
     finally:
         supply.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.sandbox.conftest import make_skill
-from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox.contract.types import RunRequest
 
 
 @pytest.fixture()

@@ -88,7 +88,7 @@ def test_creating_files_under_a_skill_is_still_refused_as_before(run_code, tmp_p
 
 
 def test_a_skill_holding_a_fifo_still_runs(engine, tmp_path):
-    from wasmrun.sandbox.types import RunRequest
+    from wasmrun.sandbox.contract.types import RunRequest
 
     skill = _skill_with_fifo(tmp_path)
     for _ in range(2):  # the second run meets the compiled bytecode and image, if any

@@ -15,8 +15,8 @@ import trustme
 from tests.egress_server import LocalServer, serve
 from tests.sandbox.conftest import make_skill
 from wasmrun.egress.policy import NetworkGrant
-from wasmrun.sandbox.jsontext import encode_args
-from wasmrun.sandbox.types import MountedSkill, RunRequest
+from wasmrun.sandbox.contract.types import MountedSkill, RunRequest
+from wasmrun.sandbox.guest.jsontext import encode_args
 
 USE = """
 import ssl

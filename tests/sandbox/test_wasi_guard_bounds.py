@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import wasmtime
 
-from wasmrun.sandbox import errors
-from wasmrun.sandbox.capture import HeadTail
-from wasmrun.sandbox.hostcalls import RunContext, set_current
-from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.wasi_guard import IOV_MAX, MAX_SUBSCRIPTIONS
-from wasmrun.sandbox.workspace import Workspace
+from wasmrun.sandbox.budget.wasi_guard import IOV_MAX, MAX_SUBSCRIPTIONS
+from wasmrun.sandbox.contract import errors
+from wasmrun.sandbox.contract.limits import Limits
+from wasmrun.sandbox.files.workspace import Workspace
+from wasmrun.sandbox.guest.capture import HeadTail
+from wasmrun.sandbox.guest.hostcalls import RunContext, set_current
 
 EINVAL = 28
 IOVS, DATA, SUBS, EVENTS = 1024, 1 << 20, 4 << 20, 8 << 20  # addresses in the module's memory
@@ -83,8 +83,8 @@ WAT = f"""
 
 class Guest:
     def __init__(self, engine, blobs, workspace: Path, limits: Limits) -> None:
-        module = wasmtime.Module(engine.engine, WAT)
-        self.store = wasmtime.Store(engine.engine)
+        module = wasmtime.Module(engine.image.engine, WAT)
+        self.store = wasmtime.Store(engine.image.engine)
         self.store.set_epoch_deadline(10**9)
         # `workspace` is the run's folder: /workspace is its "workspace" (and /tmp its "tmp").
         run = Workspace(workspace, limits.workspace_bytes, limits.workspace_files)
@@ -93,7 +93,7 @@ class Guest:
         wasi = wasmtime.WasiConfig()
         wasi.preopen_dir(str(run.path), "/workspace")
         self.store.set_wasi(wasi)
-        self.exports = engine._linker.instantiate(self.store, module).exports(self.store)
+        self.exports = engine.image.linker.instantiate(self.store, module).exports(self.store)
         self.ctx = RunContext("run_wat", b"", limits, blobs, [], run)
         self.ctx.deadline = time.monotonic() + limits.timeout_ms / 1000
         self.memory = self.exports["memory"]
@@ -231,9 +231,9 @@ def test_every_call_of_the_guest_that_can_allocate_disk_is_guarded(engine):
     charge first (fd_allocate included: today's CPython build does not import it at all,
     so `posix_fallocate` is not reachable from a run; a build that did would be charged)."""
     from python_wasm.exports import func_imports
-    from wasmrun.sandbox.wasi_guard import GUARDED, WASI
+    from wasmrun.sandbox.budget.wasi_guard import GUARDED, WASI
 
-    imported = set(func_imports(engine.module, WASI))
+    imported = set(func_imports(engine.image.module, WASI))
     assert "fd_write" in imported and "path_open" in imported
     assert ALLOCATING & imported <= set(GUARDED)
     assert ALLOCATING <= set(GUARDED)

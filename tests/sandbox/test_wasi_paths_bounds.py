@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import wasmtime
 
-from wasmrun.sandbox import errors
-from wasmrun.sandbox.hostcalls import RunContext, set_current
-from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.workspace import Workspace
+from wasmrun.sandbox.contract import errors
+from wasmrun.sandbox.contract.limits import Limits
+from wasmrun.sandbox.files.workspace import Workspace
+from wasmrun.sandbox.guest.hostcalls import RunContext, set_current
 
 PAGES = 4
 END = PAGES * 65536
@@ -39,7 +39,7 @@ WAT = f"""
 class Guest:
     def __init__(self, engine, blobs, workspace: Path) -> None:
         limits = Limits()
-        self.store = wasmtime.Store(engine.engine)
+        self.store = wasmtime.Store(engine.image.engine)
         self.store.set_epoch_deadline(10**9)
         run = Workspace(workspace, limits.workspace_bytes, limits.workspace_files)
         run.path.mkdir(exist_ok=True)
@@ -48,8 +48,8 @@ class Guest:
         wasi = wasmtime.WasiConfig()
         wasi.preopen_dir(str(run.path), "/workspace")
         self.store.set_wasi(wasi)
-        module = wasmtime.Module(engine.engine, WAT)
-        self.exports = engine._linker.instantiate(self.store, module).exports(self.store)
+        module = wasmtime.Module(engine.image.engine, WAT)
+        self.exports = engine.image.linker.instantiate(self.store, module).exports(self.store)
         self.ctx = RunContext("run_wat", b"", limits, blobs, [], run)
         self.ctx.deadline = time.monotonic() + 60
         self.memory = self.exports["memory"]

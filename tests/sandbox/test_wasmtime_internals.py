@@ -1,4 +1,4 @@
-"""wasmrun.sandbox.wasmtime_internals: the private wasmtime-py API it wraps still does what we rely on.
+"""wasmrun.sandbox.guest.wasmtime_internals: the private wasmtime-py API it wraps still does what we rely on.
 
 Pinned to one wasmtime version: an upgrade fails the first test here, and the
 others say which private entry point changed.
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import wasmtime
 
-from wasmrun.sandbox import wasmtime_internals as internals
-from wasmrun.sandbox.guestmemory import host_address
+from wasmrun.sandbox.guest import wasmtime_internals as internals
+from wasmrun.sandbox.guest.guestmemory import host_address
 
 ROOT = Path(__file__).resolve().parents[2]
 

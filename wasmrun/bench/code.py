@@ -21,7 +21,7 @@ from typing import Any
 
 from wasmrun.bench.stats import summary
 from wasmrun.bench.systems import COMPUTE_LIMITS, InProcess, as_run_code
-from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox import RunRequest
 
 MAX_BYTES = 1 << 20  # a snippet, not a program: what a run_code request carries
 STDLIB = "wasmrun stdlib image, in-process"

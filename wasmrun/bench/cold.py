@@ -29,6 +29,7 @@ from typing import Any
 
 from wasmrun.bench.stats import summary
 from wasmrun.bench.systems import HELLO, Http, as_run_code, free_port, stop
+from wasmrun.sandbox import DATA_IMAGE_MAKER
 
 RUN = {"language": "python", "code": as_run_code(HELLO)}
 # The folder holding the wasmrun package this bench runs: its subprocesses import the same one.
@@ -144,7 +145,7 @@ def _data_make(tmp: Path) -> float:
     path = os.pathsep.join(p for p in (str(WASMRUN_PARENT), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "WASMRUN_CACHE_DIR": str(cache), "PYTHONPATH": path}
     t = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "wasmrun.sandbox.images"], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", DATA_IMAGE_MAKER], env=env, capture_output=True, text=True,
                           timeout=3600)
     elapsed = time.perf_counter() - t
     shutil.rmtree(cache, ignore_errors=True)
@@ -177,7 +178,7 @@ class _Sessions:
     def __init__(self, tmp: Path) -> None:
         from wasmrun.blobs.store import FileBlobStore
         from wasmrun.protocol.sessionstore import SessionStore
-        from wasmrun.sandbox.images import make_engine
+        from wasmrun.sandbox import make_engine
 
         self.engine = make_engine("stdlib", FileBlobStore(tmp / "blobs"), workspace_root=tmp / "work")
         self.store = SessionStore(tmp / "sessions")
@@ -187,8 +188,7 @@ class _Sessions:
                                  source=source)[1]
 
     def run(self, meta: Any, code: str) -> float:
-        from wasmrun.sandbox.limits import Limits
-        from wasmrun.sandbox.types import RunRequest, SessionRun
+        from wasmrun.sandbox import Limits, RunRequest, SessionRun
 
         request = RunRequest(kind="code", code=code, limits=Limits(timeout_ms=60_000), session=SessionRun(
             folder=str(self.store.folder(meta)), version=meta.version, reseed=meta.reseed))
@@ -209,11 +209,9 @@ class _Sessions:
         return self.run(self.create(source=parent), "len(rows)")
 
     def resumed_first(self, tmp: Path) -> float:
-        from wasmrun.sandbox import sessions
-
         meta = self.create()
         self.run(meta, self.STATE)
-        sessions.close_warm(self.engine)  # paused: only its image on disk
+        self.engine.close_warm_sessions()  # paused: only its image on disk
         return self.run(meta, "len(rows)")
 
     def close(self) -> None:

@@ -36,7 +36,7 @@ TARGETS_MS = {"data-fresh": 2.0, "data-http": 5.0, "data-imports": 5.0}  # issue
 @functools.cache
 def not_built() -> str | None:
     """Why the data rows cannot run here (None: they can). Never builds the image."""
-    from wasmrun.sandbox.images import image_state
+    from wasmrun.sandbox import image_state
 
     why = image_state()
     if why is None:
@@ -52,7 +52,7 @@ class DataInProcess(InProcess):
 
     def __init__(self, blob_dir: Path) -> None:
         from wasmrun.blobs.store import FileBlobStore
-        from wasmrun.sandbox.images import DataSandboxEngine
+        from wasmrun.sandbox import DataSandboxEngine
 
         self.blobs = FileBlobStore(blob_dir)
         self.engine = DataSandboxEngine(self.blobs)

@@ -55,7 +55,7 @@ def serve(variant: str, port: int, data_dir: Path, marks_out: Path) -> None:
     import uvicorn
 
     from wasmrun import phases
-    from wasmrun.sandbox import workerprocess
+    from wasmrun.sandbox import WorkerProcess
     from wasmrun.server import create_app
     from wasmrun.settings import Settings
     from wasmrun.wire.http_protocol import HttpProtocol
@@ -65,7 +65,7 @@ def serve(variant: str, port: int, data_dir: Path, marks_out: Path) -> None:
     if variant == "starlette":
         app.rpc = None  # POST /rpc through Starlette's stack and route (the same endpoint)
     mark = phases.mark
-    exchange = workerprocess.Worker.exchange
+    exchange = WorkerProcess.exchange
 
     async def timed_exchange(self: Any, *args: Any, **kwargs: Any) -> bytes:
         mark("to_worker")
@@ -74,7 +74,7 @@ def serve(variant: str, port: int, data_dir: Path, marks_out: Path) -> None:
         finally:
             mark("from_worker")
 
-    workerprocess.Worker.exchange = timed_exchange  # type: ignore[method-assign]
+    WorkerProcess.exchange = timed_exchange  # type: ignore[method-assign]
 
     async def timed_app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":

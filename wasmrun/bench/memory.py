@@ -9,6 +9,7 @@ serve` after every worker ran hellos, for each worker count in turn.
 
 from __future__ import annotations
 
+import mmap
 import threading
 import time
 from pathlib import Path
@@ -16,8 +17,7 @@ from typing import Any
 
 from wasmrun.bench.systems import HELLO, Http, InProcess, as_run_code, server
 from wasmrun.bench.workloads import COMPUTE
-from wasmrun.sandbox.instances import PAGE, HotPages
-from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox import HotPages, RunRequest
 
 MiB = 1024 * 1024
 
@@ -51,15 +51,15 @@ def per_run(inproc: InProcess, scale: float) -> dict[str, Any]:
     for name, code in [("hello", as_run_code(HELLO))] + [
         (w.name, as_run_code(w.source(scale), "ELAPSED")) for w in COMPUTE
     ]:
-        fresh = engine._new_instance()  # never used, not prefaulted: only this run's writes show
+        fresh = engine.image.new_instance()  # never used, not prefaulted: only this run's writes show
         try:
             before = HotPages.written_pages(fresh.store, fresh.memory)
-            result, workspace = engine._run_on(fresh, RunRequest(kind="code", code=code), time.perf_counter())
+            result, workspace = engine.loop.run_in(fresh, RunRequest(kind="code", code=code), time.perf_counter())
             written = HotPages.written_pages(fresh.store, fresh.memory) - before
-            engine._dirs.give_back(workspace.root)
+            engine.loop.dirs.give_back(workspace.root)
         finally:
             fresh.store.close()
-        out[name] = {"written_mb": len(written) * PAGE / MiB, "linear_memory_mb": result.usage.peak_memory_bytes / MiB,
+        out[name] = {"written_mb": len(written) * mmap.PAGESIZE / MiB, "linear_memory_mb": result.usage.peak_memory_bytes / MiB,
                      "status": result.status}
     return out
 

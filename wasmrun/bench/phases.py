@@ -21,10 +21,7 @@ from wasmrun.bench.systems import HELLO, InProcess, as_run_code
 from wasmrun.observe.audit import AuditLog
 from wasmrun.observe.record import Observers
 from wasmrun.protocol.methods import Dispatcher
-from wasmrun.sandbox.background import BackgroundTotals
-from wasmrun.sandbox.executor import ExecutorHealth
-from wasmrun.sandbox.outstream import OutputSink
-from wasmrun.sandbox.types import RunRequest, RunResult
+from wasmrun.sandbox import BackgroundTotals, ExecutorHealth, OutputSink, RunRequest, RunResult
 from wasmrun.server import build_context
 from wasmrun.settings import Settings
 
@@ -52,7 +49,7 @@ class _SharedEngine:
         try:
             return await asyncio.to_thread(self.engine.run, request, on_output)
         finally:
-            self.background.add(self.engine.background.drain())  # as InProcessExecutor does
+            self.background.add(self.engine.loop.background.drain())  # as InProcessExecutor does
 
     def health(self) -> ExecutorHealth:
         return ExecutorHealth(total=1, free=1, unavailable=0, queued=0)

@@ -22,7 +22,7 @@ from wasmrun.bench.interleave import Samples, alternating
 from wasmrun.bench.peers import Peer
 from wasmrun.bench.systems import HELLO, InProcess, Native, as_run_code
 from wasmrun.bench.workloads import COMPUTE, Workload
-from wasmrun.sandbox.types import MountedSkill, RunRequest
+from wasmrun.sandbox import MountedSkill, RunRequest
 from wasmrun.settings import BUNDLED_SKILLS
 
 if TYPE_CHECKING:

@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.limits import Limits
-from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox import Limits, RunRequest, SandboxEngine
 
 HELLO = 'print("hello")\n'
 COMPUTE_LIMITS = Limits(timeout_ms=120_000)

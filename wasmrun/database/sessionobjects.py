@@ -4,7 +4,7 @@ A version is up to three objects, each under `sessions/<key>/<nonce>/`, the
 nonce new for every upload (so a server that lost its hold on a session, and
 uploads anyway, never overwrites what another server committed):
 
-    memory        the base image (sandbox/sessionimages.py); a version whose base
+    memory        the base image (sandbox/sessions/pages.py); a version whose base
                   is a hard link of its previous version's names the same object
     memory.delta  the pages changed since the base, when the version has one
     files.tar     /workspace and /tmp (symbolic links kept as links)
@@ -23,14 +23,14 @@ import secrets
 import tarfile
 from pathlib import Path
 
+from wasmrun import dirtree
 from wasmrun.blobs.objects import ObjectStore
-from wasmrun.sandbox import sessionimages, tree
-from wasmrun.sandbox.sessions import FOLDERS
+from wasmrun.sandbox import session_state
 
 PREFIX = "sessions/"
 FILES = "files.tar"
 MARKER = "objects.json"
-MEMORY_FILES = (sessionimages.BASE, sessionimages.DELTA)
+MEMORY_FILES = session_state.MEMORY_FILES
 
 
 def marker(objects: dict[str, str]) -> bytes:
@@ -65,7 +65,7 @@ def upload(
             path = version / role
             if not path.exists():
                 continue
-            reused = previous_objects.get(role) if role == sessionimages.BASE else None
+            reused = previous_objects.get(role) if role == MEMORY_FILES[0] else None
             if reused is not None and previous is not None and _same_file(path, previous / role):
                 stored[role] = reused
                 continue
@@ -91,7 +91,7 @@ def _bundle(version: Path, bundle: Path) -> str:
     """`version`'s folders as a tar at `bundle`; its SHA-256. Unchanged folders give
     the same bytes: each run's copies keep the files' and folders' times."""
     with tarfile.open(bundle, "w", format=tarfile.PAX_FORMAT) as tar:
-        for name in FOLDERS:
+        for name in session_state.FOLDERS:
             if (version / name).is_dir():
                 tar.add(version / name, arcname=name, filter=_top_timeless)  # links kept as links, never followed
     digest = hashlib.sha256()
@@ -116,12 +116,12 @@ def fetch(objects: ObjectStore, objects_of: dict[str, str], target: Path) -> Non
                 # Our own bundles; still, no member may land outside the folder.
                 tar.extractall(staging, filter="tar")
             bundle.unlink()
-        for name in FOLDERS:
+        for name in session_state.FOLDERS:
             (staging / name).mkdir(mode=0o700, exist_ok=True)
         mark(staging, objects_of)
         os.rename(staging, target)
     except BaseException:
-        tree.remove(staging)
+        dirtree.remove(staging)
         raise
 
 
@@ -139,7 +139,7 @@ def delete(objects: ObjectStore, names: list[str]) -> None:
 def _top_timeless(member: tarfile.TarInfo) -> tarfile.TarInfo:
     """The two folders themselves are made anew by every run (when empty): their time
     would change an otherwise equal bundle."""
-    if member.name in FOLDERS:
+    if member.name in session_state.FOLDERS:
         member.mtime = 0
     return member
 

@@ -55,8 +55,8 @@ from wasmrun.protocol.sessionstore import (
     _remove,
     key_of,
 )
-from wasmrun.sandbox import sessions as sandbox_sessions
-from wasmrun.sandbox.types import SessionOutcome
+from wasmrun.sandbox import SessionOutcome
+from wasmrun.sandbox import session_state as sandbox_sessions
 from wasmrun.tenants.limits import SessionPolicy
 
 logger = logging.getLogger("wasmrun.sessions")

@@ -21,7 +21,7 @@ from wasmrun.e2b.control import env_vars, new_session, set_envs
 from wasmrun.e2b.paths import guest_path
 from wasmrun.e2b.sandboxes import CONTEXT_ID, DEFAULT_CONTEXT, HOME, CodeContext, E2BSandbox, new_id
 from wasmrun.protocol.streaming import RUN_OUTPUT
-from wasmrun.sandbox.outstream import OutputChunk
+from wasmrun.sandbox import OutputChunk
 
 PIP_LINE = re.compile(r"^\s*[!%]{1,2}\s*(pip3?|python3?\s+-m\s+pip|uv\s+pip|conda|mamba)\s+install\b.*$")
 SHELL_LINE = re.compile(r"^\s*(![^=]|%)")

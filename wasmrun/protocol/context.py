@@ -11,8 +11,7 @@ from wasmrun.egress.policy import EgressPolicy
 from wasmrun.protocol.sessionstore import SessionStore
 from wasmrun.registry.interface import SkillRegistry
 from wasmrun.registry.skill import Skill
-from wasmrun.sandbox.executor import Executor
-from wasmrun.sandbox.limits import LimitPolicy
+from wasmrun.sandbox import Executor, LimitPolicy
 from wasmrun.served import ServedImage
 from wasmrun.tenants.caller import LOCAL, Caller
 from wasmrun.tenants.calls import CallGate

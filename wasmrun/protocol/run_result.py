@@ -20,12 +20,11 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from wasmrun import sandbox
 from wasmrun.blobs.quota import BlobQuota
 from wasmrun.blobs.sampling import text_head, text_tail
 from wasmrun.blobs.store import LEGACY_OWNER, BlobStore
 from wasmrun.protocol.types import Display, RunError, RunImage, RunResult, RunUsage
-from wasmrun.sandbox import jsontext
-from wasmrun.sandbox import types as sandbox
 
 MAX_OUTPUT_BYTES = 4096
 OUTPUT_PREVIEW_BYTES = 1000
@@ -176,7 +175,7 @@ class _LargeValue:
 
 
 def _outline(encoded: bytes) -> Any:
-    if not jsontext.value_count_at_most(encoded, MAX_OUTLINE_VALUES):
+    if not sandbox.value_count_at_most(encoded, MAX_OUTLINE_VALUES):
         # One Raw per item of a list of millions would cost the host ~50x the output.
         first = encoded.lstrip()[:1]
         return _LargeValue("an object" if first == b"{" else "a list" if first == b"[" else "a value")

@@ -45,11 +45,8 @@ from wasmrun.protocol.types import MAX_ARGS_DEPTH, ExecuteSkillParams, RunCodePa
 from wasmrun.registry.errors import RegistryError, SkillUnavailable
 from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.registry.skill import Skill
-from wasmrun.sandbox.executor import Busy
-from wasmrun.sandbox.jsontext import NotSendable, encode_args
-from wasmrun.sandbox.limits import LimitPolicy, Limits
-from wasmrun.sandbox.types import MountedSkill, RunRequest
-from wasmrun.sandbox.types import RunResult as SandboxResult
+from wasmrun.sandbox import Busy, LimitPolicy, Limits, MountedSkill, NotSendable, RunRequest, encode_args
+from wasmrun.sandbox import RunResult as SandboxResult
 from wasmrun.tenants.limits import TenantLimits
 from wasmrun.tenants.quotas import QueueTimeout, RunQuotaExceeded
 

@@ -1,7 +1,7 @@
 """create_session, run_code with a session_id, fork_session, close_session, list_sessions.
 
 A session is a Python interpreter whose globals, imports, /workspace and /tmp
-carry over from one run to the next (see sandbox/sessions.py for how, and
+carry over from one run to the next (see sandbox/sessions/run.py for how, and
 docs/sessions.md). What this layer decides:
 
 - one request at a time per session: a second one while a run is in progress
@@ -60,9 +60,8 @@ from wasmrun.protocol.types import (
     SessionRef,
 )
 from wasmrun.registry.manifest import IDENTIFIER
-from wasmrun.sandbox.errors import SESSION_BYTES, session_bytes_exceeded
-from wasmrun.sandbox.types import RunResult as SandboxResult
-from wasmrun.sandbox.types import SessionOutcome, SessionRun
+from wasmrun.sandbox import SESSION_BYTES, SessionOutcome, SessionRun, session_bytes_exceeded
+from wasmrun.sandbox import RunResult as SandboxResult
 
 # What a run in a session may set for itself; the rest of its limits are the session's.
 PER_RUN_LIMITS = ("timeout_ms", "cpu_ms", "output_bytes")

@@ -5,7 +5,7 @@ only), where `key` is the SHA-256 of the session id (192 random bits): the
 folder's name gives away nothing a `ls` could use, and the audit log names a
 session by a prefix of its key. The folder
 holds `meta.json` (this module's `SessionMeta`) and the session's state
-version by version (see sandbox/sessions.py). Every session is paused on disk
+version by version (see sandbox/sessions/run.py). Every session is paused on disk
 between runs, so the store is rebuilt from the folders when the server
 starts: sessions survive a restart, and the runs in progress when it stopped
 are lost (the version before them is kept).
@@ -34,10 +34,10 @@ from pathlib import Path
 
 import msgspec
 
+from wasmrun import dirtree
 from wasmrun.observe.record import CallRecord
-from wasmrun.sandbox import sessions as sandbox_sessions
-from wasmrun.sandbox import tree
-from wasmrun.sandbox.types import SessionOutcome
+from wasmrun.sandbox import SessionOutcome
+from wasmrun.sandbox import session_state as sandbox_sessions
 from wasmrun.tenants.limits import SessionPolicy
 
 logger = logging.getLogger("wasmrun.sessions")
@@ -327,7 +327,7 @@ class OverCap(Exception):
 def _remove(path: Path) -> None:
     try:
         if path.exists():
-            tree.remove(path)
+            dirtree.remove(path)
     except OSError:
         logger.warning("could not remove %s", path)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 
 from wasmrun.protocol.errors import InvalidParams
-from wasmrun.sandbox.outstream import OutputChunk
+from wasmrun.sandbox import OutputChunk
 
 OutputListener = Callable[[list[OutputChunk]], None]
 

@@ -1,20 +1,212 @@
 """The sandbox: untrusted Python in a wasm guest under wasmtime, one fresh instance per run.
 
-One wasm concept per module (in the style of wasmtime-py):
+This module is the sandbox's one door: code outside `wasmrun/sandbox/` imports what
+`__all__` lists, from here, never a module inside (scripts/check_architecture.py keeps it
+so; tests under tests/sandbox/ may reach inside, they test the parts). Names load on
+first use, so importing a type (`from wasmrun.sandbox import RunRequest`) does not load
+wasmtime or a guest.
 
-- engine.py: SandboxEngine, the run loop (`_run_on`), the same for every image
-- image.py: the Image seam: module, engine, instances, mounts, how a run enters the guest
-- stdlibimage.py / images.py: the stdlib guest (CPython 3.11) / the data image (3.15, numpy...)
-- wasmtime_internals.py: every use of wasmtime-py's private API (pinned version)
-- instances.py: spare instances made ahead, torn down after use
-- guestmemory.py: the guest's linear memory, bounds-checked
-- guestrequest.py, reply.py: the request as the guest reads it; its reply, decoded
-- hostcalls.py, door.py: the host functions (stdlib guest; the data image's door)
-- wasi_guard.py: the WASI calls the host checks first
-- workspace.py: a run's writable folders and their quota
-- watchdog.py, alarm.py: CPU and wall-clock budgets
-- outcome.py: how a run ended (trap classification, result); redaction.py: secrets out
-- backgroundruns.py, background.py: the engine's own runs (warm-up, compiles, skill images)
-- sessions.py, sessionimages.py, skillimages.py: memory kept between runs
-- pool.py, workerprocess.py, poolworker.py: worker processes; executor.py: off the event loop
+Inside, one concept per sub-package, from the bottom up: each imports only those listed
+before it (docs/architecture.md; images/dataimage.py, which builds engines, is the exception):
+
+- contract/: the run's request and result, limits, error types, run ids, background runs'
+  limits and tally, what the sandbox needs from blob storage
+- files/: a run's folders and their quota, each process's work root, the guest's `/`,
+  the operator's package layer
+- guest/: the guest boundary: memory, request and reply, host calls and the data image's
+  door, trailing-slash paths, captured and streamed output, displays, JSON text,
+  wasmtime-py's private API
+- budget/: CPU and wall-clock budgets (the watchdog and its alarm), and the WASI calls the
+  host checks first (workspace quota, sleep deadline, FIFOs)
+- memory/: memory kept ahead: spare instances, a skill's pages, skill bytecode, heap trim
+- images/: the guest images (the Image seam, the stdlib image, the data image and its
+  start, the compiled-module cache); `python -m wasmrun.sandbox.images` makes the data image
+- runloop.py: the RunLoop, what every run needs (image, instances, folders, watchdog,
+  bytecode, blobs) and the run itself; outcome.py, redaction.py: how it ended, secrets out
+- backgroundruns.py: the engine's own runs (warm-up, compiles, a skill's pages)
+- sessions/: a run inside a session, a session's state and pages on disk, warm instances
+- engine.py: SandboxEngine, what a caller holds
+- pool/: off the event loop: the executor, worker processes, the data image's warm-up
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# Each name of the face, and the module it lives in. The names in _NAMESPACES are
+# modules: constants or functions used together (errors.TIMEOUT, warmup.available()).
+_HOME = {
+    # the run contract
+    "RunRequest": "contract.types",
+    "RunResult": "contract.types",
+    "RunError": "contract.types",
+    "Usage": "contract.types",
+    "MountedSkill": "contract.types",
+    "SessionRun": "contract.types",
+    "SessionOutcome": "contract.types",
+    "Display": "contract.types",
+    "Limits": "contract.limits",
+    "LimitPolicy": "contract.limits",
+    "CEILING_LIMITS": "contract.limits",
+    "DEFAULT_LIMITS": "contract.limits",
+    "BackgroundTotals": "contract.background",
+    "IMPORT_LIMITS": "contract.background",
+    "errors": "contract.errors",
+    "SESSION_BYTES": "contract.errors",
+    "session_bytes_exceeded": "contract.errors",
+    # JSON text in and out, output as it comes
+    "encode_args": "guest.jsontext",
+    "NotSendable": "guest.jsontext",
+    "output_problem": "guest.jsontext",
+    "value_count_at_most": "guest.jsontext",
+    "guest_warnings": "guest.jsontext",
+    "OutputChunk": "guest.outstream",
+    "OutputSink": "guest.outstream",
+    "OutputStream": "guest.outstream",
+    # engines and images
+    "SandboxEngine": "engine",
+    "precompile": "images.stdlibimage",
+    "precompiled_state": "images.stdlibimage",
+    "DataSandboxEngine": "images.dataimage",
+    "make_engine": "images.dataimage",
+    "data_engine": "images.dataimage",
+    "ready_image": "images.dataimage",
+    "ready_image_path": "images.dataimage",
+    "image_state": "images.dataimage",
+    "resolve_image": "images.dataimage",
+    "compiled": "images.compiled",
+    "DATA_IMAGE_MAKER": "images",
+    "HotPages": "memory.instances",
+    "PackageLayer": "files.packagelayer",
+    "release_freed_heap": "memory.heaptrim",
+    "can_release_freed_heap": "memory.heaptrim",
+    # sessions' state on disk (the session stores)
+    "session_state": "sessions.state",
+    # running off the event loop
+    "Executor": "pool.executor",
+    "ExecutorHealth": "pool.executor",
+    "InProcessExecutor": "pool.executor",
+    "Busy": "pool.executor",
+    "WorkerPool": "pool.pool",
+    "BlobOpener": "pool.poolworker",
+    "WorkerProcess": "pool.workerprocess",
+    "WORKER_PACKAGE": "pool.workerprocess",
+    "warmup": "pool.warmup",
+}
+
+_NAMESPACES = {"errors", "compiled", "warmup", "session_state"}  # the module itself
+
+__all__ = [
+    "BackgroundTotals",
+    "BlobOpener",
+    "Busy",
+    "can_release_freed_heap",
+    "CEILING_LIMITS",
+    "compiled",
+    "data_engine",
+    "DATA_IMAGE_MAKER",
+    "DataSandboxEngine",
+    "DEFAULT_LIMITS",
+    "Display",
+    "encode_args",
+    "errors",
+    "Executor",
+    "ExecutorHealth",
+    "guest_warnings",
+    "HotPages",
+    "image_state",
+    "IMPORT_LIMITS",
+    "InProcessExecutor",
+    "LimitPolicy",
+    "Limits",
+    "make_engine",
+    "MountedSkill",
+    "NotSendable",
+    "output_problem",
+    "OutputChunk",
+    "OutputSink",
+    "OutputStream",
+    "PackageLayer",
+    "precompile",
+    "precompiled_state",
+    "ready_image",
+    "ready_image_path",
+    "release_freed_heap",
+    "resolve_image",
+    "RunError",
+    "RunRequest",
+    "RunResult",
+    "SandboxEngine",
+    "SESSION_BYTES",
+    "session_bytes_exceeded",
+    "session_state",
+    "SessionOutcome",
+    "SessionRun",
+    "Usage",
+    "value_count_at_most",
+    "warmup",
+    "WORKER_PACKAGE",
+    "WorkerPool",
+    "WorkerProcess",
+]
+
+
+def __getattr__(name: str) -> object:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{home}")
+    value = module if name in _NAMESPACES else getattr(module, name)
+    globals()[name] = value  # found once; later reads skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:
+    from wasmrun.sandbox.contract import errors
+    from wasmrun.sandbox.contract.background import IMPORT_LIMITS, BackgroundTotals
+    from wasmrun.sandbox.contract.errors import SESSION_BYTES, session_bytes_exceeded
+    from wasmrun.sandbox.contract.limits import CEILING_LIMITS, DEFAULT_LIMITS, LimitPolicy, Limits
+    from wasmrun.sandbox.contract.types import (
+        Display,
+        MountedSkill,
+        RunError,
+        RunRequest,
+        RunResult,
+        SessionOutcome,
+        SessionRun,
+        Usage,
+    )
+    from wasmrun.sandbox.engine import SandboxEngine
+    from wasmrun.sandbox.files.packagelayer import PackageLayer
+    from wasmrun.sandbox.guest.jsontext import (
+        NotSendable,
+        encode_args,
+        guest_warnings,
+        output_problem,
+        value_count_at_most,
+    )
+    from wasmrun.sandbox.guest.outstream import OutputChunk, OutputSink, OutputStream
+    from wasmrun.sandbox.images import DATA_IMAGE_MAKER, compiled
+    from wasmrun.sandbox.images.dataimage import (
+        DataSandboxEngine,
+        data_engine,
+        image_state,
+        make_engine,
+        ready_image,
+        ready_image_path,
+        resolve_image,
+    )
+    from wasmrun.sandbox.images.stdlibimage import precompile, precompiled_state
+    from wasmrun.sandbox.memory.heaptrim import can_release_freed_heap, release_freed_heap
+    from wasmrun.sandbox.memory.instances import HotPages
+    from wasmrun.sandbox.pool import warmup
+    from wasmrun.sandbox.pool.executor import Busy, Executor, ExecutorHealth, InProcessExecutor
+    from wasmrun.sandbox.pool.pool import WorkerPool
+    from wasmrun.sandbox.pool.poolworker import BlobOpener
+    from wasmrun.sandbox.pool.workerprocess import WORKER_PACKAGE, WorkerProcess
+    from wasmrun.sandbox.sessions import state as session_state

@@ -1,8 +1,8 @@
-"""The engine's own runs: warm-up, skill bytecode compiles and skill import images.
+"""The engine's own runs: warm-up, skill bytecode compiles and a skill's pages (its import run).
 
-Their limits and their tally are background.py's; these run them on an
-engine (its supply, run folders and run loop), the way sessions.py runs a
-session's run.
+Their limits and their tally are contract/background.py's; these run them on the
+engine's RunLoop (its supply, run folders and `run_in`), the way sessions/run.py runs
+a session's run.
 """
 
 from __future__ import annotations
@@ -10,17 +10,14 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from wasmrun.sandbox.background import COMPILE_LIMITS, IMPORT_LIMITS, BackgroundRun
-from wasmrun.sandbox.guestmemory import memory_view
-from wasmrun.sandbox.instances import HotPages
-from wasmrun.sandbox.skillimages import NoBlobs, SkillImage
-from wasmrun.sandbox.types import MountedSkill, RunRequest, RunResult
-from wasmrun.sandbox.workspace import Workspace
-
-if TYPE_CHECKING:
-    from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.contract.background import COMPILE_LIMITS, IMPORT_LIMITS, BackgroundRun
+from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult
+from wasmrun.sandbox.files.workspace import Workspace
+from wasmrun.sandbox.guest.guestmemory import memory_view
+from wasmrun.sandbox.memory.instances import HotPages
+from wasmrun.sandbox.memory.skillpages import NoBlobs, SkillImage
+from wasmrun.sandbox.runloop import RunLoop
 
 logger = logging.getLogger("wasmrun.sandbox")
 # An import run asks for a function no module can define ("" is no identifier):
@@ -29,64 +26,62 @@ IMPORT_ONLY = ""
 IMPORTED = "EntrypointNotFound"
 
 
-def learn_hot_pages(engine: SandboxEngine) -> HotPages:
+def learn_hot_pages(loop: RunLoop) -> HotPages:
     """The warm-up runs: the pages they write are copied into every spare ahead, those they read mapped."""
     pages: set[int] = set()
     read: set[int] = set()
-    for request in engine.image.warmup:
-        fresh = engine._new_instance()
-        result, workspace = engine._run_on(fresh, request, time.perf_counter())
-        _tally(engine, "warmup", result, "completed")  # the last one fails on purpose
+    for request in loop.image.warmup:
+        fresh = loop.image.new_instance()
+        result, workspace = loop.run_in(fresh, request, time.perf_counter())
+        _tally(loop, "warmup", result, "completed")  # the last one fails on purpose
         pages |= HotPages.written_pages(fresh.store, fresh.memory)
         read |= HotPages.read_pages(fresh.store, fresh.memory)
         fresh.store.close()
-        engine._dirs.give_back(workspace.root)
+        loop.dirs.give_back(workspace.root)
     hot = HotPages.from_pages(pages, read)
     logger.debug("%d hot pages will be copied into each spare instance, %d more mapped", hot.pages, len(read))
     return hot
 
 
-def import_image(engine: SandboxEngine, skill: MountedSkill) -> SkillImage | None:
+def import_skill_pages(loop: RunLoop, skill: MountedSkill, max_bytes: int) -> SkillImage | None:
     """An import run of `skill` in a never-used instance (not a prefaulted
     spare, so that only the import's own writes differ from the snapshot),
-    with IMPORT_LIMITS; its changed pages, or None if the skill does not
-    import on its own within them."""
-    if not engine.image.makes_skill_images:
+    with IMPORT_LIMITS; its changed pages (at most `max_bytes`), or None if
+    the skill does not import on its own within them."""
+    if not loop.image.makes_skill_images:
         return None
-    bytecode = engine._skill_bytecode([skill])
-    pristine = engine._new_instance()  # compared against, never run
-    fresh = engine._new_instance()
+    bytecode = skill_bytecode(loop, [skill])
+    pristine = loop.image.new_instance()  # compared against, never run
+    fresh = loop.image.new_instance()
     request = RunRequest(
         kind="skill", skill=skill.name, function=IMPORT_ONLY, skills=[skill], limits=IMPORT_LIMITS
     )
     workspace: Workspace | None = None
     try:
-        result, workspace = engine._run_on(fresh, request, time.perf_counter(), bytecode, blobs=NoBlobs())
+        result, workspace = loop.run_in(fresh, request, time.perf_counter(), bytecode, blobs=NoBlobs())
         imported = result.error is not None and result.error.type == IMPORTED
-        _tally(engine, "import", result, "completed" if imported else None)
+        _tally(loop, "import", result, "completed" if imported else None)
         if not imported:
-            logger.info("skill %s has no import image: %s", skill.name, result.error)
+            logger.info("skill %s has no pages of its own: %s", skill.name, result.error)
             return None
-        image = SkillImage.difference(
-            memory_view(pristine.store, pristine.memory),
-            memory_view(fresh.store, fresh.memory),
-            engine.skill_images.max_bytes,
+        pages = SkillImage.difference(
+            memory_view(pristine.store, pristine.memory), memory_view(fresh.store, fresh.memory), max_bytes,
         )
-        if image is None:
-            logger.info("skill %s has no import image: its import changes too much memory", skill.name)
-        return image
+        if pages is None:
+            logger.info("skill %s has no pages of its own: its import changes too much memory", skill.name)
+        return pages
     finally:
         fresh.store.close()
         pristine.store.close()
         if workspace is not None:
-            engine._dirs.give_back(workspace.root)
+            loop.dirs.give_back(workspace.root)
 
 
-def skill_bytecode(engine: SandboxEngine, skills: list[MountedSkill]) -> dict[str, Path]:
+def skill_bytecode(loop: RunLoop, skills: list[MountedSkill]) -> dict[str, Path]:
     """Each mounted action skill's compiled bytecode, compiling it first if needed
     (none on an image that runs skills from source)."""
     found: dict[str, Path] = {}
-    bytecode = engine._bytecode
+    bytecode = loop.bytecode
     if bytecode is None:
         return found
     for skill in skills:
@@ -94,28 +89,28 @@ def skill_bytecode(engine: SandboxEngine, skills: list[MountedSkill]) -> dict[st
             continue
         key, folder = bytecode.lookup(skill)
         if folder is None:
-            folder = _compile(engine, skill, key)
+            folder = _compile(loop, skill, key)
         if folder is not None:
             found[skill.name] = folder
     return found
 
 
-def _compile(engine: SandboxEngine, skill: MountedSkill, key: str) -> Path | None:
+def _compile(loop: RunLoop, skill: MountedSkill, key: str) -> Path | None:
     """A compile run: our guest code compiles the skill's modules (and runs
     none of them) into a folder only this run can write."""
-    bytecode = engine._bytecode
+    bytecode = loop.bytecode
     assert bytecode is not None
     staging = bytecode.staging()
-    fresh = engine._supply.take()
+    fresh = loop.supply.take()
     request = RunRequest(kind="compile", skills=[skill], limits=COMPILE_LIMITS)
     try:
-        result, workspace = engine._run_on(fresh, request, time.perf_counter(), {skill.name: staging}, True)
+        result, workspace = loop.run_in(fresh, request, time.perf_counter(), {skill.name: staging}, True)
     except BaseException:
         fresh.store.close()
-        engine._supply.forget()
+        loop.supply.forget()
         raise
-    engine._supply.retire(fresh.store, workspace)
-    _tally(engine, "compile", result)
+    loop.supply.retire(fresh.store, workspace)
+    _tally(loop, "compile", result)
     if result.status != "completed":
         logger.warning("compiling skill %s failed: %s", skill.name, result.error)
         bytecode.discard(staging)
@@ -123,8 +118,8 @@ def _compile(engine: SandboxEngine, skill: MountedSkill, key: str) -> Path | Non
     return bytecode.commit(key, staging)
 
 
-def _tally(engine: SandboxEngine, kind: str, result: RunResult, ended: str | None = None) -> None:
-    """Count a background run of `kind` for /metrics (background.py)."""
+def _tally(loop: RunLoop, kind: str, result: RunResult, ended: str | None = None) -> None:
+    """Count a background run of `kind` for /metrics (contract/background.py)."""
     if ended is None:
         ended = result.error.type if result.error is not None else result.status
-    engine.background.add(BackgroundRun(kind, ended, result.usage.cpu_ms))
+    loop.background.add(BackgroundRun(kind, ended, result.usage.cpu_ms))

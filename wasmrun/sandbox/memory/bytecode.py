@@ -1,0 +1,71 @@
+"""Compiled bytecode of mounted skills, kept between runs.
+
+/skills is read-only, so every run used to compile a skill's modules from
+source again (about 20 ms for a skill of a few modules). Instead, the first
+run of a skill version is preceded by a *compile run*: a fresh sandbox in
+which our own guest code compiles (never executes) the skill's .py files into
+a writable folder. Later runs mount that folder read-only at
+/pycache/skills/<name>, where the guest's import system (sys.pycache_prefix)
+finds it, and CPython checks each .pyc against its source's size and mtime.
+
+The host never compiles skill code itself, and no run that executes code can
+write to a cache: a run only ever sees its skills' caches read-only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from wasmrun import dirtree
+from wasmrun.sandbox.contract.types import MountedSkill
+
+GUEST_PREFIX = "/pycache"
+
+
+def guest_dir(skill_name: str) -> str:
+    """Where a skill's bytecode appears in the guest (mirrors its /skills path)."""
+    return f"{GUEST_PREFIX}/skills/{skill_name}"
+
+
+class BytecodeCache:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def _key(self, skill: MountedSkill) -> str:
+        """Names the skill's sources as they are now: a changed file is a new key.
+
+        A file that cannot be stat'ed (a dangling or looping symbolic link)
+        is named as such; the compile run skips what it cannot read."""
+        h = hashlib.sha256(skill.name.encode())
+        h.update(b"\0" + os.fsencode(os.path.realpath(skill.root)))
+        dirtree.stamp_files(h, Path(skill.root), keep=lambda name: name.endswith(".py"))
+        return f"{skill.name}-{h.hexdigest()[:24]}"
+
+    def lookup(self, skill: MountedSkill) -> tuple[str, Path | None]:
+        """The cache key and the folder holding the skill's bytecode, if compiled."""
+        key = self._key(skill)
+        folder = self.root / key
+        return key, folder if folder.is_dir() else None
+
+    def staging(self) -> Path:
+        return Path(tempfile.mkdtemp(prefix=".staging-", dir=self.root))
+
+    def commit(self, key: str, staging: Path) -> Path:
+        """Publish a compiled folder under `key` in one rename; if another
+        process got there first, theirs is kept."""
+        final = self.root / key
+        try:
+            os.rename(staging, final)
+        except OSError:
+            self.discard(staging)
+        return final
+
+    def discard(self, staging: Path) -> None:
+        try:
+            dirtree.remove(staging)  # any depth: it mirrors the skill's tree
+        except OSError:
+            pass

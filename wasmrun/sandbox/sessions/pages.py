@@ -1,0 +1,293 @@
+"""A session's pages: its memory on disk, the pages written since the guest snapshot.
+
+A version's memory is one or two files, each a header and spans of pages:
+
+    memory        the base: every page written since the snapshot, when it was made
+    memory.delta  (optional) every written page that now differs from the base,
+                  read over it
+
+A run that keeps its state hard-links the base into the next version and
+writes only a new delta: the pages the session changed since the base, found
+by comparing memory with the base (memcmp, ~10 GB/s) rather than by writing
+all of it again (a session holding 100 MB would write 100 MB per run). Once
+the delta outgrows half the base, the next version writes a new base.
+
+Which pages were written since the snapshot: /proc/self/pagemap says which of
+the instance's pages are present and no longer backed by the snapshot's
+image (copied on write, or grown and touched); where it cannot be read, the
+whole memory counts.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import mmap
+import os
+import re
+import struct
+import sys
+from pathlib import Path
+
+import wasmtime
+
+from wasmrun.sandbox.guest.guestmemory import memory_view
+from wasmrun.sandbox.memory.skillpages import WASM_PAGE
+
+PAGE = 4096
+CHUNK = 64 * 1024  # one memcmp per chunk, then per page within a chunk that differs
+MAGIC = b"WRSESS01"
+BASE = "memory"
+DELTA = "memory.delta"
+_HEADER = struct.Struct("<8sH")  # magic, length of the guest key that follows
+_SIZES = struct.Struct("<QI")  # memory size in bytes, number of spans
+_SPAN = struct.Struct("<QQ")  # offset, length
+Spans = list[tuple[int, int]]
+
+
+class PagesMismatch(Exception):
+    """The pages were written by another guest build: this server cannot resume them."""
+
+    def __init__(self, path: Path, made_by: str) -> None:
+        super().__init__(str(path))
+        self.made_by = made_by  # the guest key of the build that made it
+
+
+_compare = ctypes.CDLL(None).memcmp
+_compare.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+_compare.restype = ctypes.c_int
+
+
+def made_by(folder: Path) -> str | None:
+    """The guest key that wrote the pages of the version `folder`: None when it
+    has none (a session's first run), "" when its file is not one of ours."""
+    try:
+        with open(folder / BASE, "rb") as f:
+            magic, key_len = _HEADER.unpack(f.read(_HEADER.size))
+            return f.read(key_len).decode(errors="replace") if magic == MAGIC else ""
+    except (OSError, struct.error):
+        return None
+
+
+def load(folder: Path, store: wasmtime.Store, memory: wasmtime.Memory, guest_key: str) -> None:
+    """Write a version's memory into a fresh instance (nothing if it has none yet)."""
+    for name in (BASE, DELTA):
+        if (folder / name).exists():
+            _read(folder / name, store, memory, guest_key)
+
+
+class TooLarge(Exception):
+    """The pages would take more than the room they were given; nothing was written."""
+
+    def __init__(self, needed: int) -> None:
+        super().__init__(needed)
+        self.needed = needed
+
+
+def save(
+    previous: Path, folder: Path, store: wasmtime.Store, memory: wasmtime.Memory, guest_key: str,
+    room: int | None = None,
+) -> int:
+    """`folder`'s memory from the instance, whose memory is `previous`'s after a
+    run; its bytes on disk. TooLarge, before a byte is written, when that would
+    be more than `room` (the base a delta is laid on counts in full)."""
+    spans = written_spans(store, memory)
+    base = previous / BASE
+    if base.exists():
+        base_spans = _span_table(base, guest_key)
+        delta = _changed(spans, base, base_spans, store, memory)
+        base_bytes = base.stat().st_size
+        if sum(length for _, length in delta) * 2 <= base_bytes:
+            _check_room(base_bytes + _file_size(delta, guest_key), room)
+            _link(base, folder / BASE)
+            return base_bytes + _write(folder / DELTA, delta, store, memory, guest_key)
+    _check_room(_file_size(spans, guest_key), room)
+    return _write(folder / BASE, spans, store, memory, guest_key)
+
+
+def _file_size(spans: Spans, guest_key: str) -> int:
+    """What `_write` writes for `spans`: its header, span table and the spans."""
+    header = _HEADER.size + len(guest_key.encode()) + _SIZES.size + _SPAN.size * len(spans)
+    return header + sum(length for _, length in spans)
+
+
+def _check_room(needed: int, room: int | None) -> None:
+    if room is not None and needed > room:
+        raise TooLarge(needed)
+
+
+def copy(source: Path, target: Path) -> None:
+    """A fork's memory: hard links (the files are never changed in place)."""
+    for name in (BASE, DELTA):
+        if (source / name).exists():
+            _link(source / name, target / name)
+
+
+def _link(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another filesystem, or no hard links here
+        import shutil
+
+        shutil.copyfile(source, target)
+
+
+def _changed(spans: Spans, base: Path, base_spans: list[tuple[int, int, int]], store: wasmtime.Store,
+             memory: wasmtime.Memory) -> Spans:
+    """The parts of `spans` (at CHUNK grain) whose memory differs from the base
+    file's; pages the base does not hold are changed by definition."""
+    starts = [offset for offset, _, _ in base_spans]
+    address = ctypes.addressof(memory.data_ptr(store).contents)
+    changed: Spans = []
+    with open(base, "rb") as f, _ReadOnlyMap(f.fileno(), os.fstat(f.fileno()).st_size) as file_address:
+        for offset, length in spans:
+            end = offset + length
+            while offset < end:
+                i = bisect.bisect_right(starts, offset) - 1
+                held = i >= 0 and offset < base_spans[i][0] + base_spans[i][1]
+                if not held:  # up to the next base span: not in the base
+                    upto = min(end, starts[i + 1]) if i + 1 < len(starts) else end
+                    _add(changed, offset, upto - offset)
+                    offset = upto
+                    continue
+                span_start, span_length, file_offset = base_spans[i]
+                upto = min(end, span_start + span_length, (offset // CHUNK + 1) * CHUNK)
+                source = file_address + file_offset + (offset - span_start)
+                if _compare(address + offset, source, upto - offset):
+                    _add_changed_pages(changed, address, source, offset, upto)
+                offset = upto
+    return changed
+
+
+class _ReadOnlyMap:
+    """A file mapped read-only with its pages mapped in at once (MAP_POPULATE:
+    a page fault each would cost more than comparing the page); its address."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.size = fd, size
+        self.address = 0
+
+    def __enter__(self) -> int:
+        address = _libc.mmap(None, self.size, mmap.PROT_READ, mmap.MAP_PRIVATE | _MAP_POPULATE, self.fd, 0)
+        if not isinstance(address, int) or address == ctypes.c_void_p(-1).value:
+            raise OSError(ctypes.get_errno(), "cannot map a session image")
+        self.address = address
+        return address
+
+    def __exit__(self, *exc: object) -> None:
+        _libc.munmap(self.address, self.size)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.mmap.restype = ctypes.c_void_p
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.munmap.restype = ctypes.c_int
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
+def _add_changed_pages(changed: Spans, address: int, source: int, start: int, end: int) -> None:
+    """Within a chunk that differs, the pages that do (a run changes a few
+    scattered pages: the delta, written every run, stays that small)."""
+    for offset in range(start, end, PAGE):
+        length = min(PAGE, end - offset)
+        if _compare(address + offset, source + (offset - start), length):
+            _add(changed, offset, length)
+
+
+def _add(spans: Spans, offset: int, length: int) -> None:
+    if spans and spans[-1][0] + spans[-1][1] == offset:
+        spans[-1] = (spans[-1][0], spans[-1][1] + length)
+    else:
+        spans.append((offset, length))
+
+
+def written_spans(store: wasmtime.Store, memory: wasmtime.Memory) -> Spans:
+    """(offset, length) spans covering every page written since the snapshot."""
+    size = memory.data_len(store)
+    spans = _pagemap_written(store, memory)
+    if spans is None:
+        return [(0, size)] if size else []
+    return spans
+
+
+# Each pagemap entry's top byte, mapped to 1 when the page is present (bit 63)
+# and not file-backed (bit 61): written since the snapshot's image was mapped.
+_WRITTEN = bytes(int(b & 0xA0 == 0x80) for b in range(256))
+_RUNS = re.compile(b"\x01+")
+
+
+def _pagemap_written(store: wasmtime.Store, memory: wasmtime.Memory) -> Spans | None:
+    """Spans of written pages, from one read of /proc/self/pagemap (8 bytes a
+    page) scanned in C (translate, then a regex for runs of ones)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    base = ctypes.addressof(memory.data_ptr(store).contents)
+    size = memory.data_len(store)
+    try:
+        with open("/proc/self/pagemap", "rb", buffering=0) as f:
+            raw = os.pread(f.fileno(), size // PAGE * 8, base // PAGE * 8)
+    except OSError:
+        return None
+    flags = raw[7::8].translate(_WRITTEN)
+    return [(m.start() * PAGE, (m.end() - m.start()) * PAGE) for m in _RUNS.finditer(flags)]
+
+
+def _write(path: Path, spans: Spans, store: wasmtime.Store, memory: wasmtime.Memory, guest_key: str) -> int:
+    """`spans` of memory to `path`, straight from linear memory; the file's size.
+    No temporary name: `path` is in a version folder that becomes the session's
+    only once the server records it, after this returns."""
+    key = guest_key.encode()
+    header = [_HEADER.pack(MAGIC, len(key)), key, _SIZES.pack(memory.data_len(store), len(spans))]
+    header += [_SPAN.pack(offset, length) for offset, length in spans]
+    view = memory_view(store, memory)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(b"".join(header))
+            for offset, length in spans:
+                f.write(view[offset : offset + length])
+            size: int = f.tell()
+    finally:
+        view.release()
+    return size
+
+
+def _header(f: object, path: Path, guest_key: str) -> tuple[int, list[tuple[int, int]]]:
+    read = f.read  # type: ignore[attr-defined]
+    magic, key_len = _HEADER.unpack(read(_HEADER.size))
+    made_by = read(key_len).decode(errors="replace") if magic == MAGIC else ""
+    if made_by != guest_key:
+        raise PagesMismatch(path, made_by)
+    memory_bytes, count = _SIZES.unpack(read(_SIZES.size))
+    table = read(_SPAN.size * count)
+    return memory_bytes, [_SPAN.unpack_from(table, i * _SPAN.size) for i in range(count)]
+
+
+def _span_table(path: Path, guest_key: str) -> list[tuple[int, int, int]]:
+    """(memory offset, length, file offset) of each span of an image file."""
+    with open(path, "rb") as f:
+        _, spans = _header(f, path, guest_key)
+        file_offset = f.tell()
+    table = []
+    for offset, length in spans:
+        table.append((offset, length, file_offset))
+        file_offset += length
+    return table
+
+
+def _read(path: Path, store: wasmtime.Store, memory: wasmtime.Memory, guest_key: str) -> None:
+    """Grow the instance's memory to the image's size and read its pages
+    straight into it (one read per span, no copy in between)."""
+    with open(path, "rb", buffering=0) as f:
+        memory_bytes, spans = _header(f, path, guest_key)
+        size = memory.data_len(store)
+        if memory_bytes > size:
+            memory.grow(store, (memory_bytes - size + WASM_PAGE - 1) // WASM_PAGE)
+        view = memory_view(store, memory)
+        try:
+            for offset, length in spans:
+                if offset + length > len(view) or f.readinto(view[offset : offset + length]) != length:
+                    raise ValueError(f"damaged session image {path}")
+        finally:
+            view.release()

@@ -1,0 +1,155 @@
+"""A run inside a session: the worker's half (the server's is protocol/sessions.py).
+
+A session's state lives in its folder on disk, one version at a time:
+
+    <folder>/v<N>/memory      the pages of linear memory written since the guest
+                              snapshot, and the memory's size (with
+                              memory.delta: see pages.py)
+    <folder>/v<N>/workspace/  its /workspace
+    <folder>/v<N>/tmp/        its /tmp
+
+A run of version N takes a fresh instance of the snapshot (as every run does),
+writes the version's pages into it, mounts copies of N's folders, runs, and,
+unless a limit or a crash stopped it midway, writes version N+1. So:
+
+- rollback is free: a run stopped midway (timeout, CPU, memory, a trap, a host
+  call refused) leaves N as it was, memory and files; N+1 is deleted;
+- a session holds no worker and no instance between runs: any worker can run
+  it next (it is paused on disk after every run), and it survives a restart;
+- a fork is a hard link of the pages' base file (never changed in place: each
+  version writes a new file) and a copy of the folders;
+- only linear memory carries over. The one mutable global, `__stack_pointer`,
+  is back at its start value whenever the guest returns normally (the only
+  runs whose state is kept); WASI state (the fd table, offsets) is the run's
+  own: the guest re-scans its preopens every run, and a file object left open
+  by an earlier run fails as closed (EBADF) rather than reaching anything else.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from wasmrun import dirtree
+from wasmrun.sandbox import backgroundruns
+from wasmrun.sandbox.contract import errors
+from wasmrun.sandbox.contract.types import RunError, RunRequest, RunResult, SessionOutcome, host_failure
+from wasmrun.sandbox.guest.outstream import OutputSink
+from wasmrun.sandbox.memory.instances import Fresh
+from wasmrun.sandbox.runloop import RunLoop
+from wasmrun.sandbox.sessions import pages
+from wasmrun.sandbox.sessions.pages import PagesMismatch
+from wasmrun.sandbox.sessions.state import discard, files_size, image_name, stage, version_dir
+from wasmrun.sandbox.sessions.warm import WarmInstances, close_instance
+
+# Errors after which the interpreter may have stopped midway: its memory is not
+# kept. A guest MemoryError is the memory limit reached inside the interpreter.
+ROLLBACK_TYPES = errors.HOST_TYPES | {"MemoryError"}
+
+
+def rolls_back(result: RunResult) -> bool:
+    return result.error is not None and result.error.type in ROLLBACK_TYPES
+
+
+def run_in_session(
+    loop: RunLoop, warm: WarmInstances, request: RunRequest, t0: float, on_output: OutputSink | None = None
+) -> RunResult:
+    """Run `request` in its session's state on `loop`, starting from `warm`'s instance of
+    its version when one is kept; never raises (as engine.run)."""
+    spec = request.session
+    assert spec is not None
+    folder = Path(spec.folder)
+    current = version_dir(folder, spec.version)
+    following = version_dir(folder, spec.version + 1)
+    try:
+        stage(current, following, run_only=_run_only_folders(loop))
+        result = _run_staged(loop, warm, request, t0, current, following, on_output)
+    except PagesMismatch as mismatch:
+        discard(following)
+        result = RunResult(
+            run_id=request.run_id, status="failed",
+            error=RunError(errors.INTERNAL, _mismatch_message(mismatch.made_by, loop.image.guest.key)),
+        )
+        result.session = SessionOutcome(committed=False)
+    except Exception:
+        discard(following)
+        result = host_failure(request, "the sandbox host failed; the run was stopped")
+        result.session = SessionOutcome(committed=False)
+    return result
+
+
+def _mismatch_message(made_by: str, serving: str) -> str:
+    """Why a session cannot resume here. The usual cause: a server on `auto` made it on
+    the stdlib image while the data image was being made, and serves the data image now."""
+    if made_by and image_name(made_by) != image_name(serving):
+        return (f"this session was made on the {image_name(made_by)} image and this server now runs the"
+                f" {image_name(serving)} image; start a new session")
+    return "this session was made by another build of the sandbox; start a new one"
+
+
+def _run_staged(
+    loop: RunLoop, warm: WarmInstances, request: RunRequest, t0: float, current: Path, following: Path,
+    on_output: OutputSink | None,
+) -> RunResult:
+    bytecode = backgroundruns.skill_bytecode(loop, request.skills)
+    fresh = warm.take(current)
+    from_supply = fresh is None
+    if fresh is None:
+        fresh = loop.supply.take()
+    kept = False
+    try:
+        if from_supply:
+            pages.load(current, fresh.store, fresh.memory, loop.image.guest.key)
+        result, _ = loop.run_in(fresh, request, t0, bytecode, workspace_root=following, on_output=on_output)
+        for name in _run_only_folders(loop):  # the version keeps its workspace and tmp, nothing else
+            dirtree.remove(following / name)
+        if not rolls_back(result):
+            _save(loop, request, current, following, fresh, result)
+        if result.session is None or not result.session.committed:
+            discard(following)
+            result.session = SessionOutcome(committed=False, memory_bytes=fresh.memory.data_len(fresh.store))
+        else:
+            kept = warm.keep(following, fresh)
+    finally:
+        if not kept:
+            close_instance(fresh)
+        if from_supply:  # kept warm here or closed: either way it never goes back to the supply
+            loop.supply.forget()
+    result.usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
+    return result
+
+
+def _save(
+    loop: RunLoop, request: RunRequest, current: Path, following: Path, fresh: Fresh, result: RunResult
+) -> None:
+    """Version N+1's pages beside its files, when both fit the room the
+    tenant's `session_bytes` leaves (checked before the pages are written: no
+    byte over it reaches the disk but the run's own files, which its
+    `workspace_mb` bounds); else the run fails with SessionBytesExceeded."""
+    spec = request.session
+    assert spec is not None
+    files_bytes = files_size(following)
+    room = None if spec.max_bytes is None else spec.max_bytes - files_bytes
+    try:
+        pages_bytes = pages.save(
+            current, following, fresh.store, fresh.memory, loop.image.guest.key, room=None if room is None else max(0, room),
+        )
+    except pages.TooLarge as over:
+        assert spec.max_bytes is not None
+        result.status, result.output_json = "failed", b"null"
+        result.error = RunError(errors.SESSION_BYTES, errors.session_bytes_exceeded(
+            over.needed + files_bytes, spec.max_bytes, spec.cap_bytes or spec.max_bytes,
+        ))
+        return
+    result.session = SessionOutcome(
+        committed=True, memory_bytes=fresh.memory.data_len(fresh.store), image_bytes=pages_bytes, files_bytes=files_bytes,
+    )
+
+
+def _run_only_folders(loop: RunLoop) -> tuple[str, ...]:
+    """The folders a run mounts besides workspace and tmp, made empty for each run and
+    removed after it: its input blobs, and what the image mounts in every run (the data
+    image's /skills view and empty /packages: its mounts are baked into its memory)."""
+    return ("blobs",) + loop.image.run_folders
+
+
