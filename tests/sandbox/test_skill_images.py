@@ -196,7 +196,11 @@ def test_the_image_keeps_skill_files_read_only_and_the_listings(engine: SandboxE
         "        wrote = True\n"
         "    except OSError:\n"
         "        wrote = False\n"
-        "    return {'wrote': wrote, 'root': sorted(os.listdir('/')), 'skills': sorted(os.listdir('/skills'))}\n"
+        "    try:\n"
+        "        root = sorted(os.listdir('/'))\n"
+        "    except OSError as exc:\n"  # the data image has no `/` of its own (its mounts are baked in)
+        "        root = type(exc).__name__\n"
+        "    return {'wrote': wrote, 'root': root, 'skills': sorted(os.listdir('/skills'))}\n"
     )
     skill = _skill(tmp_path, "img.ro", 1, extra)
     first = engine.run(RunRequest(kind="skill", skill=skill.name, function="probe", skills=[skill]))
@@ -205,6 +209,23 @@ def test_the_image_keeps_skill_files_read_only_and_the_listings(engine: SandboxE
     assert "importing the skill" not in later.logs
     assert _output(later) == _output(first)
     assert _output(later)["wrote"] is False and _output(later)["skills"] == ["img.ro"]
+
+
+def test_runs_leave_the_skills_files_as_they_were_and_its_image_is_used(engine: SandboxEngine, tmp_path: Path) -> None:
+    """A run only reads a skill's files: their identity (ctime included, which names
+    the skill's version in its image key) is the same after runs as before. The data
+    image's /skills views once hard-linked them per run, which changed every file's
+    ctime: no run ever matched the skill's image."""
+    skill = _skill(tmp_path, "img.untouched")
+    files = sorted(p for p in Path(skill.root).rglob("*") if p.is_file())
+    before = {p: (p.stat().st_ino, p.stat().st_nlink, p.stat().st_ctime_ns) for p in files}
+    key = image_key(engine.image.key + engine.packages.version(), skill)
+    _warm(engine, skill)
+    later = [_run(engine, skill) for _ in range(3)]
+    engine.drain()  # used run folders (their views) emptied too
+    assert {p: (p.stat().st_ino, p.stat().st_nlink, p.stat().st_ctime_ns) for p in files} == before
+    assert image_key(engine.image.key + engine.packages.version(), skill) == key
+    assert all("importing the skill" not in result.logs for result in later)
 
 
 def test_an_image_larger_than_the_memory_limit_is_not_used(engine: SandboxEngine, tmp_path: Path) -> None:

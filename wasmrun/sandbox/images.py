@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import stat
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +34,9 @@ from wasmrun.sandbox.hostcalls import GuestBuffers, RunContext
 from wasmrun.sandbox.image import BLOBS, SKILLS_ROOT, TMP, WORKSPACE, Image, Mounts
 from wasmrun.sandbox.instances import Fresh
 from wasmrun.sandbox.packagelayer import PackageLayer
+from wasmrun.sandbox.skillcopies import SkillCopies
 from wasmrun.sandbox.stdlibimage import WASM_STACK_BYTES
-from wasmrun.sandbox.types import MountedSkill, RunImage, RunRequest, RunResult
+from wasmrun.sandbox.types import RunImage, RunRequest, RunResult
 from wasmrun.sandbox.wasi_guard import define_guarded_wasi
 from wasmrun.sandbox.wasmtime_internals import set_async_stack_size
 from wasmrun.sandbox.workspace import Workspace
@@ -188,10 +189,12 @@ class DataImage(Image):
     image), its engine (no pooling allocator, see DATA_ENGINE_SETTINGS), its
     mounts (baked into the image in a fixed order, dataimage.RUN_MOUNTS) and
     how a run enters the guest (DoorTurn). Skills are imported from source
-    (no 3.11 bytecode) and get no import image."""
+    (no 3.11 bytecode); a skill's import is kept as a memory image, as on the
+    stdlib image (skillimages.py)."""
 
     run_folders = (SKILLS_VIEW, NO_PACKAGES)
     warmup = DATA_WARMUP_REQUESTS
+    makes_skill_images = True
 
     def __init__(self, packages: Path | None = None) -> None:
         self.engine = data_engine()
@@ -212,6 +215,16 @@ class DataImage(Image):
         self.linker.define_func(DOOR_MODULE, DOOR_IMPORT, call_type, door.call, access_caller=True)
         self._pre = self.linker.instantiate_pre(self.module)
         self.buffers = NO_BUFFERS
+        self._copies: SkillCopies | None = None  # made at the first run: it lives in the engine's folder
+        self._copies_lock = threading.Lock()
+
+    def _skill_copies(self, mounts: Mounts) -> SkillCopies:
+        """The skills' copies runs' /skills views link to (skillcopies.py), in the engine's
+        own folder (the one its guest roots are in), removed with it."""
+        with self._copies_lock:
+            if self._copies is None:
+                self._copies = SkillCopies(mounts.roots.folder.parent / "skill-copies")
+            return self._copies
 
     def new_instance(self) -> Fresh:
         store = wasmtime.Store(self.engine)
@@ -227,14 +240,14 @@ class DataImage(Image):
 
     def preopens(self, mounts: Mounts) -> tuple[wasmtime.WasiConfig, frozenset[int]]:
         """The image's mounts, in the order baked into it: its own (read-only), /workspace,
-        /tmp, then /skills (the run's skills, linked into a folder of its own), /blobs and
+        /tmp, then /skills (the run's skills: a folder of its own, linked to their copies), /blobs and
         /packages (the published package layer's site-packages, an empty folder without one)."""
         workspace = mounts.workspace
         wasi = wasmtime.WasiConfig()
         for host, guest in self._preopens:
             wasi.preopen_dir(host, guest, fs_mutable=False)
         skills_view = workspace.root / SKILLS_VIEW
-        link_skills(mounts.request.skills, skills_view)
+        self._skill_copies(mounts).link(mounts.request.skills, skills_view)
         wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
         wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
         wasi.preopen_dir(str(skills_view), SKILLS_ROOT, fs_mutable=False)
@@ -256,33 +269,6 @@ class DataSandboxEngine(SandboxEngine):
 
     def __init__(self, blobs: BlobAccess, workspace_root: Path | None = None, packages: Path | None = None) -> None:
         super().__init__(blobs, workspace_root=workspace_root, image=DataImage(packages))
-
-
-def link_skills(skills: list[MountedSkill], view: Path) -> None:
-    """`view/<name>/...` for each skill: its folders made anew, its files hard links to
-    the skill's (copies across filesystems); symbolic links are left out (a skill's
-    symlink could point anywhere on the host). Mounted read-only by the caller."""
-    view.mkdir(mode=0o700, exist_ok=True)
-    for skill in skills:
-        source = Path(skill.root)
-        target = view / skill.name
-        if target.parent != view or target.exists():
-            continue
-        for folder, dirs, files in os.walk(source, followlinks=False):
-            rel = Path(folder).relative_to(source)
-            (target / rel).mkdir(mode=0o700)
-            dirs[:] = [d for d in dirs if not (Path(folder) / d).is_symlink()]
-            for name in files:
-                src = Path(folder) / name
-                if not stat.S_ISREG(src.lstat().st_mode):
-                    continue
-                try:
-                    os.link(src, target / rel / name, follow_symlinks=False)
-                except OSError:
-                    try:  # another filesystem, or a file the host may not link (protected_hardlinks)
-                        shutil.copyfile(src, target / rel / name, follow_symlinks=False)
-                    except OSError:
-                        logger.warning("skill %s: %s is not readable; left out of its mount", skill.name, rel / name)
 
 
 def resolve_image(choice: str) -> str:
