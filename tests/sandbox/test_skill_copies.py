@@ -73,3 +73,39 @@ def test_a_name_that_would_leave_the_view_is_not_linked(tmp_path: Path) -> None:
     copies.link([MountedSkill("../escape", skill.root, "code/main.py"), skill], view)
     assert sorted(p.name for p in view.iterdir()) == ["copy.ok"]
     assert not (tmp_path / "views" / "escape").exists()
+
+
+def test_a_view_is_kept_for_the_same_skills_and_made_anew_for_others(tmp_path: Path) -> None:
+    one = make_skill(tmp_path / "skills", "copy.one", {"code/main.py": "X = 1\n"})
+    two = make_skill(tmp_path / "skills", "copy.two", {"code/main.py": "X = 2\n"})
+    copies = SkillCopies(tmp_path / "copies")
+    view = tmp_path / "run-0" / "skills"
+    view.parent.mkdir()
+    assert copies.mount([one], view) == view
+    made = (view / "copy.one" / "code").stat().st_ino
+    assert copies.mount([one], view) == view  # the folder's next run of the same skill: nothing redone
+    assert (view / "copy.one" / "code").stat().st_ino == made
+    # A run with no skills mounts an empty folder; the view waits for the next skill run.
+    empty = copies.mount([], view)
+    assert empty != view and list(empty.iterdir()) == [] and (view / "copy.one").is_dir()
+    copies.mount([two], view)  # other skills: only they are in the view
+    assert sorted(p.name for p in view.iterdir()) == ["copy.two"]
+    main = Path(two.root) / "code" / "main.py"
+    main.write_text("X = 3\n")  # the skill changed: a new copy, the view made again
+    copies.mount([two], view)
+    assert (view / "copy.two" / "code" / "main.py").read_text() == "X = 3\n"
+
+
+def test_a_view_folder_made_again_at_the_same_path_is_linked_afresh(tmp_path: Path) -> None:
+    """A session makes its run's view folder per run, maybe at a path used before."""
+    skill = make_skill(tmp_path / "skills", "copy.session", {"code/main.py": "X = 1\n"})
+    copies = SkillCopies(tmp_path / "copies")
+    view = tmp_path / "v1" / "skills"
+    view.parent.mkdir()
+    copies.link([skill], view)
+    from wasmrun.sandbox import tree
+
+    tree.remove(view)
+    view.mkdir()
+    copies.link([skill], view)
+    assert (view / "copy.session" / "code" / "main.py").read_text() == "X = 1\n"

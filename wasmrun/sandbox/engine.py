@@ -80,7 +80,7 @@ class SandboxEngine:
         # This process's own folder under `workspace_root` (see workroots.py).
         self._root = WorkRoot(workspace_root or workroots.default_parent())
         self.workspace_root = self._root.path
-        self._dirs = WorkspaceDirs(self.workspace_root, extra=self.image.run_folders)
+        self._dirs = WorkspaceDirs(self.workspace_root, extra=self.image.run_folders, kept=self.image.kept_run_folders)
         self._roots = GuestRoots(self.workspace_root / "roots")
         self._bytecode: BytecodeCache | None = None
         if self.image.compiles_skills:

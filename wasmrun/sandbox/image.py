@@ -60,6 +60,7 @@ class Image(ABC):
     packages: PackageLayer  # the operator's packages it mounts (PackageLayer(None): none)
     buffers: GuestBuffers  # where the request and output travel in memory (none: io_capacity -1)
     run_folders: tuple[str, ...] = ()  # subfolders each run folder needs besides workspace, tmp, blobs
+    kept_run_folders: tuple[str, ...] = ()  # of those, the ones a used run folder keeps for its next run
     compiles_skills: bool = False  # skills run from bytecode compiled ahead (engine._compile)
     makes_skill_images: bool = False  # a skill's import is kept as a memory image (skillimages.py)
     warmup: tuple[RunRequest, ...] = ()  # runs whose written pages every spare gets ahead

@@ -193,6 +193,7 @@ class DataImage(Image):
     stdlib image (skillimages.py)."""
 
     run_folders = (SKILLS_VIEW, NO_PACKAGES)
+    kept_run_folders = (SKILLS_VIEW,)  # a view is kept for the folder's next run (skillcopies.py)
     warmup = DATA_WARMUP_REQUESTS
     makes_skill_images = True
 
@@ -240,14 +241,13 @@ class DataImage(Image):
 
     def preopens(self, mounts: Mounts) -> tuple[wasmtime.WasiConfig, frozenset[int]]:
         """The image's mounts, in the order baked into it: its own (read-only), /workspace,
-        /tmp, then /skills (the run's skills: a folder of its own, linked to their copies), /blobs and
+        /tmp, then /skills (the run's skills: its folder's view, linked to their copies), /blobs and
         /packages (the published package layer's site-packages, an empty folder without one)."""
         workspace = mounts.workspace
         wasi = wasmtime.WasiConfig()
         for host, guest in self._preopens:
             wasi.preopen_dir(host, guest, fs_mutable=False)
-        skills_view = workspace.root / SKILLS_VIEW
-        self._skill_copies(mounts).link(mounts.request.skills, skills_view)
+        skills_view = self._skill_copies(mounts).mount(mounts.request.skills, workspace.root / SKILLS_VIEW)
         wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
         wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
         wasi.preopen_dir(str(skills_view), SKILLS_ROOT, fs_mutable=False)

@@ -14,6 +14,16 @@ copy) in the engine's own folder; the skill's own files are only read.
 Copies hold regular files and folders only (a symbolic link could point
 anywhere on the host; a FIFO could block), as the views did. Kept in an LRU
 bounded by count and bytes; the engine's close removes the folder.
+
+A view is kept between the runs of its run folder (WorkspaceDirs leaves it,
+images.py): the next run that mounts the same skills, as they are now, finds
+it made (making one is a `mkdir` per folder and a link per file, and its
+removal as many calls at teardown; a `mkdir` took ~1 ms on a loaded box). A
+view's links hold its copy's files, so a copy evicted meanwhile leaves it
+whole. A view is known by its folder's identity (device, inode, ctime: a
+folder removed and made again at that path is another), so a session's view
+folders, made per run, are linked afresh. A run with no skills mounts one
+empty folder instead of its run folder's view.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ logger = logging.getLogger("wasmrun.sandbox")
 
 MAX_COPIES = 32
 MAX_COPY_BYTES = 1 << 30  # all copies together; the newest is kept whatever its size
+MAX_VIEWS = 1_024  # views remembered as made; a forgotten one is made again
 
 
 class SkillCopies:
@@ -47,18 +58,43 @@ class SkillCopies:
         self._copies: OrderedDict[str, tuple[Path, int]] = OrderedDict()  # key -> (folder, bytes)
         self._bytes = 0
         self._serial = itertools.count()
+        # view folder -> (its identity, the copies it links to), most recently used last
+        self._views: OrderedDict[Path, tuple[tuple[int, int, int], tuple[tuple[str, Path], ...]]] = OrderedDict()
         # Held while a view links to a copy: eviction never removes one being linked.
         self._lock = threading.Lock()
 
+    def mount(self, skills: list[MountedSkill], view: Path) -> Path:
+        """The folder to mount at /skills for a run of `skills`: one empty folder when there
+        are none, else `view` holding them (see `link`)."""
+        if not skills:
+            empty = self.root / "empty"
+            if not empty.is_dir():
+                self.root.mkdir(mode=0o700, exist_ok=True)
+                empty.mkdir(mode=0o700, exist_ok=True)
+            return empty
+        self.link(skills, view)
+        return view
+
     def link(self, skills: list[MountedSkill], view: Path) -> None:
-        """`view/<name>/...` for each skill: folders made anew, files hard links to the skill's copy."""
+        """`view/<name>/...` for each skill, its files hard links to the skill's copy: left as
+        it is when it holds exactly these copies already, else emptied and made anew."""
         view.mkdir(mode=0o700, exist_ok=True)
         with self._lock:
+            wanted: dict[str, Path] = {}
             for skill in skills:
-                target = view / skill.name
-                if target.parent != view or target.exists():
-                    continue
-                _link_tree(self._copy_of(skill), target)
+                if (view / skill.name).parent == view and skill.name not in wanted:
+                    wanted[skill.name] = self._copy_of(skill)
+            linked = tuple(wanted.items())
+            known = self._views.pop(view, None)
+            if known is not None and known == (_identity(view), linked):
+                self._views[view] = known
+                return
+            tree.empty(view)
+            for name, copy in linked:
+                _link_tree(copy / COPY_NAME, view / name)
+            self._views[view] = (_identity(view), linked)
+            while len(self._views) > MAX_VIEWS:
+                self._views.popitem(last=False)
 
     def __len__(self) -> int:
         with self._lock:
@@ -74,7 +110,8 @@ class SkillCopies:
         self.root.mkdir(mode=0o700, exist_ok=True)
         folder = self.root / f"copy-{next(self._serial)}"
         try:
-            size = _copy_tree(Path(skill.root), folder, skill.name)
+            folder.mkdir(mode=0o700)
+            size = _copy_tree(Path(skill.root), folder / COPY_NAME, skill.name)
         except BaseException:
             _remove_quietly(folder)
             raise
@@ -85,6 +122,14 @@ class SkillCopies:
             self._bytes -= old_size
             _remove_quietly(old)
         return folder
+
+
+COPY_NAME = "skill"  # a copy's folder holds the skill's tree under this name
+
+
+def _identity(folder: Path) -> tuple[int, int, int]:
+    st = folder.stat()
+    return st.st_dev, st.st_ino, st.st_ctime_ns
 
 
 def copy_key(skill: MountedSkill) -> str:
