@@ -215,7 +215,10 @@ class DataImage(Image):
         call_type = exports_.func_imports(self.module, DOOR_MODULE)[DOOR_IMPORT]
         self.linker.define_func(DOOR_MODULE, DOOR_IMPORT, call_type, door.call, access_caller=True)
         self._pre = self.linker.instantiate_pre(self.module)
-        self.buffers = NO_BUFFERS
+        # The request and the reply go through the door; stdout through a buffer in the
+        # image's memory (runtime/_door.py), read as the stdlib guest's is.
+        out = dataimage.out_buffer(path)
+        self.buffers = NO_BUFFERS if out is None else GuestBuffers(0, -1, *out)
         self._copies: SkillCopies | None = None  # made at the first run: it lives in the engine's folder
         self._copies_lock = threading.Lock()
 
