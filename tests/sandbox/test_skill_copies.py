@@ -70,7 +70,8 @@ def test_a_name_that_would_leave_the_view_is_not_linked(tmp_path: Path) -> None:
     copies = SkillCopies(tmp_path / "copies")
     view = tmp_path / "views" / "view"
     view.parent.mkdir()
-    copies.link([MountedSkill("../escape", skill.root, "code/main.py"), skill], view)
+    odd = ["../escape", "..", ".", "", "a/b", "nul\0name"]
+    copies.link([*(MountedSkill(name, skill.root, "code/main.py") for name in odd), skill], view)
     assert sorted(p.name for p in view.iterdir()) == ["copy.ok"]
     assert not (tmp_path / "views" / "escape").exists()
 

@@ -82,7 +82,7 @@ class SkillCopies:
         with self._lock:
             wanted: dict[str, Path] = {}
             for skill in skills:
-                if (view / skill.name).parent == view and skill.name not in wanted:
+                if _one_name(skill.name) and skill.name not in wanted:
                     wanted[skill.name] = self._copy_of(skill)
             linked = tuple(wanted.items())
             known = self._views.pop(view, None)
@@ -130,6 +130,11 @@ COPY_NAME = "skill"  # a copy's folder holds the skill's tree under this name
 def _identity(folder: Path) -> tuple[int, int, int]:
     st = folder.stat()
     return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
+def _one_name(name: str) -> bool:
+    """A name that stays one entry inside the view (the registry allows no other; checked again here)."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
 
 
 def copy_key(skill: MountedSkill) -> str:
