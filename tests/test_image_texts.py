@@ -82,6 +82,31 @@ def test_the_texts_state_the_guest_s_python_and_packages(server: LiveServer) -> 
     assert "create_session" in guide and "session_id" in guide
 
 
+def test_the_texts_state_what_differs_on_this_image_and_it_holds(server: LiveServer) -> None:
+    """The image's differences the texts state (docs/images.md), held against the guest."""
+    tools = httpx2.get(server.base_url + "/tools", timeout=60).json()
+    major_minor = run(server, "import sys\n'%d.%d' % sys.version_info[:2]")
+    skill_text = str(next(t["description"] for t in tools if t["name"] == "execute_skill"))
+    assert f"Skills run on CPython {major_minor} here (the {TEST_IMAGE} image)" in skill_text, skill_text
+    assert "keeps to 3.11 syntax" in skill_text, skill_text
+    guide = rpc(server, "load_skills_protocol_guide", {})["content"]
+    assert "docs/images.md" in guide and f"Skills run on CPython {major_minor} here" in guide
+    text = run_code_text(tools)
+    listing = rpc(server, "run_code", {"language": "python", "code": "import os\nos.listdir('/')"})
+    blobs = run(server, "import os\nos.path.isdir('/blobs')")
+    ctypes_use = rpc(server, "run_code", {"language": "python", "code": "import ctypes\nctypes.CDLL(None)"})
+    if TEST_IMAGE == "data":
+        assert "`/` cannot be listed" in text and "/blobs always exists" in text, text
+        assert listing["status"] == "failed" and listing["error"]["type"] == "FileNotFoundError", listing
+        assert blobs is True
+        assert ctypes_use["status"] == "failed" and ctypes_use["error"]["type"] == "OSError", ctypes_use
+    else:
+        assert "cannot be listed" not in text, text
+        assert listing["status"] == "completed" and "workspace" in listing["output"], listing
+        assert blobs is False  # no input blobs: no /blobs
+        assert ctypes_use["status"] == "failed" and ctypes_use["error"]["type"] == "ModuleNotFoundError", ctypes_use
+
+
 def test_every_surface_states_the_same_image(server: LiveServer) -> None:
     over_http = run_code_text(httpx2.get(server.base_url + "/tools?format=mcp", timeout=60).json())
 

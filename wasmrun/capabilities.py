@@ -76,6 +76,32 @@ def installed_text(image: ImageFacts) -> str:
     )
 
 
+# What code notices on one image that the other does differently (docs/images.md has the table).
+IMAGE_NOTES = {
+    "data": (
+        "On this image `/` cannot be listed (list /workspace, /tmp, /skills or /blobs), /blobs always"
+        " exists (empty without input blobs), ctypes imports but every use raises OSError, and each print"
+        " is a call to the host (print a few long strings rather than many short ones)."
+    ),
+    "stdlib": "",
+}
+OTHER_IMAGE = {"data": ("stdlib", "without third-party packages"), "stdlib": ("data", "with numpy, pandas, matplotlib")}
+
+
+def skills_python_text(image: ImageFacts) -> str:
+    """Which Python skills run on here, and what a skill meant for both images keeps to."""
+    other, other_packages = OTHER_IMAGE.get(image.name, ("", ""))
+    if not other:
+        return f"Skills run on CPython {image.python} here."
+    other_python = image_facts(other).python
+    oldest = min((image.python, other_python), key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
+    return (
+        f"Skills run on CPython {image.python} here (the {image.name} image); wasmrun's {other} image runs"
+        f" CPython {other_python} {other_packages}: a skill meant for both keeps to {oldest} syntax and imports"
+        " numpy, pandas or matplotlib only where they are present."
+    )
+
+
 @dataclass(frozen=True)
 class ServerFacts:
     """The facts of one server that its tool texts and guide state."""
@@ -111,7 +137,8 @@ class ServerFacts:
         }
 
     def installed(self) -> str:
-        return installed_text(self.image)
+        notes = IMAGE_NOTES.get(self.image.name, "")
+        return installed_text(self.image) + (" " + notes if notes else "")
 
     def network(self) -> str:
         if not self.run_code_hosts:
@@ -138,7 +165,7 @@ class ServerFacts:
         return "\n".join((
             "Execute a skill's entrypoint (main(args) of its code) in a fresh sandbox; `output` is"
             " its return value.",
-            BLOBS, STATELESS, self.limits_text(),
+            skills_python_text(self.image), BLOBS, STATELESS, self.limits_text(),
         ))
 
     def guide_section(self, methods: tuple[str, ...] = ()) -> str:
@@ -149,6 +176,8 @@ class ServerFacts:
         return "\n\n".join(part for part in (
             "## This server (generated from its configuration)",
             f"Image served: {self.image.name}. " + self.installed(),
+            skills_python_text(self.image) + " The differences between the two images are one table in"
+            " wasmrun's docs/images.md.",
             RUN_CONTRACT, STATELESS, SESSIONS, BLOBS, self.network(), self.limits_text(),
             "Errors: a failed run has error.type and error.message (with the Python traceback;"
             " Timeout and CPULimitExceeded say where the code was when it was stopped). A call"

@@ -206,6 +206,18 @@ def test_output_before_a_trap_is_kept(run_code):
     assert result.logs == "got this far\n"
 
 
+def test_output_before_a_hard_stop_is_kept(run_code):
+    """Code that swallows the stop request is stopped hard (a trap, no Python left to flush):
+    what it printed is still in the logs, read from the guest's output buffer."""
+    code = (
+        "def main(args):\n    print('got this far', end='')\n    while True:\n        try:\n"
+        "            while True:\n                pass\n        except BaseException:\n            pass\n"
+    )
+    result = run_code(code, timeout_ms=300)
+    assert result.error.type == "Timeout"
+    assert result.logs.startswith("got this far")
+
+
 def test_output_past_the_guest_buffer_keeps_order(run_code):
     code = (
         "import sys\n"

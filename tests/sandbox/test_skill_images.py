@@ -19,7 +19,7 @@ from wasmrun.sandbox.engine import SandboxEngine
 from wasmrun.sandbox.guest.guestmemory import memory_view
 from wasmrun.sandbox.memory import instances
 from wasmrun.sandbox.memory.instances import APPLIED_MAX_BYTES, SKILL_PAGE_SPARES, SPARES, Fresh, HotPages, InstanceSupply
-from wasmrun.sandbox.memory.skillpages import MAX_PREFAULT_PAGES, SkillImage, SkillImages, image_key
+from wasmrun.sandbox.memory.skillpages import MAX_PREFAULT_PAGES, SkillPages, SkillPagesCache, pages_key
 
 MAIN = """\
 import random
@@ -116,12 +116,12 @@ def test_a_new_version_is_a_new_image(engine: SandboxEngine, tmp_path: Path) -> 
 
 def test_the_key_names_the_guest_build_and_the_skill(tmp_path: Path) -> None:
     skill = _skill(tmp_path, "img.key")
-    key = image_key("guest-a", skill)
-    assert key == image_key("guest-a", skill)
-    assert key != image_key("guest-b", skill)  # a new guest build
-    assert key != image_key("guest-a", MountedSkill(skill.name, skill.root, "code/other.py"))
+    key = pages_key("guest-a", skill)
+    assert key == pages_key("guest-a", skill)
+    assert key != pages_key("guest-b", skill)  # a new guest build
+    assert key != pages_key("guest-a", MountedSkill(skill.name, skill.root, "code/other.py"))
     (Path(skill.root) / "code" / "new.py").write_text("")
-    assert key != image_key("guest-a", skill)  # a file added
+    assert key != pages_key("guest-a", skill)  # a file added
 
 
 @pytest.mark.parametrize("changes_files", [False, True])
@@ -130,13 +130,13 @@ def test_an_image_is_kept_only_if_the_skill_did_not_change_while_it_was_made(tmp
     evicted, an operator editing) would make a wrong image under the old key."""
     skill = make_skill(tmp_path, "img.moving", {"code/main.py": "VALUE = 1\n"})
 
-    def make(skill: MountedSkill) -> SkillImage:
+    def make(skill: MountedSkill) -> SkillPages:
         if changes_files:
             (Path(skill.root) / "code" / "main.py").unlink()
-        return SkillImage(1 << 20, ((0, bytearray(10)),))
+        return SkillPages(1 << 20, ((0, bytearray(10)),))
 
-    images = SkillImages(make, key_of=lambda s: image_key("guest", s))
-    key = image_key("guest", skill)
+    images = SkillPagesCache(make, key_of=lambda s: pages_key("guest", s))
+    key = pages_key("guest", skill)
     assert key is not None
     images.request(key, skill)
     assert images.wait_ready()
@@ -152,18 +152,18 @@ def test_a_failed_import_run_is_tried_again_later_a_bounded_number_of_times(tmp_
     skill = make_skill(tmp_path, "img.flaky", {"code/main.py": "VALUE = 1\n"})
     made: list[str] = []
 
-    def make(skill: MountedSkill) -> SkillImage | None:
+    def make(skill: MountedSkill) -> SkillPages | None:
         made.append(skill.name)
         return None
 
-    images = SkillImages(make, retry_after_s=0.0)
+    images = SkillPagesCache(make, retry_after_s=0.0)
     for attempt in range(1, MAX_ATTEMPTS + 3):
         images.request("k", skill)
         assert images.wait_ready()
         assert images.failures("k") == min(attempt, MAX_ATTEMPTS)
     assert len(made) == MAX_ATTEMPTS
     images.close()
-    waiting = SkillImages(make, retry_after_s=3600.0)
+    waiting = SkillPagesCache(make, retry_after_s=3600.0)
     waiting.request("k", skill)
     assert waiting.wait_ready()
     waiting.request("k", skill)  # within its backoff: not tried again yet
@@ -172,10 +172,10 @@ def test_a_failed_import_run_is_tried_again_later_a_bounded_number_of_times(tmp_
 
 
 def test_the_cache_is_bounded_by_count_and_bytes() -> None:
-    def image(n: int) -> SkillImage:
-        return SkillImage(1 << 20, ((0, bytearray(n)),))
+    def image(n: int) -> SkillPages:
+        return SkillPages(1 << 20, ((0, bytearray(n)),))
 
-    images = SkillImages(lambda skill: None, max_images=2, max_bytes=10_000)
+    images = SkillPagesCache(lambda skill: None, max_images=2, max_bytes=10_000)
     images.put("a", image(1000))
     images.put("b", image(1000))
     assert images.get("a") is not None  # now the most recently used
@@ -197,7 +197,11 @@ def test_the_image_keeps_skill_files_read_only_and_the_listings(engine: SandboxE
         "        wrote = True\n"
         "    except OSError:\n"
         "        wrote = False\n"
-        "    return {'wrote': wrote, 'root': sorted(os.listdir('/')), 'skills': sorted(os.listdir('/skills'))}\n"
+        "    try:\n"
+        "        root = sorted(os.listdir('/'))\n"
+        "    except OSError as exc:\n"  # the data image has no `/` of its own (its mounts are baked in)
+        "        root = type(exc).__name__\n"
+        "    return {'wrote': wrote, 'root': root, 'skills': sorted(os.listdir('/skills'))}\n"
     )
     skill = _skill(tmp_path, "img.ro", 1, extra)
     first = engine.run(RunRequest(kind="skill", skill=skill.name, function="probe", skills=[skill]))
@@ -206,6 +210,23 @@ def test_the_image_keeps_skill_files_read_only_and_the_listings(engine: SandboxE
     assert "importing the skill" not in later.logs
     assert _output(later) == _output(first)
     assert _output(later)["wrote"] is False and _output(later)["skills"] == ["img.ro"]
+
+
+def test_runs_leave_the_skills_files_as_they_were_and_its_image_is_used(engine: SandboxEngine, tmp_path: Path) -> None:
+    """A run only reads a skill's files: their identity (ctime included, which names
+    the skill's version in its image key) is the same after runs as before. The data
+    image's /skills views once hard-linked them per run, which changed every file's
+    ctime: no run ever matched the skill's image."""
+    skill = _skill(tmp_path, "img.untouched")
+    files = sorted(p for p in Path(skill.root).rglob("*") if p.is_file())
+    before = {p: (p.stat().st_ino, p.stat().st_nlink, p.stat().st_ctime_ns) for p in files}
+    key = pages_key(engine.image.key + engine.packages.version(), skill)
+    _warm(engine, skill)
+    later = [_run(engine, skill) for _ in range(3)]
+    engine.drain()  # used run folders (their views) emptied too
+    assert {p: (p.stat().st_ino, p.stat().st_nlink, p.stat().st_ctime_ns) for p in files} == before
+    assert pages_key(engine.image.key + engine.packages.version(), skill) == key
+    assert all("importing the skill" not in result.logs for result in later)
 
 
 def test_an_image_larger_than_the_memory_limit_is_not_used(engine: SandboxEngine, tmp_path: Path) -> None:
@@ -264,17 +285,17 @@ def test_an_image_holds_only_the_changed_pages() -> None:
     after = bytearray(base) + bytearray(3 * page)  # grown by three pages
     after[page + 5] = 1  # one page changed inside the old memory
     after[5 * page] = 2  # one grown page written; the other two stay zero
-    image = SkillImage.difference(memoryview(bytes(base)), memoryview(after), max_bytes=1 << 20)
+    image = SkillPages.difference(memoryview(bytes(base)), memoryview(after), max_bytes=1 << 20)
     assert image is not None
     assert image.memory_bytes == 7 * page
     assert [(offset, len(data)) for offset, data in image.spans] == [(page, page), (5 * page, page)]
-    assert SkillImage.difference(memoryview(bytes(base)), memoryview(after), max_bytes=page) is None
+    assert SkillPages.difference(memoryview(bytes(base)), memoryview(after), max_bytes=page) is None
 
 
 def test_a_skill_of_many_files_runs_as_before(engine: SandboxEngine, tmp_path: Path) -> None:
     files = {f"data/{i}.txt": "x" for i in range(1_001)}
     skill = make_skill(tmp_path, "img.many", {"code/main.py": "VERSION = 1\n" + MAIN, **files})
-    assert image_key("guest", skill) is None
+    assert pages_key("guest", skill) is None
     for _ in range(2):
         result = _run(engine, skill)
         assert engine.skill_pages.wait_ready(120)
@@ -294,7 +315,7 @@ def test_an_image_written_in_changes_exactly_its_pages(engine: SandboxEngine) ->
             (3 * page, bytearray(b"\x02" * 2 * page)),
             (size + page, bytearray(b"\x03" * page)),  # in memory the image grows
         )
-        image = SkillImage(size + wasm_page, spans)
+        image = SkillPages(size + wasm_page, spans)
         image.apply(target.store, target.memory)
         expected = bytearray(memory_view(pristine.store, pristine.memory)) + bytearray(wasm_page)
         for offset, data in spans:
@@ -306,11 +327,11 @@ def test_an_image_written_in_changes_exactly_its_pages(engine: SandboxEngine) ->
 
 
 def test_the_pages_copied_ahead_are_bounded_and_follow_the_cache() -> None:
-    def image(first_page: int, pages: int) -> SkillImage:
-        return SkillImage(1 << 30, ((first_page * 4096, bytearray(pages * 4096)),))
+    def image(first_page: int, pages: int) -> SkillPages:
+        return SkillPages(1 << 30, ((first_page * 4096, bytearray(pages * 4096)),))
 
     changes: list[int] = []
-    images = SkillImages(lambda skill: None, on_change=lambda: changes.append(1))
+    images = SkillPagesCache(lambda skill: None, on_change=lambda: changes.append(1))
     images.put("a", image(0, 600))
     images.put("b", image(500, 300))  # overlaps a: the union is 800 pages
     assert images.prefault_pages() == frozenset(range(800)) and len(changes) == 2
@@ -320,7 +341,7 @@ def test_the_pages_copied_ahead_are_bounded_and_follow_the_cache() -> None:
     images.enabled = False  # images off: nothing to copy ahead
     assert images.prefault_pages() == frozenset()
     images.enabled = True
-    small = SkillImages(lambda skill: None, max_images=1)
+    small = SkillPagesCache(lambda skill: None, max_images=1)
     small.put("a", image(0, 10))
     small.put("b", image(100, 10))  # a is evicted: its pages are no longer copied ahead
     assert small.prefault_pages() == frozenset(range(100, 110))
@@ -341,14 +362,14 @@ def test_spares_for_image_runs_hold_the_image_pages_and_nothing_of_the_skill(
 ) -> None:
     skill = _skill(tmp_path, "img.spare")
     _warm(engine, skill)
-    image = engine.skill_pages.get(image_key(engine.image.guest.key, skill))
+    image = engine.skill_pages.get(pages_key(engine.image.guest.key, skill))
     assert image is not None and image.pages() <= engine.skill_pages.prefault_pages()
     engine.wait_idle(60)
     supply = engine.loop.supply
     with supply._cond:
         ready = [spare for spare in supply._spares if spare.has_skill_pages]
     assert len(ready) == SKILL_PAGE_SPARES
-    other = SkillImage(image.memory_bytes, image.spans)  # an image no spare has written in
+    other = SkillPages(image.memory_bytes, image.spans)  # an image no spare has written in
     fresh = supply.take(other)
     assert fresh in ready and fresh.applied is None
     mapped = fresh.memory.data_len(fresh.store) // 4096
@@ -362,7 +383,7 @@ def test_a_spare_with_an_image_written_in_serves_only_runs_from_that_image(
 ) -> None:
     skill = _skill(tmp_path, "img.applied")
     _warm(engine, skill)
-    image = engine.skill_pages.get(image_key(engine.image.guest.key, skill))
+    image = engine.skill_pages.get(pages_key(engine.image.guest.key, skill))
     engine.wait_idle(60)
     supply = engine.loop.supply
     assert [spare.applied for spare in supply._applied].count(image) == 1
@@ -390,7 +411,7 @@ def test_a_spare_with_an_image_written_in_serves_only_runs_from_that_image(
 def test_a_large_image_gets_no_spare_written_in(engine: SandboxEngine, tmp_path: Path) -> None:
     skill = _skill(tmp_path, "img.large", 1, "BIG = b'x' * (20 << 20)\n")
     _warm(engine, skill)
-    image = engine.skill_pages.get(image_key(engine.image.guest.key, skill))
+    image = engine.skill_pages.get(pages_key(engine.image.guest.key, skill))
     assert image is not None and image.nbytes > APPLIED_MAX_BYTES
     engine.wait_idle(60)
     # An idle spare holding 20 MB for one skill: not made; runs still start from the image.

@@ -16,7 +16,7 @@ from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult
 from wasmrun.sandbox.files.workspace import Workspace
 from wasmrun.sandbox.guest.guestmemory import memory_view
 from wasmrun.sandbox.memory.instances import HotPages
-from wasmrun.sandbox.memory.skillpages import NoBlobs, SkillImage
+from wasmrun.sandbox.memory.skillpages import NoBlobs, SkillPages
 from wasmrun.sandbox.runloop import RunLoop
 
 logger = logging.getLogger("wasmrun.sandbox")
@@ -43,12 +43,12 @@ def learn_hot_pages(loop: RunLoop) -> HotPages:
     return hot
 
 
-def import_skill_pages(loop: RunLoop, skill: MountedSkill, max_bytes: int) -> SkillImage | None:
+def import_skill_pages(loop: RunLoop, skill: MountedSkill, max_bytes: int) -> SkillPages | None:
     """An import run of `skill` in a never-used instance (not a prefaulted
     spare, so that only the import's own writes differ from the snapshot),
     with IMPORT_LIMITS; its changed pages (at most `max_bytes`), or None if
     the skill does not import on its own within them."""
-    if not loop.image.makes_skill_images:
+    if not loop.image.makes_skill_pages:
         return None
     bytecode = skill_bytecode(loop, [skill])
     pristine = loop.image.new_instance()  # compared against, never run
@@ -64,7 +64,7 @@ def import_skill_pages(loop: RunLoop, skill: MountedSkill, max_bytes: int) -> Sk
         if not imported:
             logger.info("skill %s has no pages of its own: %s", skill.name, result.error)
             return None
-        pages = SkillImage.difference(
+        pages = SkillPages.difference(
             memory_view(pristine.store, pristine.memory), memory_view(fresh.store, fresh.memory), max_bytes,
         )
         if pages is None:

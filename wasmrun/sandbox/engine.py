@@ -28,7 +28,7 @@ from wasmrun.sandbox.guest.outstream import OutputSink
 from wasmrun.sandbox.images.image import Image
 from wasmrun.sandbox.images.stdlibimage import StdlibImage
 from wasmrun.sandbox.memory.instances import release_pages
-from wasmrun.sandbox.memory.skillpages import SkillImage, SkillImages, image_key, single_skill
+from wasmrun.sandbox.memory.skillpages import SkillPages, SkillPagesCache, pages_key, single_skill
 from wasmrun.sandbox.runloop import RunLoop
 from wasmrun.sandbox.sessions.run import run_in_session
 from wasmrun.sandbox.sessions.warm import WarmInstances
@@ -50,10 +50,10 @@ class SandboxEngine:
     ) -> None:
         self.image = image or StdlibImage(guest, packages)
         # A skill's pages are made by an import run on the loop, and copied into spares by its supply.
-        self.skill_pages = SkillImages(
+        self.skill_pages = SkillPagesCache(
             lambda skill: backgroundruns.import_skill_pages(self.loop, skill, self.skill_pages.max_bytes),
             on_change=lambda: self.loop.supply.wake(),
-            key_of=lambda skill: image_key(self.image.key + self.image.packages.version(), skill),
+            key_of=lambda skill: pages_key(self.image.key + self.image.packages.version(), skill),
         )
         self.loop = RunLoop(
             self.image, blobs, workspace_root, backgroundruns.learn_hot_pages,
@@ -118,18 +118,18 @@ class SandboxEngine:
         except Exception:
             return host_failure(request, "the sandbox host failed; the run was stopped")
 
-    def _skill_pages_for(self, request: RunRequest) -> tuple[MountedSkill | None, str | None, SkillImage | None]:
+    def _skill_pages_for(self, request: RunRequest) -> tuple[MountedSkill | None, str | None, SkillPages | None]:
         """The one skill a run may start from the pages of (its modules imported), their
         key, and the pages themselves when they are made and fit the run's memory."""
         # The import run has no environment and no network: a run granted either
         # imports for itself (a skill may read them at import).
         no_network = request.network is None or not request.network.granted
-        if not self.image.makes_skill_images or request.env or not no_network:
+        if not self.image.makes_skill_pages or request.env or not no_network:
             return None, None, None
         skill = single_skill(request.skills)
         if skill is None:
             return None, None, None
-        key = image_key(self.image.key + self.image.packages.version(), skill)
+        key = pages_key(self.image.key + self.image.packages.version(), skill)
         pages = self.skill_pages.get(key) if key is not None else None
         if pages is not None and pages.memory_bytes > request.limits.memory_bytes:
             pages = None  # the import alone would not fit this run's memory limit

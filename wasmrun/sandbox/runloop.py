@@ -80,7 +80,7 @@ class RunLoop:
         # This process's own folder under `workspace_root` (see workroots.py).
         self._root = WorkRoot(workspace_root or workroots.default_parent())
         self.workspace_root = self._root.path
-        self.dirs = WorkspaceDirs(self.workspace_root, extra=image.run_folders)
+        self.dirs = WorkspaceDirs(self.workspace_root, extra=image.run_folders, kept=image.kept_run_folders)
         self._roots = GuestRoots(self.workspace_root / "roots")
         self.bytecode: BytecodeCache | None = None
         if image.compiles_skills:

@@ -91,9 +91,11 @@ class WorkspaceDirs:
 
     SUBFOLDERS = ("workspace", "tmp", "blobs")
 
-    def __init__(self, root: Path, extra: tuple[str, ...] = ()) -> None:
+    def __init__(self, root: Path, extra: tuple[str, ...] = (), kept: tuple[str, ...] = ()) -> None:
         self.root = root  # private to one engine (0700)
         self.subfolders = self.SUBFOLDERS + extra  # extra: e.g. the data image's skills view (images/dataimage.py)
+        # Left as they are when a folder is given back: their owner reuses or redoes them (files/skillcopies.py).
+        self._emptied = tuple(sub for sub in self.subfolders if sub not in kept)
         self.block = diskuse.block_size(root)  # measured once: the workspaces' allocation unit
         self._serial = itertools.count()
         self._spare: list[Path] = []
@@ -109,9 +111,10 @@ class WorkspaceDirs:
             return path
 
     def give_back(self, path: Path) -> None:
-        """Empty the run folder `path` and shelve it; one that cannot be emptied is dropped."""
+        """Empty the run folder `path` (all but its kept subfolders) and shelve it; one that
+        cannot be emptied is dropped."""
         try:
-            for sub in self.subfolders:
+            for sub in self._emptied:
                 dirtree.empty(path / sub)
         except OSError:
             _remove_quietly(path)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import stat
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from wasmrun.sandbox.contract.blobaccess import BlobAccess
 from wasmrun.sandbox.contract.types import Figure, MountedSkill, RunRequest, RunResult
 from wasmrun.sandbox.engine import SandboxEngine
 from wasmrun.sandbox.files.packagelayer import PackageLayer
+from wasmrun.sandbox.files.skillcopies import SkillCopies
 from wasmrun.sandbox.files.workspace import Workspace
 from wasmrun.sandbox.guest import door
 from wasmrun.sandbox.guest.hostcalls import GuestBuffers, RunContext
@@ -189,10 +191,13 @@ class DataImage(Image):
     image), its engine (no pooling allocator, see DATA_ENGINE_SETTINGS), its
     mounts (baked into the image in a fixed order, dataimage.RUN_MOUNTS) and
     how a run enters the guest (DoorTurn). Skills are imported from source
-    (no 3.11 bytecode) and get no import image."""
+    (no 3.11 bytecode); a skill's import is kept as a memory image, as on the
+    stdlib image (memory/skillpages.py)."""
 
     run_folders = (SKILLS_VIEW, NO_PACKAGES)
+    kept_run_folders = (SKILLS_VIEW,)  # a view is kept for the folder's next run (files/skillcopies.py)
     warmup = DATA_WARMUP_REQUESTS
+    makes_skill_pages = True
 
     def __init__(self, packages: Path | None = None) -> None:
         self.engine = data_engine()
@@ -212,7 +217,20 @@ class DataImage(Image):
         call_type = exports_.func_imports(self.module, DOOR_MODULE)[DOOR_IMPORT]
         self.linker.define_func(DOOR_MODULE, DOOR_IMPORT, call_type, door.call, access_caller=True)
         self._pre = self.linker.instantiate_pre(self.module)
-        self.buffers = NO_BUFFERS
+        # The request and the reply go through the door; stdout through a buffer in the
+        # image's memory (runtime/_door.py), read as the stdlib guest's is.
+        out = dataimage.out_buffer(path)
+        self.buffers = NO_BUFFERS if out is None else GuestBuffers(0, -1, *out)
+        self._copies: SkillCopies | None = None  # made at the first run: it lives in the engine's folder
+        self._copies_lock = threading.Lock()
+
+    def _skill_copies(self, mounts: Mounts) -> SkillCopies:
+        """The skills' copies runs' /skills views link to (files/skillcopies.py), in the engine's
+        own folder (the one its guest roots are in), removed with it."""
+        with self._copies_lock:
+            if self._copies is None:
+                self._copies = SkillCopies(mounts.roots.folder.parent / "skill-copies")
+            return self._copies
 
     def new_instance(self) -> Fresh:
         store = wasmtime.Store(self.engine)
@@ -228,14 +246,13 @@ class DataImage(Image):
 
     def preopens(self, mounts: Mounts) -> tuple[wasmtime.WasiConfig, frozenset[int]]:
         """The image's mounts, in the order baked into it: its own (read-only), /workspace,
-        /tmp, then /skills (the run's skills, linked into a folder of its own), /blobs and
+        /tmp, then /skills (the run's skills: its folder's view, linked to their copies), /blobs and
         /packages (the published package layer's site-packages, an empty folder without one)."""
         workspace = mounts.workspace
         wasi = wasmtime.WasiConfig()
         for host, guest in self._preopens:
             wasi.preopen_dir(host, guest, fs_mutable=False)
-        skills_view = workspace.root / SKILLS_VIEW
-        link_skills(mounts.request.skills, skills_view)
+        skills_view = self._skill_copies(mounts).mount(mounts.request.skills, workspace.root / SKILLS_VIEW)
         wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
         wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
         wasi.preopen_dir(str(skills_view), SKILLS_ROOT, fs_mutable=False)
@@ -257,33 +274,6 @@ class DataSandboxEngine(SandboxEngine):
 
     def __init__(self, blobs: BlobAccess, workspace_root: Path | None = None, packages: Path | None = None) -> None:
         super().__init__(blobs, workspace_root=workspace_root, image=DataImage(packages))
-
-
-def link_skills(skills: list[MountedSkill], view: Path) -> None:
-    """`view/<name>/...` for each skill: its folders made anew, its files hard links to
-    the skill's (copies across filesystems); symbolic links are left out (a skill's
-    symlink could point anywhere on the host). Mounted read-only by the caller."""
-    view.mkdir(mode=0o700, exist_ok=True)
-    for skill in skills:
-        source = Path(skill.root)
-        target = view / skill.name
-        if target.parent != view or target.exists():
-            continue
-        for folder, dirs, files in os.walk(source, followlinks=False):
-            rel = Path(folder).relative_to(source)
-            (target / rel).mkdir(mode=0o700)
-            dirs[:] = [d for d in dirs if not (Path(folder) / d).is_symlink()]
-            for name in files:
-                src = Path(folder) / name
-                if not stat.S_ISREG(src.lstat().st_mode):
-                    continue
-                try:
-                    os.link(src, target / rel / name, follow_symlinks=False)
-                except OSError:
-                    try:  # another filesystem, or a file the host may not link (protected_hardlinks)
-                        shutil.copyfile(src, target / rel / name, follow_symlinks=False)
-                    except OSError:
-                        logger.warning("skill %s: %s is not readable; left out of its mount", skill.name, rel / name)
 
 
 def resolve_image(choice: str) -> str:

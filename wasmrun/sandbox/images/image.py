@@ -56,8 +56,9 @@ class Image(ABC):
     packages: PackageLayer  # the operator's packages it mounts (PackageLayer(None): none)
     buffers: GuestBuffers  # where the request and output travel in memory (none: io_capacity -1)
     run_folders: tuple[str, ...] = ()  # subfolders each run folder needs besides workspace, tmp, blobs
+    kept_run_folders: tuple[str, ...] = ()  # of those, the ones a used run folder keeps for its next run
     compiles_skills: bool = False  # skills run from bytecode compiled ahead (backgroundruns.skill_bytecode)
-    makes_skill_images: bool = False  # a skill's import is kept as its pages (memory/skillpages.py)
+    makes_skill_pages: bool = False  # a skill's import is kept as its pages (memory/skillpages.py)
     warmup: tuple[RunRequest, ...] = ()  # runs whose written pages every spare gets ahead
 
     @property

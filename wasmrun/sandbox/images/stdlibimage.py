@@ -99,7 +99,7 @@ def precompiled_state(guest: guest_build.Guest) -> tuple[Path, str | None]:
 
 class StdlibImage(Image):
     compiles_skills = True
-    makes_skill_images = True
+    makes_skill_pages = True
     warmup = WARMUP_REQUESTS
 
     def __init__(self, guest: guest_build.Guest | None = None, packages: Path | None = None) -> None:

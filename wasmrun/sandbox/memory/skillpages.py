@@ -79,7 +79,7 @@ MAX_PREFAULT_PAGES = 1024
 
 
 @dataclass(frozen=True)
-class SkillImage:
+class SkillPages:
     """The pages an import run changed, over the snapshot's memory."""
 
     memory_bytes: int  # linear memory size after the import
@@ -90,7 +90,7 @@ class SkillImage:
         return sum(len(data) for _, data in self.spans)
 
     @classmethod
-    def difference(cls, base: memoryview, after: memoryview, max_bytes: int) -> SkillImage | None:
+    def difference(cls, base: memoryview, after: memoryview, max_bytes: int) -> SkillPages | None:
         """The pages of `after` that differ from `base`; past its end, those not
         all zero (growing memory zero-fills it). Views over the two instances'
         memories: only changed pages are copied. None if they come to more than
@@ -136,7 +136,7 @@ class SkillImage:
         return {i for offset, data in self.spans for i in range(offset // PAGE, (offset + len(data)) // PAGE)}
 
 
-def image_key(guest_key: str, skill: MountedSkill) -> str | None:
+def pages_key(guest_key: str, skill: MountedSkill) -> str | None:
     """Names the skill as it is now: any file added, removed or changed (see
     dirtree.stamp_files), another folder (a new version) or another guest build is a new key.
     A walk with a loop, not recursion: a skill's tree may be deep. None for a
@@ -155,7 +155,7 @@ def single_skill(skills: list[MountedSkill]) -> MountedSkill | None:
     return None
 
 
-class SkillImages:
+class SkillPagesCache:
     """An LRU of images by key, and one background thread making new ones.
 
     `make(skill)` does an import run (with background.IMPORT_LIMITS, never the limits
@@ -164,7 +164,7 @@ class SkillImages:
 
     def __init__(
         self,
-        make: Callable[[MountedSkill], SkillImage | None],
+        make: Callable[[MountedSkill], SkillPages | None],
         max_images: int = MAX_IMAGES,
         max_bytes: int = MAX_IMAGE_BYTES,
         on_change: Callable[[], None] = lambda: None,
@@ -179,7 +179,7 @@ class SkillImages:
         self._on_change = on_change  # called with no lock held: it may take the caller's
         self.max_images = max_images
         self.max_bytes = max_bytes
-        self._images: OrderedDict[str, SkillImage] = OrderedDict()
+        self._images: OrderedDict[str, SkillPages] = OrderedDict()
         # Keys whose import run failed: (failures, when it may be tried again).
         self._failed: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self.retry_after_s = retry_after_s
@@ -203,7 +203,7 @@ class SkillImages:
             self._enabled = on
         self._on_change()
 
-    def get(self, key: str) -> SkillImage | None:
+    def get(self, key: str) -> SkillPages | None:
         with self._cond:
             if not self._enabled:
                 return None
@@ -231,7 +231,7 @@ class SkillImages:
                 self._thread.start()
             self._cond.notify_all()
 
-    def put(self, key: str, image: SkillImage) -> None:
+    def put(self, key: str, image: SkillPages) -> None:
         with self._cond:
             if image.nbytes > self.max_bytes:
                 return  # larger than the whole cache (the maker stops early at this bound too)
@@ -256,7 +256,7 @@ class SkillImages:
                 union |= pages
         return frozenset(union)
 
-    def recent(self, count: int) -> list[SkillImage]:
+    def recent(self, count: int) -> list[SkillPages]:
         """The `count` most recently used images, the most recent first (none when off)."""
         with self._cond:
             if not self._enabled:
@@ -288,7 +288,7 @@ class SkillImages:
                     return
                 key, skill = self._pending.popitem(last=False)
                 self._busy = True
-            image: SkillImage | None = None
+            image: SkillPages | None = None
             try:
                 image = self._make(skill)
                 if image is not None and self._key_of is not None and self._key_of(skill) != key:

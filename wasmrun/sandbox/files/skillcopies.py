@@ -1,0 +1,183 @@
+"""The data image's skill copies: each skill version's files copied once, for runs' /skills views.
+
+The data image's mount points are baked into its memory (images.py), so a run
+sees its skills through one /skills folder of its own: a folder per mounted
+skill, its files hard links. Linked straight to the skill's own files, every
+run changed them: making or removing a hard link sets a file's ctime, which
+is part of the name of a skill's version (dirtree.stamp_files) in the key of
+its import image (skillpages.pages_key). No image ever matched (each run
+asked for a new one: a background import run per run), and each run touched
+the operator's files. So a run's view links to a copy of the skill, made here
+once per version (the skill as its stamp names it now: a changed file is a new
+copy) in the engine's own folder; the skill's own files are only read.
+
+Copies hold regular files and folders only (a symbolic link could point
+anywhere on the host; a FIFO could block), as the views did. Kept in an LRU
+bounded by count and bytes; the engine's close removes the folder.
+
+A view is kept between the runs of its run folder (WorkspaceDirs leaves it,
+images.py): the next run that mounts the same skills, as they are now, finds
+it made (making one is a `mkdir` per folder and a link per file, and its
+removal as many calls at teardown; a `mkdir` took ~1 ms on a loaded box). A
+view's links hold its copy's files, so a copy evicted meanwhile leaves it
+whole. A view is known by its folder's identity (device, inode, ctime: a
+folder removed and made again at that path is another), so a session's view
+folders, made per run, are linked afresh. A run with no skills mounts one
+empty folder instead of its run folder's view.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import os
+import shutil
+import stat
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+from wasmrun.sandbox import tree
+from wasmrun.sandbox.types import MountedSkill
+
+logger = logging.getLogger("wasmrun.sandbox")
+
+MAX_COPIES = 32
+MAX_COPY_BYTES = 1 << 30  # all copies together; the newest is kept whatever its size
+MAX_VIEWS = 1_024  # views remembered as made; a forgotten one is made again
+
+
+class SkillCopies:
+    """Copies of skills under `root` (private to one engine), and runs' views linked to them."""
+
+    def __init__(self, root: Path, max_copies: int = MAX_COPIES, max_bytes: int = MAX_COPY_BYTES) -> None:
+        self.root = root
+        self.max_copies = max_copies
+        self.max_bytes = max_bytes
+        self._copies: OrderedDict[str, tuple[Path, int]] = OrderedDict()  # key -> (folder, bytes)
+        self._bytes = 0
+        self._serial = itertools.count()
+        # view folder -> (its identity, the copies it links to), most recently used last
+        self._views: OrderedDict[Path, tuple[tuple[int, int, int], tuple[tuple[str, Path], ...]]] = OrderedDict()
+        # Held while a view links to a copy: eviction never removes one being linked.
+        self._lock = threading.Lock()
+
+    def mount(self, skills: list[MountedSkill], view: Path) -> Path:
+        """The folder to mount at /skills for a run of `skills`: one empty folder when there
+        are none, else `view` holding them (see `link`)."""
+        if not skills:
+            empty = self.root / "empty"
+            if not empty.is_dir():
+                self.root.mkdir(mode=0o700, exist_ok=True)
+                empty.mkdir(mode=0o700, exist_ok=True)
+            return empty
+        self.link(skills, view)
+        return view
+
+    def link(self, skills: list[MountedSkill], view: Path) -> None:
+        """`view/<name>/...` for each skill, its files hard links to the skill's copy: left as
+        it is when it holds exactly these copies already, else emptied and made anew."""
+        view.mkdir(mode=0o700, exist_ok=True)
+        with self._lock:
+            wanted: dict[str, Path] = {}
+            for skill in skills:
+                if _one_name(skill.name) and skill.name not in wanted:
+                    wanted[skill.name] = self._copy_of(skill)
+            linked = tuple(wanted.items())
+            known = self._views.pop(view, None)
+            if known is not None and known == (_identity(view), linked):
+                self._views[view] = known
+                return
+            tree.empty(view)
+            for name, copy in linked:
+                _link_tree(copy / COPY_NAME, view / name)
+            self._views[view] = (_identity(view), linked)
+            while len(self._views) > MAX_VIEWS:
+                self._views.popitem(last=False)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._copies)
+
+    def _copy_of(self, skill: MountedSkill) -> Path:
+        """The copy of the skill as its files are now, made if missing (the lock is held)."""
+        key = copy_key(skill)
+        found = self._copies.get(key)
+        if found is not None:
+            self._copies.move_to_end(key)
+            return found[0]
+        self.root.mkdir(mode=0o700, exist_ok=True)
+        folder = self.root / f"copy-{next(self._serial)}"
+        try:
+            folder.mkdir(mode=0o700)
+            size = _copy_tree(Path(skill.root), folder / COPY_NAME, skill.name)
+        except BaseException:
+            _remove_quietly(folder)
+            raise
+        self._copies[key] = (folder, size)
+        self._bytes += size
+        while len(self._copies) > 1 and (len(self._copies) > self.max_copies or self._bytes > self.max_bytes):
+            _, (old, old_size) = self._copies.popitem(last=False)
+            self._bytes -= old_size
+            _remove_quietly(old)
+        return folder
+
+
+COPY_NAME = "skill"  # a copy's folder holds the skill's tree under this name
+
+
+def _identity(folder: Path) -> tuple[int, int, int]:
+    st = folder.stat()
+    return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
+def _one_name(name: str) -> bool:
+    """A name that stays one entry inside the view (the registry allows no other; checked again here)."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
+
+
+def copy_key(skill: MountedSkill) -> str:
+    """The skill's name, folder and every file's identity (dirtree.stamp_files, ctime included)."""
+    h = hashlib.sha256(f"{skill.name}\0{skill.root}".encode())
+    tree.stamp_files(h, Path(skill.root))
+    return h.hexdigest()
+
+
+def _copy_tree(source: Path, target: Path, name: str) -> int:
+    """The regular files and folders under `source` copied to `target` (made here); their bytes.
+    Symbolic links are left out; a file that cannot be read is left out with a log line."""
+    copied = 0
+    for folder, dirs, files in os.walk(source, followlinks=False):
+        rel = Path(folder).relative_to(source)
+        (target / rel).mkdir(mode=0o700)
+        dirs[:] = [d for d in dirs if not (Path(folder) / d).is_symlink()]
+        for file in files:
+            src = Path(folder) / file
+            try:
+                if not stat.S_ISREG(src.lstat().st_mode):
+                    continue
+                shutil.copyfile(src, target / rel / file, follow_symlinks=False)
+                copied += (target / rel / file).stat().st_size
+            except OSError:
+                logger.warning("skill %s: %s is not readable; left out of its mount", name, rel / file)
+    return copied
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """`target` made with `source`'s folders, its files hard links to `source`'s (both ours)."""
+    for folder, _dirs, files in os.walk(source, followlinks=False):
+        rel = Path(folder).relative_to(source)
+        (target / rel).mkdir(mode=0o700)
+        for file in files:
+            try:
+                os.link(Path(folder) / file, target / rel / file, follow_symlinks=False)
+            except OSError:  # (a filesystem without hard links)
+                shutil.copyfile(Path(folder) / file, target / rel / file, follow_symlinks=False)
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        tree.remove(path)
+    except OSError:
+        pass  # left for the engine's close, which removes its whole root
