@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 from tests.objectstore import S3Server, s3_server  # noqa: F401  (fixtures)
 from tests.postgres import database_url, postgres_server  # noqa: F401  (fixtures)
 from tests.test_worker_monitor import worker_pids
-from wasmrun.backends import Backends, open_backends
+from wasmrun.backends import open_backends
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.database.blobs import SharedBlobStore
 from wasmrun.database.connection import Database
@@ -29,7 +29,7 @@ from wasmrun.packages.layer import DEFAULT_TAG
 from wasmrun.sandbox.jsontext import encode_args
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
 from wasmrun.sandbox.types import RunRequest
-from wasmrun.server import create_app
+from wasmrun.server import assemble, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 from wasmrun.tenants.store import TenantStore
 
@@ -131,7 +131,7 @@ def test_a_worker_gets_its_blob_store_and_packages_as_parameters(tmp_path: Path)
 def test_a_local_server_leaves_the_environment_alone(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", skills_dirs=(BUNDLED_SKILLS,), workers=1)
     environment = dict(os.environ)
-    with TestClient(create_app(settings), base_url="http://localhost") as client:
+    with TestClient(create_app(assemble(settings)), base_url="http://localhost") as client:
         read_and_write_a_blob(client)
         assert dict(os.environ) == environment
 
@@ -194,7 +194,7 @@ def test_a_shared_server_migrates_once_and_its_workers_get_no_url_from_the_envir
     shared_settings: Settings, migrations: list[list[int]]
 ) -> None:
     environment = dict(os.environ)
-    with TestClient(create_app(shared_settings), base_url="http://localhost") as client:
+    with TestClient(create_app(assemble(shared_settings)), base_url="http://localhost") as client:
         read_and_write_a_blob(client)  # the worker reads and writes the object store
         workers = worker_pids(os.getpid())
         assert workers
@@ -207,11 +207,11 @@ def test_a_shared_server_migrates_once_and_its_workers_get_no_url_from_the_envir
     assert len(migrations) == 1
 
 
-def test_the_backends_a_server_is_given_are_the_ones_it_uses(
+def test_a_server_is_assembled_on_one_opening_of_its_backends(
     shared_settings: Settings, migrations: list[list[int]]
 ) -> None:
-    backends: Backends = open_backends(shared_settings)
-    with TestClient(create_app(shared_settings, backends=backends), base_url="http://localhost") as client:
+    server = assemble(shared_settings)
+    with TestClient(create_app(server), base_url="http://localhost") as client:
         blob_id = rpc(client, "create_blob", {"content": "in the bucket", "kind": "text/plain"})["blob_id"]
-    assert backends.blobs.blob_store().size(blob_id) == len(b"in the bucket")
-    assert len(migrations) == 1  # at open_backends, not again in create_app
+    assert server.backends.blobs.blob_store().size(blob_id) == len(b"in the bucket")
+    assert len(migrations) == 1  # at open_backends, not again for any store

@@ -45,6 +45,7 @@ from wasmrun.settings import Settings
 from wasmrun.tools import FORMATS
 
 if TYPE_CHECKING:
+    from wasmrun.registry.store import DirectoryRegistry
     from wasmrun.sandbox.outstream import OutputChunk
 
 DATA_DIR_HELP = "where blobs, created skills and tenants live (WASMRUN_DATA_DIR; default ~/.local/share/wasmrun)"
@@ -418,10 +419,17 @@ def _tenants(args: argparse.Namespace) -> int:
     return 0
 
 
-def _skills_list(args: argparse.Namespace) -> int:
-    from wasmrun.server import open_registry
+def _registry(settings: Settings) -> DirectoryRegistry:
+    """The skills `serve` with these settings would serve (its backends opened for them)."""
+    from wasmrun.backends import open_backends
+    from wasmrun.server import open_registry, served_layer
 
-    registry = open_registry(_settings(args))
+    layer = served_layer(settings.data_dir, settings.image)
+    return open_registry(open_backends(settings), settings.installed_skills, layer)
+
+
+def _skills_list(args: argparse.Namespace) -> int:
+    registry = _registry(_settings(args))
     rows = [(s.owner or "-", s.name, s.version, s.manifest.kind, s.manifest.description) for s in registry.every_skill()]
     heads = ("OWNER", "NAME", "VERSION", "KIND")
     width = [max([len(r[i]) for r in rows] + [len(h)]) for i, h in enumerate(heads)]
@@ -474,10 +482,9 @@ def _tools(args: argparse.Namespace) -> int:
 def _skills_add(args: argparse.Namespace) -> int:
     from wasmrun.registry.errors import SkillAlreadyExists
     from wasmrun.registry.folders import SkillProblems
-    from wasmrun.server import open_registry
 
     settings = Settings.load(data_dir=args.data_dir)
-    registry = open_registry(settings)
+    registry = _registry(settings)
     try:
         skill, dest = registry.add(args.path, settings.installed_skills)
     except SkillProblems as exc:
@@ -523,7 +530,7 @@ def _run(args: argparse.Namespace) -> int:
     from wasmrun.protocol.runs import run_code
     from wasmrun.protocol.streaming import RUN_OUTPUT
     from wasmrun.protocol.types import RunCodeParams
-    from wasmrun.server import build_context, make_local_executor
+    from wasmrun.server import SandboxOptions, assemble, make_local_executor
 
     run_args = {}
     for item in args.arg:
@@ -558,7 +565,7 @@ def _run(args: argparse.Namespace) -> int:
         input_blobs=input_blobs,
         limits=limitcli.run_limits(args),
     )
-    context = build_context(settings, blobs=blobs, executor=make_local_executor(settings, blobs))
+    context = assemble(settings, blobs=blobs, executor=make_local_executor(SandboxOptions.of(settings), blobs)).context
     if not args.no_stream:
         RUN_OUTPUT.set(_print_output)  # copied into asyncio.run's task
     try:

@@ -25,7 +25,7 @@ from wasmrun.sandbox.background import BackgroundTotals
 from wasmrun.sandbox.executor import ExecutorHealth
 from wasmrun.sandbox.outstream import OutputSink
 from wasmrun.sandbox.types import RunRequest, RunResult
-from wasmrun.server import build_context
+from wasmrun.server import assemble
 from wasmrun.settings import Settings
 
 # (phase, from mark, to mark)
@@ -66,7 +66,7 @@ class _SharedEngine:
 
 def measure(inproc: InProcess, data_dir: Path, samples: int) -> dict[str, Any]:
     settings = Settings(data_dir=data_dir, workers=1, audit_log=data_dir / "audit.log")
-    context = build_context(settings, blobs=inproc.blobs, executor=_SharedEngine(inproc))
+    context = assemble(settings, blobs=inproc.blobs, executor=_SharedEngine(inproc)).context
     audit = AuditLog(data_dir / "audit.log")
     dispatcher = Dispatcher(context, Observers(audit))
     raw = msgspec.Raw(msgspec.json.encode({"language": "python", "code": as_run_code(HELLO)}))
