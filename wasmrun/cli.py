@@ -45,7 +45,6 @@ from wasmrun.settings import Settings
 from wasmrun.tools import FORMATS
 
 if TYPE_CHECKING:
-    from wasmrun.registry.store import DirectoryRegistry
     from wasmrun.sandbox.outstream import OutputChunk
 
 DATA_DIR_HELP = "where blobs, created skills and tenants live (WASMRUN_DATA_DIR; default ~/.local/share/wasmrun)"
@@ -419,17 +418,10 @@ def _tenants(args: argparse.Namespace) -> int:
     return 0
 
 
-def _registry(settings: Settings) -> DirectoryRegistry:
-    """The skills `serve` with these settings would serve (its backends opened for them)."""
-    from wasmrun.backends import open_backends
-    from wasmrun.server import open_registry, served_layer
-
-    layer = served_layer(settings.data_dir, settings.image)
-    return open_registry(open_backends(settings), settings.installed_skills, layer)
-
-
 def _skills_list(args: argparse.Namespace) -> int:
-    registry = _registry(_settings(args))
+    from wasmrun.server import skills_served
+
+    registry = skills_served(_settings(args))
     rows = [(s.owner or "-", s.name, s.version, s.manifest.kind, s.manifest.description) for s in registry.every_skill()]
     heads = ("OWNER", "NAME", "VERSION", "KIND")
     width = [max([len(r[i]) for r in rows] + [len(h)]) for i, h in enumerate(heads)]
@@ -482,9 +474,10 @@ def _tools(args: argparse.Namespace) -> int:
 def _skills_add(args: argparse.Namespace) -> int:
     from wasmrun.registry.errors import SkillAlreadyExists
     from wasmrun.registry.folders import SkillProblems
+    from wasmrun.server import skills_served
 
     settings = Settings.load(data_dir=args.data_dir)
-    registry = _registry(settings)
+    registry = skills_served(settings)
     try:
         skill, dest = registry.add(args.path, settings.installed_skills)
     except SkillProblems as exc:
@@ -565,7 +558,8 @@ def _run(args: argparse.Namespace) -> int:
         input_blobs=input_blobs,
         limits=limitcli.run_limits(args),
     )
-    context = assemble(settings, blobs=blobs, executor=make_local_executor(SandboxOptions.of(settings), blobs)).context
+    executor = make_local_executor(SandboxOptions.of(settings), blobs)
+    context = assemble(settings, blobs=blobs, executor=executor).context
     if not args.no_stream:
         RUN_OUTPUT.set(_print_output)  # copied into asyncio.run's task
     try:

@@ -193,6 +193,12 @@ def make_local_executor(options: SandboxOptions, blobs: BlobStore) -> Executor:
     )
 
 
+def skills_served(settings: Settings) -> DirectoryRegistry:
+    """The skills a server with these settings serves (`wasmrun skills list` and `add`)."""
+    layer = served_layer(settings.data_dir, settings.image)
+    return open_registry(open_backends(settings), settings.installed_skills, layer)
+
+
 def open_registry(backends: Backends, installed_skills: Path, layer: Path) -> DirectoryRegistry:
     """The operator's skill folders (read-only; `skills add`'s folder `installed_skills` made
     here, so that a skill added later is picked up without a restart) and the tenants'
