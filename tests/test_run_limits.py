@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.skillfiles import write_skill
-from wasmrun.protocol.runs import run_limits
+from wasmrun.protocol.running import run_limits
 from wasmrun.protocol.types import RunLimits
 from wasmrun.sandbox.limits import CEILING_LIMITS, LimitPolicy, MiB
 from wasmrun.settings import Settings

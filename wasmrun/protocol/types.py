@@ -206,7 +206,7 @@ class Display(msgspec.Struct, kw_only=True):
     blobs: dict[str, str] = {}
 
 
-class RunResult(msgspec.Struct, kw_only=True):
+class ExecutionResult(msgspec.Struct, kw_only=True):
     status: Literal["completed", "failed"]
     run_id: str
     summary: str
