@@ -17,9 +17,9 @@ import pytest
 
 from tests.liveserver import LiveServer, wasmrun_env
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.protocol.sessionstore import SessionStore
 from wasmrun.sandbox.images import data_engine, make_engine, ready_image
 from wasmrun.sandbox.types import RunRequest, RunResult, SessionRun
+from wasmrun.sessionstore.store import SessionStore
 
 
 @pytest.fixture(scope="module")

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from wasmrun.blobs.store import BlobStore, FileBlobStore
 from wasmrun.observe.audit import AuditLog
-from wasmrun.protocol.sessionstore import SessionStore
 from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox.poolworker import BlobOpener
+from wasmrun.sessionstore.store import SessionStore
 from wasmrun.settings import Settings, load_blob_store
 from wasmrun.tenants.limits import SessionPolicy
 from wasmrun.tenants.quotas import RunGate

@@ -34,13 +34,13 @@ from wasmrun.observe.record import Observers
 from wasmrun.packages import layer as package_layer
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.methods import Dispatcher
-from wasmrun.protocol.sessionstore import session_expired
 from wasmrun.registry import requirements
 from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox import warmup
 from wasmrun.sandbox.executor import Executor, InProcessExecutor
 from wasmrun.sandbox.pool import WorkerPool
 from wasmrun.served import ServedImage
+from wasmrun.sessionstore.store import session_expired
 from wasmrun.settings import Settings
 from wasmrun.tenants.caller import LOCAL_TENANT, local_caller
 from wasmrun.tenants.calls import CallGate, RequestsInFlight

@@ -19,7 +19,6 @@ from wasmrun.observe.record import CallRecord, Observer
 from wasmrun.protocol import blobs, paramcheck, runs, sessions, skills, types
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, MethodNotFound, QuotaExceeded, RPCError, Unauthorized
-from wasmrun.protocol.sessionstore import key_of
 from wasmrun.protocol.types import (
     CreateBlobParams,
     CreateSessionParams,
@@ -37,6 +36,7 @@ from wasmrun.protocol.types import (
     RunLimits,
     SessionRef,
 )
+from wasmrun.sessionstore.store import key_of
 from wasmrun.tenants.caller import Caller
 from wasmrun.tenants.calls import CallsBusy
 

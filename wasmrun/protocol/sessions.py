@@ -44,7 +44,6 @@ from wasmrun.protocol.errors import (
     SessionNotFound,
 )
 from wasmrun.protocol.run_result import failure_summary
-from wasmrun.protocol.sessionstore import Busy, OverCap, SessionMeta, SessionStore, Unavailable, UnknownSession
 from wasmrun.protocol.streaming import output_listener
 from wasmrun.protocol.types import (
     CloseSessionResult,
@@ -62,6 +61,7 @@ from wasmrun.protocol.types import (
 from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.sandbox.errors import SESSION_BYTES, session_bytes_exceeded
 from wasmrun.sandbox.types import RunResult, SessionOutcome, SessionRun
+from wasmrun.sessionstore.store import Busy, OverCap, SessionMeta, SessionStore, Unavailable, UnknownSession
 
 # What a run in a session may set for itself; the rest of its limits are the session's.
 PER_RUN_LIMITS = ("timeout_ms", "cpu_ms", "output_bytes")
