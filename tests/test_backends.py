@@ -6,6 +6,7 @@ tests skip where either is missing). No setting reaches a worker through the env
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from wasmrun.database.migrations import MIGRATIONS
 from wasmrun.database.sessions import SharedSessionStore
 from wasmrun.database.tenants import PgTenantStore
 from wasmrun.packages.layer import DEFAULT_TAG
+from wasmrun.sandbox.executor import InProcessExecutor
 from wasmrun.sandbox.jsontext import encode_args
 from wasmrun.sandbox.pool import BlobOpener, WorkerPool
 from wasmrun.sandbox.types import RunRequest
@@ -215,3 +217,23 @@ def test_a_server_is_assembled_on_one_opening_of_its_backends(
         blob_id = rpc(client, "create_blob", {"content": "in the bucket", "kind": "text/plain"})["blob_id"]
     assert server.backends.blobs.blob_store().size(blob_id) == len(b"in the bucket")
     assert len(migrations) == 1  # at open_backends, not again for any store
+
+
+def test_a_shared_server_start_reads_its_tenants_through_one_store(
+    shared_settings: Settings, executor: InProcessExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tenant directory is built once per start: one PostgreSQL tenant store (one
+    connection), shared by the exposure and worker checks, /rpc, /mcp and /metrics."""
+    made: list[PgTenantStore] = []
+    real = PgTenantStore.__init__
+
+    def counted(self: PgTenantStore, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PgTenantStore, "__init__", counted)
+    server = assemble(dataclasses.replace(shared_settings, workers=2), executor=executor, serving=True)
+    with TestClient(create_app(server), base_url="http://localhost") as client:
+        assert client.get("/healthz").status_code == 200
+        rpc(client, "list_skills", {})
+    assert made == [server.tenants.store]
