@@ -126,7 +126,7 @@ InputBlobs = Annotated[list[BlobRef], Meta(max_length=MAX_INPUT_BLOBS)]
 
 
 class RunLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    """What a run may use; each member up to the server's ceiling (protocol/runs.py), as
+    """What a run may use; each member up to the server's ceiling (protocol/running.py), as
     declared in wasmrun/limits.py."""
 
     timeout_ms: PositiveInt | None = None
