@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from liveserver import LiveServer, wasmrun_env
 
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.protocol.sessionstore import SessionStore
 from wasmrun.sandbox import Limits, RunRequest, SandboxEngine, SessionRun, make_engine
+from wasmrun.sessionstore.store import SessionStore
 
 SMALL = "x = 1"
 HUNDRED_MB = "data = bytearray(100 << 20)\nfor i in range(0, len(data), 4096):\n    data[i] = 1\nlen(data)"

@@ -28,14 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wasmrun.bench.rows import text_stats_request
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox import outcome, redaction
+from wasmrun.sandbox import RunRequest, SandboxEngine, outcome, redaction
 from wasmrun.sandbox.budget import wasi_guard
-from wasmrun.sandbox.contract.types import RunRequest
-from wasmrun.sandbox.engine import SandboxEngine
 from wasmrun.sandbox.guest import door, guestrequest, hostcalls
-from wasmrun.sandbox.memory import skillpages
 from wasmrun.sandbox.guest.wasmtime_internals import FastFunc
 from wasmrun.sandbox.images import dataimage, datastart
+from wasmrun.sandbox.memory import skillpages
 
 HELLO = "def main(args):\n    print('hello')\n    return 1\n"
 spent: dict[str, float] = collections.defaultdict(float)

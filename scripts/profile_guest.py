@@ -184,7 +184,7 @@ def _engine(image: str, variant: Variant, tmp: Path) -> Any:
     The image modules' config makers and cache keys are replaced for this
     process only (a runner is a process of its own)."""
     from wasmrun.blobs.store import FileBlobStore
-    from wasmrun.sandbox.engine import SandboxEngine
+    from wasmrun.sandbox import SandboxEngine
     from wasmrun.sandbox.images import dataimage, stdlibimage
 
     codegen = {k: v for k, v in variant.items() if k not in ("perfmap", "guest")}  # the profiler changes no code
@@ -209,9 +209,7 @@ def _engine(image: str, variant: Variant, tmp: Path) -> Any:
 
 def run_sandbox_runner(image: str, variant: Variant) -> None:
     """Serve `NAME SECONDS` lines on stdin with the sandbox, as NATIVE_RUNNER does natively."""
-    from wasmrun.sandbox.contract.limits import CEILING_LIMITS
-    from wasmrun.sandbox.contract.types import RunRequest
-    from wasmrun.sandbox.guest.jsontext import encode_args
+    from wasmrun.sandbox import CEILING_LIMITS, RunRequest, encode_args
 
     with tempfile.TemporaryDirectory() as tmp, _engine(image, variant, Path(tmp)) as engine:
         print("ready", flush=True)

@@ -23,9 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wasmrun.bench.rows import text_stats_request
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox.engine import SandboxEngine
-from wasmrun.sandbox.images import make_engine
-from wasmrun.sandbox.types import RunRequest
+from wasmrun.sandbox import RunRequest, SandboxEngine, make_engine
 
 HELLO = RunRequest(kind="code", code="def main(args):\n    print('hello')\n    return 1\n")
 

@@ -17,7 +17,7 @@ from wasmrun.blobs.store import FileBlobStore
 from wasmrun.egress.grants import Grant
 from wasmrun.protocol.context import Context
 from wasmrun.sandbox import InProcessExecutor
-from wasmrun.server import build_context, create_app
+from wasmrun.server import Server, assemble, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 from wasmrun.tenants.policy import AccessPolicy
 
@@ -62,13 +62,19 @@ def settings(tmp_path: Path, skills_dir: Path) -> Settings:
 
 
 @pytest.fixture()
-def context(settings: Settings, blob_store: FileBlobStore, executor: InProcessExecutor) -> Context:
-    return build_context(settings, blobs=blob_store, executor=executor)
+def server(settings: Settings, blob_store: FileBlobStore, executor: InProcessExecutor) -> Server:
+    """The server `settings` describe, on the session's blob store and executor."""
+    return assemble(settings, blobs=blob_store, executor=executor)
 
 
 @pytest.fixture()
-def client(settings: Settings, context: Context) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, context), base_url="http://localhost") as c:
+def context(server: Server) -> Context:
+    return server.context
+
+
+@pytest.fixture()
+def client(server: Server) -> Iterator[TestClient]:
+    with TestClient(create_app(server), base_url="http://localhost") as c:
         yield c
 
 

@@ -83,7 +83,7 @@ def serving(app: Any, settings: Settings, **overrides: Any) -> Iterator[uvicorn.
     change an option (e.g. `http=` a subclass with other bounds)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    options = {**uvicorn_options(settings), "log_level": "warning", **overrides}
+    options = {**uvicorn_options(settings.host, settings.port), "log_level": "warning", **overrides}
     options.update(host="127.0.0.1", port=sock.getsockname()[1])
     server = uvicorn.Server(uvicorn.Config(app, **options))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -6,6 +6,7 @@ tests skip where either is missing). No setting reaches a worker through the env
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from starlette.testclient import TestClient
 from tests.objectstore import S3Server, s3_server  # noqa: F401  (fixtures)
 from tests.postgres import database_url, postgres_server  # noqa: F401  (fixtures)
 from tests.test_worker_monitor import worker_pids
-from wasmrun.backends import Backends, open_backends
+from wasmrun.backends import open_backends
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.database.blobs import SharedBlobStore
 from wasmrun.database.connection import Database
@@ -26,8 +27,8 @@ from wasmrun.database.migrations import MIGRATIONS
 from wasmrun.database.sessions import SharedSessionStore
 from wasmrun.database.tenants import PgTenantStore
 from wasmrun.packages.layer import DEFAULT_TAG
-from wasmrun.sandbox import BlobOpener, RunRequest, WorkerPool, encode_args
-from wasmrun.server import create_app
+from wasmrun.sandbox import BlobOpener, InProcessExecutor, RunRequest, WorkerPool, encode_args
+from wasmrun.server import assemble, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 from wasmrun.tenants.store import TenantStore
 
@@ -129,7 +130,7 @@ def test_a_worker_gets_its_blob_store_and_packages_as_parameters(tmp_path: Path)
 def test_a_local_server_leaves_the_environment_alone(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", skills_dirs=(BUNDLED_SKILLS,), workers=1)
     environment = dict(os.environ)
-    with TestClient(create_app(settings), base_url="http://localhost") as client:
+    with TestClient(create_app(assemble(settings)), base_url="http://localhost") as client:
         read_and_write_a_blob(client)
         assert dict(os.environ) == environment
 
@@ -192,7 +193,7 @@ def test_a_shared_server_migrates_once_and_its_workers_get_no_url_from_the_envir
     shared_settings: Settings, migrations: list[list[int]]
 ) -> None:
     environment = dict(os.environ)
-    with TestClient(create_app(shared_settings), base_url="http://localhost") as client:
+    with TestClient(create_app(assemble(shared_settings)), base_url="http://localhost") as client:
         read_and_write_a_blob(client)  # the worker reads and writes the object store
         workers = worker_pids(os.getpid())
         assert workers
@@ -205,11 +206,31 @@ def test_a_shared_server_migrates_once_and_its_workers_get_no_url_from_the_envir
     assert len(migrations) == 1
 
 
-def test_the_backends_a_server_is_given_are_the_ones_it_uses(
+def test_a_server_is_assembled_on_one_opening_of_its_backends(
     shared_settings: Settings, migrations: list[list[int]]
 ) -> None:
-    backends: Backends = open_backends(shared_settings)
-    with TestClient(create_app(shared_settings, backends=backends), base_url="http://localhost") as client:
+    server = assemble(shared_settings)
+    with TestClient(create_app(server), base_url="http://localhost") as client:
         blob_id = rpc(client, "create_blob", {"content": "in the bucket", "kind": "text/plain"})["blob_id"]
-    assert backends.blobs.blob_store().size(blob_id) == len(b"in the bucket")
-    assert len(migrations) == 1  # at open_backends, not again in create_app
+    assert server.backends.blobs.blob_store().size(blob_id) == len(b"in the bucket")
+    assert len(migrations) == 1  # at open_backends, not again for any store
+
+
+def test_a_shared_server_start_reads_its_tenants_through_one_store(
+    shared_settings: Settings, executor: InProcessExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tenant directory is built once per start: one PostgreSQL tenant store (one
+    connection), shared by the exposure and worker checks, /rpc, /mcp and /metrics."""
+    made: list[PgTenantStore] = []
+    real = PgTenantStore.__init__
+
+    def counted(self: PgTenantStore, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PgTenantStore, "__init__", counted)
+    server = assemble(dataclasses.replace(shared_settings, workers=2), executor=executor, serving=True)
+    with TestClient(create_app(server), base_url="http://localhost") as client:
+        assert client.get("/healthz").status_code == 200
+        rpc(client, "list_skills", {})
+    assert made == [server.tenants.store]

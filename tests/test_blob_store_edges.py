@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 
 from wasmrun.blobs.store import STALE_WRITE_S, FileBlobStore
 from wasmrun.sandbox import InProcessExecutor
-from wasmrun.server import build_context, create_app
+from wasmrun.server import assemble, create_app
 from wasmrun.settings import Settings
 
 Rpc = Any
@@ -120,8 +120,8 @@ def test_a_start_sweeps_what_killed_writers_left(
     in_progress = folder / ".tmp-being-written"
     in_progress.write_bytes(b"a write going on right now")
 
-    context = build_context(settings, executor=executor)  # what `wasmrun serve` does at start
-    with TestClient(create_app(settings, context), base_url="http://localhost") as client:
+    server = assemble(settings, executor=executor)  # what `wasmrun serve` does at start
+    with TestClient(create_app(server), base_url="http://localhost") as client:
         answer = client.post(
             "/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "read_blob", "params": {"blob_id": kept}}
         ).json()

@@ -16,7 +16,7 @@ import pytest
 from tests.liveserver import serving
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.sandbox import InProcessExecutor
-from wasmrun.server import build_context, create_app
+from wasmrun.server import assemble, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 
 BODY_TIMEOUT_S = 1.0
@@ -27,7 +27,7 @@ def server_port(tmp_path: Path, blob_store: FileBlobStore, executor: InProcessEx
     settings = Settings(
         data_dir=tmp_path / "data", skills_dirs=(BUNDLED_SKILLS,), workers=1, body_timeout=BODY_TIMEOUT_S
     )
-    app = create_app(settings, build_context(settings, blobs=blob_store, executor=executor))
+    app = create_app(assemble(settings, blobs=blob_store, executor=executor))
     with serving(app, settings) as server:  # as `wasmrun serve` runs it (its HTTP protocol)
         yield server.config.port
 

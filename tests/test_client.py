@@ -17,11 +17,11 @@ from wasmrun.protocol.errors import ServerBusy
 from wasmrun.protocol.types import (
     CreateBlobResult,
     DescribeSkillResult,
+    ExecutionResult,
     ListSkillsResult,
     LoadGuideResult,
     ReadBlobResult,
     ReadSkillFileResult,
-    RunResult,
     RunUsage,
 )
 from wasmrun.tools import render_all
@@ -67,7 +67,7 @@ def test_every_method_answers_its_struct(client: Client) -> None:
     assert isinstance(head, ReadBlobResult) and head.content == "3,4\n" and head.truncated
 
     run = client.execute_skill("data.csv.profile", args={"blob_id": blob.blob_id}, input_blobs=[blob.blob_id])
-    assert isinstance(run, RunResult) and run.status == "completed" and run.output["rows"] == 2
+    assert isinstance(run, ExecutionResult) and run.status == "completed" and run.output["rows"] == 2
 
     code = "from skills.data.csv.profile import main as profile\n" \
            "def go(args):\n    return profile({'blob_id': args['b']})['rows'] * args['k']\n"
@@ -195,7 +195,7 @@ def test_a_result_with_another_servers_usage_members_decodes() -> None:
 
 
 def test_async_client(server: LiveServer) -> None:
-    async def flow() -> list[RunResult]:
+    async def flow() -> list[ExecutionResult]:
         async with AsyncClient(server.endpoint) as c:
             blob = await c.create_blob("one two three", kind="text/plain")
             assert (await c.read_blob(blob.blob_id)).content == "one two three"

@@ -17,8 +17,8 @@ import pytest
 
 from tests.liveserver import LiveServer, wasmrun_env
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.protocol.sessionstore import SessionStore
 from wasmrun.sandbox import RunRequest, RunResult, SessionRun, data_engine, make_engine, ready_image
+from wasmrun.sessionstore.store import SessionStore
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ import pytest
 from mcp import Client as MCPClient
 
 from tests.liveserver import ON_DATA_IMAGE, LiveServer
-from wasmrun.client import Client, Display, DisplayEvent, OutputEvent, RunResult
+from wasmrun.client import Client, Display, DisplayEvent, ExecutionResult, OutputEvent
 
 needs_data = pytest.mark.skipif(not ON_DATA_IMAGE, reason="pandas/numpy/matplotlib: WASMRUN_TEST_IMAGE=data")
 PNG_1PX = (
@@ -279,7 +279,7 @@ def test_typed_client_decodes_displays_and_display_events(server: LiveServer) ->
         events = list(client.run_code_stream("print('x')\ndisplay(5)\n"))
     assert isinstance(events[0], OutputEvent) and isinstance(events[1], DisplayEvent)
     assert events[1].display.data == {"text/plain": "5"}
-    assert isinstance(events[-1], RunResult)
+    assert isinstance(events[-1], ExecutionResult)
 
 
 def test_mcp_gives_displays_as_text_and_image_content(server: LiveServer) -> None:

@@ -15,7 +15,7 @@ from e2b.exceptions import SandboxNotFoundException
 from e2b_code_interpreter import Sandbox
 
 from tests.liveserver import ON_DATA_IMAGE, LiveServer, wasmrun_env
-from wasmrun.protocol.types import RunResult
+from wasmrun.protocol.types import ExecutionResult
 from wasmrun.tenants.store import TenantStore
 
 METRICS_KEY = "operator-metrics-key"
@@ -386,7 +386,7 @@ def test_a_matplotlib_chart_is_a_png_result(sandbox: Sandbox) -> None:
     assert len(pngs) == 1 and base64.b64decode(pngs[0]).startswith(b"\x89PNG") and charts == ran.results
 
 
-@pytest.mark.skipif(not ON_DATA_IMAGE or "displays" not in RunResult.__struct_fields__,
+@pytest.mark.skipif(not ON_DATA_IMAGE or "displays" not in ExecutionResult.__struct_fields__,
                     reason="display() needs the data image and display results")
 def test_display_and_a_dataframe_have_their_forms(sandbox: Sandbox) -> None:
     ran = sandbox.run_code("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})\ndisplay('<b>x</b>')\ndf")

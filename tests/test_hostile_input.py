@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.protocol.methods import METHODS
 from wasmrun.sandbox import InProcessExecutor
-from wasmrun.server import build_context, create_app
+from wasmrun.server import assemble, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 from wasmrun.wire.jsonrpc import MAX_DEPTH
 
@@ -172,8 +172,7 @@ def hostile_client(
     settings = Settings(
         data_dir=tmp_path_factory.mktemp("hostile-data"), skills_dirs=(BUNDLED_SKILLS,), workers=2
     )
-    context = build_context(settings, blobs=blob_store, executor=executor)
-    with TestClient(create_app(settings, context), base_url="http://localhost") as client:
+    with TestClient(create_app(assemble(settings, blobs=blob_store, executor=executor)), base_url="http://localhost") as client:
         yield client
 
 

@@ -19,10 +19,10 @@ from starlette.testclient import TestClient
 from tests.objectstore import S3Server, s3_server  # noqa: F401  (fixtures)
 from tests.postgres import PostgresServer, postgres_server  # noqa: F401  (fixtures)
 from tests.test_hostile_input import CASES, check_hostile_value
-from wasmrun.backends import Backends, open_backends
+from wasmrun.backends import open_backends
 from wasmrun.blobs.store import BlobStore
 from wasmrun.sandbox import InProcessExecutor
-from wasmrun.server import build_context, create_app
+from wasmrun.server import assemble, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 
 
@@ -45,26 +45,19 @@ def shared_settings(
 
 
 @pytest.fixture(scope="module")
-def shared_backends(shared_settings: Settings) -> Backends:
-    return open_backends(shared_settings)
-
-
-@pytest.fixture(scope="module")
-def shared_blobs(shared_backends: Backends) -> BlobStore:
-    return shared_backends.blobs.blob_store()
+def shared_blobs(shared_settings: Settings) -> BlobStore:
+    return open_backends(shared_settings).blobs.blob_store()
 
 
 @pytest.fixture(scope="module")
 def shared_client(
-    shared_settings: Settings, shared_backends: Backends, shared_blobs: BlobStore,
-    tmp_path_factory: pytest.TempPathFactory,
+    shared_settings: Settings, shared_blobs: BlobStore, tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[TestClient]:
     executor = InProcessExecutor(
         shared_blobs, slots=2, queue_timeout=5.0, workspace_root=tmp_path_factory.mktemp("shared-ws")
     )
     try:
-        context = build_context(shared_settings, backends=shared_backends, blobs=shared_blobs, executor=executor)
-        app = create_app(shared_settings, context, backends=shared_backends)
+        app = create_app(assemble(shared_settings, blobs=shared_blobs, executor=executor))
         with TestClient(app, base_url="http://localhost") as client:
             yield client
     finally:

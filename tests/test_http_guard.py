@@ -13,9 +13,8 @@ from starlette.testclient import TestClient
 
 from wasmrun.cli import main
 from wasmrun.protocol.context import Context
-from wasmrun.server import create_app
+from wasmrun.server import assemble, create_app
 from wasmrun.settings import Settings
-from wasmrun.tenants.policy import AccessPolicy
 
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "list_skills"}
 CREATE = {"jsonrpc": "2.0", "id": 2, "method": "create_blob", "params": {"content": "x", "kind": "text/plain"}}
@@ -53,8 +52,10 @@ def test_a_foreign_origin_is_refused(client: TestClient) -> None:
 
 @pytest.fixture()
 def configured(settings: Settings, context: Context) -> Iterator[TestClient]:
-    policy = AccessPolicy(allowed_hosts=("wasmrun.internal",), allowed_origins=("https://agents.example.com",))
-    app = create_app(dataclasses.replace(settings, access=policy), context)
+    policy = dataclasses.replace(
+        settings.access, allowed_hosts=("wasmrun.internal",), allowed_origins=("https://agents.example.com",)
+    )
+    app = create_app(assemble(dataclasses.replace(settings, access=policy), blobs=context.blobs, executor=context.executor))
     with TestClient(app, base_url="http://wasmrun.internal") as c:
         yield c
 
@@ -75,7 +76,10 @@ def test_non_loopback_host_without_keys_refuses_to_start(tmp_path: Path, capsys:
 
 def test_insecure_says_so_loudly(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from wasmrun.server import check_exposure
+    from wasmrun.tenants.limits import TenantLimits
+    from wasmrun.tenants.store import TenantDirectory, TenantStore
 
-    check_exposure(Settings(host="0.0.0.0", data_dir=tmp_path, insecure=True))
+    tenants = TenantDirectory(TenantStore(tmp_path), TenantLimits(), anonymous=None)
+    check_exposure("0.0.0.0", tenants, insecure=True)
     assert any("INSECURE" in r.getMessage() for r in caplog.records)
-    check_exposure(Settings(host="127.0.0.1", data_dir=tmp_path))  # loopback: fine as it was
+    check_exposure("127.0.0.1", tenants, insecure=False)  # loopback: fine as it was

@@ -179,15 +179,16 @@ def test_connected_mcp_clients_are_told_when_the_served_image_changes(tmp_path: 
     from tests.liveserver import free_port
     from wasmrun.blobs.store import FileBlobStore
     from wasmrun.sandbox import InProcessExecutor
-    from wasmrun.server import build_context, create_app
+    from wasmrun.server import assemble, create_app
     from wasmrun.settings import Settings
 
     settings = Settings(data_dir=tmp_path / "data", image="stdlib")
     blobs = FileBlobStore(tmp_path / "blobs")
     executor = InProcessExecutor(blobs, slots=1)
-    context = build_context(settings, blobs=blobs, executor=executor)
+    assembled = assemble(settings, blobs=blobs, executor=executor)
+    context = assembled.context
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, context), port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(assembled), port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
@@ -235,7 +236,7 @@ def test_a_session_keeps_its_image_when_the_workers_move_to_the_data_image(tmp_p
     from wasmrun.backends import open_backends
     from wasmrun.protocol.methods import Dispatcher
     from wasmrun.sandbox import WorkerPool, image_state
-    from wasmrun.server import build_context
+    from wasmrun.server import assemble
     from wasmrun.settings import Settings
 
     if image_state() is not None:
@@ -243,7 +244,7 @@ def test_a_session_keeps_its_image_when_the_workers_move_to_the_data_image(tmp_p
     settings = Settings(data_dir=tmp_path / "data", image="stdlib")
     backends = open_backends(settings)
     pool = WorkerPool(backends.blobs.for_workers(), workers=1, image="stdlib")
-    context = build_context(settings, backends=backends, executor=pool)
+    context = assemble(settings, executor=pool).context
     dispatch = Dispatcher(context)
 
     def call(method: str, params: dict[str, Any]) -> Any:

@@ -25,7 +25,7 @@ import uvicorn
 from tests.liveserver import serving
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.sandbox import InProcessExecutor
-from wasmrun.server import build_context, create_app
+from wasmrun.server import assemble, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 from wasmrun.wire.http_protocol import LINGER_BYTES, HttpProtocol
 
@@ -43,7 +43,7 @@ def app(tmp_path: Path, blob_store: FileBlobStore, executor: InProcessExecutor) 
         data_dir=tmp_path / "data", skills_dirs=(BUNDLED_SKILLS,), workers=1, body_timeout=1.0,
         max_body_bytes=MAX_BODY,
     )
-    return create_app(settings, build_context(settings, blobs=blob_store, executor=executor)), settings
+    return create_app(assemble(settings, blobs=blob_store, executor=executor)), settings
 
 
 @pytest.fixture()

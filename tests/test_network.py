@@ -29,7 +29,7 @@ from wasmrun.blobs.store import FileBlobStore
 from wasmrun.egress.grants import Grant
 from wasmrun.egress.policy import EgressPolicy, parse_egress_policy
 from wasmrun.sandbox import InProcessExecutor
-from wasmrun.server import build_context, create_app
+from wasmrun.server import assemble, create_app
 from wasmrun.settings import Settings
 from wasmrun.tenants.policy import AccessPolicy
 
@@ -174,8 +174,7 @@ class Caller:
 @contextmanager
 def serve_with(settings: Settings, blobs: FileBlobStore, executor: InProcessExecutor, policy: EgressPolicy) -> Iterator[Caller]:
     settings = dataclasses.replace(settings, egress=policy)
-    context = build_context(settings, blobs=blobs, executor=executor)
-    with TestClient(create_app(settings, context), base_url="http://localhost") as client:
+    with TestClient(create_app(assemble(settings, blobs=blobs, executor=executor)), base_url="http://localhost") as client:
         yield Caller(client, settings, blobs, executor)
 
 

@@ -17,7 +17,7 @@ from test_tenants import caller
 
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.protocol.context import Context
-from wasmrun.server import create_app, tenant_directory
+from wasmrun.server import Server, assemble, create_app
 from wasmrun.settings import Settings
 from wasmrun.tenants.retention import BlobRetention
 from wasmrun.tenants.store import TenantStore
@@ -43,8 +43,13 @@ def keys(audited: Settings, names: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.fixture()
-def http(audited: Settings, context: Context, keys: dict[str, str]) -> Iterator[TestClient]:
-    with TestClient(create_app(audited, context), base_url="http://localhost", client=("127.0.0.1", 50000)) as c:
+def audited_server(audited: Settings, context: Context) -> Server:
+    return assemble(audited, blobs=context.blobs, executor=context.executor)
+
+
+@pytest.fixture()
+def http(audited_server: Server, keys: dict[str, str]) -> Iterator[TestClient]:
+    with TestClient(create_app(audited_server), base_url="http://localhost", client=("127.0.0.1", 50000)) as c:
         yield c
 
 
@@ -95,18 +100,18 @@ def test_metrics_in_prometheus_format(http: TestClient, keys: dict[str, str], na
     assert f'wasmrun_runs_queued{{tenant="{tenant}"}} 0.0' in text
 
 
-def test_metrics_are_not_served_to_other_machines(settings: Settings, context: Context) -> None:
-    with TestClient(create_app(settings, context), base_url="http://localhost", client=("198.51.100.7", 1)) as c:
+def test_metrics_are_not_served_to_other_machines(server: Server) -> None:
+    with TestClient(create_app(server), base_url="http://localhost", client=("198.51.100.7", 1)) as c:
         assert c.get("/metrics").status_code == 403
 
 
 def test_retention_deletes_a_tenants_old_blobs_only(
-    http: TestClient, audited: Settings, context: Context, keys: dict[str, str], blob_store: FileBlobStore
+    http: TestClient, audited_server: Server, keys: dict[str, str], blob_store: FileBlobStore
 ) -> None:
     a, b = caller(http, keys["a"]), caller(http, keys["b"])
     old = a("create_blob", {"content": "old", "kind": "text/plain"})["result"]["blob_id"]
     kept = b("create_blob", {"content": "kept", "kind": "text/plain"})["result"]["blob_id"]
-    retention = BlobRetention(blob_store, tenant_directory(audited), 0)
+    retention = BlobRetention(blob_store, audited_server.tenants, 0)
     retention.sweep(now=time.time() + 30)  # within a's 60 s: kept
     assert "result" in a("read_blob", {"blob_id": old})
     assert retention.sweep(now=time.time() + 120) >= 1
@@ -127,6 +132,6 @@ def test_a_weak_or_odd_metrics_key_is_refused_at_start(tmp_path: Path, key: str)
         Settings.load({"WASMRUN_METRICS_KEY": key, "WASMRUN_DATA_DIR": str(tmp_path)})
 
 
-def test_metrics_without_tenants_and_without_a_key_stay_on_this_machine(settings: Settings, context: Context) -> None:
-    with TestClient(create_app(settings, context), base_url="http://localhost", client=("127.0.0.1", 1)) as c:
+def test_metrics_without_tenants_and_without_a_key_stay_on_this_machine(server: Server) -> None:
+    with TestClient(create_app(server), base_url="http://localhost", client=("127.0.0.1", 1)) as c:
         assert c.get("/metrics").status_code == 200

@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from tests.skillfiles import write_skill
 from wasmrun.sandbox import BlobOpener, WorkerPool
-from wasmrun.server import build_context, create_app
+from wasmrun.server import assemble, create_app
 from wasmrun.settings import Settings
 
 WORKERS = 2
@@ -38,7 +38,7 @@ def pool(settings: Settings, tmp_path: Path) -> Iterator[WorkerPool]:
 
 @pytest.fixture()
 def http(settings: Settings, pool: WorkerPool) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, build_context(settings, executor=pool)), base_url="http://localhost") as client:
+    with TestClient(create_app(assemble(settings, executor=pool)), base_url="http://localhost") as client:
         yield client
 
 
@@ -256,7 +256,7 @@ def served(settings: Settings, pool: WorkerPool) -> Iterator[str]:
     """The app behind a real uvicorn on a loopback port, run as `wasmrun serve` runs it: its base URL."""
     from tests.liveserver import serving
 
-    app = create_app(settings, build_context(settings, executor=pool))
+    app = create_app(assemble(settings, executor=pool))
     with serving(app, settings) as server:
         yield f"http://127.0.0.1:{server.config.port}"
 

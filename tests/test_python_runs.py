@@ -122,12 +122,12 @@ def _tenant_http(settings, context, limits: dict[str, int] | None = None):  # ty
     from starlette.testclient import TestClient
     from test_tenants import caller
 
-    from wasmrun.server import create_app
+    from wasmrun.server import assemble, create_app
     from wasmrun.tenants.store import TenantStore
 
     store = TenantStore(settings.data_dir)
     keys = {"alice": store.add("alice", limits or {}), "bob": store.add("bob")}
-    client = TestClient(create_app(settings, context), base_url="http://localhost")
+    client = TestClient(create_app(assemble(settings, blobs=context.blobs, executor=context.executor)), base_url="http://localhost")
     return client, caller(client, keys["alice"]), caller(client, keys["bob"])
 
 

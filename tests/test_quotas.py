@@ -16,7 +16,7 @@ from test_tenants import caller
 from wasmrun.blobs.quota import BLOB_MIN_CHARGE
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.protocol.context import Context
-from wasmrun.server import create_app
+from wasmrun.server import Server, create_app
 from wasmrun.settings import Settings
 from wasmrun.tenants.store import TenantStore
 
@@ -36,8 +36,8 @@ def tenant(settings: Settings) -> dict[str, str]:
 
 
 @pytest.fixture()
-def http(settings: Settings, context: Context, tenant: dict[str, str]) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, context), base_url="http://localhost") as c:
+def http(server: Server, tenant: dict[str, str]) -> Iterator[TestClient]:
+    with TestClient(create_app(server), base_url="http://localhost") as c:
         yield c
 
 

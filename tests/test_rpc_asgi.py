@@ -14,7 +14,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from wasmrun.protocol.context import Context
-from wasmrun.server import create_app
+from wasmrun.server import assemble, create_app
 from wasmrun.settings import Settings
 from wasmrun.tenants.store import TenantStore
 from wasmrun.wire.rpc_asgi import RpcFront
@@ -30,7 +30,7 @@ def key(settings: Settings) -> str:
 @pytest.fixture()
 def app(settings: Settings, context: Context, key: str) -> Iterator[RpcFront]:
     small = dataclasses.replace(settings, max_body_bytes=4096)
-    made = create_app(small, context)
+    made = create_app(assemble(small, blobs=context.blobs, executor=context.executor))
     assert isinstance(made, RpcFront) and made.rpc is not None
     yield made
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.skillfiles import write_skill
 from wasmrun.limits import MiB
-from wasmrun.protocol.runs import run_limits
+from wasmrun.protocol.running import run_limits
 from wasmrun.protocol.types import RunLimits
 from wasmrun.sandbox import CEILING_LIMITS, LimitPolicy
 from wasmrun.settings import Settings
@@ -190,13 +190,12 @@ def rpc_with_policy(settings: Settings, blob_store: Any, executor: Any) -> Any:
 
     from starlette.testclient import TestClient
 
-    from wasmrun.server import build_context, create_app
+    from wasmrun.server import assemble, create_app
 
     lowered = dataclasses.replace(
         settings, limits=LimitPolicy(ceilings=dataclasses.replace(CEILING_LIMITS, timeout_ms=2000))
     )
-    context = build_context(lowered, blobs=blob_store, executor=executor)
-    with TestClient(create_app(lowered, context), base_url="http://localhost") as client:
+    with TestClient(create_app(assemble(lowered, blobs=blob_store, executor=executor)), base_url="http://localhost") as client:
 
         def call(method: str, params: Any) -> dict[str, Any]:
             answer: dict[str, Any] = client.post(

@@ -15,7 +15,7 @@ from skillfiles import write_skill
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.protocol.run_result import MAX_LOGS_PREVIEW_BYTES, MAX_OUTPUT_BYTES
 from wasmrun.sandbox import InProcessExecutor
-from wasmrun.server import build_context, create_app
+from wasmrun.server import Server, assemble, create_app
 from wasmrun.settings import Settings
 
 Rpc = Callable[..., dict[str, Any]]
@@ -350,7 +350,7 @@ def test_busy_server_answers_32000_instead_of_hanging(
     settings: Settings, blob_store: FileBlobStore, tmp_path: Path
 ) -> None:
     one_slot = InProcessExecutor(blob_store, slots=1, queue_timeout=0.2, workspace_root=tmp_path)
-    app = create_app(settings, build_context(settings, blobs=blob_store, executor=one_slot))
+    app = create_app(assemble(settings, blobs=blob_store, executor=one_slot))
     spin = {
         "language": "python",
         "code": "def main(a):\n    while True: pass\n",
@@ -374,8 +374,8 @@ def test_busy_server_answers_32000_instead_of_hanging(
     assert "busy" in answers[1]["error"]["message"]
 
 
-def test_runs_do_not_block_the_event_loop(settings: Settings, context: Any) -> None:
-    app = create_app(settings, context)
+def test_runs_do_not_block_the_event_loop(server: Server) -> None:
+    app = create_app(server)
     spin = {
         "language": "python",
         "code": "def main(a):\n    while True: pass\n",

@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 from tests.skillfiles import write_skill
 from wasmrun.registry import skillmd
 from wasmrun.sandbox import InProcessExecutor
-from wasmrun.server import build_context, create_app
+from wasmrun.server import assemble, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 
 
@@ -67,8 +67,8 @@ def test_a_bomb_among_operator_skills_is_skipped_at_start(
     write_skill(extra, "op.fine")
     settings = Settings(data_dir=tmp_path / "data", skills_dirs=(BUNDLED_SKILLS, extra), workers=1)
     with caplog.at_level(logging.WARNING, logger="wasmrun.registry"):
-        context = build_context(settings, executor=executor)
-    with TestClient(create_app(settings, context), base_url="http://localhost") as client:
+        server = assemble(settings, executor=executor)
+    with TestClient(create_app(server), base_url="http://localhost") as client:
         listed = client.post("/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "list_skills",
                                            "params": {"namespace": "op"}}).json()
     assert [s["name"] for s in listed["result"]["skills"]] == ["op.fine"]

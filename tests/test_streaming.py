@@ -21,7 +21,7 @@ from tests.liveserver import LiveServer, wasmrun_env
 from tests.skillfiles import write_skill
 from wasmrun.client import AsyncClient, Client, OutputEvent
 from wasmrun.egress.secrets import Redactor
-from wasmrun.protocol.types import RunResult
+from wasmrun.protocol.types import ExecutionResult
 from wasmrun.sandbox import OutputChunk, OutputStream
 from wasmrun.wire.events import RunEvents
 
@@ -305,20 +305,20 @@ def test_typed_client_iterates_events_then_the_result(tenants: tuple[LiveServer,
     with Client(server.base_url, api_key=keys["bob"]) as client:
         events = list(client.run_code_stream(PRINT_SLEEP_PRINT))
         assert [e.text for e in events if isinstance(e, OutputEvent)] == ["first\n", "to stderr\n", "second\n"]
-        assert isinstance(events[-1], RunResult) and events[-1].output == 42
+        assert isinstance(events[-1], ExecutionResult) and events[-1].output == 42
         skill = list(client.execute_skill_stream("demo.talk"))
-        assert isinstance(skill[0], OutputEvent) and skill[0].stream == "stdout" and isinstance(skill[-1], RunResult)
+        assert isinstance(skill[0], OutputEvent) and skill[0].stream == "stdout" and isinstance(skill[-1], ExecutionResult)
         plain = client.run_code("def main(a):\n    return 3\n")  # no `stream` member sent
         assert plain.output == 3
 
-    async def run_async() -> list[OutputEvent | RunResult]:
+    async def run_async() -> list[OutputEvent | ExecutionResult]:
         async with AsyncClient(server.base_url, api_key=keys["bob"]) as client:
             return [event async for event in client.run_code_stream("print('async')")]
 
     import asyncio
 
     got = asyncio.run(run_async())
-    assert isinstance(got[0], OutputEvent) and got[0].text == "async\n" and isinstance(got[-1], RunResult)
+    assert isinstance(got[0], OutputEvent) and got[0].text == "async\n" and isinstance(got[-1], ExecutionResult)
 
 
 def test_secrets_are_redacted_even_split_across_batches() -> None:

@@ -17,7 +17,8 @@ from starlette.testclient import TestClient
 
 from wasmrun.cli import main
 from wasmrun.protocol.context import Context
-from wasmrun.server import create_app
+from wasmrun.sandbox import InProcessExecutor
+from wasmrun.server import Server, assemble, create_app
 from wasmrun.settings import Settings
 from wasmrun.tenants.store import TenantStore
 
@@ -32,8 +33,8 @@ def keys(settings: Settings) -> dict[str, str]:
 
 
 @pytest.fixture()
-def http(settings: Settings, context: Context, keys: dict[str, str]) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, context), base_url="http://localhost") as c:
+def http(server: Server, keys: dict[str, str]) -> Iterator[TestClient]:
+    with TestClient(create_app(server), base_url="http://localhost") as c:
         yield c
 
 
@@ -119,14 +120,12 @@ def test_no_tenants_on_loopback_is_the_local_tenant(rpc: Call) -> None:
     assert "result" in rpc("list_skills")
 
 
-def test_a_non_loopback_host_starts_once_tenants_exist(tmp_path: Path) -> None:
-    from wasmrun.server import check_exposure
-
-    settings = Settings(host="0.0.0.0", data_dir=tmp_path)
+def test_a_non_loopback_host_starts_once_tenants_exist(tmp_path: Path, executor: InProcessExecutor) -> None:
+    settings = Settings(host="0.0.0.0", data_dir=tmp_path, workers=2)
     with pytest.raises(ValueError, match="--insecure"):
-        check_exposure(settings)
+        assemble(settings, serving=True)  # refused before any worker starts
     TenantStore(tmp_path).add("ops")
-    check_exposure(settings)
+    assert assemble(settings, executor=executor, serving=True).tenants.has_tenants()
 
 
 # -- isolation --------------------------------------------------------------------
@@ -212,7 +211,7 @@ def granted(settings: Settings, context: Context, keys: dict[str, str]) -> Itera
     from wasmrun.tenants.policy import AccessPolicy
 
     policy = AccessPolicy(tenant_secret_grants={"alice": (Grant("user.report", ("DEMO_TOKEN",), "any"),)})
-    app = create_app(dataclasses.replace(settings, access=policy), dataclasses.replace(context, access=policy))
+    app = create_app(assemble(dataclasses.replace(settings, access=policy), blobs=context.blobs, executor=context.executor))
     with TestClient(app, base_url="http://localhost") as c:
         yield c
 

@@ -11,9 +11,11 @@ so --blob-store needs --database-url: settings.py refuses it alone):
   object store of --blob-store with their metadata in the database (`SharedBlobs`).
 
 `open_backends` makes both choices and brings the database's schema up to date: it and
-`wasmrun migrate` are the only callers of `migrate_database`. Each store is built when the
-server asks for it; a PostgreSQL store holds a connection of its own (database/connection.py),
-so that stores do not wait on each other's calls.
+`wasmrun migrate` are the only callers of `migrate_database`. It is also the one place here
+that reads the settings: each backend gets the parts it needs (`StorePlaces`, `RunAdmission`,
+`SessionPolicy`, a URL), never the whole `Settings`. Each store is built when the server asks
+for it, once (server.py's `assemble`); a PostgreSQL store holds a connection of its own
+(database/connection.py), so that stores do not wait on each other's calls.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from wasmrun.blobs.store import BlobStore, FileBlobStore
 from wasmrun.observe.audit import AuditLog
-from wasmrun.protocol.sessionstore import SessionStore
 from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox import BlobOpener
+from wasmrun.sessionstore.store import SessionStore
 from wasmrun.settings import Settings, load_blob_store
+from wasmrun.tenants.limits import SessionPolicy
 from wasmrun.tenants.quotas import RunGate
 from wasmrun.tenants.store import TenantEditor, TenantStore
 
@@ -83,16 +86,59 @@ class Backends:
         return self.records.shared or self.blobs.shared
 
 
+@dataclass(frozen=True)
+class StorePlaces:
+    """Where the stores keep what they keep on this machine (all under the data folder but
+    the operator's skill folders)."""
+
+    data_dir: Path  # tenants.json (local records)
+    operator_skill_dirs: tuple[Path, ...]  # read-only, every tenant's
+    skills_home: Path  # created skills (local records)
+    skill_cache: Path  # created skills from the database, unpacked (shared records)
+    blobs_dir: Path  # local blobs
+    sessions_dir: Path  # local sessions
+    session_cache: Path  # shared sessions' versions fetched or made here
+
+    @classmethod
+    def of(cls, settings: Settings) -> StorePlaces:
+        return cls(
+            settings.data_dir, settings.operator_skill_dirs, settings.skills_home, settings.skill_cache,
+            settings.blobs_dir, settings.data_dir / "sessions", settings.data_dir / "session-cache",
+        )
+
+
+@dataclass(frozen=True)
+class RunAdmission:
+    """How runs are admitted: how long a run may wait for a sandbox, and how many there are."""
+
+    queue_timeout: float
+    pool_size: int
+
+
+@dataclass(frozen=True)
+class SkillCacheBounds:
+    """The local cache of created skills unpacked from the shared database (shared records)."""
+
+    entries: int
+    bytes: int
+
+
 def open_backends(settings: Settings) -> Backends:
-    """The backends `settings` name; with --database-url its schema is brought up to date first."""
+    """The backends `settings` name; with --database-url its schema is brought up to date first.
+    The settings are read here, and each backend given the parts it needs."""
     load_blob_store(settings.blob_store, settings.database_url)  # Settings.load's rule, for settings made directly
+    places = StorePlaces.of(settings)
+    admission = RunAdmission(settings.queue_timeout, settings.workers)
     if settings.database_url is None:
-        return Backends(LocalRecords(settings), LocalBlobs(settings))
+        return Backends(LocalRecords(places, admission, settings.audit_log), LocalBlobs(places, settings.sessions))
     migrate_database(settings.database_url)
-    records = SharedRecords(settings, settings.database_url)
+    records = SharedRecords(
+        places, admission, settings.database_url, audited=settings.audit_log is not None,
+        bundles=settings.blob_store, cache=SkillCacheBounds(settings.skill_cache_entries, settings.skill_cache_bytes),
+    )
     if settings.blob_store is None:
-        return Backends(records, LocalBlobs(settings))
-    return Backends(records, SharedBlobs(settings, settings.database_url, settings.blob_store))
+        return Backends(records, LocalBlobs(places, settings.sessions))
+    return Backends(records, SharedBlobs(places, settings.sessions, settings.database_url, settings.blob_store))
 
 
 def migrate_database(database_url: str) -> list[int]:
@@ -115,31 +161,40 @@ class LocalRecords:
 
     shared = False
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self, places: StorePlaces, admission: RunAdmission, audit_log: Path | None) -> None:
+        self.places = places
+        self.admission = admission
+        self.audit_path = audit_log  # None: no audit log
 
     def tenant_store(self) -> TenantEditor:
-        return TenantStore(self.settings.data_dir)
+        return TenantStore(self.places.data_dir)
 
     def audit_log(self) -> AuditLog | None:
-        return AuditLog(self.settings.audit_log) if self.settings.audit_log is not None else None
+        return AuditLog(self.audit_path) if self.audit_path is not None else None
 
     def run_gate(self) -> RunGate:
-        return RunGate(self.settings.queue_timeout, pool_size=self.settings.workers)
+        return RunGate(self.admission.queue_timeout, pool_size=self.admission.pool_size)
 
     def skill_registry(self, package_layer: Path) -> DirectoryRegistry:
-        return DirectoryRegistry(self.settings.operator_skill_dirs, self.settings.skills_home, package_layer)
+        return DirectoryRegistry(self.places.operator_skill_dirs, self.places.skills_home, package_layer)
 
 
 class SharedRecords:
     """In the PostgreSQL of --database-url; created skills' bundles in the object store
-    with --blob-store (else in the database), unpacked into a local cache."""
+    `bundles` (--blob-store; None: in the database), unpacked into a local cache."""
 
     shared = True
 
-    def __init__(self, settings: Settings, database_url: str) -> None:
-        self.settings = settings
+    def __init__(
+        self, places: StorePlaces, admission: RunAdmission, database_url: str, *, audited: bool,
+        bundles: str | None, cache: SkillCacheBounds,
+    ) -> None:
+        self.places = places
+        self.admission = admission
         self.database_url = database_url
+        self.audited = audited
+        self.bundles = bundles
+        self.cache = cache
 
     def tenant_store(self) -> TenantEditor:
         from wasmrun.database.connection import Database
@@ -148,7 +203,7 @@ class SharedRecords:
         return PgTenantStore(Database(self.database_url))
 
     def audit_log(self) -> PgAuditLog | None:
-        if self.settings.audit_log is None:
+        if not self.audited:
             return None
         from wasmrun.database.audit import PgAuditLog
         from wasmrun.database.connection import Database
@@ -159,22 +214,21 @@ class SharedRecords:
         """A tenant's concurrent runs count across servers."""
         from wasmrun.database.runs import SharedRunGate
 
-        return SharedRunGate(self.database_url, self.settings.queue_timeout, pool_size=self.settings.workers)
+        return SharedRunGate(self.database_url, self.admission.queue_timeout, pool_size=self.admission.pool_size)
 
     def skill_registry(self, package_layer: Path) -> DirectoryRegistry:
         from wasmrun.database.connection import Database
         from wasmrun.database.skills import PgSkillRegistry
 
         objects = None
-        if self.settings.blob_store is not None:  # bundles beside the blobs' bytes
+        if self.bundles is not None:  # bundles beside the blobs' bytes
             from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
 
-            objects = ObjectStore(ObjectStoreLocation.parse(self.settings.blob_store))
-        settings = self.settings
+            objects = ObjectStore(ObjectStoreLocation.parse(self.bundles))
+        places = self.places
         return PgSkillRegistry(
-            settings.operator_skill_dirs, settings.skills_home, Database(self.database_url), settings.skill_cache,
-            objects, cache_entries=settings.skill_cache_entries, cache_bytes=settings.skill_cache_bytes,
-            package_layer=package_layer,
+            places.operator_skill_dirs, places.skills_home, Database(self.database_url), places.skill_cache,
+            objects, cache_entries=self.cache.entries, cache_bytes=self.cache.bytes, package_layer=package_layer,
         )
 
 
@@ -186,22 +240,23 @@ class LocalBlobs:
 
     shared = False
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self, places: StorePlaces, sessions: SessionPolicy) -> None:
+        self.places = places
+        self.sessions = sessions
 
     def blob_store(self) -> BlobStore:
-        store = FileBlobStore(self.settings.blobs_dir)
+        store = FileBlobStore(self.places.blobs_dir)
         store.sweep()  # what writers killed before this start left behind
         return store
 
     def for_workers(self) -> BlobOpener:
-        return BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(self.settings.blobs_dir)])
+        return BlobOpener("wasmrun.blobs.store:FileBlobStore", [str(self.places.blobs_dir)])
 
     def session_store(self) -> SessionStore:
-        return SessionStore(self.settings.data_dir / "sessions", self.settings.sessions)
+        return SessionStore(self.places.sessions_dir, self.sessions)
 
     def recount(self) -> None:
-        FileBlobStore(self.settings.blobs_dir).recount()
+        FileBlobStore(self.places.blobs_dir).recount()
 
     def orphan_sweeper(self) -> None:
         return None  # (FileBlobStore.sweep removes a killed writer's files)
@@ -213,8 +268,9 @@ class SharedBlobs:
 
     shared = True
 
-    def __init__(self, settings: Settings, database_url: str, blob_store: str) -> None:
-        self.settings = settings
+    def __init__(self, places: StorePlaces, sessions: SessionPolicy, database_url: str, blob_store: str) -> None:
+        self.places = places
+        self.sessions = sessions
         self.database_url = database_url
         self.location = blob_store
 
@@ -231,8 +287,7 @@ class SharedBlobs:
         from wasmrun.database.sessions import SharedSessionStore
 
         # A cache of versions fetched or made here, one folder per process.
-        cache = self.settings.data_dir / "session-cache"
-        return SharedSessionStore(cache, self.database_url, self.location, self.settings.sessions)
+        return SharedSessionStore(self.places.session_cache, self.database_url, self.location, self.sessions)
 
     def recount(self) -> None:
         pass  # the database's counters change with its rows: nothing to recount

@@ -418,9 +418,9 @@ def _tenants(args: argparse.Namespace) -> int:
 
 
 def _skills_list(args: argparse.Namespace) -> int:
-    from wasmrun.server import open_registry
+    from wasmrun.server import skills_served
 
-    registry = open_registry(_settings(args))
+    registry = skills_served(_settings(args))
     rows = [(s.owner or "-", s.name, s.version, s.manifest.kind, s.manifest.description) for s in registry.every_skill()]
     heads = ("OWNER", "NAME", "VERSION", "KIND")
     width = [max([len(r[i]) for r in rows] + [len(h)]) for i, h in enumerate(heads)]
@@ -473,10 +473,10 @@ def _tools(args: argparse.Namespace) -> int:
 def _skills_add(args: argparse.Namespace) -> int:
     from wasmrun.registry.errors import SkillAlreadyExists
     from wasmrun.registry.folders import SkillProblems
-    from wasmrun.server import open_registry
+    from wasmrun.server import skills_served
 
     settings = Settings.load(data_dir=args.data_dir)
-    registry = open_registry(settings)
+    registry = skills_served(settings)
     try:
         skill, dest = registry.add(args.path, settings.installed_skills)
     except SkillProblems as exc:
@@ -522,7 +522,7 @@ def _run(args: argparse.Namespace) -> int:
     from wasmrun.protocol.runs import run_code
     from wasmrun.protocol.streaming import RUN_OUTPUT
     from wasmrun.protocol.types import RunCodeParams
-    from wasmrun.server import build_context, make_local_executor
+    from wasmrun.server import SandboxOptions, assemble, make_local_executor
 
     run_args = {}
     for item in args.arg:
@@ -557,7 +557,8 @@ def _run(args: argparse.Namespace) -> int:
         input_blobs=input_blobs,
         limits=limitcli.run_limits(args),
     )
-    context = build_context(settings, blobs=blobs, executor=make_local_executor(settings, blobs))
+    executor = make_local_executor(SandboxOptions.of(settings), blobs)
+    context = assemble(settings, blobs=blobs, executor=executor).context
     if not args.no_stream:
         RUN_OUTPUT.set(_print_output)  # copied into asyncio.run's task
     try:

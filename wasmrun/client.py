@@ -18,7 +18,7 @@ JSON-RPC body) is an `HTTPError`; a connection failure or timeout is httpx2's
 
 `run_code_stream` and `execute_skill_stream` give a streamed run as an
 iterator: `OutputEvent`s as the guest writes, `DisplayEvent`s as it shows
-display results (`display(df)`, `plt.show()`), then the `RunResult`, last
+display results (`display(df)`, `plt.show()`), then the `ExecutionResult`, last
 (docs/streaming.md):
 
     for event in skills.run_code_stream(code):
@@ -27,7 +27,7 @@ display results (`display(df)`, `plt.show()`), then the `RunResult`, last
         else:
             print(event.status)
 
-A run that fails inside the sandbox is not an exception: it is a `RunResult`
+A run that fails inside the sandbox is not an exception: it is an `ExecutionResult`
 with `status == "failed"` and an `error`, as the spec has it.
 
 Both clients keep one connection pool (keep-alive) for their lifetime: use them
@@ -80,6 +80,7 @@ from wasmrun.protocol.types import (
     DescribeSkillResult,
     Display,
     ExecuteSkillParams,
+    ExecutionResult,
     ForkSessionResult,
     ListSessionsParams,
     ListSessionsResult,
@@ -94,7 +95,6 @@ from wasmrun.protocol.types import (
     ReadSkillFileResult,
     RunCodeParams,
     RunLimits,
-    RunResult,
     SessionInfo,
     SessionRef,
     SkillFile,
@@ -114,7 +114,7 @@ __all__ = [
     "ParseError",
     "RPCError",
     "RunLimits",
-    "RunResult",
+    "ExecutionResult",
     "ServerBusy",
     "rpc_error",
 ]
@@ -251,22 +251,22 @@ class Client(Calls):
     def execute_skill(
         self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
         input_blobs: list[str] | None = None, timeout_ms: int | None = None, limits: Limits | None = None,
-    ) -> RunResult:
+    ) -> ExecutionResult:
         params = _execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
-        return self._call("execute_skill", params, RunResult)
+        return self._call("execute_skill", params, ExecutionResult)
 
     def run_code(
         self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None,
         session_id: str | None = None,
-    ) -> RunResult:
+    ) -> ExecutionResult:
         """`limits`: a RunLimits or a dict (timeout_ms, memory_mb, cpu_ms, workspace_mb, output_bytes).
         With `session_id`: inside that session (create_session)."""
         params = _run_code_params(
             code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id
         )
-        return self._call("run_code", params, RunResult)
+        return self._call("run_code", params, ExecutionResult)
 
     def create_session(
         self, limits: RunLimits | dict[str, int] | None = None, idle_timeout_s: int | None = None,
@@ -289,8 +289,8 @@ class Client(Calls):
         self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None, session_id: str | None = None,
-    ) -> Iterator[OutputEvent | DisplayEvent | RunResult]:
-        """`run_code` streamed: `OutputEvent`s as the guest writes, then the `RunResult`."""
+    ) -> Iterator[OutputEvent | DisplayEvent | ExecutionResult]:
+        """`run_code` streamed: `OutputEvent`s as the guest writes, then the `ExecutionResult`."""
         params = _run_code_params(
             code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id
         )
@@ -300,17 +300,17 @@ class Client(Calls):
         self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
         input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None,
-    ) -> Iterator[OutputEvent | DisplayEvent | RunResult]:
-        """`execute_skill` streamed: `OutputEvent`s as the skill writes, then the `RunResult`."""
+    ) -> Iterator[OutputEvent | DisplayEvent | ExecutionResult]:
+        """`execute_skill` streamed: `OutputEvent`s as the skill writes, then the `ExecutionResult`."""
         params = _execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
         return self._stream("execute_skill", _streamed(params))
 
-    def _stream(self, method: str, params: Params) -> Iterator[OutputEvent | DisplayEvent | RunResult]:
+    def _stream(self, method: str, params: Params) -> Iterator[OutputEvent | DisplayEvent | ExecutionResult]:
         body = self._request(method, params)
         with self._http.stream("POST", "/rpc", content=body, headers={"Accept": EVENT_STREAM}) as response:
             if not is_event_stream(response):  # an error answered before any run (401, 429, ...)
                 response.read()
-                yield self._answer(response, RunResult)
+                yield self._answer(response, ExecutionResult)
                 return
             parser = EventParser()
             for line in response.iter_lines():
@@ -318,7 +318,7 @@ class Client(Calls):
                 if data is not None:
                     event = decode_event(data)
                     yield event
-                    if isinstance(event, RunResult):
+                    if isinstance(event, ExecutionResult):
                         return
             raise ended_early(response)
 
@@ -405,22 +405,22 @@ class AsyncClient(Calls):
     async def execute_skill(
         self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
         input_blobs: list[str] | None = None, timeout_ms: int | None = None, limits: Limits | None = None,
-    ) -> RunResult:
+    ) -> ExecutionResult:
         params = _execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
-        return await self._call("execute_skill", params, RunResult)
+        return await self._call("execute_skill", params, ExecutionResult)
 
     async def run_code(
         self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None,
         session_id: str | None = None,
-    ) -> RunResult:
+    ) -> ExecutionResult:
         """`limits`: a RunLimits or a dict (timeout_ms, memory_mb, cpu_ms, workspace_mb, output_bytes).
         With `session_id`: inside that session (create_session)."""
         params = _run_code_params(
             code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id
         )
-        return await self._call("run_code", params, RunResult)
+        return await self._call("run_code", params, ExecutionResult)
 
     async def create_session(
         self, limits: RunLimits | dict[str, int] | None = None, idle_timeout_s: int | None = None,
@@ -443,8 +443,8 @@ class AsyncClient(Calls):
         self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None, session_id: str | None = None,
-    ) -> AsyncIterator[OutputEvent | DisplayEvent | RunResult]:
-        """`run_code` streamed: `OutputEvent`s as the guest writes, then the `RunResult`."""
+    ) -> AsyncIterator[OutputEvent | DisplayEvent | ExecutionResult]:
+        """`run_code` streamed: `OutputEvent`s as the guest writes, then the `ExecutionResult`."""
         params = _run_code_params(
             code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id
         )
@@ -454,17 +454,17 @@ class AsyncClient(Calls):
         self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
         input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None,
-    ) -> AsyncIterator[OutputEvent | DisplayEvent | RunResult]:
-        """`execute_skill` streamed: `OutputEvent`s as the skill writes, then the `RunResult`."""
+    ) -> AsyncIterator[OutputEvent | DisplayEvent | ExecutionResult]:
+        """`execute_skill` streamed: `OutputEvent`s as the skill writes, then the `ExecutionResult`."""
         params = _execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
         return self._stream("execute_skill", _streamed(params))
 
-    async def _stream(self, method: str, params: Params) -> AsyncIterator[OutputEvent | DisplayEvent | RunResult]:
+    async def _stream(self, method: str, params: Params) -> AsyncIterator[OutputEvent | DisplayEvent | ExecutionResult]:
         body = self._request(method, params)
         async with self._http.stream("POST", "/rpc", content=body, headers={"Accept": EVENT_STREAM}) as response:
             if not is_event_stream(response):
                 await response.aread()
-                yield self._answer(response, RunResult)
+                yield self._answer(response, ExecutionResult)
                 return
             parser = EventParser()
             async for line in response.aiter_lines():
@@ -472,7 +472,7 @@ class AsyncClient(Calls):
                 if data is not None:
                     event = decode_event(data)
                     yield event
-                    if isinstance(event, RunResult):
+                    if isinstance(event, ExecutionResult):
                         return
             raise ended_early(response)
 

@@ -21,7 +21,7 @@ from wasmrun.protocol.errors import (
     RPCError,
     ServerBusy,
 )
-from wasmrun.protocol.types import Display, ExecuteSkillParams, Params, RunCodeParams, RunResult
+from wasmrun.protocol.types import Display, ExecuteSkillParams, ExecutionResult, Params, RunCodeParams
 
 T = TypeVar("T")
 
@@ -95,13 +95,13 @@ class EventParser:
         return None  # comments (keep-alives) and other fields
 
 
-def decode_event(data: bytes) -> OutputEvent | DisplayEvent | RunResult:
+def decode_event(data: bytes) -> OutputEvent | DisplayEvent | ExecutionResult:
     message = msgspec.json.decode(data, type=_Message)
     if message.method == OUTPUT_METHOD:
         return msgspec.json.decode(message.params, type=OutputEvent)
     if message.method == DISPLAY_METHOD:
         return msgspec.json.decode(message.params, type=DisplayEvent)
-    return decode_result(data, 200, RunResult)
+    return decode_result(data, 200, ExecutionResult)
 
 
 def decode_result(content: bytes, status: int, result_type: type[T]) -> T:

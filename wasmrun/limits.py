@@ -13,7 +13,7 @@ Two kinds:
 
 Everything else is derived from these two tuples, never written again: the
 sandbox's `Limits` defaults and ceilings (sandbox/contract/limits.py), the request check
-(protocol/runs.py: -32602 naming the member), the tool schemas' minimum, maximum
+(protocol/running.py: -32602 naming the member), the tool schemas' minimum, maximum
 and descriptions (capabilities.py), `WASMRUN_MAX_*` (settings.py), the tenant
 limits and their check (tenants/limits.py), `wasmrun run --limit` and
 `--timeout-ms`/`--memory-mb` and the `--help` tables (limitcli.py, cli_help.py),

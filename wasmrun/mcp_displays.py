@@ -10,7 +10,7 @@ import re
 import msgspec
 from mcp import types
 
-from wasmrun.protocol.types import Display, RunResult
+from wasmrun.protocol.types import Display, ExecutionResult
 
 MAX_DISPLAY_TEXT = 4000  # characters of one display's text content
 MAX_DISPLAY_BLOCKS = 16  # displays given as content (all of them stay in the structured result)
@@ -59,7 +59,7 @@ def display_text(display: Display) -> str:
     return f"{head}:\n{text}" + (f"\n[forms: {', '.join(forms)}]" if forms else "")
 
 
-def display_content(result: RunResult, max_pictures: int) -> tuple[list[types.ContentBlock], set[str]]:
+def display_content(result: ExecutionResult, max_pictures: int) -> tuple[list[types.ContentBlock], set[str]]:
     """The content blocks of `result`'s displays, and the base64 PNGs among them
     (a picture also saved as a file is not given twice)."""
     blocks: list[types.ContentBlock] = []

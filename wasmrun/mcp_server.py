@@ -46,7 +46,7 @@ from wasmrun.mcp_listchanged import ToolListChanges
 from wasmrun.protocol.errors import QuotaExceeded, RPCError, Unauthorized
 from wasmrun.protocol.methods import RUN_METHODS, Dispatcher
 from wasmrun.protocol.streaming import RUN_OUTPUT
-from wasmrun.protocol.types import MAX_ARGS_DEPTH, ReadBlobResult, RunResult
+from wasmrun.protocol.types import MAX_ARGS_DEPTH, ExecutionResult, ReadBlobResult
 from wasmrun.tenants.caller import Caller
 from wasmrun.tools import render, tools
 from wasmrun.wire.app import error_response
@@ -85,7 +85,7 @@ MAX_PICTURES = 4
 MAX_PICTURE_BYTES = 2 * 1024 * 1024
 
 
-def run_summary(result: RunResult) -> str:
+def run_summary(result: ExecutionResult) -> str:
     lines = [f"{result.status}: {result.summary} (run {result.run_id})"]
     if result.error is not msgspec.UNSET:
         lines.append(f"error: {result.error.type}: {result.error.message}")
@@ -109,7 +109,7 @@ def run_summary(result: RunResult) -> str:
 
 
 def _text(method: str, result: msgspec.Struct, plain: Any) -> str:
-    if isinstance(result, RunResult):
+    if isinstance(result, ExecutionResult):
         return run_summary(result)
     if method in _CONTENT_RESULTS:
         return str(plain["content"])
@@ -248,14 +248,14 @@ class _Handlers:
         # Through JSON rather than to_builtins: a run's output is JSON text (msgspec.Raw).
         plain = msgspec.json.decode(msgspec.json.encode(result))
         content: list[types.ContentBlock] = [types.TextContent(text=_text(method, result, plain))]
-        if isinstance(result, RunResult):
+        if isinstance(result, ExecutionResult):
             shown, pictures = display_content(result, MAX_PICTURES)
             content.extend(shown)
             content.extend(await self.run_pictures(result, ctx, pictures))
             content.extend(types.ResourceLink(name=blob, uri=blob) for blob in result.output_blobs)
         return types.CallToolResult(content=content, structured_content=plain)
 
-    async def run_pictures(self, result: RunResult, ctx: Any, shown: set[str]) -> list[types.ContentBlock]:
+    async def run_pictures(self, result: ExecutionResult, ctx: Any, shown: set[str]) -> list[types.ContentBlock]:
         """The run's PNG pictures as image content (read as the caller, like read_blob):
         at most MAX_PICTURES with those its displays `shown` (base64), each at most
         MAX_PICTURE_BYTES, none twice; others stay resource links."""

@@ -1,7 +1,10 @@
 """Putting the runtime together: settings → backends → blob store, skill registry, executor → app.
 
-The backends (local files, or PostgreSQL and S3) are chosen once, in backends.py;
-`make_executor` is the one place that decides how the server runs sandboxes.
+`assemble` is the one place that reads the settings: it opens the backends (backends.py,
+once), builds each store and directory once, and hands every piece the parts it needs
+(`SandboxOptions`, `HttpOptions`, policies, paths), never the whole `Settings`. `create_app`
+makes the HTTP app of an assembled `Server`; `make_executor` is the one place that decides
+how the server runs sandboxes.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import importlib.util
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +34,11 @@ from wasmrun.observe.record import Observers
 from wasmrun.packages import layer as package_layer
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.methods import Dispatcher
-from wasmrun.protocol.sessionstore import session_expired
 from wasmrun.registry import requirements
 from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox import Executor, InProcessExecutor, WorkerPool, warmup
 from wasmrun.served import ServedImage
+from wasmrun.sessionstore.store import session_expired
 from wasmrun.settings import Settings
 from wasmrun.tenants.caller import LOCAL_TENANT, local_caller
 from wasmrun.tenants.calls import CallGate, RequestsInFlight
@@ -47,7 +51,99 @@ from wasmrun.wire.lazy import LazyEndpoint
 from wasmrun.wire.tools_route import tools_route
 
 
-def make_executor(settings: Settings, backends: Backends, served: ServedImage | None = None) -> Executor:
+@dataclass(frozen=True)
+class SandboxOptions:
+    """How this server runs sandboxes (settings: --image, --workers, --queue-timeout, the
+    operator's package layers)."""
+
+    image: str  # "auto", "stdlib" or "data"
+    workers: int
+    queue_timeout: float
+    package_layers: Path
+
+    @classmethod
+    def of(cls, settings: Settings) -> SandboxOptions:
+        return cls(settings.image, settings.workers, settings.queue_timeout, settings.package_layers)
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """What the HTTP front needs of the settings."""
+
+    guard: RequestGuard  # Host/Origin
+    max_body_bytes: int
+    body_timeout: float
+    metrics_key: str | None = field(repr=False)  # the operator's /metrics key
+    blob_ttl_s: int  # the local tenant's blobs' retention (the server's default tenant limit)
+
+
+@dataclass(frozen=True)
+class Server:
+    """A server's parts, each built once by `assemble`: what `create_app` serves over HTTP
+    and `wasmrun mcp` or `wasmrun run` over their own doors (the context)."""
+
+    backends: Backends
+    tenants: TenantDirectory
+    context: Context
+    http: HttpOptions
+    owns_executor: bool  # made by `assemble`: closed with the app
+
+    def close(self) -> None:
+        """What `assemble` opened for the server's lifetime (the caller's executor is its own)."""
+        if self.owns_executor:
+            self.context.executor.close()
+            self.context.gate.close()
+
+
+def assemble(
+    settings: Settings, *, executor: Executor | None = None, blobs: BlobStore | None = None, serving: bool = False,
+) -> Server:
+    """The server `settings` describe: the backends opened once (the database migrated),
+    the tenant directory, blob store, executor, skill registry and context built once each.
+    `serving` (`wasmrun serve`): refuse an unsafe exposure or worker count before any worker
+    starts, and recount usage (quotas start from what is stored). Pass `blobs` and
+    `executor` to share them (tests and `wasmrun run` do)."""
+    backends = open_backends(settings)
+    limits = settings.access.limits
+    anonymous = is_loopback(settings.host) or settings.insecure
+    tenants = TenantDirectory(
+        backends.records.tenant_store(), limits, anonymous=local_caller(limits) if anonymous else None
+    )
+    if serving:
+        check_exposure(settings.host, tenants, insecure=settings.insecure)
+        check_workers(settings.workers, tenants, allow_one_worker=settings.allow_one_worker)
+        backends.blobs.recount()
+    if blobs is None:
+        blobs = backends.blobs.blob_store()
+    served = ServedImage(package_layers=settings.package_layers)
+    owns_executor = executor is None
+    if executor is None:
+        executor = make_executor(SandboxOptions.of(settings), backends, served)
+    else:  # the caller's: on the image its settings name
+        served.switch(serving_now(settings.image))
+    context = Context(
+        registry=open_registry(backends, settings.installed_skills, served_layer(settings.data_dir, settings.image)),
+        blobs=blobs,
+        executor=executor,
+        secrets=settings.secrets,
+        limits=settings.limits,
+        egress=settings.egress,
+        access=settings.access,
+        max_full_read_bytes=settings.max_full_read_bytes,
+        caller=local_caller(limits),
+        gate=backends.records.run_gate(),
+        calls=CallGate(settings.queue_timeout),
+        sessions=backends.blobs.session_store(),
+        served=served,
+    )
+    http = HttpOptions(
+        RequestGuard.for_server(settings.host, settings.access.allowed_hosts, settings.access.allowed_origins),
+        settings.max_body_bytes, settings.body_timeout, settings.metrics_key, limits.blob_ttl_s,
+    )
+    return Server(backends, tenants, context, http, owns_executor)
+
+
+def make_executor(options: SandboxOptions, backends: Backends, served: ServedImage | None = None) -> Executor:
     """Worker processes, each opening the blob store of `backends` itself; `served` is
     told which image they serve (and of the move to the data image, on `auto`)."""
     from wasmrun.sandbox import precompile, release_freed_heap, resolve_image
@@ -56,7 +152,7 @@ def make_executor(settings: Settings, backends: Backends, served: ServedImage | 
     # loaded to check it is not kept: its memory goes back to the system.
     precompile()
     release_freed_heap()
-    image = resolve_image(settings.image)
+    image = resolve_image(options.image)
     if image == "data":
         from wasmrun.sandbox import data_engine, ready_image
 
@@ -65,10 +161,10 @@ def make_executor(settings: Settings, backends: Backends, served: ServedImage | 
     if served is not None:
         served.switch(image)
     pool = WorkerPool(
-        backends.blobs.for_workers(), workers=settings.workers, queue_timeout=settings.queue_timeout, image=image,
-        packages=settings.package_layers,
+        backends.blobs.for_workers(), workers=options.workers, queue_timeout=options.queue_timeout, image=image,
+        packages=options.package_layers,
     )
-    if settings.image == "auto" and image == "stdlib" and warmup.available():
+    if options.image == "auto" and image == "stdlib" and warmup.available():
         # The data stack is installed but its image not made: made in the background
         # (minutes, low priority) while this server answers on the stdlib image.
         warming = warmup.DataImageWarmup()
@@ -85,22 +181,26 @@ def make_executor(settings: Settings, backends: Backends, served: ServedImage | 
     return pool
 
 
-def make_local_executor(settings: Settings, blobs: BlobStore) -> Executor:
+def make_local_executor(options: SandboxOptions, blobs: BlobStore) -> Executor:
     """Sandboxes on threads of this process: quicker to start, for one-off runs (`wasmrun run`)."""
     return InProcessExecutor(
-        blobs, slots=settings.workers, queue_timeout=settings.queue_timeout, packages=settings.package_layers,
-        image=settings.image,
+        blobs, slots=options.workers, queue_timeout=options.queue_timeout, packages=options.package_layers,
+        image=options.image,
     )
 
 
-def open_registry(settings: Settings, backends: Backends | None = None) -> DirectoryRegistry:
-    """The operator's skill folders (read-only; `skills add`'s folder made here, so that a
-    skill added later is picked up without a restart) and the tenants' created skills
-    (backends.py: in the shared database with --database-url, else under the data folder)."""
-    if backends is None:
-        backends = open_backends(settings)
-    settings.installed_skills.mkdir(parents=True, exist_ok=True)
-    layer = served_layer(settings)
+def skills_served(settings: Settings) -> DirectoryRegistry:
+    """The skills a server with these settings serves (`wasmrun skills list` and `add`)."""
+    layer = served_layer(settings.data_dir, settings.image)
+    return open_registry(open_backends(settings), settings.installed_skills, layer)
+
+
+def open_registry(backends: Backends, installed_skills: Path, layer: Path) -> DirectoryRegistry:
+    """The operator's skill folders (read-only; `skills add`'s folder `installed_skills` made
+    here, so that a skill added later is picked up without a restart) and the tenants'
+    created skills (backends.py: in the shared database with --database-url, else under the
+    data folder); `layer`: the package layer of the served image (`served_layer`)."""
+    installed_skills.mkdir(parents=True, exist_ok=True)
     registry = backends.records.skill_registry(layer)
     warn_missing_packages(registry, layer)
     return registry
@@ -115,10 +215,11 @@ def serving_now(image: str) -> str:
     return image
 
 
-def served_layer(settings: Settings) -> Path:
-    """The package layer of the guest image this server runs (each image's Python has its own)."""
-    image = serving_now(settings.image)
-    return package_layer.tag_root(settings.data_dir, package_layer.IMAGE_TAGS.get(image, package_layer.DEFAULT_TAG))
+def served_layer(data_dir: Path, image: str) -> Path:
+    """The package layer of the guest image a server started with `image` runs (each image's
+    Python has its own), under `data_dir`."""
+    served = serving_now(image)
+    return package_layer.tag_root(data_dir, package_layer.IMAGE_TAGS.get(served, package_layer.DEFAULT_TAG))
 
 
 def warn_missing_packages(registry: DirectoryRegistry, layer: Path) -> None:
@@ -129,69 +230,28 @@ def warn_missing_packages(registry: DirectoryRegistry, layer: Path) -> None:
             logging.getLogger("wasmrun").warning("%s", requirements.missing_message(skill.manifest.name, wanted))
 
 
-def build_context(
-    settings: Settings, *, backends: Backends | None = None, blobs: BlobStore | None = None,
-    executor: Executor | None = None,
-) -> Context:
-    """Everything the methods need, on `backends` (opened from `settings` when not given);
-    pass `blobs` and `executor` to share them (tests do)."""
-    if backends is None:
-        backends = open_backends(settings)
-    if blobs is None:
-        blobs = backends.blobs.blob_store()
-    served = ServedImage(package_layers=settings.package_layers)
-    if executor is None:
-        executor = make_executor(settings, backends, served)
-    else:  # the caller's: on the image its settings name
-        served.switch(serving_now(settings.image))
-    return Context(
-        registry=open_registry(settings, backends),
-        blobs=blobs,
-        executor=executor,
-        secrets=settings.secrets,
-        limits=settings.limits,
-        egress=settings.egress,
-        access=settings.access,
-        max_full_read_bytes=settings.max_full_read_bytes,
-        caller=local_caller(settings.access.limits),
-        gate=backends.records.run_gate(),
-        calls=CallGate(settings.queue_timeout),
-        sessions=backends.blobs.session_store(),
-        served=served,
-    )
-
-
-def create_app(
-    settings: Settings, context: Context | None = None, *, backends: Backends | None = None,
-    mcp_with_create_skill: bool = False,
-) -> Starlette:
-    """The server's ASGI app, on `backends` (opened from `settings` when not given). It closes
-    the executor on shutdown only if it made it.
+def create_app(server: Server, *, mcp_with_create_skill: bool = False) -> Starlette:
+    """The ASGI app of an assembled server. It closes the executor on shutdown only if the
+    assembly made it.
 
     /rpc, /tools and /mcp share one dispatcher and one app (so one middleware stack);
     /mcp only when the MCP SDK is installed (the `mcp` extra)."""
-    owned = context is None
-    if backends is None:
-        backends = open_backends(settings)
-    context = context if context is not None else build_context(settings, backends=backends)
-    tenants = tenant_directory(settings, backends)
+    context, tenants, http = server.context, server.tenants, server.http
     metrics = Metrics(
         context.gate, context.executor.capacity, context.blobs, lambda: [LOCAL_TENANT, *tenants.names()],
         context.calls, getattr(context.executor, "background", None),
         context.sessions.tenants if context.sessions is not None else None,
     )
-    audit = backends.records.audit_log()
+    audit = server.backends.records.audit_log()
     observers = Observers(metrics, *([audit] if audit is not None else []))
-    stops = start_background_work(settings, context, backends, tenants, observers)
+    stops = start_background_work(server, observers)
 
     def shutdown() -> None:
         for stop in stops:
             stop()
         if audit is not None:
             audit.close()
-        if owned:
-            context.executor.close()
-            context.gate.close()
+        server.close()
 
     dispatcher = Dispatcher(context, observers, require_caller=True)
     in_flight = RequestsInFlight()  # each tenant's HTTP requests, /rpc and /mcp together
@@ -200,48 +260,49 @@ def create_app(
         tools_route(lambda: facts_of(context.limits, context.egress.network.run_code, served.facts()))
     ]
     routes.extend(e2b_routes(dispatcher, tenants.authenticate, in_flight))  # the E2B SDK's front (docs/e2b.md)
-    lifespans = mcp_endpoint(settings, dispatcher, tenants, in_flight, routes, with_create_skill=mcp_with_create_skill)
+    lifespans = mcp_endpoint(
+        dispatcher, tenants, in_flight, routes, max_body_bytes=http.max_body_bytes,
+        with_create_skill=mcp_with_create_skill,
+    )
     return create_wire_app(
         dispatcher,
-        max_body_bytes=settings.max_body_bytes,
-        body_timeout=settings.body_timeout,
+        max_body_bytes=http.max_body_bytes,
+        body_timeout=http.body_timeout,
         on_shutdown=shutdown,
         health=context.executor.health,
         image_status=context.served.status,
         routes=routes,
         lifespans=lifespans,
-        guard=RequestGuard.for_server(settings.host, settings.access.allowed_hosts, settings.access.allowed_origins),
+        guard=http.guard,
         authenticate=tenants.authenticate,
         metrics=metrics.render,
-        metrics_refusal=functools.partial(metrics_refusal, settings.metrics_key, tenants),
+        metrics_refusal=functools.partial(metrics_refusal, http.metrics_key, tenants),
         in_flight=in_flight,
-        health_detail=functools.partial(health_detail, settings.metrics_key, tenants),
+        health_detail=functools.partial(health_detail, http.metrics_key, tenants),
     )
 
 
-def start_background_work(
-    settings: Settings, context: Context, backends: Backends, tenants: TenantDirectory, observers: Observers
-) -> list[Callable[[], None]]:
+def start_background_work(server: Server, observers: Observers) -> list[Callable[[], None]]:
     """Start what the server does beside answering (sessions' expiry, blob retention, the
     object store's orphan sweep); what stops each, in order."""
     stops: list[Callable[[], None]] = []
-    sessions = context.sessions
+    sessions = server.context.sessions
     if sessions is not None:
         sessions.on_end = lambda meta, reason: observers.record(session_expired(meta)) if reason == "expired" else None
         sessions.start()
         stops.append(sessions.stop)
-    retention = BlobRetention(context.blobs, tenants, settings.access.limits.blob_ttl_s)
+    retention = BlobRetention(server.context.blobs, server.tenants, server.http.blob_ttl_s)
     retention.start()
     stops.append(retention.stop)
-    orphans = backends.blobs.orphan_sweeper()
+    orphans = server.backends.blobs.orphan_sweeper()
     if orphans is not None:
         stops.append(orphans.stop)
     return stops
 
 
 def mcp_endpoint(
-    settings: Settings, dispatcher: Dispatcher, tenants: TenantDirectory, in_flight: RequestsInFlight,
-    routes: list[BaseRoute], *, with_create_skill: bool,
+    dispatcher: Dispatcher, tenants: TenantDirectory, in_flight: RequestsInFlight, routes: list[BaseRoute], *,
+    max_body_bytes: int, with_create_skill: bool,
 ) -> list[Callable[[], AbstractAsyncContextManager[None]]]:
     """/mcp added to `routes` when the MCP SDK is installed; the lifespans it needs."""
     if importlib.util.find_spec("mcp") is None:
@@ -253,7 +314,7 @@ def mcp_endpoint(
 
         return http_app(
             dispatcher, authenticate=tenants.authenticate,
-            max_body_bytes=settings.max_body_bytes, with_create_skill=with_create_skill,
+            max_body_bytes=max_body_bytes, with_create_skill=with_create_skill,
         )
 
     # The SDK is imported on the first authenticated /mcp request, not at start (see
@@ -293,72 +354,53 @@ def health_detail(metrics_key: str | None, tenants: TenantDirectory, authorizati
     return metrics_key is not None and metrics_refusal(metrics_key, tenants, authorization, None) is None
 
 
-def tenant_directory(settings: Settings, backends: Backends | None = None) -> TenantDirectory:
-    """API keys from the tenant store of `backends` (opened from `settings` when not given);
-    with no tenants there, the implicit local tenant when this server may be anonymous
-    (loopback, or --insecure)."""
-    if backends is None:
-        backends = open_backends(settings)
-    anonymous = is_loopback(settings.host) or settings.insecure
-    return TenantDirectory(
-        backends.records.tenant_store(),
-        settings.access.limits,
-        anonymous=local_caller(settings.access.limits) if anonymous else None,
-    )
-
-
-def check_exposure(settings: Settings, backends: Backends | None = None) -> None:
+def check_exposure(host: str, tenants: TenantDirectory, *, insecure: bool) -> None:
     """Refuse to serve a non-loopback address to anonymous clients unless told to."""
-    if is_loopback(settings.host) or tenant_directory(settings, backends).has_tenants():
+    if is_loopback(host) or tenants.has_tenants():
         return
-    if not settings.insecure:
+    if not insecure:
         raise ValueError(
-            f"--host {settings.host} is reachable from other machines, and no API keys are configured:"
+            f"--host {host} is reachable from other machines, and no API keys are configured:"
             " anyone who reaches the port could run code here. Add tenants (`wasmrun tenants add NAME`),"
             " or pass --insecure to serve anonymously anyway"
         )
     logging.getLogger("wasmrun").warning(
-        "INSECURE: serving %s without API keys; anyone who reaches this port can run code and read blobs",
-        settings.host,
+        "INSECURE: serving %s without API keys; anyone who reaches this port can run code and read blobs", host,
     )
 
 
-def check_workers(settings: Settings, backends: Backends | None = None) -> None:
+def check_workers(workers: int, tenants: TenantDirectory, *, allow_one_worker: bool) -> None:
     """Refuse to serve several tenants from fewer than two workers unless told to: each tenant
     may hold all the sandboxes but one (tenants/quotas.py), and with one worker that is all of
     them, so one tenant's sleeping runs make every other tenant's run "server busy"."""
-    tenants = len(tenant_directory(settings, backends).names())
-    if settings.workers >= 2 or tenants < 2:
+    count = len(tenants.names())
+    if workers >= 2 or count < 2:
         return
-    if not settings.allow_one_worker:
+    if not allow_one_worker:
         raise ValueError(
-            f"--workers {settings.workers} with {tenants} tenants: one tenant's runs could hold the only"
+            f"--workers {workers} with {count} tenants: one tenant's runs could hold the only"
             " sandbox and every other tenant's runs would be refused as server busy meanwhile. Use"
             " --workers 2 or more (on one CPU the system time-slices them, and each tenant keeps one for"
             " the others), or pass --allow-one-worker (WASMRUN_ALLOW_ONE_WORKER=1) to accept that"
         )
     logging.getLogger("wasmrun").warning(
-        "--allow-one-worker: %d tenants share one sandbox; one tenant's runs can hold it from the others", tenants
+        "--allow-one-worker: %d tenants share one sandbox; one tenant's runs can hold it from the others", count
     )
 
 
 def serve(settings: Settings, *, mcp_with_create_skill: bool = False) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    backends = open_backends(settings)  # here once: the database migrated, the stores chosen
-    check_exposure(settings, backends)
-    check_workers(settings, backends)
-    backends.blobs.recount()  # quotas start from what is stored
-    app = create_app(settings, backends=backends, mcp_with_create_skill=mcp_with_create_skill)
+    app = create_app(assemble(settings, serving=True), mcp_with_create_skill=mcp_with_create_skill)
     logging.getLogger("wasmrun").info(
         "serving the Skills Protocol at http://%s:%d/rpc (data in %s)",
         settings.host, settings.port, settings.data_dir,
     )
     if any(getattr(route, "path", None) == "/mcp" for route in app.routes):
         logging.getLogger("wasmrun").info("MCP (streamable HTTP) at http://%s:%d/mcp", settings.host, settings.port)
-    uvicorn.run(app, **uvicorn_options(settings))
+    uvicorn.run(app, **uvicorn_options(settings.host, settings.port))
 
 
-def uvicorn_options(settings: Settings) -> dict[str, Any]:
+def uvicorn_options(host: str, port: int) -> dict[str, Any]:
     """How `serve` runs uvicorn (tests that start a server in-process use the same)."""
     from wasmrun.wire.http_protocol import HttpProtocol
 
@@ -366,8 +408,7 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
     # server's CPU; runs are logged by the sandbox only when they fail on our side.
     # One write per JSON-RPC answer, a lingering close after one that closes the
     # connection (wire/http_protocol.py).
-    return {"host": settings.host, "port": settings.port, "log_level": "info", "access_log": False,
-            "http": HttpProtocol}
+    return {"host": host, "port": port, "log_level": "info", "access_log": False, "http": HttpProtocol}
 
 
 async def serve_mcp_stdio(settings: Settings, *, with_create_skill: bool = False) -> None:
@@ -376,14 +417,15 @@ async def serve_mcp_stdio(settings: Settings, *, with_create_skill: bool = False
 
     @contextlib.contextmanager
     def open_dispatcher() -> Iterator[Dispatcher]:
-        context = build_context(settings)
-        if context.sessions is not None:
-            context.sessions.start()  # expired sessions deleted as under `serve`
+        server = assemble(settings)
+        sessions = server.context.sessions
+        if sessions is not None:
+            sessions.start()  # expired sessions deleted as under `serve`
         try:
-            yield Dispatcher(context)
+            yield Dispatcher(server.context)
         finally:
-            if context.sessions is not None:
-                context.sessions.stop()
-            context.executor.close()
+            if sessions is not None:
+                sessions.stop()
+            server.close()
 
     await serve_stdio(open_dispatcher, with_create_skill=with_create_skill)

@@ -177,8 +177,8 @@ class _Sessions:
 
     def __init__(self, tmp: Path) -> None:
         from wasmrun.blobs.store import FileBlobStore
-        from wasmrun.protocol.sessionstore import SessionStore
         from wasmrun.sandbox import make_engine
+        from wasmrun.sessionstore.store import SessionStore
 
         self.engine = make_engine("stdlib", FileBlobStore(tmp / "blobs"), workspace_root=tmp / "work")
         self.store = SessionStore(tmp / "sessions")

@@ -56,12 +56,12 @@ def serve(variant: str, port: int, data_dir: Path, marks_out: Path) -> None:
 
     from wasmrun import phases
     from wasmrun.sandbox import WorkerProcess
-    from wasmrun.server import create_app
+    from wasmrun.server import assemble, create_app
     from wasmrun.settings import Settings
     from wasmrun.wire.http_protocol import HttpProtocol
 
     settings = Settings(data_dir=data_dir, workers=1, port=port, image="stdlib")  # as the in-process rows
-    app: Any = create_app(settings)
+    app: Any = create_app(assemble(settings))
     if variant == "starlette":
         app.rpc = None  # POST /rpc through Starlette's stack and route (the same endpoint)
     mark = phases.mark

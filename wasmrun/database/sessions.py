@@ -45,7 +45,9 @@ from wasmrun.blobs.objects import ObjectStore, ObjectStoreError, ObjectStoreLoca
 from wasmrun.database import DatabaseError, locks, sessionobjects
 from wasmrun.database.connection import Database
 from wasmrun.database.runs import HEARTBEAT_S, SERVER_GONE_S
-from wasmrun.protocol.sessionstore import (
+from wasmrun.sandbox import SessionOutcome
+from wasmrun.sandbox import session_state as sandbox_sessions
+from wasmrun.sessionstore.store import (
     Busy,
     OverCap,
     SessionMeta,
@@ -55,8 +57,6 @@ from wasmrun.protocol.sessionstore import (
     _remove,
     key_of,
 )
-from wasmrun.sandbox import SessionOutcome
-from wasmrun.sandbox import session_state as sandbox_sessions
 from wasmrun.tenants.limits import SessionPolicy
 
 logger = logging.getLogger("wasmrun.sessions")

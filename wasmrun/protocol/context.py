@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 from wasmrun.blobs.store import BlobStore
 from wasmrun.egress.policy import EgressPolicy
-from wasmrun.protocol.sessionstore import SessionStore
 from wasmrun.registry.interface import SkillRegistry
 from wasmrun.registry.skill import Skill
 from wasmrun.sandbox import Executor, LimitPolicy
 from wasmrun.served import ServedImage
+from wasmrun.sessionstore.store import SessionStore
 from wasmrun.tenants.caller import LOCAL, Caller
 from wasmrun.tenants.calls import CallGate
 from wasmrun.tenants.policy import AccessPolicy

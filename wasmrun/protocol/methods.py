@@ -19,7 +19,6 @@ from wasmrun.observe.record import CallRecord, Observer
 from wasmrun.protocol import blobs, paramcheck, runs, sessions, skills, types
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, MethodNotFound, QuotaExceeded, RPCError, Unauthorized
-from wasmrun.protocol.sessionstore import key_of
 from wasmrun.protocol.types import (
     CreateBlobParams,
     CreateSessionParams,
@@ -37,6 +36,7 @@ from wasmrun.protocol.types import (
     RunLimits,
     SessionRef,
 )
+from wasmrun.sessionstore.store import key_of
 from wasmrun.tenants.caller import Caller
 from wasmrun.tenants.calls import CallsBusy
 
@@ -55,7 +55,7 @@ METHODS: dict[str, Method] = {
     "run_code": Method(RunCodeParams, sessions.run_code),  # runs.run_code, or in a session
     "create_blob": Method(CreateBlobParams, blobs.create_blob),
     "read_blob": Method(ReadBlobParams, blobs.read_blob),
-    "load_skills_protocol_guide": Method(LoadGuideParams, skills.load_skills_protocol_guide),
+    "load_skills_protocol_guide": Method(LoadGuideParams, lambda ctx, p: skills.load_skills_protocol_guide(ctx, p, METHODS)),
     "create_skill": Method(CreateSkillParams, skills.create_skill),
     # Extensions beyond the spec's methods:
     "delete_blob": Method(DeleteBlobParams, blobs.delete_blob),
@@ -175,7 +175,7 @@ def _invalid(message: str) -> InvalidParams:
 
 def describe_result(record: CallRecord, result: object) -> None:
     """Fill in what the result says (run id and outcome, blobs written)."""
-    if isinstance(result, types.RunResult):
+    if isinstance(result, types.ExecutionResult):
         record.run_id = result.run_id
         record.run_status = result.status
         record.blobs_created = list(result.output_blobs)

@@ -1,4 +1,4 @@
-"""Turning the sandbox's `RunResult` into the spec's run result.
+"""Turning the sandbox's `ExecutionResult` into the spec's run result.
 
 - `output` stays under 4 KB serialized. A larger return value is stored as a
   blob (compact JSON, kind application/json) listed first in `output_blobs`,
@@ -24,7 +24,7 @@ from wasmrun import sandbox
 from wasmrun.blobs.quota import BlobQuota
 from wasmrun.blobs.sampling import text_head, text_tail
 from wasmrun.blobs.store import LEGACY_OWNER, BlobStore
-from wasmrun.protocol.types import Display, RunError, RunImage, RunResult, RunUsage
+from wasmrun.protocol.types import Display, ExecutionResult, RunError, RunImage, RunUsage
 
 MAX_OUTPUT_BYTES = 4096
 OUTPUT_PREVIEW_BYTES = 1000
@@ -77,14 +77,14 @@ def _spec_usage(u: sandbox.Usage) -> RunUsage:
 
 def to_spec_result(
     result: sandbox.RunResult, blobs: BlobStore, owner: str = LEGACY_OWNER, quota: BlobQuota | None = None
-) -> RunResult:
+) -> ExecutionResult:
     """Raises BlobQuotaExceeded when the output or logs blob would take `owner` over `quota`."""
     usage = _spec_usage(result.usage)
     logs = logs_preview(result.logs, result.logs_cut_bytes)
     logs_blob = _logs_blob(result, blobs, owner, quota)
     if result.status == "failed" or result.error is not None:
         error = result.error or sandbox.RunError("SandboxError", "the run failed")
-        return RunResult(
+        return ExecutionResult(
             status="failed",
             run_id=result.run_id,
             summary=failure_summary(error.type, error.message),
@@ -122,7 +122,7 @@ def to_spec_result(
     if result.warnings:  # the summary is what a model reads first
         count = len(result.warnings)
         summary += f" {count} warning{'s' if count != 1 else ''} (see warnings): {_warning_gist(result.warnings)}."
-    return RunResult(
+    return ExecutionResult(
         status="completed",
         run_id=result.run_id,
         summary=summary,

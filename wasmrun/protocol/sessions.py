@@ -33,7 +33,7 @@ import msgspec
 from msgspec import UNSET
 
 from wasmrun import offload
-from wasmrun.protocol import runs
+from wasmrun.protocol import running, runs
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import (
     InvalidParams,
@@ -44,24 +44,23 @@ from wasmrun.protocol.errors import (
     SessionNotFound,
 )
 from wasmrun.protocol.run_result import failure_summary
-from wasmrun.protocol.sessionstore import Busy, OverCap, SessionMeta, SessionStore, Unavailable, UnknownSession
 from wasmrun.protocol.streaming import output_listener
 from wasmrun.protocol.types import (
     CloseSessionResult,
     CreateSessionParams,
+    ExecutionResult,
     ForkSessionResult,
     ListSessionsParams,
     ListSessionsResult,
     RunCodeParams,
     RunError,
     RunLimits,
-    RunResult,
     SessionInfo,
     SessionRef,
 )
 from wasmrun.registry.manifest import IDENTIFIER
-from wasmrun.sandbox import SESSION_BYTES, SessionOutcome, SessionRun, session_bytes_exceeded
-from wasmrun.sandbox import RunResult as SandboxResult
+from wasmrun.sandbox import SESSION_BYTES, RunResult, SessionOutcome, SessionRun, session_bytes_exceeded
+from wasmrun.sessionstore.store import Busy, OverCap, SessionMeta, SessionStore, Unavailable, UnknownSession
 
 # What a run in a session may set for itself; the rest of its limits are the session's.
 PER_RUN_LIMITS = ("timeout_ms", "cpu_ms", "output_bytes")
@@ -139,8 +138,8 @@ async def create_session(ctx: Context, p: CreateSessionParams) -> SessionInfo:
             f"idle_timeout_s must be from 1 to {policy.max_idle_timeout_s} on this server, not {idle}",
             field="idle_timeout_s", minimum=1, maximum=policy.max_idle_timeout_s,
         )
-    runs._limits(ctx, p.limits)  # -32602 naming a limit out of bounds, now rather than at the first run
-    skills = await runs.mounted_skills(ctx, p.skills, "skills")
+    running.request_limits(ctx, p.limits)  # -32602 naming a limit out of bounds, now rather than at the first run
+    skills = await running.mounted_skills(ctx, p.skills, "skills")
     await _check_room(ctx, store)
     limits = {k: v for k, v in msgspec.structs.asdict(p.limits).items() if v is not None}
     try:
@@ -225,7 +224,7 @@ def _run_limits(ctx: Context, meta: SessionMeta, asked: RunLimits) -> RunLimits:
     return msgspec.convert(limits, RunLimits)
 
 
-async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
+async def run_code(ctx: Context, p: RunCodeParams) -> ExecutionResult:
     """run_code; with a session_id, inside that session."""
     if p.session_id is None:
         return await runs.run_code(ctx, p)
@@ -238,28 +237,30 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
     if not IDENTIFIER.fullmatch(p.entrypoint):
         raise InvalidParams(f"entrypoint {p.entrypoint!r} must be the name of a function", field="entrypoint")
     on_output = output_listener(p.stream)
-    args_json = runs._args_json(p.args)
-    limits = runs._limits(ctx, _run_limits(ctx, meta, p.limits))
-    skills = await runs.mounted_skills(ctx, meta.skills, "skills")
-    input_blobs = await runs._checked_input_blobs(ctx, p.input_blobs)
+    args_json = running.args_json(p.args)
+    limits = running.request_limits(ctx, _run_limits(ctx, meta, p.limits))
+    skills = await running.mounted_skills(ctx, meta.skills, "skills")
+    input_blobs = await running.checked_input_blobs(ctx, p.input_blobs)
     await _check_room(ctx, store)
-    request = runs.code_request(ctx, p, args_json, skills, input_blobs, limits)
     await _acquire(store, meta)
     run = _SessionRun(store, meta, ctx.caller.limits.session_bytes)
     try:
         await _ready(store, meta)
         room = await _room(ctx, store, meta)
+        session = SessionRun(
+            folder=str(store.folder(meta)), version=meta.version, reseed=meta.reseed,
+            max_bytes=room, cap_bytes=ctx.caller.limits.session_bytes,
+        )
+        request = running.code_request(
+            ctx, p, args_json, skills, input_blobs, limits, stream=on_output is not None, session=session
+        )
     except BaseException:
         await offload.for_run(store.release, meta)
         raise
-    request.session = SessionRun(
-        folder=str(store.folder(meta)), version=meta.version, reseed=meta.reseed,
-        max_bytes=room, cap_bytes=ctx.caller.limits.session_bytes,
-    )
 
-    async def run_and_settle() -> RunResult:
+    async def run_and_settle() -> ExecutionResult:
         try:
-            return await runs._run(ctx, request, skills, on_result=run.keep, on_output=on_output)
+            return await running.run(ctx, request, skills, on_result=run.keep, on_output=on_output)
         finally:
             # Off the event loop: with the shared backends, keeping a version uploads it.
             # On the run pool: another tenant's fork or close flood cannot hold it up.
@@ -274,7 +275,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> RunResult:
     return result
 
 
-def _fail(result: RunResult, error: RunError) -> None:
+def _fail(result: ExecutionResult, error: RunError) -> None:
     """A completed run undone after the fact (its new state did not fit)."""
     result.status, result.error, result.output = "failed", error, UNSET
     result.summary = failure_summary(error.type, error.message)
@@ -297,7 +298,7 @@ class _SessionRun:
         self.over_cap: str | None = None  # why a run that kept its state was undone at the end
         self._settled = False
 
-    def keep(self, result: SandboxResult) -> None:
+    def keep(self, result: RunResult) -> None:
         self.outcome = result.session
 
     def settle(self) -> None:

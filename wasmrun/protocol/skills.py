@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, TypeVar
 
 import msgspec
@@ -205,7 +205,9 @@ async def read_skill_file(ctx: Context, p: ReadSkillFileParams) -> ReadSkillFile
         )
 
 
-async def load_skills_protocol_guide(ctx: Context, p: LoadGuideParams) -> LoadGuideResult:
+async def load_skills_protocol_guide(ctx: Context, p: LoadGuideParams, methods: Collection[str]) -> LoadGuideResult:
+    """The guide, with this server's facts and `methods` (the names of the table serving it,
+    methods.py, which hands them here: this module does not import its own dispatcher)."""
     # Always the guide shipped with wasmrun: what every agent reads first is not
     # for a client (or even another skills folder) to replace.
     bundled = [s for s in ctx.registry.skills() if s.name == GUIDE_SKILL and s.bundled]
@@ -214,9 +216,7 @@ async def load_skills_protocol_guide(ctx: Context, p: LoadGuideParams) -> LoadGu
         raise InternalError(f"the canonical {GUIDE_SKILL} skill is not installed on this server")
     with registry_errors():
         data = await asyncio.to_thread(ctx.registry.read_file, skill, DOC_FILE, ctx.max_full_read_bytes)
-    from wasmrun.protocol.methods import METHODS  # the dispatcher's table, which imports this module
-
-    section = _server_facts(ctx).guide_section(tuple(METHODS))
+    section = _server_facts(ctx).guide_section(tuple(methods))
     body = skillmd.body(data.decode("utf-8")).rstrip() + "\n\n" + section + "\n"
     return LoadGuideResult(content=body, name=skill.name, version=skill.version)
 

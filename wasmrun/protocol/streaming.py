@@ -1,7 +1,7 @@
 """Who listens to a run's output while it runs: the transport sets `RUN_OUTPUT`
 for the call it answers as a stream (wire/events.py for /rpc, the MCP server
 for a tool call that asked for progress or log notifications), and the run
-methods hand the sandbox that listener (protocol/runs.py).
+methods hand the sandbox that listener (protocol/running.py).
 
 A call with `stream: true` that no transport listens to is refused (-32602
 naming `stream`) rather than answered silently without streaming: its client

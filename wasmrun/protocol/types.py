@@ -126,7 +126,7 @@ InputBlobs = Annotated[list[BlobRef], Meta(max_length=MAX_INPUT_BLOBS)]
 
 
 class RunLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    """What a run may use; each member up to the server's ceiling (protocol/runs.py), as
+    """What a run may use; each member up to the server's ceiling (protocol/running.py), as
     declared in wasmrun/limits.py."""
 
     timeout_ms: PositiveInt | None = None
@@ -206,7 +206,7 @@ class Display(msgspec.Struct, kw_only=True):
     blobs: dict[str, str] = {}
 
 
-class RunResult(msgspec.Struct, kw_only=True):
+class ExecutionResult(msgspec.Struct, kw_only=True):
     status: Literal["completed", "failed"]
     run_id: str
     summary: str

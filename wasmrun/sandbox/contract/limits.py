@@ -57,7 +57,7 @@ class LimitPolicy:
 
     def resolve(self, **requested: int | None) -> Limits:
         """Defaults overlaid with the requested values, each clamped to `allowed`;
-        callers refuse a request outside it before they get here (protocol/runs.py)."""
+        callers refuse a request outside it before they get here (protocol/running.py)."""
         asked_for = {name: value for name, value in requested.items() if value is not None}
         if not asked_for:
             return self._clamped_defaults  # the common case, on every run: computed once

@@ -50,7 +50,10 @@ class SessionOutcome(msgspec.Struct):
     files_bytes: int = 0  # /workspace and /tmp
 
 
-class RunRequest(msgspec.Struct, kw_only=True):
+class RunRequest(msgspec.Struct, kw_only=True, frozen=True):
+    """One run, whole: built once by its caller (protocol/running.py for the server) and never
+    changed after (a copy with a change: msgspec.structs.replace)."""
+
     # "compile" is the engine's own: compile the mounted skills' modules (see bytecode.py).
     kind: RunKind
     code: str | None = None  # kind == "code": the module source

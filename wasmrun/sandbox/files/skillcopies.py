@@ -38,8 +38,8 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from wasmrun.sandbox import tree
-from wasmrun.sandbox.types import MountedSkill
+from wasmrun import dirtree
+from wasmrun.sandbox.contract.types import MountedSkill
 
 logger = logging.getLogger("wasmrun.sandbox")
 
@@ -89,7 +89,7 @@ class SkillCopies:
             if known is not None and known == (_identity(view), linked):
                 self._views[view] = known
                 return
-            tree.empty(view)
+            dirtree.empty(view)
             for name, copy in linked:
                 _link_tree(copy / COPY_NAME, view / name)
             self._views[view] = (_identity(view), linked)
@@ -140,7 +140,7 @@ def _one_name(name: str) -> bool:
 def copy_key(skill: MountedSkill) -> str:
     """The skill's name, folder and every file's identity (dirtree.stamp_files, ctime included)."""
     h = hashlib.sha256(f"{skill.name}\0{skill.root}".encode())
-    tree.stamp_files(h, Path(skill.root))
+    dirtree.stamp_files(h, Path(skill.root))
     return h.hexdigest()
 
 
@@ -178,6 +178,6 @@ def _link_tree(source: Path, target: Path) -> None:
 
 def _remove_quietly(path: Path) -> None:
     try:
-        tree.remove(path)
+        dirtree.remove(path)
     except OSError:
         pass  # left for the engine's close, which removes its whole root

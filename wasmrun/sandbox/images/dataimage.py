@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from wasmrun.abi import BLOBS, DOOR_IMPORT, DOOR_MODULE, SKILLS_ROOT, TMP, WORKS
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.sandbox.budget.wasi_guard import define_guarded_wasi
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
-from wasmrun.sandbox.contract.types import Figure, MountedSkill, RunRequest, RunResult
+from wasmrun.sandbox.contract.types import Figure, RunRequest, RunResult
 from wasmrun.sandbox.engine import SandboxEngine
 from wasmrun.sandbox.files.packagelayer import PackageLayer
 from wasmrun.sandbox.files.skillcopies import SkillCopies

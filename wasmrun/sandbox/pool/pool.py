@@ -31,6 +31,8 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
+
 from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.contract.background import BackgroundTotals
 from wasmrun.sandbox.contract.ids import new_run_id
@@ -224,7 +226,7 @@ class WorkerPool:
         if self._closed:
             raise Busy("the sandbox pool is shutting down")
         if not request.run_id:  # named here so that even a lost run has an id
-            request.run_id = new_run_id()
+            request = msgspec.structs.replace(request, run_id=new_run_id())
         try:  # before a worker is taken
             payload = encoder.encode(request)
         except Exception:
