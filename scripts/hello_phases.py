@@ -76,7 +76,7 @@ def instrument(engine: SandboxEngine) -> None:
     redaction.redact_result = timed("result: redact secrets", redaction.redact_result)
     supply.retire = timed("teardown: hand back", supply.retire)  # type: ignore[method-assign]
     skillpages.SkillPages.apply = timed("skill: image written in", skillpages.SkillPages.apply)  # type: ignore[method-assign]
-    engine._skill_image_for = timed("skill: its image looked up (key)", engine._skill_image_for)  # type: ignore[method-assign]
+    engine._skill_pages_for = timed("skill: its pages looked up (key)", engine._skill_pages_for)  # type: ignore[method-assign]
 
 
 def main() -> None:

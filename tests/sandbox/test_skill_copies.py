@@ -65,7 +65,7 @@ def test_copies_are_bounded_by_count_and_bytes_and_a_view_outlives_its_copy(tmp_
 
 def test_a_name_that_would_leave_the_view_is_not_linked(tmp_path: Path) -> None:
     skill = make_skill(tmp_path / "skills", "copy.ok", {"code/main.py": ""})
-    from wasmrun.sandbox.types import MountedSkill
+    from wasmrun.sandbox.contract.types import MountedSkill
 
     copies = SkillCopies(tmp_path / "copies")
     view = tmp_path / "views" / "view"
@@ -104,9 +104,9 @@ def test_a_view_folder_made_again_at_the_same_path_is_linked_afresh(tmp_path: Pa
     view = tmp_path / "v1" / "skills"
     view.parent.mkdir()
     copies.link([skill], view)
-    from wasmrun.sandbox import tree
+    from wasmrun import dirtree
 
-    tree.remove(view)
+    dirtree.remove(view)
     view.mkdir()
     copies.link([skill], view)
     assert (view / "copy.session" / "code" / "main.py").read_text() == "X = 1\n"

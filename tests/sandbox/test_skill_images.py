@@ -220,12 +220,12 @@ def test_runs_leave_the_skills_files_as_they_were_and_its_image_is_used(engine: 
     skill = _skill(tmp_path, "img.untouched")
     files = sorted(p for p in Path(skill.root).rglob("*") if p.is_file())
     before = {p: (p.stat().st_ino, p.stat().st_nlink, p.stat().st_ctime_ns) for p in files}
-    key = pages_key(engine.image.key + engine.packages.version(), skill)
+    key = pages_key(engine.image.key + engine.image.packages.version(), skill)
     _warm(engine, skill)
     later = [_run(engine, skill) for _ in range(3)]
     engine.drain()  # used run folders (their views) emptied too
     assert {p: (p.stat().st_ino, p.stat().st_nlink, p.stat().st_ctime_ns) for p in files} == before
-    assert pages_key(engine.image.key + engine.packages.version(), skill) == key
+    assert pages_key(engine.image.key + engine.image.packages.version(), skill) == key
     assert all("importing the skill" not in result.logs for result in later)
 
 
