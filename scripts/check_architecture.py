@@ -10,6 +10,8 @@
   sits in one layer of HOUSE_LAYERS and imports only its own layer and the layers below,
   type-only imports included (a lower layer that names a higher one's type still depends
   on it); a package may declare its own order of sub-packages in SUB_LAYERS;
+- no ``from wasmrun.x import _name`` in ``wasmrun/``: a name another module uses is public where
+  it is defined;
 - no ``from wasmrun.x import name as name`` re-export of our own names: each name is
   imported from the module that defines it (a package's ``__init__.py``, its face, may);
 - nothing in ``wasmrun/`` reaches the checkout: no import of ``scripts`` or ``tests``, no
@@ -188,6 +190,18 @@ def reexport_findings(tree: ast.Module, where: str) -> Iterator[Finding]:
              for alias in node.names if alias.asname == alias.name]
     if names:
         yield Finding(where, f"re-exports {', '.join(names)} (`X as X`): import them from where they are defined")
+
+
+def private_findings(tree: ast.Module, where: str) -> Iterator[Finding]:
+    """``from wasmrun.x import _name``: a module reaching into another's private members (a name
+    shared between modules is public where it is defined). wasmrun/ only: the guest's build
+    (python_wasm/) shares a few helpers between its modules this way."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == "wasmrun"):
+            private = [alias.name for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")]
+            if private:
+                yield Finding(f"{where}:{node.lineno}", f"imports {', '.join(private)}, private to "
+                              f"{'.' * node.level}{node.module or ''}")
 
 
 CHECKOUT_ONLY = ("scripts", "tests", "conftest")
@@ -418,6 +432,7 @@ def module_trees(root: Path = ROOT) -> tuple[dict[str, ast.Module], dict[str, Pa
             found.extend(reexport_findings(tree, where))
         if where.startswith("wasmrun/"):
             found.extend(checkout_findings(tree, where))
+            found.extend(private_findings(tree, where))
         name = module_name(path, root)
         trees[name] = tree
         paths[name] = path

@@ -127,6 +127,16 @@ def test_a_re_export_of_our_own_name_is_found_outside_a_package_face(tmp_path: P
         "wasmrun/top.py: re-exports x (`X as X`): import them from where they are defined"]
 
 
+def test_a_module_importing_another_module_private_name_is_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"wasmrun/top.py": "from wasmrun.bottom import _helper, public\nfrom os import _exit\n",
+                            "wasmrun/middle/a.py": "def f():\n    from .b import _x, __version__\n",
+                            "wasmrun/middle/b.py": "_x = 1\n__version__ = '1'\n",
+                            "wasmrun/bottom.py": "_helper = public = 1\n"})
+    assert _found(root) == [
+        "wasmrun/middle/a.py:2: imports _x, private to .b",
+        "wasmrun/top.py:1: imports _helper, private to wasmrun.bottom"]
+
+
 def test_the_package_reaching_the_checkout_is_found(tmp_path: Path) -> None:
     root = _tree(tmp_path, {"wasmrun/top.py": "import sys\nsys.path.insert(0, 'scripts')\nfrom scripts import bench\n",
                             "wasmrun/middle/a.py": "import sys\nsys.path = []\ndef f():\n    import tests.liveserver\n",

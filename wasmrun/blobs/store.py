@@ -191,7 +191,7 @@ class FileBlobStore:
                 atomic_write(meta_path, msgspec.json.encode(info))
                 return blob_id
             if quota is not None:
-                _check_quota(usage, quota, charge(len(data)))
+                check_blob_quota(usage, quota, charge(len(data)))
             atomic_write(data_path, data, sync_dir=False)
             atomic_write(meta_path, msgspec.json.encode(info), sync_dir=False)
             fsync_dir(data_path.parent)
@@ -327,7 +327,7 @@ class FileBlobStore:
         return deleted
 
 
-def _check_quota(usage: Usage, quota: BlobQuota, cost: int) -> None:
+def check_blob_quota(usage: Usage, quota: BlobQuota, cost: int) -> None:
     if usage.count + 1 > quota.max_count:
         raise BlobQuotaExceeded("blob_count", quota.max_count, f"the tenant already stores {usage.count} blobs,"
                                 f" its limit (blob_count = {quota.max_count}); delete some with delete_blob")

@@ -29,7 +29,7 @@ import psycopg
 from wasmrun.blobs.kinds import check_kind
 from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
 from wasmrun.blobs.quota import BlobQuota, charge
-from wasmrun.blobs.store import LEGACY_OWNER, BlobInfo, Usage, _check_quota, content_blob_id, is_blob_id
+from wasmrun.blobs.store import LEGACY_OWNER, BlobInfo, Usage, check_blob_quota, content_blob_id, is_blob_id
 from wasmrun.database import DatabaseError, locks
 from wasmrun.database.connection import Database
 from wasmrun.database.orphans import BLOB_PREFIX, lock_object
@@ -113,7 +113,7 @@ class SharedBlobStore:
             row = conn.execute("SELECT bytes, count FROM wasmrun_blob_usage WHERE owner = %s", (owner,)).fetchone()
             usage = Usage(int(row[0]), int(row[1])) if row else Usage()
             if quota is not None:
-                _check_quota(usage, quota, charge(len(data)))
+                check_blob_quota(usage, quota, charge(len(data)))
             # The bytes before the row (committed after them): a row always has its bytes.
             # The object's lock until then keeps the orphan sweep (database/orphans.py) off them.
             lock_object(conn, self._object(blob_id))

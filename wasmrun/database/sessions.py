@@ -54,8 +54,8 @@ from wasmrun.sessionstore.store import (
     SessionStore,
     Unavailable,
     UnknownSession,
-    _remove,
     key_of,
+    remove_quietly,
 )
 from wasmrun.tenants.limits import SessionPolicy
 
@@ -139,7 +139,7 @@ class SharedSessionStore(SessionStore):
             conn.execute("DELETE FROM wasmrun_servers WHERE id = %s", (self.server_id,))
         self.database.close()
         self._heartbeat_database.close()
-        _remove(self.root)
+        remove_quietly(self.root)
         os.close(self._cache_lock)
 
     def sweep(self, now: float | None = None) -> int:
@@ -167,7 +167,7 @@ class SharedSessionStore(SessionStore):
         with self._lock:
             gone = [key for key in local if key not in live and key not in self._creating]
         for key in gone:
-            _remove(self.root / key)
+            remove_quietly(self.root / key)
 
     def _delete(self, meta: SessionMeta) -> None:
         """An ended session's objects and local copy (its row already deleted)."""
@@ -175,7 +175,7 @@ class SharedSessionStore(SessionStore):
             sessionobjects.delete(self.objects, sorted(set(meta.objects.values())))
         except ObjectStoreError as exc:  # left to the orphan sweep
             logger.error("cannot delete an ended session's objects: %s", exc)
-        _remove(self.root / meta.key)
+        remove_quietly(self.root / meta.key)
 
     # -- lookups ------------------------------------------------------------
 
@@ -258,7 +258,7 @@ class SharedSessionStore(SessionStore):
                 sessionobjects.delete(self.objects, list(meta.objects.values()))
                 raise
         except BaseException:
-            _remove(folder)
+            remove_quietly(folder)
             raise
         finally:
             with self._lock:
@@ -329,7 +329,7 @@ class SharedSessionStore(SessionStore):
         current = sandbox_sessions.version_dir(folder, meta.version)
         if not meta.objects or sessionobjects.is_current(current, meta.objects):
             return
-        _remove(current)
+        remove_quietly(current)
         try:
             sessionobjects.fetch(self.objects, meta.objects, current)
         except (KeyError, tarfile.TarError) as exc:
@@ -346,7 +346,7 @@ class SharedSessionStore(SessionStore):
         current = sandbox_sessions.version_dir(folder, meta.version)
         following = sandbox_sessions.version_dir(folder, meta.version + 1)
         if outcome is None or not outcome.committed:
-            _remove(following)
+            remove_quietly(following)
             meta.last_used = time.time()
             try:
                 self._update(meta, meta.version)
@@ -368,7 +368,7 @@ class SharedSessionStore(SessionStore):
         if not committed:
             with contextlib.suppress(ObjectStoreError):
                 sessionobjects.delete(self.objects, sessionobjects.new_objects(kept.objects, meta.objects))
-            _remove(following)
+            remove_quietly(following)
             return False
         sessionobjects.mark(following, kept.objects)
         stale = sessionobjects.new_objects(meta.objects, kept.objects)
@@ -378,7 +378,7 @@ class SharedSessionStore(SessionStore):
         return True
 
     def _forget(self, version: Path, stale: list[str]) -> None:
-        _remove(version)
+        remove_quietly(version)
         try:
             sessionobjects.delete(self.objects, stale)
         except ObjectStoreError as exc:
@@ -421,7 +421,7 @@ def _own_cache(parent: Path, name: str) -> int:
         try:
             fd = os.open(folder / LOCK, os.O_RDWR)
         except OSError:
-            _remove(folder)  # never locked: nobody's
+            remove_quietly(folder)  # never locked: nobody's
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -429,7 +429,7 @@ def _own_cache(parent: Path, name: str) -> int:
             continue  # a live process's
         finally:
             os.close(fd)
-        _remove(folder)
+        remove_quietly(folder)
     staging = parent / f".new-{name}"
     staging.mkdir(mode=0o700)
     fd = os.open(staging / LOCK, os.O_RDWR | os.O_CREAT, 0o600)

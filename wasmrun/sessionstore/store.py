@@ -133,15 +133,15 @@ class SessionStore:
                     raise ValueError("its state is missing")  # e.g. the machine crashed: never resume it blank
             except (OSError, ValueError, msgspec.DecodeError):
                 logger.warning("removing a damaged session folder %s", folder.name)
-                _remove(folder)
+                remove_quietly(folder)
                 continue
             if meta.expires() <= now:
-                _remove(folder)
+                remove_quietly(folder)
                 self.on_end(meta, "expired")
                 continue
             for stale in folder.glob("v*"):
                 if stale.name != f"v{meta.version}":
-                    _remove(stale)
+                    remove_quietly(stale)
             self._sessions[meta.key] = meta
 
     def start(self) -> None:
@@ -171,7 +171,7 @@ class SessionStore:
             for meta in ended:
                 del self._sessions[meta.key]
         for meta in ended:
-            _remove(self.root / meta.key)
+            remove_quietly(self.root / meta.key)
             self.on_end(meta, "expired")
         return len(ended)
 
@@ -245,7 +245,7 @@ class SessionStore:
         except BaseException:
             with self._lock:
                 self._sessions.pop(meta.key, None)
-            _remove(folder)
+            remove_quietly(folder)
             raise
         return session_id, meta
 
@@ -285,7 +285,7 @@ class SessionStore:
         folder = self.root / meta.key
         meta.last_used = time.time()
         if outcome is None or not outcome.committed:
-            _remove(sandbox_sessions.version_dir(folder, meta.version + 1))
+            remove_quietly(sandbox_sessions.version_dir(folder, meta.version + 1))
             self._write(meta)
             return False
         meta.version += 1
@@ -296,7 +296,7 @@ class SessionStore:
         )
         self._write(meta)  # the new version is the session's from here on
         # The old one is deleted off the call's path (a start deletes any left over).
-        self._deleter.submit(_remove, sandbox_sessions.version_dir(folder, meta.version - 1))
+        self._deleter.submit(remove_quietly, sandbox_sessions.version_dir(folder, meta.version - 1))
         return True
 
     def close(self, owner: str, session_id: str) -> None:
@@ -305,7 +305,7 @@ class SessionStore:
             if meta.key in self._busy:
                 raise Busy()
             self._sessions.pop(meta.key, None)
-        _remove(self.root / meta.key)
+        remove_quietly(self.root / meta.key)
         self.on_end(meta, "closed")
 
     def _write(self, meta: SessionMeta) -> None:
@@ -324,7 +324,8 @@ class OverCap(Exception):
         self.value = value
 
 
-def _remove(path: Path) -> None:
+def remove_quietly(path: Path) -> None:
+    """Remove the folder `path` if it is there; a failure is logged, not raised (cleanup)."""
     try:
         if path.exists():
             dirtree.remove(path)
