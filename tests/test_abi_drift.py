@@ -22,6 +22,7 @@ from wasmrun.sandbox.guest import door, hostcalls
 ROOT = Path(__file__).resolve().parent.parent
 BRIDGE_C = ROOT / "python_wasm" / "bridge.c"
 RUNTIME = ROOT / "python_wasm" / "runtime"
+DATAIMAGE_MAKER = ROOT / "python_wasm" / "dataimage.py"
 
 
 # --- reading the sources ----------------------------------------------------------------------
@@ -162,7 +163,9 @@ def test_door_opcodes_errors_and_functions() -> None:
     constants = module_constants(tree)
     assert {op.name: constants.get(op.name) for op in abi.DoorOp} == {op.name: op.value for op in abi.DoorOp}
     assert {name: constants.get(name) for name in abi.ERRNO} == abi.ERRNO
-    assert public_functions(tree) == abi.GUEST_FUNCTIONS
+    assert public_functions(tree) == abi.GUEST_FUNCTIONS | abi.IMAGE_MAKER_FUNCTIONS
+    for name in abi.IMAGE_MAKER_FUNCTIONS:  # its maker calls each by name
+        assert f'sys.modules["{abi.GUEST_MODULE}"].{name}()' in DATAIMAGE_MAKER.read_text()
     # The stop request's exception, as the host's reply.py looks for it (bridge.c's on the stdlib guest).
     assert constants.get("RUN_STOPPED_MESSAGE") == abi.RUN_STOPPED_MESSAGE
     assert any(isinstance(node, ast.ClassDef) and node.name == abi.RUN_STOPPED for node in tree.body)

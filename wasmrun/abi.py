@@ -125,6 +125,10 @@ GUEST_FUNCTIONS: Final = frozenset({
     "request", "respond", "blob_size", "blob_read", "blob_write", "log", "http_request", "out_write",
     "out_flush",
 })
+# What the data image's `_wasmrun` (runtime/_door.py) offers its maker besides: where stdout's
+# buffer lives in the image's memory, written beside the image (python_wasm/dataimage.py) and
+# read by the host (images/dataimage.py). Not the runtime's: no run calls it.
+IMAGE_MAKER_FUNCTIONS: Final = frozenset({"buffer_addresses"})
 RUN_STOPPED: Final = "RunStopped"
 RUN_STOPPED_MESSAGE: Final = "the run was stopped at its limit"
 
