@@ -68,13 +68,13 @@ _HOME = {
     "SandboxEngine": "engine",
     "precompile": "images.stdlibimage",
     "precompiled_state": "images.stdlibimage",
-    "DataSandboxEngine": "images.dataimage",
-    "make_engine": "images.dataimage",
+    "DataSandboxEngine": "engines",
+    "make_engine": "engines",
     "data_engine": "images.dataimage",
     "ready_image": "images.dataimage",
     "ready_image_path": "images.dataimage",
     "image_state": "images.dataimage",
-    "resolve_image": "images.dataimage",
+    "resolve_image": "engines",
     "compiled": "images.compiled",
     "DATA_IMAGE_MAKER": "images",
     "HotPages": "memory.instances",
@@ -182,6 +182,7 @@ if TYPE_CHECKING:
         Usage,
     )
     from wasmrun.sandbox.engine import SandboxEngine
+    from wasmrun.sandbox.engines import DataSandboxEngine, make_engine, resolve_image
     from wasmrun.sandbox.files.packagelayer import PackageLayer
     from wasmrun.sandbox.guest.jsontext import (
         NotSendable,
@@ -192,15 +193,7 @@ if TYPE_CHECKING:
     )
     from wasmrun.sandbox.guest.outstream import OutputChunk, OutputSink, OutputStream
     from wasmrun.sandbox.images import DATA_IMAGE_MAKER, compiled
-    from wasmrun.sandbox.images.dataimage import (
-        DataSandboxEngine,
-        data_engine,
-        image_state,
-        make_engine,
-        ready_image,
-        ready_image_path,
-        resolve_image,
-    )
+    from wasmrun.sandbox.images.dataimage import data_engine, image_state, ready_image, ready_image_path
     from wasmrun.sandbox.images.stdlibimage import precompile, precompiled_state
     from wasmrun.sandbox.memory.heaptrim import can_release_freed_heap, release_freed_heap
     from wasmrun.sandbox.memory.instances import HotPages
