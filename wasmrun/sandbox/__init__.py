@@ -7,7 +7,8 @@ first use, so importing a type (`from wasmrun.sandbox import RunRequest`) does n
 wasmtime or a guest.
 
 Inside, one concept per sub-package, from the bottom up: each imports only those listed
-before it (docs/architecture.md; images/dataimage.py, which builds engines, is the exception):
+before it, with no exception (scripts/check_architecture.py's SUB_LAYERS checks this order;
+docs/architecture.md):
 
 - contract/: the run's request and result, limits, error types, run ids, background runs'
   limits and tally, what the sandbox needs from blob storage
@@ -20,12 +21,17 @@ before it (docs/architecture.md; images/dataimage.py, which builds engines, is t
   host checks first (workspace quota, sleep deadline, FIFOs)
 - memory/: memory kept ahead: spare instances, a skill's pages, skill bytecode, heap trim
 - images/: the guest images (the Image seam, the stdlib image, the data image and its
-  start, the compiled-module cache); `python -m wasmrun.sandbox.images` makes the data image
+  start, its figures, the compiled-module cache, the images' names); `python -m
+  wasmrun.sandbox.images` makes the data image. An image knows nothing of the engine
+  that runs it, nor of sessions
+- outcome.py, redaction.py: how a run ended, secrets out
 - runloop.py: the RunLoop, what every run needs (image, instances, folders, watchdog,
-  bytecode, blobs) and the run itself; outcome.py, redaction.py: how it ended, secrets out
+  bytecode, blobs) and the run itself
 - backgroundruns.py: the engine's own runs (warm-up, compiles, a skill's pages)
 - sessions/: a run inside a session, a session's state and pages on disk, warm instances
 - engine.py: SandboxEngine, what a caller holds
+- engines.py: which engine a server runs: an image choice ("auto", "stdlib", "data") and
+  the SandboxEngine on it (make_engine, DataSandboxEngine, resolve_image)
 - pool/: off the event loop: the executor, worker processes, the data image's warm-up
 """
 
