@@ -8,8 +8,8 @@ WASI set-up, the watchdog, the guest itself (entry to return, in wasm),
 capturing its output, checking its result, and handing the instance back.
 "Other host" is what engine.run spends outside these. For the bench command to
 show as a row, so that the next start-up regression shows where it is.
-`--skill`: the bench's `execute_skill text.stats` from its skill image instead
-(naming the skill's version, and writing its image in when no spare has it).
+`--skill`: the bench's `execute_skill text.stats` from its skill's pages instead
+(naming the skill's version, and writing its pages in when no spare has them).
 """
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ class DataImage(Image):
     image), its engine (no pooling allocator, see DATA_ENGINE_SETTINGS), its
     mounts (baked into the image in a fixed order, dataimage.RUN_MOUNTS) and
     how a run enters the guest (DoorTurn). Skills are imported from source
-    (no 3.11 bytecode); a skill's import is kept as a memory image, as on the
+    (no 3.11 bytecode); a skill's import is kept as its pages, as on the
     stdlib image (memory/skillpages.py)."""
 
     run_folders = (SKILLS_VIEW, NO_PACKAGES)
@@ -130,7 +130,7 @@ class DataImage(Image):
         built = ready_image(self.engine)
         self.interp = interp = built.interp  # the interpreter's files (dataimage.Interpreter)
         path = dataimage.image_path(interp)
-        key = DATA_GUEST_PREFIX + path.stem  # a session's image names it (sessions/pages.py)
+        key = DATA_GUEST_PREFIX + path.stem  # a session's pages name it (sessions/pages.py)
         self.guest = guest_build.Guest(key, interp.lib, interp.snapshot_wasm, path, packaged=True)
         self._preopens = dataimage.preopens(interp)
         # The operator's layer for this Python (`wasmrun packages add --image data`): its
