@@ -28,7 +28,7 @@ Workloads: hello world, a small json+csv round trip, and the same at 10x the
 data. Then: latency regimes (in-process hello idle-settled against back to
 back under load; HTTP hello back to back and with 50 ms and 200 ms gaps, how
 agents call), `execute_skill` of each bundled skill in-process (from its
-skill image, without images, and without images or bytecode), a CPU-bound
+skill's pages, without them, and without them or bytecode), a CPU-bound
 workload in the sandbox against native CPython, a `timeout_ms: 100` run that
 loops forever, HTTP throughput with 1 and N workers, and memory (RSS).
 

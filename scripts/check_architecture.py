@@ -93,9 +93,33 @@ HOUSE_LAYERS: Layers = (
     _layer("base", "abi", "durable", "dirtree"),
 )
 
-# A package's own order of its sub-packages and modules (top to bottom), checked like the
-# house's for imports between its members, e.g. {"wasmrun.sandbox": (("run", ...), ...)}.
-SUB_LAYERS: dict[str, Layers] = {}
+
+
+def _sub_layer(package: str, name: str, *members: str) -> tuple[str, frozenset[str]]:
+    return name, frozenset(f"{package}.{member}" for member in members)
+
+
+# A package's own order of its members (its sub-packages and modules; top to bottom), checked like
+# the house's for the imports between them: a member placed nowhere is a finding, and so is a
+# member that imports through the package's own face (its __init__) rather than from the member.
+SUB_LAYERS: dict[str, Layers] = {
+    # The sandbox, as its face's docstring lists it (wasmrun/sandbox/__init__.py).
+    SANDBOX: tuple(_sub_layer(SANDBOX, name, *members) for name, *members in (
+        ("pool", "pool"),  # off the event loop: the executor, worker processes, the data image's warm-up
+        ("engines", "engines"),  # which engine a server runs: an image choice -> its SandboxEngine
+        ("engine", "engine"),  # SandboxEngine
+        ("sessions", "sessions"),  # a run inside a session, its state and pages on disk
+        ("backgroundruns", "backgroundruns"),  # the engine's own runs
+        ("runloop", "runloop"),  # what every run needs, and the run itself
+        ("outcome", "outcome", "redaction"),  # how a run ended; secrets out
+        ("images", "images"),  # the guest images (the Image seam, stdlib, data, compiled modules)
+        ("memory", "memory"),  # kept ahead: spare instances, a skill's pages, bytecode, heap trim
+        ("budget", "budget"),  # CPU and wall-clock budgets, the WASI guards
+        ("guest", "guest"),  # the guest boundary
+        ("files", "files"),  # a run's folders and their quota
+        ("contract", "contract"),  # the run's request and result, limits, errors
+    )),
+}
 
 # Findings that other branches remove, each as its exact text. The lead empties this after
 # merging them; a listed finding that no longer occurs fails the check.
@@ -461,7 +485,10 @@ def raw_findings(root: Path = ROOT, layers: Layers = HOUSE_LAYERS,
     units = {name: package_of(name) for name in every if name != "wasmrun"}
     result.extend(layer_findings(every, layers, units, where))
     for package, order in (SUB_LAYERS if sub_layers is None else sub_layers).items():
-        result.extend(layer_findings(every, order, sub_units(every, package), where))
+        members = sub_units(every, package)
+        result.extend(layer_findings(every, order, members, where))
+        result.extend(Finding(where[module], f"imports through {package}'s face: import from the member")
+                      for module in sorted(members) if package in every[module])
     if (root / "wasmrun/sandbox/__init__.py").exists():
         for path in face_checked_modules(root):
             relative = path.relative_to(root).as_posix()

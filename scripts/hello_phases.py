@@ -8,8 +8,8 @@ WASI set-up, the watchdog, the guest itself (entry to return, in wasm),
 capturing its output, checking its result, and handing the instance back.
 "Other host" is what engine.run spends outside these. For the bench command to
 show as a row, so that the next start-up regression shows where it is.
-`--skill`: the bench's `execute_skill text.stats` from its skill image instead
-(naming the skill's version, and writing its image in when no spare has it).
+`--skill`: the bench's `execute_skill text.stats` from its skill's pages instead
+(naming the skill's version, and writing its pages in when no spare has them).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wasmrun.bench.rows import text_stats_request
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox import RunRequest, SandboxEngine, outcome, redaction
+from wasmrun.sandbox import RunRequest, SandboxEngine, make_engine, outcome, redaction
 from wasmrun.sandbox.budget import wasi_guard
 from wasmrun.sandbox.guest import door, guestrequest, hostcalls
 from wasmrun.sandbox.guest.wasmtime_internals import FastFunc
@@ -66,7 +66,7 @@ def instrument(engine: SandboxEngine) -> None:
         )
         door.answer = timed("guest: door frames (host side)", door.answer)
         wasi_guard._capture = timed("guest: print captured (host side)", wasi_guard._capture)
-        dataimage.add_images = timed("result: pictures in /workspace", dataimage.add_images)
+        dataimage.add_figures = timed("result: figures in /workspace", dataimage.add_figures)
     else:
         FastFunc.__call__ = timed("guest: entry to return (wasm)", FastFunc.__call__)  # type: ignore[method-assign]
     hostcalls.RunContext.drain_guest_output = timed(  # type: ignore[method-assign]
@@ -75,7 +75,7 @@ def instrument(engine: SandboxEngine) -> None:
     outcome.result = timed("result: check the output", outcome.result)
     redaction.redact_result = timed("result: redact secrets", redaction.redact_result)
     supply.retire = timed("teardown: hand back", supply.retire)  # type: ignore[method-assign]
-    skillpages.SkillPages.apply = timed("skill: image written in", skillpages.SkillPages.apply)  # type: ignore[method-assign]
+    skillpages.SkillPages.apply = timed("skill: its pages written in", skillpages.SkillPages.apply)  # type: ignore[method-assign]
     engine._skill_pages_for = timed("skill: its pages looked up (key)", engine._skill_pages_for)  # type: ignore[method-assign]
 
 
@@ -83,10 +83,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=150)
     parser.add_argument("--image", choices=("stdlib", "data"), default="stdlib")
-    parser.add_argument("--skill", action="store_true", help="text.stats from its skill image, not hello")
+    parser.add_argument("--skill", action="store_true", help="text.stats from its skill's pages, not hello")
     args = parser.parse_args()
     rows: dict[str, list[float]] = collections.defaultdict(list)
-    with tempfile.TemporaryDirectory() as tmp, dataimage.make_engine(args.image, FileBlobStore(Path(tmp))) as engine:
+    with tempfile.TemporaryDirectory() as tmp, make_engine(args.image, FileBlobStore(Path(tmp))) as engine:
         request = RunRequest(kind="code", code=HELLO)
         if args.skill:
             request = text_stats_request()

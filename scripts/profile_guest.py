@@ -184,7 +184,7 @@ def _engine(image: str, variant: Variant, tmp: Path) -> Any:
     The image modules' config makers and cache keys are replaced for this
     process only (a runner is a process of its own)."""
     from wasmrun.blobs.store import FileBlobStore
-    from wasmrun.sandbox import SandboxEngine
+    from wasmrun.sandbox import SandboxEngine, make_engine
     from wasmrun.sandbox.images import dataimage, stdlibimage
 
     codegen = {k: v for k, v in variant.items() if k not in ("perfmap", "guest")}  # the profiler changes no code
@@ -195,7 +195,7 @@ def _engine(image: str, variant: Variant, tmp: Path) -> Any:
         make_data = _config_for({**variant, "pool": False}, wasmtime.Config)  # the data engine has no pool
         dataimage.data_engine = lambda: wasmtime.Engine(make_data())
         dataimage.DATA_ENGINE_SETTINGS += suffix
-        return dataimage.make_engine("data", FileBlobStore(tmp))
+        return make_engine("data", FileBlobStore(tmp))
     stdlibimage.engine_config = _config_for(variant, stdlibimage.engine_config)
     stdlibimage.ENGINE_SETTINGS += suffix
     guest = None

@@ -4,7 +4,7 @@
 
 For each image: one engine; `execute_skill text.stats` (the bench's skill row
 request) and a hello run, taken in ABBA order so neither always runs right
-after the other, with the skill's import image on (made first, as a server
+after the other, with the skill's pages on (made first, as a server
 does after the skill's first run) and off (`skill_pages.enabled = False`: the
 skill imports in each run). Reports each median (usage.total_ms and the
 caller's wall time) and the skill/hello ratio the issue's bar is on (2x).

@@ -118,6 +118,54 @@ def test_a_package_own_layer_order_is_checked(tmp_path: Path) -> None:
         "wasmrun/middle/parts/engine.py: imports wasmrun.middle.run (layer 'run' is above 'parts')"]
 
 
+# A package of three members, "engine" above "images" above "contract" (as the sandbox's own order).
+PARTS = {"wasmrun.middle": (("engine", frozenset({"wasmrun.middle.engine"})),
+                            ("images", frozenset({"wasmrun.middle.images"})),
+                            ("contract", frozenset({"wasmrun.middle.contract"})))}
+
+
+def _parts(tmp_path: Path, files: dict[str, str]) -> Path:
+    base = {"wasmrun/middle/__init__.py": "def __getattr__(name):\n    return name\n",
+            "wasmrun/middle/engine.py": "from wasmrun.middle.images import data\nfrom wasmrun.middle import contract\n",
+            "wasmrun/middle/images/__init__.py": "", "wasmrun/middle/images/data.py": "from wasmrun.middle.contract import x\n",
+            "wasmrun/middle/contract.py": "x = 1\n"}
+    return _tree(tmp_path, {**base, **files})
+
+
+def test_a_packages_members_in_their_order_pass(tmp_path: Path) -> None:
+    assert _found(_parts(tmp_path, {}), PARTS) == []
+
+
+def test_a_lower_member_importing_a_higher_one_is_found_without_a_cycle(tmp_path: Path) -> None:
+    """The sandbox's old exception: an image that builds engines. No cycle is needed for the
+    finding: the import is in a function, and the type-only one runs never."""
+    root = _parts(tmp_path, {
+        "wasmrun/middle/images/maker.py": "def make():\n    from wasmrun.middle.engine import data\n",
+        "wasmrun/middle/contract.py": "import typing\nif typing.TYPE_CHECKING:\n    from wasmrun.middle.images import data\n",
+    })
+    assert _found(root, PARTS) == [
+        "wasmrun/middle/contract.py: imports wasmrun.middle.images.data (layer 'images' is above 'contract')",
+        "wasmrun/middle/images/maker.py: imports wasmrun.middle.engine (layer 'engine' is above 'images')",
+    ]
+    assert _found(root) == []  # the house's order alone does not see inside a package
+
+
+def test_a_new_member_placed_nowhere_and_an_import_through_the_face_are_found(tmp_path: Path) -> None:
+    root = _parts(tmp_path, {"wasmrun/middle/extra.py": "",
+                             "wasmrun/middle/images/data.py": "from wasmrun.middle import Engine\n"})
+    assert _found(root, PARTS) == [
+        "wasmrun.middle.extra: placed in no layer (scripts/check_architecture.py)",
+        "wasmrun/middle/images/data.py: imports through wasmrun.middle's face: import from the member",
+    ]
+
+
+def test_the_sandbox_declares_its_own_order() -> None:
+    """Every member of wasmrun/sandbox/ has its layer, the images below the engine that runs them."""
+    order = [name for name, _ in checker.SUB_LAYERS["wasmrun.sandbox"]]
+    assert order.index("engines") < order.index("engine") < order.index("sessions") < order.index("images")
+    assert order.index("images") < order.index("memory") < order.index("contract") == len(order) - 1
+
+
 def test_a_re_export_of_our_own_name_is_found_outside_a_package_face(tmp_path: Path) -> None:
     root = _tree(tmp_path, {
         "wasmrun/top.py": "from wasmrun.bottom import x as x\nfrom json import loads as loads\n",

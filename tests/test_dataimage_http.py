@@ -162,7 +162,7 @@ def test_auto_serves_the_data_image_once_it_is_built(server: LiveServer, tmp_pat
 def test_auto_falls_back_to_stdlib_with_a_log_line_when_the_data_image_is_not_built(tmp_path: Path) -> None:
     env = wasmrun_env() | {"WASMRUN_CACHE_DIR": str(tmp_path / "empty-cache")}
     check = subprocess.run(
-        [sys.executable, "-c", "from wasmrun.sandbox.images.dataimage import resolve_image; print(resolve_image('auto'))"],
+        [sys.executable, "-c", "from wasmrun.sandbox import resolve_image; print(resolve_image('auto'))"],
         env=env, capture_output=True, text=True, timeout=120,
     )
     assert check.stdout.strip() == "stdlib", check.stderr

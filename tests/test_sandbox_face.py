@@ -79,3 +79,15 @@ def test_the_docs_name_the_sandbox_as_it_is() -> None:
     assert [p.name for p in modules if p.name not in layout] == []
     parts = [p.parent.name + "/" for p in (ROOT / "wasmrun/sandbox").glob("*/__init__.py")]
     assert [part for part in parts if part not in layout] == []
+
+
+def test_the_face_and_the_docs_list_the_sandbox_in_its_checked_order() -> None:
+    """The order the face's docstring (bottom up) and docs/architecture.md's sandbox diagram (top
+    down) give is the one SUB_LAYERS checks: a member moved in the code shows here until both follow."""
+    order = [name for name, _ in _checker().SUB_LAYERS[sandbox.__name__]]
+    face = [re.split(r"[/.,:]", line[2:])[0] for line in (sandbox.__doc__ or "").splitlines() if line.startswith("- ")]
+    assert face[::-1] == order
+    architecture = (ROOT / "docs/architecture.md").read_text(encoding="utf-8")
+    block = architecture.partition("one concept per member")[2].partition("\n```\n")[2].partition("\n```")[0]
+    diagram = [re.split(r"[/.\s]", line)[0] for line in block.splitlines() if line[:1].strip()]
+    assert diagram == order

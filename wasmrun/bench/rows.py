@@ -132,12 +132,12 @@ startup_row(Row("agent", "startup", "hello at an agent's pace",
                 "run_code hello with 50-200 ms gaps, a native python3 -I -S spawn in each gap (busy neighbour)",
                 _agent_pace, burst=4))
 startup_row(Row("skill", "startup", "skill run (execute_skill text.stats)",
-                "the bundled text.stats skill from its skill image, in-process and over HTTP",
+                "the bundled text.stats skill from its skill's pages, in-process and over HTTP",
                 _skill_run, burst=4, baseline="hello in-process (for scale)"))
 # The data image's rows (datarows.py): absent, with the line saying how to build it, until it is built.
 startup_row(Row("data-fresh", "startup", "data image: hello, in-process",
                 "DataSandboxEngine.run of print('hello') in a fresh instance of the data image (numpy, pandas, "
-                "matplotlib.pyplot imported in its memory image), beside the stdlib image's and a native spawn",
+                "matplotlib.pyplot imported in the image's memory), beside the stdlib image's and a native spawn",
                 datarows.fresh_hello, absent=datarows.absent, burst=6))
 startup_row(Row("data-http", "startup", "data image: hello over HTTP keep-alive",
                 "run_code hello back to back on one keep-alive connection to `wasmrun serve --image data` "

@@ -4,7 +4,7 @@ A version is up to three objects, each under `sessions/<key>/<nonce>/`, the
 nonce new for every upload (so a server that lost its hold on a session, and
 uploads anyway, never overwrites what another server committed):
 
-    memory        the base image (sandbox/sessions/pages.py); a version whose base
+    memory        the base of its pages (sandbox/sessions/pages.py); a version whose base
                   is a hard link of its previous version's names the same object
     memory.delta  the pages changed since the base, when the version has one
     files.tar     /workspace and /tmp (symbolic links kept as links)

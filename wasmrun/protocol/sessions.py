@@ -10,13 +10,13 @@ docs/sessions.md). What this layer decides:
   request would hold a tenant's slot for nothing);
 - an unknown, closed, expired or another tenant's session id is the same
   -32602 error naming `session_id`: nothing tells them apart;
-- a session's limits and skills are fixed at creation (its memory image was
+- a session's limits and skills are fixed at creation (its pages were
   made under them); a run may change only its own timeout_ms, cpu_ms and
   output_bytes;
-- the tenant's caps: `sessions` open at once, and `session_bytes` (memory images
+- the tenant's caps: `sessions` open at once, and `session_bytes` (its pages
   and files together) before a run or a fork starts and again for the version a
   run keeps: the worker gets the room left (`SessionRun.max_bytes`) and writes
-  no image past it, and the version is checked again when it is recorded
+  no pages past it, and the version is checked again when it is recorded
   (other sessions of the tenant may have grown meanwhile); one that does not
   fit is rolled back as `SessionBytesExceeded`.
 """

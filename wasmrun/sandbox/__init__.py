@@ -7,7 +7,8 @@ first use, so importing a type (`from wasmrun.sandbox import RunRequest`) does n
 wasmtime or a guest.
 
 Inside, one concept per sub-package, from the bottom up: each imports only those listed
-before it (docs/architecture.md; images/dataimage.py, which builds engines, is the exception):
+before it, with no exception (scripts/check_architecture.py's SUB_LAYERS checks this order;
+docs/architecture.md):
 
 - contract/: the run's request and result, limits, error types, run ids, background runs'
   limits and tally, what the sandbox needs from blob storage
@@ -20,12 +21,17 @@ before it (docs/architecture.md; images/dataimage.py, which builds engines, is t
   host checks first (workspace quota, sleep deadline, FIFOs)
 - memory/: memory kept ahead: spare instances, a skill's pages, skill bytecode, heap trim
 - images/: the guest images (the Image seam, the stdlib image, the data image and its
-  start, the compiled-module cache); `python -m wasmrun.sandbox.images` makes the data image
+  start, its figures, the compiled-module cache, the images' names); `python -m
+  wasmrun.sandbox.images` makes the data image. An image knows nothing of the engine
+  that runs it, nor of sessions
+- outcome.py, redaction.py: how a run ended, secrets out
 - runloop.py: the RunLoop, what every run needs (image, instances, folders, watchdog,
-  bytecode, blobs) and the run itself; outcome.py, redaction.py: how it ended, secrets out
+  bytecode, blobs) and the run itself
 - backgroundruns.py: the engine's own runs (warm-up, compiles, a skill's pages)
 - sessions/: a run inside a session, a session's state and pages on disk, warm instances
 - engine.py: SandboxEngine, what a caller holds
+- engines.py: which engine a server runs: an image choice ("auto", "stdlib", "data") and
+  the SandboxEngine on it (make_engine, DataSandboxEngine, resolve_image)
 - pool/: off the event loop: the executor, worker processes, the data image's warm-up
 """
 
@@ -68,13 +74,13 @@ _HOME = {
     "SandboxEngine": "engine",
     "precompile": "images.stdlibimage",
     "precompiled_state": "images.stdlibimage",
-    "DataSandboxEngine": "images.dataimage",
-    "make_engine": "images.dataimage",
+    "DataSandboxEngine": "engines",
+    "make_engine": "engines",
     "data_engine": "images.dataimage",
     "ready_image": "images.dataimage",
     "ready_image_path": "images.dataimage",
     "image_state": "images.dataimage",
-    "resolve_image": "images.dataimage",
+    "resolve_image": "engines",
     "compiled": "images.compiled",
     "DATA_IMAGE_MAKER": "images",
     "HotPages": "memory.instances",
@@ -182,6 +188,7 @@ if TYPE_CHECKING:
         Usage,
     )
     from wasmrun.sandbox.engine import SandboxEngine
+    from wasmrun.sandbox.engines import DataSandboxEngine, make_engine, resolve_image
     from wasmrun.sandbox.files.packagelayer import PackageLayer
     from wasmrun.sandbox.guest.jsontext import (
         NotSendable,
@@ -192,15 +199,7 @@ if TYPE_CHECKING:
     )
     from wasmrun.sandbox.guest.outstream import OutputChunk, OutputSink, OutputStream
     from wasmrun.sandbox.images import DATA_IMAGE_MAKER, compiled
-    from wasmrun.sandbox.images.dataimage import (
-        DataSandboxEngine,
-        data_engine,
-        image_state,
-        make_engine,
-        ready_image,
-        ready_image_path,
-        resolve_image,
-    )
+    from wasmrun.sandbox.images.dataimage import data_engine, image_state, ready_image, ready_image_path
     from wasmrun.sandbox.images.stdlibimage import precompile, precompiled_state
     from wasmrun.sandbox.memory.heaptrim import can_release_freed_heap, release_freed_heap
     from wasmrun.sandbox.memory.instances import HotPages

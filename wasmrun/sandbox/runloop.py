@@ -107,14 +107,16 @@ class RunLoop:
         blobs: BlobAccess | None = None,
         workspace_root: Path | None = None,
         on_output: OutputSink | None = None,
+        started_from: Path | None = None,
     ) -> tuple[RunResult, Workspace]:
-        """Run `request` in `fresh`: its folders (a session's `workspace_root`, else a
-        run folder of ours, given back by the caller), its context, the call into the
-        guest, its result. `bytecode`: the skills' compiled folders (writable: a compile run)."""
+        """Run `request` in `fresh`: its folders (a session's `workspace_root`, whose
+        /workspace began as a copy of `started_from`, else a run folder of ours, given back
+        by the caller), its context, the call into the guest, its result. `bytecode`: the
+        skills' compiled folders (writable: a compile run)."""
         run_id = request.run_id or new_run_id()
         packages = self.image.packages.current()  # read per run: `packages add` needs no restart
         blobs = blobs or self.blobs
-        workspace = self._workspace(request, workspace_root)
+        workspace = self._workspace(request, workspace_root, started_from)
         ctx = RunContext(
             run_id, guestrequest.encode(request, packages), request.limits, blobs, request.input_blobs, workspace,
             self.image.buffers, egress=EgressSession(request.network) if request.network is not None else None,
@@ -137,10 +139,12 @@ class RunLoop:
         phases.mark("result")
         return result, workspace
 
-    def _workspace(self, request: RunRequest, root: Path | None) -> Workspace:
+    def _workspace(self, request: RunRequest, root: Path | None, started_from: Path | None) -> Workspace:
         """The run's /workspace, /tmp and /blobs under `root` (a session's), else in a run folder of ours."""
         limits = request.limits
-        workspace = Workspace(root or self.dirs.take(), limits.workspace_bytes, limits.workspace_files, self.dirs.block)
+        workspace = Workspace(
+            root or self.dirs.take(), limits.workspace_bytes, limits.workspace_files, self.dirs.block, started_from,
+        )
         if root is not None:  # a session's folders: what they hold counts from the start
             workspace.est_bytes, workspace.est_files = workspace.measure()
         if request.input_blobs:

@@ -16,7 +16,7 @@ of the machine may lose a session's last versions; a session whose state did
 not survive is removed at start rather than resumed blank.
 
 A session ends when closed, when unused for its idle timeout, or at the
-maximum age; its folder (memory image and files) is then deleted.
+maximum age; its folder (its pages and files) is then deleted.
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def memory_hint(limit_bytes: int, ceiling_bytes: int) -> str:
 
 def session_bytes_exceeded(new_bytes: int, room: int, cap: int) -> str:
     return (
-        f"session_bytes: this session's new state ({new_bytes} bytes of memory image and files) is over"
+        f"session_bytes: this session's new state ({new_bytes} bytes of its pages and files) is over"
         f" the {room} bytes your other sessions leave of your session_bytes limit of {cap};"
         " the run's changes were rolled back (close sessions you no longer need)"
     )

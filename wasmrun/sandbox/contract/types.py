@@ -46,7 +46,9 @@ class SessionOutcome(msgspec.Struct):
 
     committed: bool  # False: stopped by a limit or a crash, the state is as before the run
     memory_bytes: int = 0  # the linear memory's size
-    image_bytes: int = 0  # the pages kept (those that differ from the snapshot's, at page grain)
+    # The session's pages kept (those that differ from the snapshot's, at page grain); the name is
+    # the wire's (get_session's `image_bytes`), from when they were called its memory image.
+    image_bytes: int = 0
     files_bytes: int = 0  # /workspace and /tmp
 
 

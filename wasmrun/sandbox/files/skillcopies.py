@@ -1,11 +1,11 @@
 """The data image's skill copies: each skill version's files copied once, for runs' /skills views.
 
-The data image's mount points are baked into its memory (images.py), so a run
+The data image's mount points are baked into its memory (dataimage.py), so a run
 sees its skills through one /skills folder of its own: a folder per mounted
 skill, its files hard links. Linked straight to the skill's own files, every
 run changed them: making or removing a hard link sets a file's ctime, which
 is part of the name of a skill's version (dirtree.stamp_files) in the key of
-its import image (skillpages.pages_key). No image ever matched (each run
+its pages (skillpages.pages_key). No skill's pages ever matched (each run
 asked for a new one: a background import run per run), and each run touched
 the operator's files. So a run's view links to a copy of the skill, made here
 once per version (the skill as its stamp names it now: a changed file is a new

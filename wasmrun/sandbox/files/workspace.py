@@ -23,7 +23,9 @@ logger = logging.getLogger("wasmrun.sandbox")
 class Workspace:
     """One run's writable folders and their shared quota: `path` is mounted
     at /workspace and `tmp` at /tmp, both inside the run's host folder `root`;
-    both are emptied after the run.
+    both are emptied after the run. `started_from`: the /workspace this one began as a
+    copy of, files' times kept (a session's, at the version the run starts from), None
+    when it began empty.
 
     The quota bounds the files' sizes, or the disk the host allocates for
     them where more (see diskuse), and every call that may add to either goes
@@ -35,8 +37,11 @@ class Workspace:
     pass it, the disk is measured for real, and only a real excess stops the
     run (`WorkspaceQuotaExceeded`)."""
 
-    def __init__(self, root: Path, max_bytes: int, max_files: int, block: int = 4096) -> None:
+    def __init__(
+        self, root: Path, max_bytes: int, max_files: int, block: int = 4096, started_from: Path | None = None,
+    ) -> None:
         self.root = root
+        self.started_from = started_from
         self.path = root / "workspace"
         self.tmp = root / "tmp"
         self.blobs = root / "blobs"  # the run's input blobs, read-only; not counted

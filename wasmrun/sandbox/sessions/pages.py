@@ -170,7 +170,7 @@ class _ReadOnlyMap:
     def __enter__(self) -> int:
         address = _libc.mmap(None, self.size, mmap.PROT_READ, mmap.MAP_PRIVATE | _MAP_POPULATE, self.fd, 0)
         if not isinstance(address, int) or address == ctypes.c_void_p(-1).value:
-            raise OSError(ctypes.get_errno(), "cannot map a session image")
+            raise OSError(ctypes.get_errno(), "cannot map a session's pages")
         self.address = address
         return address
 
@@ -265,7 +265,7 @@ def _header(f: object, path: Path, guest_key: str) -> tuple[int, list[tuple[int,
 
 
 def _span_table(path: Path, guest_key: str) -> list[tuple[int, int, int]]:
-    """(memory offset, length, file offset) of each span of an image file."""
+    """(memory offset, length, file offset) of each span of a pages file."""
     with open(path, "rb") as f:
         _, spans = _header(f, path, guest_key)
         file_offset = f.tell()
@@ -277,7 +277,7 @@ def _span_table(path: Path, guest_key: str) -> list[tuple[int, int, int]]:
 
 
 def _read(path: Path, store: wasmtime.Store, memory: wasmtime.Memory, guest_key: str) -> None:
-    """Grow the instance's memory to the image's size and read its pages
+    """Grow the instance's memory to the pages' size and read its pages
     straight into it (one read per span, no copy in between)."""
     with open(path, "rb", buffering=0) as f:
         memory_bytes, spans = _header(f, path, guest_key)
@@ -288,6 +288,6 @@ def _read(path: Path, store: wasmtime.Store, memory: wasmtime.Memory, guest_key:
         try:
             for offset, length in spans:
                 if offset + length > len(view) or f.readinto(view[offset : offset + length]) != length:
-                    raise ValueError(f"damaged session image {path}")
+                    raise ValueError(f"damaged session pages {path}")
         finally:
             view.release()

@@ -35,11 +35,12 @@ from wasmrun.sandbox import backgroundruns
 from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.contract.types import RunError, RunRequest, RunResult, SessionOutcome, host_failure
 from wasmrun.sandbox.guest.outstream import OutputSink
+from wasmrun.sandbox.images.names import image_name
 from wasmrun.sandbox.memory.instances import Fresh
 from wasmrun.sandbox.runloop import RunLoop
 from wasmrun.sandbox.sessions import pages
 from wasmrun.sandbox.sessions.pages import PagesMismatch
-from wasmrun.sandbox.sessions.state import discard, files_size, image_name, stage, version_dir
+from wasmrun.sandbox.sessions.state import discard, files_size, stage, version_dir
 from wasmrun.sandbox.sessions.warm import WarmInstances, close_instance
 
 # Errors after which the interpreter may have stopped midway: its memory is not
@@ -100,7 +101,10 @@ def _run_staged(
     try:
         if from_supply:
             pages.load(current, fresh.store, fresh.memory, loop.image.guest.key)
-        result, _ = loop.run_in(fresh, request, t0, bytecode, workspace_root=following, on_output=on_output)
+        result, _ = loop.run_in(
+            fresh, request, t0, bytecode, workspace_root=following, on_output=on_output,
+            started_from=current / "workspace",  # `stage` copied it, times kept: what this run found
+        )
         for name in _run_only_folders(loop):  # the version keeps its workspace and tmp, nothing else
             dirtree.remove(following / name)
         if not rolls_back(result):

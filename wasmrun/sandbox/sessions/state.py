@@ -15,22 +15,16 @@ from pathlib import Path
 from wasmrun import dirtree
 from wasmrun.sandbox.contract.types import RunRequest
 from wasmrun.sandbox.files import diskuse
+from wasmrun.sandbox.images.names import image_name
 from wasmrun.sandbox.sessions import pages
 
 FOLDERS = ("workspace", "tmp")
 # The pages' files of a version: the base first (a fork hard-links it), then its delta.
 MEMORY_FILES = (pages.BASE, pages.DELTA)
-# The data image's guest keys start so (images.DataImage); a session is tied to its image.
-DATA_GUEST_PREFIX = "data-"
 
 
 def version_dir(folder: Path, version: int) -> Path:
     return folder / f"v{version}"
-
-
-def image_name(guest_key: str) -> str:
-    """The image ("stdlib" or "data") of a guest key."""
-    return "data" if guest_key.startswith(DATA_GUEST_PREFIX) else "stdlib"
 
 
 def image_of(request: RunRequest) -> str | None:

@@ -15,8 +15,8 @@ WARM_MAX_BYTES = 512 << 20  # their memory in all: idle sessions hold no more of
 
 class WarmInstances:
     """The instances of a worker's most recent session runs, kept after a run
-    that kept its state, each exactly its version's image: the next run of
-    that version on this worker skips reading the image. A run that rolls back
+    that kept its state, each exactly its version's pages: the next run of
+    that version on this worker skips reading them. A run that rolls back
     closes its instance (its memory may be midway through anything); any other
     version, a session ended or evicted here, is read from disk as before.
     The pool hands a quiet server's runs to the last worker used (idle workers
@@ -72,9 +72,9 @@ def close_instance(fresh: Fresh) -> None:
 
 
 def _identity(version: Path) -> tuple[int, int]:
-    """Which image `version` holds: its newest memory file's inode and time (never
+    """Which pages `version` holds: its newest memory file's inode and time (never
     changed in place once written). A folder deleted and made again under its name
-    (a version fetched anew from the object store) has new files: another image."""
+    (a version fetched anew from the object store) has new files: other pages."""
     for name in (pages.DELTA, pages.BASE):
         try:
             found = (version / name).stat()
