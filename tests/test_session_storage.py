@@ -228,7 +228,11 @@ def test_a_sessions_sparse_file_stays_sparse_when_staged(fresh: TwoTenants) -> N
         checked = _run(fresh.bob, sid, "import os\ndef main(args):\n    return os.stat('/workspace/sparse').st_size\n")
         assert checked["output"] == 32 * MiB, checked
     seen = 0
-    for copy in (fresh.data / "sessions").rglob("workspace/sparse"):
+    # os.walk, not rglob: an earlier version's folder is deleted in the background, maybe mid-walk.
+    for folder, _, files in os.walk(fresh.data / "sessions"):
+        if not (folder.endswith("/workspace") and "sparse" in files):
+            continue
+        copy = Path(folder) / "sparse"
         try:
             st = copy.stat()
         except FileNotFoundError:
