@@ -559,14 +559,17 @@ def _run(args: argparse.Namespace) -> int:
     )
     executor = make_local_executor(SandboxOptions.of(settings), blobs)
     context = assemble(settings, blobs=blobs, executor=executor).context
-    if not args.no_stream:
-        RUN_OUTPUT.set(_print_output)  # copied into asyncio.run's task
+    # Copied into asyncio.run's task; reset after, so a caller's later calls (main() run twice
+    # in one process, as tests do) do not stream to this run's printer.
+    listening = None if args.no_stream else RUN_OUTPUT.set(_print_output)
     try:
         result = asyncio.run(run_code(context, params))
     except RPCError as exc:
         print(f"wasmrun: {exc.message}", file=sys.stderr)
         return 2
     finally:
+        if listening is not None:
+            RUN_OUTPUT.reset(listening)
         context.executor.close()
     print(msgspec.json.format(msgspec.json.encode(result), indent=2).decode())
     if result.images is not msgspec.UNSET:
