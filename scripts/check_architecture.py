@@ -246,7 +246,7 @@ def checkout_findings(tree: ast.Module, where: str) -> Iterator[Finding]:
             yield Finding(f"{where}:{node.lineno}", "changes sys.path (what it imports must be in the package)")
 
 
-def face_findings(tree: ast.Module, where: str) -> Iterator[Finding]:
+def face_findings(tree: ast.Module, where: str, root: Path = ROOT) -> Iterator[Finding]:
     """Imports of the sandbox past its face in one module outside it: ``wasmrun.sandbox.<part>``
     imported, a part imported by name from the face (``from wasmrun.sandbox import engine``),
     or a part's module name as a whole string."""
@@ -257,7 +257,7 @@ def face_findings(tree: ast.Module, where: str) -> Iterator[Finding]:
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
             names = [node.module]
             if node.module == SANDBOX:
-                names += [f"{SANDBOX}.{alias.name}" for alias in node.names if _is_part(alias.name)]
+                names += [f"{SANDBOX}.{alias.name}" for alias in node.names if _is_part(alias.name, root)]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _is_module_name(node.value):
             names = [node.value]
         for name in names:
@@ -265,9 +265,9 @@ def face_findings(tree: ast.Module, where: str) -> Iterator[Finding]:
                 yield Finding(f"{where}:{node.lineno}", f"imports {name} past the sandbox's face (wasmrun.sandbox)")
 
 
-def _is_part(name: str) -> bool:
+def _is_part(name: str, root: Path) -> bool:
     """A module or package inside the sandbox (not a name its face exports)."""
-    base = ROOT / "wasmrun" / "sandbox" / name
+    base = root / "wasmrun" / "sandbox" / name
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
 
@@ -492,7 +492,7 @@ def raw_findings(root: Path = ROOT, layers: Layers = HOUSE_LAYERS,
     if (root / "wasmrun/sandbox/__init__.py").exists():
         for path in face_checked_modules(root):
             relative = path.relative_to(root).as_posix()
-            result.extend(face_findings(ast.parse(path.read_text(encoding="utf-8"), filename=relative), relative))
+            result.extend(face_findings(ast.parse(path.read_text(encoding="utf-8"), filename=relative), relative, root))
     if (root / "docs/layout.md").exists():
         result.extend(layout_findings(root))
     if (root / "docs/architecture.md").exists():

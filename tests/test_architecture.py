@@ -6,24 +6,9 @@ what wasmrun/ holds. Each rule is shown failing on a small bad tree and passing 
 from __future__ import annotations
 
 import ast
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _checker() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_architecture", ROOT / "scripts/check_architecture.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look the module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
-checker = _checker()
+from tests.archcheck import checker
 
 # A small house: "top" above "middle" above "bottom", each a top-level module or package.
 LAYERS = (("top", frozenset({"wasmrun.top"})), ("middle", frozenset({"wasmrun.middle"})),

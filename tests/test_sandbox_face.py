@@ -4,25 +4,15 @@ on first use without wasmtime, and the architecture check fails code that reache
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import wasmrun.sandbox as sandbox
+from tests.archcheck import checker
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _checker() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_architecture", ROOT / "scripts/check_architecture.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look the module up while the class is made
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_importing_a_type_from_the_face_loads_no_wasmtime() -> None:
@@ -54,7 +44,6 @@ def test_a_name_the_face_does_not_list_is_an_attribute_error() -> None:
 
 
 def test_the_checker_finds_imports_past_the_face() -> None:
-    checker = _checker()
     source = (
         "from wasmrun.sandbox import RunRequest\n"  # the face: fine
         "from wasmrun import sandbox\n"  # the face: fine
@@ -84,7 +73,7 @@ def test_the_docs_name_the_sandbox_as_it_is() -> None:
 def test_the_face_and_the_docs_list_the_sandbox_in_its_checked_order() -> None:
     """The order the face's docstring (bottom up) and docs/architecture.md's sandbox diagram (top
     down) give is the one SUB_LAYERS checks: a member moved in the code shows here until both follow."""
-    order = [name for name, _ in _checker().SUB_LAYERS[sandbox.__name__]]
+    order = [name for name, _ in checker.SUB_LAYERS[sandbox.__name__]]
     face = [re.split(r"[/.,:]", line[2:])[0] for line in (sandbox.__doc__ or "").splitlines() if line.startswith("- ")]
     assert face[::-1] == order
     architecture = (ROOT / "docs/architecture.md").read_text(encoding="utf-8")
