@@ -27,6 +27,7 @@ AsExtern: TypeAlias = _exportable.AsExtern  # a Linker/Instance import: Func, Me
 
 PINNED_VERSION = "49.0.0"
 UPDATE_DEADLINE_CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE in wasmtime.h
+STRATEGY_WINCH = 2  # WASMTIME_STRATEGY_WINCH in wasmtime/config.h
 WASMTIME_I32 = 0  # a wasmtime_val_t's kind (wasmtime/val.h)
 
 # The raw store context wasmtime hands an epoch callback (a `wasmtime_context_t *`).
@@ -38,6 +39,12 @@ Context = Any
 def set_async_stack_size(config: wasmtime.Config, size: int) -> None:
     """wasmtime refuses a wasm stack larger than its async stacks (unused here)."""
     ffi.wasmtime_config_async_stack_size_set(config.ptr(), size)
+
+
+def use_baseline_compiler(config: wasmtime.Config) -> None:
+    """Compile with Winch, wasmtime's baseline compiler: a quarter of Cranelift's
+    compile time for slower code. `Config.strategy` accepts only "auto" and "cranelift"."""
+    ffi.wasmtime_config_strategy_set(config.ptr(), STRATEGY_WINCH)
 
 
 def use_pooling_allocator(config: wasmtime.Config, slots: int, max_memory_bytes: int, decommit_batch: int) -> None:
