@@ -45,9 +45,19 @@ def test_table_has_every_row(quick: tuple[str, Path, Path, Path]) -> None:
         assert f"| data image: hello, in-process | {datarows.DATA_INPROC} |" in table
         assert f"| data image: hello over HTTP keep-alive | {datarows.DATA_HTTP} |" in table
         assert "Data image: hello in-process" in table and "| memory, data image |" in table
+        # Issue #32's rows: both images side by side, native beside them.
+        assert f"| data image: hello at an agent's pace | {datarows.DATA_PACED} |" in table
+        assert f"| data image: skill run (execute_skill text.stats) | {datarows.DATA_HTTP} |" in table
+        assert f"| data image: session resume (next run of a session) | {datarows.DATA_SESSION_NEXT} |" in table
+        data_goals = next(line for line in table.splitlines() if line.startswith("Issue #32, data image"))
+        for part in ("hello in-process", "over HTTP", "at an agent's pace", "a session's next run",
+                     "execute_skill"):
+            assert part in data_goals, part
     else:
         assert "| data image: hello, in-process | absent: the data image is not built" in table
     assert "pydantic-monty (a Python subset), fresh session: absent (skipped" in table
+    stdlib_goals = next(line for line in table.splitlines() if line.startswith("Issue #32, stdlib image"))
+    assert "a session's next run over HTTP" in stdlib_goals and "x a hello in-process (goal <= 2x)" in stdlib_goals
     # The E2B row: E2B's own SDK (the test extra) against the server's E2B front.
     assert f"| E2B SDK: Sandbox.create() to the first run_code result | {e2brow.LABEL} |" in table
     assert "by phase" in table and "guest entry" in table and "audit" in table

@@ -15,8 +15,18 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wasmrun.bench.interleave import alternating
-from wasmrun.bench.systems import HELLO, Http, InProcess, Native, server
+from wasmrun.bench.interleave import alternating, paced
+from wasmrun.bench.systems import (
+    HELLO,
+    TEXT_STATS_CALL,
+    Http,
+    InProcess,
+    Native,
+    new_session,
+    server,
+    session_hello,
+    text_stats_request,
+)
 
 if TYPE_CHECKING:
     from wasmrun.bench.run import Bench
@@ -30,6 +40,8 @@ PANDAS_JOB = (
 DATA_INPROC = "wasmrun data image, in-process"
 DATA_HTTP = "wasmrun data image, HTTP keep-alive"
 DATA_HELLO = "data image hello in-process (for scale)"
+DATA_PACED = "wasmrun data image, HTTP, 50-200 ms gaps"
+DATA_SESSION_NEXT = "wasmrun data image, HTTP, a session's next run"
 TARGETS_MS = {"data-fresh": 2.0, "data-http": 5.0, "data-imports": 5.0}  # issue #21's
 
 
@@ -66,6 +78,7 @@ class DataSide:
         self._stack = contextlib.ExitStack()
         self._inproc: DataInProcess | None = None
         self._http: Http | None = None
+        self.session_id: str | None = None  # the data session row's, created on its first sample
 
     @property
     def inproc(self) -> DataInProcess:
@@ -136,6 +149,33 @@ def imports(bench: Bench) -> dict[str, float]:
 
 def pandas_job(bench: Bench) -> dict[str, float]:
     return _with_hello(bench, DATA_INPROC, PANDAS_JOB)
+
+
+def agent_pace(bench: Bench) -> dict[str, float]:
+    data = _side(bench)
+    return paced(bench, DATA_PACED, lambda: data.http.sample(HELLO), Native.label,
+                 lambda: bench.native.sample(HELLO))
+
+
+def skill_run(bench: Bench) -> dict[str, float]:
+    data = _side(bench)
+    request = text_stats_request()
+    return alternating(bench, [
+        (DATA_INPROC, lambda: data.inproc.run(request)),
+        (DATA_HTTP, lambda: data.http.timed_call("execute_skill", TEXT_STATS_CALL)),
+        (DATA_HELLO, lambda: data.inproc.sample(HELLO)),
+    ])
+
+
+def session_resume(bench: Bench) -> dict[str, float]:
+    data = _side(bench)
+    if data.session_id is None:
+        data.session_id = new_session(data.http)
+    params = session_hello(data.session_id)
+    return alternating(bench, [
+        (DATA_SESSION_NEXT, lambda: data.http.timed_call("run_code", params)),
+        (DATA_HTTP, lambda: data.http.sample(HELLO)),
+    ])
 
 
 def by_workers(tmp: Path, counts: tuple[int, ...]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ the other for it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -30,3 +31,14 @@ def alternating(bench: Bench, steps: list[tuple[str, Callable[[], float]]], key:
             bench.unsupported.add((label, key))
             bench.notes.append(f"{label}: {key}: not supported ({exc})")
     return out
+
+
+def paced(bench: Bench, label: str, run: Callable[[], float], native_label: str,
+          native: Callable[[], float]) -> Samples:
+    """As the held-out bar does: a gap of 50-200 ms before each call, with a native
+    `python3 -I -S` spawn running in it (other processes busy on the machine)."""
+    gap = bench.rng.uniform(0.05, 0.2)
+    start = time.perf_counter()
+    spawned = native()
+    time.sleep(max(0.0, gap - (time.perf_counter() - start)))
+    return {label: run(), native_label: spawned}

@@ -11,19 +11,25 @@ A feature adds its row here, with `startup_row(...)`: the data image's rows
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from wasmrun.bench import datarows, e2brow
-from wasmrun.bench.interleave import Samples, alternating
+from wasmrun.bench.interleave import Samples, alternating, paced
 from wasmrun.bench.peers import Peer
-from wasmrun.bench.systems import HELLO, InProcess, Native, as_run_code
+from wasmrun.bench.systems import (
+    HELLO,
+    PACED,
+    SESSION_NEXT,
+    TEXT_STATS_CALL,
+    InProcess,
+    Native,
+    new_session,
+    session_hello,
+    text_stats_request,
+)
 from wasmrun.bench.workloads import COMPUTE, Workload
-from wasmrun.sandbox import MountedSkill, RunRequest
-from wasmrun.settings import BUNDLED_SKILLS
 
 if TYPE_CHECKING:
     from wasmrun.bench.run import Bench
@@ -80,27 +86,14 @@ def _http_hello(bench: Bench) -> Samples:
 
 
 def _agent_pace(bench: Bench) -> Samples:
-    """As the held-out bar does: a gap of 50-200 ms before each call, with native
-    `python3 -I -S` spawns running in it (other processes busy on the machine)."""
-    gap = bench.rng.uniform(0.05, 0.2)
-    start = time.perf_counter()
-    native = bench.native.sample(HELLO)
-    time.sleep(max(0.0, gap - (time.perf_counter() - start)))
-    return {"wasmrun, HTTP, 50-200 ms gaps": bench.http.sample(HELLO), Native.label: native}
-
-
-def text_stats_request() -> RunRequest:
-    skill = MountedSkill("text.stats", str(BUNDLED_SKILLS / "text.stats"), "code/main.py")
-    args = {"text": "One fish. Two fish. Red fish, blue fish. " * 5}
-    return RunRequest(kind="skill", skill=skill.name, skills=[skill], args_json=json.dumps(args).encode())
+    return paced(bench, PACED, lambda: bench.http.sample(HELLO), Native.label, lambda: bench.native.sample(HELLO))
 
 
 def _skill_run(bench: Bench) -> Samples:
-    args = {"text": "One fish. Two fish. Red fish, blue fish. " * 5}
     request = text_stats_request()
     return alternating(bench, [
         ("wasmrun, in-process", lambda: bench.inproc.run(request)),
-        ("wasmrun, HTTP keep-alive", lambda: bench.http.timed_call("execute_skill", {"name": "text.stats", "args": args})),
+        ("wasmrun, HTTP keep-alive", lambda: bench.http.timed_call("execute_skill", TEXT_STATS_CALL)),
         ("hello in-process (for scale)", lambda: bench.inproc.sample(HELLO)),
     ])
 
@@ -114,10 +107,10 @@ def _sessions_absent(bench: Bench) -> str | None:
 def _session_resume(bench: Bench) -> Samples:
     """The next run of a session (its state kept between runs) against a fresh run, over HTTP."""
     if bench.session_id is None:
-        bench.session_id = str(bench.http.call("create_session", {"language": "python"})["session_id"])
-    params = {"language": "python", "code": as_run_code(HELLO), "session_id": bench.session_id}
+        bench.session_id = new_session(bench.http)
+    params = session_hello(bench.session_id)
     return alternating(bench, [
-        ("wasmrun, HTTP, a session's next run", lambda: bench.http.timed_call("run_code", params)),
+        (SESSION_NEXT, lambda: bench.http.timed_call("run_code", params)),
         ("wasmrun, HTTP keep-alive", lambda: bench.http.sample(HELLO)),
     ])
 
@@ -134,6 +127,12 @@ startup_row(Row("agent", "startup", "hello at an agent's pace",
 startup_row(Row("skill", "startup", "skill run (execute_skill text.stats)",
                 "the bundled text.stats skill from its skill's pages, in-process and over HTTP",
                 _skill_run, burst=4, baseline="hello in-process (for scale)"))
+startup_row(Row("data-agent", "startup", "data image: hello at an agent's pace",
+                "run_code hello on `wasmrun serve --image data` with 50-200 ms gaps, a native python3 -I -S spawn in "
+                "each gap", datarows.agent_pace, absent=datarows.absent, burst=4))
+startup_row(Row("data-skill", "startup", "data image: skill run (execute_skill text.stats)",
+                "the bundled text.stats skill on the data image from its skill's pages, in-process and over HTTP",
+                datarows.skill_run, absent=datarows.absent, burst=4, baseline=datarows.DATA_HELLO))
 # The data image's rows (datarows.py): absent, with the line saying how to build it, until it is built.
 startup_row(Row("data-fresh", "startup", "data image: hello, in-process",
                 "DataSandboxEngine.run of print('hello') in a fresh instance of the data image (numpy, pandas, "
@@ -151,6 +150,9 @@ startup_row(Row("data-pandas", "startup", "data image: a pandas job (20,000 rows
 startup_row(Row("session", "startup", "session resume (next run of a session)",
                 "run_code in a session created once (its state kept between runs), against a fresh run, over HTTP",
                 _session_resume, absent=_sessions_absent, burst=4, baseline="wasmrun, HTTP keep-alive"))
+startup_row(Row("data-session", "startup", "data image: session resume (next run of a session)",
+                "run_code in a session created once on `wasmrun serve --image data`, against a fresh run there, over "
+                "HTTP", datarows.session_resume, absent=datarows.absent, burst=4, baseline=datarows.DATA_HTTP))
 startup_row(Row("e2b", "startup", "E2B SDK: Sandbox.create() to the first run_code result",
                 "E2B's own Python SDK against the server's E2B front: create a sandbox (a session), run `1 + 1`, "
                 "read its result; beside a fresh run over HTTP", e2brow.create_to_first_result,

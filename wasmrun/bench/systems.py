@@ -19,10 +19,21 @@ from pathlib import Path
 from typing import Any
 
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox import Limits, RunRequest, SandboxEngine
+from wasmrun.sandbox import Limits, MountedSkill, RunRequest, SandboxEngine
+from wasmrun.settings import BUNDLED_SKILLS
 
 HELLO = 'print("hello")\n'
 COMPUTE_LIMITS = Limits(timeout_ms=120_000)
+PACED = "wasmrun, HTTP, 50-200 ms gaps"
+SESSION_NEXT = "wasmrun, HTTP, a session's next run"
+TEXT_STATS_ARGS = {"text": "One fish. Two fish. Red fish, blue fish. " * 5}
+TEXT_STATS_CALL = {"name": "text.stats", "args": TEXT_STATS_ARGS}  # execute_skill's params
+
+
+def text_stats_request() -> RunRequest:
+    """TEXT_STATS_CALL as the engine takes it in-process."""
+    skill = MountedSkill("text.stats", str(BUNDLED_SKILLS / "text.stats"), "code/main.py")
+    return RunRequest(kind="skill", skill=skill.name, skills=[skill], args_json=json.dumps(TEXT_STATS_ARGS).encode())
 
 
 def as_run_code(body: str, returns: str = "None") -> str:
@@ -193,6 +204,16 @@ class Http:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def new_session(http: Http) -> str:
+    """A session on the server `http` talks to, for the rows timing its next runs."""
+    return str(http.call("create_session", {"language": "python"})["session_id"])
+
+
+def session_hello(session_id: str) -> dict[str, Any]:
+    """run_code's params for a hello in the session."""
+    return {"language": "python", "code": as_run_code(HELLO), "session_id": session_id}
 
 
 class Native:
