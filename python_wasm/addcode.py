@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from python_wasm.snapshot import _assemble, _enc_uleb, _globals, _sections, _uleb
 
-SEC_CUSTOM, SEC_TYPE, SEC_IMPORT, SEC_FUNCTION, SEC_CODE, SEC_DATA, SEC_DATACOUNT = 0, 1, 2, 3, 10, 11, 12
+SEC_CUSTOM, SEC_TYPE, SEC_IMPORT, SEC_FUNCTION, SEC_ELEMENT, SEC_CODE, SEC_DATA, SEC_DATACOUNT = 0, 1, 2, 3, 9, 10, 11, 12
 # Sections an object made by `zig cc -c` from plain C functions has; any other is refused.
 OBJECT_SECTIONS = {SEC_TYPE, SEC_IMPORT, SEC_FUNCTION, SEC_CODE}
 IMPORT_FUNC, IMPORT_TABLE, IMPORT_MEMORY, IMPORT_GLOBAL = 0, 1, 2, 3
@@ -220,6 +220,8 @@ def parse_object(data: bytes) -> WasmObject:
     extra = set(by_id) - OBJECT_SECTIONS
     if SEC_DATA in extra or SEC_DATACOUNT in extra:
         raise LinkError("the object has static data (a static variable or a string literal)")
+    if SEC_ELEMENT in extra:
+        raise LinkError("the object takes a function's address (a function pointer: an element section)")
     if extra:
         raise LinkError(f"the object has sections the linker does not place: {sorted(extra)}")
     imports = _imports(by_id.get(SEC_IMPORT, b"\x00"))

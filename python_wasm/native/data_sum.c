@@ -42,6 +42,7 @@
  *   PyFloatObject: ob_fval at 8.
  * tests/sandbox/test_sum_fidelity.py checks the results on both images. */
 
+#define NULL ((void *)0)
 typedef struct _object PyObject;
 typedef int Py_ssize_t; /* wasm32 */
 typedef struct { double real; double imag; } Py_complex;
