@@ -146,7 +146,7 @@ def _symbols(body: bytes, pos: int, imported_functions: list[tuple[str, int]],
         kind = body[pos]
         flags, pos = _uleb(body, pos + 1)
         if kind not in (SYM_FUNCTION, SYM_GLOBAL, SYM_SECTION):
-            raise LinkError("the object has static data (a static variable or a string literal)"
+            raise LinkError("the object has static data (a static or extern variable, or a string literal)"
                             if kind == SYM_DATA else f"the object has a symbol of kind {kind}")
         if kind == SYM_SECTION:
             _, pos = _uleb(body, pos)

@@ -81,6 +81,7 @@ def test_the_new_body_takes_the_functions_place_everywhere(base_module: bytes, t
 @pytest.mark.parametrize(("source", "reason"), [
     ('int new_twice(int x) { const char *volatile s = "literal"; return s[x]; }', "static data"),
     ("static int counter;\nint new_twice(int x) { return counter += x; }", "static data"),
+    ("extern int elsewhere;\nint new_twice(int x) { return elsewhere + x; }", "static data"),
     ("int other(int);\nint new_twice(int x) { int (*volatile f)(int) = other; return f(x); }", "function pointer"),
     ("int original_twice(int x);\nint new_twice(long long x) { return original_twice((int)x); }", "signature"),
     ("int not_in_the_module(int);\nint new_twice(int x) { return not_in_the_module(x); }", "0 functions named"),
