@@ -31,9 +31,10 @@ seeded, at import is the same in every run from the pages (the module-level
 `random` functions are reseeded per run; `secrets`, `uuid4` and `os.urandom`
 draw fresh bytes from the host).
 
-A skill's pages are kept per key: the guest build, the skill's name and entrypoint,
-its folder, and the size and mtime of every file in it (a new version is a
-new folder; a changed file a new key). The cache is an LRU bounded by count
+A skill's pages are kept per key: the guest build, the skill's entrypoint and its
+stamp (files/skillstamp.py: its name, folder and every file's identity, taken once
+per run and shared with the data image's copy of it; a new version is a new
+folder, a changed file a new key). The cache is an LRU bounded by count
 and by bytes. They are only used when their memory size fits the run's
 memory limit; otherwise the run imports as before.
 """
@@ -44,6 +45,7 @@ import ctypes
 import hashlib
 import itertools
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -53,9 +55,9 @@ from pathlib import Path
 
 import wasmtime
 
-from wasmrun import dirtree
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
 from wasmrun.sandbox.contract.types import MountedSkill
+from wasmrun.sandbox.files.skillstamp import SkillStamp
 from wasmrun.sandbox.guest.guestmemory import host_address
 
 logger = logging.getLogger("wasmrun.sandbox")
@@ -66,7 +68,6 @@ WASM_PAGE = 65536
 MAX_IMAGES = 32
 MAX_IMAGE_BYTES = 256 << 20  # all skills' pages together
 MAX_PENDING = 64  # import runs waiting; more are dropped (the skill just runs as before)
-MAX_KEY_ENTRIES = 1_000  # files and folders in a skill whose pages are kept
 # A failed import run is tried again, on a later completed run of the skill, after
 # RETRY_AFTER_S, then 4x that, ...; after MAX_ATTEMPTS failures the skill runs
 # without its pages (it imports in each run, as before).
@@ -136,16 +137,10 @@ class SkillPages:
         return {i for offset, data in self.spans for i in range(offset // PAGE, (offset + len(data)) // PAGE)}
 
 
-def pages_key(guest_key: str, skill: MountedSkill) -> str | None:
-    """Names the skill as it is now: any file added, removed or changed (see
-    dirtree.stamp_files), another folder (a new version) or another guest build is a new key.
-    A walk with a loop, not recursion: a skill's tree may be deep. None for a
-    skill of more than MAX_KEY_ENTRIES entries: naming it would cost every run
-    more than its pages save, so it runs as it always did."""
-    h = hashlib.sha256(f"{guest_key}\0{skill.name}\0{skill.entrypoint}\0{skill.root}".encode())
-    if not dirtree.stamp_files(h, Path(skill.root), max_entries=MAX_KEY_ENTRIES):
-        return None
-    return h.hexdigest()
+def pages_key(guest_key: str, skill: MountedSkill, stamp: SkillStamp) -> str:
+    """Names the skill as `stamp` found it: any file added, removed or changed, another
+    folder (a new version), another entrypoint or another guest build is a new key."""
+    return hashlib.sha256(os.fsencode(f"{guest_key}\0{skill.entrypoint}\0{stamp.digest}")).hexdigest()
 
 
 def single_skill(skills: list[MountedSkill]) -> MountedSkill | None:
