@@ -1,4 +1,4 @@
-"""Per-skill images over HTTP: a skill's later runs skip its import, and
+"""A skill's pages over HTTP: a skill's later runs skip its import, and
 what a run's import would read from its grant (secrets) is still its own."""
 
 from __future__ import annotations
