@@ -202,3 +202,19 @@ def test_a_file_name_that_is_not_utf8_leaves_the_skill_working(engine: SandboxEn
     for _ in range(2):  # its first run, then from its pages
         assert _run(engine, skill).output == "ran"
         assert engine.skill_pages.wait_ready(120)
+
+
+def test_a_link_put_in_a_folders_place_after_the_stamp_is_not_followed_by_the_copy(tmp_path: Path) -> None:
+    """The copy opens what the stamp listed one folder at a time, following no link: a folder
+    swapped for a link to the host's files between the stamp and the copy copies nothing of them."""
+    secret, _crowd = _outside(tmp_path)
+    skill = make_skill(tmp_path / "skills", "stamp.swap", {"code/main.py": MAIN, "data/secret.txt": "skill's own"})
+    stamp = stamp_skill(skill)
+    data = Path(skill.root) / "data"
+    (data / "secret.txt").unlink()
+    data.rmdir()
+    data.symlink_to(secret.parent, target_is_directory=True)  # holds a secret.txt too
+    view = tmp_path / "view"
+    SkillCopies(tmp_path / "copies").link([skill], view, {skill: stamp})
+    assert (view / "stamp.swap" / "code" / "main.py").read_text() == MAIN
+    assert not (view / "stamp.swap" / "data" / "secret.txt").exists()

@@ -155,7 +155,11 @@ def _copy_stamped(source: Path, target: Path, name: str, stamp: SkillStamp) -> i
     for folder in stamp.folders:
         (target / folder).mkdir(mode=0o700)
     copied = 0
-    root = os.open(source, _DIR_FLAGS)
+    try:
+        root = os.open(source, _ROOT_FLAGS)  # the registry's folder: a link to it is the registry's choice
+    except OSError:
+        logger.warning("skill %s: its folder is not readable; its mount is empty", name)
+        return 0
     try:
         for rel in stamp.files:
             try:
@@ -173,9 +177,10 @@ def _copy_stamped(source: Path, target: Path, name: str, stamp: SkillStamp) -> i
     return copied
 
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-# O_NONBLOCK: a FIFO put in a file's place since the stamp does not block the open.
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_DIR_FLAGS = _ROOT_FLAGS | os.O_NOFOLLOW
+# O_NONBLOCK, O_NOCTTY: a FIFO or device put in a file's place since the stamp neither blocks the open nor becomes ours.
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
 def _open_beneath(root: int, rel: str) -> int:

@@ -95,15 +95,15 @@ def stamp_skill(skill: MountedSkill) -> SkillStamp:
             entries += 1
             path = f"{folder}/{entry.name}" if folder else entry.name
             _check_bounds(skill.name, entries, depth + 1, path)
-            if entry.is_dir(follow_symlinks=False):
+            try:
+                st = None if entry.is_dir(follow_symlinks=False) else entry.stat(follow_symlinks=False)
+            except OSError:
+                named.append((path, "unreadable"))
+                continue
+            if st is None:
                 folders.append(path)
                 pending.append((path, depth + 1))
                 named.append((path, "folder"))
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                named.append((path, "unreadable"))
                 continue
             named.append((path, f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"))
             if stat.S_ISREG(st.st_mode):
