@@ -68,7 +68,9 @@ class SkillCopies:
         # Held while a view links to a copy: eviction never removes one being linked.
         self._lock = threading.Lock()
 
-    def mount(self, skills: list[MountedSkill], view: Path, stamps: Mapping[MountedSkill, SkillStamp]) -> Path:
+    def mount(
+        self, skills: list[MountedSkill], view: Path, stamps: Mapping[MountedSkill, SkillStamp] | None = None
+    ) -> Path:
         """The folder to mount at /skills for a run of `skills` (`stamps`: each one's, taken
         for this run): one empty folder when there are none, else `view` holding them (see `link`)."""
         if not skills:
