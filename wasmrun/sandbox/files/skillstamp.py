@@ -3,9 +3,9 @@
 Three keys name a skill as its files are now: its pages' (memory/skillpages.py),
 the data image's copy of it (files/skillcopies.py) and, on the stdlib image, its
 compiled bytecode's (memory/bytecode.py). Each once walked the skill's folder
-itself, a stat per file each time (the two walks of a `text.stats` run took 0.36 ms
-p50 together here, the one stamp 0.11 ms; docs/images.md), and the copy's walk had no
-bound at all. Now the engine walks each
+itself, a stat per file each time (on the data image about 0.8 ms of a `text.stats`
+run's path under load, the one stamp 0.3 ms; docs/images.md), and the copy's walk had
+no bound at all. Now the engine walks each
 mounted skill once per run, before it takes an instance, into a SkillStamp; the
 run's Mounts carry the stamps to the image, and each key is made from the stamp.
 
