@@ -340,20 +340,20 @@ def skill_rows(inproc: InProcess, blobs: FileBlobStore, rounds: int) -> dict[str
     modes = ("image", "no image", "no image, no bytecode")
     samples: dict[str, dict[str, list[float]]] = {m: {} for m in modes}
     hello_samples: list[float] = []
-    images = engine.skill_pages
+    pages = engine.skill_pages
     compiled_bytecode = backgroundruns.skill_bytecode
     try:
         for _ in range(rounds):
             hello_samples += [timed(hello) for _ in range(3)]
             for mode in modes:
-                images.enabled = mode == "image"
+                pages.enabled = mode == "image"
                 if mode == "no image, no bytecode":
-                    backgroundruns.skill_bytecode = lambda loop, skills: {}
+                    backgroundruns.skill_bytecode = lambda loop, skills, stamps=None: {}
                 for name, request in requests.items():
                     samples[mode].setdefault(name, []).extend(timed(request) for _ in range(3))
                 backgroundruns.skill_bytecode = compiled_bytecode
     finally:
-        images.enabled = True
+        pages.enabled = True
         backgroundruns.skill_bytecode = compiled_bytecode
     base = statistics.median(hello_samples)
     report: dict[str, Any] = {"hello": summary(hello_samples)}

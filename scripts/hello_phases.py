@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from wasmrun.bench.rows import text_stats_request
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.sandbox import RunRequest, SandboxEngine, make_engine, outcome, redaction
+from wasmrun.sandbox import engine as engine_module
 from wasmrun.sandbox.budget import wasi_guard
 from wasmrun.sandbox.guest import door, guestrequest, hostcalls
 from wasmrun.sandbox.guest.wasmtime_internals import FastFunc
@@ -77,6 +78,7 @@ def instrument(engine: SandboxEngine) -> None:
     supply.retire = timed("teardown: hand back", supply.retire)  # type: ignore[method-assign]
     skillpages.SkillPages.apply = timed("skill: its pages written in", skillpages.SkillPages.apply)  # type: ignore[method-assign]
     engine._skill_pages_for = timed("skill: its pages looked up (key)", engine._skill_pages_for)  # type: ignore[method-assign]
+    engine_module.stamp_skills = timed("skill: its files stamped (once a run)", engine_module.stamp_skills)
 
 
 def main() -> None:

@@ -37,10 +37,10 @@ def _timed(engine: SandboxEngine, request: RunRequest) -> tuple[float, float]:
     return result.usage.total_ms, wall
 
 
-def measure(engine: SandboxEngine, runs: int, images_on: bool) -> dict[str, list[float]]:
-    engine.skill_pages.enabled = images_on
+def measure(engine: SandboxEngine, runs: int, pages_on: bool) -> dict[str, list[float]]:
+    engine.skill_pages.enabled = pages_on
     skill = text_stats_request()
-    engine.run(skill)  # its first run: asks for the image
+    engine.run(skill)  # its first run: asks for its pages
     engine.skill_pages.wait_ready(120)
     out: dict[str, list[float]] = {"skill": [], "hello": [], "skill wall": [], "hello wall": []}
     steps = [("skill", skill), ("hello", HELLO)]
@@ -62,12 +62,12 @@ def main() -> None:
         blobs = FileBlobStore(Path(tmp) / "blobs")
         engines = {name: make_engine(name, blobs, Path(tmp) / name) for name in args.images.split(",")}
         try:
-            for images_on in (True, False):
+            for pages_on in (True, False):
                 for name, engine in engines.items():
-                    found = measure(engine, args.runs, images_on)
+                    found = measure(engine, args.runs, pages_on)
                     med = {k: statistics.median(v) for k, v in found.items()}
                     print(
-                        f"{name:6} images {'on ' if images_on else 'off'}: "
+                        f"{name:6} pages {'on ' if pages_on else 'off'}: "
                         f"skill {med['skill']:6.2f} ms, hello {med['hello']:5.2f} ms (total_ms), "
                         f"ratio {med['skill'] / med['hello']:4.1f}x; wall {med['skill wall']:6.2f} / "
                         f"{med['hello wall']:5.2f} ms"

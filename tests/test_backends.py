@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from starlette.testclient import TestClient
 
@@ -27,8 +28,9 @@ from wasmrun.database.migrations import MIGRATIONS
 from wasmrun.database.sessions import SharedSessionStore
 from wasmrun.database.tenants import PgTenantStore
 from wasmrun.packages.layer import DEFAULT_TAG
+from wasmrun.protocol.methods import Dispatcher
 from wasmrun.sandbox import BlobOpener, InProcessExecutor, RunRequest, WorkerPool, encode_args
-from wasmrun.server import assemble, create_app
+from wasmrun.server import assemble, assemble_local, create_app, open_mcp_dispatcher
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 from wasmrun.tenants.store import TenantStore
 
@@ -234,3 +236,52 @@ def test_a_shared_server_start_reads_its_tenants_through_one_store(
         assert client.get("/healthz").status_code == 200
         rpc(client, "list_skills", {})
     assert made == [server.tenants.store]
+
+
+# -- local commands ------------------------------------------------------------------------
+
+
+def _count_tenant_stores(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every tenant store made (the tenants file's or PostgreSQL's), whoever makes it."""
+    made: list[object] = []
+    for store in (TenantStore, PgTenantStore):
+        real = store.__init__
+
+        def counted(self: Any, *args: Any, _real: Any = real, **kwargs: Any) -> None:
+            made.append(self)
+            _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(store, "__init__", counted)
+    return made
+
+
+def _list_skills(dispatcher: Dispatcher) -> list[str]:
+    listed = asyncio.run(dispatcher("list_skills", msgspec.Raw(b"{}")))
+    return [skill["name"] for skill in msgspec.to_builtins(listed)["skills"]]
+
+
+def test_wasmrun_mcp_serves_without_opening_the_tenant_store(
+    tmp_path: Path, executor: InProcessExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`wasmrun mcp` serves one local caller on stdio: no API key is ever checked, so its
+    start opens no tenant store (with the shared backend, that was a database connection
+    for nothing); its tools still answer, as `serve`'s do."""
+    made = _count_tenant_stores(monkeypatch)
+    settings = Settings(data_dir=tmp_path / "data", skills_dirs=(BUNDLED_SKILLS,), workers=1)
+    with open_mcp_dispatcher(settings) as dispatcher:
+        assert "text.stats" in _list_skills(dispatcher)
+    assert made == []
+    server = assemble(settings, executor=executor)
+    assert made == [server.tenants.store]  # `serve`'s assembly still has its tenants
+
+
+def test_wasmrun_mcp_on_the_shared_backend_opens_no_tenant_store(
+    shared_settings: Settings, executor: InProcessExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _count_tenant_stores(monkeypatch)
+    server = assemble_local(shared_settings, executor=executor)
+    try:
+        assert "text.stats" in _list_skills(Dispatcher(server.context))
+    finally:
+        server.close()
+    assert made == []

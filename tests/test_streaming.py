@@ -160,9 +160,17 @@ def test_without_the_stream_flag_or_the_accept_header(tenants: tuple[LiveServer,
 def test_errors_before_the_run_are_the_last_and_only_event(tenants: tuple[LiveServer, dict[str, str]]) -> None:
     server, keys = tenants
     events = _stream(server, keys["bob"], "run_code", {"language": "python", "code": "x", "mount_skills": ["no.such"]})
-    assert len(events) == 1 and events[0][1]["error"]["code"] != 0
-    events = _stream(server, keys["bob"], "run_code", {"language": "python", "code": "def main(a):\n    1/0\n"})
-    assert "ZeroDivisionError" in _output(events, "stderr") or events[-1][1]["result"]["status"] == "failed"
+    assert len(events) == 1 and "result" not in events[0][1]
+    error = events[0][1]["error"]
+    assert error["code"] == -32602 and "no.such" in error["message"] and error["data"]["field"].startswith("mount_skills")
+    # An error in the run is no error before it: its output streamed, then the failed run's
+    # result, the exception's type and line in it, as the last event.
+    code = "def main(a):\n    print('before')\n    1/0\n"
+    events = _stream(server, keys["bob"], "run_code", {"language": "python", "code": code})
+    assert [m.get("method") for _, m in events[:-1]] == ["run/output"] and _output(events, "stdout") == "before\n"
+    result = events[-1][1]["result"]
+    assert result["status"] == "failed" and result["error"]["type"] == "ZeroDivisionError"
+    assert "line 3" in result["error"]["message"]
 
 
 def test_output_cap_holds_for_the_stream(tenants: tuple[LiveServer, dict[str, str]]) -> None:

@@ -522,7 +522,7 @@ def _run(args: argparse.Namespace) -> int:
     from wasmrun.protocol.runs import run_code
     from wasmrun.protocol.streaming import RUN_OUTPUT
     from wasmrun.protocol.types import RunCodeParams
-    from wasmrun.server import SandboxOptions, assemble, make_local_executor
+    from wasmrun.server import SandboxOptions, assemble_local, make_local_executor
 
     run_args = {}
     for item in args.arg:
@@ -558,7 +558,7 @@ def _run(args: argparse.Namespace) -> int:
         limits=limitcli.run_limits(args),
     )
     executor = make_local_executor(SandboxOptions.of(settings), blobs)
-    context = assemble(settings, blobs=blobs, executor=executor).context
+    context = assemble_local(settings, blobs=blobs, executor=executor).context
     # Copied into asyncio.run's task; reset after, so a caller's later calls (main() run twice
     # in one process, as tests do) do not stream to this run's printer.
     listening = None if args.no_stream else RUN_OUTPUT.set(_print_output)

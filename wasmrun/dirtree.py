@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -119,45 +118,3 @@ def remove(top: Path) -> None:
             raise
         return
     os.rmdir(top)
-
-
-def stamp_files(
-    h: Any,
-    root: Path,
-    *,
-    keep: Callable[[str], bool] = lambda name: True,
-    max_entries: int | None = None,
-) -> bool:
-    """Feed `h` (a hashlib object) every file under `root` that `keep` takes by name,
-    sorted, with its identity on this machine (device, inode, size, mtime and ctime):
-    the name of the tree as it is now, so a changed, added or removed file changes the
-    digest. Size and mtime alone are not enough: a created skill's files are unpacked
-    with mtime 0, so two skills of one name with files of equal sizes would look the
-    same; ctime is set by the kernel on every change and cannot be chosen by whoever
-    wrote the file. A file that cannot be stat'ed (a dangling or looping link) is named
-    as such. A loop, not recursion: a tree may be deep. False, having fed a partial
-    walk, when the tree holds more than `max_entries`."""
-    found: list[str] = []
-    folders = [str(root)]
-    seen = 0
-    while folders:
-        try:
-            with os.scandir(folders.pop()) as entries:
-                for entry in entries:
-                    seen += 1
-                    if max_entries is not None and seen > max_entries:
-                        return False
-                    if entry.is_dir(follow_symlinks=False):
-                        folders.append(entry.path)
-                    elif keep(entry.name):
-                        found.append(entry.path)
-        except OSError:
-            continue
-    for path in sorted(found):
-        try:
-            st = os.stat(path)
-            stamp = f"{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
-        except OSError:
-            stamp = "unreadable"
-        h.update(f"\0{os.path.relpath(path, root)}\0{stamp}".encode())
-    return True

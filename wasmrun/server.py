@@ -2,7 +2,9 @@
 
 `assemble` is the one place that reads the settings: it opens the backends (backends.py,
 once), builds each store and directory once, and hands every piece the parts it needs
-(`SandboxOptions`, `HttpOptions`, policies, paths), never the whole `Settings`. `create_app`
+(`SandboxOptions`, `HttpOptions`, policies, paths), never the whole `Settings`;
+`assemble_local` builds the same context, without the tenant directory and the HTTP
+options, for `wasmrun mcp` and `wasmrun run` (one local caller, no API key). `create_app`
 makes the HTTP app of an assembled `Server`; `make_executor` is the one place that decides
 how the server runs sandboxes.
 """
@@ -78,21 +80,29 @@ class HttpOptions:
 
 
 @dataclass(frozen=True)
-class Server:
-    """A server's parts, each built once by `assemble`: what `create_app` serves over HTTP
-    and `wasmrun mcp` or `wasmrun run` over their own doors (the context)."""
+class LocalServer:
+    """What `wasmrun mcp` and `wasmrun run` serve their one local caller from, built once by
+    `assemble_local`: the backends and the context. No tenant directory (no API key is
+    checked on stdin/stdout or a command line) and no HTTP options."""
 
     backends: Backends
-    tenants: TenantDirectory
     context: Context
-    http: HttpOptions
-    owns_executor: bool  # made by `assemble`: closed with the app
+    owns_executor: bool  # made by the assembly: closed with the server
 
     def close(self) -> None:
-        """What `assemble` opened for the server's lifetime (the caller's executor is its own)."""
+        """What the assembly opened for the server's lifetime (the caller's executor is its own)."""
         if self.owns_executor:
             self.context.executor.close()
             self.context.gate.close()
+
+
+@dataclass(frozen=True)
+class Server(LocalServer):
+    """A server's parts, each built once by `assemble`: what `create_app` serves over HTTP,
+    the tenant directory that authenticates each call among them."""
+
+    tenants: TenantDirectory
+    http: HttpOptions
 
 
 def assemble(
@@ -113,6 +123,31 @@ def assemble(
         check_exposure(settings.host, tenants, insecure=settings.insecure)
         check_workers(settings.workers, tenants, allow_one_worker=settings.allow_one_worker)
         backends.blobs.recount()
+    context, owns_executor = _context(settings, backends, executor, blobs)
+    http = HttpOptions(
+        RequestGuard.for_server(settings.host, settings.access.allowed_hosts, settings.access.allowed_origins),
+        settings.max_body_bytes, settings.body_timeout, settings.metrics_key, limits.blob_ttl_s,
+    )
+    return Server(backends, context, owns_executor, tenants, http)
+
+
+def assemble_local(
+    settings: Settings, *, executor: Executor | None = None, blobs: BlobStore | None = None
+) -> LocalServer:
+    """`wasmrun mcp` and `wasmrun run`: the backends opened once, then the blob store,
+    executor, skill registry and context, as `assemble` builds them, for the one local
+    caller; the tenant store is never opened (with the shared backend, no connection for it)."""
+    backends = open_backends(settings)
+    context, owns_executor = _context(settings, backends, executor, blobs)
+    return LocalServer(backends, context, owns_executor)
+
+
+def _context(
+    settings: Settings, backends: Backends, executor: Executor | None, blobs: BlobStore | None
+) -> tuple[Context, bool]:
+    """The context every door dispatches on; and whether its executor is made here (the
+    server closes it) rather than the caller's."""
+    limits = settings.access.limits
     if blobs is None:
         blobs = backends.blobs.blob_store()
     served = ServedImage(package_layers=settings.package_layers)
@@ -136,11 +171,7 @@ def assemble(
         sessions=backends.blobs.session_store(),
         served=served,
     )
-    http = HttpOptions(
-        RequestGuard.for_server(settings.host, settings.access.allowed_hosts, settings.access.allowed_origins),
-        settings.max_body_bytes, settings.body_timeout, settings.metrics_key, limits.blob_ttl_s,
-    )
-    return Server(backends, tenants, context, http, owns_executor)
+    return context, owns_executor
 
 
 def make_executor(options: SandboxOptions, backends: Backends, served: ServedImage | None = None) -> Executor:
@@ -415,17 +446,20 @@ async def serve_mcp_stdio(settings: Settings, *, with_create_skill: bool = False
     """`wasmrun mcp`: the tools over MCP on stdin/stdout, sandboxes in the worker pool."""
     from wasmrun.mcp_server import serve_stdio
 
-    @contextlib.contextmanager
-    def open_dispatcher() -> Iterator[Dispatcher]:
-        server = assemble(settings)
-        sessions = server.context.sessions
-        if sessions is not None:
-            sessions.start()  # expired sessions deleted as under `serve`
-        try:
-            yield Dispatcher(server.context)
-        finally:
-            if sessions is not None:
-                sessions.stop()
-            server.close()
+    await serve_stdio(functools.partial(open_mcp_dispatcher, settings), with_create_skill=with_create_skill)
 
-    await serve_stdio(open_dispatcher, with_create_skill=with_create_skill)
+
+@contextlib.contextmanager
+def open_mcp_dispatcher(settings: Settings) -> Iterator[Dispatcher]:
+    """`wasmrun mcp`'s dispatcher, on a local server (`assemble_local`: no tenant store),
+    its expired sessions deleted as under `serve`; closed with it."""
+    server = assemble_local(settings)
+    sessions = server.context.sessions
+    if sessions is not None:
+        sessions.start()
+    try:
+        yield Dispatcher(server.context)
+    finally:
+        if sessions is not None:
+            sessions.stop()
+        server.close()

@@ -9,6 +9,7 @@ import pytest
 from tests.sandbox.conftest import make_skill
 from wasmrun import dirtree
 from wasmrun.sandbox.contract.types import RunRequest
+from wasmrun.sandbox.files.skillstamp import MAX_SKILL_DEPTH, stamp_skill
 
 PYC = "/pycache/skills/{name}/code/{module}.cpython-311.pyc"
 
@@ -87,7 +88,7 @@ def test_a_syntax_error_still_surfaces_at_import(run_code, tmp_path):
 
 
 def _compiled_paths(engine, skill) -> set[str]:
-    _key, folder = engine.loop.bytecode.lookup(skill)
+    _key, folder = engine.loop.bytecode.lookup(skill, stamp_skill(skill))
     assert folder is not None, "no compiled folder was published for the skill"
     return {p.relative_to(folder).as_posix() for p in folder.rglob("*.pyc")}
 
@@ -116,11 +117,14 @@ def test_a_dangling_symlink_in_a_skill_does_not_break_it(engine, tmp_path, caplo
 
 
 
-def test_a_skill_with_a_deep_folder_tree_is_compiled(engine, deep_root, caplog):
-    deep = "/".join(["d"] * 1200)  # past the recursion limit of a recursive walk
+def test_a_skill_as_deep_as_a_skill_may_be_is_compiled(engine, deep_root, caplog):
+    """A file MAX_SKILL_DEPTH levels deep (the deepest a created skill's path may be) is
+    compiled; one level deeper the skill is refused (tests/sandbox/test_skill_stamps.py)."""
+    levels = MAX_SKILL_DEPTH - 2  # code/<levels folders>/leaf.py
+    deep = "/".join(["d"] * levels)
     skill = make_skill(deep_root, "deep.skill", {"code/main.py": "def main(args):\n    return 'deep'\n"})
     folder = os.path.join(skill.root, "code")
-    for _ in range(1200):  # a loop: pathlib's and os.makedirs' own recursion would fail here
+    for _ in range(levels):
         folder = os.path.join(folder, "d")
         os.mkdir(folder)
     with open(os.path.join(folder, "leaf.py"), "w") as f:
@@ -128,7 +132,7 @@ def test_a_skill_with_a_deep_folder_tree_is_compiled(engine, deep_root, caplog):
     caplog.set_level("WARNING", logger="wasmrun.sandbox")
     result = engine.run(RunRequest(kind="skill", skill="deep.skill", skills=[skill]))
     assert result.output == "deep"
-    _key, folder = engine.loop.bytecode.lookup(skill)
+    _key, folder = engine.loop.bytecode.lookup(skill, stamp_skill(skill))
     assert folder is not None
     try:
         assert (folder / f"code/{deep}/leaf.cpython-311.pyc").is_file()

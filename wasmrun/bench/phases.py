@@ -22,7 +22,7 @@ from wasmrun.observe.audit import AuditLog
 from wasmrun.observe.record import Observers
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.sandbox import BackgroundTotals, ExecutorHealth, OutputSink, RunRequest, RunResult
-from wasmrun.server import assemble
+from wasmrun.server import assemble_local
 from wasmrun.settings import Settings
 
 # (phase, from mark, to mark)
@@ -63,7 +63,7 @@ class _SharedEngine:
 
 def measure(inproc: InProcess, data_dir: Path, samples: int) -> dict[str, Any]:
     settings = Settings(data_dir=data_dir, workers=1, audit_log=data_dir / "audit.log")
-    context = assemble(settings, blobs=inproc.blobs, executor=_SharedEngine(inproc)).context
+    context = assemble_local(settings, blobs=inproc.blobs, executor=_SharedEngine(inproc)).context
     audit = AuditLog(data_dir / "audit.log")
     dispatcher = Dispatcher(context, Observers(audit))
     raw = msgspec.Raw(msgspec.json.encode({"language": "python", "code": as_run_code(HELLO)}))

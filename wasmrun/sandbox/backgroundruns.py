@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from wasmrun.sandbox.contract.background import COMPILE_LIMITS, IMPORT_LIMITS, BackgroundRun
 from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult
+from wasmrun.sandbox.files.skillstamp import SkillStamp, SkillTooLarge, stamp_skill, stamp_skills
 from wasmrun.sandbox.files.workspace import Workspace
 from wasmrun.sandbox.guest.guestmemory import memory_view
 from wasmrun.sandbox.memory.instances import HotPages
@@ -50,7 +52,11 @@ def import_skill_pages(loop: RunLoop, skill: MountedSkill, max_bytes: int) -> Sk
     the skill does not import on its own within them."""
     if not loop.image.makes_skill_pages:
         return None
-    bytecode = skill_bytecode(loop, [skill])
+    try:
+        stamps = stamp_skills([skill])
+    except SkillTooLarge:
+        return None  # its runs are refused
+    bytecode = skill_bytecode(loop, [skill], stamps)
     pristine = loop.image.new_instance()  # compared against, never run
     fresh = loop.image.new_instance()
     request = RunRequest(
@@ -58,7 +64,7 @@ def import_skill_pages(loop: RunLoop, skill: MountedSkill, max_bytes: int) -> Sk
     )
     workspace: Workspace | None = None
     try:
-        result, workspace = loop.run_in(fresh, request, time.perf_counter(), bytecode, blobs=NoBlobs())
+        result, workspace = loop.run_in(fresh, request, time.perf_counter(), bytecode, blobs=NoBlobs(), stamps=stamps)
         imported = result.error is not None and result.error.type == IMPORTED
         _tally(loop, "import", result, "completed" if imported else None)
         if not imported:
@@ -77,9 +83,13 @@ def import_skill_pages(loop: RunLoop, skill: MountedSkill, max_bytes: int) -> Sk
             loop.dirs.give_back(workspace.root)
 
 
-def skill_bytecode(loop: RunLoop, skills: list[MountedSkill]) -> dict[str, Path]:
+def skill_bytecode(
+    loop: RunLoop, skills: list[MountedSkill], stamps: Mapping[MountedSkill, SkillStamp] | None = None
+) -> dict[str, Path]:
     """Each mounted action skill's compiled bytecode, compiling it first if needed
-    (none on an image that runs skills from source)."""
+    (none on an image that runs skills from source). `stamps`: the run's stamps of its
+    skills; a skill missing from them is stamped here, and one past a stamp's bounds
+    gets none (the run refuses it: runloop.py)."""
     found: dict[str, Path] = {}
     bytecode = loop.bytecode
     if bytecode is None:
@@ -87,12 +97,30 @@ def skill_bytecode(loop: RunLoop, skills: list[MountedSkill]) -> dict[str, Path]
     for skill in skills:
         if not skill.entrypoint:
             continue
-        key, folder = bytecode.lookup(skill)
+        stamp = stamps.get(skill) if stamps is not None else None
+        if stamp is None:
+            try:
+                stamp = stamp_skill(skill)
+            except SkillTooLarge:
+                continue
+        key, folder = bytecode.lookup(skill, stamp)
         if folder is None:
             folder = _compile(loop, skill, key)
         if folder is not None:
             found[skill.name] = folder
     return found
+
+
+def stamps_and_bytecode(
+    loop: RunLoop, skills: list[MountedSkill]
+) -> tuple[Mapping[MountedSkill, SkillStamp] | None, dict[str, Path]]:
+    """The skills' stamps, taken once for a run (None when one is past their bounds:
+    `run_in` then refuses the run), and their bytecode found by them (skill_bytecode)."""
+    try:
+        stamps: Mapping[MountedSkill, SkillStamp] | None = stamp_skills(skills)
+    except SkillTooLarge:
+        return None, {}
+    return stamps, skill_bytecode(loop, skills, stamps)
 
 
 def _compile(loop: RunLoop, skill: MountedSkill, key: str) -> Path | None:

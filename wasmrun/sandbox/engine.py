@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from python_wasm import build as guest_build
 from wasmrun import phases
 from wasmrun.sandbox import backgroundruns
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
+from wasmrun.sandbox.contract.ids import new_run_id
 from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult, host_failure
+from wasmrun.sandbox.files.skillstamp import SkillStamp, SkillTooLarge, stamp_skill, stamp_skills
 from wasmrun.sandbox.guest.outstream import OutputSink
 from wasmrun.sandbox.images.image import Image
 from wasmrun.sandbox.images.stdlibimage import StdlibImage
@@ -53,7 +56,7 @@ class SandboxEngine:
         self.skill_pages = SkillPagesCache(
             lambda skill: backgroundruns.import_skill_pages(self.loop, skill, self.skill_pages.max_bytes),
             on_change=lambda: self.loop.supply.wake(),
-            key_of=lambda skill: pages_key(self.image.key + self.image.packages.version(), skill),
+            key_of=self._pages_key_now,
         )
         self.loop = RunLoop(
             self.image, blobs, workspace_root, backgroundruns.learn_hot_pages,
@@ -96,14 +99,18 @@ class SandboxEngine:
         if request.session is not None:
             return run_in_session(self.loop, self.warm_sessions, request, t0, on_output)
         try:
-            bytecode = backgroundruns.skill_bytecode(self.loop, request.skills)
-            skill, key, pages = self._skill_pages_for(request)
+            try:
+                stamps = stamp_skills(request.skills)  # once per run: the keys below and the mounts take them
+            except SkillTooLarge as too_large:
+                return _refused(request, too_large, t0)
+            bytecode = backgroundruns.skill_bytecode(self.loop, request.skills, stamps)
+            skill, key, pages = self._skill_pages_for(request, stamps)
             fresh = self.loop.supply.take(pages)
             phases.mark("instance")
             try:
                 if pages is not None and fresh.applied is not pages:
                     pages.apply(fresh.store, fresh.memory)
-                result, workspace = self.loop.run_in(fresh, request, t0, bytecode, on_output=on_output)
+                result, workspace = self.loop.run_in(fresh, request, t0, bytecode, on_output=on_output, stamps=stamps)
             except BaseException:
                 fresh.store.close()
                 self.loop.supply.forget()  # it never comes back through retire
@@ -118,9 +125,12 @@ class SandboxEngine:
         except Exception:
             return host_failure(request, "the sandbox host failed; the run was stopped")
 
-    def _skill_pages_for(self, request: RunRequest) -> tuple[MountedSkill | None, str | None, SkillPages | None]:
+    def _skill_pages_for(
+        self, request: RunRequest, stamps: Mapping[MountedSkill, SkillStamp]
+    ) -> tuple[MountedSkill | None, str | None, SkillPages | None]:
         """The one skill a run may start from the pages of (its modules imported), their
-        key, and the pages themselves when they are made and fit the run's memory."""
+        key (from the run's stamp of it), and the pages themselves when they are made and
+        fit the run's memory."""
         # The import run has no environment and no network: a run granted either
         # imports for itself (a skill may read them at import).
         no_network = request.network is None or not request.network.granted
@@ -129,8 +139,27 @@ class SandboxEngine:
         skill = single_skill(request.skills)
         if skill is None:
             return None, None, None
-        key = pages_key(self.image.key + self.image.packages.version(), skill)
-        pages = self.skill_pages.get(key) if key is not None else None
+        key = pages_key(self._guest_key(), skill, stamps[skill])
+        pages = self.skill_pages.get(key)
         if pages is not None and pages.memory_bytes > request.limits.memory_bytes:
             pages = None  # the import alone would not fit this run's memory limit
         return skill, key, pages
+
+    def _guest_key(self) -> str:
+        """What the skill's pages were made on: the guest build and the package layer's version."""
+        return self.image.key + self.image.packages.version()
+
+    def _pages_key_now(self, skill: MountedSkill) -> str | None:
+        """The skill's pages' key as its files are now (a new stamp): the cache keeps pages
+        made by an import run only if the skill did not change meanwhile."""
+        try:
+            return pages_key(self._guest_key(), skill, stamp_skill(skill))
+        except SkillTooLarge:
+            return None
+
+
+def _refused(request: RunRequest, too_large: SkillTooLarge, t0: float) -> RunResult:
+    """The result of a run refused before it started: a skill past the stamp's bounds."""
+    result = RunResult(run_id=request.run_id or new_run_id(), status="failed", error=too_large.run_error())
+    result.usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
+    return result

@@ -19,7 +19,7 @@ from __future__ import annotations
 import resource
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from python_wasm import downloads
@@ -30,9 +30,10 @@ from wasmrun.sandbox.budget.watchdog import Watchdog
 from wasmrun.sandbox.contract.background import BackgroundLog
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
 from wasmrun.sandbox.contract.ids import new_run_id
-from wasmrun.sandbox.contract.types import RunError, RunRequest, RunResult, Usage
+from wasmrun.sandbox.contract.types import MountedSkill, RunError, RunRequest, RunResult, Usage
 from wasmrun.sandbox.files import workroots
 from wasmrun.sandbox.files.guestroot import GuestRoots
+from wasmrun.sandbox.files.skillstamp import SkillStamp, SkillTooLarge, stamp_skills
 from wasmrun.sandbox.files.workroots import WorkRoot
 from wasmrun.sandbox.files.workspace import Workspace, WorkspaceDirs, place_input_blobs
 from wasmrun.sandbox.guest import guestrequest
@@ -108,11 +109,14 @@ class RunLoop:
         workspace_root: Path | None = None,
         on_output: OutputSink | None = None,
         started_from: Path | None = None,
+        stamps: Mapping[MountedSkill, SkillStamp] | None = None,
     ) -> tuple[RunResult, Workspace]:
         """Run `request` in `fresh`: its folders (a session's `workspace_root`, whose
         /workspace began as a copy of `started_from`, else a run folder of ours, given back
         by the caller), its context, the call into the guest, its result. `bytecode`: the
-        skills' compiled folders (writable: a compile run)."""
+        skills' compiled folders (writable: a compile run). `stamps`: its skills' stamps
+        taken for this run (the engine's), else taken here: a skill past their bounds fails
+        the run with SkillTooLarge, the guest never entered."""
         run_id = request.run_id or new_run_id()
         packages = self.image.packages.current()  # read per run: `packages add` needs no restart
         blobs = blobs or self.blobs
@@ -124,11 +128,17 @@ class RunLoop:
             stream=OutputStream(on_output, request.limits.output_bytes, redaction.redactor(request))
             if on_output is not None else None,
         )
-        mounts = Mounts(request, workspace, self._roots, bytecode or {}, bytecode_writable, packages)
+        refused: RunError | None = None
+        if stamps is None:
+            try:
+                stamps = stamp_skills(request.skills)
+            except SkillTooLarge as too_large:
+                stamps, refused = {}, too_large.run_error()
+        mounts = Mounts(request, workspace, self._roots, bytecode or {}, bytecode_writable, packages, stamps)
         usage = Usage(prepared_ahead=fresh.prepared_ahead)
         ctx.wasi_funcs = fresh.wasi_funcs
         try:
-            error = self._call_guest(fresh, ctx, mounts, usage, t0)
+            error = refused or self._call_guest(fresh, ctx, mounts, usage, t0)
         finally:
             ctx.egress.close()
         result = outcome.result(run_id, ctx, usage, error)

@@ -39,11 +39,13 @@ WORKER_CRASHED = "WorkerCrashed"  # the process running the sandbox died
 INTERNAL = "SandboxError"  # a fault on the host side; details only in the server log
 # A data-stack import failed on the stdlib image while the data image is being made (warmup.py).
 DATA_IMAGE_WARMING_UP = "DataImageWarmingUp"
+# A mounted skill past the bounds a run mounts a skill within (files/skillstamp.py): refused, never run.
+SKILL_TOO_LARGE = "SkillTooLarge"
 
 
 HOST_TYPES = frozenset({
     TIMEOUT, CPU_LIMIT, MEMORY_LIMIT, STACK_OVERFLOW, WORKSPACE_QUOTA, SESSION_BYTES, BLOB_BUDGET, BLOB_QUOTA,
-    HOST_CALL_ERROR, GUEST_CRASH, WORKER_CRASHED, INTERNAL, DATA_IMAGE_WARMING_UP,
+    HOST_CALL_ERROR, GUEST_CRASH, WORKER_CRASHED, INTERNAL, DATA_IMAGE_WARMING_UP, SKILL_TOO_LARGE,
 })
 GUEST_PREFIX = "Guest"
 MAX_GUEST_TYPE = 200

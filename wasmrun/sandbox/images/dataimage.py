@@ -194,7 +194,7 @@ class DataImage(Image):
         wasi = wasmtime.WasiConfig()
         for host, guest in self._preopens:
             wasi.preopen_dir(host, guest, fs_mutable=False)
-        skills_view = self._skill_copies(mounts).mount(mounts.request.skills, workspace.root / SKILLS_VIEW)
+        skills_view = self._skill_copies(mounts).mount(mounts.request.skills, workspace.root / SKILLS_VIEW, mounts.stamps)
         wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
         wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
         wasi.preopen_dir(str(skills_view), SKILLS_ROOT, fs_mutable=False)

@@ -16,7 +16,8 @@ entered by a `turn` of its door).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import wasmtime
@@ -26,9 +27,10 @@ from python_wasm import build as guest_build
 # Where a run's folders are mounted in the guest (every image): the host-guest
 # contract's paths, importable from here as well.
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
-from wasmrun.sandbox.contract.types import RunRequest, RunResult
+from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult
 from wasmrun.sandbox.files.guestroot import GuestRoots
 from wasmrun.sandbox.files.packagelayer import PackageLayer
+from wasmrun.sandbox.files.skillstamp import SkillStamp
 from wasmrun.sandbox.files.workspace import Workspace
 from wasmrun.sandbox.guest.hostcalls import GuestBuffers, RunContext
 from wasmrun.sandbox.memory.instances import Fresh
@@ -44,6 +46,9 @@ class Mounts:
     bytecode: dict[str, Path]  # skill name -> its compiled bytecode's folder
     bytecode_writable: bool = False  # a compile run writes it
     packages: Path | None = None  # the operator's package layer's published version
+    # Each mounted skill's stamp, taken once for this run (files/skillstamp.py): the data
+    # image's copies are keyed by it, as the skill's pages and bytecode were.
+    stamps: Mapping[MountedSkill, SkillStamp] = field(default_factory=dict)
 
 
 class Image(ABC):

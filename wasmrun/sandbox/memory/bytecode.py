@@ -14,13 +14,13 @@ write to a cache: a run only ever sees its skills' caches read-only.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from pathlib import Path
 
 from wasmrun import dirtree
 from wasmrun.sandbox.contract.types import MountedSkill
+from wasmrun.sandbox.files.skillstamp import SkillStamp
 
 GUEST_PREFIX = "/pycache"
 
@@ -35,19 +35,10 @@ class BytecodeCache:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
 
-    def _key(self, skill: MountedSkill) -> str:
-        """Names the skill's sources as they are now: a changed file is a new key.
-
-        A file that cannot be stat'ed (a dangling or looping symbolic link)
-        is named as such; the compile run skips what it cannot read."""
-        h = hashlib.sha256(skill.name.encode())
-        h.update(b"\0" + os.fsencode(os.path.realpath(skill.root)))
-        dirtree.stamp_files(h, Path(skill.root), keep=lambda name: name.endswith(".py"))
-        return f"{skill.name}-{h.hexdigest()[:24]}"
-
-    def lookup(self, skill: MountedSkill) -> tuple[str, Path | None]:
-        """The cache key and the folder holding the skill's bytecode, if compiled."""
-        key = self._key(skill)
+    def lookup(self, skill: MountedSkill, stamp: SkillStamp) -> tuple[str, Path | None]:
+        """The cache key (the skill as the run's `stamp` of it names it, files/skillstamp.py:
+        a changed file is a new key) and the folder holding the skill's bytecode, if compiled."""
+        key = f"{skill.name}-{stamp.digest[:24]}"
         folder = self.root / key
         return key, folder if folder.is_dir() else None
 

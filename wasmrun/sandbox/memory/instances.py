@@ -322,7 +322,7 @@ class InstanceSupply:
             self._alarm.set(time.monotonic())
 
     def _skill_page_spares_wanted(self, pages: frozenset[int]) -> bool:
-        """Whether fewer than IMAGE_SPARES spares have `pages` (the lock is held)."""
+        """Whether fewer than SKILL_PAGE_SPARES spares have `pages` (the lock is held)."""
         return bool(pages) and sum(_same(spare.prefaulted_pages, pages) for spare in self._spares) < SKILL_PAGE_SPARES
 
     def _applied_work(self) -> tuple[Fresh | None, PagesToApply | None]:

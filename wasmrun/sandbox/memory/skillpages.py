@@ -31,9 +31,10 @@ seeded, at import is the same in every run from the pages (the module-level
 `random` functions are reseeded per run; `secrets`, `uuid4` and `os.urandom`
 draw fresh bytes from the host).
 
-A skill's pages are kept per key: the guest build, the skill's name and entrypoint,
-its folder, and the size and mtime of every file in it (a new version is a
-new folder; a changed file a new key). The cache is an LRU bounded by count
+A skill's pages are kept per key: the guest build, the skill's entrypoint and its
+stamp (files/skillstamp.py: its name, folder and every file's identity, taken once
+per run and shared with the data image's copy of it; a new version is a new
+folder, a changed file a new key). The cache is an LRU bounded by count
 and by bytes. They are only used when their memory size fits the run's
 memory limit; otherwise the run imports as before.
 """
@@ -44,6 +45,7 @@ import ctypes
 import hashlib
 import itertools
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -53,9 +55,9 @@ from pathlib import Path
 
 import wasmtime
 
-from wasmrun import dirtree
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
 from wasmrun.sandbox.contract.types import MountedSkill
+from wasmrun.sandbox.files.skillstamp import SkillStamp
 from wasmrun.sandbox.guest.guestmemory import host_address
 
 logger = logging.getLogger("wasmrun.sandbox")
@@ -63,10 +65,9 @@ logger = logging.getLogger("wasmrun.sandbox")
 PAGE = 4096
 ZERO_PAGE = bytes(PAGE)
 WASM_PAGE = 65536
-MAX_IMAGES = 32
-MAX_IMAGE_BYTES = 256 << 20  # all skills' pages together
+MAX_SKILLS = 32  # skills whose pages are kept
+MAX_PAGES_BYTES = 256 << 20  # all skills' pages together
 MAX_PENDING = 64  # import runs waiting; more are dropped (the skill just runs as before)
-MAX_KEY_ENTRIES = 1_000  # files and folders in a skill whose pages are kept
 # A failed import run is tried again, on a later completed run of the skill, after
 # RETRY_AFTER_S, then 4x that, ...; after MAX_ATTEMPTS failures the skill runs
 # without its pages (it imports in each run, as before).
@@ -136,16 +137,10 @@ class SkillPages:
         return {i for offset, data in self.spans for i in range(offset // PAGE, (offset + len(data)) // PAGE)}
 
 
-def pages_key(guest_key: str, skill: MountedSkill) -> str | None:
-    """Names the skill as it is now: any file added, removed or changed (see
-    dirtree.stamp_files), another folder (a new version) or another guest build is a new key.
-    A walk with a loop, not recursion: a skill's tree may be deep. None for a
-    skill of more than MAX_KEY_ENTRIES entries: naming it would cost every run
-    more than its pages save, so it runs as it always did."""
-    h = hashlib.sha256(f"{guest_key}\0{skill.name}\0{skill.entrypoint}\0{skill.root}".encode())
-    if not dirtree.stamp_files(h, Path(skill.root), max_entries=MAX_KEY_ENTRIES):
-        return None
-    return h.hexdigest()
+def pages_key(guest_key: str, skill: MountedSkill, stamp: SkillStamp) -> str:
+    """Names the skill as `stamp` found it: any file added, removed or changed, another
+    folder (a new version), another entrypoint or another guest build is a new key."""
+    return hashlib.sha256(os.fsencode(f"{guest_key}\0{skill.entrypoint}\0{stamp.digest}")).hexdigest()
 
 
 def single_skill(skills: list[MountedSkill]) -> MountedSkill | None:
@@ -165,8 +160,8 @@ class SkillPagesCache:
     def __init__(
         self,
         make: Callable[[MountedSkill], SkillPages | None],
-        max_images: int = MAX_IMAGES,
-        max_bytes: int = MAX_IMAGE_BYTES,
+        max_skills: int = MAX_SKILLS,
+        max_bytes: int = MAX_PAGES_BYTES,
         on_change: Callable[[], None] = lambda: None,
         key_of: Callable[[MountedSkill], str | None] | None = None,
         retry_after_s: float = RETRY_AFTER_S,
@@ -177,9 +172,9 @@ class SkillPagesCache:
         # meanwhile, e.g. a skill-cache folder evicted, would make wrong pages).
         self._key_of = key_of
         self._on_change = on_change  # called with no lock held: it may take the caller's
-        self.max_images = max_images
+        self.max_skills = max_skills
         self.max_bytes = max_bytes
-        self._images: OrderedDict[str, SkillPages] = OrderedDict()
+        self._pages: OrderedDict[str, SkillPages] = OrderedDict()
         # Keys whose import run failed: (failures, when it may be tried again).
         self._failed: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self.retry_after_s = retry_after_s
@@ -207,10 +202,10 @@ class SkillPagesCache:
         with self._cond:
             if not self._enabled:
                 return None
-            image = self._images.get(key)
-            if image is not None:
-                self._images.move_to_end(key)
-            return image
+            found = self._pages.get(key)
+            if found is not None:
+                self._pages.move_to_end(key)
+            return found
 
     def request(self, key: str, skill: MountedSkill) -> None:
         """Make the pages for `key` in the background, unless it is there, queued, or
@@ -219,7 +214,7 @@ class SkillPagesCache:
             if (
                 self._closing
                 or not self._enabled
-                or key in self._images
+                or key in self._pages
                 or key in self._pending
                 or not self._may_try(key)
                 or len(self._pending) >= MAX_PENDING
@@ -231,17 +226,17 @@ class SkillPagesCache:
                 self._thread.start()
             self._cond.notify_all()
 
-    def put(self, key: str, image: SkillPages) -> None:
+    def put(self, key: str, pages: SkillPages) -> None:
         with self._cond:
-            if image.nbytes > self.max_bytes:
+            if pages.nbytes > self.max_bytes:
                 return  # larger than the whole cache (the maker stops early at this bound too)
-            old = self._images.pop(key, None)
+            old = self._pages.pop(key, None)
             if old is not None:
                 self._bytes -= old.nbytes
-            self._images[key] = image
-            self._bytes += image.nbytes
-            while len(self._images) > self.max_images or self._bytes > self.max_bytes:
-                _, evicted = self._images.popitem(last=False)
+            self._pages[key] = pages
+            self._bytes += pages.nbytes
+            while len(self._pages) > self.max_skills or self._bytes > self.max_bytes:
+                _, evicted = self._pages.popitem(last=False)
                 self._bytes -= evicted.nbytes
             self._prefault = self._union_of_pages()
         self._on_change()
@@ -250,10 +245,10 @@ class SkillPagesCache:
         """The pages the skills' pages write, the most recently used first, up to
         MAX_PREFAULT_PAGES (a skill's that would pass it are left out whole)."""
         union: set[int] = set()
-        for image in reversed(self._images.values()):
-            pages = image.pages()
-            if len(union | pages) <= MAX_PREFAULT_PAGES:
-                union |= pages
+        for skill_pages in reversed(self._pages.values()):
+            written = skill_pages.pages()
+            if len(union | written) <= MAX_PREFAULT_PAGES:
+                union |= written
         return frozenset(union)
 
     def recent(self, count: int) -> list[SkillPages]:
@@ -261,7 +256,7 @@ class SkillPagesCache:
         with self._cond:
             if not self._enabled:
                 return []
-            return list(itertools.islice(reversed(self._images.values()), count))
+            return list(itertools.islice(reversed(self._pages.values()), count))
 
     def prefault_pages(self) -> frozenset[int]:
         """Pages worth copying into a spare ahead of a run from a skill's pages (empty
@@ -277,7 +272,7 @@ class SkillPagesCache:
 
     def __len__(self) -> int:
         with self._cond:
-            return len(self._images)
+            return len(self._pages)
 
     def _loop(self) -> None:
         while True:
@@ -288,19 +283,19 @@ class SkillPagesCache:
                     return
                 key, skill = self._pending.popitem(last=False)
                 self._busy = True
-            image: SkillPages | None = None
+            made: SkillPages | None = None
             try:
-                image = self._make(skill)
-                if image is not None and self._key_of is not None and self._key_of(skill) != key:
+                made = self._make(skill)
+                if made is not None and self._key_of is not None and self._key_of(skill) != key:
                     logger.info("skill %s changed while its pages were made: none this time", skill.name)
-                    image = None
+                    made = None
             except Exception:
                 logger.exception("making the pages of skill %s failed", skill.name)
-            if image is not None:
-                self.put(key, image)  # before `_busy` clears: wait_ready then finds it
+            if made is not None:
+                self.put(key, made)  # before `_busy` clears: wait_ready then finds it
             with self._cond:
                 self._busy = False
-                if image is None:
+                if made is None:
                     self._record_failure(key)
                 else:
                     self._failed.pop(key, None)

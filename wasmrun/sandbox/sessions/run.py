@@ -92,7 +92,7 @@ def _run_staged(
     loop: RunLoop, warm: WarmInstances, request: RunRequest, t0: float, current: Path, following: Path,
     on_output: OutputSink | None,
 ) -> RunResult:
-    bytecode = backgroundruns.skill_bytecode(loop, request.skills)
+    stamps, bytecode = backgroundruns.stamps_and_bytecode(loop, request.skills)
     fresh = warm.take(current)
     from_supply = fresh is None
     if fresh is None:
@@ -104,6 +104,7 @@ def _run_staged(
         result, _ = loop.run_in(
             fresh, request, t0, bytecode, workspace_root=following, on_output=on_output,
             started_from=current / "workspace",  # `stage` copied it, times kept: what this run found
+            stamps=stamps,
         )
         for name in _run_only_folders(loop):  # the version keeps its workspace and tmp, nothing else
             dirtree.remove(following / name)

@@ -1,7 +1,7 @@
-"""Per-skill images: later runs of a skill start with its modules imported.
+"""A skill's pages: later runs of a skill start with its modules imported.
 
 The import's print is the visible evidence: a run that imports the skill
-itself logs it; a run started from the skill's image does not (the import
+itself logs it; a run started from the skill's pages does not (the import
 is not repeated). Everything else a run sees must stay as before."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from tests.sandbox.conftest import make_skill
 from wasmrun.sandbox.contract.limits import LimitPolicy
 from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult
 from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.files.skillstamp import stamp_skill
 from wasmrun.sandbox.guest.guestmemory import memory_view
 from wasmrun.sandbox.memory import instances
 from wasmrun.sandbox.memory.instances import APPLIED_MAX_BYTES, SKILL_PAGE_SPARES, SPARES, Fresh, HotPages, InstanceSupply
@@ -49,7 +50,7 @@ def _output(result: RunResult) -> dict:
 
 
 def _warm(engine: SandboxEngine, skill: MountedSkill) -> RunResult:
-    """The first run (which imports), then wait for the skill's image."""
+    """The first run (which imports), then wait for the skill's pages."""
     first = _run(engine, skill)
     assert engine.skill_pages.wait_ready(120)
     return first
@@ -70,7 +71,7 @@ def test_later_runs_start_with_the_skill_imported(engine: SandboxEngine, tmp_pat
     assert len(draws) == 4
 
 
-def test_run_code_mounting_exactly_that_skill_uses_its_image(
+def test_run_code_mounting_exactly_that_skill_uses_its_pages(
     engine: SandboxEngine, tmp_path: Path, run_code
 ) -> None:
     skill = _skill(tmp_path, "img.code")
@@ -84,7 +85,7 @@ def test_run_code_mounting_exactly_that_skill_uses_its_image(
     assert "importing the skill" in both.logs and _output(both)["seen"] == 1
 
 
-def test_a_changed_file_is_a_new_image(engine: SandboxEngine, tmp_path: Path) -> None:
+def test_a_changed_file_is_new_pages(engine: SandboxEngine, tmp_path: Path) -> None:
     skill = _skill(tmp_path, "img.change")
     _warm(engine, skill)
     main = Path(skill.root) / "code" / "main.py"
@@ -105,7 +106,7 @@ def test_a_changed_file_is_a_new_image(engine: SandboxEngine, tmp_path: Path) ->
     assert json.loads(result.output_json) == "bb"
 
 
-def test_a_new_version_is_a_new_image(engine: SandboxEngine, tmp_path: Path) -> None:
+def test_a_new_version_is_new_pages(engine: SandboxEngine, tmp_path: Path) -> None:
     v1 = _skill(tmp_path / "v1", "img.version", 1)
     _warm(engine, v1)
     v2 = _skill(tmp_path / "v2", "img.version", 2)
@@ -116,18 +117,19 @@ def test_a_new_version_is_a_new_image(engine: SandboxEngine, tmp_path: Path) -> 
 
 def test_the_key_names_the_guest_build_and_the_skill(tmp_path: Path) -> None:
     skill = _skill(tmp_path, "img.key")
-    key = pages_key("guest-a", skill)
-    assert key == pages_key("guest-a", skill)
-    assert key != pages_key("guest-b", skill)  # a new guest build
-    assert key != pages_key("guest-a", MountedSkill(skill.name, skill.root, "code/other.py"))
+    key = pages_key("guest-a", skill, stamp_skill(skill))
+    assert key == pages_key("guest-a", skill, stamp_skill(skill))
+    assert key != pages_key("guest-b", skill, stamp_skill(skill))  # a new guest build
+    other = MountedSkill(skill.name, skill.root, "code/other.py")
+    assert key != pages_key("guest-a", other, stamp_skill(other))
     (Path(skill.root) / "code" / "new.py").write_text("")
-    assert key != pages_key("guest-a", skill)  # a file added
+    assert key != pages_key("guest-a", skill, stamp_skill(skill))  # a file added
 
 
 @pytest.mark.parametrize("changes_files", [False, True])
-def test_an_image_is_kept_only_if_the_skill_did_not_change_while_it_was_made(tmp_path, changes_files) -> None:
+def test_pages_are_kept_only_if_the_skill_did_not_change_while_they_were_made(tmp_path, changes_files) -> None:
     """A skill's files removed or changed during its import run (a skill-cache folder
-    evicted, an operator editing) would make a wrong image under the old key."""
+    evicted, an operator editing) would make wrong pages under the old key."""
     skill = make_skill(tmp_path, "img.moving", {"code/main.py": "VALUE = 1\n"})
 
     def make(skill: MountedSkill) -> SkillPages:
@@ -135,13 +137,13 @@ def test_an_image_is_kept_only_if_the_skill_did_not_change_while_it_was_made(tmp
             (Path(skill.root) / "code" / "main.py").unlink()
         return SkillPages(1 << 20, ((0, bytearray(10)),))
 
-    images = SkillPagesCache(make, key_of=lambda s: pages_key("guest", s))
-    key = pages_key("guest", skill)
+    cache = SkillPagesCache(make, key_of=lambda s: pages_key("guest", s, stamp_skill(s)))
+    key = pages_key("guest", skill, stamp_skill(skill))
     assert key is not None
-    images.request(key, skill)
-    assert images.wait_ready()
-    assert (images.get(key) is None) == changes_files
-    images.close()
+    cache.request(key, skill)
+    assert cache.wait_ready()
+    assert (cache.get(key) is None) == changes_files
+    cache.close()
 
 
 def test_a_failed_import_run_is_tried_again_later_a_bounded_number_of_times(tmp_path) -> None:
@@ -156,13 +158,13 @@ def test_a_failed_import_run_is_tried_again_later_a_bounded_number_of_times(tmp_
         made.append(skill.name)
         return None
 
-    images = SkillPagesCache(make, retry_after_s=0.0)
+    cache = SkillPagesCache(make, retry_after_s=0.0)
     for attempt in range(1, MAX_ATTEMPTS + 3):
-        images.request("k", skill)
-        assert images.wait_ready()
-        assert images.failures("k") == min(attempt, MAX_ATTEMPTS)
+        cache.request("k", skill)
+        assert cache.wait_ready()
+        assert cache.failures("k") == min(attempt, MAX_ATTEMPTS)
     assert len(made) == MAX_ATTEMPTS
-    images.close()
+    cache.close()
     waiting = SkillPagesCache(make, retry_after_s=3600.0)
     waiting.request("k", skill)
     assert waiting.wait_ready()
@@ -172,23 +174,23 @@ def test_a_failed_import_run_is_tried_again_later_a_bounded_number_of_times(tmp_
 
 
 def test_the_cache_is_bounded_by_count_and_bytes() -> None:
-    def image(n: int) -> SkillPages:
+    def pages_of(n: int) -> SkillPages:
         return SkillPages(1 << 20, ((0, bytearray(n)),))
 
-    images = SkillPagesCache(lambda skill: None, max_images=2, max_bytes=10_000)
-    images.put("a", image(1000))
-    images.put("b", image(1000))
-    assert images.get("a") is not None  # now the most recently used
-    images.put("c", image(1000))
-    assert images.get("b") is None and images.get("a") is not None and images.get("c") is not None
-    images.put("d", image(9_500))
-    assert len(images) == 1 and images.get("d") is not None and images.total_bytes == 9_500
-    images.put("huge", image(20_000))  # larger than the whole cache: never kept
-    assert images.get("huge") is None and images.total_bytes == 9_500
-    images.close()
+    cache = SkillPagesCache(lambda skill: None, max_skills=2, max_bytes=10_000)
+    cache.put("a", pages_of(1000))
+    cache.put("b", pages_of(1000))
+    assert cache.get("a") is not None  # now the most recently used
+    cache.put("c", pages_of(1000))
+    assert cache.get("b") is None and cache.get("a") is not None and cache.get("c") is not None
+    cache.put("d", pages_of(9_500))
+    assert len(cache) == 1 and cache.get("d") is not None and cache.total_bytes == 9_500
+    cache.put("huge", pages_of(20_000))  # larger than the whole cache: never kept
+    assert cache.get("huge") is None and cache.total_bytes == 9_500
+    cache.close()
 
 
-def test_the_image_keeps_skill_files_read_only_and_the_listings(engine: SandboxEngine, tmp_path: Path) -> None:
+def test_the_pages_keep_skill_files_read_only_and_the_listings(engine: SandboxEngine, tmp_path: Path) -> None:
     extra = (
         "\nimport os\n"
         "def probe(args):\n"
@@ -212,33 +214,33 @@ def test_the_image_keeps_skill_files_read_only_and_the_listings(engine: SandboxE
     assert _output(later)["wrote"] is False and _output(later)["skills"] == ["img.ro"]
 
 
-def test_runs_leave_the_skills_files_as_they_were_and_its_image_is_used(engine: SandboxEngine, tmp_path: Path) -> None:
+def test_runs_leave_the_skills_files_as_they_were_and_its_pages_are_used(engine: SandboxEngine, tmp_path: Path) -> None:
     """A run only reads a skill's files: their identity (ctime included, which names
     the skill's version in its image key) is the same after runs as before. The data
     image's /skills views once hard-linked them per run, which changed every file's
-    ctime: no run ever matched the skill's image."""
+    ctime: no run ever matched the skill's pages."""
     skill = _skill(tmp_path, "img.untouched")
     files = sorted(p for p in Path(skill.root).rglob("*") if p.is_file())
     before = {p: (p.stat().st_ino, p.stat().st_nlink, p.stat().st_ctime_ns) for p in files}
-    key = pages_key(engine.image.key + engine.image.packages.version(), skill)
+    key = pages_key(engine.image.key + engine.image.packages.version(), skill, stamp_skill(skill))
     _warm(engine, skill)
     later = [_run(engine, skill) for _ in range(3)]
     engine.drain()  # used run folders (their views) emptied too
     assert {p: (p.stat().st_ino, p.stat().st_nlink, p.stat().st_ctime_ns) for p in files} == before
-    assert pages_key(engine.image.key + engine.image.packages.version(), skill) == key
+    assert pages_key(engine.image.key + engine.image.packages.version(), skill, stamp_skill(skill)) == key
     assert all("importing the skill" not in result.logs for result in later)
 
 
-def test_an_image_larger_than_the_memory_limit_is_not_used(engine: SandboxEngine, tmp_path: Path) -> None:
+def test_pages_larger_than_the_memory_limit_are_not_used(engine: SandboxEngine, tmp_path: Path) -> None:
     skill = _skill(tmp_path, "img.big", 1, "BIG = bytearray(64 << 20)\n")
     _warm(engine, skill)
     assert "importing the skill" not in _run(engine, skill).logs
     small = _run(engine, skill, memory_bytes=64 << 20)
-    # The skill's own import does not fit this limit: the run fails as it would without images.
+    # The skill's own import does not fit this limit: the run fails as it would without pages.
     assert small.status == "failed" and "importing the skill" in small.logs
 
 
-def test_a_run_that_fails_makes_no_image(engine: SandboxEngine, tmp_path: Path) -> None:
+def test_a_run_that_fails_makes_no_pages(engine: SandboxEngine, tmp_path: Path) -> None:
     skill = _skill(tmp_path, "img.fails", 1, "def fails(args):\n    raise ValueError('no')\n")
     for _ in range(2):
         result = engine.run(RunRequest(kind="skill", skill=skill.name, function="fails", skills=[skill]))
@@ -268,7 +270,7 @@ def test_the_import_run_reads_and_writes_no_blobs(engine: SandboxEngine, blobs, 
 
 
 @pytest.mark.parametrize("name", ["text.stats"])
-def test_a_bundled_skill_gives_the_same_answer_from_its_image(engine: SandboxEngine, name: str) -> None:
+def test_a_bundled_skill_gives_the_same_answer_from_its_pages(engine: SandboxEngine, name: str) -> None:
     root = Path(__file__).parents[2] / "skills" / name
     skill = MountedSkill(name, str(root), "code/main.py")
     args = b'{"text": "One fish. Two fish. Red fish, blue fish."}'
@@ -279,33 +281,34 @@ def test_a_bundled_skill_gives_the_same_answer_from_its_image(engine: SandboxEng
     assert json.loads(later.output_json) == json.loads(first.output_json)
 
 
-def test_an_image_holds_only_the_changed_pages() -> None:
+def test_pages_hold_only_the_changed_ones() -> None:
     page = 4096
     base = bytearray(4 * page)
     after = bytearray(base) + bytearray(3 * page)  # grown by three pages
     after[page + 5] = 1  # one page changed inside the old memory
     after[5 * page] = 2  # one grown page written; the other two stay zero
-    image = SkillPages.difference(memoryview(bytes(base)), memoryview(after), max_bytes=1 << 20)
-    assert image is not None
-    assert image.memory_bytes == 7 * page
-    assert [(offset, len(data)) for offset, data in image.spans] == [(page, page), (5 * page, page)]
+    found = SkillPages.difference(memoryview(bytes(base)), memoryview(after), max_bytes=1 << 20)
+    assert found is not None
+    assert found.memory_bytes == 7 * page
+    assert [(offset, len(data)) for offset, data in found.spans] == [(page, page), (5 * page, page)]
     assert SkillPages.difference(memoryview(bytes(base)), memoryview(after), max_bytes=page) is None
 
 
-def test_a_skill_of_many_files_runs_as_before(engine: SandboxEngine, tmp_path: Path) -> None:
+def test_a_skill_of_more_files_than_the_old_key_bound_gets_its_pages(engine: SandboxEngine, tmp_path: Path) -> None:
+    """Its key once gave up past 1,000 entries (the skill imported in every run); the run's
+    stamp of it is bounded by files/skillstamp.py's bounds instead, and taken once per run."""
     files = {f"data/{i}.txt": "x" for i in range(1_001)}
     skill = make_skill(tmp_path, "img.many", {"code/main.py": "VERSION = 1\n" + MAIN, **files})
-    assert pages_key("guest", skill) is None
-    for _ in range(2):
-        result = _run(engine, skill)
-        assert engine.skill_pages.wait_ready(120)
-        assert _output(result)["seen"] == 1 and "importing the skill" in result.logs
+    first = _warm(engine, skill)
+    later = _run(engine, skill)
+    assert "importing the skill" in first.logs and "importing the skill" not in later.logs
+    assert _output(later)["seen"] == 1
 
 
-# -- writing images in, and spares ready for them --------------------------------
+# -- writing pages in, and spares ready for them --------------------------------
 
 
-def test_an_image_written_in_changes_exactly_its_pages(engine: SandboxEngine) -> None:
+def test_pages_written_in_change_exactly_those_pages(engine: SandboxEngine) -> None:
     pristine, target = engine.image.new_instance(), engine.image.new_instance()
     try:
         size = pristine.memory.data_len(pristine.store)
@@ -313,10 +316,10 @@ def test_an_image_written_in_changes_exactly_its_pages(engine: SandboxEngine) ->
         spans = (
             (page, bytearray(b"\x01" * page)),
             (3 * page, bytearray(b"\x02" * 2 * page)),
-            (size + page, bytearray(b"\x03" * page)),  # in memory the image grows
+            (size + page, bytearray(b"\x03" * page)),  # in memory the pages grow
         )
-        image = SkillPages(size + wasm_page, spans)
-        image.apply(target.store, target.memory)
+        found = SkillPages(size + wasm_page, spans)
+        found.apply(target.store, target.memory)
         expected = bytearray(memory_view(pristine.store, pristine.memory)) + bytearray(wasm_page)
         for offset, data in spans:
             expected[offset : offset + len(data)] = data
@@ -327,25 +330,25 @@ def test_an_image_written_in_changes_exactly_its_pages(engine: SandboxEngine) ->
 
 
 def test_the_pages_copied_ahead_are_bounded_and_follow_the_cache() -> None:
-    def image(first_page: int, pages: int) -> SkillPages:
+    def pages_of(first_page: int, pages: int) -> SkillPages:
         return SkillPages(1 << 30, ((first_page * 4096, bytearray(pages * 4096)),))
 
     changes: list[int] = []
-    images = SkillPagesCache(lambda skill: None, on_change=lambda: changes.append(1))
-    images.put("a", image(0, 600))
-    images.put("b", image(500, 300))  # overlaps a: the union is 800 pages
-    assert images.prefault_pages() == frozenset(range(800)) and len(changes) == 2
-    images.put("c", image(2000, 400))  # the most recent first; a would pass the bound
-    assert images.prefault_pages() == frozenset(range(500, 800)) | frozenset(range(2000, 2400))
-    assert len(images.prefault_pages()) <= MAX_PREFAULT_PAGES
-    images.enabled = False  # images off: nothing to copy ahead
-    assert images.prefault_pages() == frozenset()
-    images.enabled = True
-    small = SkillPagesCache(lambda skill: None, max_images=1)
-    small.put("a", image(0, 10))
-    small.put("b", image(100, 10))  # a is evicted: its pages are no longer copied ahead
+    cache = SkillPagesCache(lambda skill: None, on_change=lambda: changes.append(1))
+    cache.put("a", pages_of(0, 600))
+    cache.put("b", pages_of(500, 300))  # overlaps a: the union is 800 pages
+    assert cache.prefault_pages() == frozenset(range(800)) and len(changes) == 2
+    cache.put("c", pages_of(2000, 400))  # the most recent first; a would pass the bound
+    assert cache.prefault_pages() == frozenset(range(500, 800)) | frozenset(range(2000, 2400))
+    assert len(cache.prefault_pages()) <= MAX_PREFAULT_PAGES
+    cache.enabled = False  # pages off: nothing to copy ahead
+    assert cache.prefault_pages() == frozenset()
+    cache.enabled = True
+    small = SkillPagesCache(lambda skill: None, max_skills=1)
+    small.put("a", pages_of(0, 10))
+    small.put("b", pages_of(100, 10))  # a is evicted: its pages are no longer copied ahead
     assert small.prefault_pages() == frozenset(range(100, 110))
-    images.close()
+    cache.close()
     small.close()
 
 
@@ -357,48 +360,48 @@ def _no_skill_modules(engine: SandboxEngine, fresh: Fresh) -> None:
     assert _output(result) == []
 
 
-def test_spares_for_image_runs_hold_the_image_pages_and_nothing_of_the_skill(
+def test_spares_for_runs_from_pages_hold_those_pages_and_nothing_of_the_skill(
     engine: SandboxEngine, tmp_path: Path
 ) -> None:
     skill = _skill(tmp_path, "img.spare")
     _warm(engine, skill)
-    image = engine.skill_pages.get(pages_key(engine.image.guest.key, skill))
-    assert image is not None and image.pages() <= engine.skill_pages.prefault_pages()
+    found = engine.skill_pages.get(pages_key(engine.image.guest.key, skill, stamp_skill(skill)))
+    assert found is not None and found.pages() <= engine.skill_pages.prefault_pages()
     engine.wait_idle(60)
     supply = engine.loop.supply
     with supply._cond:
         ready = [spare for spare in supply._spares if spare.has_skill_pages]
     assert len(ready) == SKILL_PAGE_SPARES
-    other = SkillPages(image.memory_bytes, image.spans)  # an image no spare has written in
+    other = SkillPages(found.memory_bytes, found.spans)  # pages no spare has written in
     fresh = supply.take(other)
     assert fresh in ready and fresh.applied is None
     mapped = fresh.memory.data_len(fresh.store) // 4096
-    assert {p for p in image.pages() if p < mapped} <= HotPages.written_pages(fresh.store, fresh.memory)
+    assert {p for p in found.pages() if p < mapped} <= HotPages.written_pages(fresh.store, fresh.memory)
     # Only copied in, never written: the spare is still the snapshot.
     _no_skill_modules(engine, fresh)
 
 
-def test_a_spare_with_an_image_written_in_serves_only_runs_from_that_image(
+def test_a_spare_with_pages_written_in_serves_only_runs_from_those_pages(
     engine: SandboxEngine, tmp_path: Path
 ) -> None:
     skill = _skill(tmp_path, "img.applied")
     _warm(engine, skill)
-    image = engine.skill_pages.get(pages_key(engine.image.guest.key, skill))
+    found = engine.skill_pages.get(pages_key(engine.image.guest.key, skill, stamp_skill(skill)))
     engine.wait_idle(60)
     supply = engine.loop.supply
-    assert [spare.applied for spare in supply._applied].count(image) == 1
-    # Runs that are not from that image never get it, however many spares they use.
+    assert [spare.applied for spare in supply._applied].count(found) == 1
+    # Runs that are not from those pages never get them, however many spares they use.
     for fresh in [supply.take() for _ in range(SPARES + SKILL_PAGE_SPARES + 1)]:
         assert fresh.applied is None
         _no_skill_modules(engine, fresh)
-    assert [spare.applied for spare in supply._applied].count(image) == 1
-    # A run from the image does, and starts exactly where the import left off.
+    assert [spare.applied for spare in supply._applied].count(found) == 1
+    # A run from the pages does, and starts exactly where the import left off.
     later = _run(engine, skill)
     assert "importing the skill" not in later.logs and _output(later)["seen"] == 1
-    assert image not in [spare.applied for spare in supply._applied]
+    assert found not in [spare.applied for spare in supply._applied]
     engine.wait_idle(60)
-    assert [spare.applied for spare in supply._applied].count(image) == 1  # made again
-    # Images off (or the image evicted): its spare is torn down, never handed out.
+    assert [spare.applied for spare in supply._applied].count(found) == 1  # made again
+    # Pages off (or evicted): their spare is torn down, never handed out.
     engine.skill_pages.enabled = False
     try:
         engine.wait_idle(60)
@@ -408,14 +411,14 @@ def test_a_spare_with_an_image_written_in_serves_only_runs_from_that_image(
         engine.skill_pages.enabled = True
 
 
-def test_a_large_image_gets_no_spare_written_in(engine: SandboxEngine, tmp_path: Path) -> None:
+def test_large_pages_get_no_spare_written_in(engine: SandboxEngine, tmp_path: Path) -> None:
     skill = _skill(tmp_path, "img.large", 1, "BIG = b'x' * (20 << 20)\n")
     _warm(engine, skill)
-    image = engine.skill_pages.get(pages_key(engine.image.guest.key, skill))
-    assert image is not None and image.nbytes > APPLIED_MAX_BYTES
+    found = engine.skill_pages.get(pages_key(engine.image.guest.key, skill, stamp_skill(skill)))
+    assert found is not None and found.nbytes > APPLIED_MAX_BYTES
     engine.wait_idle(60)
-    # An idle spare holding 20 MB for one skill: not made; runs still start from the image.
-    assert image not in [spare.applied for spare in engine.loop.supply._applied]
+    # An idle spare holding 20 MB for one skill: not made; runs still start from the pages.
+    assert found not in [spare.applied for spare in engine.loop.supply._applied]
     later = _run(engine, skill)
     assert "importing the skill" not in later.logs and _output(later)["seen"] == 1
 
@@ -423,7 +426,7 @@ def test_a_large_image_gets_no_spare_written_in(engine: SandboxEngine, tmp_path:
 def test_where_pages_cannot_be_copied_in_the_supply_stops_trying(
     engine: SandboxEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # No MADV_POPULATE_WRITE (an old kernel, not Linux): spares for image runs are
+    # No MADV_POPULATE_WRITE (an old kernel, not Linux): spares for runs from pages are
     # given up on once, not retried in every quiet moment (a housekeeper spinning).
     monkeypatch.setattr(instances, "_madvise", lambda: None)
     supply = InstanceSupply(engine.image.new_instance, engine.loop.dirs, HotPages([]), lambda: frozenset({1, 2, 3}))

@@ -1,4 +1,4 @@
-"""Per-skill images over HTTP: a skill's later runs skip its import, and
+"""A skill's pages over HTTP: a skill's later runs skip its import, and
 what a run's import would read from its grant (secrets) is still its own."""
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ READS_ENV = "import os\nTOKEN = os.environ.get('DEMO_TOKEN', '')\ndef main(args)
 def skills_dir(skills_dir: Path) -> Path:
     write_skill(skills_dir, "demo.imports", code=PRINTS)
     write_skill(skills_dir, "demo.envimport", code=READS_ENV, permissions={"secrets": ["DEMO_TOKEN"]})
+    # Deeper than a run mounts a skill (files/skillstamp.py): its runs are refused, clearly.
+    write_skill(skills_dir, "demo.deep", code=PRINTS, files={"/".join(["d"] * 33) + "/leaf.txt": "x"})
     return skills_dir
 
 
@@ -40,3 +42,19 @@ def test_a_skill_reading_its_secret_at_import_still_sees_it(rpc: Rpc, executor: 
         result = rpc("execute_skill", {"name": "demo.envimport"})["result"]
         assert result["status"] == "completed" and result["output"] == len("s3cret")
         assert executor.engine.skill_pages.wait_ready(120)
+
+
+def test_a_skill_too_deep_to_mount_is_refused_and_the_server_keeps_serving(rpc: Rpc, skills_dir: Path) -> None:
+    code = "import skills.demo.deep\ndef main(args):\n    return 1\n"
+    for method, params in (
+        ("execute_skill", {"name": "demo.deep"}),
+        ("run_code", {"language": "python", "code": code, "mount_skills": ["demo.deep"]}),
+    ):
+        answer = rpc(method, params)
+        assert "error" not in answer, answer  # a failed run, not a refused request
+        result = answer["result"]
+        assert result["status"] == "failed" and result["error"]["type"] == "SkillTooLarge"
+        assert "skill demo.deep is too large to mount" in result["error"]["message"]
+        assert "more than 32 levels deep" in result["error"]["message"]
+        assert str(skills_dir) not in str(result) and "importing" not in result["logs_preview"]
+    assert rpc("execute_skill", {"name": "demo.imports", "args": {}})["result"]["status"] == "completed"
