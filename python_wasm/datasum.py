@@ -55,13 +55,33 @@ def compile_object(source: Path, out: Path, progress: Progress | None = None) ->
     return out
 
 
+def object_name() -> str:
+    return f"data_sum-{inputs()}.o"
+
+
+def packaged_object() -> Path:
+    """Where a wheel carries the compiled object (beside its guest: packaging.py), so
+    that an installed wheel makes the data image without the toolchain."""
+    from python_wasm.build import PACKAGED_DIR
+
+    return PACKAGED_DIR / object_name()
+
+
 def object_file(progress: Progress | None = None) -> bytes:
-    """The compiled data_sum.c, from the cache when its inputs are unchanged."""
+    """The compiled data_sum.c: the wheel's, else from the cache when its inputs are unchanged."""
+    packaged = packaged_object()
+    if packaged.is_file():
+        return packaged.read_bytes()
     folder = _private_dir(cache_root() / "native")
-    cached = folder / f"data_sum-{inputs()}.o"
+    cached = folder / object_name()
     if not cached.exists():
         compile_object(SOURCE, cached, progress)
     return cached.read_bytes()
+
+
+def copy_into_package(dest: Path) -> None:
+    """Put the compiled object in `dest` (a wheel's PACKAGED_DIR, the guest already copied in)."""
+    (dest / object_name()).write_bytes(object_file())
 
 
 def patch(sections: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:

@@ -4,6 +4,8 @@ A wheel carries, besides the Python packages:
 - the built guest (python_wasm/guest/: snapshot module, stdlib zip, manifest),
   built here first if the cache does not hold it yet, so that an installed
   wheel never needs the toolchain;
+- beside it, the data image's compiled sum() (datasum.py), so that making the
+  data image from an installed wheel needs no toolchain either;
 - the bundled skills (wasmrun/bundled_skills/, from skills/ at the root).
 
 An editable install gets neither: it runs from the checkout, which finds the
@@ -33,10 +35,12 @@ class BuildPy(build_py):
         # the guest build imports its sibling modules by package name.
         if str(ROOT) not in sys.path:
             sys.path.insert(0, str(ROOT))
-        from python_wasm import build
+        from python_wasm import build, datasum
 
         lib = Path(self.build_lib)
-        build.copy_into_package(build.build(), lib / "python_wasm" / build.PACKAGED_DIR.name)
+        packaged = lib / "python_wasm" / build.PACKAGED_DIR.name
+        build.copy_into_package(build.build(), packaged)
+        datasum.copy_into_package(packaged)
         skills = lib.joinpath(*SKILLS_IN_WHEEL)
         if skills.exists():  # left from an earlier build in the same folder
             shutil.rmtree(skills)

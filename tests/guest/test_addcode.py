@@ -106,3 +106,18 @@ def test_the_data_images_sum_object_links_cleanly(tmp_path: Path) -> None:
     assert {r.type for r in obj.relocs} <= addcode.APPLIED
     assert datasum.ENTRY in {s.name for s in obj.symbols if not s.undefined}
     assert datasum.ORIGINAL in {name for name, _ in obj.imported_functions}
+
+
+def test_an_installed_wheel_takes_its_packaged_sum_object_and_the_wheel_gets_the_compiled_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """packaging.py puts the compiled data_sum.c beside the wheel's guest; datasum then
+    takes that file and never the toolchain (an installed wheel has no zig)."""
+    from python_wasm import build
+
+    monkeypatch.setattr(build, "PACKAGED_DIR", tmp_path)
+    datasum.copy_into_package(tmp_path)
+    packaged = tmp_path / datasum.object_name()
+    assert packaged.read_bytes().startswith(b"\0asm")  # a wasm object, compiled
+    packaged.write_bytes(b"\0asm the wheel's copy")
+    assert datasum.object_file() == b"\0asm the wheel's copy"
