@@ -32,7 +32,7 @@ DATA_IMAGE_SUITES := tests/test_hostile_sandbox.py tests/test_hostile_input.py t
 	tests/sandbox/test_path_semantics.py tests/sandbox/test_ssl.py tests/test_display_results.py \
 	tests/test_session_storage.py tests/test_e2b.py tests/sandbox/test_stop_where.py tests/sandbox/test_sandbox_lacks.py \
 	tests/sandbox/test_parser_nesting.py tests/sandbox/test_skill_images.py tests/test_skill_images_http.py \
-	tests/sandbox/test_skill_copies.py tests/sandbox/test_guest_stdout.py
+	tests/sandbox/test_skill_copies.py tests/sandbox/test_guest_stdout.py tests/test_image_parity.py
 
 test: guest
 	$(PY) -m pytest -q

@@ -19,6 +19,9 @@
   to pass, which is all that code awaiting coroutines, sleeps, tasks, queues
   and timeouts needs. Sockets, subprocesses and file-descriptor readers fail
   with a clear error.
+- `hashlib.pbkdf2_hmac`: without OpenSSL, CPython 3.12+ has none (3.11 kept a
+  Python fallback): the data image's 3.15 gets 3.11's fallback, so password-hashing
+  code runs on both images.
 """
 
 from __future__ import annotations
@@ -150,8 +153,58 @@ def install_ssl() -> None:
         sys.modules["_ssl"] = _tls
 
 
+def _pbkdf2_hmac(hash_name, password, salt, iterations, dklen=None):
+    """Password based key derivation function 2 (PKCS #5 v2.0) with HMAC as the
+    pseudorandom function: CPython 3.11's pure-Python hashlib.pbkdf2_hmac."""
+    import hashlib
+
+    if not isinstance(hash_name, str):
+        raise TypeError(hash_name)
+    password = bytes(memoryview(password))
+    salt = bytes(memoryview(salt))
+    inner, outer = hashlib.new(hash_name), hashlib.new(hash_name)
+    blocksize = getattr(inner, "block_size", 64)
+    if len(password) > blocksize:
+        password = hashlib.new(hash_name, password).digest()
+    password = password + b"\x00" * (blocksize - len(password))
+    inner.update(password.translate(bytes(x ^ 0x36 for x in range(256))))
+    outer.update(password.translate(bytes(x ^ 0x5C for x in range(256))))
+
+    def prf(msg):
+        icpy, ocpy = inner.copy(), outer.copy()
+        icpy.update(msg)
+        ocpy.update(icpy.digest())
+        return ocpy.digest()
+
+    if iterations < 1:
+        raise ValueError(iterations)
+    dklen = outer.digest_size if dklen is None else dklen
+    if dklen < 1:
+        raise ValueError(dklen)
+    dkey = b""
+    loop = 1
+    while len(dkey) < dklen:
+        prev = prf(salt + loop.to_bytes(4, "big"))
+        rkey = int.from_bytes(prev, "big")
+        for _ in range(iterations - 1):
+            prev = prf(prev)
+            rkey ^= int.from_bytes(prev, "big")
+        loop += 1
+        dkey += rkey.to_bytes(inner.digest_size, "big")
+    return dkey[:dklen]
+
+
+def install_pbkdf2() -> None:
+    import hashlib
+
+    if not hasattr(hashlib, "pbkdf2_hmac"):
+        hashlib.pbkdf2_hmac = _pbkdf2_hmac
+        hashlib.__all__ = (*hashlib.__all__, "pbkdf2_hmac")
+
+
 def install() -> None:
     install_socket()
+    install_pbkdf2()
     install_chdir()
     install_chmod()
     _thread.start_new_thread = _no_threads
