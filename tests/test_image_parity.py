@@ -328,7 +328,7 @@ def test_return_values_have_the_same_json_on_both_images(rpc: Rpc) -> None:
 
 # -- 5. what docs/images.md states holds -----------------------------------------------
 
-def test_deep_c_recursion_is_as_the_images_table_states(rpc: Rpc) -> None:
+def test_deep_c_recursion_is_as_the_images_table_states(rpc: Rpc, client: Any) -> None:
     """C code walking a structure nested thousands deep: the stdlib image (and native 3.11)
     gives RecursionError at the recursion limit and frees any depth; the data image's 3.15
     bounds json's C recursion at ~112 kB of its C stack ("Stack overflow"), and freeing a list
@@ -342,6 +342,8 @@ def test_deep_c_recursion_is_as_the_images_table_states(rpc: Rpc) -> None:
         assert three_thousand.startswith("Stack overflow")
         assert freed["error"]["type"] == "StackOverflow"
         assert "make the code iterative or the data shallower" in freed["error"]["message"]
+        run_code_text = next(t["description"] for t in client.get("/tools").json() if t["name"] == "run_code")
+        assert "nested ~20,000 deep stops the run (StackOverflow)" in run_code_text
     else:
         assert three_thousand == 6002
         assert freed["output"] == 1
