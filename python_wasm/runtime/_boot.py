@@ -34,8 +34,7 @@ import traceback
 import types
 
 import _wasmrun
-import runtime.blobs
-from runtime import _compat, _contract, _display, _figures, _skills, _stdio, _values
+from runtime import _compat, _contract, _display, _figures, _hints, _skills, _stdio, _values
 
 # Commonly used modules, imported before the snapshot so runs get them free.
 HOT_MODULES = (
@@ -101,6 +100,7 @@ def init() -> None:
     # `site` is not imported (isolated start-up), but users call exit()/quit().
     builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
     builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
+    builtins.help = _sitebuiltins._Helper()  # `site` gives it natively; models call help(obj)
     # Before http.client and urllib.request import: they define HTTPS classes only when ssl imports.
     _compat.install_ssl()
     for name in HOT_MODULES:
@@ -127,7 +127,13 @@ def _harness_frame(module: str) -> bool:
 
 def _format_exception(exc: BaseException) -> str:
     for filename, source in _SOURCES.items():
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        lines = source.splitlines(True)
+        # As linecache reads a file: its last line ends with a newline. Code sent without
+        # one (most is) otherwise got its carets one column right on 3.11 (`1 / 0` as the
+        # last line: ` ~~^~~`).
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        linecache.cache[filename] = (len(source), None, lines, filename)
     tb = exc.__traceback__
     # Drop our own frames (and asyncio.run's, for async code): users should
     # see their code, not the harness.
@@ -148,81 +154,6 @@ def _drop_stop_handler(tb) -> None:
         tb.tb_next = None
 
 
-# Modules whose errors mean "tried to reach the network" (under WASI even
-# socket.getaddrinfo is missing: an AttributeError, not an OSError).
-_NETWORK_MODULES = frozenset({
-    "socket", "ssl", "urllib.request", "http.client", "smtplib", "ftplib", "imaplib", "poplib",
-    "asyncio.base_events", "asyncio.selector_events", "asyncio.streams",
-})
-HINT_NO_NETWORK = (
-    "hint: the sandbox has no sockets: HTTP(S) goes through runtime.http (or urllib.request),"
-    " only to hosts this run is allowed (run_code: the operator's allowlist, none by default);"
-    " otherwise pass data in through args or input_blobs"
-)
-HINT_THIRD_PARTY = (
-    "hint: {module!r} is not installed in this sandbox, which has the Python standard library, the"
-    " packages its operator added and the skills mounted in this run (no pip install from a run)."
-    " If it is a pure-Python package, the server's operator can add it with"
-    " `wasmrun packages add {package}`; otherwise write the code with the standard library."
-    " A mounted skill is imported as `skills.<name>` after listing it in run_code's mount_skills"
-)
-# Import names whose distribution on the package index is named otherwise.
-_DISTRIBUTIONS = {
-    "yaml": "PyYAML", "dateutil": "python-dateutil", "PIL": "Pillow", "sklearn": "scikit-learn",
-    "bs4": "beautifulsoup4", "docx": "python-docx", "pptx": "python-pptx", "cv2": "opencv-python",
-    "dotenv": "python-dotenv", "jwt": "PyJWT", "magic": "python-magic", "Crypto": "pycryptodome",
-    "attr": "attrs", "google.protobuf": "protobuf", "fitz": "PyMuPDF", "OpenSSL": "pyOpenSSL",
-}
-HINT_DATA_THIRD_PARTY = (  # on the data image (numpy is in its memory image)
-    "hint: {module!r} is not installed in this sandbox, which has the Python standard library, the"
-    " data stack (numpy, pandas, matplotlib, scipy, scikit-learn, statsmodels, Pillow, lxml, openpyxl,"
-    " pypdf, PyYAML and more), the packages its operator added and the skills mounted in this run"
-    " (no pip install from a run). If it is a pure-Python package, the server's operator can add it"
-    " with `wasmrun packages add --image data {package}`; otherwise write the code with what is there."
-    " A mounted skill is imported as `skills.<name>` after listing it in run_code's mount_skills"
-)
-HINT_SKILL_NOT_MOUNTED = (
-    "hint: a skill is importable as skills.<name> only in a run that mounts it:"
-    " list it in run_code's mount_skills (list_skills shows the names)"
-)
-HINT_BLOB = (
-    "hint: a run can read only the blobs listed in its input_blobs (and blobs it wrote itself);"
-    " add {blob!r} to input_blobs and run again"
-)
-
-
-def _network_error(exc: BaseException) -> bool:
-    if type(exc).__module__ == "runtime.http":
-        return False  # the host's own answer (e.g. NetworkNotAllowed) names the rule itself
-    if type(exc).__module__ in ("socket", "ssl", "urllib.error"):
-        return True
-    if not isinstance(exc, (OSError, AttributeError)):
-        return False
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_globals.get("__name__") in _NETWORK_MODULES:
-            return True
-        tb = tb.tb_next
-    return False
-
-
-def _hint(exc: BaseException) -> str | None:
-    """One line telling a model what to do next, for errors a sandbox causes."""
-    if isinstance(exc, ModuleNotFoundError) and exc.name:
-        top = exc.name.partition(".")[0]
-        if top == _skills.ROOT:
-            return HINT_SKILL_NOT_MOUNTED
-        if top not in sys.stdlib_module_names:
-            hint = HINT_DATA_THIRD_PARTY if "numpy" in sys.modules else HINT_THIRD_PARTY
-            return hint.format(module=top, package=_DISTRIBUTIONS.get(top, top))
-        return None
-    if isinstance(exc, runtime.blobs.BlobNotFound):
-        return HINT_BLOB.format(blob=exc.args[0] if exc.args else "the blob id")
-    if _network_error(exc):
-        return HINT_NO_NETWORK
-    return None
-
-
 # CPython 3.15's traceback (the data image runs without `site`) adds advice to every
 # ModuleNotFoundError (site-packages, a virtual environment) that does not apply in
 # the sandbox, where the hint below says what does; it is left out.
@@ -235,7 +166,7 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, ModuleNotFoundError) and _NO_SITE_ADVICE in text:
         head, _, advice = text.partition(_NO_SITE_ADVICE)
         text = head + advice.partition("\n")[1] + advice.partition("\n")[2]
-    hint = _hint(exc)
+    hint = _hints.hint(exc)
     return f"{text}\n{hint}" if hint else text
 
 

@@ -23,13 +23,19 @@ logger = logging.getLogger("wasmrun.sandbox")
 # The interpreter aborts when an allocation fails that it cannot turn into
 # MemoryError: its memory is then within one growth step of the limit.
 MEMORY_LIMIT_MARGIN = 1 << 20
+# A trap, so no traceback: say what usually causes it and what to change (a model's next try).
+STACK_OVERFLOW_MESSAGE = (
+    "the guest's call stack overflowed: recursion deeper than the sandbox's stack holds, usually a"
+    " raised sys.setrecursionlimit or C code (json, pickle, repr, copy, lru_cache) walking a"
+    " structure nested thousands deep; make the code iterative or the data shallower"
+)
 
 
 def classify_trap(trap: wasmtime.Trap, memory_len: int, limits: Limits) -> RunError:
     """The error type of a trap: its code, and how close the guest's memory is to its limit."""
     code = trap.trap_code
     if code == wasmtime.TrapCode.STACK_OVERFLOW:
-        return RunError(errors.STACK_OVERFLOW, "the guest's call stack overflowed")
+        return RunError(errors.STACK_OVERFLOW, STACK_OVERFLOW_MESSAGE)
     if memory_len + MEMORY_LIMIT_MARGIN >= limits.memory_bytes:
         return RunError(errors.MEMORY_LIMIT, f"the run exceeded its memory limit of {limits.memory_bytes} bytes")
     name = code.name.lower().replace("_", " ") if code is not None else "trap"
