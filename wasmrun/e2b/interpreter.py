@@ -27,7 +27,7 @@ PIP_LINE = re.compile(r"^\s*[!%]{1,2}\s*(pip3?|python3?\s+-m\s+pip|uv\s+pip|cond
 SHELL_LINE = re.compile(r"^\s*(![^=]|%)")
 NO_PIP = (
     "wasmrun: packages are not installed from inside a sandbox. Python packages are chosen by the"
-    " server's operator: `wasmrun packages add NAME` (docs/packages.md). Skipped: {line}\n"
+    " server's operator: `wasmrun packages add{image} NAME` (docs/packages.md). Skipped: {line}\n"
 )
 NO_SHELL = (
     "shell commands and IPython magics do not run in a wasmrun sandbox (there are no processes):"
@@ -93,8 +93,10 @@ async def _run_stream(
     front: Front, sandbox: E2BSandbox, context: CodeContext, cell: str, pips: list[str], envs: dict[str, str]
 ) -> AsyncIterator[bytes]:
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+    # The layer the operator adds to is the served image's (docs/packages.md).
+    image = " --image data" if front.dispatcher.context.served.name == "data" else ""
     for pip in pips:
-        queue.put_nowait(results.line(results.output_event("stderr", NO_PIP.format(line=pip))))
+        queue.put_nowait(results.line(results.output_event("stderr", NO_PIP.format(image=image, line=pip))))
 
     lines = results.Lines()
 
