@@ -98,6 +98,21 @@ def test_globals_imports_and_files_carry_over(servers: Servers) -> None:
     assert len("kept") + len("tmp") <= mine["files_bytes"] <= 2 * 65536
 
 
+def test_every_run_starts_in_the_workspace_wherever_the_last_one_went(servers: Servers) -> None:
+    """A run moves to /workspace only when it is not there already (the guest's
+    _to_workspace); a session's memory keeps where its last run went."""
+    call = servers.alice
+    sid = _new(call)
+    moved = _run(call, sid, "import os\nos.chdir('/tmp')\nopen('here.txt', 'w').write('t')\nos.getcwd()")
+    assert moved["output"] == "/tmp"
+    back = _run(call, sid, "open('here.txt', 'w').write('w')\n[os.getcwd(), open('/tmp/here.txt').read()]")
+    assert back["output"] == ["/workspace", "t"]
+    assert _run(call, sid, "open('/workspace/here.txt').read()")["output"] == "w"
+    plain = _result(call("run_code", language="python", code="import os\nos.getcwd()"))
+    assert plain["output"] == "/workspace"
+    call("close_session", session_id=sid)
+
+
 def test_a_timeout_rolls_back_memory_and_files(servers: Servers) -> None:
     call = servers.alice
     sid = _new(call)
