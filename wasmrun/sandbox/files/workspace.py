@@ -136,6 +136,7 @@ class WorkspaceDirs:
         for path in self._spare:
             _remove_quietly(path)
         self._spare.clear()
+        _remove_quietly(self.empty)  # the engine is closing: no run mounts it any more
 
 
 def _remove_quietly(path: Path) -> None:
