@@ -56,6 +56,7 @@ FACE_EXEMPT = (
     "tests/sandbox/",
     "tests/test_abi_drift.py",  # the guest's sources against the host's host calls and door
     "scripts/hello_phases.py",  # times a run's inner steps
+    "scripts/session_phases.py",  # times a session run's inner steps
     "scripts/profile_guest.py",  # swaps the images' engine settings
     "scripts/bench_legacy.py",  # the old bench's own stdlib engine
 )

@@ -2,8 +2,9 @@
 
 What changed for speed (wasmrun/sandbox/images/datastart.py): runs enter the guest as a
 turn with no source, spares have the pages data runs touch copied in ahead, the
-image's own objects are frozen out of the collector and numpy's global
-generator is reseeded from host entropy with init_by_array. None of it may let
+image's own objects are frozen out of the collector and each run's random state
+(`random`'s, numpy's global generator's) is written straight into the generators from
+host entropy (runtime/_seeds.py). None of it may let
 state leak between runs, repeat a random stream, or stop the collector from
 freeing a run's own garbage.
 """
@@ -17,8 +18,10 @@ from pathlib import Path
 import pytest
 
 from python_wasm import dataimage
+from tests.sandbox.conftest import make_skill
 from wasmrun.blobs.store import FileBlobStore
-from wasmrun.sandbox import DataSandboxEngine, RunRequest
+from wasmrun.sandbox import DataSandboxEngine, RunRequest, SessionRun
+from wasmrun.sessionstore.store import SessionMeta, SessionStore
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +70,89 @@ def test_runs_from_prepared_spares_share_no_state_and_no_random_stream(runner: D
         assert len({json.dumps(out[key]) for out in outs}) == len(outs), f"{key} repeats between runs"
     draws = [x for out in outs for x in out["legacy"]]
     assert len(set(draws)) == len(draws), "numpy's global RandomState repeats between runs"
+
+
+# Each generator's whole state at a run's start: its words (hashed), its position in
+# them, and the Gaussian each may hold for its next draw.
+START_STATE = (
+    "import hashlib, random, numpy as np\n"
+    "def main(args):\n"
+    "    legacy, inner = np.random.get_state(), random.getstate()\n"
+    "    return {'numpy': hashlib.sha256(legacy[1].tobytes()).hexdigest(), 'pos': int(legacy[2]),\n"
+    "            'numpy_gauss': int(legacy[3]), 'random': hashlib.sha256(repr(inner[1][:624]).encode()).hexdigest(),\n"
+    "            'index': inner[1][624], 'random_gauss': inner[2]}\n"
+)
+
+
+def test_every_run_starts_both_generators_from_whole_new_state(runner: DataSandboxEngine) -> None:
+    """runtime/_seeds.py writes each run's state straight into the generators: all 624 words
+    new in every run, the position at the end (the first draw twists them all, as after
+    seeding) and no Gaussian held over from the snapshot."""
+    outs = []
+    for i in range(5):
+        if i % 2:
+            runner.wait_idle()
+        out = output(runner, START_STATE)
+        assert isinstance(out, dict)
+        outs.append(out)
+    for out in outs:
+        assert (out["pos"], out["index"], out["numpy_gauss"], out["random_gauss"]) == (624, 624, 0, None), out
+    for key in ("numpy", "random"):
+        assert len({out[key] for out in outs}) == len(outs), f"{key}'s state repeats between runs"
+
+
+def test_a_forks_first_run_drops_the_gaussian_its_session_held(runner: DataSandboxEngine, tmp_path: Path) -> None:
+    """numpy's RandomState draws Gaussians in pairs and keeps the second for the next
+    draw; a session's pages keep it. A fork's first run is reseeded: it must not hand
+    out the Gaussian its source session holds (the source's next draw)."""
+    store = SessionStore(tmp_path / "sessions")
+
+    def run_in(meta: SessionMeta, code: str) -> object:
+        session = SessionRun(folder=str(store.folder(meta)), version=meta.version, reseed=meta.reseed)
+        result = runner.run(RunRequest(kind="code", code=code, session=session))
+        assert result.status == "completed" and result.session is not None, result.error
+        store.finish_run(meta, result.session)
+        return json.loads(result.output_json)
+
+    _, meta = store.create("o", idle_timeout_s=600, limits={}, skills=[], max_sessions=10)
+    run_in(meta, "import numpy as np\nnp.random.seed(3)\nfloat(np.random.standard_normal())")
+    store.acquire(meta)
+    try:
+        _, fork = store.create("o", idle_timeout_s=600, limits={}, skills=[], max_sessions=10, source=meta)
+    finally:
+        store.release(meta)
+    draw = "import numpy as np\n[int(np.random.get_state()[3]), float(np.random.standard_normal())]"
+    held, following = run_in(meta, draw)  # type: ignore[misc]
+    fork_held, fork_first = run_in(fork, draw)  # type: ignore[misc]
+    assert held == 1, "the seeded session keeps its stream, the held Gaussian included"
+    assert fork_held == 0 and fork_first != following, "the fork's first run drew its source's held Gaussian"
+
+
+HOLDS_GAUSSIANS = (
+    "import random, numpy as np\n"
+    "print('importing the skill')\n"
+    "AT_IMPORT = [random.gauss(0, 1), float(np.random.standard_normal())]  # each holds its pair's second\n"
+    "def main(args):\n"
+    "    return [random.gauss(0, 1), float(np.random.standard_normal())]\n"
+)
+
+
+def test_runs_from_a_skills_pages_never_draw_the_gaussians_its_import_held(
+    runner: DataSandboxEngine, tmp_path: Path,
+) -> None:
+    """A skill's pages are its memory after its import; a Gaussian each generator held
+    then must not be every later run's first draw."""
+    skill = make_skill(tmp_path, "seeds.held", {"code/main.py": HOLDS_GAUSSIANS})
+    request = RunRequest(kind="skill", skill=skill.name, skills=[skill])
+    assert runner.run(request).status == "completed"
+    assert runner.skill_pages.wait_ready(120)
+    results = [runner.run(request) for _ in range(4)]
+    for result in results:
+        assert result.status == "completed", result.error
+        assert "importing the skill" not in result.logs  # started from the skill's pages
+    draws = [json.loads(result.output_json) for result in results]
+    for i, name in enumerate(("random.gauss", "numpy's standard_normal")):
+        assert len({draw[i] for draw in draws}) == len(draws), f"{name} repeats the Gaussian the import held"
 
 
 def test_numpy_seeding_inside_a_run_is_still_reproducible(runner: DataSandboxEngine) -> None:

@@ -98,6 +98,40 @@ def test_globals_imports_and_files_carry_over(servers: Servers) -> None:
     assert len("kept") + len("tmp") <= mine["files_bytes"] <= 2 * 65536
 
 
+def test_every_run_starts_in_the_workspace_wherever_the_last_one_went(servers: Servers) -> None:
+    """A run moves to /workspace only when it is not there already (the guest's
+    _to_workspace); a session's memory keeps where its last run went."""
+    call = servers.alice
+    sid = _new(call)
+    moved = _run(call, sid, "import os\nos.chdir('/tmp')\nopen('here.txt', 'w').write('t')\nos.getcwd()")
+    assert moved["output"] == "/tmp"
+    back = _run(call, sid, "open('here.txt', 'w').write('w')\n[os.getcwd(), open('/tmp/here.txt').read()]")
+    assert back["output"] == ["/workspace", "t"]
+    assert _run(call, sid, "open('/workspace/here.txt').read()")["output"] == "w"
+    plain = _result(call("run_code", language="python", code="import os\nos.getcwd()"))
+    assert plain["output"] == "/workspace"
+    call("close_session", session_id=sid)
+
+
+def test_a_run_sees_only_its_own_input_blobs_and_a_version_keeps_only_its_state(servers: Servers) -> None:
+    """A session run's /blobs holds what that run was given, nothing of another run's; the
+    version on disk holds its memory, /workspace and /tmp, no folder a run mounted."""
+    call = servers.alice
+    blob = _result(call("create_blob", content="a,b\n1,2\n", kind="text/csv"))["blob_id"]
+    sid = _new(call)
+    given = _run(call, sid, f"import os\nopen('/blobs/{blob}').read()", input_blobs=[blob])
+    assert given["output"] == "a,b\n1,2\n"
+    assert _run(call, sid, f"os.path.exists('/blobs/{blob}')")["output"] is False
+    assert _run(call, sid, "open('/workspace/k.txt', 'w').write('k')\nsorted(os.listdir('/workspace'))")["output"] == [
+        "k.txt"]
+    folder = next(p for p in (servers.data / "sessions").iterdir()
+                  if (p / "meta.json").exists() and sid in (p / "meta.json").read_text())
+    current = folder / f"v{json.loads((folder / 'meta.json').read_text())['version']}"  # (older ones go meanwhile)
+    assert sorted(c.name for c in current.iterdir()) in (
+        ["memory", "tmp", "workspace"], ["memory", "memory.delta", "tmp", "workspace"])
+    call("close_session", session_id=sid)
+
+
 def test_a_timeout_rolls_back_memory_and_files(servers: Servers) -> None:
     call = servers.alice
     sid = _new(call)

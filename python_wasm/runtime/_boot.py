@@ -16,7 +16,6 @@ bound at init) and reuses JSON coders built at init.
 from __future__ import annotations
 
 import _json
-import _random
 import _sitebuiltins
 import ast
 import asyncio
@@ -27,14 +26,13 @@ import importlib.util
 import json
 import linecache
 import os
-import random
 import re
 import sys
 import traceback
 import types
 
 import _wasmrun
-from runtime import _compat, _contract, _display, _figures, _hints, _skills, _stdio, _values
+from runtime import _compat, _contract, _display, _figures, _hints, _seeds, _skills, _stdio, _values
 
 # Commonly used modules, imported before the snapshot so runs get them free.
 HOT_MODULES = (
@@ -53,6 +51,7 @@ HOT_MODULES = (
 # codec cache instead of importing them from the stdlib zip (about 4 ms a run).
 HOT_CODECS = ("utf-8", "utf-8-sig", "latin-1", "ascii", "utf-16", "cp1252")
 DEFAULT_FUNCTION = "main"
+WORKSPACE = "/workspace"
 RUN_MODULE = "run_code"
 RUN_FILENAME = "<run_code>"
 # The code's name in tracebacks: in a session each run is a cell of its own
@@ -83,7 +82,6 @@ _encode_chunks = _json.make_encoder(
     {}, _not_serialisable, _json.encode_basestring, None, ":", ",", False, False, False
 )
 _encode_error = json.JSONEncoder().encode
-_seed = _random.Random.seed
 
 # Sources without a file, registered with linecache only when a traceback
 # needs them (keeping the common path from touching linecache at all).
@@ -112,6 +110,8 @@ def init() -> None:
     _skills.install()
     _display.install()
     importlib.import_module("runtime.http").install_urllib()
+    _seeds.init()  # after numpy's import (the data image's prelude imports it first)
+    _to_workspace()  # where the image is made with it mounted (the data image's): runs start there
 
 
 class _Failure(Exception):
@@ -176,24 +176,26 @@ def _prepare(request: dict) -> None:
     env = request.get("env")
     if env:
         os.environ.update(env)
-    # The snapshot baked in one random state; every run gets its own seed from
-    # the host (random.seed() without its Python layer: C seeds from urandom).
-    # A session's runs keep theirs (a seed the code set holds), except its
-    # first run and a fork's first run (`reseed`).
+    # The snapshot baked in one random state; every run gets its own from the
+    # host (_seeds.py). A session's runs keep theirs (a seed the code set holds),
+    # except its first run and a fork's first run (`reseed`).
     if request.get("reseed", True):
-        _seed(random._inst, None)
-        random._inst.gauss_next = None
-        numpy = sys.modules.get("numpy")  # the data image's: its global RandomState too
-        if numpy is not None:
-            # Keyed by 624 words from the host's entropy (init_by_array): its whole
-            # state. seed() with no argument draws a SeedSequence instead (~0.4 ms a run).
-            numpy.random.seed(numpy.frombuffer(os.urandom(2496), numpy.uint32))
+        _seeds.fresh(request.get("session", False))
     _skills.FINDER.mount(request.get("skills") or {})
     for folder in request.get("sys_path") or ():
         if folder not in sys.path:  # a session's runs share sys.path
             sys.path.append(folder)
+    _to_workspace()
+
+
+def _to_workspace() -> None:
+    """The run starts in /workspace. The interpreter keeps its working directory as a
+    path (WASI has none), and moving there checks the path with the host (a WASI call,
+    40-70 us): skipped when it is there already, as every run of an image made with
+    /workspace mounted is (`init` moves there; a session's code may have moved on)."""
     try:
-        _compat.real_chdir("/workspace")  # resolved already: no need of os.chdir's realpath
+        if os.getcwd() != WORKSPACE:
+            _compat.real_chdir(WORKSPACE)  # resolved already: no need of os.chdir's realpath
     except OSError:
         pass
 

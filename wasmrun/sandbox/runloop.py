@@ -154,11 +154,14 @@ class RunLoop:
         limits = request.limits
         workspace = Workspace(
             root or self.dirs.take(), limits.workspace_bytes, limits.workspace_files, self.dirs.block, started_from,
+            self.dirs.empty,
         )
         if root is not None:  # a session's folders: what they hold counts from the start
             workspace.est_bytes, workspace.est_files = workspace.measure()
         if request.input_blobs:
             place_input_blobs(self.blobs, request.input_blobs, workspace.blobs, request.owner)
+        elif root is not None:  # a session's version has no /blobs folder without input blobs
+            workspace.blobs = workspace.empty
         return workspace
 
     def _call_guest(self, fresh: Fresh, ctx: RunContext, mounts: Mounts, usage: Usage, t0: float) -> RunError | None:

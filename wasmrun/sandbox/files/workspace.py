@@ -39,12 +39,16 @@ class Workspace:
 
     def __init__(
         self, root: Path, max_bytes: int, max_files: int, block: int = 4096, started_from: Path | None = None,
+        empty: Path | None = None,
     ) -> None:
         self.root = root
         self.started_from = started_from
         self.path = root / "workspace"
         self.tmp = root / "tmp"
         self.blobs = root / "blobs"  # the run's input blobs, read-only; not counted
+        # A folder that stays empty (its engine's: WorkspaceDirs.empty), mounted read-only
+        # where a run has nothing to show there, so that no run makes a folder for nothing.
+        self.empty = empty if empty is not None else root / "empty"
         self.max_bytes = max_bytes
         self.max_files = max_files
         self.block = block  # the filesystem's allocation unit
@@ -104,6 +108,8 @@ class WorkspaceDirs:
         self.block = diskuse.block_size(root)  # measured once: the workspaces' allocation unit
         self._serial = itertools.count()
         self._spare: list[Path] = []
+        self.empty = root / "empty"  # Workspace.empty: never written (mounted read-only only)
+        self.empty.mkdir(mode=0o700, exist_ok=True)
 
     def take(self) -> Path:
         try:
@@ -130,6 +136,7 @@ class WorkspaceDirs:
         for path in self._spare:
             _remove_quietly(path)
         self._spare.clear()
+        _remove_quietly(self.empty)  # the engine is closing: no run mounts it any more
 
 
 def _remove_quietly(path: Path) -> None:

@@ -123,7 +123,6 @@ def ready_image(engine: wasmtime.Engine, quiet: bool = True) -> BuiltDataImage:
 # No static buffers: the request and the reply travel through the door.
 NO_BUFFERS = GuestBuffers(io_buffer=0, io_capacity=-1, out_buffer=0, out_len=0, out_capacity=0)
 SKILLS_VIEW = "skills"  # in each run folder: the run's /skills (link_skills)
-NO_PACKAGES = "nopackages"  # in each run folder: an empty /packages, when no layer is published
 
 
 class DataImage(Image):
@@ -136,7 +135,7 @@ class DataImage(Image):
     (no 3.11 bytecode); a skill's import is kept as its pages, as on the
     stdlib image (memory/skillpages.py)."""
 
-    run_folders = (SKILLS_VIEW, NO_PACKAGES)
+    run_folders = (SKILLS_VIEW,)
     kept_run_folders = (SKILLS_VIEW,)  # a view is kept for the folder's next run (files/skillcopies.py)
     warmup = DATA_WARMUP_REQUESTS
     makes_skill_pages = True
@@ -199,7 +198,7 @@ class DataImage(Image):
         wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
         wasi.preopen_dir(str(skills_view), SKILLS_ROOT, fs_mutable=False)
         wasi.preopen_dir(str(workspace.blobs), BLOBS, fs_mutable=False)
-        site = mounts.packages / "site-packages" if mounts.packages is not None else workspace.root / NO_PACKAGES
+        site = mounts.packages / "site-packages" if mounts.packages is not None else workspace.empty
         wasi.preopen_dir(str(site), PackageLayer.GUEST_SITE, fs_mutable=False)
         wasi.argv = ["python"]  # no environment: the image's is empty, a run's is the request's
         # fds from 3 in that order; all but /skills' hold nothing a WASI open could block on

@@ -183,16 +183,25 @@ _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_
 _libc.mmap.restype = ctypes.c_void_p
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.munmap.restype = ctypes.c_int
+_libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+_libc.ioctl.restype = ctypes.c_int
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 def _add_changed_pages(changed: Spans, address: int, source: int, start: int, end: int) -> None:
-    """Within a chunk that differs, the pages that do (a run changes a few
-    scattered pages: the delta, written every run, stays that small)."""
-    for offset in range(start, end, PAGE):
-        length = min(PAGE, end - offset)
-        if _compare(address + offset, source + (offset - start), length):
-            _add(changed, offset, length)
+    """Within a chunk that differs (memory at `address + start`, the base's copy at
+    `source`), the pages that do, in order: the chunk halved until a part is one page,
+    each half compared. A run changes a few scattered pages (the delta, written every
+    run, stays that small): one changed page of 16 costs 8 compares, not 16, and each is
+    a call through ctypes, which costs more than comparing the page."""
+    if end - start <= PAGE:
+        _add(changed, start, end - start)
+        return
+    middle = start + max(PAGE, (end - start) // (2 * PAGE) * PAGE)  # a page boundary inside
+    for part_start, part_end in ((start, middle), (middle, end)):
+        part_source = source + (part_start - start)
+        if _compare(address + part_start, part_source, part_end - part_start):
+            _add_changed_pages(changed, address, part_source, part_start, part_end)
 
 
 def _add(spans: Spans, offset: int, length: int) -> None:
@@ -205,7 +214,9 @@ def _add(spans: Spans, offset: int, length: int) -> None:
 def written_spans(store: wasmtime.Store, memory: wasmtime.Memory) -> Spans:
     """(offset, length) spans covering every page written since the snapshot."""
     size = memory.data_len(store)
-    spans = _pagemap_written(store, memory)
+    spans = _scan_written(store, memory)
+    if spans is None:
+        spans = _pagemap_written(store, memory)
     if spans is None:
         return [(0, size)] if size else []
     return spans
@@ -231,6 +242,54 @@ def _pagemap_written(store: wasmtime.Store, memory: wasmtime.Memory) -> Spans | 
         return None
     flags = raw[7::8].translate(_WRITTEN)
     return [(m.start() * PAGE, (m.end() - m.start()) * PAGE) for m in _RUNS.finditer(flags)]
+
+
+class _ScanArg(ctypes.Structure):
+    """Linux's `struct pm_scan_arg` (PAGEMAP_SCAN, 6.7+)."""
+
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "size", "flags", "start", "end", "walk_end", "vec", "vec_len", "max_pages",
+        "category_inverted", "category_mask", "category_anyof_mask", "return_mask")]
+
+
+_PAGE_IS_FILE, _PAGE_IS_PRESENT = 1 << 2, 1 << 3
+_PAGEMAP_SCAN = (3 << 30) | (ctypes.sizeof(_ScanArg) << 16) | (ord("f") << 8) | 16  # _IOWR('f', 16, ...)
+_REGIONS = 512  # (start, end, categories) triples per call; a session's pages come in a few hundred runs
+_scan_works = sys.platform.startswith("linux")
+
+
+def _scan_written(store: wasmtime.Store, memory: wasmtime.Memory) -> Spans | None:
+    """The same spans as `_pagemap_written` (present and not file-backed: bit 63 set, 61
+    clear), found by the kernel: PAGEMAP_SCAN hands back the runs themselves, where the
+    read hands back 8 bytes for each of the memory's pages (the data image's 83 MiB: 170 KB
+    read and scanned, ~2 ms a save under load). None where the kernel has no PAGEMAP_SCAN."""
+    global _scan_works
+    if not _scan_works:
+        return None
+    base = ctypes.addressof(memory.data_ptr(store).contents)
+    end = base + memory.data_len(store)
+    regions = (ctypes.c_uint64 * (3 * _REGIONS))()
+    arg = _ScanArg(size=ctypes.sizeof(_ScanArg), vec=ctypes.addressof(regions), vec_len=_REGIONS,
+                   category_inverted=_PAGE_IS_FILE, category_mask=_PAGE_IS_PRESENT | _PAGE_IS_FILE,
+                   return_mask=_PAGE_IS_PRESENT)
+    spans: Spans = []
+    try:
+        with open("/proc/self/pagemap", "rb", buffering=0) as f:
+            start = base
+            while start < end:
+                arg.start, arg.end, arg.walk_end = start, end, 0
+                found = _libc.ioctl(f.fileno(), _PAGEMAP_SCAN, ctypes.byref(arg))
+                if found < 0:
+                    raise OSError(ctypes.get_errno(), "PAGEMAP_SCAN")
+                for i in range(found):
+                    _add(spans, regions[3 * i] - base, regions[3 * i + 1] - regions[3 * i])
+                if arg.walk_end <= start:
+                    raise OSError("PAGEMAP_SCAN made no progress")
+                start = arg.walk_end
+    except OSError:
+        _scan_works = False  # an older kernel (ENOTTY/EINVAL): read the pagemap from now on
+        return None
+    return spans
 
 
 def _write(path: Path, spans: Spans, store: wasmtime.Store, memory: wasmtime.Memory, guest_key: str) -> int:

@@ -1,0 +1,63 @@
+"""A session's written pages: the kernel's PAGEMAP_SCAN finds the same spans as the pagemap read."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.guest.guestmemory import memory_view
+from wasmrun.sandbox.sessions import pages
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/pagemap is Linux's")
+def test_the_scan_and_the_read_find_the_same_written_pages(engine: SandboxEngine) -> None:
+    fresh = engine.image.new_instance()
+    try:
+        size = fresh.memory.data_len(fresh.store)
+        view = memory_view(fresh.store, fresh.memory)
+        try:
+            for offset in (0, 5 * pages.PAGE, size // 2, size - pages.PAGE):  # scattered writes
+                view[offset] = (view[offset] + 1) % 256
+        finally:
+            view.release()
+        scanned = pages._scan_written(fresh.store, fresh.memory)
+        read = pages._pagemap_written(fresh.store, fresh.memory)
+        if scanned is None:
+            pytest.skip("this kernel has no PAGEMAP_SCAN (older than 6.7)")
+        assert scanned == read and scanned
+        for offset in (0, 5 * pages.PAGE, size // 2, size - pages.PAGE):
+            assert any(start <= offset < start + length for start, length in scanned), offset
+    finally:
+        fresh.store.close()
+
+
+def test_the_delta_is_exactly_the_pages_that_differ_from_the_base(engine: SandboxEngine, tmp_path: Path) -> None:
+    """save's delta against a base holds every page that differs from it and no other:
+    pages changed alone, side by side, at a chunk's edges and a whole chunk."""
+    fresh = engine.image.new_instance()
+    try:
+        size = fresh.memory.data_len(fresh.store)
+        view = memory_view(fresh.store, fresh.memory)
+        try:
+            view[0 : 64 * pages.PAGE] = bytes(range(256)) * (64 * pages.PAGE // 256)  # written: in the base
+        finally:
+            view.release()
+        (tmp_path / "v0").mkdir()
+        (tmp_path / "v1").mkdir()
+        pages.save(tmp_path / "nowhere", tmp_path / "v0", fresh.store, fresh.memory, "key")
+        changed = [3, 15, 16, 17, 31, 40, 41, 42] + list(range(48, 64))  # pages, 16 to a chunk
+        view = memory_view(fresh.store, fresh.memory)
+        try:
+            for page in changed:
+                view[page * pages.PAGE + 7] ^= 0xFF
+        finally:
+            view.release()
+        pages.save(tmp_path / "v0", tmp_path / "v1", fresh.store, fresh.memory, "key")
+        spans = [(o, n) for o, n, _ in pages._span_table(tmp_path / "v1" / pages.DELTA, "key")]
+        found = [o // pages.PAGE + i for o, n in spans for i in range(n // pages.PAGE)]
+        assert found == changed and size == fresh.memory.data_len(fresh.store)
+    finally:
+        fresh.store.close()
