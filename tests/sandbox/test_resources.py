@@ -37,8 +37,10 @@ def test_two_hundred_runs_leak_nothing(run_code, engine):
     # what remains is a few empty spares (bounded by how many runs can await
     # teardown at once: HARD_MAX_RETIRED when runs come faster than teardown,
     # as on a loaded machine), never a file a run wrote.
-    # (`roots` beside them holds the guest's read-only `/` folders, see guestroot.py.)
-    spares = [name for name in os.listdir(engine.loop.workspace_root) if name != "roots"]
+    # (`roots` beside them holds the guest's read-only `/` folders, see guestroot.py, and
+    # `empty` the engine's folder that stays empty, mounted where a run has nothing to see.)
+    assert os.listdir(engine.loop.dirs.empty) == []
+    spares = [name for name in os.listdir(engine.loop.workspace_root) if name not in ("roots", engine.loop.dirs.empty.name)]
     assert len(spares) <= HARD_MAX_RETIRED + 2
     for name in spares:  # each run folder keeps its empty workspace, tmp and blobs (and the data image's skills)
         run_folder = engine.loop.workspace_root / name
