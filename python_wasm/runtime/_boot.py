@@ -99,6 +99,10 @@ def init() -> None:
     builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
     builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
     builtins.help = _sitebuiltins._Helper()  # `site` gives it natively; models call help(obj)
+    # The run's home is its writable folder: Path.home() and expanduser("~/...") work
+    # as natively (WASI has no passwd database to fall back on). Set in the image, so
+    # a run pays nothing for it.
+    os.environ.setdefault("HOME", WORKSPACE)
     # Before http.client and urllib.request import: they define HTTPS classes only when ssl imports.
     _compat.install_ssl()
     for name in HOT_MODULES:
@@ -171,7 +175,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def _prepare(request: dict) -> None:
-    # The snapshot's environment is empty; touching os.environ costs a run
+    # The snapshot's environment holds only HOME; touching os.environ costs a run
     # dozens of page faults, so only do it when there is something to set.
     env = request.get("env")
     if env:
