@@ -222,9 +222,10 @@ import runtime._boot
 runtime._boot.init()
 import runtime._turn
 runtime._turn.install(runtime._boot.run)
-# A run's environment is what it was granted, nothing else (numpy, pandas and matplotlib
-# read theirs at import, above; tempfile falls back to /tmp).
+# A run's environment is the runtime's base (HOME) and what it was granted, nothing else
+# (numpy, pandas and matplotlib read theirs at import, above; tempfile falls back to /tmp).
 os.environ.clear()
+os.environ.update(runtime._boot.BASE_ENV)
 # Everything above lives as long as the image: out of the collector's sight, so a run's
 # collections scan (and write to) only the run's own objects (gc.freeze, as pre-forking
 # servers do; a young collection otherwise scanned thousands of the image's objects).

@@ -172,38 +172,6 @@ def test_the_standard_library_answers_as_natively(rpc: Rpc, tmp_path: Path) -> N
     assert got == expected, {k: (got.get(k), v) for k, v in expected.items() if got.get(k) != v}
 
 
-PERMISSIONS = r"""
-import os, stat, tarfile, zipfile
-def main(args):
-    open("/workspace/a.txt", "w").write("a")
-    os.mkdir("/workspace/d")
-    open("/workspace/run.sh", "w").write("echo")
-    os.chmod("/workspace/run.sh", 0o755)
-    with zipfile.ZipFile("/workspace/a.zip", "w") as zf:
-        zf.write("/workspace/a.txt", "a.txt")
-    with tarfile.open("/workspace/a.tar", "w") as tf:
-        tf.add("/workspace/d", "d")
-        tf.add("/workspace/run.sh", "run.sh")
-    fd = os.open("/workspace/a.txt", os.O_RDONLY)
-    return {"file": oct(os.stat("a.txt").st_mode), "dir": oct(os.lstat("/workspace/d").st_mode),
-            "fstat": oct(os.fstat(fd).st_mode), "chmodded": oct(os.stat("run.sh").st_mode & 0o777),
-            "zip": oct(zipfile.ZipFile("/workspace/a.zip").getinfo("a.txt").external_attr >> 16),
-            "tar": sorted((m.name, oct(m.mode)) for m in tarfile.open("/workspace/a.tar")),
-            "times": os.stat("a.txt").st_mtime_ns // 10**9 == int(os.stat("a.txt").st_mtime)}
-"""
-
-
-def test_files_have_the_permission_bits_of_a_fresh_linux_file(rpc: Rpc, tmp_path: Path) -> None:
-    """WASI has none: every file was mode 000, and so was each file in an archive made here."""
-    got = completed(run(rpc, PERMISSIONS))
-    os.umask(old := os.umask(0o022))  # native files take the umask; the sandbox's are as under 022
-    expected = native(PERMISSIONS, tmp_path)["output"]
-    if old == 0o022:
-        assert got == expected
-    assert got["zip"] == "0o100644" and got["tar"] == [["d", "0o755"], ["run.sh", "0o755"]]
-    assert got["file"] == got["fstat"] == "0o100644" and got["dir"] == "0o40755"
-
-
 ASYNC_AND_RECURSION = CHECK + r'''
 import asyncio, sys
 async def work():

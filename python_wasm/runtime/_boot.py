@@ -52,6 +52,9 @@ HOT_MODULES = (
 HOT_CODECS = ("utf-8", "utf-8-sig", "latin-1", "ascii", "utf-16", "cp1252")
 DEFAULT_FUNCTION = "main"
 WORKSPACE = "/workspace"
+# Every run's environment before what it was granted: its home is its writable folder,
+# so Path.home() and expanduser("~/...") work as natively (WASI has no passwd database).
+BASE_ENV = {"HOME": WORKSPACE}
 RUN_MODULE = "run_code"
 RUN_FILENAME = "<run_code>"
 # The code's name in tracebacks: in a session each run is a cell of its own
@@ -99,6 +102,7 @@ def init() -> None:
     builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
     builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
     builtins.help = _sitebuiltins._Helper()  # `site` gives it natively; models call help(obj)
+    os.environ.update(BASE_ENV)  # in the image: a run pays nothing for it
     # Before http.client and urllib.request import: they define HTTPS classes only when ssl imports.
     _compat.install_ssl()
     for name in HOT_MODULES:
@@ -171,7 +175,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def _prepare(request: dict) -> None:
-    # The snapshot's environment is empty; touching os.environ costs a run
+    # The snapshot's environment holds only HOME; touching os.environ costs a run
     # dozens of page faults, so only do it when there is something to set.
     env = request.get("env")
     if env:

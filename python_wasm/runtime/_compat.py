@@ -10,12 +10,7 @@
   `getcwd()` and every relative path after it are as on Linux.
 - `chmod`: WASI has no permission bits and wasi-libc's `chmod` succeeds for
   any path, even a missing one. `os.chmod` here still does nothing to the
-  files, but answers for the path as Linux does (ENOENT, ENOTDIR).
-- Permission bits: WASI's `stat` gives a file's type alone (every file mode
-  000), which archives record (`zipfile.write`, `tarfile.add`: a user's unzip
-  then makes unreadable files). `os.stat`, `os.lstat` and `os.fstat` here
-  give what a fresh file on Linux has (rw-r--r--, a folder rwxr-xr-x), or
-  the bits `os.chmod` last set on that path in this interpreter.
+  bits, but answers for the path as Linux does (ENOENT, ENOTDIR).
 - `ssl`: WASI has no OpenSSL. `_tls` stands in as `_ssl` so `import ssl`,
   its constants and contexts work; TLS itself is the host's (runtime/http.py).
 - asyncio: the stock event loop needs a socket pair to wake itself up, and
@@ -34,7 +29,6 @@ from __future__ import annotations
 import _thread
 import os
 import selectors
-import stat
 import sys
 import threading
 import time
@@ -139,54 +133,12 @@ def install_chdir() -> None:
     os.chdir = chdir
 
 
-_DEFAULT_PERMISSIONS = {stat.S_IFDIR: 0o755, stat.S_IFLNK: 0o777}
-_CHMODDED: dict[str, int] = {}  # absolute path -> the bits os.chmod set (abspath: realpath would lstat)
-_EXTRA_STAT_FIELDS = tuple(
-    name for name in ("st_atime", "st_mtime", "st_ctime", "st_atime_ns", "st_mtime_ns", "st_ctime_ns",
-                      "st_blksize", "st_blocks", "st_rdev") if hasattr(os.stat_result, name)
-)
-
-
-def _with_permissions(result, path=None):
-    if result.st_mode & 0o7777:
-        return result
-    kind = stat.S_IFMT(result.st_mode)
-    bits = _DEFAULT_PERMISSIONS.get(kind, 0o644)
-    if _CHMODDED and kind != stat.S_IFLNK and isinstance(path, (str, os.PathLike)):
-        try:
-            bits = _CHMODDED.get(os.path.abspath(path), bits)
-        except (TypeError, ValueError):
-            pass
-    fields = {name: getattr(result, name) for name in _EXTRA_STAT_FIELDS}
-    return os.stat_result((result.st_mode | bits, *result[1:10]), fields)
-
-
-def install_permissions() -> None:
-    real_stat, real_lstat, real_fstat = os.stat, os.lstat, os.fstat
-
-    def stat_(path, *, dir_fd=None, follow_symlinks=True):
-        return _with_permissions(real_stat(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks),
-                                 path if dir_fd is None and follow_symlinks else None)
-
-    def lstat(path, *, dir_fd=None):
-        return _with_permissions(real_lstat(path, dir_fd=dir_fd), path if dir_fd is None else None)
-
-    def fstat(fd):
-        return _with_permissions(real_fstat(fd))
-
-    for wrapper, real in ((stat_, real_stat), (lstat, real_lstat), (fstat, real_fstat)):
-        wrapper.__doc__, wrapper.__name__ = real.__doc__, real.__name__
-    os.stat, os.lstat, os.fstat = stat_, lstat, fstat
-
-
 def install_chmod() -> None:
     real_chmod = os.chmod
 
     def chmod(path, mode, *, dir_fd=None, follow_symlinks=True):
         real_chmod(path, mode, dir_fd=dir_fd, follow_symlinks=follow_symlinks)  # its own argument errors
         os.stat(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)  # the path's errors, as Linux's chmod
-        if dir_fd is None and isinstance(path, (str, os.PathLike)) and mode & 0o7777:
-            _CHMODDED[os.path.abspath(path)] = mode & 0o7777
 
     chmod.__doc__ = real_chmod.__doc__
     os.chmod = chmod
@@ -253,7 +205,6 @@ def install_pbkdf2() -> None:
 def install() -> None:
     install_socket()
     install_pbkdf2()
-    install_permissions()
     install_chdir()
     install_chmod()
     _thread.start_new_thread = _no_threads

@@ -70,13 +70,20 @@ def test_workspace_is_the_working_directory(run_code):
     assert run_code(code).output == ["/workspace", True, True]
 
 
-def test_environment_is_empty_unless_granted(run_code):
+def test_environment_is_only_home_unless_granted(run_code):
     code = "import os\ndef main(args):\n    return dict(os.environ)"
-    assert run_code(code).output == {}
+    assert run_code(code).output == {"HOME": "/workspace"}
     granted = "import os\ndef main(args):\n    return [sorted(os.environ), os.environ['API_KEY'] == 's3cret']"
-    assert run_code(granted, env={"API_KEY": "s3cret"}).output == [["API_KEY"], True]
+    assert run_code(granted, env={"API_KEY": "s3cret"}).output == [["API_KEY", "HOME"], True]
     # the value itself never comes back out: it is replaced by its placeholder
-    assert run_code(code, env={"API_KEY": "s3cret"}).output == {"API_KEY": "wasmrun-secret:API_KEY"}
+    assert run_code(code, env={"API_KEY": "s3cret"}).output == {"API_KEY": "wasmrun-secret:API_KEY", "HOME": "/workspace"}
+
+
+def test_home_is_the_workspace(run_code):
+    """Path.home() and expanduser work as natively (WASI has no passwd database)."""
+    code = ("import os, pathlib\ndef main(args):\n    open(os.path.expanduser('~/notes.txt'), 'w').write('x')\n"
+            "    return [str(pathlib.Path.home()), os.path.expanduser('~/data.csv'), sorted(os.listdir('/workspace'))]")
+    assert run_code(code).output == ["/workspace", "/workspace/data.csv", ["notes.txt"]]
 
 
 def test_no_network(run_code):

@@ -13,17 +13,25 @@ import pytest
 from tests.sandbox.conftest import make_skill
 from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult
 from wasmrun.sandbox.engine import SandboxEngine
+from wasmrun.sandbox.files import skillstamp
 from wasmrun.sandbox.files.skillcopies import SkillCopies
 from wasmrun.sandbox.files.skillstamp import (
     MAX_SKILL_BYTES,
     MAX_SKILL_DEPTH,
-    MAX_SKILL_ENTRIES,
     MAX_SKILL_PATH_CHARS,
     SkillTooLarge,
     stamp_skill,
 )
 
 MAIN = "def main(args):\n    return 'ran'\n"
+# The entry bound these tests hold the stamp to: the real one (16,384) takes minutes of
+# file creation per test on a loaded box; the code reads the bound when it walks.
+MAX_SKILL_ENTRIES = 2_048
+
+
+@pytest.fixture(autouse=True)
+def _entry_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(skillstamp, "MAX_SKILL_ENTRIES", MAX_SKILL_ENTRIES)
 
 
 def _run(engine: SandboxEngine, skill: MountedSkill, function: str = "main") -> RunResult:

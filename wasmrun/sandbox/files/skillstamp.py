@@ -46,7 +46,7 @@ import msgspec
 from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.contract.types import MountedSkill, RunError
 
-MAX_SKILL_ENTRIES = 4_096  # files, folders, links
+MAX_SKILL_ENTRIES = 16_384  # files, folders, links (CPython's own Lib/ as a skill: 8,619)
 MAX_SKILL_DEPTH = 32  # a file at a/b/c.txt is 3 deep
 MAX_SKILL_PATH_CHARS = 1_024
 MAX_SKILL_BYTES = 1 << 30  # regular files' sizes together
