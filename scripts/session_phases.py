@@ -24,7 +24,6 @@ import argparse
 import collections
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -148,31 +147,6 @@ def serve(image: str, port: int, data_dir: Path) -> None:
     hops.serve("lean", port, data_dir, data_dir / "marks.json")
 
 
-class Client:
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.n = 0
-
-    def call(self, method: str, params: dict[str, Any]) -> tuple[int, int, dict[str, Any]]:
-        self.n += 1
-        body = json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method, "params": params}).encode()
-        head = b"POST /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        sent = time.perf_counter_ns()
-        self.sock.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        buffer = b""
-        while b"\r\n\r\n" not in buffer:
-            buffer += self.sock.recv(65536)
-        headers, _, rest = buffer.partition(b"\r\n\r\n")
-        size = int(headers.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-        while len(rest) < size:
-            rest += self.sock.recv(65536)
-        received = time.perf_counter_ns()
-        reply = json.loads(rest)
-        assert "result" in reply, reply
-        return sent, received, reply["result"]
-
-
 def over_http(runs: int, images: list[str]) -> dict[str, Any]:
     from wasmrun.bench import hops
 
@@ -188,7 +162,7 @@ def over_http(runs: int, images: list[str]) -> dict[str, Any]:
                 )
             for i in images:
                 hops.wait_up(ports[i], procs[i])
-            clients = {i: Client(ports[i]) for i in images}
+            clients = {i: hops.Client(ports[i]) for i in images}
             sessions = {i: clients[i].call("create_session", {"language": "python"})[2]["session_id"] for i in images}
             params = {i: {"language": "python", "code": CODE, "session_id": sessions[i]} for i in images}
             for _ in range(3):
