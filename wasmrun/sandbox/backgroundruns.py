@@ -14,7 +14,7 @@ from pathlib import Path
 
 from wasmrun.sandbox.contract.background import COMPILE_LIMITS, IMPORT_LIMITS, BackgroundRun
 from wasmrun.sandbox.contract.types import MountedSkill, RunRequest, RunResult
-from wasmrun.sandbox.files.skillstamp import SkillStamp, SkillTooLarge, stamp_skill, stamp_skills
+from wasmrun.sandbox.files.skillstamp import SkillStamp, SkillTooLarge, stamp_skills
 from wasmrun.sandbox.files.workspace import Workspace
 from wasmrun.sandbox.guest.guestmemory import memory_view
 from wasmrun.sandbox.memory.instances import HotPages
@@ -84,12 +84,10 @@ def import_skill_pages(loop: RunLoop, skill: MountedSkill, max_bytes: int) -> Sk
 
 
 def skill_bytecode(
-    loop: RunLoop, skills: list[MountedSkill], stamps: Mapping[MountedSkill, SkillStamp] | None = None
+    loop: RunLoop, skills: list[MountedSkill], stamps: Mapping[MountedSkill, SkillStamp]
 ) -> dict[str, Path]:
-    """Each mounted action skill's compiled bytecode, compiling it first if needed
-    (none on an image that runs skills from source). `stamps`: the run's stamps of its
-    skills; a skill missing from them is stamped here, and one past a stamp's bounds
-    gets none (the run refuses it: runloop.py)."""
+    """Each mounted action skill's compiled bytecode, found by the run's stamp of it
+    and compiled first if needed (none on an image that runs skills from source)."""
     found: dict[str, Path] = {}
     bytecode = loop.bytecode
     if bytecode is None:
@@ -97,15 +95,9 @@ def skill_bytecode(
     for skill in skills:
         if not skill.entrypoint:
             continue
-        stamp = stamps.get(skill) if stamps is not None else None
-        if stamp is None:
-            try:
-                stamp = stamp_skill(skill)
-            except SkillTooLarge:
-                continue
-        key, folder = bytecode.lookup(skill, stamp)
+        key, folder = bytecode.lookup(skill, stamps[skill])
         if folder is None:
-            folder = _compile(loop, skill, key)
+            folder = _compile(loop, skill, key, stamps[skill])
         if folder is not None:
             found[skill.name] = folder
     return found
@@ -117,13 +109,13 @@ def stamps_and_bytecode(
     """The skills' stamps, taken once for a run (None when one is past their bounds:
     `run_in` then refuses the run), and their bytecode found by them (skill_bytecode)."""
     try:
-        stamps: Mapping[MountedSkill, SkillStamp] | None = stamp_skills(skills)
+        stamps = stamp_skills(skills)
     except SkillTooLarge:
         return None, {}
     return stamps, skill_bytecode(loop, skills, stamps)
 
 
-def _compile(loop: RunLoop, skill: MountedSkill, key: str) -> Path | None:
+def _compile(loop: RunLoop, skill: MountedSkill, key: str, stamp: SkillStamp) -> Path | None:
     """A compile run: our guest code compiles the skill's modules (and runs
     none of them) into a folder only this run can write."""
     bytecode = loop.bytecode
@@ -132,7 +124,8 @@ def _compile(loop: RunLoop, skill: MountedSkill, key: str) -> Path | None:
     fresh = loop.supply.take()
     request = RunRequest(kind="compile", skills=[skill], limits=COMPILE_LIMITS)
     try:
-        result, workspace = loop.run_in(fresh, request, time.perf_counter(), {skill.name: staging}, True)
+        result, workspace = loop.run_in(fresh, request, time.perf_counter(), {skill.name: staging}, True,
+                                        stamps={skill: stamp})
     except BaseException:
         fresh.store.close()
         loop.supply.forget()
