@@ -7,6 +7,10 @@ from typing import Any
 
 import tomli_w
 
+# What every run's environment holds before its grants: its home is its /workspace
+# (python_wasm/runtime/_boot.py BASE_ENV; the data image's prelude sets the same).
+GUEST_BASE_ENV = {"HOME": "/workspace"}
+
 
 def write_skill(
     top: Path,

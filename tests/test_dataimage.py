@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from skillfiles import GUEST_BASE_ENV
 
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.sandbox import DataSandboxEngine, Limits, MountedSkill, RunRequest, RunResult, errors
@@ -262,10 +263,10 @@ def test_a_skills_fifo_and_symlinks_are_not_mounted(runner: DataSandboxEngine, t
 
 def test_the_environment_is_only_what_the_run_was_granted(runner: DataSandboxEngine) -> None:
     code = "import os\ndef main(args):\n    return dict(os.environ)\n"
-    assert runner.run(RunRequest(kind="code", code=code)).output == {}
+    assert runner.run(RunRequest(kind="code", code=code)).output == GUEST_BASE_ENV
     granted = runner.run(RunRequest(kind="code", code=code, env={"API_KEY": "s3cret"}))
-    assert granted.output == {"API_KEY": "wasmrun-secret:API_KEY"}  # the value never comes back out
-    assert runner.run(RunRequest(kind="code", code=code)).output == {}  # and the next run has none
+    assert granted.output == {**GUEST_BASE_ENV, "API_KEY": "wasmrun-secret:API_KEY"}  # the value never comes back out
+    assert runner.run(RunRequest(kind="code", code=code)).output == GUEST_BASE_ENV  # and the next run has none
 
 
 def test_a_missing_package_hint_names_the_data_stack(runner: DataSandboxEngine) -> None:

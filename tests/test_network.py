@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import trustme
-from skillfiles import write_skill
+from skillfiles import GUEST_BASE_ENV, write_skill
 from starlette.testclient import TestClient
 
 from tests.egress_server import LocalServer, serve
@@ -478,7 +478,7 @@ def test_host_secret_reaches_the_server_but_never_the_guest(call: Caller, secure
     assert got["status"] == "completed", got
     assert secure.seen[0].headers["Authorization"] == "Bearer s3cret"  # the real value, on the wire
     out = got["output"]
-    assert out["env"] == {"DEMO_TOKEN": "wasmrun-secret:DEMO_TOKEN"}
+    assert out["env"] == {**GUEST_BASE_ENV, "DEMO_TOKEN": "wasmrun-secret:DEMO_TOKEN"}
     assert "'os'" in out["globals"] and "s3cret" not in out["globals"]
     # the server echoed the value back: the guest got it redacted
     assert out["echo"]["headers"]["Authorization"] == "Bearer wasmrun-secret:DEMO_TOKEN"

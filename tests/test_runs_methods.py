@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
-from skillfiles import write_skill
+from skillfiles import GUEST_BASE_ENV, write_skill
 
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.protocol.run_result import MAX_LOGS_PREVIEW_BYTES, MAX_OUTPUT_BYTES
@@ -271,9 +271,9 @@ def test_logs_include_runtime_log(rpc: Rpc) -> None:
 
 
 def test_run_code_gets_no_secrets(rpc: Rpc) -> None:
-    assert run_code(rpc, ENV_CODE)["output"] == {"env": {}}
+    assert run_code(rpc, ENV_CODE)["output"] == {"env": GUEST_BASE_ENV}
     mounted = run_code(rpc, "from skills.demo.secrets import main\n", mount_skills=["demo.secrets"])
-    assert mounted["output"] == {"env": {}}
+    assert mounted["output"] == {"env": GUEST_BASE_ENV}
 
 
 # -- execute_skill ---------------------------------------------------------------
@@ -283,7 +283,7 @@ def test_execute_injects_only_the_named_secrets(rpc: Rpc) -> None:
     result = rpc("execute_skill", {"name": "demo.secrets"})["result"]
     # No policy file: the secret is in the environment (env mode), and its value
     # is replaced by its placeholder in what the run returns.
-    assert result["output"] == {"env": {"DEMO_TOKEN": "wasmrun-secret:DEMO_TOKEN"}}
+    assert result["output"] == {"env": {**GUEST_BASE_ENV, "DEMO_TOKEN": "wasmrun-secret:DEMO_TOKEN"}}
     assert "s3cret" not in json.dumps(result)
 
 
@@ -432,7 +432,7 @@ def test_a_created_skill_cannot_grant_itself_a_secret(rpc: Rpc) -> None:
     _create_env_skill(rpc, "user.leak", "1.0.0", ["DEMO_TOKEN", "OTHER_TOKEN"])
     result = rpc("execute_skill", {"name": "user.leak"})["result"]
     assert result["status"] == "completed", result
-    assert result["output"] == {"env": {}}
+    assert result["output"] == {"env": GUEST_BASE_ENV}
     assert "s3cret" not in json.dumps(result) and "not-for-you" not in json.dumps(result)
 
 
@@ -441,11 +441,11 @@ def test_a_manifest_asking_for_an_ungranted_secret_gets_none(rpc: Rpc, skills_di
     write_skill(skills_dir, "demo.asks", code=ENV_CODE, permissions={"secrets": ["DEMO_TOKEN", "OTHER_TOKEN"]})
     result = rpc("execute_skill", {"name": "demo.asks"})["result"]
     # (the value is replaced by its placeholder in what the run returns)
-    assert result["output"] == {"env": {"DEMO_TOKEN": "wasmrun-secret:DEMO_TOKEN"}}
+    assert result["output"] == {"env": {**GUEST_BASE_ENV, "DEMO_TOKEN": "wasmrun-secret:DEMO_TOKEN"}}
 
 
 def test_an_everyone_grant_does_not_reach_a_created_skill_of_a_matching_name(rpc: Rpc) -> None:
     # Grants follow ownership: "demo.*" was written for the operator's demo skills.
     _create_env_skill(rpc, "demo.mine", "1.0.0", ["DEMO_TOKEN", "OTHER_TOKEN"])
     result = rpc("execute_skill", {"name": "demo.mine"})["result"]
-    assert result["status"] == "completed" and result["output"] == {"env": {}}, result
+    assert result["status"] == "completed" and result["output"] == {"env": GUEST_BASE_ENV}, result

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from skillfiles import GUEST_BASE_ENV
 from starlette.testclient import TestClient
 
 from wasmrun.cli import main
@@ -222,9 +223,10 @@ def test_secrets_are_granted_per_tenant(granted: TestClient, keys: dict[str, str
     _create_report(bob, "bob")
     # (a secret's value is replaced by its placeholder in what a run returns)
     assert alice("execute_skill", {"name": "user.report"})["result"]["output"]["env"] == {
+        **GUEST_BASE_ENV,
         "DEMO_TOKEN": "wasmrun-secret:DEMO_TOKEN"
     }
-    assert bob("execute_skill", {"name": "user.report"})["result"]["output"]["env"] == {}
+    assert bob("execute_skill", {"name": "user.report"})["result"]["output"]["env"] == GUEST_BASE_ENV
 
 
 def test_deleting_a_blob_a_run_is_reading_does_not_crash_the_run(http: TestClient, keys: dict[str, str]) -> None:
