@@ -22,7 +22,7 @@ can be given a new body. This is a small, strict linker for that one job:
   string literals), calls through function pointers, relocations of other
   kinds, wasm features the module does not use, a signature that differs.
 
-python_wasm/datasum.py uses it for the data image's sum() (native/data_sum.c).
+python_wasm/datacode.py uses it for the data image's sum() and _Py_Dealloc (native/data_*.c).
 """
 
 from __future__ import annotations

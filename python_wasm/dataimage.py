@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from python_wasm import datasum, namedexports, parser_stack, snapshot
+from python_wasm import datacode, namedexports, parser_stack, snapshot
 from python_wasm import exports as exports_
 from python_wasm.downloads import Download, Progress, _atomic_replace_dir, _private_dir, _sha256_file, cache_root, fetch
 from wasmrun.abi import BLOBS, DOOR_ALLOC, DOOR_IMPORT, DOOR_MODULE, DOOR_TURN, SKILLS_ROOT, TMP, WORKSPACE, Export
@@ -252,7 +252,7 @@ NAMED_EXPORTS = {Export.INTERRUPT: INTERRUPT_FUNCTION}
 
 def _image_key() -> str:
     h = hashlib.sha256()
-    for part in (IMAGE_RECIPE, SNAPSHOT_SHA256, STDLIB_SHA256, IMAGE_PRELUDE, datasum.inputs()):
+    for part in (IMAGE_RECIPE, SNAPSHOT_SHA256, STDLIB_SHA256, IMAGE_PRELUDE, datacode.inputs()):
         h.update(part.encode() + b"\0")
     for source in sorted((RUNTIME_PARENT / "runtime").glob("*.py")):
         h.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
@@ -333,7 +333,7 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     wasm = bytearray(interp.snapshot_wasm.read_bytes())
     parser_stack.patch_module(wasm)  # the parser's native nesting bound (parser_stack.py)
     sections = snapshot._sections(bytes(wasm))
-    sections = datasum.patch(sections)  # sum() on a 64-bit total (datasum.py)
+    sections = datacode.patch(sections)  # sum() on a 64-bit total, deep frees (datacode.py)
     globals_ = snapshot._globals(next(body for sid, body in sections if sid == snapshot.SEC_GLOBAL))
     mutable = [i for i, g in enumerate(globals_) if g.mutable]
     if snapshot._imported_globals(sections) or len(mutable) != 1:

@@ -4,7 +4,7 @@ A wheel carries, besides the Python packages:
 - the built guest (python_wasm/guest/: snapshot module, stdlib zip, manifest),
   built here first if the cache does not hold it yet, so that an installed
   wheel never needs the toolchain;
-- beside it, the data image's compiled sum() (datasum.py), so that making the
+- beside it, the data image's compiled C replacements (datacode.py), so that making the
   data image from an installed wheel needs no toolchain either;
 - the bundled skills (wasmrun/bundled_skills/, from skills/ at the root).
 
@@ -35,12 +35,12 @@ class BuildPy(build_py):
         # the guest build imports its sibling modules by package name.
         if str(ROOT) not in sys.path:
             sys.path.insert(0, str(ROOT))
-        from python_wasm import build, datasum
+        from python_wasm import build, datacode
 
         lib = Path(self.build_lib)
         packaged = lib / "python_wasm" / build.PACKAGED_DIR.name
         build.copy_into_package(build.build(), packaged)
-        datasum.copy_into_package(packaged)
+        datacode.copy_into_package(packaged)
         skills = lib.joinpath(*SKILLS_IN_WHEEL)
         if skills.exists():  # left from an earlier build in the same folder
             shutil.rmtree(skills)

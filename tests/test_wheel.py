@@ -29,7 +29,7 @@ import pytest
 import requests
 
 from python_wasm import build as guest_build
-from python_wasm import datasum
+from python_wasm import datacode
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -140,8 +140,8 @@ def test_the_wheel_is_pure_and_carries_the_source_built_guest_and_the_skills(ins
         manifest = json.loads(wheel.read("python_wasm/guest/manifest.json"))
     assert {"python_wasm/guest/snapshot.wasm", "python_wasm/guest/lib/wasmrun-guest.zip"} <= names
     assert "python_wasm/guest/python.wasm" not in names  # only the snapshot's input
-    # The data image's sum() compiled: making that image from the wheel needs no toolchain.
-    assert f"python_wasm/guest/{datasum.object_name()}" in names
+    # The data image's C replacements compiled: making that image from the wheel needs no toolchain.
+    assert {f"python_wasm/guest/{datacode.object_name(r)}" for r in datacode.REPLACEMENTS} <= names
     assert {"wasmrun/bundled_skills/text.stats/skill.toml", "python_wasm/runtime/_boot.py"} <= names
     assert {"wasmrun/playground/index.html", "wasmrun/playground/app.js", "wasmrun/playground/style.css"} <= names
     # The same guest as a source build of this recipe: same key, same snapshot.

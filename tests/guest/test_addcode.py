@@ -1,5 +1,5 @@
 """python_wasm/addcode.py, the small linker that gives a function of a prebuilt module a
-body compiled from C (the data image's sum(): python_wasm/datasum.py). Real objects
+body compiled from C (the data image's sum() and _Py_Dealloc: python_wasm/datacode.py). Real objects
 and modules, compiled with the build's pinned zig, run with wasmtime."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import wasmtime
 
-from python_wasm import addcode, datasum
+from python_wasm import addcode, datacode
 from python_wasm.build import unpack_zig
 from python_wasm.downloads import Progress
 from python_wasm.native import _zig_env
@@ -52,7 +52,7 @@ def base_module(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 
 def _object(tmp_path: Path, source: str) -> bytes:
     (tmp_path / "new.c").write_text(source)
-    return datasum.compile_object(tmp_path / "new.c", tmp_path / "new.o").read_bytes()
+    return datacode.compile_object(tmp_path / "new.c", tmp_path / "new.o").read_bytes()
 
 
 def _run(wasm: bytes, export: str, *args: int) -> int:
@@ -100,24 +100,26 @@ def test_a_target_the_name_section_lacks_is_refused(base_module: bytes, tmp_path
         addcode.replace_in_module(base_module, obj, "no_such_function", "new_twice", "original_twice")
 
 
-def test_the_data_images_sum_object_links_cleanly(tmp_path: Path) -> None:
-    """data_sum.c compiles to code the linker accepts: no data, only the known relocations."""
-    obj = addcode.parse_object(datasum.compile_object(datasum.SOURCE, tmp_path / "data_sum.o").read_bytes())
+@pytest.mark.parametrize("replacement", datacode.REPLACEMENTS, ids=lambda r: r.source)
+def test_the_data_images_objects_link_cleanly(tmp_path: Path, replacement: datacode.Replacement) -> None:
+    """Each native/data_*.c compiles to code the linker accepts: no data, only the known relocations."""
+    obj = addcode.parse_object(datacode.compile_object(replacement.path, tmp_path / "o.o").read_bytes())
     assert {r.type for r in obj.relocs} <= addcode.APPLIED
-    assert datasum.ENTRY in {s.name for s in obj.symbols if not s.undefined}
-    assert datasum.ORIGINAL in {name for name, _ in obj.imported_functions}
+    assert replacement.entry in {s.name for s in obj.symbols if not s.undefined}
+    assert replacement.original in {name for name, _ in obj.imported_functions}
 
 
 def test_an_installed_wheel_takes_its_packaged_sum_object_and_the_wheel_gets_the_compiled_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """packaging.py puts the compiled data_sum.c beside the wheel's guest; datasum then
-    takes that file and never the toolchain (an installed wheel has no zig)."""
+    """packaging.py puts the compiled native/data_*.c beside the wheel's guest; datacode then
+    takes those files and never the toolchain (an installed wheel has no zig)."""
     from python_wasm import build
 
     monkeypatch.setattr(build, "PACKAGED_DIR", tmp_path)
-    datasum.copy_into_package(tmp_path)
-    packaged = tmp_path / datasum.object_name()
-    assert packaged.read_bytes().startswith(b"\0asm")  # a wasm object, compiled
-    packaged.write_bytes(b"\0asm the wheel's copy")
-    assert datasum.object_file() == b"\0asm the wheel's copy"
+    datacode.copy_into_package(tmp_path)
+    for replacement in datacode.REPLACEMENTS:
+        packaged = tmp_path / datacode.object_name(replacement)
+        assert packaged.read_bytes().startswith(b"\0asm")  # a wasm object, compiled
+        packaged.write_bytes(b"\0asm the wheel's copy")
+        assert datacode.object_file(replacement) == b"\0asm the wheel's copy"

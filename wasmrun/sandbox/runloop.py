@@ -43,8 +43,8 @@ from wasmrun.sandbox.images.image import Image, Mounts
 from wasmrun.sandbox.memory.bytecode import BytecodeCache
 from wasmrun.sandbox.memory.instances import Fresh, HotPages, InstanceSupply, PagesToApply
 
-# Threads that run guests need the wasm stack (stdlibimage.WASM_STACK_BYTES) plus the host's own frames.
-RUN_THREAD_STACK_BYTES = 16 << 20
+# Threads that run guests need the largest wasm stack (dataimage.DATA_WASM_STACK_BYTES) plus the host's own frames.
+RUN_THREAD_STACK_BYTES = 48 << 20
 
 
 def _roomy_thread_stacks() -> None:

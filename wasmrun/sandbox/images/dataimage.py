@@ -38,7 +38,6 @@ from wasmrun.sandbox.images.datastart import DATA_WARMUP_REQUESTS, DoorTurn
 from wasmrun.sandbox.images.figures import add_figures
 from wasmrun.sandbox.images.image import Image, Mounts
 from wasmrun.sandbox.images.names import DATA_GUEST_PREFIX
-from wasmrun.sandbox.images.stdlibimage import WASM_STACK_BYTES
 from wasmrun.sandbox.memory.instances import Fresh
 
 logger = logging.getLogger(__name__)
@@ -52,16 +51,22 @@ DATA_ENGINE_SETTINGS = "fuel=0;epoch=1;pool=0"
 # Cranelift took 80 s, on two idle cores, and the prelude ran 8.2 s against 6.4 s
 # (issue #32: the data image's make from an empty cache, 172 s -> 115 s).
 MAKER_ENGINE_SETTINGS = "winch;fuel=0;epoch=1;pool=0"
+# The data image's wasm stack, 8x the stdlib engine's: CPython 3.15 bounds C recursion
+# by the shadow stack in linear memory, which some recursive C code barely uses (the
+# compiler and ast.parse on a long generated expression, `"+".join(["a"] * 100_000)`),
+# so its RecursionError came after the wasm stack had run out: such code stopped the
+# run with StackOverflow at 4 and 8 MiB and raises RecursionError, as natively, at 32.
+# Address space only: pages are touched as deep as a run goes (runloop's threads have room).
+DATA_WASM_STACK_BYTES = 32 << 20
 
 
 def data_engine() -> wasmtime.Engine:
     config = wasmtime.Config()
     config.epoch_interruption = True  # CPU and timeouts: the watchdog's epochs (watchdog.py)
-    # The stdlib engine's wasm stack (wasmtime's default, 512 KiB, is far below the C stack
-    # CPython's recursion checks allow for: deep code trapped as StackOverflow instead of
-    # raising RecursionError); the engine's run threads have room for it (runloop._roomy_thread_stacks).
-    set_async_stack_size(config, WASM_STACK_BYTES + (1 << 20))
-    config.max_wasm_stack = WASM_STACK_BYTES
+    # wasmtime's default wasm stack, 512 KiB, is far below the C stack CPython's recursion
+    # checks allow for: deep code trapped as StackOverflow instead of raising RecursionError.
+    set_async_stack_size(config, DATA_WASM_STACK_BYTES + (1 << 20))
+    config.max_wasm_stack = DATA_WASM_STACK_BYTES
     return wasmtime.Engine(config)
 
 
