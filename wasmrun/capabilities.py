@@ -80,8 +80,8 @@ def installed_text(image: ImageFacts) -> str:
 IMAGE_NOTES = {
     "data": (
         "On this image /blobs always exists (empty without input blobs), ctypes imports but every use"
-        " raises OSError, and C code walking data nested thousands deep (json.dumps, repr) raises"
-        " RecursionError sooner than natively."
+        " raises OSError, and C code walking deeply nested data (json.dumps, repr, pickle) is bounded"
+        " by the C stack as in CPython 3.15 (thousands of levels), not by sys.setrecursionlimit."
     ),
     "stdlib": "",
 }

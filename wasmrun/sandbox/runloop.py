@@ -16,8 +16,6 @@ HTTP, sessions or skill pages.
 
 from __future__ import annotations
 
-import resource
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -26,6 +24,7 @@ from python_wasm import downloads
 from wasmrun import phases
 from wasmrun.egress.client import EgressSession
 from wasmrun.sandbox import outcome, redaction
+from wasmrun.sandbox.budget import stackroom
 from wasmrun.sandbox.budget.watchdog import Watchdog
 from wasmrun.sandbox.contract.background import BackgroundLog
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
@@ -42,23 +41,6 @@ from wasmrun.sandbox.guest.outstream import OutputSink, OutputStream
 from wasmrun.sandbox.images.image import Image, Mounts
 from wasmrun.sandbox.memory.bytecode import BytecodeCache
 from wasmrun.sandbox.memory.instances import Fresh, HotPages, InstanceSupply, PagesToApply
-
-# Threads that run guests need the largest wasm stack (dataimage.DATA_WASM_STACK_BYTES) plus the host's own frames.
-RUN_THREAD_STACK_BYTES = 48 << 20
-
-
-def _roomy_thread_stacks() -> None:
-    """Threads started from now on (asyncio.to_thread's pool runs guests) and
-    the main thread get a stack with room for the wasm stack: past the
-    thread's real stack a deep guest would crash the process instead of
-    trapping. Address space only; pages are used as the stack grows."""
-    if threading.stack_size() < RUN_THREAD_STACK_BYTES:
-        threading.stack_size(RUN_THREAD_STACK_BYTES)
-    # The main thread (a pool worker runs guests there) grows up to RLIMIT_STACK.
-    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
-    if soft != resource.RLIM_INFINITY and soft < RUN_THREAD_STACK_BYTES:
-        wanted = RUN_THREAD_STACK_BYTES if hard == resource.RLIM_INFINITY else min(hard, RUN_THREAD_STACK_BYTES)
-        resource.setrlimit(resource.RLIMIT_STACK, (wanted, hard))
 
 
 class RunLoop:
@@ -77,7 +59,7 @@ class RunLoop:
     ) -> None:
         self.image = image
         self.blobs = blobs
-        _roomy_thread_stacks()
+        stackroom.roomy_thread_stacks()
         # This process's own folder under `workspace_root` (see workroots.py).
         self._root = WorkRoot(workspace_root or workroots.default_parent())
         self.workspace_root = self._root.path
@@ -138,7 +120,9 @@ class RunLoop:
         usage = Usage(prepared_ahead=fresh.prepared_ahead)
         ctx.wasi_funcs = fresh.wasi_funcs
         try:
-            error = refused or self._call_guest(fresh, ctx, mounts, usage, t0)
+            # (on a thread whose stack holds the guest's: stackroom.py)
+            error = refused or stackroom.call_with_room(
+                self.image.wasm_stack_bytes, lambda: self._call_guest(fresh, ctx, mounts, usage, t0))
         finally:
             ctx.egress.close()
         result = outcome.result(run_id, ctx, usage, error)

@@ -56,7 +56,7 @@ MAKER_ENGINE_SETTINGS = "winch;fuel=0;epoch=1;pool=0"
 # compiler and ast.parse on a long generated expression, `"+".join(["a"] * 100_000)`),
 # so its RecursionError came after the wasm stack had run out: such code stopped the
 # run with StackOverflow at 4 and 8 MiB and raises RecursionError, as natively, at 32.
-# Address space only: pages are touched as deep as a run goes (runloop's threads have room).
+# Address space only: pages are touched as deep as a run goes (threads with room: budget/stackroom.py).
 DATA_WASM_STACK_BYTES = 32 << 20
 
 
@@ -119,7 +119,7 @@ def ready_image(engine: wasmtime.Engine, quiet: bool = True) -> BuiltDataImage:
     if not path.exists():
         started = time.monotonic()
         maker = maker_engine()
-        base = compiled.load_module(maker, interp.snapshot_wasm, MAKER_ENGINE_SETTINGS)
+        base = compiled.load_module(maker, dataimage.write_maker_wasm(interp), MAKER_ENGINE_SETTINGS)
         figures = dataimage.make_image(interp, maker, base, path)
         logger.info("data image made in %.1f s: %s", time.monotonic() - started, figures)
     return BuiltDataImage(interp, load_module(engine, path))
@@ -143,6 +143,7 @@ class DataImage(Image):
     run_folders = (SKILLS_VIEW,)
     kept_run_folders = (SKILLS_VIEW,)  # a view is kept for the folder's next run (files/skillcopies.py)
     warmup = DATA_WARMUP_REQUESTS
+    wasm_stack_bytes = DATA_WASM_STACK_BYTES
     makes_skill_pages = True
 
     def __init__(self, packages: Path | None = None) -> None:

@@ -55,6 +55,7 @@ class Image(ABC):
     """A guest the engine runs (see the module docstring)."""
 
     engine: wasmtime.Engine
+    wasm_stack_bytes: int  # the engine's max_wasm_stack: what a thread entering the guest must hold (stackroom.py)
     module: wasmtime.Module
     linker: wasmtime.Linker  # WASI (guarded) and the host functions, defined once
     guest: guest_build.Guest  # its files; `guest.key` names the image (caches, sessions)

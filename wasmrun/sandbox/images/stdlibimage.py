@@ -101,6 +101,7 @@ class StdlibImage(Image):
     compiles_skills = True
     makes_skill_pages = True
     warmup = WARMUP_REQUESTS
+    wasm_stack_bytes = WASM_STACK_BYTES
 
     def __init__(self, guest: guest_build.Guest | None = None, packages: Path | None = None) -> None:
         self.guest = guest or guest_build.ready_guest()
