@@ -20,12 +20,11 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from wasmrun import phases
 from wasmrun.bench.rows import text_stats_request
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.sandbox import RunRequest, SandboxEngine, make_engine, outcome, redaction
@@ -37,18 +36,8 @@ from wasmrun.sandbox.images import dataimage, datastart
 from wasmrun.sandbox.memory import skillpages
 
 HELLO = "def main(args):\n    print('hello')\n    return 1\n"
-spent: dict[str, float] = collections.defaultdict(float)
-
-
-def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            spent[name] += (time.perf_counter() - start) * 1000
-
-    return wrapper
+steps = phases.StepTimes()
+spent, timed = steps.spent, steps.timed
 
 
 def instrument(engine: SandboxEngine) -> None:

@@ -29,27 +29,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from wasmrun import phases
 from wasmrun.bench.systems import HELLO, as_run_code
 
 CODE = as_run_code(HELLO)  # the bench's session row: a hello in the session
-spent: dict[str, float] = collections.defaultdict(float)
-
-
-def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            spent[name] += (time.perf_counter() - start) * 1000
-
-    return wrapper
+steps = phases.StepTimes()
+spent, timed = steps.spent, steps.timed
 
 
 def instrument(engines: list[Any]) -> None:

@@ -22,9 +22,11 @@ The stages, in the order a run_code call passes them:
 
 from __future__ import annotations
 
+import collections
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 _marks: list[tuple[str, int]] | None = None
 
@@ -44,3 +46,24 @@ def recording() -> Iterator[list[tuple[str, int]]]:
         yield marks
     finally:
         _marks = None
+
+
+class StepTimes:
+    """Milliseconds spent per named step of a run, by wrapping the functions that do the steps
+    (scripts/hello_phases.py and session_phases.py: where a run's host time goes)."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = collections.defaultdict(float)
+
+    def timed(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """`fn`, adding the time each call takes to `spent[name]`."""
+        spent = self.spent
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] += (time.perf_counter() - start) * 1000
+
+        return wrapper
