@@ -59,7 +59,7 @@ def test_displays_are_the_results_in_order_with_their_blobs_read_back() -> None:
         {"data": {"image/svg+xml": "<svg/>"}},
         {"data": {"text/plain": "3"}, "main": True},
     ]}
-    assert results.image_blobs(done) == {"blob:1"}
+    assert results.image_blobs(done) == ["blob:1"]
     execution = _parsed(results.run_events(done, 1, {"blob:1": b"\x89PNG"}.get))
     assert [r.formats() for r in execution.results] == [["png"], ["svg"], ["text"]]
     assert base64.b64decode(execution.results[0].png) == b"\x89PNG" and not execution.results[0].is_main_result

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 from starlette.requests import Request
 
-from wasmrun.e2b.sandboxes import E2BSandbox, SandboxTable
+from wasmrun.e2b.sandboxes import DEFAULT_CONTEXT, E2BSandbox, SandboxTable
 from wasmrun.protocol.errors import InvalidParams, QuotaExceeded, RPCError, SessionBusy, SessionNotFound, Unauthorized
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.tenants.caller import Caller
@@ -28,6 +28,9 @@ SESSION_GONE = (
     "the sandbox has ended: its session is gone (unused past the server's session idle timeout,"
     " WASMRUN_SESSION_MAX_IDLE_S); create a new sandbox"
 )
+# How often the table is checked against the sessions store (a sandbox's session closed
+# over /rpc or expired); a tenant's own creates and lists check it at once.
+PRUNE_EVERY_S = 5.0
 # What a run answers for an output too large to inline (protocol/run_result.py).
 STORED_OUTPUT = frozenset({"output_blob", "size_bytes", "kind", "preview"})
 
@@ -95,6 +98,7 @@ class Front:
         sessions = dispatcher.context.sessions
         self.session_policy = sessions.policy if sessions is not None else SessionPolicy()
         self._background: set[asyncio.Task[None]] = set()
+        self._next_prune = 0.0
 
     def api_caller(self, request: Request) -> Caller:
         """The control plane's caller: E2B's `X-API-KEY` (or a Bearer header) is a
@@ -154,6 +158,10 @@ class Front:
             await asyncio.sleep(0.1)
 
     async def end(self, sandbox: E2BSandbox) -> None:
+        """Closes the sandbox's sessions: its cells still queued are dropped, not run (the
+        one running ends first, as its session allows)."""
+        for context in sandbox.contexts.values():
+            context.ended = True
         for context in list(sandbox.contexts.values()):
             await self.close_session(sandbox.caller, context.session_id)
 
@@ -165,9 +173,41 @@ class Front:
         task.add_done_callback(self._background.discard)
 
     def sweep(self) -> None:
-        """Ends the sandboxes past their timeout."""
+        """Ends the sandboxes past their timeout and, every PRUNE_EVERY_S in the background,
+        those whose sessions ended without them."""
         for sandbox in self.table.take_expired(time.time()):
             self.end_later(sandbox)
+        now = time.monotonic()
+        if now >= self._next_prune:
+            self._next_prune = now + PRUNE_EVERY_S
+            task = asyncio.get_running_loop().create_task(self.prune_all())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def prune_all(self) -> None:
+        for tenant in self.table.tenants():
+            await self.prune(tenant)
+
+    async def prune(self, tenant: str) -> None:
+        """Ends what the table holds of the tenant's sessions that ended without it (closed
+        over /rpc, expired idle, lost): a sandbox whose own session is gone, a context whose
+        session is. So the table holds no more sandboxes than the tenant has sessions."""
+        sessions = self.dispatcher.context.sessions
+        # Judged as they were before the look-up: a context made or restarted meanwhile is not.
+        seen = [(s, c, c.session_id) for s in self.table.owned(tenant) for c in list(s.contexts.values())]
+        if sessions is None or not seen:
+            return
+        metas = await asyncio.to_thread(sessions.owned, tenant) if sessions.blocking else sessions.owned(tenant)
+        live = {meta.session_id for meta in metas}
+        for sandbox, context, session_id in seen:
+            if session_id in live or context.session_id != session_id:
+                continue
+            if context.context_id == DEFAULT_CONTEXT:
+                if self.table.remove(sandbox.sandbox_id) is not None:
+                    self.end_later(sandbox)
+            elif sandbox.contexts.get(context.context_id) is context:
+                context.ended = True
+                del sandbox.contexts[context.context_id]
 
 
 def json_text(value: Any) -> str:

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from wasmrun.e2b.calls import Front, FrontError, read_json_object
-from wasmrun.e2b.sandboxes import DEFAULT_CONTEXT, CodeContext, E2BSandbox, new_id
+from wasmrun.e2b.sandboxes import DEFAULT_CONTEXT, SANDBOX_ID, CodeContext, E2BSandbox, new_id
 from wasmrun.tenants.caller import Caller
 
 ENVD_VERSION = "0.5.7"  # the envd API this front answers (HTTP /files, octet-stream uploads)
@@ -25,7 +25,11 @@ TEMPLATES = frozenset({"code-interpreter-v1", "code-interpreter", "base", "pytho
 DEFAULT_TIMEOUT_S = 300  # E2B's default sandbox timeout
 MAX_METADATA = 64
 MAX_TEXT = 4096
+# A sandbox's metadata all told (keys and values, UTF-8): each sandbox is held by the
+# server and sent whole in every list, so 64 keys of 4,096 characters would be 512 KiB.
+MAX_METADATA_BYTES = 16 * 1024
 MAX_FORKS = 10
+LIST_PAGE = 100  # E2B's default and most sandboxes per list answer; `x-next-token` pages on
 
 
 def error(status: int, message: str) -> JSONResponse:
@@ -42,9 +46,16 @@ def _strings(body: dict[str, Any], name: str) -> dict[str, str]:
         return {}
     if not isinstance(value, dict) or len(value) > MAX_METADATA:
         raise FrontError(400, f"{name} must be an object of at most {MAX_METADATA} strings")
+    total = 0
     for key, item in value.items():
         if not isinstance(item, str) or len(key) > MAX_TEXT or len(item) > MAX_TEXT or "\x00" in key + item:
             raise FrontError(400, f"{name}.{key[:80]} must be a string of at most {MAX_TEXT} characters")
+        try:
+            total += len(key.encode()) + len(item.encode())
+        except UnicodeEncodeError:  # a lone surrogate: no UTF-8 for it, none to list it in
+            raise FrontError(400, f"{name}.{key[:80]!a} is not valid Unicode text") from None
+    if total > MAX_METADATA_BYTES:
+        raise FrontError(400, f"{name} must hold at most {MAX_METADATA_BYTES} bytes of keys and values, not {total}")
     return dict(value)
 
 
@@ -122,6 +133,7 @@ async def create_sandbox(front: Front, request: Request) -> Response:
                      f"named {', '.join(sorted(TEMPLATES))}")
     timeout = _timeout(body, front) or DEFAULT_TIMEOUT_S
     metadata, envs = _strings(body, "metadata"), env_vars(_strings(body, "envVars"), "envVars")
+    await front.prune(caller.tenant)  # sandboxes whose sessions ended free their places first
     session_id = await new_session(front, caller)
     now = time.time()
     sandbox = E2BSandbox(
@@ -161,10 +173,43 @@ def _wanted(request: Request, sandbox: E2BSandbox) -> bool:
     return all(sandbox.metadata.get(unquote(key)) == unquote(value) for key, value in wanted)
 
 
+def _page_query(request: Request) -> tuple[int, tuple[int, str] | None, bool]:
+    """The list's `limit` (1 to LIST_PAGE), where it goes on from (`nextToken`, as the
+    last answer's `x-next-token` gave it) and its `order` (`asc`, the default, or `desc`)."""
+    limit_text = request.query_params.get("limit", str(LIST_PAGE))
+    if not limit_text.isdigit() or not 1 <= int(limit_text) <= LIST_PAGE:
+        raise FrontError(400, f"limit must be a whole number from 1 to {LIST_PAGE}")
+    order = request.query_params.get("order", "asc")
+    if order not in ("asc", "desc"):
+        raise FrontError(400, "order must be asc or desc")
+    token = request.query_params.get("nextToken")
+    after = None
+    if token:
+        started, _, sandbox_id = token.partition("-")
+        if not started.isdigit() or len(started) > 20 or not SANDBOX_ID.fullmatch(sandbox_id):
+            raise FrontError(400, "nextToken is not one this server gave")
+        after = (int(started), sandbox_id)
+    return int(limit_text), after, order == "desc"
+
+
+def _place(sandbox: E2BSandbox) -> tuple[int, str]:
+    return int(sandbox.started_at * 1_000_000), sandbox.sandbox_id
+
+
 async def list_sandboxes(front: Front, request: Request) -> Response:
+    """One page of the tenant's sandboxes that the filters keep, in start order; the
+    header `x-next-token` names where the next page starts (the SDK's paginator reads it)."""
     caller = front.api_caller(request)
-    kept = [detail(s, front) for s in front.table.owned(caller.tenant) if _wanted(request, s)]
-    return JSONResponse(kept)
+    limit, after, descending = _page_query(request)
+    await front.prune(caller.tenant)
+    kept = [s for s in front.table.owned(caller.tenant) if _wanted(request, s)]
+    if descending:
+        kept.reverse()
+    if after is not None:
+        kept = [s for s in kept if (_place(s) < after if descending else _place(s) > after)]
+    page = kept[:limit]
+    headers = {"x-next-token": "{}-{}".format(*_place(page[-1]))} if len(kept) > limit else {}
+    return JSONResponse([detail(s, front) for s in page], headers=headers)
 
 
 async def get_sandbox(front: Front, request: Request) -> Response:
@@ -266,6 +311,7 @@ async def unknown(front: Front, request: Request) -> Response:
 
 
 Endpoint = Callable[[Front, Request], Any]
+ENDING: frozenset[Endpoint] = frozenset({kill_sandbox})  # admitted without a request place (front.py)
 
 
 def control_routes(front: Front, wrap: Callable[[Endpoint, Front], Any]) -> list[BaseRoute]:

@@ -4,14 +4,15 @@ them all to that one URL, with `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import Receive, Scope, Send
 
 from wasmrun.e2b import control, envd, interpreter
 from wasmrun.e2b.calls import Authenticate, Front, FrontError
@@ -39,7 +40,10 @@ def _control(endpoint: control.Endpoint, front: Front) -> Callable[[Request], Aw
     async def handle(request: Request) -> Response:
         front.sweep()
         try:
-            with _admit(front, front.api_caller(request)):
+            caller = front.api_caller(request)
+            # A kill only ends work: it is taken when the tenant's places are all held (by
+            # the cells it ends, say), or nothing could stop what holds them.
+            with contextlib.nullcontext() if endpoint in control.ENDING else _admit(front, caller):
                 answer: Response = await endpoint(front, request)
                 return answer
         except FrontError as exc:
@@ -48,11 +52,24 @@ def _control(endpoint: control.Endpoint, front: Front) -> Callable[[Request], Aw
     return handle
 
 
-async def _held(body: AsyncIterable[Any], hold: contextlib.ExitStack) -> AsyncIterator[Any]:
-    """A streamed body that keeps its request counted until it ends."""
-    with hold:
-        async for part in body:
-            yield part
+class _Held(Response):
+    """An answer whose request keeps its place in its tenant's `concurrent_requests`
+    until it has been sent (streamed to its end, or its client gone), and past that until
+    its `work` (a cell, which goes on when its client leaves) has run or been dropped."""
+
+    def __init__(self, answer: Response, hold: contextlib.ExitStack, work: asyncio.Future[None] | None) -> None:
+        # Not Response.__init__: nothing of its own is sent; `answer` is, as it is.
+        self.answer, self.hold, self.work = answer, hold, work
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.answer(scope, receive, send)
+        finally:
+            if self.work is None or self.work.done():
+                self.hold.close()
+            else:
+                self.work.add_done_callback(lambda _: self.hold.close())
 
 
 def sandbox_of(front: Front, request: Request) -> E2BSandbox:
@@ -75,13 +92,11 @@ def _in_sandbox(endpoint: SandboxEndpoint, front: Front) -> Callable[[Request], 
         front.sweep()
         try:
             sandbox = sandbox_of(front, request)
-            hold = _admit(front, sandbox.caller)
-            with contextlib.ExitStack() as unless_streamed:
-                unless_streamed.push(hold)
+            with contextlib.ExitStack() as unless_answered:
+                unless_answered.enter_context(_admit(front, sandbox.caller))
                 answer = await endpoint(front, request, sandbox)
-                if isinstance(answer, StreamingResponse):
-                    answer.body_iterator = _held(answer.body_iterator, unless_streamed.pop_all())
-                return answer
+                work = answer.work if isinstance(answer, interpreter.CellResponse) else None
+                return _Held(answer, unless_answered.pop_all(), work)
         except FrontError as exc:
             return envd.error_response(request, exc)
 

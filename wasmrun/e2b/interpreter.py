@@ -33,7 +33,9 @@ NO_SHELL = (
     "shell commands and IPython magics do not run in a wasmrun sandbox (there are no processes):"
     " write the step in Python with run_code. Line {number}: {line}"
 )
-_RUNNING: set[asyncio.Task[None]] = set()  # runs whose client left still finish
+# Cells running or queued on one context at once: each holds its tenant's request place
+# (concurrent_requests) too, until it has run or been dropped.
+MAX_QUEUED_CELLS = 8
 
 
 def split_cell(code: str) -> tuple[str, list[str]]:
@@ -67,6 +69,15 @@ def _language(body: dict[str, Any]) -> None:
         raise FrontError(400, f"language {str(language)[:40]!r} is not served: wasmrun runs Python only")
 
 
+class CellResponse(StreamingResponse):
+    """A cell's events; `work` is the cell itself, which holds its tenant's request place
+    until it has run or been dropped, whether or not its client stays to read it."""
+
+    def __init__(self, body: AsyncIterator[bytes], work: asyncio.Task[None]) -> None:
+        super().__init__(body, media_type="application/x-ndjson")
+        self.work = work
+
+
 async def execute(front: Front, request: Request, sandbox: E2BSandbox) -> Response:
     body = await read_json_object(request, MAX_CODE_BODY)
     code = body.get("code")
@@ -80,7 +91,18 @@ async def execute(front: Front, request: Request, sandbox: E2BSandbox) -> Respon
     except FrontError as exc:
         lines = [{"type": "error", "name": "SyntaxError", "value": exc.message, "traceback": exc.message}]
         return StreamingResponse(_fixed(lines), media_type="application/x-ndjson")
-    return StreamingResponse(_run_stream(front, sandbox, context, cell, pips, envs), media_type="application/x-ndjson")
+    if context.ended:
+        raise FrontError(502, f"The sandbox {sandbox.sandbox_id} has ended")
+    if len(context.cells) >= MAX_QUEUED_CELLS:
+        raise FrontError(429, (
+            f"this context already has {len(context.cells)} cells running or queued, its most ({MAX_QUEUED_CELLS}):"
+            " wait for one to end before sending another"
+        ))
+    queue: asyncio.Queue[bytes | list[dict[str, Any]] | None] = asyncio.Queue()
+    work = asyncio.get_running_loop().create_task(_run_cell_events(front, sandbox, context, cell, pips, envs, queue))
+    context.cells.add(work)
+    work.add_done_callback(context.cells.discard)
+    return CellResponse(_stream(queue), work)
 
 
 async def _fixed(events: list[dict[str, Any]]) -> AsyncIterator[bytes]:
@@ -89,15 +111,29 @@ async def _fixed(events: list[dict[str, Any]]) -> AsyncIterator[bytes]:
     yield results.line({"type": "end_of_execution"})
 
 
-async def _run_stream(
-    front: Front, sandbox: E2BSandbox, context: CodeContext, cell: str, pips: list[str], envs: dict[str, str]
-) -> AsyncIterator[bytes]:
-    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+async def _stream(queue: asyncio.Queue[bytes | list[dict[str, Any]] | None]) -> AsyncIterator[bytes]:
+    """The cell's events as its client reads them: the results at the end are encoded one
+    at a time here, so a client that leaves costs no encoding, and one that reads slowly
+    holds one line, not every line at once."""
+    while (item := await queue.get()) is not None:
+        if isinstance(item, bytes):
+            yield item
+        else:
+            for event in item:
+                yield results.line(event)
+
+
+async def _run_cell_events(
+    front: Front, sandbox: E2BSandbox, context: CodeContext, cell: str, pips: list[str], envs: dict[str, str],
+    queue: asyncio.Queue[bytes | list[dict[str, Any]] | None],
+) -> None:
+    """Runs the cell after those queued before it on its context (one at a time, as a
+    Jupyter kernel does), its output streamed to `queue` as it is written; a cell still
+    queued when its sandbox or context ends is dropped, not run."""
     # The layer the operator adds to is the served image's (docs/packages.md).
     image = " --image data" if front.dispatcher.context.served.name == "data" else ""
     for pip in pips:
         queue.put_nowait(results.line(results.output_event("stderr", NO_PIP.format(image=image, line=pip))))
-
     lines = results.Lines()
 
     def on_output(chunks: list[OutputChunk]) -> None:
@@ -108,24 +144,18 @@ async def _run_stream(
                 for event in lines.feed(chunk.stream, chunk.text):
                     queue.put_nowait(results.line(event))
 
-    async def run() -> None:
-        RUN_OUTPUT.set(on_output)
-        events: list[dict[str, Any]] = []
-        try:
-            async with context.lock:
-                events = await _run_cell(front, sandbox, context, cell, envs)
-        except FrontError as exc:
-            events = [{"type": "error", "name": "SandboxError", "value": exc.message, "traceback": exc.message}]
-        finally:
-            for event in [*lines.flush(), *events, {"type": "end_of_execution"}]:
-                queue.put_nowait(results.line(event))
-            queue.put_nowait(None)
-
-    task = asyncio.get_running_loop().create_task(run())
-    _RUNNING.add(task)
-    task.add_done_callback(_RUNNING.discard)
-    while (item := await queue.get()) is not None:
-        yield item
+    RUN_OUTPUT.set(on_output)
+    events: list[dict[str, Any]] = []
+    try:
+        async with context.lock:
+            if context.ended:
+                raise FrontError(502, f"The sandbox {sandbox.sandbox_id} ended before this cell ran: it was dropped")
+            events = await _run_cell(front, sandbox, context, cell, envs)
+    except FrontError as exc:
+        events = [{"type": "error", "name": "SandboxError", "value": exc.message, "traceback": exc.message}]
+    finally:
+        queue.put_nowait([*lines.flush(), *events, {"type": "end_of_execution"}])
+        queue.put_nowait(None)
 
 
 async def _run_cell(
@@ -140,13 +170,23 @@ async def _run_cell(
     params = {"language": "python", "code": cell, "session_id": context.session_id, "stream": True}
     result = await front.run(sandbox.caller, params)
     context.executions += 1
-    blobs = await _display_blobs(front, sandbox, result)
-    return results.run_events(result, context.executions, blobs.get)
+    budget = front.dispatcher.context.limits.defaults.result_bytes
+    blobs = await _display_blobs(front, sandbox, result, budget)
+    return results.run_events(result, context.executions, blobs.get, budget)
 
 
-async def _display_blobs(front: Front, sandbox: E2BSandbox, result: dict[str, Any]) -> dict[str, bytes]:
-    """The blobs the run's results name (large display forms, pictures), read as the tenant."""
-    return {blob_id: await front.read_blob(sandbox.caller, blob_id) for blob_id in sorted(results.image_blobs(result))}
+async def _display_blobs(front: Front, sandbox: E2BSandbox, result: dict[str, Any], budget: int) -> dict[str, bytes]:
+    """The blobs the run's results name (large display forms, pictures), each read once as
+    the tenant, in the order they are first named, until what is read fills the budget
+    (what the results may expand to: a blob past it could not be sent anyway)."""
+    read: dict[str, bytes] = {}
+    held = 0
+    for blob_id in results.image_blobs(result):
+        if held >= budget:
+            break
+        read[blob_id] = content = await front.read_blob(sandbox.caller, blob_id)
+        held += len(content)
+    return read
 
 
 def _context_json(context: CodeContext) -> dict[str, str]:
@@ -193,6 +233,7 @@ async def remove_context(front: Front, request: Request, sandbox: E2BSandbox) ->
     if context.context_id == DEFAULT_CONTEXT:
         raise FrontError(400, "the default context is the sandbox itself: kill the sandbox to end it")
     del sandbox.contexts[context.context_id]
+    context.ended = True  # its cells still queued are dropped
     await front.close_session(sandbox.caller, context.session_id)
     return Response(status_code=204)
 

@@ -29,6 +29,9 @@ RESULT_FIELDS: dict[str, str] = {
 BINARY = frozenset({"image/png", "image/jpeg", "application/pdf"})  # base64 text in the event
 TRACEBACK_HEAD = "Traceback (most recent call last):"
 _encoder = msgspec.json.Encoder()
+# What one cell's results may expand to (the default result_bytes): the front is handed
+# the served limit; this is for the pure functions' callers that give none.
+DEFAULT_BUDGET = 32 * 1024 * 1024
 
 ReadBlob = Callable[[str], bytes | None]
 
@@ -71,25 +74,102 @@ class Lines:
         return events
 
 
-def _blob_value(mime: str, content: bytes) -> str | Any:
+def _blob_value(mime: str, content: bytes) -> str | Any | None:
+    """The form's value from its blob's bytes; None for a JSON form that is not JSON (the
+    guest wrote the blob: its bytes are untrusted)."""
     if mime in BINARY:
         return base64.b64encode(content).decode("ascii")
     text = content.decode("utf-8", errors="replace")
-    return msgspec.json.decode(text) if mime == "application/json" else text
+    if mime != "application/json":
+        return text
+    try:
+        return msgspec.json.decode(text)
+    except (msgspec.DecodeError, RecursionError):
+        return None
 
 
-def display_result(display: Mapping[str, Any], read_blob: ReadBlob | None = None) -> dict[str, Any] | None:
+def _expanded_size(mime: str, content: bytes) -> int:
+    """What a blob's form adds to an event, before it is made: base64 is 4/3 of the bytes."""
+    return 4 * -(-len(content) // 3) if mime in BINARY else len(content)
+
+
+def _inline_size(value: Any) -> int:
+    return len(value) if isinstance(value, str) else len(_encoder.encode(value))
+
+
+class Expansion:
+    """What a cell's results expand to, against one budget of bytes.
+
+    A form kept as a blob is made once (text decoded, JSON parsed, binary base64) and the
+    one value is shared by every display that names it; every form a result carries,
+    inline or from a blob, counts its size each time it is sent, because each event
+    carries it again. Past the budget a form is left out (`left_out` counts them), so 64
+    displays of ten forms naming one large blob cost at most the budget, never 640 copies."""
+
+    def __init__(self, read_blob: ReadBlob | None = None, budget: int = DEFAULT_BUDGET) -> None:
+        self._read_blob = read_blob
+        self.budget = budget
+        self.spent = 0
+        self.left_out = 0
+        self._made: dict[tuple[str, str], tuple[Any, int] | None] = {}
+
+    def _take(self, size: int) -> bool:
+        if self.spent + size > self.budget:
+            self.left_out += 1
+            return False
+        self.spent += size
+        return True
+
+    def inline(self, value: Any) -> Any | None:
+        return value if self._take(_inline_size(value)) else None
+
+    def from_blob(self, mime: str, blob_id: str) -> Any | None:
+        kind = "binary" if mime in BINARY else "json" if mime == "application/json" else "text"
+        if (kind, blob_id) not in self._made:
+            content = self._read_blob(blob_id) if self._read_blob is not None else None
+            made = None
+            if content is not None and self.spent + _expanded_size(mime, content) <= self.budget:
+                value = _blob_value(mime, content)
+                made = None if value is None else (value, _expanded_size(mime, content))
+            elif content is not None:
+                self.left_out += 1
+                return None  # not made: too large for what is left (a later, smaller use may still be)
+            self._made[(kind, blob_id)] = made
+        made = self._made[(kind, blob_id)]
+        if made is None:
+            return None
+        return made[0] if self._take(made[1]) else None
+
+    def note(self) -> dict[str, Any] | None:
+        """The stderr event that says what was left out, if anything was."""
+        if not self.left_out:
+            return None
+        return output_event("stderr", (
+            f"wasmrun: {self.left_out} display form(s) left out: this cell's results expand past the"
+            f" server's {self.budget}-byte budget for one cell (its result_bytes); save large outputs"
+            " as files in /home/user and read them with files.read\n"
+        ))
+
+
+def display_result(
+    display: Mapping[str, Any], read_blob: ReadBlob | None = None, expansion: Expansion | None = None
+) -> dict[str, Any] | None:
     """A `Display` as E2B's `result` event; None when it has no form E2B knows. Forms
-    kept as blobs (too large to inline) are read back with `read_blob`."""
+    kept as blobs (too large to inline) are read back with `read_blob`, within the
+    `expansion`'s budget (one of its own when none is given)."""
+    expansion = expansion if expansion is not None else Expansion(read_blob)
     data = display.get("data")
-    forms: dict[str, Any] = dict(data) if isinstance(data, Mapping) else {}
+    forms: dict[str, Any] = {}
+    for mime, value in (data.items() if isinstance(data, Mapping) else ()):
+        if (kept := expansion.inline(value)) is not None:
+            forms[mime] = kept
     blobs = display.get("blobs")
-    if isinstance(blobs, Mapping) and read_blob is not None:
+    if isinstance(blobs, Mapping):
         for mime, blob_id in blobs.items():
             if mime in RESULT_FIELDS and mime not in forms and isinstance(blob_id, str):
-                content = read_blob(blob_id)
-                if content is not None:
-                    forms[mime] = _blob_value(mime, content)
+                value = expansion.from_blob(mime, blob_id)
+                if value is not None:
+                    forms[mime] = value
     event: dict[str, Any] = {"type": "result", "is_main_result": display.get("main") is True}
     extra: dict[str, Any] = {}
     for mime, value in forms.items():
@@ -131,22 +211,32 @@ def error_event(kind: str, message: str) -> dict[str, Any]:
     return {"type": "error", "name": kind, "value": value, "traceback": traceback}
 
 
-def image_blobs(result: Mapping[str, Any]) -> set[str]:
-    """The blobs run_events reads: the displays' forms too large to inline."""
-    return {
-        blob_id for display in result.get("displays") or [] if isinstance(display, Mapping)
-        for blob_id in (display.get("blobs") or {}).values() if isinstance(blob_id, str)
-    }
+def image_blobs(result: Mapping[str, Any]) -> list[str]:
+    """The blobs run_events reads (the displays' forms too large to inline), each once,
+    in the order the displays first name them."""
+    found: dict[str, None] = {}
+    for display in result.get("displays") or []:
+        blobs = display.get("blobs") if isinstance(display, Mapping) else None
+        for blob_id in (blobs.values() if isinstance(blobs, Mapping) else ()):
+            if isinstance(blob_id, str):
+                found.setdefault(blob_id)
+    return list(found)
 
 
-def run_events(result: Mapping[str, Any], execution_count: int, read_blob: ReadBlob | None = None) -> list[dict[str, Any]]:
+def run_events(
+    result: Mapping[str, Any], execution_count: int, read_blob: ReadBlob | None = None, budget: int = DEFAULT_BUDGET
+) -> list[dict[str, Any]]:
     """The events that follow a run's streamed output: its results (the run's display
     results, in order: display(), plt.show(), the last expression as the main one), its
-    error, the execution count."""
+    error, the execution count. All the results together expand within `budget` bytes;
+    what is left out is said on stderr."""
     events: list[dict[str, Any]] = []
+    expansion = Expansion(read_blob, budget)
     for display in result.get("displays") or []:
-        if isinstance(display, Mapping) and (event := display_result(display, read_blob)) is not None:
+        if isinstance(display, Mapping) and (event := display_result(display, expansion=expansion)) is not None:
             events.append(event)
+    if (note := expansion.note()) is not None:
+        events.append(note)
     error = result.get("error")
     if result.get("status") == "failed" and isinstance(error, Mapping):
         events.append(error_event(str(error.get("type", "Error")), str(error.get("message", ""))))

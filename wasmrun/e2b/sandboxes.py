@@ -33,6 +33,11 @@ class CodeContext:
     executions: int = 0
     # One cell at a time, queued as in a Jupyter kernel (a session refuses a second run).
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    # The cells running or queued (interpreter.MAX_QUEUED_CELLS at most); once `ended`
+    # (the sandbox killed or timed out, the context removed, its session gone) those still
+    # queued are dropped as they come to the lock, and no new one is taken.
+    cells: set[asyncio.Task[None]] = field(default_factory=set, repr=False)
+    ended: bool = False
 
 
 @dataclass
@@ -79,6 +84,9 @@ class SandboxTable:
 
     def remove(self, sandbox_id: str) -> E2BSandbox | None:
         return self._sandboxes.pop(sandbox_id, None)
+
+    def tenants(self) -> set[str]:
+        return {s.caller.tenant for s in self._sandboxes.values()}
 
     def owned(self, tenant: str) -> list[E2BSandbox]:
         return sorted((s for s in self._sandboxes.values() if s.caller.tenant == tenant), key=lambda s: s.started_at)
