@@ -141,3 +141,28 @@ def test_paths_map_home_to_the_workspace_and_refuse_escapes() -> None:
             assert exc.status == 400
         else:
             raise AssertionError(bad)
+
+
+def test_forms_of_one_blob_are_made_once_and_counted_each_time_they_are_sent() -> None:
+    blob = b"\x89PNG" + b"\x00" * 3000
+    reads: list[str] = []
+
+    def read(blob_id: str) -> bytes | None:
+        reads.append(blob_id)
+        return blob if blob_id == "blob:big" else None
+
+    display = {"data": {"text/plain": "fig"}, "blobs": {"image/png": "blob:big", "image/jpeg": "blob:big"}}
+    encoded = len(base64.b64encode(blob))
+    # Room for five base64 copies (and the inline texts): the sixth and later are left out.
+    budget = 5 * encoded + 100
+    events = results.run_events({"status": "completed", "displays": [display] * 4}, 1, read, budget)
+    shown = [e for e in events if e["type"] == "result"]
+    assert len(shown) == 4 and [("png" in e, "jpeg" in e) for e in shown] == [
+        (True, True), (True, True), (True, False), (False, False)]
+    assert shown[0]["png"] is shown[1]["jpeg"]  # one value, made once, shared
+    assert reads == ["blob:big"]
+    note = [e for e in events if e["type"] == "stderr"]
+    assert len(note) == 1 and "3 display form(s) left out" in note[0]["text"]
+    # A blob gone since (or never readable) leaves its form out and says so.
+    gone = results.run_events({"status": "completed", "displays": [{"blobs": {"image/png": "blob:gone"}}]}, 1, read)
+    assert [e["type"] for e in gone] == ["stderr", "number_of_executions"]

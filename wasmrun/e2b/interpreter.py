@@ -184,7 +184,10 @@ async def _display_blobs(front: Front, sandbox: E2BSandbox, result: dict[str, An
     for blob_id in results.image_blobs(result):
         if held >= budget:
             break
-        read[blob_id] = content = await front.read_blob(sandbox.caller, blob_id)
+        try:
+            read[blob_id] = content = await front.read_blob(sandbox.caller, blob_id)
+        except FrontError:  # deleted since, or past the server's full-read limit: its forms are left out
+            continue
         held += len(content)
     return read
 

@@ -127,13 +127,14 @@ class Expansion:
         kind = "binary" if mime in BINARY else "json" if mime == "application/json" else "text"
         if (kind, blob_id) not in self._made:
             content = self._read_blob(blob_id) if self._read_blob is not None else None
-            made = None
-            if content is not None and self.spent + _expanded_size(mime, content) <= self.budget:
-                value = _blob_value(mime, content)
-                made = None if value is None else (value, _expanded_size(mime, content))
-            elif content is not None:
+            if content is None:  # not read (gone, or past the budget): the form is left out
+                self.left_out += 1
+                return None
+            if self.spent + _expanded_size(mime, content) > self.budget:
                 self.left_out += 1
                 return None  # not made: too large for what is left (a later, smaller use may still be)
+            value = _blob_value(mime, content)
+            made = None if value is None else (value, _expanded_size(mime, content))
             self._made[(kind, blob_id)] = made
         made = self._made[(kind, blob_id)]
         if made is None:
