@@ -63,8 +63,12 @@ def run_in_session(
     current = version_dir(folder, spec.version)
     following = version_dir(folder, spec.version + 1)
     try:
-        stage(current, following, run_only=_run_only_folders(loop, request))
+        stage(current, following, run_only=_run_only_folders(loop, request), max_bytes=request.limits.workspace_bytes)
         result = _run_staged(loop, warm, request, t0, current, following, on_output)
+    except errors.RunAborted as refused:  # its folders over the run's workspace quota: never copied
+        discard(following)
+        result = RunResult(run_id=request.run_id, status="failed", error=RunError(refused.error_type, refused.message))
+        result.session = SessionOutcome(committed=False)
     except PagesMismatch as mismatch:
         discard(following)
         result = RunResult(

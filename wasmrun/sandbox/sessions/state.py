@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from wasmrun import dirtree
+from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.contract.types import RunRequest
 from wasmrun.sandbox.files import diskuse
 from wasmrun.sandbox.images.names import image_name
@@ -42,38 +44,97 @@ def files_size(version: Path) -> int:
     return diskuse.usage([version / name for name in FOLDERS], None)[0]
 
 
-def stage(current: Path, following: Path, run_only: tuple[str, ...]) -> None:
+def stage(current: Path, following: Path, run_only: tuple[str, ...], max_bytes: int | None = None) -> None:
     """Version N+1's folders, as copies of N's (an earlier run's leftovers gone),
-    and the empty `run_only` folders this run mounts."""
+    and the empty `run_only` folders this run mounts. `max_bytes`: the run's
+    workspace quota; N's folders counting more than it (with its slack,
+    `stage_room`) fail the run with WorkspaceQuotaExceeded before anything is
+    copied, N kept as it is."""
     if current.name != "v0" and not current.is_dir():
         raise FileNotFoundError(f"session state {current} is missing")  # never run it from a blank state
+    if max_bytes is not None:
+        check_stage_room(current, max_bytes)
     discard(following)
     following.mkdir(mode=0o700)
+    copier = _TreeCopier(link=False)  # one for both folders: a file may have a name in each
     for name in FOLDERS:
-        _copy_folder(current / name, following / name)
+        copier.copy_folder(current / name, following / name)
     for name in run_only:
         (following / name).mkdir(mode=0o700)
 
 
-def _copy_folder(source: Path, target: Path, link: bool = False) -> None:
-    """`source`'s tree at `target` (symbolic links copied as links, never
-    followed); `link`: its files hard-linked rather than copied."""
-    try:
-        with os.scandir(source) as entries:
-            empty = next(entries, None) is None
-    except FileNotFoundError:
-        empty = True
-    if empty:
-        target.mkdir(mode=0o700)
-    else:
-        shutil.copytree(source, target, symlinks=True, copy_function=_link_or_copy if link else copy_sparse)
+def check_stage_room(current: Path, max_bytes: int) -> None:
+    """RunAborted(WorkspaceQuotaExceeded) when what `stage` would copy of `current`
+    counts more than a run under the quota `max_bytes` can have left. The copy
+    costs what the quota counts (each inode once: `_TreeCopier`), so this bounds
+    its disk and its time before it starts."""
+    tops = [current / name for name in FOLDERS if (current / name).is_dir()]
+    counted, entries = diskuse.usage(tops, None) if tops else (0, 0)
+    if counted > stage_room(max_bytes, entries, diskuse.block_size(current.parent)):
+        raise errors.RunAborted(
+            errors.WORKSPACE_QUOTA,
+            f"this session's /workspace and /tmp hold {counted} bytes (each file counted once, at its size"
+            f" or at the disk it takes where more), over their quota of {max_bytes} bytes; the run did not"
+            " start and the session is as it was",
+        )
 
 
-def _link_or_copy(source: str, target: str) -> None:
+def stage_room(max_bytes: int, entries: int, block: int) -> int:
+    """The most the folders a run leaves under the quota `max_bytes` can count: its
+    bytes, and a block for each of their `entries`, which the quota charges as an
+    entry only (Workspace.charge: a directory, a symbolic link, an empty file)."""
+    return max_bytes + entries * block
+
+
+class _TreeCopier:
+    """Copies of folders' trees in which each source inode is made once: its next
+    name (a hard link) becomes a hard link to its first copy, as the quota counts
+    it once (diskuse), never a copy of its own. Symbolic links are copied as
+    links, never followed; a file's holes stay holes (`copy_sparse`).
+    `link`: every file hard-linked to its source rather than copied (a fork), a
+    copy only where no link can be made."""
+
+    def __init__(self, link: bool) -> None:
+        self.link = link
+        self._made: dict[tuple[int, int], str] = {}  # a source inode with other names: its first copy
+
+    def copy_folder(self, source: Path, target: Path) -> None:
+        """`source`'s tree at `target` (an empty folder where `source` is missing)."""
+        try:
+            with os.scandir(source) as entries:
+                empty = next(entries, None) is None
+        except FileNotFoundError:
+            empty = True
+        if empty:
+            target.mkdir(mode=0o700)
+        else:
+            shutil.copytree(source, target, symlinks=True, copy_function=self.copy_file)
+
+    def copy_file(self, source: str, target: str) -> str:
+        st = os.lstat(source)
+        if stat.S_ISLNK(st.st_mode):
+            return copy_sparse(source, target)  # (copytree makes links itself; this does the same)
+        inode = (st.st_dev, st.st_ino)
+        first = self._made.get(inode)
+        if first is not None:
+            try:
+                os.link(first, target, follow_symlinks=False)
+                return target
+            except OSError:
+                pass  # its names past the filesystem's most (EMLINK): a new copy, which its next names share
+        if not (self.link and _linked(source, target)):
+            copy_sparse(source, target)
+        if st.st_nlink > 1:
+            self._made[inode] = target
+        return target
+
+
+def _linked(source: str, target: str) -> bool:
     try:
         os.link(source, target, follow_symlinks=False)
+        return True
     except OSError:
-        copy_sparse(source, target)
+        return False
 
 
 def copy_sparse(source: str, target: str) -> str:
@@ -117,5 +178,6 @@ def copy_version(source: Path, target: Path) -> None:
     so the two sessions' next runs each copy them before writing."""
     target.mkdir(mode=0o700)
     pages.copy(source, target)
+    copier = _TreeCopier(link=True)
     for name in FOLDERS:
-        _copy_folder(source / name, target / name, link=True)
+        copier.copy_folder(source / name, target / name)
