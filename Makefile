@@ -38,11 +38,11 @@ DATA_IMAGE_SUITES := tests/test_hostile_sandbox.py tests/test_hostile_input.py t
 	tests/sandbox/test_stack_room.py tests/sandbox/test_python_behaviour.py
 
 test: guest
-	$(PY) -m pytest -q
-	WASMRUN_TEST_IMAGE=data $(PY) -m pytest -q $(DATA_IMAGE_SUITES)
+	$(PY) -m pytest -q --durations=30
+	WASMRUN_TEST_IMAGE=data $(PY) -m pytest -q --durations=20 $(DATA_IMAGE_SUITES)
 
 test-data: guest
-	WASMRUN_TEST_IMAGE=data $(PY) -m pytest -q $(DATA_IMAGE_SUITES)
+	WASMRUN_TEST_IMAGE=data $(PY) -m pytest -q --durations=20 $(DATA_IMAGE_SUITES)
 
 # The sdist and the wheel (py3-none-any, carrying the built guest and the bundled skills) in dist/.
 dist: guest
