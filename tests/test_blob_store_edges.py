@@ -3,16 +3,21 @@ that sweeps what killed writers left behind."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
+import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from wasmrun.blobs.store import STALE_WRITE_S, FileBlobStore
+from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
+from wasmrun.blobs.store import COPY_CHUNK, STALE_WRITE_S, FileBlobStore, Usage
 from wasmrun.sandbox import InProcessExecutor
 from wasmrun.server import assemble, create_app
 from wasmrun.settings import Settings
@@ -131,3 +136,51 @@ def test_a_start_sweeps_what_killed_writers_left(
     assert sorted(p.name for p in folder.iterdir()) == sorted(
         [kept[5:], kept[5:] + ".json", in_progress.name]
     )
+
+
+# A streamed create (BlobStore.create_file: the E2B front's uploads) is the same blob as create's.
+ACROSS_A_CHUNK = b"a" * (COPY_CHUNK - 1) + "\u00e9".encode() + b"z" * 10  # a UTF-8 character cut by the chunk
+
+
+@pytest.mark.parametrize("data", [b"", b"small", ACROSS_A_CHUNK, ACROSS_A_CHUNK[:COPY_CHUNK]], ids=len)
+def test_a_streamed_create_is_the_blob_create_makes(tmp_path: Path, data: bytes) -> None:
+    store = FileBlobStore(tmp_path)
+    source = io.BytesIO(data)
+    source.seek(len(data) // 2)  # read from its start all the same
+    streamed = store.create_file(source, "text/plain", owner="t")
+    info = store.info(streamed, "t")
+    assert info is not None and streamed == store.create(data, "text/plain", owner="t")
+    assert (info.size_bytes, info.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+    assert info.utf8 == _decodes(data)
+    assert store.read(streamed, 0, len(data) + 1, "t") == data
+    assert store.usage("t").count == 1 and not list(tmp_path.glob(".tmp-*"))
+
+
+def _decodes(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def test_a_streamed_create_over_the_quota_stores_nothing(tmp_path: Path) -> None:
+    store = FileBlobStore(tmp_path)
+    with pytest.raises(BlobQuotaExceeded):
+        store.create_file(io.BytesIO(b"x" * 10_000), "application/octet-stream", owner="t",
+                          quota=BlobQuota(max_bytes=8192, max_count=10))
+    assert store.usage("t") == Usage() and not list(tmp_path.glob(".tmp-*"))
+    assert list(tmp_path.glob("[0-9a-f][0-9a-f]/*")) == []  # no bytes, no metadata
+
+
+def test_a_streamed_create_holds_a_chunk_at_a_time(tmp_path: Path) -> None:
+    with tempfile.TemporaryFile() as source:
+        for _ in range(32):
+            source.write(os.urandom(1 << 20))
+        tracemalloc.start()
+        try:
+            FileBlobStore(tmp_path).create_file(source, "application/octet-stream")
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 4 * COPY_CHUNK, f"{peak} bytes held to store a 32 MiB file"

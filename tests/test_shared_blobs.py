@@ -4,7 +4,11 @@ real `wasmrun serve` processes."""
 
 from __future__ import annotations
 
+import hashlib
+import io
+import os
 import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -16,6 +20,10 @@ from tests.liveserver import LiveServer
 from tests.objectstore import S3Server, s3_server  # noqa: F401  (fixtures)
 from tests.postgres import database_url, postgres_server  # noqa: F401  (fixtures)
 from tests.test_shared_database import call, skill_params, wasmrun
+from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
+from wasmrun.blobs.store import COPY_CHUNK
+from wasmrun.database.blobs import SharedBlobStore
+from wasmrun.database.connection import Database
 
 WRITE_BIG = (
     "from runtime import blobs\n\n"
@@ -182,3 +190,25 @@ def test_the_readmes_several_servers_commands_work_as_written(tmp_path: Path, s3
     finally:
         for server in servers:
             server.stop()
+
+
+def test_a_streamed_create_on_the_shared_store_is_the_blob_create_makes(
+    shared: list[str], database_url: str  # noqa: F811
+) -> None:
+    """BlobStore.create_file (the E2B front's uploads): hashed a chunk at a time, streamed
+    to the object store, one blob with create's id; over the quota nothing is stored."""
+    Database(database_url).migrate()
+    store = SharedBlobStore(database_url, shared[3])
+    data = os.urandom(3 * COPY_CHUNK + 17)
+    with tempfile.TemporaryFile() as source:
+        source.write(data)
+        streamed = store.create_file(source, "application/octet-stream", owner="t")
+    assert streamed == store.create(data, "application/octet-stream", owner="t")
+    info = store.info(streamed, "t")
+    assert info is not None and (info.size_bytes, info.sha256, info.utf8) == (len(data), hashlib.sha256(data).hexdigest(), False)
+    assert store.read(streamed, COPY_CHUNK - 3, 6, "t") == data[COPY_CHUNK - 3:COPY_CHUNK + 3]
+    assert store.objects.get("blobs/" + streamed[5:]) == data
+    assert store.usage("t").count == 1
+    with pytest.raises(BlobQuotaExceeded):
+        store.create_file(io.BytesIO(b"more"), "text/plain", owner="t", quota=BlobQuota(max_bytes=1 << 40, max_count=1))
+    assert store.usage("t").count == 1 and [name for name, _ in store.objects.listing("blobs/")] == ["blobs/" + streamed[5:]]

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import parse_qs, urlsplit
 
 BUCKET_NAME_MAX = 63
@@ -88,6 +88,16 @@ class ObjectStore:
 
         try:
             self._client.put_object(Bucket=self.location.bucket, Key=self._key(name), Body=data)
+        except (BotoCoreError, ClientError) as exc:
+            raise self._fail("store a blob", exc) from None
+
+    def put_stream(self, name: str, body: BinaryIO, size: int) -> None:
+        """The `size` bytes of the seekable file `body` (from its start) as object `name`,
+        read in blocks as they are sent (never held whole in memory)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self._client.put_object(Bucket=self.location.bucket, Key=self._key(name), Body=body, ContentLength=size)
         except (BotoCoreError, ClientError) as exc:
             raise self._fail("store a blob", exc) from None
 

@@ -21,6 +21,7 @@ of the bytes to anyone without the secret, and differs between owners.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import fcntl
 import hashlib
@@ -29,11 +30,12 @@ import logging
 import os
 import re
 import secrets
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 import msgspec
 
@@ -47,6 +49,7 @@ TMP_PREFIX = ".tmp-"
 STALE_WRITE_S = 600.0
 _DIGITS = re.compile(r"[0-9a-f]{2}", re.ASCII)
 _DATA_FILE = re.compile(r"[0-9a-f]{32}", re.ASCII)
+COPY_CHUNK = 1 << 20  # what a streamed create reads at a time
 
 logger = logging.getLogger("wasmrun.blobs")
 # Blobs written before blobs had owners belong to the implicit local tenant.
@@ -80,6 +83,13 @@ class BlobStore(Protocol):
     ) -> str:
         """Raises InvalidKind (a ValueError) for a kind that is not a MIME type."""
 
+    def create_file(
+        self, source: BinaryIO, kind: str, run_id: str | None = None, owner: str = LEGACY_OWNER,
+        quota: BlobQuota | None = None,
+    ) -> str:
+        """`create` of the whole of `source` (a seekable binary file, read from its start)
+        a chunk at a time, never held whole in memory: the same id, quota and errors."""
+
     def info(self, blob_id: str, owner: str = LEGACY_OWNER) -> BlobInfo | None: ...
 
     def size(self, blob_id: str, owner: str = LEGACY_OWNER) -> int | None: ...
@@ -104,6 +114,39 @@ def content_blob_id(key: bytes, owner: str, kind: str, sha256: str) -> str:
     shares `key` (content addressing within a tenant), unguessable without it."""
     message = "\0".join((owner, kind, sha256)).encode("utf-8", "surrogatepass")
     return "blob:" + hmac.new(key, message, hashlib.sha256).hexdigest()[:32]
+
+
+class Digest:
+    """What a blob's metadata says of its bytes, taken a chunk at a time: sha256, size,
+    whether the whole decodes as UTF-8."""
+
+    def __init__(self) -> None:
+        self._sha = hashlib.sha256()
+        self._utf8: codecs.IncrementalDecoder | None = codecs.getincrementaldecoder("utf-8")()
+        self.size = 0
+
+    def update(self, chunk: bytes) -> None:
+        self._sha.update(chunk)
+        self.size += len(chunk)
+        if self._utf8 is not None:
+            try:
+                self._utf8.decode(chunk)
+            except UnicodeDecodeError:
+                self._utf8 = None
+
+    @property
+    def sha256(self) -> str:
+        return self._sha.hexdigest()
+
+    @property
+    def utf8(self) -> bool:
+        if self._utf8 is None:
+            return False
+        try:
+            self._utf8.decode(b"", final=True)
+        except UnicodeDecodeError:
+            return False
+        return True
 
 
 def _owner_file(owner: str) -> str:
@@ -164,25 +207,52 @@ class FileBlobStore:
         quota: BlobQuota | None = None,
     ) -> str:
         check_kind(kind)
-        sha256 = hashlib.sha256(data).hexdigest()
-        blob_id = self.blob_id(owner, kind, sha256)
+        digest = Digest()
+        digest.update(data)
+        return self._store(digest, kind, run_id, owner, quota, lambda path: atomic_write(path, data, sync_dir=False))
+
+    def create_file(
+        self, source: BinaryIO, kind: str, run_id: str | None = None, owner: str = LEGACY_OWNER,
+        quota: BlobQuota | None = None,
+    ) -> str:
+        """`create` of the whole of `source`: copied a chunk at a time to a temporary file
+        in the store (a `.tmp-` name the start's sweep knows), hashed as it goes, fsynced,
+        renamed into place."""
+        check_kind(kind)
+        source.seek(0)
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=TMP_PREFIX)
+        try:
+            digest = Digest()
+            with os.fdopen(fd, "wb") as out:
+                while chunk := source.read(COPY_CHUNK):
+                    digest.update(chunk)
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            return self._store(digest, kind, run_id, owner, quota, lambda path: os.replace(tmp, path))
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def _store(
+        self, digest: Digest, kind: str, run_id: str | None, owner: str, quota: BlobQuota | None,
+        put: Callable[[Path], None],
+    ) -> str:
+        """The blob of these bytes (`put` writes them, whole and synced, at the path it is
+        given), unless `owner` has it already; charged to `owner` under its ledger's lock."""
+        blob_id = self.blob_id(owner, kind, digest.sha256)
         paths = self._paths(blob_id)
         assert paths is not None
         data_path, meta_path = paths
         data_path.parent.mkdir(mode=0o700, exist_ok=True)
-        try:
-            data.decode("utf-8")
-            utf8 = True
-        except UnicodeDecodeError:
-            utf8 = False
         info = BlobInfo(
             blob_id=blob_id,
             kind=kind,
-            size_bytes=len(data),
-            sha256=sha256,
+            size_bytes=digest.size,
+            sha256=digest.sha256,
             created=datetime.now(UTC).isoformat(timespec="milliseconds"),
             run_id=run_id,
-            utf8=utf8,
+            utf8=digest.utf8,
             owner=owner,
         )
         with self._ledger(owner) as (usage, ledger):
@@ -191,11 +261,11 @@ class FileBlobStore:
                 atomic_write(meta_path, msgspec.json.encode(info))
                 return blob_id
             if quota is not None:
-                check_blob_quota(usage, quota, charge(len(data)))
-            atomic_write(data_path, data, sync_dir=False)
+                check_blob_quota(usage, quota, charge(digest.size))
+            put(data_path)
             atomic_write(meta_path, msgspec.json.encode(info), sync_dir=False)
             fsync_dir(data_path.parent)
-            atomic_write(ledger, msgspec.json.encode(Usage(usage.bytes + charge(len(data)), usage.count + 1)))
+            atomic_write(ledger, msgspec.json.encode(Usage(usage.bytes + charge(digest.size), usage.count + 1)))
         return blob_id
 
     def info(self, blob_id: str, owner: str = LEGACY_OWNER) -> BlobInfo | None:

@@ -14,7 +14,6 @@ read is one ranged GET, never one request per chunk the guest asks for.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import secrets
 import threading
@@ -23,13 +22,14 @@ from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 import psycopg
 
 from wasmrun.blobs.kinds import check_kind
 from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
 from wasmrun.blobs.quota import BlobQuota, charge
-from wasmrun.blobs.store import LEGACY_OWNER, BlobInfo, Usage, check_blob_quota, content_blob_id, is_blob_id
+from wasmrun.blobs.store import COPY_CHUNK, LEGACY_OWNER, BlobInfo, Digest, Usage, check_blob_quota, content_blob_id, is_blob_id
 from wasmrun.database import DatabaseError, locks
 from wasmrun.database.connection import Database
 from wasmrun.database.orphans import BLOB_PREFIX, lock_object
@@ -93,13 +93,35 @@ class SharedBlobStore:
         quota: BlobQuota | None = None,
     ) -> str:
         check_kind(kind)
-        sha256 = hashlib.sha256(data).hexdigest()
-        blob_id = self.blob_id(owner, kind, sha256)
-        try:
-            data.decode("utf-8")
-            utf8 = True
-        except UnicodeDecodeError:
-            utf8 = False
+        digest = Digest()
+        digest.update(data)
+        return self._store(digest, kind, run_id, owner, quota, lambda name: self.objects.put(name, data))
+
+    def create_file(
+        self, source: BinaryIO, kind: str, run_id: str | None = None, owner: str = LEGACY_OWNER,
+        quota: BlobQuota | None = None,
+    ) -> str:
+        """`create` of the whole of `source` (a seekable file, read from its start): hashed a
+        chunk at a time, then streamed to the object store (boto3 reads it in blocks)."""
+        check_kind(kind)
+        digest = Digest()
+        source.seek(0)
+        while chunk := source.read(COPY_CHUNK):
+            digest.update(chunk)
+
+        def put(name: str) -> None:
+            source.seek(0)
+            self.objects.put_stream(name, source, digest.size)
+
+        return self._store(digest, kind, run_id, owner, quota, put)
+
+    def _store(
+        self, digest: Digest, kind: str, run_id: str | None, owner: str, quota: BlobQuota | None,
+        put: Callable[[str], None],
+    ) -> str:
+        """The blob of these bytes (`put` stores them as the object it is given), unless
+        `owner` has it already; its row and usage in one transaction under the owner's lock."""
+        blob_id = self.blob_id(owner, kind, digest.sha256)
         now = datetime.now(UTC)
         with self.database.transaction() as conn:
             # One change at a time per owner, from any server: the usage row stays exact.
@@ -113,20 +135,20 @@ class SharedBlobStore:
             row = conn.execute("SELECT bytes, count FROM wasmrun_blob_usage WHERE owner = %s", (owner,)).fetchone()
             usage = Usage(int(row[0]), int(row[1])) if row else Usage()
             if quota is not None:
-                check_blob_quota(usage, quota, charge(len(data)))
+                check_blob_quota(usage, quota, charge(digest.size))
             # The bytes before the row (committed after them): a row always has its bytes.
             # The object's lock until then keeps the orphan sweep (database/orphans.py) off them.
             lock_object(conn, self._object(blob_id))
-            self.objects.put(self._object(blob_id), data)
+            put(self._object(blob_id))
             conn.execute(
                 f"INSERT INTO wasmrun_blobs ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                (blob_id, kind, len(data), sha256, now, run_id, utf8, owner),
+                (blob_id, kind, digest.size, digest.sha256, now, run_id, digest.utf8, owner),
             )
             conn.execute(
                 "INSERT INTO wasmrun_blob_usage (owner, bytes, count) VALUES (%s, %s, 1)"
                 " ON CONFLICT (owner) DO UPDATE SET bytes = wasmrun_blob_usage.bytes + EXCLUDED.bytes,"
                 " count = wasmrun_blob_usage.count + 1",
-                (owner, charge(len(data))),
+                (owner, charge(digest.size)),
             )
         return blob_id
 

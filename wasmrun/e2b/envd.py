@@ -4,20 +4,18 @@ process and PTY RPCs answer `unimplemented`, naming `run_code` (no processes her
 
 from __future__ import annotations
 
-import email.parser
-import email.policy
+import math
 from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from wasmrun.e2b import guestfiles
-from wasmrun.e2b.calls import Front, FrontError, read_body, read_json_object
-from wasmrun.e2b.paths import e2b_path, relative
+from wasmrun.e2b import guestfiles, transfer
+from wasmrun.e2b.calls import Front, FrontError, read_json_object
+from wasmrun.e2b.paths import MAX_PATH, e2b_path, relative
 from wasmrun.e2b.sandboxes import E2BSandbox
 
-MAX_UPLOAD = 64 * 1024 * 1024
 CONNECT_CODES = {
     400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied", 404: "not_found",
     409: "already_exists", 413: "resource_exhausted", 429: "resource_exhausted", 501: "unimplemented",
@@ -51,60 +49,71 @@ async def refused(front: Front, request: Request, sandbox: E2BSandbox) -> Respon
 
 
 async def download(front: Front, request: Request, sandbox: E2BSandbox) -> Response:
-    rel = relative(request.query_params.get("path", ""))
-    content = await guestfiles.read_bytes(front, sandbox, rel)
-    return Response(content, media_type="application/octet-stream")
-
-
-def _multipart_files(content_type: str, body: bytes) -> list[tuple[str, bytes]]:
-    """The files of a multipart/form-data body: (the name it was sent with, content)."""
-    head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode("latin-1", "replace")
-    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
-    if not message.is_multipart():
-        raise FrontError(400, "the upload is not a multipart/form-data body")
-    files: list[tuple[str, bytes]] = []
-    for part in message.iter_parts():
-        payload = part.get_payload(decode=True)
-        files.append((part.get_filename() or "", payload if isinstance(payload, bytes) else b""))
-    return files
+    return await transfer.download(front, sandbox, relative(request.query_params.get("path", "")))
 
 
 async def upload(front: Front, request: Request, sandbox: E2BSandbox) -> Response:
-    body = await read_body(request, MAX_UPLOAD)
-    content_type = request.headers.get("content-type", "")
+    """envd's POST /files: an octet-stream body to `path`, or each file of a multipart body
+    (to `path` when it is the only one, else to the name it was sent with)."""
     path = request.query_params.get("path")
-    if content_type.startswith("multipart/form-data"):
-        files = _multipart_files(content_type, body)
-    else:
-        if request.headers.get("content-encoding"):
-            raise FrontError(400, "compressed uploads are not accepted: send the file as it is")
-        files = [(path or "", body)]
-    if not files:
-        raise FrontError(400, "the upload has no file")
-    written = []
-    for name, content in files:
-        rel = relative(path if path and len(files) == 1 else name)
-        await guestfiles.write_bytes(front, sandbox, rel, content)
-        written.append({"name": rel.rsplit("/", 1)[-1], "type": "file", "path": e2b_path(rel)})
-    return JSONResponse(written)
+    multipart = request.headers.get("content-type", "").startswith("multipart/form-data")
+    if not multipart:
+        relative(path or "")  # a bad path is refused before the body is read
+    async with transfer.received(request, front) as files:
+        named = [(relative(path if path and len(files) == 1 else name), content) for name, content in files]
+        await transfer.upload(front, sandbox, named)
+    return JSONResponse([{"name": rel.rsplit("/", 1)[-1], "type": "file", "path": e2b_path(rel)} for rel, _ in named])
 
 
-def entry_info(entry: dict[str, Any]) -> dict[str, Any]:
-    """A file's facts from the session, as envd's EntryInfo (protobuf JSON)."""
-    rel = str(entry.get("rel", ""))
-    kind = "FILE_TYPE_DIRECTORY" if entry.get("type") == "dir" else "FILE_TYPE_FILE"
+def entry_info(entry: Any) -> dict[str, Any]:
+    """A file's facts from the session, as envd's EntryInfo (protobuf JSON). Checked: the
+    guest's answer is only as good as the session's `os` and `stat`, which a cell may have
+    replaced; a value out of shape is a clear 500, never a server error."""
+    if not isinstance(entry, dict):
+        raise guestfiles.unexpected("entry", entry)
+    rel, size, mode, link = entry.get("rel"), entry.get("size"), entry.get("mode"), entry.get("link", "")
+    for name, value, fine in (
+        ("path", rel, isinstance(rel, str) and len(rel) <= MAX_PATH and "\x00" not in rel),
+        ("file type", entry.get("type"), entry.get("type") in ("dir", "file")),
+        ("size", size, _count(size, 1 << 63)), ("mode", mode, _count(mode, 0o7777)),
+        ("symlink target", link, isinstance(link, str) and len(link) <= MAX_PATH),
+    ):
+        if not fine:
+            raise guestfiles.unexpected(name, value)
+    assert isinstance(rel, str) and isinstance(size, int) and isinstance(mode, int) and isinstance(link, str)
+    kind = "FILE_TYPE_DIRECTORY" if entry["type"] == "dir" else "FILE_TYPE_FILE"
     # WASI reports no permission bits: the mode a user's own file or folder has.
-    mode = int(entry.get("mode", 0)) or (0o755 if kind == "FILE_TYPE_DIRECTORY" else 0o644)
+    mode = mode or (0o755 if kind == "FILE_TYPE_DIRECTORY" else 0o644)
     info: dict[str, Any] = {
         "name": rel.rsplit("/", 1)[-1] if rel else "user", "type": kind, "path": e2b_path(rel),
-        "size": str(int(entry.get("size", 0))), "mode": mode,
+        "size": str(size), "mode": mode,
         "permissions": ("d" if kind == "FILE_TYPE_DIRECTORY" else "-") + _rwx(mode),
-        "owner": "user", "group": "user",
-        "modifiedTime": datetime.fromtimestamp(float(entry.get("mtime", 0)), UTC).isoformat().replace("+00:00", "Z"),
+        "owner": "user", "group": "user", "modifiedTime": _iso(entry.get("mtime")),
     }
-    if entry.get("link"):
-        info["symlinkTarget"] = entry["link"]
+    if link:
+        info["symlinkTarget"] = link
     return info
+
+
+def _count(value: Any, most: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most
+
+
+def _iso(mtime: Any) -> str:
+    """A modification time (seconds since 1970, as os.stat gives it) as protobuf JSON's."""
+    try:
+        if isinstance(mtime, bool) or not isinstance(mtime, int | float) or not math.isfinite(mtime):
+            raise ValueError(mtime)
+        return datetime.fromtimestamp(mtime, UTC).isoformat().replace("+00:00", "Z")
+    except (ValueError, OverflowError, OSError):
+        raise guestfiles.unexpected("modification time", mtime) from None
+
+
+def _entries(found: dict[str, Any]) -> list[dict[str, Any]]:
+    entries = found.get("entries")
+    if not isinstance(entries, list):
+        raise guestfiles.unexpected("listing", entries)
+    return [entry_info(e) for e in entries]
 
 
 def _rwx(mode: int) -> str:
@@ -116,24 +125,24 @@ async def filesystem_rpc(front: Front, request: Request, sandbox: E2BSandbox) ->
     body = await read_json_object(request)
     if method == "Stat":
         found = await guestfiles.file_op(front, sandbox, "stat", relative(body.get("path", "")))
-        return JSONResponse({"entry": entry_info(found["entry"])})
+        return JSONResponse({"entry": entry_info(found.get("entry"))})
     if method == "ListDir":
         depth = body.get("depth") or 1
         if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= 16:
             raise FrontError(400, "depth must be from 1 to 16")
         found = await guestfiles.file_op(front, sandbox, "list", relative(body.get("path", "")), depth=depth)
-        return JSONResponse({"entries": [entry_info(e) for e in found["entries"]]})
+        return JSONResponse({"entries": _entries(found)})
     if method == "MakeDir":
         found = await guestfiles.file_op(front, sandbox, "mkdir", relative(body.get("path", "")))
-        if found.get("exists"):
+        if found.get("exists") is True:
             raise FrontError(409, f"{body.get('path')} already exists")
-        return JSONResponse({"entry": entry_info(found["entry"])})
+        return JSONResponse({"entry": entry_info(found.get("entry"))})
     if method == "Move":
         source, target = relative(body.get("source", "")), relative(body.get("destination", ""))
         if not source or not target:
             raise FrontError(400, "the sandbox's home folder itself cannot be moved")
         found = await guestfiles.file_op(front, sandbox, "move", source, to=target)
-        return JSONResponse({"entry": entry_info(found["entry"])})
+        return JSONResponse({"entry": entry_info(found.get("entry"))})
     if method == "Remove":
         rel = relative(body.get("path", ""))
         if not rel:

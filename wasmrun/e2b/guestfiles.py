@@ -1,11 +1,13 @@
 """The session's files, read and written by the session itself: each operation is a
 run of FILE_PROGRAM in the session, so the sandbox's path rules (it sees only its own
 /workspace and /tmp), the workspace quota, the run's limits, audit and metrics all
-apply, and a write lands in the session's next version like any run's."""
+apply, and a write lands in the session's next version like any run's. File contents
+never pass through the run's arguments or answer: an upload comes in as input blobs, a
+download goes out as blobs the run writes (transfer.py). What the run answers is the
+guest's, only as good as the session's modules, so it is checked (`checked_output`)."""
 
 from __future__ import annotations
 
-import base64
 import textwrap
 from typing import Any
 
@@ -17,7 +19,7 @@ from wasmrun.e2b.sandboxes import E2BSandbox
 # no NUL); it refuses to follow a symlink out of /workspace all the same.
 _BODY = '''
 globals().pop("_wasmrun_e2b_files", None)  # the user's namespace keeps no trace of it
-import base64, os, stat
+import os, stat
 HOME = "/workspace"  # paths.GUEST_HOME
 def _at(rel):
     path = os.path.join(HOME, rel) if rel else HOME
@@ -45,18 +47,42 @@ def _walk(rel, depth):
         if entry["type"] == "dir" and depth > 1:
             out.extend(_walk(child, depth - 1))
     return out
+def _upload(files):
+    # Each file from its input blob (/blobs/<id>, read-only) a MiB at a time: never whole in memory.
+    import shutil
+    for item in files:
+        rel, path = item["path"], _at(item["path"])
+        _parent(path)
+        try:
+            with open("/blobs/" + item["blob"], "rb") as src, open(path, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        except OSError:
+            if os.path.isfile(path) and not os.path.islink(path):
+                os.remove(path)  # nothing partial under the name
+            raise
+    return {}
+def _export(rel, kind, chunk, most):
+    # The file as blobs of `chunk` bytes each, in order: the host streams them out.
+    import _wasmrun
+    with open(_at(rel), "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise IsADirectoryError(rel)
+        if st.st_size > most:
+            return {"error": "too_large", "message": f"{st.st_size} bytes, over the {most} one download moves here"}
+        blobs = []
+        while True:
+            data = f.read(chunk)
+            if not data:
+                return {"blobs": blobs, "size": st.st_size}
+            blobs.append(_wasmrun.blob_write(data, kind))
 def main(args):
     op, rel = args["op"], args["path"]
     try:
-        if op == "read":
-            with open(_at(rel), "rb") as f:
-                return {"content": base64.b64encode(f.read()).decode()}
-        if op == "write":
-            path = _at(rel)
-            _parent(path)
-            with open(path, "wb") as f:
-                f.write(base64.b64decode(args["content"]))
-            return {"entry": _entry(path, rel)}
+        if op == "upload":
+            return _upload(args["files"])
+        if op == "export":
+            return _export(rel, args["kind"], args["chunk"], args["most"])
         if op == "stat":
             return {"entry": _entry(_at(rel), rel)}
         if op == "list":
@@ -98,7 +124,9 @@ FILE_PROGRAM = f"def {ENTRYPOINT}(args):\n" + textwrap.indent(_BODY.strip("\n"),
 
 if GUEST_HOME != "/workspace":  # the folder FILE_PROGRAM names
     raise ImportError("FILE_PROGRAM's HOME and paths.GUEST_HOME differ")
-ERRORS = {"not_found": 404, "invalid": 400, "denied": 403}
+# FILE_PROGRAM's errors: the status each answers, and what it says when the guest says nothing.
+ERRORS = {"not_found": (404, "no such file or directory"), "invalid": (400, "not possible"),
+          "denied": (403, "permission denied"), "too_large": (413, "too large to move in one call on this server")}
 
 
 def failure(result: dict[str, Any]) -> tuple[str, str]:
@@ -110,39 +138,60 @@ def failure(result: dict[str, Any]) -> tuple[str, str]:
     return kind, (lines[-1].strip()[:300] if lines else kind)
 
 
-async def file_op(front: Front, sandbox: E2BSandbox, op: str, rel: str, **extra: Any) -> dict[str, Any]:
-    """One operation on the sandbox's files (its default context's session), queued
-    behind a cell that is running, as envd's are not but a session's runs must be."""
+# The failed runs answered 507 (the SDK's NotEnoughSpaceException): each error type, what it says.
+FULL = {"WorkspaceQuotaExceeded": "the sandbox's files are over their quota",
+        "SessionBytesExceeded": "the tenant's sessions are over their storage quota",
+        "BlobQuotaExceeded": "the tenant's blob storage cannot hold the file while it is moved"}
+
+
+async def run_file_program(
+    front: Front, sandbox: E2BSandbox, args: dict[str, Any], input_blobs: list[str] | None = None
+) -> dict[str, Any]:
+    """FILE_PROGRAM's run in the sandbox (its default context's session), queued behind
+    a cell that is running, as envd's are not but a session's runs must be: the whole
+    result, its `output` still the guest's (unchecked)."""
     context = sandbox.contexts["default"]
-    args = {"op": op, "path": rel, **extra}
     async with context.lock:
-        result = await front.run(sandbox.caller, {
+        return await front.run(sandbox.caller, {
             "language": "python", "code": FILE_PROGRAM, "session_id": context.session_id, "args": args,
-            "entrypoint": ENTRYPOINT,
+            "entrypoint": ENTRYPOINT, "input_blobs": input_blobs or [],
         })
+
+
+def checked_output(result: dict[str, Any], rel: str) -> dict[str, Any]:
+    """A file run's output, or its failure as a FrontError. The output is the guest's: code
+    the user ran in the session before may have changed `os` or `stat`, so it is checked."""
     if result.get("status") != "completed":
         kind, reason = failure(result)
-        if kind == "WorkspaceQuotaExceeded":
-            raise FrontError(507, f"the sandbox's files are over their quota: {reason}")
-        if kind == "InvalidOutput" and op == "read":
-            raise FrontError(413, f"{e2b_path(rel)} is too large to read at once through this server ({reason})")
+        if kind in FULL:
+            raise FrontError(507, f"{FULL[kind]}: {reason}")
+        if kind == "BlobBudgetExceeded":
+            raise FrontError(413, f"{e2b_path(rel)} is too large to move in one call on this server ({reason})")
         raise FrontError(500, f"the file operation failed: {kind}: {reason}")
-    output: dict[str, Any] = result.get("output") or {}
+    output = result.get("output")
+    if not isinstance(output, dict):
+        raise unexpected("answer", output)
     if "error" in output:
-        where = e2b_path(rel)
-        raise FrontError(ERRORS.get(output["error"], 400), f"{where}: {output.get('message') or 'no such file or directory'}")
+        error, message = output["error"], output.get("message")
+        if not isinstance(error, str) or error not in ERRORS or not isinstance(message, str | None):
+            raise unexpected("error", error)
+        status, default = ERRORS[error]
+        raise FrontError(status, f"{e2b_path(rel)}: {(message or default)[:300]}")
     return output
 
 
-async def read_bytes(front: Front, sandbox: E2BSandbox, rel: str) -> bytes:
-    return base64.b64decode((await file_op(front, sandbox, "read", rel))["content"])
+def unexpected(what: str, value: Any) -> FrontError:
+    """The answer to a file run whose output is not what FILE_PROGRAM gives."""
+    return FrontError(500, (
+        f"the sandbox's file program gave back an unexpected {what} ({type(value).__name__}): code run in"
+        " the sandbox may have replaced part of a module it uses (os, stat, _wasmrun); restart the code"
+        " context to undo it"
+    ))
 
 
-async def write_bytes(front: Front, sandbox: E2BSandbox, rel: str, content: bytes) -> dict[str, Any]:
-    entry: dict[str, Any] = (await file_op(
-        front, sandbox, "write", rel, content=base64.b64encode(content).decode("ascii")
-    ))["entry"]
-    return entry
+async def file_op(front: Front, sandbox: E2BSandbox, op: str, rel: str, **extra: Any) -> dict[str, Any]:
+    """One operation on the sandbox's files: its checked output."""
+    return checked_output(await run_file_program(front, sandbox, {"op": op, "path": rel, **extra}), rel)
 
 
 # A restart's fresh interpreter keeps the sandbox's files: packed as a tar in the old
