@@ -10,16 +10,27 @@ through `".."`, checking that `".."` is the directory it came from (device
 and inode). What it keeps per level is the list of names still to visit.
 
 Symbolic links are never followed: a link is an entry like a file.
+
+Removing is safe whatever else is at work in the tree: an entry another
+remover took first is gone, which is what was wanted (a session's old
+version is deleted in the background while a close removes the whole
+session); a folder that gained an entry while it was emptied (a writer not
+stopped yet: a worker killed after its run was given up) is walked again,
+for up to FILLING_S.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NOT_EMPTY = (errno.ENOTEMPTY, errno.EEXIST)  # rmdir of a folder with an entry (POSIX allows either)
+FILLING_S = 1.0  # how long a tree that keeps gaining entries while it is removed is walked again
 
 
 class TreeChanged(OSError):
@@ -102,19 +113,53 @@ def measure(top: Path) -> tuple[int, int]:
 
 def empty(top: Path) -> None:
     """Remove everything below `top`, keeping `top` itself."""
-    for fd, name, st in walk(top):
-        if st is None:
-            os.rmdir(name, dir_fd=fd)
-        elif not stat.S_ISDIR(st.st_mode):
-            os.unlink(name, dir_fd=fd)
+    for _ in _passes(top):
+        if _empty_pass(top):
+            return
 
 
 def remove(top: Path) -> None:
-    """Remove `top` and everything below it; a missing `top` is not an error."""
-    try:
-        empty(top)
-    except FileNotFoundError:
-        if os.path.lexists(top):
-            raise
-        return
-    os.rmdir(top)
+    """Remove `top` and everything below it; a missing `top` is not an error,
+    nor one that another remover takes meanwhile."""
+    for _ in _passes(top):
+        try:
+            if not _empty_pass(top):
+                continue
+            os.rmdir(top)
+            return
+        except FileNotFoundError:
+            if os.path.lexists(top):
+                raise
+            return
+        except OSError as exc:
+            if exc.errno not in _NOT_EMPTY:
+                raise
+
+
+def _passes(top: Path) -> Iterator[int]:
+    """Two walks at least, more for up to FILLING_S; then ENOTEMPTY."""
+    give_up = time.monotonic() + FILLING_S
+    count = 0
+    while count < 2 or time.monotonic() < give_up:
+        yield count
+        count += 1
+    raise OSError(errno.ENOTEMPTY, f"entries kept appearing in it for {FILLING_S} s", str(top))
+
+
+def _empty_pass(top: Path) -> bool:
+    """One walk removing what is below `top`; False if a folder had gained an entry
+    by the time it was to go (it is left for another pass)."""
+    emptied = True
+    for fd, name, st in walk(top):
+        try:
+            if st is None:
+                os.rmdir(name, dir_fd=fd)
+            elif not stat.S_ISDIR(st.st_mode):
+                os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            pass  # another remover's already
+        except OSError as exc:
+            if exc.errno not in _NOT_EMPTY:
+                raise
+            emptied = False
+    return emptied

@@ -55,6 +55,7 @@ from wasmrun.sessionstore.store import (
     Unavailable,
     UnknownSession,
     key_of,
+    remove_ended,
     remove_quietly,
 )
 from wasmrun.tenants.limits import SessionPolicy
@@ -167,7 +168,7 @@ class SharedSessionStore(SessionStore):
         with self._lock:
             gone = [key for key in local if key not in live and key not in self._creating]
         for key in gone:
-            remove_quietly(self.root / key)
+            remove_ended(self.root, key)  # a close here may be removing it too
 
     def _delete(self, meta: SessionMeta) -> None:
         """An ended session's objects and local copy (its row already deleted)."""
@@ -175,7 +176,7 @@ class SharedSessionStore(SessionStore):
             sessionobjects.delete(self.objects, sorted(set(meta.objects.values())))
         except ObjectStoreError as exc:  # left to the orphan sweep
             logger.error("cannot delete an ended session's objects: %s", exc)
-        remove_quietly(self.root / meta.key)
+        remove_ended(self.root, meta.key)
 
     # -- lookups ------------------------------------------------------------
 

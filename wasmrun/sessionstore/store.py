@@ -16,7 +16,12 @@ of the machine may lose a session's last versions; a session whose state did
 not survive is removed at start rather than resumed blank.
 
 A session ends when closed, when unused for its idle timeout, or at the
-maximum age; its folder (its pages and files) is then deleted.
+maximum age; its folder (its pages and files) is then deleted, once, by
+whoever ended it (`remove_ended`). Other work may still be going on in the
+folder then: its old version being deleted in the background (`finish_run`),
+a worker that outlived its run. So the folder is first renamed out of the
+session's name (`.ended-...`, removed at start if a stop cut the removal
+short): nothing reaching it by its path finds it from then on.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ logger = logging.getLogger("wasmrun.sessions")
 
 ID_PREFIX = "ses_"
 META = "meta.json"
+ENDED = ".ended-"  # an ended session's folder while it is removed
+ENDED_TRIES = 3  # removals of an ended session's folder that something keeps making again
 SWEEP_INTERVAL_S = 5.0
 
 
@@ -125,6 +132,9 @@ class SessionStore:
         """The sessions left on disk: expired ones deleted, runs cut short by a stop undone."""
         now = time.time()
         for folder in self.root.iterdir():
+            if folder.name.startswith(ENDED):  # a removal a stop cut short
+                remove_quietly(folder)
+                continue
             try:
                 meta = _meta_decoder.decode((folder / META).read_bytes())
                 if meta.key != folder.name or key_of(meta.session_id) != meta.key:
@@ -171,7 +181,7 @@ class SessionStore:
             for meta in ended:
                 del self._sessions[meta.key]
         for meta in ended:
-            remove_quietly(self.root / meta.key)
+            remove_ended(self.root, meta.key)
             self.on_end(meta, "expired")
         return len(ended)
 
@@ -228,6 +238,18 @@ class SessionStore:
             if sum(m.owner == owner for m in self._sessions.values()) >= max_sessions:
                 raise OverCap("sessions", max_sessions)
             self._sessions[meta.key] = meta  # reserved, so the cap holds under concurrency
+            # and held while it is made (list_sessions names it): a close, a run or the sweep
+            # never meets half a folder, nor removes one a copy is still filling
+            self._busy.add(meta.key)
+        try:
+            self._make(meta, source)
+        finally:
+            with self._lock:
+                self._busy.discard(meta.key)
+        return session_id, meta
+
+    def _make(self, meta: SessionMeta, source: SessionMeta | None) -> None:
+        """The folder of `meta` (reserved by `create`), a copy of `source`'s version if given."""
         folder = self.root / meta.key
         try:
             folder.mkdir(mode=0o700)
@@ -247,7 +269,6 @@ class SessionStore:
                 self._sessions.pop(meta.key, None)
             remove_quietly(folder)
             raise
-        return session_id, meta
 
     def _new_meta(
         self, owner: str, idle_timeout_s: int, limits: dict[str, int], skills: list[str]
@@ -304,8 +325,9 @@ class SessionStore:
         with self._lock:
             if meta.key in self._busy:
                 raise Busy()
-            self._sessions.pop(meta.key, None)
-        remove_quietly(self.root / meta.key)
+            if self._sessions.pop(meta.key, None) is None:
+                raise UnknownSession()  # ended meanwhile (another close, the sweep): by that one alone
+        remove_ended(self.root, meta.key)
         self.on_end(meta, "closed")
 
     def _write(self, meta: SessionMeta) -> None:
@@ -331,6 +353,24 @@ def remove_quietly(path: Path) -> None:
             dirtree.remove(path)
     except OSError:
         logger.warning("could not remove %s", path)
+
+
+def remove_ended(root: Path, key: str) -> None:
+    """The folder of the ended session `key` removed: renamed out of its name first (so a
+    second remover, or a late writer by path, finds nothing there), then removed; again
+    if something made it anew meanwhile."""
+    for _ in range(ENDED_TRIES):
+        doomed = root / f"{ENDED}{key}-{secrets.token_hex(4)}"
+        try:
+            os.rename(root / key, doomed)
+        except FileNotFoundError:
+            return  # gone (another remover's)
+        except OSError as exc:
+            logger.warning("could not set aside the folder of an ended session %s: %s", key[:16], exc)
+            remove_quietly(root / key)
+            return
+        remove_quietly(doomed)
+    logger.warning("the folder of an ended session %s keeps being made again", key[:16])
 
 
 def session_expired(meta: SessionMeta) -> CallRecord:
