@@ -279,7 +279,45 @@ def test_contexts_are_separate_interpreters(sandbox: Sandbox) -> None:
 def test_a_context_with_its_own_folder(sandbox: Sandbox) -> None:
     context = sandbox.create_code_context(cwd="/home/user/project")
     sandbox.run_code("open('here.txt', 'w').write('x')", context=context)
-    assert sandbox.run_code("import os\nos.getcwd()", context=context).text == "'/workspace/project'"
+    assert sandbox.run_code("import os\nos.getcwd()", context=context).text == "'/home/user/project'"
+    assert sandbox.run_code("open('/home/user/project/here.txt').read()", context=context).text == "'x'"
+    # Every cell starts there (a run's folder is not kept), and so after a restart.
+    sandbox.run_code("import os\nos.chdir('/tmp')", context=context)
+    assert sandbox.run_code("os.getcwd(), os.environ['HOME']", context=context).text == "('/home/user/project', '/home/user')"
+    sandbox.restart_code_context(context)
+    assert sandbox.run_code("import os\nos.getcwd()", context=context).text == "'/home/user/project'"
+
+
+def test_home_user_is_the_working_folder_inside_too(sandbox: Sandbox) -> None:
+    """The files API's /home/user is the code's /home/user (issue 47): the same files both
+    ways, its working folder, HOME, Path.home() and `~` (the folder is /workspace's own,
+    mounted again: tests/sandbox/test_path_semantics.py)."""
+    sandbox.files.write("/home/user/data.csv", "region,v\nnorth,1\nsouth,2\n")
+    read = sandbox.run_code("open('/home/user/data.csv').read()")
+    assert read.error is None and read.text == repr("region,v\nnorth,1\nsouth,2\n"), read.error
+    if ON_DATA_IMAGE:
+        summed = sandbox.run_code("import pandas as pd\nint(pd.read_csv('/home/user/data.csv')['v'].sum())")
+        assert summed.error is None and summed.text == "3", summed.error
+    wrote = sandbox.run_code("open('/home/user/out.txt', 'w').write('x')")
+    assert wrote.error is None, wrote.error
+    assert sandbox.files.read("/home/user/out.txt") == "x" == sandbox.files.read("out.txt")
+    where = sandbox.run_code(
+        "import os, pathlib\n[os.getcwd(), os.environ['HOME'], os.path.expanduser('~'), str(pathlib.Path.home()),"
+        " open(os.path.expanduser('~/out.txt')).read(), open('out.txt').read()]"
+    )
+    assert where.text == repr(["/home/user"] * 4 + ["x", "x"]), where.error
+    sandbox.run_code("import os\nos.chdir('/tmp')")
+    assert sandbox.run_code("os.getcwd()").text == "'/home/user'"  # each cell starts at home
+
+
+def test_the_workspace_quota_holds_through_home_user(sandbox: Sandbox) -> None:
+    # Past the quota (64 MiB by default) through /home/user: as through /workspace.
+    grow = "with open('{folder}/big', 'wb') as f:\n    f.truncate(100 << 20)\n"
+    through_home = sandbox.run_code(grow.format(folder="/home/user"))
+    through_workspace = sandbox.run_code(grow.format(folder="/workspace"))
+    assert through_home.error is not None and through_home.error.name == "WorkspaceQuotaExceeded", through_home.error
+    assert through_workspace.error is not None and through_workspace.error.name == through_home.error.name
+    assert "big" not in [entry.name for entry in sandbox.files.list("/home/user")]
 
 
 def test_pip_install_says_how_packages_are_added_and_runs_the_rest(sandbox: Sandbox) -> None:
@@ -360,7 +398,8 @@ def test_the_fronts_calls_are_metered_per_tenant(live: Live) -> None:
         sandbox.files.write("m.txt", "metered")
     finally:
         sandbox.kill()
-    assert runs("bob") == before + 2  # the cell and the file write, both runs of bob's
+    # Making its home the session's folder (control.start_in), the cell and the file write: runs of bob's.
+    assert runs("bob") == before + 3
 
 
 def test_a_wrong_or_missing_key_is_refused(live: Live) -> None:
@@ -514,7 +553,7 @@ def test_refused_requests_are_clear_and_leave_no_session_behind(live: Live) -> N
         context = post("/contexts", json={"cwd": "/home/user/sub"})
         assert context.status_code == 200, context.text
         ran = post("/execute", json={"code": "import os; os.getcwd()", "context_id": context.json()["id"]})
-        assert "/workspace/sub" in ran.text
+        assert "/home/user/sub" in ran.text
     finally:
         httpx2.delete(f"{live.api}/sandboxes/{headers['E2b-Sandbox-Id']}", headers={"X-API-KEY": live.dave}, timeout=60)
 

@@ -321,7 +321,7 @@ def test_the_root_lists_the_mounts_and_refuses_writes(rpc: Rpc) -> None:
         " t(lambda: open('/etc/passwd')), os.path.isdir('/workspace'), os.path.exists('/etc')]\n"
     )
     root, skills, write, passwd, has_workspace, has_etc = completed(run(rpc, code, mount_skills=["text.stats"]))
-    assert {"skills", "tmp", "workspace"} <= set(root), root
+    assert {"home", "skills", "tmp", "workspace"} <= set(root), root
     assert skills == ["text.stats"]
     assert write.startswith("PermissionError") and passwd.startswith("FileNotFoundError")
     assert has_workspace and not has_etc

@@ -96,7 +96,7 @@ def test_the_texts_state_what_differs_on_this_image_and_it_holds(server: LiveSer
     blobs = run(server, "import os\nos.path.isdir('/blobs')")
     ctypes_use = rpc(server, "run_code", {"language": "python", "code": "import ctypes\nctypes.CDLL(None)"})
     assert "cannot be listed" not in text, text  # both images list `/`: the mount points
-    assert listing["status"] == "completed" and {"skills", "tmp", "workspace"} <= set(listing["output"]), listing
+    assert listing["status"] == "completed" and {"home", "skills", "tmp", "workspace"} <= set(listing["output"]), listing
     if TEST_IMAGE == "data":
         assert "/blobs always exists" in text, text
         assert blobs is True

@@ -408,7 +408,7 @@ def test_run_code_lists_the_root_and_exactly_the_mounted_skills(rpc: Rpc) -> Non
     result = run_code(rpc, code, mount_skills=["demo.versions", "demo.guide"])
     assert result["status"] == "completed", result
     root, skills, guide = result["output"]
-    assert {"skills", "tmp", "workspace"} <= set(root)  # and the image's own (lib or usr)
+    assert {"home", "skills", "tmp", "workspace"} <= set(root)  # and the image's own (lib or usr)
     assert skills == ["demo.guide", "demo.versions"]
     assert "SKILL.md" in guide
 

@@ -146,6 +146,9 @@ GUEST_LIB: Final = "/lib"  # the guest zip's folder, preopened read-only in ever
 ZIP_NAME: Final = "wasmrun-guest.zip"  # stdlib + runtime, on the interpreter's module path
 SKILLS_ROOT: Final = "/skills"  # each mounted skill at /skills/<name>, read-only
 WORKSPACE: Final = "/workspace"  # the run's writable folder (its current directory)
+# The same host folder mounted again, writable (same files, one quota): E2B's home, where an
+# E2B sandbox's code runs (wasmrun/e2b); plain runs may use either path.
+USER_HOME: Final = "/home/user"
 TMP: Final = "/tmp"  # per run, emptied after it, counted with /workspace against one quota
 BLOBS: Final = "/blobs"  # the run's input blobs as read-only files named by their ids
 

@@ -55,6 +55,8 @@ WORKSPACE = "/workspace"
 # Every run's environment before what it was granted: its home is its writable folder,
 # so Path.home() and expanduser("~/...") work as natively (WASI has no passwd database).
 BASE_ENV = {"HOME": WORKSPACE}
+# Where each run starts (`start_in`).
+_start_folder = WORKSPACE
 RUN_MODULE = "run_code"
 RUN_FILENAME = "<run_code>"
 # The code's name in tracebacks: in a session each run is a cell of its own
@@ -192,16 +194,29 @@ def _prepare(request: dict) -> None:
     _to_workspace()
 
 
+def start_in(folder: str) -> None:
+    """This session's runs start in `folder` from now on, not in /workspace: an E2B
+    sandbox's in /home/user (the same folder, mounted twice) or its context's folder
+    under it (wasmrun/e2b calls it once per session; a fork keeps it)."""
+    global _start_folder
+    os.chdir(folder)  # raises as chdir does when there is no such folder
+    _start_folder = os.getcwd()
+
+
 def _to_workspace() -> None:
-    """The run starts in /workspace. The interpreter keeps its working directory as a
-    path (WASI has none), and moving there checks the path with the host (a WASI call,
-    40-70 us): skipped when it is there already, as every run of an image made with
-    /workspace mounted is (`init` moves there; a session's code may have moved on)."""
+    """The run starts in /workspace (or where `start_in` said). The interpreter keeps its
+    working directory as a path (WASI has none), and moving there checks the path with
+    the host (a WASI call, 40-70 us): skipped when it is there already, as every run of
+    an image made with /workspace mounted is (`init` moves there; a session's code may
+    have moved on). A start folder since removed: /workspace."""
     try:
-        if os.getcwd() != WORKSPACE:
-            _compat.real_chdir(WORKSPACE)  # resolved already: no need of os.chdir's realpath
+        if os.getcwd() != _start_folder:
+            _compat.real_chdir(_start_folder)  # resolved already: no need of os.chdir's realpath
     except OSError:
-        pass
+        try:
+            _compat.real_chdir(WORKSPACE)
+        except OSError:
+            pass
 
 
 _TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT

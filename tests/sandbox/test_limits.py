@@ -239,3 +239,37 @@ def test_output_past_the_guest_buffer_keeps_order(run_code):
     assert lines[-1].startswith("out 2999")
     outs = [line for line in lines if line.startswith("out")]
     assert outs == sorted(outs)
+
+
+def test_the_quota_counts_home_user_as_the_workspace(run_code):
+    """/home/user is /workspace's folder mounted again: writing past the quota through it
+    stops the run as through /workspace, both paths fill one quota, and a file linked
+    under both names counts once."""
+    through_home = run_code(
+        "def main(args):\n"
+        "    with open('/home/user/big', 'wb') as f:\n"
+        "        for _ in range(64):\n"
+        "            f.write(b'x' * (1 << 20))\n",
+        workspace_bytes=8 << 20,
+    )
+    assert through_home.error.type == "WorkspaceQuotaExceeded"
+    sparse = run_code("def main(args):\n    open('/home/user/s', 'wb').truncate(10 ** 12)\n", workspace_bytes=8 << 20)
+    assert sparse.error.type == "WorkspaceQuotaExceeded"
+    halves = run_code(
+        "def main(args):\n"
+        "    open('/workspace/a', 'wb').write(b'x' * (5 << 20))\n"
+        "    open('/home/user/b', 'wb').write(b'x' * (5 << 20))\n",
+        workspace_bytes=8 << 20,
+    )
+    assert halves.error.type == "WorkspaceQuotaExceeded"
+    linked = run_code(
+        "import os\n"
+        "def main(args):\n"
+        "    open('/workspace/a', 'wb').write(b'x' * (5 << 20))\n"
+        "    for i in range(4):\n"
+        "        os.link('/workspace/a', f'/home/user/l{i}')\n"
+        "    open('/home/user/more', 'wb').write(b'x' * (1 << 20))\n"
+        "    return sorted(os.listdir('/workspace'))\n",
+        workspace_bytes=8 << 20,
+    )
+    assert linked.output == ["a", "l0", "l1", "l2", "l3", "more"], linked.error

@@ -174,3 +174,56 @@ def test_a_data_task_whose_teardown_removes_its_folder_passes(run_code) -> None:
     result = run_code(PANDAS_TASK)
     assert result.status == "completed", result.error
     assert result.output == {"ok": True, "problems": [], "left": []}
+
+
+HOME_TWICE = r"""
+import os
+def attempt(call):
+    try:
+        call()
+        return "done"
+    except OSError as exc:
+        return type(exc).__name__
+
+def main(args):
+    open('/home/user/a.txt', 'w').write('written at home')
+    open('/workspace/b.txt', 'w').write('written in the workspace')
+    os.rename('/home/user/a.txt', '/workspace/moved.txt')
+    os.link('/workspace/moved.txt', '/home/user/hard.txt')
+    os.symlink('b.txt', '/home/user/rel')
+    os.symlink('../../etc/passwd', '/home/user/out')
+    os.symlink('..', '/home/user/up')
+    return {
+        "plain run": [os.environ['HOME'], os.getcwd()],
+        "reads": [open('/workspace/moved.txt').read(), open('/home/user/b.txt').read(), open('/workspace/rel').read()],
+        "same folder": [os.path.samefile('/home/user', '/workspace'),
+                        sorted(os.listdir('/home/user')) == sorted(os.listdir('/workspace'))],
+        "links": os.stat('/home/user/hard.txt').st_nlink,
+        "root": ['home' in os.listdir('/'), os.listdir('/home')],
+        "refused": [
+            attempt(lambda: os.symlink('/workspace/b.txt', '/home/user/abs')),
+            attempt(lambda: open('/home/user/out')),  # made (dangling, as Linux allows), never followed out
+            attempt(lambda: os.listdir('/home/user/up')),
+            attempt(lambda: open('/home/user/../../etc/passwd')),
+            attempt(lambda: os.rmdir('/home/user')),
+            attempt(lambda: os.rename('/home/user', '/workspace/x')),
+            attempt(lambda: os.mkdir('/home/other')),
+        ],
+    }
+"""
+
+
+def test_home_user_is_the_workspace_folder_mounted_again(run_code) -> None:
+    """/home/user (E2B's home, abi.USER_HOME) is /workspace's own folder, writable, in
+    every run: the same files through either path, renames and hard links across them,
+    and the escapes refused as under /workspace. A plain run still lives in /workspace."""
+    result = run_code(HOME_TWICE)
+    assert result.status == "completed", result.error
+    assert result.output == {
+        "plain run": ["/workspace", "/workspace"],
+        "reads": ["written at home", "written in the workspace", "written in the workspace"],
+        "same folder": [True, True],
+        "links": 2,
+        "root": [True, ["user"]],
+        "refused": ["PermissionError"] * 4 + ["OSError"] * 2 + ["PermissionError"],
+    }

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from wasmrun.e2b.calls import Front, FrontError, read_json_object
-from wasmrun.e2b.sandboxes import DEFAULT_CONTEXT, SANDBOX_ID, CodeContext, E2BSandbox, new_id
+from wasmrun.e2b.sandboxes import DEFAULT_CONTEXT, HOME, SANDBOX_ID, CodeContext, E2BSandbox, new_id
 from wasmrun.tenants.caller import Caller
 
 ENVD_VERSION = "0.5.7"  # the envd API this front answers (HTTP /files, octet-stream uploads)
@@ -106,12 +106,31 @@ def detail(sandbox: E2BSandbox, front: Front) -> dict[str, Any]:
 
 
 async def new_session(front: Front, caller: Caller) -> str:
-    """A session for a sandbox or a context: the longest idle timeout the server allows."""
+    """A session for a sandbox or a context: the longest idle timeout the server allows,
+    its code at home in /home/user (`start_in`)."""
     info = await front.call(
         caller, "create_session", {"language": "python", "idle_timeout_s": front.session_policy.max_idle_timeout_s}
     )
     session_id: str = info["session_id"]
+    if not await start_in(front, caller, session_id, HOME):
+        await front.close_session(caller, session_id)
+        raise FrontError(500, f"could not make {HOME} the sandbox's working folder")
     return session_id
+
+
+# E2B's home in the sandbox is /home/user: the run's /workspace mounted again (abi.USER_HOME),
+# so the files API's paths and the code's are the same. HOME names it; every run of the
+# session starts in `folder` (runtime/_boot.py start_in: a run's working folder is not kept).
+START_IN = "import os as _os, runtime._boot as _b\n_os.environ['HOME'] = {home!r}\n{make}_b.start_in({folder!r})\ndel _os, _b\n"
+
+
+async def start_in(front: Front, caller: Caller, session_id: str, folder: str) -> bool:
+    """Whether the session's runs now start in `folder` (a guest path: HOME or under it;
+    made when missing), with HOME=/home/user."""
+    make = "" if folder == HOME else f"_os.makedirs({folder!r}, exist_ok=True)\n"
+    code = START_IN.format(home=HOME, make=make, folder=folder)
+    result = await front.call(caller, "run_code", {"language": "python", "code": code, "session_id": session_id})
+    return result.get("status") == "completed"
 
 
 async def set_envs(front: Front, caller: Caller, session_id: str, envs: dict[str, str]) -> None:

@@ -17,8 +17,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from wasmrun.e2b import guestfiles, results
 from wasmrun.e2b.calls import MAX_CODE_BODY, Front, FrontError, read_json_object
-from wasmrun.e2b.control import env_vars, new_session, set_envs
-from wasmrun.e2b.paths import guest_path
+from wasmrun.e2b.control import env_vars, new_session, set_envs, start_in
+from wasmrun.e2b.paths import e2b_path, relative
 from wasmrun.e2b.sandboxes import CONTEXT_ID, DEFAULT_CONTEXT, HOME, CodeContext, E2BSandbox, new_id
 from wasmrun.protocol.streaming import RUN_OUTPUT
 from wasmrun.sandbox import OutputChunk
@@ -165,8 +165,6 @@ async def _run_cell(
     if not cell.strip():
         context.executions += 1
         return [{"type": "number_of_executions", "execution_count": context.executions}]
-    if context.cwd != HOME:  # a run's working folder is not kept between runs: set in the run
-        cell = f"__import__('os').chdir({guest_path(context.cwd)!r})\n{cell}"
     params = {"language": "python", "code": cell, "session_id": context.session_id, "stream": True}
     result = await front.run(sandbox.caller, params)
     context.executions += 1
@@ -202,22 +200,23 @@ async def create_context(front: Front, request: Request, sandbox: E2BSandbox) ->
     cwd = body.get("cwd") or HOME
     if not isinstance(cwd, str):
         raise FrontError(400, "cwd must be a path")
-    guest_path(cwd)  # refused (400) before a session is made for it
+    relative(cwd)  # refused (400) before a session is made for it
     context = CodeContext(new_id()[:20], await new_session(front, sandbox.caller), cwd)
-    if cwd != HOME:
-        await _chdir(front, sandbox, context)
+    try:
+        await _chdir(front, sandbox, context.session_id, cwd)
+    except FrontError:
+        await front.close_session(sandbox.caller, context.session_id)
+        raise
     sandbox.contexts[context.context_id] = context
     return JSONResponse(_context_json(context))
 
 
-async def _chdir(front: Front, sandbox: E2BSandbox, context: CodeContext) -> None:
-    folder = guest_path(context.cwd)
-    code = f"import os as _os\n_os.makedirs({folder!r}, exist_ok=True)\n_os.chdir({folder!r})\ndel _os\n"
-    params = {"language": "python", "code": code, "session_id": context.session_id}
-    result = await front.call(sandbox.caller, "run_code", params)
-    if result.get("status") != "completed":
-        await front.close_session(sandbox.caller, context.session_id)
-        raise FrontError(400, f"cwd {context.cwd[:200]!r} cannot be made the context's folder")
+async def _chdir(front: Front, sandbox: E2BSandbox, session_id: str, cwd: str) -> None:
+    """The session's runs start in the context's folder (made when missing), when it is not
+    HOME, where new_session started them (the same path inside as the files API's)."""
+    folder = e2b_path(relative(cwd))
+    if folder != HOME and not await start_in(front, sandbox.caller, session_id, folder):
+        raise FrontError(400, f"cwd {cwd[:200]!r} cannot be made the context's folder")
 
 
 async def list_contexts(front: Front, request: Request, sandbox: E2BSandbox) -> Response:
@@ -249,6 +248,7 @@ async def restart_context(front: Front, request: Request, sandbox: E2BSandbox) -
         fresh = await new_session(front, sandbox.caller)
         try:
             await guestfiles.carry_files(front, sandbox, context.session_id, fresh)
+            await _chdir(front, sandbox, fresh, context.cwd)
         except FrontError:
             await front.close_session(sandbox.caller, fresh)
             raise

@@ -13,10 +13,11 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
+from wasmrun.abi import USER_HOME
 from wasmrun.tenants.caller import Caller
 
 DEFAULT_CONTEXT = "default"
-HOME = "/home/user"
+HOME = USER_HOME  # E2B's home, "/home/user": every run mounts its /workspace there again
 SANDBOX_ID = re.compile(r"[a-z0-9]{32}")
 CONTEXT_ID = re.compile(r"[a-z0-9]{1,40}")
 

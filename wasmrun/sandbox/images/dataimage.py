@@ -23,7 +23,7 @@ import wasmtime
 from python_wasm import build as guest_build
 from python_wasm import dataimage
 from python_wasm import exports as exports_
-from wasmrun.abi import BLOBS, DOOR_IMPORT, DOOR_MODULE, SKILLS_ROOT, TMP, WORKSPACE, Export
+from wasmrun.abi import BLOBS, DOOR_IMPORT, DOOR_MODULE, SKILLS_ROOT, TMP, USER_HOME, WORKSPACE, Export
 from wasmrun.sandbox.budget.wasi_guard import define_guarded_wasi
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
 from wasmrun.sandbox.contract.types import RunRequest, RunResult
@@ -194,16 +194,17 @@ class DataImage(Image):
 
     def preopens(self, mounts: Mounts) -> tuple[wasmtime.WasiConfig, frozenset[int]]:
         """The image's mounts, in the order baked into it: its own (read-only), /workspace,
-        /tmp, then /skills (the run's skills: its folder's view, linked to their copies), /blobs and
-        /packages (the published package layer's site-packages, an empty folder without one), and
-        last the guest's `/` (files/guestroot.py)."""
+        /tmp, /home/user (/workspace's folder again), then /skills (the run's skills: its
+        folder's view, linked to their copies), /blobs and /packages (the published package
+        layer's site-packages, an empty folder without one), and last the guest's `/` (files/guestroot.py)."""
         workspace = mounts.workspace
         wasi = wasmtime.WasiConfig()
         for host, guest in self._preopens:
             wasi.preopen_dir(host, guest, fs_mutable=False)
         skills_view = self._skill_copies(mounts).mount(mounts.request.skills, workspace.root / SKILLS_VIEW, mounts.stamps)
-        wasi.preopen_dir(str(workspace.path), WORKSPACE, fs_mutable=True)
-        wasi.preopen_dir(str(workspace.tmp), TMP, fs_mutable=True)
+        writable = {WORKSPACE: workspace.path, TMP: workspace.tmp, USER_HOME: workspace.path}  # one folder twice
+        for guest in dataimage.WRITABLE_MOUNTS:
+            wasi.preopen_dir(str(writable[guest]), guest, fs_mutable=True)
         wasi.preopen_dir(str(skills_view), SKILLS_ROOT, fs_mutable=False)
         wasi.preopen_dir(str(workspace.blobs), BLOBS, fs_mutable=False)
         site = mounts.packages / "site-packages" if mounts.packages is not None else workspace.empty

@@ -4,7 +4,7 @@ The pre-initialised guest (python_wasm/snapshot.py) is entered through its
 `wasmrun_run` export, with the request in and the reply out of its static
 buffers (bridge.c) when they fit, else by host call. Its mounts: /lib, the
 run's skills, their bytecode, the operator's package layer, /workspace, /tmp,
-/blobs and a read-only `/` (guestroot.py).
+/home/user (/workspace again), /blobs and a read-only `/` (guestroot.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import wasmtime
 from python_wasm import build as guest_build
 from python_wasm import downloads
 from python_wasm.exports import func, func_imports, memory
-from wasmrun.abi import BLOBS, GUEST_LIB, IMPORT_MODULE, SKILLS_ROOT, TMP, WORKSPACE, Export
+from wasmrun.abi import BLOBS, GUEST_LIB, IMPORT_MODULE, SKILLS_ROOT, TMP, USER_HOME, WORKSPACE, Export
 from wasmrun.sandbox.budget.wasi_guard import define_guarded_wasi
 from wasmrun.sandbox.contract.limits import CEILING_LIMITS
 from wasmrun.sandbox.contract.types import RunRequest
@@ -174,6 +174,7 @@ class StdlibImage(Image):
             preopen(host, guest, mutable=False)
         preopen(str(workspace.path), WORKSPACE, mutable=True)
         preopen(str(workspace.tmp), TMP, mutable=True)
+        preopen(str(workspace.path), USER_HOME, mutable=True)  # the same folder (abi.USER_HOME)
         if request.input_blobs:  # each preopen costs every run a little
             preopen(str(workspace.blobs), BLOBS, mutable=False)
         # Last, so the others keep their fd numbers; see guestroot.py.
