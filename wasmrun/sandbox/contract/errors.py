@@ -11,7 +11,10 @@ reply is the guest's word, so a guest exception whose class name is one of
 HOST_TYPES is reported as `Guest<name>` (a guest `Timeout` is
 `GuestTimeout`; so is one that differs from a host type only in case,
 width, spacing or punctuation, like `TIME_OUT`): a client can always tell
-the two apart.
+the two apart. The prefix is never doubled: `GuestCrashed`, the one host type
+that has it already, claimed by the guest (its runtime says so when it fails
+itself, python_wasm/runtime/_boot.py) is `GuestReportedCrash`. `guest_type`
+alone names them, and what it gives it gives back unchanged.
 `EntrypointNotFound`, `InvalidOutput` (not JSON) and `SystemExit` are
 reported by our guest runtime about the guest's own code.
 """
@@ -49,6 +52,10 @@ HOST_TYPES = frozenset({
 })
 GUEST_PREFIX = "Guest"
 MAX_GUEST_TYPE = 200
+# The guest's claim of a host type that begins with GUEST_PREFIX already: one name, not Guest + it.
+GUEST_CLAIMS = {GUEST_CRASH: "GuestReportedCrash"}
+if {t for t in HOST_TYPES if t.startswith(GUEST_PREFIX)} != GUEST_CLAIMS.keys():
+    raise ImportError("every host type named Guest... needs its name in GUEST_CLAIMS")
 
 
 def _folded(name: str) -> str:
@@ -56,13 +63,18 @@ def _folded(name: str) -> str:
     return "".join(ch for ch in unicodedata.normalize("NFKC", name).casefold() if ch.isalnum())
 
 
-_FOLDED_HOST_TYPES = frozenset(_folded(name) for name in HOST_TYPES)
+_HOST_TYPES_FOLDED = {_folded(name): name for name in HOST_TYPES}
 
 
 def guest_type(name: str) -> str:
-    """How a type the guest reported is shown: never as (or like) one of the host's."""
+    """How a type the guest reported is shown: never as (or like) one of the host's,
+    GUEST_PREFIX at most once, at most MAX_GUEST_TYPE characters. Idempotent: a
+    name it gives is given back as it is."""
     name = name[:MAX_GUEST_TYPE]
-    return GUEST_PREFIX + name if _folded(name) in _FOLDED_HOST_TYPES else name
+    host = _HOST_TYPES_FOLDED.get(_folded(name))
+    if host is None:
+        return name
+    return GUEST_CLAIMS.get(host) or (GUEST_PREFIX + name)[:MAX_GUEST_TYPE]
 
 
 class RunAborted(Exception):
