@@ -48,6 +48,7 @@ from wasmrun.tenants.retention import BlobRetention
 from wasmrun.tenants.store import TenantDirectory
 from wasmrun.wire.app import Authenticated
 from wasmrun.wire.app import create_app as create_wire_app
+from wasmrun.wire.connections import KeyedRequests
 from wasmrun.wire.guard import RequestGuard, is_loopback
 from wasmrun.wire.lazy import LazyEndpoint
 from wasmrun.wire.tools_route import tools_route
@@ -75,6 +76,8 @@ class HttpOptions:
     guard: RequestGuard  # Host/Origin
     max_body_bytes: int
     body_timeout: float
+    header_timeout: float
+    unkeyed_connections: int  # connections not in a keyed request, server-wide (wire/connections.py)
     metrics_key: str | None = field(repr=False)  # the operator's /metrics key
     blob_ttl_s: int  # the local tenant's blobs' retention (the server's default tenant limit)
 
@@ -126,7 +129,8 @@ def assemble(
     context, owns_executor = _context(settings, backends, executor, blobs)
     http = HttpOptions(
         RequestGuard.for_server(settings.host, settings.access.allowed_hosts, settings.access.allowed_origins),
-        settings.max_body_bytes, settings.body_timeout, settings.metrics_key, limits.blob_ttl_s,
+        settings.max_body_bytes, settings.body_timeout, settings.header_timeout, settings.unkeyed_connections,
+        settings.metrics_key, limits.blob_ttl_s,
     )
     return Server(backends, context, owns_executor, tenants, http)
 
@@ -285,7 +289,8 @@ def create_app(server: Server, *, mcp_with_create_skill: bool = False) -> Starle
         server.close()
 
     dispatcher = Dispatcher(context, observers, require_caller=True)
-    in_flight = RequestsInFlight()  # each tenant's HTTP requests, /rpc and /mcp together
+    # Each tenant's HTTP requests, /rpc, /mcp and /e2b together; a counted request's connection is keyed.
+    in_flight = KeyedRequests()
     served = context.served
     routes: list[BaseRoute] = [
         tools_route(lambda: facts_of(context.limits, context.egress.network.run_code, served.facts()))
@@ -299,6 +304,8 @@ def create_app(server: Server, *, mcp_with_create_skill: bool = False) -> Starle
         dispatcher,
         max_body_bytes=http.max_body_bytes,
         body_timeout=http.body_timeout,
+        header_timeout=http.header_timeout,
+        unkeyed_connections=http.unkeyed_connections,
         on_shutdown=shutdown,
         health=context.executor.health,
         image_status=context.served.status,

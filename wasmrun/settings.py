@@ -25,7 +25,11 @@
                       WASMRUN_SKILL_CACHE_ENTRIES   256   bounds of the cache of created skills
                       WASMRUN_SKILL_CACHE_MB        1024  (with --database-url; shared by servers on one data dir)
                       WASMRUN_MAX_BODY_BYTES        33554432
-                      WASMRUN_BODY_TIMEOUT          30 (seconds to receive a request body)
+                      WASMRUN_BODY_TIMEOUT          30 (seconds to receive a request body, from its head)
+                      WASMRUN_HEADER_TIMEOUT        10 (seconds to receive a request's head, from the
+                                                    connection or the request's first byte)
+                      WASMRUN_UNKEYED_CONNECTIONS   1024 connections without a keyed request at once (the
+                                                    oldest closed past it; at most half of RLIMIT_NOFILE)
                       WASMRUN_MAX_FULL_READ_BYTES   10485760
                       WASMRUN_MAX_TIMEOUT_MS        900000   ceilings on what a request's
                       WASMRUN_MAX_MEMORY_MB         2048     `limits` may ask for
@@ -102,6 +106,9 @@ class Settings:
     skill_cache_bytes: int = 1024 * 1024 * 1024
     max_body_bytes: int = 32 * 1024 * 1024
     body_timeout: float = 30.0
+    header_timeout: float = 10.0
+    # Connections not in a request counted for a tenant (wire/connections.py).
+    unkeyed_connections: int = 1024
     max_full_read_bytes: int = 10 * 1024 * 1024
     limits: LimitPolicy = field(default_factory=LimitPolicy)
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -222,6 +229,8 @@ def load_server_values(
         "queue_timeout": _float(env.get(ENV_PREFIX + "QUEUE_TIMEOUT"), "queue timeout"),
         "max_body_bytes": _int(env.get(ENV_PREFIX + "MAX_BODY_BYTES"), "max body bytes"),
         "body_timeout": _float(env.get(ENV_PREFIX + "BODY_TIMEOUT"), "body timeout"),
+        "header_timeout": _float(env.get(ENV_PREFIX + "HEADER_TIMEOUT"), "header timeout"),
+        "unkeyed_connections": _int(env.get(ENV_PREFIX + "UNKEYED_CONNECTIONS"), "unkeyed connections"),
         "max_full_read_bytes": _int(env.get(ENV_PREFIX + "MAX_FULL_READ_BYTES"), "max full read bytes"),
         "skill_cache_entries": _int(env.get(ENV_PREFIX + "SKILL_CACHE_ENTRIES"), "skill cache entries"),
         "skill_cache_bytes": (
@@ -235,8 +244,9 @@ def load_server_values(
         chosen["image"] = image
     chosen["data_dir"] = chosen.get("data_dir") or default_data_dir(env)
     chosen["workers"] = chosen.get("workers") or default_workers(chosen.get("image", Settings.image))  # fits memory
-    if chosen.get("body_timeout") == 0:
-        raise ValueError("body timeout must be above 0 seconds")
+    for timeout in ("body_timeout", "header_timeout"):
+        if chosen.get(timeout) == 0:
+            raise ValueError(f"{timeout.replace('_', ' ')} must be above 0 seconds")
     return chosen
 
 

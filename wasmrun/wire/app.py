@@ -5,9 +5,10 @@ who is calling (API keys) and which requests are answered at all (guard.py).
 Every answer to something a client sent is 2xx or 4xx: 200 with a JSON-RPC
 response, 204 when only notifications came, and a JSON-RPC error body with
 401 (no valid API key), 403 (Host or Origin refused), 413 (body over the
-limit), 415 (not `Content-Type: application/json`) or 408 (the body did not
-arrive within `body_timeout` seconds; the connection is closed; wire/deadline.py,
-on every route, /mcp included).
+limit), 415 (not `Content-Type: application/json`) or 408 (the head did not arrive
+within `header_timeout` seconds, or the body within `body_timeout` of it; the
+connection is closed; on every route, /mcp included, by the HTTP protocol that
+serves the app's `connection_bounds`: wire/http_protocol.py, wire/connections.py).
 """
 
 from __future__ import annotations
@@ -28,14 +29,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from wasmrun.protocol.errors import (
     Forbidden,
     QuotaExceeded,
-    RequestTimeout,
     RPCError,
     Unauthorized,
 )
 from wasmrun.tenants.caller import Caller
 from wasmrun.tenants.calls import RequestsInFlight, too_many_requests_message
 from wasmrun.wire import jsonrpc
-from wasmrun.wire.deadline import BodyDeadline
+from wasmrun.wire.connections import (
+    BODY_TIMEOUT_S,
+    HEADER_TIMEOUT_S,
+    UNKEYED_CONNECTIONS,
+    ConnectionBounds,
+    KeyedRequests,
+)
 from wasmrun.wire.guard import RequestGuard, is_loopback
 from wasmrun.wire.playground import playground_routes
 from wasmrun.wire.rpc_asgi import RpcEndpoint, RpcFront
@@ -79,7 +85,7 @@ class Authenticated:
     def __init__(self, app: ASGIApp, authenticate: Authenticate, in_flight: RequestsInFlight | None = None) -> None:
         self.app = app
         self.authenticate = authenticate
-        self.in_flight = in_flight if in_flight is not None else RequestsInFlight()
+        self.in_flight = in_flight if in_flight is not None else KeyedRequests()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         header = next((v for k, v in scope.get("headers", []) if k == b"authorization"), None)
@@ -131,7 +137,9 @@ def create_app(
     dispatch: Callable[..., Awaitable[Any]],
     *,
     max_body_bytes: int,
-    body_timeout: float = 30.0,
+    body_timeout: float = BODY_TIMEOUT_S,
+    header_timeout: float = HEADER_TIMEOUT_S,
+    unkeyed_connections: int = UNKEYED_CONNECTIONS,
     on_shutdown: Callable[[], None] | None = None,
     health: Callable[[], Health] | None = None,
     image_status: Callable[[], dict[str, Any]] | None = None,
@@ -149,21 +157,15 @@ def create_app(
     app as /rpc (so its middleware applies to them); each of `lifespans` is entered at
     startup and left at shutdown. `metrics_refusal(authorization, client_host)` says why
     a /metrics request is refused (None: served); without it, loopback clients only.
-    `health_detail(authorization)` says whether /healthz shows its counts (None: always)."""
+    `health_detail(authorization)` says whether /healthz shows its counts (None: always).
+    The timeouts and `unkeyed_connections` are the app's `connection_bounds`, which
+    wire/http_protocol.py keeps on every connection, whatever route it asks for."""
 
     rpc = RpcEndpoint(
         dispatch, max_body_bytes=max_body_bytes, authenticate=authenticate,
-        in_flight=in_flight if in_flight is not None else RequestsInFlight(),
-    )
-
-    too_slow = RequestTimeout(
-        f"the request body did not arrive within {body_timeout:g} seconds (WASMRUN_BODY_TIMEOUT)",
-        {"body_timeout_s": body_timeout},
+        in_flight=in_flight if in_flight is not None else KeyedRequests(),
     )
     middleware = [Middleware(GuardMiddleware, guard=guard)] if guard is not None else []
-    middleware.append(
-        Middleware(BodyDeadline, timeout=body_timeout, answer=jsonrpc.error_body(too_slow), media_type=JSON)
-    )
     app = RpcFront(
         routes=[
             Route("/rpc", rpc, methods=["POST"]),
@@ -175,10 +177,9 @@ def create_app(
         middleware=middleware,
         lifespan=_lifespan(lifespans, on_shutdown),
     )
-    # POST /rpc the short way: the same endpoint inside the same guards, without Starlette's stack.
-    app.rpc = BodyDeadline(rpc, timeout=body_timeout, answer=jsonrpc.error_body(too_slow), media_type=JSON)
-    if guard is not None:
-        app.rpc = GuardMiddleware(app.rpc, guard)
+    # POST /rpc the short way: the same endpoint inside the same guard, without Starlette's stack.
+    app.rpc = GuardMiddleware(rpc, guard) if guard is not None else rpc
+    app.connection_bounds = ConnectionBounds(header_timeout, body_timeout, unkeyed_connections)
     return app
 
 

@@ -5,8 +5,8 @@ call (its error and exception middleware, the router's walk over the routes,
 a Request, a Response object, the header lists they build) was a tenth of what
 the HTTP layer added (scripts/http_hops.py). So `/rpc` is answered here straight
 from the ASGI messages, with every guard the route had, in the same order:
-Host/Origin (GuardMiddleware) and the body deadline (BodyDeadline) around it,
-then Content-Type (415), the API key (401), the tenant's requests in flight
+Host/Origin (GuardMiddleware) around it (the head and body deadlines are the HTTP
+protocol's, on every route: wire/http_protocol.py), then Content-Type (415), the API key (401), the tenant's requests in flight
 (429), the body limit (413, declared or counted; the connection closed), and the streamed answer (SSE)
 when asked for. `RpcFront` sends `POST /rpc` to it directly and everything else
 (other routes, other methods, lifespan) to Starlette, which serves the same
@@ -35,6 +35,7 @@ from wasmrun.protocol.errors import (
 from wasmrun.tenants.caller import Caller
 from wasmrun.tenants.calls import RequestsInFlight, too_many_requests_message
 from wasmrun.wire import jsonrpc
+from wasmrun.wire.connections import ConnectionBounds
 from wasmrun.wire.events import EventStreamResponse, accepts_events, asks_to_stream
 
 logger = logging.getLogger("wasmrun.http")
@@ -43,7 +44,7 @@ Headers = list[tuple[bytes, bytes]]
 
 
 class _Disconnected(Exception):
-    """The client left (or BodyDeadline said so) before its body arrived."""
+    """The client left (or the body deadline passed: wire/http_protocol.py) before its body arrived."""
 
 
 async def send_answer(send: Send, status: int, body: bytes = b"", headers: Headers | None = None) -> None:
@@ -142,7 +143,7 @@ class RpcEndpoint:
             return
         try:
             body = await self._body(receive)
-        except _Disconnected:  # also what BodyDeadline tells an app whose body is too slow
+        except _Disconnected:  # also what the protocol tells an app whose body is too slow (it answers 408)
             await send_answer(send, 400)
             return
         if body is None:
@@ -196,10 +197,12 @@ async def _streamed(body: bytes, call: Callable[..., Awaitable[Any]]) -> bytes |
 
 class RpcFront(Starlette):
     """Starlette, except that `POST /rpc` goes straight to `rpc` (the endpoint wrapped in
-    the same guard and body deadline as Starlette's middleware); `rpc = None` turns the
-    short way off (scripts/http_hops.py compares the two)."""
+    the same guard as Starlette's middleware); `rpc = None` turns the short way off
+    (scripts/http_hops.py compares the two). `connection_bounds`: what the HTTP protocol
+    serving it bounds each connection by (wire/http_protocol.py; None: its defaults)."""
 
     rpc: ASGIApp | None = None
+    connection_bounds: ConnectionBounds | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
