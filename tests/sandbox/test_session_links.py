@@ -97,15 +97,18 @@ def test_a_forks_fallback_copy_keeps_hard_links(tmp_path: Path, monkeypatch: pyt
     _version_with_links(source)
     target.parent.mkdir()
     real_link = os.link
+    sources = {(st.st_dev, st.st_ino) for st in map(os.lstat, source.rglob("*"))}
 
     def link_within_the_copy_only(src: str | Path, dst: str | Path, **kwargs: object) -> None:
-        if str(src).startswith(str(source)):
+        linked = os.stat(src, dir_fd=kwargs.get("src_dir_fd"), follow_symlinks=False)  # type: ignore[arg-type]
+        if (linked.st_dev, linked.st_ino) in sources:  # (by path or by a folder's descriptor)
             raise OSError(errno.EXDEV, "Invalid cross-device link")
         real_link(src, dst, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "link", link_within_the_copy_only)
     state.copy_version(source, target)
     _assert_same_tree(target)
+    assert os.lstat(target / "workspace" / "data").st_ino != os.lstat(source / "workspace" / "data").st_ino
     assert _allocated(target) < 3 * MiB
 
 
