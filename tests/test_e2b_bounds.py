@@ -5,9 +5,11 @@ say what is asked, raw HTTP where the probe is below it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,6 +144,66 @@ def test_a_json_form_whose_blob_is_not_json_is_left_out_not_a_broken_stream(door
         sandbox.kill()
 
 
+JSON_BLOBS_CELL = """
+from runtime import blobs
+import _wasmrun, json
+for n in range(3):  # three blobs of 4 MiB of `[{},{},...]`: ~100 MiB each as objects
+    blob = blobs.write_bytes(b"[" + b"{}," * (1400000 + n) + b"{}]", "application/json")
+    _wasmrun.log(DISPLAY_LEVEL, json.dumps({"data": {}, "blobs": {"application/json": blob}}))
+""".replace("DISPLAY_LEVEL", str(DISPLAY_LEVEL))
+INLINE_JSON_CELL = """
+import _wasmrun
+frame = '{"data": {"application/json": [' + '{},' * 300000 + '{}]}}'  # 0.9 MiB a display
+for _ in range(8):
+    _wasmrun.log(DISPLAY_LEVEL, frame)
+""".replace("DISPLAY_LEVEL", str(DISPLAY_LEVEL))
+
+
+def _held_cell(door: Door, sandbox: Sandbox, code: str, context_id: str) -> socket.socket:
+    """Sends a cell and reads only its answer's head, then holds the connection open
+    without reading: what the server keeps for it waits."""
+    body = json.dumps({"code": code, "context_id": context_id}).encode()
+    conn = socket.create_connection(("127.0.0.1", door.server.port))
+    conn.sendall(
+        b"POST /e2b/sandbox/execute HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + f"E2b-Sandbox-Id: {sandbox.sandbox_id}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += conn.recv(1)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return conn
+
+
+def _rss_mib(door: Door) -> float:
+    status = Path(f"/proc/{door.server.process.pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("cell", [JSON_BLOBS_CELL, INLINE_JSON_CELL], ids=["json-blobs", "inline-json"])
+def test_results_waiting_for_clients_that_do_not_read_are_bytes_within_the_tenants_room(door: Door, cell: str) -> None:
+    sandbox = door.sandbox("frank")
+    held: list[socket.socket] = []
+    try:
+        contexts = ["default", *(sandbox.create_code_context().id for _ in range(3))]
+        before = _rss_mib(door)
+        held = [_held_cell(door, sandbox, cell, context_id) for context_id in contexts]
+        # Every cell has ended when a fresh one on a new context runs after them.
+        deadline = time.monotonic() + 120
+        while door.runs("frank") < 4 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(2)
+        grown = _rss_mib(door) - before
+        # Four cells' results as objects were ~1.2 GiB (JSON blobs) or ~0.7 GiB (inline);
+        # as bytes they are within the tenant's room (64 MiB), plus what is being sent.
+        assert grown < 250, grown
+        assert door.sandbox("erin").run_code("2 + 2").text == "4"  # another tenant is served meanwhile
+    finally:
+        for conn in held:
+            conn.close()
+        sandbox.kill()
+
+
 # -- cells behind a client that left ---------------------------------------------------
 
 def _send_and_leave(door: Door, sandbox: Sandbox, code: str) -> int:
@@ -235,8 +297,38 @@ def test_metadata_is_bounded_in_bytes_and_lists_are_paged(door: Door) -> None:
         assert seen == [s.sandbox_id for s in made]
         newest = _listed(door, "frank", limit="1", order="desc", metadata="batch=paged").json()
         assert [s["sandboxID"] for s in newest] == [made[-1].sandbox_id]
-        for bad in ({"limit": "0"}, {"limit": "101"}, {"nextToken": "../x"}, {"order": "up"}):
+        hex32 = "0" * 32
+        for bad in ({"limit": "0"}, {"limit": "101"}, {"limit": "\u00b2"}, {"limit": "\uff15"}, {"nextToken": "../x"},
+                    {"nextToken": f"\u00b9-{hex32}"}, {"order": "up"}):
             assert _listed(door, "frank", **bad).status_code == 400
     finally:
         for sandbox in made:
             sandbox.kill()
+
+
+def test_a_context_made_or_restarted_while_its_sandbox_is_killed_leaves_no_session(door: Door) -> None:
+    import threading
+
+    for _ in range(3):
+        sandbox = door.sandbox("frank")
+        kept = sandbox.create_code_context()
+
+        def race(sb: Sandbox = sandbox, ctx: object = kept) -> None:
+            # The kill may win either: any answer is fine, but not a session left behind.
+            with contextlib.suppress(Exception):
+                sb.create_code_context(cwd="/home/user/elsewhere")
+            with contextlib.suppress(Exception):
+                sb.restart_code_context(ctx)  # type: ignore[arg-type]
+
+        racer = threading.Thread(target=race)
+        racer.start()
+        time.sleep(0.05)
+        sandbox.kill()
+        racer.join(60)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            sessions = door.rpc("frank", "list_sessions", {})["result"]["sessions"]  # type: ignore[index]
+            if not sessions:
+                break
+            time.sleep(0.5)
+        assert sessions == [], sessions  # none left that no sandbox or context reaches

@@ -21,6 +21,13 @@ def _parsed(events: list[dict[str, object]]) -> Execution:
     return execution
 
 
+def _sent(event: dict[str, object] | None) -> dict[str, object]:
+    """The event as the front sends it (its forms go in as JSON text)."""
+    assert event is not None
+    sent: dict[str, object] = json.loads(results.line(event))
+    return sent
+
+
 def test_a_display_with_every_form_becomes_one_result() -> None:
     png = base64.b64encode(b"\x89PNG fake").decode()
     display = {
@@ -40,17 +47,16 @@ def test_a_display_with_every_form_becomes_one_result() -> None:
 def test_forms_kept_as_blobs_are_read_back_and_binary_ones_base64() -> None:
     blobs = {"blob_png": b"\x89PNG\x00\xff", "blob_html": "<table>é</table>".encode()}
     display = {"data": {"text/plain": "df"}, "main": False, "blobs": {"image/png": "blob_png", "text/html": "blob_html"}}
-    event = results.display_result(display, blobs.get)
-    assert event is not None
-    assert base64.b64decode(event["png"]) == b"\x89PNG\x00\xff"
+    event = _sent(results.display_result(display, blobs.get))
+    assert base64.b64decode(str(event["png"])) == b"\x89PNG\x00\xff"
     assert event["html"] == "<table>é</table>" and event["is_main_result"] is False
     missing = results.display_result({"data": {}, "blobs": {"image/png": "gone"}}, blobs.get)
     assert missing is None  # a display with nothing to show is no result
 
 
 def test_unknown_mime_types_go_to_extra() -> None:
-    event = results.display_result({"data": {"text/plain": "x", "application/vnd.custom": {"k": 1}}})
-    assert event is not None and event["extra"] == {"application/vnd.custom": {"k": 1}}
+    event = _sent(results.display_result({"data": {"text/plain": "x", "application/vnd.custom": {"k": 1}}}))
+    assert event["extra"] == {"application/vnd.custom": {"k": 1}}
 
 
 def test_displays_are_the_results_in_order_with_their_blobs_read_back() -> None:
@@ -166,3 +172,19 @@ def test_forms_of_one_blob_are_made_once_and_counted_each_time_they_are_sent() -
     # A blob gone since (or never readable) leaves its form out and says so.
     gone = results.run_events({"status": "completed", "displays": [{"blobs": {"image/png": "blob:gone"}}]}, 1, read)
     assert [e["type"] for e in gone] == ["stderr", "number_of_executions"]
+
+
+def test_forms_count_what_is_sent_escapes_included_and_json_stays_text() -> None:
+    controls = b"\x01" * 1000  # each goes out as \u0001: six bytes a byte
+    blobs = {"blob:ctl": controls, "blob:json": b"[" + b"{}," * 999 + b"{}]"}
+    roomy = results.Expansion(blobs.get, budget=10_000)
+    form = roomy.from_blob("text/plain", "blob:ctl")
+    assert form is not None and len(form) == 6 * 1000 + 2 and roomy.spent == len(form)
+    assert results.Expansion(blobs.get, budget=5_000).from_blob("text/plain", "blob:ctl") is None
+    # A JSON form is the blob's own text, checked, never a tree of objects.
+    made = roomy.from_blob("application/json", "blob:json")
+    assert made is not None and bytes(made) == blobs["blob:json"]
+    event = _sent(results.display_result({"blobs": {"application/json": "blob:json"}}, blobs.get))
+    assert event["json"] == [{}] * 1000
+    # An inline form in a text field that is not text is no field of E2B's Result.
+    assert results.display_result({"data": {"text/html": {"not": "text"}}}) is None

@@ -31,8 +31,22 @@ SESSION_GONE = (
 # How often the table is checked against the sessions store (a sandbox's session closed
 # over /rpc or expired); a tenant's own creates and lists check it at once.
 PRUNE_EVERY_S = 5.0
+# The bytes of cells' results a tenant may have waiting to be sent at once, all its cells
+# together (each at most the server's result_bytes): past it, a cell's forms are left out.
+RESULTS_ROOM = 64 * 1024 * 1024
 # What a run answers for an output too large to inline (protocol/run_result.py).
 STORED_OUTPUT = frozenset({"output_blob", "size_bytes", "kind", "preview"})
+
+
+class _RawDisplay(msgspec.Struct):
+    """A run's display with each form kept as its JSON text (sandbox's `Display`)."""
+
+    data: dict[str, msgspec.Raw] = {}
+    main: bool = False
+    blobs: dict[str, str] = {}
+
+
+_RAW_DISPLAYS = msgspec.json.Decoder(list[_RawDisplay])
 
 
 class FrontError(Exception):
@@ -58,10 +72,18 @@ def http_status(error: RPCError) -> int:
     return 503 if error.retry_after_s is not None else 500
 
 
+def whole_number(text: str | None, digits: int = 20) -> int | None:
+    """`text` as a whole number when it is one in ASCII digits (str.isdigit also takes
+    `²` and `５`, which int() refuses or reads), else None."""
+    if text is None or not 0 < len(text) <= digits or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The body, refused (413) past `limit` bytes without reading the rest."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    declared = whole_number(request.headers.get("content-length"))
+    if declared is not None and declared > limit:
         raise FrontError(413, f"the request body is over {limit} bytes")
     parts: list[bytes] = []
     size = 0
@@ -99,6 +121,23 @@ class Front:
         self.session_policy = sessions.policy if sessions is not None else SessionPolicy()
         self._background: set[asyncio.Task[None]] = set()
         self._next_prune = 0.0
+        self._results_held: dict[str, int] = {}  # tenant -> bytes of cells' results not yet sent
+
+    def take_room(self, tenant: str, wanted: int) -> int:
+        """Room for a cell's results, at most `wanted` bytes and what is left of the
+        tenant's RESULTS_ROOM (their lines wait for clients that may read slowly, or not
+        at all), taken until given back."""
+        held = self._results_held.get(tenant, 0)
+        room = max(0, min(wanted, RESULTS_ROOM - held))
+        self._results_held[tenant] = held + room
+        return room
+
+    def give_room(self, tenant: str, size: int) -> None:
+        left = self._results_held.get(tenant, 0) - size
+        if left > 0:
+            self._results_held[tenant] = left
+        else:
+            self._results_held.pop(tenant, None)
 
     def api_caller(self, request: Request) -> Caller:
         """The control plane's caller: E2B's `X-API-KEY` (or a Bearer header) is a
@@ -117,7 +156,14 @@ class Front:
             result = await self.dispatcher(method, raw, caller)
         except RPCError as exc:
             raise FrontError(http_status(exc), exc.message) from None
-        answer: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(result))
+        displays = getattr(result, "displays", msgspec.UNSET)
+        if not isinstance(result, msgspec.Struct) or not isinstance(displays, list) or not displays:
+            answer: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(result))
+            return answer
+        # A run's displays as their forms' JSON text, not a second tree of objects (a
+        # megabyte of `[{}, ...]` is ~30 MB of them): results.Expansion sends that text.
+        answer = msgspec.json.decode(msgspec.json.encode(msgspec.structs.replace(result, displays=msgspec.UNSET)))
+        answer["displays"] = [msgspec.structs.asdict(d) for d in _RAW_DISPLAYS.decode(msgspec.json.encode(displays))]
         return answer
 
     async def read_blob(self, caller: Caller, blob_id: str) -> bytes:

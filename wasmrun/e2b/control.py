@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from wasmrun.e2b.calls import Front, FrontError, read_json_object
+from wasmrun.e2b.calls import Front, FrontError, read_json_object, whole_number
 from wasmrun.e2b.sandboxes import DEFAULT_CONTEXT, HOME, SANDBOX_ID, CodeContext, E2BSandbox, new_id
 from wasmrun.tenants.caller import Caller
 
@@ -195,8 +195,8 @@ def _wanted(request: Request, sandbox: E2BSandbox) -> bool:
 def _page_query(request: Request) -> tuple[int, tuple[int, str] | None, bool]:
     """The list's `limit` (1 to LIST_PAGE), where it goes on from (`nextToken`, as the
     last answer's `x-next-token` gave it) and its `order` (`asc`, the default, or `desc`)."""
-    limit_text = request.query_params.get("limit", str(LIST_PAGE))
-    if not limit_text.isdigit() or not 1 <= int(limit_text) <= LIST_PAGE:
+    limit = whole_number(request.query_params.get("limit", str(LIST_PAGE)), digits=3)
+    if limit is None or not 1 <= limit <= LIST_PAGE:
         raise FrontError(400, f"limit must be a whole number from 1 to {LIST_PAGE}")
     order = request.query_params.get("order", "asc")
     if order not in ("asc", "desc"):
@@ -204,11 +204,12 @@ def _page_query(request: Request) -> tuple[int, tuple[int, str] | None, bool]:
     token = request.query_params.get("nextToken")
     after = None
     if token:
-        started, _, sandbox_id = token.partition("-")
-        if not started.isdigit() or len(started) > 20 or not SANDBOX_ID.fullmatch(sandbox_id):
+        started_text, _, sandbox_id = token.partition("-")
+        started = whole_number(started_text)
+        if started is None or not SANDBOX_ID.fullmatch(sandbox_id):
             raise FrontError(400, "nextToken is not one this server gave")
-        after = (int(started), sandbox_id)
-    return int(limit_text), after, order == "desc"
+        after = (started, sandbox_id)
+    return limit, after, order == "desc"
 
 
 def _place(sandbox: E2BSandbox) -> tuple[int, str]:

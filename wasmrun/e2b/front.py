@@ -66,6 +66,8 @@ class _Held(Response):
         try:
             await self.answer(scope, receive, send)
         finally:
+            if isinstance(self.answer, interpreter.CellResponse):
+                self.answer.stream.leave()  # sent, or its client gone: its lines wait for no one
             if self.work is None or self.work.done():
                 self.hold.close()
             else:

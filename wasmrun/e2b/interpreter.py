@@ -69,13 +69,34 @@ def _language(body: dict[str, Any]) -> None:
         raise FrontError(400, f"language {str(language)[:40]!r} is not served: wasmrun runs Python only")
 
 
+class CellStream:
+    """A cell's lines on their way to its client: the queue the cell writes and the client
+    reads, and the room its results take of the tenant's (Front.take_room) from when the
+    cell ends until they are sent or their client has gone. What waits is bytes."""
+
+    def __init__(self, front: Front, tenant: str) -> None:
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.front, self.tenant = front, tenant
+        self.held = 0
+        self.gone = False
+
+    def release(self) -> None:
+        self.front.give_room(self.tenant, self.held)
+        self.held = 0
+
+    def leave(self) -> None:
+        """Its client has gone (or read it all): nothing more is kept for it."""
+        self.gone = True
+        self.release()
+
+
 class CellResponse(StreamingResponse):
     """A cell's events; `work` is the cell itself, which holds its tenant's request place
     until it has run or been dropped, whether or not its client stays to read it."""
 
-    def __init__(self, body: AsyncIterator[bytes], work: asyncio.Task[None]) -> None:
-        super().__init__(body, media_type="application/x-ndjson")
-        self.work = work
+    def __init__(self, stream: CellStream, work: asyncio.Task[None]) -> None:
+        super().__init__(_lines(stream), media_type="application/x-ndjson")
+        self.stream, self.work = stream, work
 
 
 async def execute(front: Front, request: Request, sandbox: E2BSandbox) -> Response:
@@ -98,11 +119,11 @@ async def execute(front: Front, request: Request, sandbox: E2BSandbox) -> Respon
             f"this context already has {len(context.cells)} cells running or queued, its most ({MAX_QUEUED_CELLS}):"
             " wait for one to end before sending another"
         ))
-    queue: asyncio.Queue[bytes | list[dict[str, Any]] | None] = asyncio.Queue()
-    work = asyncio.get_running_loop().create_task(_run_cell_events(front, sandbox, context, cell, pips, envs, queue))
+    stream = CellStream(front, sandbox.caller.tenant)
+    work = asyncio.get_running_loop().create_task(_run_cell_events(front, sandbox, context, cell, pips, envs, stream))
     context.cells.add(work)
     work.add_done_callback(context.cells.discard)
-    return CellResponse(_stream(queue), work)
+    return CellResponse(stream, work)
 
 
 async def _fixed(events: list[dict[str, Any]]) -> AsyncIterator[bytes]:
@@ -111,29 +132,25 @@ async def _fixed(events: list[dict[str, Any]]) -> AsyncIterator[bytes]:
     yield results.line({"type": "end_of_execution"})
 
 
-async def _stream(queue: asyncio.Queue[bytes | list[dict[str, Any]] | None]) -> AsyncIterator[bytes]:
-    """The cell's events as its client reads them: the results at the end are encoded one
-    at a time here, so a client that leaves costs no encoding, and one that reads slowly
-    holds one line, not every line at once."""
-    while (item := await queue.get()) is not None:
-        if isinstance(item, bytes):
-            yield item
-        else:
-            for event in item:
-                yield results.line(event)
+async def _lines(stream: CellStream) -> AsyncIterator[bytes]:
+    try:
+        while (line := await stream.queue.get()) is not None:
+            yield line
+    finally:
+        stream.leave()
 
 
 async def _run_cell_events(
     front: Front, sandbox: E2BSandbox, context: CodeContext, cell: str, pips: list[str], envs: dict[str, str],
-    queue: asyncio.Queue[bytes | list[dict[str, Any]] | None],
+    stream: CellStream,
 ) -> None:
     """Runs the cell after those queued before it on its context (one at a time, as a
-    Jupyter kernel does), its output streamed to `queue` as it is written; a cell still
-    queued when its sandbox or context ends is dropped, not run."""
+    Jupyter kernel does), its output streamed as it is written; a cell still queued when
+    its sandbox or context ends is dropped, not run."""
     # The layer the operator adds to is the served image's (docs/packages.md).
     image = " --image data" if front.dispatcher.context.served.name == "data" else ""
     for pip in pips:
-        queue.put_nowait(results.line(results.output_event("stderr", NO_PIP.format(image=image, line=pip))))
+        stream.queue.put_nowait(results.line(results.output_event("stderr", NO_PIP.format(image=image, line=pip))))
     lines = results.Lines()
 
     def on_output(chunks: list[OutputChunk]) -> None:
@@ -142,35 +159,48 @@ async def _run_cell_events(
         for chunk in chunks:
             if isinstance(chunk, OutputChunk) and chunk.stream != "display":
                 for event in lines.feed(chunk.stream, chunk.text):
-                    queue.put_nowait(results.line(event))
+                    stream.queue.put_nowait(results.line(event))
 
     RUN_OUTPUT.set(on_output)
-    events: list[dict[str, Any]] = []
+    ending: list[bytes] = []
     try:
         async with context.lock:
             if context.ended:
                 raise FrontError(502, f"The sandbox {sandbox.sandbox_id} ended before this cell ran: it was dropped")
-            events = await _run_cell(front, sandbox, context, cell, envs)
+            ending = await _run_cell(front, sandbox, context, cell, envs, stream)
     except FrontError as exc:
-        events = [{"type": "error", "name": "SandboxError", "value": exc.message, "traceback": exc.message}]
+        ending = [results.line({"type": "error", "name": "SandboxError", "value": exc.message, "traceback": exc.message})]
     finally:
-        queue.put_nowait([*lines.flush(), *events, {"type": "end_of_execution"}])
-        queue.put_nowait(None)
+        for event in [*lines.flush(), {"type": "end_of_execution"}]:
+            ending.append(results.line(event))
+        for line in ending:
+            stream.queue.put_nowait(line)
+        stream.queue.put_nowait(None)
 
 
 async def _run_cell(
-    front: Front, sandbox: E2BSandbox, context: CodeContext, cell: str, envs: dict[str, str]
-) -> list[dict[str, Any]]:
+    front: Front, sandbox: E2BSandbox, context: CodeContext, cell: str, envs: dict[str, str], stream: CellStream
+) -> list[bytes]:
+    """The cell's run, and the lines of what it ended with (its results, its error, its
+    count), encoded at once: what waits for a client that does not read is these bytes,
+    within the room taken for them, never the run's objects."""
     await set_envs(front, sandbox.caller, context.session_id, envs)
     if not cell.strip():
         context.executions += 1
-        return [{"type": "number_of_executions", "execution_count": context.executions}]
+        return [results.line({"type": "number_of_executions", "execution_count": context.executions})]
     params = {"language": "python", "code": cell, "session_id": context.session_id, "stream": True}
     result = await front.run(sandbox.caller, params)
     context.executions += 1
-    budget = front.dispatcher.context.limits.defaults.result_bytes
-    blobs = await _display_blobs(front, sandbox, result, budget)
-    return results.run_events(result, context.executions, blobs.get, budget)
+    if stream.gone:  # its client left: the session has the cell's effects; nobody reads its results
+        return []
+    stream.held = room = front.take_room(sandbox.caller.tenant, front.dispatcher.context.limits.defaults.result_bytes)
+    blobs = await _display_blobs(front, sandbox, result, room)
+    ending = [] if stream.gone else [results.line(e) for e in results.run_events(result, context.executions, blobs.get, room)]
+    front.give_room(sandbox.caller.tenant, room - (used := sum(map(len, ending))))
+    stream.held = used
+    if stream.gone:
+        stream.release()
+    return ending
 
 
 async def _display_blobs(front: Front, sandbox: E2BSandbox, result: dict[str, Any], budget: int) -> dict[str, bytes]:
@@ -204,10 +234,11 @@ async def create_context(front: Front, request: Request, sandbox: E2BSandbox) ->
     context = CodeContext(new_id()[:20], await new_session(front, sandbox.caller), cwd)
     try:
         await _chdir(front, sandbox, context.session_id, cwd)
+        _still_there(front, sandbox)
     except FrontError:
         await front.close_session(sandbox.caller, context.session_id)
         raise
-    sandbox.contexts[context.context_id] = context
+    sandbox.contexts[context.context_id] = context  # no wait since the check: a kill after it closes this one too
     return JSONResponse(_context_json(context))
 
 
@@ -217,6 +248,13 @@ async def _chdir(front: Front, sandbox: E2BSandbox, session_id: str, cwd: str) -
     folder = e2b_path(relative(cwd))
     if folder != HOME and not await start_in(front, sandbox.caller, session_id, folder):
         raise FrontError(400, f"cwd {cwd[:200]!r} cannot be made the context's folder")
+
+
+def _still_there(front: Front, sandbox: E2BSandbox, context: CodeContext | None = None) -> None:
+    """After the waits of making a session for it: the sandbox (and the context) not ended
+    meanwhile, or the new session would be reached by nothing, yet count in the tenant's."""
+    if front.table.find(sandbox.sandbox_id) is not sandbox or (context is not None and context.ended):
+        raise FrontError(502, f"The sandbox {sandbox.sandbox_id} (or this context) ended meanwhile")
 
 
 async def list_contexts(front: Front, request: Request, sandbox: E2BSandbox) -> Response:
@@ -249,6 +287,7 @@ async def restart_context(front: Front, request: Request, sandbox: E2BSandbox) -
         try:
             await guestfiles.carry_files(front, sandbox, context.session_id, fresh)
             await _chdir(front, sandbox, fresh, context.cwd)
+            _still_there(front, sandbox, context)
         except FrontError:
             await front.close_session(sandbox.caller, fresh)
             raise

@@ -74,81 +74,81 @@ class Lines:
         return events
 
 
-def _blob_value(mime: str, content: bytes) -> str | Any | None:
-    """The form's value from its blob's bytes; None for a JSON form that is not JSON (the
-    guest wrote the blob: its bytes are untrusted)."""
+def _form_text(mime: str, content: bytes) -> msgspec.Raw | None:
+    """A form's JSON text in an event, made from its blob's bytes (the guest wrote them:
+    untrusted): binary as a base64 string, text as a string (its escapes included, so its
+    size is what is sent), JSON as the blob's own text once it is checked to be JSON
+    (never parsed into objects, which cost 20-30 times its bytes); None for a JSON form
+    that is not JSON."""
     if mime in BINARY:
-        return base64.b64encode(content).decode("ascii")
-    text = content.decode("utf-8", errors="replace")
+        return msgspec.Raw(b'"' + base64.b64encode(content) + b'"')
     if mime != "application/json":
-        return text
+        return msgspec.Raw(_encoder.encode(content.decode("utf-8", errors="replace")))
     try:
-        return msgspec.json.decode(text)
+        return msgspec.json.decode(content, type=msgspec.Raw)
     except (msgspec.DecodeError, RecursionError):
         return None
 
 
-def _expanded_size(mime: str, content: bytes) -> int:
-    """What a blob's form adds to an event, before it is made: base64 is 4/3 of the bytes."""
-    return 4 * -(-len(content) // 3) if mime in BINARY else len(content)
-
-
-def _inline_size(value: Any) -> int:
-    return len(value) if isinstance(value, str) else len(_encoder.encode(value))
+def _is_text(form: msgspec.Raw) -> bool:
+    return bytes(memoryview(form)[:1]) == b'"'
 
 
 class Expansion:
     """What a cell's results expand to, against one budget of bytes.
 
-    A form kept as a blob is made once (text decoded, JSON parsed, binary base64) and the
-    one value is shared by every display that names it; every form a result carries,
-    inline or from a blob, counts its size each time it is sent, because each event
-    carries it again. Past the budget a form is left out (`left_out` counts them), so 64
-    displays of ten forms naming one large blob cost at most the budget, never 640 copies."""
+    Every form goes into its event as JSON text made once (`msgspec.Raw`): a form kept as
+    a blob is made once and the one text is shared by every display that names it; every
+    form, inline or from a blob, counts its text's size each time it is sent, because each
+    event carries it again. Past the budget a form is left out (`left_out` counts them),
+    so 64 displays of ten forms naming one large blob cost at most the budget, never 640
+    copies, and what waits for a client that reads slowly is bytes, never objects."""
 
     def __init__(self, read_blob: ReadBlob | None = None, budget: int = DEFAULT_BUDGET) -> None:
         self._read_blob = read_blob
         self.budget = budget
         self.spent = 0
         self.left_out = 0
-        self._made: dict[tuple[str, str], tuple[Any, int] | None] = {}
+        self._made: dict[tuple[str, str], msgspec.Raw | None] = {}
 
-    def _take(self, size: int) -> bool:
-        if self.spent + size > self.budget:
+    def _take(self, form: msgspec.Raw) -> msgspec.Raw | None:
+        if self.spent + len(form) > self.budget:
             self.left_out += 1
-            return False
-        self.spent += size
-        return True
+            return None
+        self.spent += len(form)
+        return form
 
-    def inline(self, value: Any) -> Any | None:
-        return value if self._take(_inline_size(value)) else None
+    def inline(self, value: Any) -> msgspec.Raw | None:
+        """An inline form (as the run result carries it: its JSON text, or a value)."""
+        if isinstance(value, msgspec.Raw):
+            return self._take(value)
+        try:
+            return self._take(msgspec.Raw(_encoder.encode(value)))
+        except (TypeError, OverflowError, RecursionError):
+            return None
 
-    def from_blob(self, mime: str, blob_id: str) -> Any | None:
+    def from_blob(self, mime: str, blob_id: str) -> msgspec.Raw | None:
         kind = "binary" if mime in BINARY else "json" if mime == "application/json" else "text"
         if (kind, blob_id) not in self._made:
             content = self._read_blob(blob_id) if self._read_blob is not None else None
-            if content is None:  # not read (gone, or past the budget): the form is left out
+            # Not read (gone, or past the budget), or too large for what is left: left
+            # out, and not kept (a later, smaller use of the same blob may still fit).
+            if content is None or self.spent + len(content) > self.budget:
                 self.left_out += 1
                 return None
-            if self.spent + _expanded_size(mime, content) > self.budget:
-                self.left_out += 1
-                return None  # not made: too large for what is left (a later, smaller use may still be)
-            value = _blob_value(mime, content)
-            made = None if value is None else (value, _expanded_size(mime, content))
-            self._made[(kind, blob_id)] = made
+            self._made[(kind, blob_id)] = _form_text(mime, content)
         made = self._made[(kind, blob_id)]
-        if made is None:
-            return None
-        return made[0] if self._take(made[1]) else None
+        return None if made is None else self._take(made)
 
     def note(self) -> dict[str, Any] | None:
         """The stderr event that says what was left out, if anything was."""
         if not self.left_out:
             return None
         return output_event("stderr", (
-            f"wasmrun: {self.left_out} display form(s) left out: this cell's results expand past the"
-            f" server's {self.budget}-byte budget for one cell (its result_bytes); save large outputs"
-            " as files in /home/user and read them with files.read\n"
+            f"wasmrun: {self.left_out} display form(s) left out: this cell's results expand past its"
+            f" budget of {self.budget} bytes (the server's result_bytes, less what the tenant's other"
+            " cells have waiting to be read); save large outputs as files in /home/user and read"
+            " them with files.read\n"
         ))
 
 
@@ -160,9 +160,12 @@ def display_result(
     `expansion`'s budget (one of its own when none is given)."""
     expansion = expansion if expansion is not None else Expansion(read_blob)
     data = display.get("data")
-    forms: dict[str, Any] = {}
+    forms: dict[str, msgspec.Raw] = {}
     for mime, value in (data.items() if isinstance(data, Mapping) else ()):
-        if (kept := expansion.inline(value)) is not None:
+        name = RESULT_FIELDS.get(mime)
+        if name is not None and name != "json" and not isinstance(value, (str, msgspec.Raw)):
+            continue  # a text field that is not text: E2B's Result has no place for it
+        if (kept := expansion.inline(value)) is not None and (name in (None, "json") or _is_text(kept)):
             forms[mime] = kept
     blobs = display.get("blobs")
     if isinstance(blobs, Mapping):
@@ -172,13 +175,8 @@ def display_result(
                 if value is not None:
                     forms[mime] = value
     event: dict[str, Any] = {"type": "result", "is_main_result": display.get("main") is True}
-    extra: dict[str, Any] = {}
-    for mime, value in forms.items():
-        name = RESULT_FIELDS.get(mime)
-        if name is None:
-            extra[mime] = value
-        elif name == "json" or isinstance(value, str):
-            event[name] = value
+    extra = {mime: value for mime, value in forms.items() if mime not in RESULT_FIELDS}
+    event.update({RESULT_FIELDS[mime]: value for mime, value in forms.items() if mime in RESULT_FIELDS})
     if extra:
         event["extra"] = extra
     return event if len(event) > 2 or extra else None

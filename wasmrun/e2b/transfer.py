@@ -36,7 +36,7 @@ from wasmrun.blobs.objects import ObjectStoreError
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.blobs.store import BlobStore, is_blob_id
 from wasmrun.e2b import guestfiles
-from wasmrun.e2b.calls import Front, FrontError
+from wasmrun.e2b.calls import Front, FrontError, whole_number
 from wasmrun.e2b.sandboxes import E2BSandbox
 
 logger = logging.getLogger("wasmrun.e2b")
@@ -107,8 +107,8 @@ async def _bounded(request: Request, limit: int) -> AsyncGenerator[bytes, None]:
     """The request's body, refused (507) past `limit` bytes and what a body adds to its
     files (MULTIPART_SLACK): declared or as they come."""
     most = limit + MULTIPART_SLACK
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > most:
+    declared = whole_number(request.headers.get("content-length"))
+    if declared is not None and declared > most:
         raise too_large(limit)
     size = 0
     async for chunk in request.stream():
