@@ -14,12 +14,12 @@ from e2b import NotFoundException, PtySize, SandboxException, TimeoutException
 from e2b.exceptions import SandboxNotFoundException
 from e2b_code_interpreter import Sandbox
 
+from tests.e2benv import e2b_environment
 from tests.liveserver import ON_DATA_IMAGE, LiveServer, wasmrun_env
 from wasmrun.protocol.types import ExecutionResult
 from wasmrun.tenants.store import TenantStore
 
 METRICS_KEY = "operator-metrics-key"
-E2B_VARS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DEBUG", "E2B_DOMAIN")
 
 
 class Live:
@@ -38,20 +38,11 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     dave = store.add("dave", {"sessions": 2})
     # Two workers (one per tenant); /metrics open to the operator's key.
     server = LiveServer(data, env=wasmrun_env() | {"WASMRUN_METRICS_KEY": METRICS_KEY})
-    saved = {name: os.environ.get(name) for name in E2B_VARS}
-    for name in E2B_VARS:
-        os.environ.pop(name, None)
     # What a user sets: the two URLs and the key (alice's, unless a test says otherwise).
-    os.environ.update(E2B_API_URL=f"{server.base_url}/e2b/api", E2B_SANDBOX_URL=f"{server.base_url}/e2b/sandbox",
-                      E2B_API_KEY=alice)
     try:
-        yield Live(server, alice, bob, carol, dave)
+        with e2b_environment(server, alice):
+            yield Live(server, alice, bob, carol, dave)
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         server.stop()
 
 

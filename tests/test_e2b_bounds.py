@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import socket
 import time
@@ -19,6 +18,7 @@ import pytest
 from e2b import SandboxQuery
 from e2b_code_interpreter import Sandbox
 
+from tests.e2benv import e2b_environment
 from tests.liveserver import LiveServer, wasmrun_env
 from wasmrun.abi import DISPLAY_LEVEL
 from wasmrun.e2b.control import MAX_METADATA_BYTES
@@ -26,7 +26,6 @@ from wasmrun.e2b.interpreter import MAX_QUEUED_CELLS
 from wasmrun.tenants.store import TenantStore
 
 METRICS_KEY = "operator-metrics-key-bounds"
-E2B_VARS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DEBUG", "E2B_DOMAIN")
 REQUEST_PLACES = 4  # erin's concurrent_requests
 
 
@@ -63,18 +62,10 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
     keys = {"mallory": store.add("mallory", {"sessions": 3}), "erin": store.add("erin", {"concurrent_requests": REQUEST_PLACES}),
             "frank": store.add("frank")}
     server = LiveServer(data, env=wasmrun_env() | {"WASMRUN_METRICS_KEY": METRICS_KEY})
-    saved = {name: os.environ.get(name) for name in E2B_VARS}
-    for name in E2B_VARS:
-        os.environ.pop(name, None)
-    os.environ.update(E2B_API_URL=f"{server.base_url}/e2b/api", E2B_SANDBOX_URL=f"{server.base_url}/e2b/sandbox")
     try:
-        yield Door(server, keys)
+        with e2b_environment(server):
+            yield Door(server, keys)
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         server.stop()
 
 

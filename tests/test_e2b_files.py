@@ -20,13 +20,13 @@ from e2b import NotEnoughSpaceException, SandboxException
 from e2b.sandbox.filesystem.filesystem import WriteEntry
 from e2b_code_interpreter import Sandbox
 
+from tests.e2benv import E2B_VARS, e2b_environment
 from tests.liveserver import LiveServer, wasmrun_env
 from tests.objectstore import S3Server, s3_server  # noqa: F401  (fixtures)
 from tests.postgres import database_url, postgres_server  # noqa: F401  (fixtures)
 from wasmrun.tenants.store import TenantStore
 
 MiB = 1024 * 1024
-E2B_VARS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DEBUG", "E2B_DOMAIN")
 
 
 class Live:
@@ -47,13 +47,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     data = tmp_path_factory.mktemp("e2b-files") / "data"
     store = TenantStore(data)
     alice, bob = store.add("alice"), store.add("bob")
-    saved = {name: os.environ.pop(name, None) for name in E2B_VARS}
     server = LiveServer(data)
     try:
-        yield Live(server, alice, bob)
+        with e2b_environment():
+            yield Live(server, alice, bob)
     finally:
         server.stop()
-        os.environ.update({name: value for name, value in saved.items() if value is not None})
 
 
 @pytest.fixture
