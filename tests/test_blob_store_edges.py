@@ -173,10 +173,13 @@ def test_a_streamed_create_over_the_quota_stores_nothing(tmp_path: Path) -> None
     assert list(tmp_path.glob("[0-9a-f][0-9a-f]/*")) == []  # no bytes, no metadata
 
 
-def test_a_streamed_create_holds_a_chunk_at_a_time(tmp_path: Path) -> None:
+@pytest.mark.parametrize("text", [False, True], ids=["binary", "utf8-text"])
+def test_a_streamed_create_holds_a_chunk_at_a_time(tmp_path: Path, text: bool) -> None:
+    # Text with a 4-byte character early in each MiB: decoded whole, a chunk's text is 4 MiB.
+    piece = ("\U0001f600" + "a" * ((1 << 20) - 4)).encode() if text else b""
     with tempfile.TemporaryFile() as source:
         for _ in range(32):
-            source.write(os.urandom(1 << 20))
+            source.write(piece or os.urandom(1 << 20))
         tracemalloc.start()
         try:
             FileBlobStore(tmp_path).create_file(source, "application/octet-stream")

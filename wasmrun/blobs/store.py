@@ -50,6 +50,7 @@ STALE_WRITE_S = 600.0
 _DIGITS = re.compile(r"[0-9a-f]{2}", re.ASCII)
 _DATA_FILE = re.compile(r"[0-9a-f]{32}", re.ASCII)
 COPY_CHUNK = 1 << 20  # what a streamed create reads at a time
+UTF8_PIECE = 64 * 1024  # what it checks for UTF-8 at a time
 
 logger = logging.getLogger("wasmrun.blobs")
 # Blobs written before blobs had owners belong to the implicit local tenant.
@@ -129,8 +130,12 @@ class Digest:
         self._sha.update(chunk)
         self.size += len(chunk)
         if self._utf8 is not None:
+            # In small pieces: the decoder's text (up to 4 bytes a byte, dropped at once)
+            # then costs a piece's worth of memory, not four chunks'.
+            view = memoryview(chunk)
             try:
-                self._utf8.decode(chunk)
+                for start in range(0, len(view), UTF8_PIECE):
+                    self._utf8.decode(view[start:start + UTF8_PIECE])
             except UnicodeDecodeError:
                 self._utf8 = None
 
