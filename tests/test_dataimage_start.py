@@ -192,7 +192,7 @@ def test_a_turn_with_source_text_still_runs_it(runner: DataSandboxEngine) -> Non
         for host, guest in dataimage.preopens(runner.image.interp):
             wasi.preopen_dir(host, guest, fs_mutable=False)
         for guest in dataimage.WRITABLE_MOUNTS + dataimage.RUN_MOUNTS:
-            (workspace / guest.strip("/")).mkdir()
+            (workspace / guest.strip("/")).mkdir(parents=True)
             wasi.preopen_dir(str(workspace / guest.strip("/")), guest, fs_mutable=False)
         fresh.store.set_wasi(wasi)
         exports = fresh.run._exports  # type: ignore[attr-defined]
