@@ -177,12 +177,12 @@ def test_results_waiting_for_clients_that_do_not_read_are_bytes_within_the_tenan
     held: list[socket.socket] = []
     try:
         contexts = ["default", *(sandbox.create_code_context().id for _ in range(3))]
-        before = _rss_mib(door)
+        before, runs = _rss_mib(door), door.runs("frank")
         held = [_held_cell(door, sandbox, cell, context_id) for context_id in contexts]
-        # Every cell has ended when a fresh one on a new context runs after them.
-        deadline = time.monotonic() + 120
-        while door.runs("frank") < 4 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120  # until the four cells have run and their results wait
+        while door.runs("frank") < runs + len(contexts) and time.monotonic() < deadline:
             time.sleep(0.5)
+        assert door.runs("frank") >= runs + len(contexts)
         time.sleep(2)
         grown = _rss_mib(door) - before
         # Four cells' results as objects were ~1.2 GiB (JSON blobs) or ~0.7 GiB (inline);
