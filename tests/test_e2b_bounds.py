@@ -323,3 +323,17 @@ def test_a_context_made_or_restarted_while_its_sandbox_is_killed_leaves_no_sessi
                 break
             time.sleep(0.5)
         assert sessions == [], sessions  # none left that no sandbox or context reaches
+
+
+def test_a_link_out_of_the_files_is_listed_not_followed_and_the_listing_stands(door: Door) -> None:
+    sandbox = door.sandbox("frank")
+    try:
+        sandbox.files.write("/home/user/kept.txt", "kept")
+        sandbox.run_code("import os\nos.symlink('../../etc', '/home/user/out')\nos.symlink('../..', '/home/user/up')")
+        listed = {entry.name: entry for entry in sandbox.files.list("/home/user")}
+        assert {"kept.txt", "out", "up"} <= set(listed), sorted(listed)
+        assert listed["out"].symlink_target == "../../etc"
+        with pytest.raises(Exception, match="(?i)out of|denied|permission"):
+            sandbox.files.list("/home/user/out")  # reading through it is still refused
+    finally:
+        sandbox.kill()

@@ -42,7 +42,9 @@ def _walk(rel, depth):
     out = []
     for name in sorted(os.listdir(_at(rel))):
         child = rel + "/" + name if rel else name
-        entry = _entry(_at(child), child)
+        # The entry itself (lstat: a link is listed, never followed), so one link out of the
+        # files does not refuse the whole listing; only a real folder is walked into.
+        entry = _entry(os.path.join(_at(rel), name), child)
         out.append(entry)
         if entry["type"] == "dir" and depth > 1:
             out.extend(_walk(child, depth - 1))
