@@ -188,3 +188,19 @@ def test_forms_count_what_is_sent_escapes_included_and_json_stays_text() -> None
     assert event["json"] == [{}] * 1000
     # An inline form in a text field that is not text is no field of E2B's Result.
     assert results.display_result({"data": {"text/html": {"not": "text"}}}) is None
+
+
+def test_a_cells_room_is_given_back_once_when_its_client_leaves_mid_way() -> None:
+    from wasmrun.e2b.calls import RESULTS_ROOM, Front
+    from wasmrun.e2b.interpreter import CellStream
+
+    front = Front.__new__(Front)  # the room's bookkeeping alone: no dispatcher needed
+    front._results_held = {}
+    first, second = CellStream(front, "t"), CellStream(front, "t")
+    assert first.take_room(40 << 20) == 40 << 20 and second.take_room(40 << 20) == RESULTS_ROOM - (40 << 20)
+    first.leave()  # its client left while its blobs were read ...
+    first.keep(1000)  # ... and the cell, ending, settles what it used: nothing is kept
+    assert front.take_room("t", RESULTS_ROOM) == 40 << 20  # given back once, not twice
+    second.keep(5 << 20)
+    front.give_room("t", 40 << 20)
+    assert front.take_room("t", RESULTS_ROOM) == RESULTS_ROOM - (5 << 20)

@@ -8,7 +8,7 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import msgspec
@@ -214,8 +214,11 @@ class Front:
     def end_later(self, sandbox: E2BSandbox) -> None:
         """Ends a sandbox already out of the table in the background: a cell in progress
         finishes first, and no request waits for it."""
-        task = asyncio.get_running_loop().create_task(self.end(sandbox))
-        self._background.add(task)
+        self._in_background(self.end(sandbox))
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)  # held: the loop keeps only a weak reference
         task.add_done_callback(self._background.discard)
 
     def sweep(self) -> None:
@@ -226,9 +229,7 @@ class Front:
         now = time.monotonic()
         if now >= self._next_prune:
             self._next_prune = now + PRUNE_EVERY_S
-            task = asyncio.get_running_loop().create_task(self.prune_all())
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._in_background(self.prune_all())
 
     async def prune_all(self) -> None:
         for tenant in self.table.tenants():

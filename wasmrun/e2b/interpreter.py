@@ -80,14 +80,21 @@ class CellStream:
         self.held = 0
         self.gone = False
 
-    def release(self) -> None:
-        self.front.give_room(self.tenant, self.held)
-        self.held = 0
+    def take_room(self, wanted: int) -> int:
+        self.held = self.front.take_room(self.tenant, wanted)
+        return self.held
+
+    def keep(self, used: int) -> None:
+        """Keeps `used` bytes of the room taken (none once its client has gone: a leave
+        may have given the room back already) and gives back the rest."""
+        kept = 0 if self.gone else used
+        self.front.give_room(self.tenant, self.held - kept)
+        self.held = kept
 
     def leave(self) -> None:
         """Its client has gone (or read it all): nothing more is kept for it."""
         self.gone = True
-        self.release()
+        self.keep(0)
 
 
 class CellResponse(StreamingResponse):
@@ -193,13 +200,10 @@ async def _run_cell(
     context.executions += 1
     if stream.gone:  # its client left: the session has the cell's effects; nobody reads its results
         return []
-    stream.held = room = front.take_room(sandbox.caller.tenant, front.dispatcher.context.limits.defaults.result_bytes)
+    room = stream.take_room(front.dispatcher.context.limits.defaults.result_bytes)
     blobs = await _display_blobs(front, sandbox, result, room)
     ending = [] if stream.gone else [results.line(e) for e in results.run_events(result, context.executions, blobs.get, room)]
-    front.give_room(sandbox.caller.tenant, room - (used := sum(map(len, ending))))
-    stream.held = used
-    if stream.gone:
-        stream.release()
+    stream.keep(sum(map(len, ending)))
     return ending
 
 
