@@ -8,7 +8,7 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
 from typing import Any
 
 import msgspec
@@ -80,19 +80,24 @@ def whole_number(text: str | None, digits: int = 20) -> int | None:
     return int(text)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused (413) past `limit` bytes without reading the rest."""
+async def body_chunks(request: Request, limit: int, too_large: FrontError) -> AsyncGenerator[bytes, None]:
+    """The body as it arrives, `too_large` raised past `limit` bytes, declared or as they
+    come, without reading the rest."""
     declared = whole_number(request.headers.get("content-length"))
     if declared is not None and declared > limit:
-        raise FrontError(413, f"the request body is over {limit} bytes")
-    parts: list[bytes] = []
+        raise too_large
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise FrontError(413, f"the request body is over {limit} bytes")
-        parts.append(chunk)
-    return b"".join(parts)
+            raise too_large
+        yield chunk
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused (413) past `limit` bytes without reading the rest."""
+    too_large = FrontError(413, f"the request body is over {limit} bytes")
+    return b"".join([chunk async for chunk in body_chunks(request, limit, too_large)])
 
 
 async def read_json_object(request: Request, limit: int = MAX_JSON_BODY) -> dict[str, Any]:

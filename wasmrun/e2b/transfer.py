@@ -36,7 +36,7 @@ from wasmrun.blobs.objects import ObjectStoreError
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.blobs.store import BlobStore, is_blob_id
 from wasmrun.e2b import guestfiles
-from wasmrun.e2b.calls import Front, FrontError, whole_number
+from wasmrun.e2b.calls import Front, FrontError, body_chunks
 from wasmrun.e2b.sandboxes import E2BSandbox
 
 logger = logging.getLogger("wasmrun.e2b")
@@ -103,19 +103,10 @@ class Spool:
         self.file.write(data)
 
 
-async def _bounded(request: Request, limit: int) -> AsyncGenerator[bytes, None]:
+def _bounded(request: Request, limit: int) -> AsyncGenerator[bytes, None]:
     """The request's body, refused (507) past `limit` bytes and what a body adds to its
     files (MULTIPART_SLACK): declared or as they come."""
-    most = limit + MULTIPART_SLACK
-    declared = whole_number(request.headers.get("content-length"))
-    if declared is not None and declared > most:
-        raise too_large(limit)
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > most:
-            raise too_large(limit)
-        yield chunk
+    return body_chunks(request, limit + MULTIPART_SLACK, too_large(limit))
 
 
 async def _octet_stream(request: Request, limit: int) -> BinaryIO:
