@@ -115,6 +115,19 @@ def test_a_declared_oversize_413_reaches_a_client_that_keeps_writing(server: uvi
     assert error["data"] == {"max_body_bytes": MAX_BODY}
 
 
+def test_a_client_that_sends_all_it_declared_before_reading_reads_the_answer(server: uvicorn.Server) -> None:
+    """Far past the 4 MiB a flood is granted: what the Content-Length promised is let in
+    (an SDK uploading a file the quota refuses writes it all, then reads the 507)."""
+    promised = 40 * 1024 * 1024
+    assert promised > 4 * LINGER_BYTES
+    with connect(server) as conn:
+        conn.sendall(head(b"/rpc", promised))
+        wait_for_the_servers_end_of_stream(conn)
+        status, error, fields = status_and_error(keep_writing_then_read(conn, chunks=promised // 65536, size=65536))
+    assert status.startswith(b"HTTP/1.1 413") and b"connection: close" in fields
+    assert error["data"] == {"max_body_bytes": MAX_BODY}
+
+
 def test_a_counted_oversize_413_reaches_a_client_that_keeps_writing(server: uvicorn.Server) -> None:
     """Chunked, so no length is declared: the server counts the body past the limit."""
     with connect(server) as conn:

@@ -24,7 +24,10 @@ instead of the error that says what went wrong. So after such an answer the serv
 down its write side (the client reads the answer, then end of stream), reads and discards
 what the client still sends, and closes when the client closes its side, or after
 `linger_seconds` or `linger_bytes` (whichever comes first), so that a client cannot hold
-the connection or keep the server reading. An idle keep-alive connection (timed out, or
+the connection or keep the server reading. The byte bound is at least what the request's
+Content-Length still promised (up to `linger_declared_bytes`): a client that sends its whole
+body before it reads, as HTTP clients do (the E2B SDK uploading a file over the quota, say),
+finishes and reads the answer instead of meeting a reset a few MiB in. An idle keep-alive connection (timed out, or
 at shutdown) is closed at once: nothing was answered that a reset could overtake. A
 transport that cannot half-close (TLS) is closed at once, as uvicorn does.
 
@@ -70,6 +73,9 @@ LINGER_SECONDS = 2.0
 # 4 MiB: what a client's kernel may already hold written when the answer reaches it
 # (Linux's largest default TCP send buffer), so those bytes drain without a reset.
 LINGER_BYTES = 4 * 1024 * 1024
+# 256 MiB: the most of a declared body that is still read to let its client finish (a
+# file upload refused for the quota before it is read); the time bound still applies.
+LINGER_DECLARED_BYTES = 256 * 1024 * 1024
 # 64 KiB: a request line and headers together (nginx takes 32 KiB, Node 16 KiB).
 HEAD_BYTES = 64 * 1024
 
@@ -145,6 +151,14 @@ def unkeyed_connections(state: ServerState, bounds: ConnectionBounds) -> Unkeyed
     return pool
 
 
+def _declared_length(headers: list[tuple[bytes, bytes]]) -> int:
+    """The request's Content-Length (uvicorn lowers header names), 0 when absent or not a number."""
+    for name, value in headers:
+        if name == b"content-length":
+            return int(value) if value.isdigit() and len(value) < 20 else 0
+    return 0
+
+
 def _closes_when_early(cycle: RequestResponseCycle) -> None:
     """The cycle's `send`, except that an answer begun before the request's body has all
     arrived closes the connection: uvicorn then says `Connection: close` and closes
@@ -166,6 +180,7 @@ class HttpProtocol(HttpToolsProtocol):
 
     linger_seconds = LINGER_SECONDS
     linger_bytes = LINGER_BYTES
+    linger_declared_bytes = LINGER_DECLARED_BYTES
     head_bytes = HEAD_BYTES
 
     def __init__(self, config: Config, server_state: ServerState, *args: Any, **kwargs: Any) -> None:
@@ -176,6 +191,8 @@ class HttpProtocol(HttpToolsProtocol):
         self._socket_transport: asyncio.Transport | None = None
         self._linger_end: TimerHandle | None = None  # set while lingering
         self._discarded = 0
+        self._linger_bound = self.linger_bytes  # set when the linger begins
+        self._body_promised = 0  # what the running request's Content-Length says is still to come
         self._head_end: TimerHandle | None = None  # set while a head is awaited
         self._body_end: TimerHandle | None = None  # set while the running request's body is awaited
         self._head_begun = False  # a byte of the awaited head has come
@@ -216,7 +233,7 @@ class HttpProtocol(HttpToolsProtocol):
             self._count_head_read(len(data))
             return
         self._discarded += len(data)
-        if self._discarded > self.linger_bytes and self._socket_transport is not None:
+        if self._discarded > self._linger_bound and self._socket_transport is not None:
             self._socket_transport.abort()
 
     # -- the head -------------------------------------------------------------
@@ -291,6 +308,7 @@ class HttpProtocol(HttpToolsProtocol):
         if cycle is None or cycle is before:  # an upgrade
             return
         cycle.transport = _OneWriteResponses(cycle, self.transport)  # type: ignore[assignment]
+        self._body_promised = _declared_length(self.headers)
         _closes_when_early(cycle)
         if before is None or before.response_complete:  # it runs now (else it waits its turn: reading paused)
             self._start_body_deadline()
@@ -301,7 +319,12 @@ class HttpProtocol(HttpToolsProtocol):
         if self._body_end is None:
             self._body_end = self.loop.call_later(self.bounds.body_timeout, self._body_too_slow)
 
+    def on_body(self, body: bytes) -> None:
+        self._body_promised -= len(body)
+        super().on_body(body)
+
     def on_message_complete(self) -> None:
+        self._body_promised = 0
         if self._body_end is not None:
             self._body_end.cancel()
             self._body_end = None
@@ -347,6 +370,7 @@ class HttpProtocol(HttpToolsProtocol):
         if transport.is_closing() or not transport.can_write_eof():
             transport.close()
             return
+        self._linger_bound = max(self.linger_bytes, min(self._body_promised, self.linger_declared_bytes))
         # abort(), not close(): a client that does not read could hold close() on the unsent rest.
         self._linger_end = self.loop.call_later(self.linger_seconds, transport.abort)
         transport.write_eof()  # after what is still buffered: the answer, then end of stream
