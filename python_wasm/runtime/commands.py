@@ -34,7 +34,7 @@ from just_bash.parser import parse  # noqa: E402
 from just_bash.parser.parser import ParseException  # noqa: E402
 from just_bash.types import Command, ExecResult, ExecutionLimits  # noqa: E402
 
-from runtime import _shellfs, _shellpy  # noqa: E402
+from runtime import _shellawk, _shellfs, _shellpy  # noqa: E402
 
 __all__ = ["run"]
 
@@ -140,6 +140,7 @@ def _registry() -> dict[str, Command]:
         commands[name] = _shellpy.PythonCommand(name)
     for name in ("pip", "pip3"):
         commands[name] = _shellpy.PipCommand(name)
+    commands["awk"] = _shellawk.SandboxAwk()
     return {name: _Guarded(command) for name, command in commands.items()}
 
 

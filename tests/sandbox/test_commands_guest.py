@@ -441,3 +441,82 @@ def test_the_runs_time_limit_still_applies(engine: SandboxEngine) -> None:
     assert result.error.type in ("Timeout", "CPULimitExceeded")
     again = shell(engine, "sleep 0.05 && echo fine", "timeout 0.1 sleep 3; echo rc=$?")
     assert again == [(0, "fine\n", ""), (0, "rc=124\n", "")]
+
+
+# -- against native bash ---------------------------------------------------------------
+
+CORPUS_DIR = Path(__file__).resolve().parent.parent / "commands_corpus"
+BASH = "/bin/bash"
+
+
+def corpus_entries() -> list[str]:
+    """tests/commands_corpus/corpus.txt: one command line per line, or the lines between
+    two `%%` lines as one."""
+    entries: list[str] = []
+    block: list[str] | None = None
+    for line in (CORPUS_DIR / "corpus.txt").read_text().splitlines():
+        if line == "%%":
+            if block is not None:
+                entries.append("\n".join(block))
+            block = [] if block is None else None
+            continue
+        if block is not None:
+            block.append(line)
+        elif line and not line.startswith("#"):
+            entries.append(line)
+    return entries
+
+
+def _native(entry: str, setup: str, folder: Path) -> tuple[int, str, str]:
+    import subprocess
+
+    folder.mkdir()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(folder), "LC_ALL": "C.UTF-8"}
+    subprocess.run([BASH, "--noprofile", "--norc", "-c", setup], cwd=folder, env=env, check=True)
+    done = subprocess.run([BASH, "--noprofile", "--norc", "-c", entry], cwd=folder, env=env, capture_output=True,
+                          timeout=30)
+    return done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
+
+
+# Each entry over a fresh copy of the corpus's files, in /workspace/case.
+CORPUS_RUN = """
+import io, os, shutil, sys
+from runtime import commands
+
+def main(args):
+    results = []
+    for entry in args["entries"]:
+        shutil.rmtree("/workspace/case", ignore_errors=True)
+        os.mkdir("/workspace/case")
+        assert commands.run(args["setup"], cwd="/workspace/case") == 0
+        out, err = io.StringIO(), io.StringIO()
+        saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = out, err
+        try:
+            code = commands.run(entry, cwd="/workspace/case")
+        finally:
+            sys.stdout, sys.stderr = saved
+        results.append([code, out.getvalue(), err.getvalue()])
+    return results
+"""
+
+
+@pytest.fixture(scope="module")
+def corpus_results(engine: SandboxEngine, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[tuple[int, str, str], tuple[int, str, str]]]:
+    entries = corpus_entries()
+    setup = (CORPUS_DIR / "setup.sh").read_text()
+    result = _run(engine, CORPUS_RUN, {"entries": entries, "setup": setup}, timeout_ms=120_000)
+    assert result.status == "completed", result.error
+    root = tmp_path_factory.mktemp("native")
+    native = []
+    for i, entry in enumerate(entries):  # each in a folder named `case`, as in the guest
+        (root / str(i)).mkdir()
+        native.append(_native(entry, setup, root / str(i) / "case"))
+    return [(n, tuple(g)) for n, g in zip(native, result.output)]  # type: ignore[misc]
+
+
+@pytest.mark.skipif(not os.path.exists(BASH), reason="no bash on this host")
+@pytest.mark.parametrize("index", range(len(corpus_entries())), ids=[e.split("\n")[0][:50] for e in corpus_entries()])
+def test_the_corpus_matches_native_bash(corpus_results: list[Any], index: int) -> None:
+    native, guest = corpus_results[index]
+    assert guest == native, corpus_entries()[index]
