@@ -35,7 +35,7 @@ DATA_IMAGE_SUITES := tests/test_hostile_sandbox.py tests/test_hostile_input.py t
 	tests/sandbox/test_skill_copies.py tests/sandbox/test_skill_stamps.py tests/sandbox/test_guest_stdout.py \
 	tests/sandbox/test_sum_fidelity.py tests/test_image_parity.py tests/sandbox/test_deep_free.py \
 	tests/sandbox/test_fidelity.py tests/sandbox/test_limits.py tests/test_first_try.py tests/test_image_texts.py \
-	tests/sandbox/test_stack_room.py tests/sandbox/test_python_behaviour.py
+	tests/sandbox/test_stack_room.py tests/sandbox/test_python_behaviour.py tests/sandbox/test_commands_guest.py
 
 test: guest
 	$(PY) -m pytest -q --durations=30
