@@ -25,24 +25,14 @@ guest: $(STAMP)
 serve: guest
 	$(VENV)/bin/wasmrun serve $(ARGS)
 
-# The hostile, limit and session suites run a second time on the data image (docs/data-stack.md):
-# their live servers and in-process executor follow WASMRUN_TEST_IMAGE.
-DATA_IMAGE_SUITES := tests/test_hostile_sandbox.py tests/test_hostile_input.py tests/test_hostile_tenancy.py \
-	tests/test_quotas.py tests/test_run_limits.py tests/test_network.py tests/test_python_runs.py tests/test_sessions.py \
-	tests/sandbox/test_path_semantics.py tests/sandbox/test_ssl.py tests/test_display_results.py \
-	tests/test_session_storage.py tests/test_e2b.py tests/sandbox/test_stop_where.py tests/sandbox/test_sandbox_lacks.py \
-	tests/sandbox/test_parser_nesting.py tests/sandbox/test_skill_pages.py tests/test_skill_pages_http.py \
-	tests/sandbox/test_skill_copies.py tests/sandbox/test_skill_stamps.py tests/sandbox/test_guest_stdout.py \
-	tests/sandbox/test_sum_fidelity.py tests/test_image_parity.py tests/sandbox/test_deep_free.py \
-	tests/sandbox/test_fidelity.py tests/sandbox/test_limits.py tests/test_first_try.py tests/test_image_texts.py \
-	tests/sandbox/test_stack_room.py tests/sandbox/test_python_behaviour.py tests/sandbox/test_commands_guest.py
-
+# One pytest run over both images: each test's id ends in [stdlib] or [data] (tests/images.py;
+# a module marked `images("stdlib", "data")` runs on each). `make test-data` runs only the
+# data image's tests (WASMRUN_TEST_IMAGE=data), for a quick loop.
 test: guest
-	$(PY) -m pytest -q --durations=30
-	WASMRUN_TEST_IMAGE=data $(PY) -m pytest -q --durations=20 $(DATA_IMAGE_SUITES)
+	$(PY) -m pytest -q --durations=40
 
 test-data: guest
-	WASMRUN_TEST_IMAGE=data $(PY) -m pytest -q --durations=20 $(DATA_IMAGE_SUITES)
+	WASMRUN_TEST_IMAGE=data $(PY) -m pytest -q --durations=20
 
 # The sdist and the wheel (py3-none-any, carrying the built guest and the bundled skills) in dist/.
 dist: guest

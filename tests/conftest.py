@@ -4,7 +4,6 @@ the session, and per test a fresh data dir, an extra skills folder and an app.""
 from __future__ import annotations
 
 import itertools
-import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from tests import images
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.egress.grants import Grant
 from wasmrun.protocol.context import Context
@@ -22,6 +22,37 @@ from wasmrun.settings import BUNDLED_SKILLS, Settings
 from wasmrun.tenants.policy import AccessPolicy
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "images(*names): the guest images a test runs on (tests/images.py; default stdlib)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test runs once per image it is marked for: `test_image` is its parameter."""
+    if "test_image" in metafunc.fixturenames:
+        metafunc.parametrize("test_image", images.images_of(metafunc.definition), indirect=True, scope="session")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """WASMRUN_TEST_IMAGE=<image>: only that image's tests (the others are deselected)."""
+    keep = images.wanted()
+    if keep == images.IMAGES:
+        return
+    chosen = [item for item in items if getattr(item, "callspec", None) is None
+              or item.callspec.params.get("test_image", keep[0]) in keep]  # type: ignore[attr-defined]
+    if len(chosen) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in chosen])
+        items[:] = chosen
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_image(request: pytest.FixtureRequest) -> str:
+    """The guest image of this test (`[stdlib]`/`[data]` in its id): the executor's, the
+    settings' and every live server's (tests/images.py)."""
+    image: str = request.param
+    images.set_current(image)
+    return image
+
+
 @pytest.fixture(scope="session")
 def blob_store(tmp_path_factory: pytest.TempPathFactory) -> FileBlobStore:
     return FileBlobStore(tmp_path_factory.mktemp("blobs"))
@@ -29,11 +60,10 @@ def blob_store(tmp_path_factory: pytest.TempPathFactory) -> FileBlobStore:
 
 @pytest.fixture(scope="session")
 def executor(
-    blob_store: FileBlobStore, tmp_path_factory: pytest.TempPathFactory
+    test_image: str, blob_store: FileBlobStore, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[InProcessExecutor]:
-    ex = InProcessExecutor(  # WASMRUN_TEST_IMAGE=data: on the data image (docs/data-stack.md)
-        blob_store, slots=2, queue_timeout=5.0, workspace_root=tmp_path_factory.mktemp("ws"),
-        image=os.environ.get("WASMRUN_TEST_IMAGE", "stdlib"),
+    ex = InProcessExecutor(  # one per image: made again when the tests move to the other image
+        blob_store, slots=2, queue_timeout=5.0, workspace_root=tmp_path_factory.mktemp("ws"), image=test_image,
     )
     yield ex
     ex.close()
@@ -49,12 +79,12 @@ def skills_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture()
-def settings(tmp_path: Path, skills_dir: Path) -> Settings:
+def settings(test_image: str, tmp_path: Path, skills_dir: Path) -> Settings:
     return Settings(
         data_dir=tmp_path / "data",
         skills_dirs=(BUNDLED_SKILLS, skills_dir),
         workers=2,
-        image=os.environ.get("WASMRUN_TEST_IMAGE", "stdlib"),  # the executor's (below): its package layer too
+        image=test_image,  # the executor's: its package layer too
         secrets={"DEMO_TOKEN": "s3cret", "OTHER_TOKEN": "not-for-you"},
         # The operator grants DEMO_TOKEN (and one never configured) to the demo.* skills only.
         access=AccessPolicy(secret_grants=(Grant("demo.*", ("DEMO_TOKEN", "MISSING_ONE")),)),

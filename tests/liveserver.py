@@ -17,6 +17,7 @@ from typing import Any
 import httpx2
 import uvicorn
 
+from tests import images
 from wasmrun.server import uvicorn_options
 from wasmrun.settings import Settings
 
@@ -30,20 +31,13 @@ def free_port() -> int:
         return port
 
 
-# The image the suite runs on: WASMRUN_TEST_IMAGE=data runs it on the data image
-# (tests/conftest.py's executor, the live servers below; `make test` does a data pass).
-TEST_IMAGE = os.environ.get("WASMRUN_TEST_IMAGE", "stdlib")
-ON_DATA_IMAGE = TEST_IMAGE == "data"
-
-
 def wasmrun_env() -> dict[str, str]:
     """This environment without WASMRUN_* settings, with the checkout importable, on the
-    stdlib image (the default, "auto", would pick the data image where `make guest` built
-    it; tests of the data image ask for it), or on the data image when the suite runs
-    with WASMRUN_TEST_IMAGE=data (as `make test-data` does)."""
+    running test's image (tests/images.py; never "auto", which would pick the data image
+    wherever `make guest` built it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WASMRUN_")}
     env["PYTHONPATH"] = str(REPO)
-    env["WASMRUN_IMAGE"] = TEST_IMAGE
+    env["WASMRUN_IMAGE"] = images.current()
     return env
 
 

@@ -28,6 +28,8 @@ from python_wasm import dataimage
 from tests.liveserver import LiveServer, wasmrun_env
 from wasmrun.sandbox import errors, warmup
 
+pytestmark = pytest.mark.images("data")  # the data image only (tests/images.py)
+
 NUMPY = "import numpy as np\ndef main(args):\n    return int(np.arange(10).sum())\n"
 HELLO = "def main(args):\n    return 'hello'\n"
 MAKE_DEADLINE_S = 1800  # a failure to make the image fails the test, it never hangs it

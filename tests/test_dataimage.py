@@ -20,6 +20,8 @@ from skillfiles import GUEST_BASE_ENV
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.sandbox import DataSandboxEngine, Limits, MountedSkill, RunRequest, RunResult, errors
 
+pytestmark = pytest.mark.images("data")  # the data image only (tests/images.py)
+
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> FileBlobStore:

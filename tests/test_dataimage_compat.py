@@ -15,6 +15,8 @@ from tests.test_dataimage import run, runner, store  # noqa: F401  (fixtures)
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.sandbox import DataSandboxEngine, Limits, RunRequest
 
+pytestmark = pytest.mark.images("data")  # the data image only (tests/images.py)
+
 
 def test_numpy_and_pandas_values_come_back_as_json(runner: DataSandboxEngine) -> None:  # noqa: F811
     code = (

@@ -22,6 +22,8 @@ from tests.liveserver import LiveServer, wasmrun_env
 from tests.skillfiles import write_skill
 from wasmrun.sandbox import data_engine, errors, ready_image
 
+pytestmark = pytest.mark.images("data")  # the data image only (tests/images.py)
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:

@@ -19,6 +19,8 @@ from tests.liveserver import LiveServer
 from tests.test_dataimage_http import rpc, run_code
 from wasmrun.sandbox import data_engine, ready_image
 
+pytestmark = pytest.mark.images("data")  # the data image only (tests/images.py)
+
 DOCX_SCRIPT = '''"""Usage: docx_words.py IN.docx OUT.txt  -- the words of a .docx's body, one line."""
 import sys
 import zipfile

@@ -3,7 +3,7 @@ matplotlib (a DataFrame kept across runs, a chart returned as a blob), numpy's r
 state per session, and fresh runs beside a session still fresh (docs/sessions.md).
 
 The session suite itself (tests/test_sessions.py) runs on the data image too
-(`make test`'s data pass, WASMRUN_TEST_IMAGE=data); these are the data stack's own.
+(marked for the data image, tests/images.py); these are the data stack's own.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from tests.liveserver import LiveServer, wasmrun_env
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.sandbox import RunRequest, RunResult, SessionRun, data_engine, make_engine, ready_image
 from wasmrun.sessionstore.store import SessionStore
+
+pytestmark = pytest.mark.images("data")  # the data image only (tests/images.py)
 
 
 @pytest.fixture(scope="module")

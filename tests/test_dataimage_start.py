@@ -23,6 +23,8 @@ from wasmrun.blobs.store import FileBlobStore
 from wasmrun.sandbox import DataSandboxEngine, RunRequest, SessionRun
 from wasmrun.sessionstore.store import SessionMeta, SessionStore
 
+pytestmark = pytest.mark.images("data")  # the data image only (tests/images.py)
+
 
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DataSandboxEngine]:

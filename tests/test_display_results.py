@@ -6,7 +6,7 @@ their MIME forms over JSON-RPC, streamed as `run/display`, over MCP and through 
 typed client. A hostile guest's displays are checked, never trusted.
 
 Runs on the stdlib image (objects with `_repr_html_` and friends) and, with
-WASMRUN_TEST_IMAGE=data, on the data image too, where pandas, numpy and
+on the data image too (tests/images.py), where pandas, numpy and
 matplotlib results are checked as well (docs/run-contract.md)."""
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ import mcp_types
 import pytest
 from mcp import Client as MCPClient
 
-from tests.liveserver import ON_DATA_IMAGE, LiveServer
+from tests.liveserver import LiveServer
 from wasmrun.client import Client, Display, DisplayEvent, ExecutionResult, OutputEvent
 
-needs_data = pytest.mark.skipif(not ON_DATA_IMAGE, reason="pandas/numpy/matplotlib: WASMRUN_TEST_IMAGE=data")
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
+needs_data = pytest.mark.images("data")  # pandas, numpy, matplotlib
 PNG_1PX = (
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 )

@@ -15,9 +15,12 @@ from e2b.exceptions import SandboxNotFoundException
 from e2b_code_interpreter import Sandbox
 
 from tests.e2benv import e2b_environment
-from tests.liveserver import ON_DATA_IMAGE, LiveServer, wasmrun_env
+from tests.images import on_data
+from tests.liveserver import LiveServer, wasmrun_env
 from wasmrun.protocol.types import ExecutionResult
 from wasmrun.tenants.store import TenantStore
+
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
 
 METRICS_KEY = "operator-metrics-key"
 
@@ -286,7 +289,7 @@ def test_home_user_is_the_working_folder_inside_too(sandbox: Sandbox) -> None:
     sandbox.files.write("/home/user/data.csv", "region,v\nnorth,1\nsouth,2\n")
     read = sandbox.run_code("open('/home/user/data.csv').read()")
     assert read.error is None and read.text == repr("region,v\nnorth,1\nsouth,2\n"), read.error
-    if ON_DATA_IMAGE:
+    if on_data():
         summed = sandbox.run_code("import pandas as pd\nint(pd.read_csv('/home/user/data.csv')['v'].sum())")
         assert summed.error is None and summed.text == "3", summed.error
     wrote = sandbox.run_code("open('/home/user/out.txt', 'w').write('x')")
@@ -315,7 +318,7 @@ def test_pip_install_says_how_packages_are_added_and_runs_the_rest(sandbox: Sand
     ran = sandbox.run_code("!pip install requests\n1 + 1")
     assert ran.text == "2"
     # The command names the served image's layer: the operator's next step, as given.
-    command = "wasmrun packages add --image data NAME" if ON_DATA_IMAGE else "wasmrun packages add NAME"
+    command = "wasmrun packages add --image data NAME" if on_data() else "wasmrun packages add NAME"
     assert any(command in line for line in ran.logs.stderr), ran.logs.stderr
 
 
@@ -400,14 +403,14 @@ def test_a_wrong_or_missing_key_is_refused(live: Live) -> None:
         Sandbox.create(api_key="e2b_not_a_key_of_this_server")
 
 
-@pytest.mark.skipif(not ON_DATA_IMAGE, reason="pandas is on the data image (WASMRUN_TEST_IMAGE=data)")
+@pytest.mark.images("data")  # pandas
 def test_pandas_on_the_data_image(sandbox: Sandbox) -> None:
     sandbox.run_code("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3], 'b': [4.0, 5.0, 6.5]})")
     assert sandbox.run_code("int(df['a'].sum())").text == "6"
     assert sandbox.run_code("float(df['b'].mean())").text == "5.166666666666667"
 
 
-@pytest.mark.skipif(not ON_DATA_IMAGE, reason="charts need the data image")
+@pytest.mark.images("data")  # matplotlib
 def test_a_matplotlib_chart_is_a_png_result(sandbox: Sandbox) -> None:
     import base64
 
@@ -418,14 +421,14 @@ def test_a_matplotlib_chart_is_a_png_result(sandbox: Sandbox) -> None:
     assert len(pngs) == 1 and base64.b64decode(pngs[0]).startswith(b"\x89PNG") and charts == ran.results
 
 
-@pytest.mark.skipif(not ON_DATA_IMAGE or "displays" not in ExecutionResult.__struct_fields__,
-                    reason="display() needs the data image and display results")
+@pytest.mark.images("data")  # pandas
+@pytest.mark.skipif("displays" not in ExecutionResult.__struct_fields__, reason="display() needs display results")
 def test_display_and_a_dataframe_have_their_forms(sandbox: Sandbox) -> None:
     ran = sandbox.run_code("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})\ndisplay('<b>x</b>')\ndf")
     assert ran.results[-1].is_main_result and ran.results[-1].html and "<table" in ran.results[-1].html
 
 
-@pytest.mark.skipif(not ON_DATA_IMAGE, reason="smolagents' executor imports numpy and PIL in the sandbox: the data image")
+@pytest.mark.images("data")  # smolagents' executor imports numpy and PIL in the sandbox
 def test_smolagents_e2b_executor_runs_unchanged(live: Live) -> None:
     """An agent framework built on the SDK: smolagents' E2BExecutor sends its tools (with a
     `!pip install` line for their imports), variables, steps and the final answer."""

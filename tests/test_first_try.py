@@ -17,6 +17,8 @@ from mcp import Client as MCPClient
 from tests.liveserver import LiveServer
 from wasmrun.client import AsyncClient, Client, InvalidParams
 
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:

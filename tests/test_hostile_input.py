@@ -23,6 +23,8 @@ from wasmrun.server import assemble, create_app
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 from wasmrun.wire.jsonrpc import MAX_DEPTH
 
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 MARK = "\x00HOSTILE\x00"
 MARK_JSON = json.dumps(MARK).encode()
 

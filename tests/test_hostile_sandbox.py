@@ -23,6 +23,8 @@ import pytest
 
 from tests.liveserver import LiveServer, wasmrun_env
 
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 MiB = 1 << 20
 
 

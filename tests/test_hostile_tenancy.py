@@ -25,6 +25,8 @@ from tests.liveserver import LiveServer, free_port, wasmrun_env
 from tests.skillfiles import write_skill
 from wasmrun.tenants.store import TenantStore
 
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 WAREHOUSE = "wh-token-0123456789abcdef"  # env mode
 HOST_HELD = "host-token-fedcba9876543210"  # host mode
 ALICE_ONLY = "alice-token-5555666677778888"

@@ -1,4 +1,4 @@
-"""Held-out parity checks: what agents send first, on the image in WASMRUN_TEST_IMAGE
+"""Held-out parity checks: what agents send first, on each image
 (`make test` runs it on both), against native CPython where the answer should be the same.
 
 Each check is what a user would notice: the same values as native Python (stdlib modules,
@@ -11,7 +11,6 @@ child with /workspace mapped to a temporary folder; several checks share one run
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,7 +20,10 @@ from typing import Any
 
 import pytest
 
-ON_DATA = os.environ.get("WASMRUN_TEST_IMAGE", "stdlib") == "data"
+from tests.images import current, on_data
+
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 Rpc = Callable[..., dict[str, Any]]
 
 # How native CPython runs a `main(args)` or a script, for the comparison: the same module
@@ -246,9 +248,9 @@ def test_a_failure_shows_the_users_lines_as_natively(rpc: Rpc, tmp_path: Path, c
     assert not any(path in message for path in HOST_PATHS), message
     if got["error"]["type"] == "RecursionError":  # 3.15 prints a few frames fewer before "repeated"
         assert USER_FRAME.findall(message)[:4] == USER_FRAME.findall(native_message)[:4]
-    elif not ON_DATA or got["error"]["type"] not in ("SyntaxError", "IndentationError"):
+    elif not on_data() or got["error"]["type"] not in ("SyntaxError", "IndentationError"):
         assert USER_FRAME.findall(message) == USER_FRAME.findall(native_message), message
-    if "Error: " in _last_line(native_message) and not ON_DATA:
+    if "Error: " in _last_line(native_message) and not on_data():
         assert _last_line(message) == _last_line(native_message)
     else:  # 3.15 adds "Did you mean" and words some messages its own way; the exception's type leads
         assert _last_line(message).split(":")[0] == _last_line(native_message).split(":")[0]
@@ -266,7 +268,8 @@ def test_carets_sit_under_the_expression_on_a_last_line_without_newline(rpc: Rpc
 
 # -- 3. the first-try mistakes say what to do -----------------------------------------
 
-PACKAGES_BY_OPERATOR = "wasmrun packages add --image data NAME" if ON_DATA else "wasmrun packages add NAME"
+# The operator's command names the served image's layer.
+PACKAGES_BY_OPERATOR = {"stdlib": "wasmrun packages add NAME", "data": "wasmrun packages add --image data NAME"}
 FIRST_TRIES = [
     pytest.param("!pip install requests\nimport requests\n", "SyntaxError", "`!` shell lines and `%` magics", id="bang-pip"),
     pytest.param("%pip install requests\n", "SyntaxError", "`!` shell lines and `%` magics", id="percent-pip"),
@@ -276,7 +279,7 @@ FIRST_TRIES = [
                  id="import-pip"),
     pytest.param("import os\nos.system('ls')\n", "AttributeError", "the sandbox runs no processes", id="os-system"),
     pytest.param("import multiprocessing\nmultiprocessing.Pool(2).map(abs, [-1])\n",
-                 "ModuleNotFoundError" if not ON_DATA else "AttributeError", "the sandbox runs no processes",
+                 {"stdlib": "ModuleNotFoundError", "data": "AttributeError"}, "the sandbox runs no processes",
                  id="multiprocessing"),
     pytest.param("import threading\nthreading.Thread(target=print).start()\n", "RuntimeError",
                  "threads are not available in the sandbox", id="thread"),
@@ -286,13 +289,14 @@ FIRST_TRIES = [
 
 
 @pytest.mark.parametrize(("code", "error_type", "phrase"), FIRST_TRIES)
-def test_first_try_errors_say_what_to_do(rpc: Rpc, code: str, error_type: str, phrase: str) -> None:
+def test_first_try_errors_say_what_to_do(rpc: Rpc, code: str, error_type: str | dict[str, str], phrase: str) -> None:
     result = run(rpc, code)
     assert result["status"] == "failed"
-    assert result["error"]["type"] == error_type, result["error"]
+    expected = error_type if isinstance(error_type, str) else error_type[current()]  # the image's own
+    assert result["error"]["type"] == expected, result["error"]
     assert phrase in result["error"]["message"], result["error"]["message"]
     if "runs no processes" in phrase or "shell lines" in phrase:
-        assert PACKAGES_BY_OPERATOR in result["error"]["message"]
+        assert PACKAGES_BY_OPERATOR[current()] in result["error"]["message"]
     assert 'File "<run_code>", line' in result["error"]["message"]
 
 
@@ -355,7 +359,7 @@ def test_deep_c_recursion_is_as_the_images_table_states(rpc: Rpc, client: Any) -
     run_code_text = next(t["description"] for t in client.get("/tools").json() if t["name"] == "run_code")
     assert "StackOverflow" not in run_code_text
     assert three_thousand == 6002
-    if ON_DATA:
+    if on_data():
         assert "bounded by the C stack as in CPython 3.15" in run_code_text
         deeper = run(rpc, code.replace("nest(3000)", "nest(200_000)"))
         assert deeper["output"].startswith("Stack overflow (used"), deeper

@@ -1,6 +1,6 @@
 """The tool texts, the guide and the MCP tool list state the image a real server serves,
 held against the guest itself: its Python version, and each package the texts name
-imports there at the version they state (WASMRUN_TEST_IMAGE=data for the data image).
+imports there at the version they state (on both images, tests/images.py).
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ import httpx2
 import pytest
 from mcp import Client as MCPClient
 
-from tests.liveserver import TEST_IMAGE, LiveServer, wasmrun_env
+from tests.images import current
+from tests.liveserver import LiveServer, wasmrun_env
 from wasmrun.imagefacts import image_facts
+
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
 
 NAMED = re.compile(r"([A-Za-z][A-Za-z0-9_.-]*) ([0-9][0-9A-Za-z.+-]*)(?: \(import ([A-Za-z_][A-Za-z0-9_]*)\))?")
 
@@ -65,7 +68,7 @@ def test_the_texts_state_the_guest_s_python_and_packages(server: LiveServer) -> 
     assert "create_session" in text and "session_id" in text, text  # sessions and how to use them
     assert "Limits (default, max): timeout_ms" in text, text
     named = named_packages(text)
-    if TEST_IMAGE == "data":
+    if current() == "data":
         assert [name for name, _, _ in named][:3] == ["numpy", "pandas", "matplotlib"], text
         versions = run(server, "import importlib, importlib.metadata as md\n{d: md.version(d) for d in %r}"
                        % [name for name, _, _ in named])
@@ -78,7 +81,7 @@ def test_the_texts_state_the_guest_s_python_and_packages(server: LiveServer) -> 
         assert failed["error"]["type"] == "ModuleNotFoundError", failed
 
     guide = rpc(server, "load_skills_protocol_guide", {})["content"]
-    assert f"Image served: {TEST_IMAGE}. Python: CPython {major_minor} " in guide
+    assert f"Image served: {current()}. Python: CPython {major_minor} " in guide
     assert "create_session" in guide and "session_id" in guide
 
 
@@ -87,7 +90,7 @@ def test_the_texts_state_what_differs_on_this_image_and_it_holds(server: LiveSer
     tools = httpx2.get(server.base_url + "/tools", timeout=60).json()
     major_minor = run(server, "import sys\n'%d.%d' % sys.version_info[:2]")
     skill_text = str(next(t["description"] for t in tools if t["name"] == "execute_skill"))
-    assert f"Skills run on CPython {major_minor} here (the {TEST_IMAGE} image)" in skill_text, skill_text
+    assert f"Skills run on CPython {major_minor} here (the {current()} image)" in skill_text, skill_text
     assert "keeps to 3.11 syntax" in skill_text, skill_text
     guide = rpc(server, "load_skills_protocol_guide", {})["content"]
     assert "docs/images.md" in guide and f"Skills run on CPython {major_minor} here" in guide
@@ -97,7 +100,7 @@ def test_the_texts_state_what_differs_on_this_image_and_it_holds(server: LiveSer
     ctypes_use = rpc(server, "run_code", {"language": "python", "code": "import ctypes\nctypes.CDLL(None)"})
     assert "cannot be listed" not in text, text  # both images list `/`: the mount points
     assert listing["status"] == "completed" and {"home", "skills", "tmp", "workspace"} <= set(listing["output"]), listing
-    if TEST_IMAGE == "data":
+    if current() == "data":
         assert "/blobs always exists" in text, text
         assert blobs is True
         assert ctypes_use["status"] == "failed" and ctypes_use["error"]["type"] == "OSError", ctypes_use
@@ -119,14 +122,14 @@ def test_every_surface_states_the_same_image(server: LiveServer) -> None:
     printed = subprocess.run([sys.executable, "-m", "wasmrun", "tools", "--format", "mcp"], env=env,
                              capture_output=True, text=True, timeout=120, check=True).stdout
     assert run_code_text(json.loads(printed)) == over_http
-    assert f"CPython {image_facts(TEST_IMAGE).python} " in over_http
+    assert f"CPython {image_facts(current()).python} " in over_http
 
 
 def test_the_operator_s_added_packages_are_named(tmp_path: Path) -> None:
     from wasmrun.capabilities import installed_text
     from wasmrun.imagefacts import ImageFacts, Package
 
-    image = image_facts(TEST_IMAGE)
+    image = image_facts(current())
     added = ImageFacts(image.name, image.python, image.modules, image.notable, image.built_in,
                        (Package("tinydb", "4.8.0", ""),))
     assert "added by this server's operator: tinydb 4.8.0" in installed_text(added)

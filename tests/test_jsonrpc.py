@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from typing import Any
 
 import msgspec
 import pytest
 from starlette.testclient import TestClient
 
+from tests.images import current
 from wasmrun.protocol.errors import InvalidParams, QuotaExceeded
 from wasmrun.wire import jsonrpc
 from wasmrun.wire.app import create_app
@@ -230,7 +230,7 @@ def test_healthz(client: TestClient) -> None:
     # The test app runs sandboxes in-process, on two slots (see conftest), on the suite's image.
     assert response.json() == {
         "status": "ok", "workers": {"total": 2, "free": 2, "unavailable": 0}, "queued": 0,
-        "image": {"serving": os.environ.get("WASMRUN_TEST_IMAGE", "stdlib")},
+        "image": {"serving": current()},
     }
 
 

@@ -33,6 +33,8 @@ from wasmrun.server import assemble, create_app
 from wasmrun.settings import Settings
 from wasmrun.tenants.policy import AccessPolicy
 
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 FETCH_CODE = """\
 from runtime import http
 

@@ -16,6 +16,8 @@ from tests.liveserver import LiveServer
 from tests.test_packages import packages, rpc, run_code
 from wasmrun.sandbox import data_engine, ready_image
 
+pytestmark = pytest.mark.images("data")  # the data image only (tests/images.py)
+
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -18,7 +18,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.liveserver import REPO, TEST_IMAGE, LiveServer, wasmrun_env
+from tests.images import current
+from tests.liveserver import REPO, LiveServer, wasmrun_env
 
 ARTIFACTS = REPO / "tests" / "artifacts"
 
@@ -230,7 +231,7 @@ def test_open_a_session_run_in_it_upload_a_file_and_see_the_image_served(browser
     page = browser.new_page(viewport={"width": 1280, "height": 1100})
     page.goto(server.base_url + "/")
     page.wait_for_function("() => document.querySelector('#server-image').textContent.startsWith('image: ')")
-    assert (page.text_content("#server-image") or "").startswith(f"image: {TEST_IMAGE}")
+    assert (page.text_content("#server-image") or "").startswith(f"image: {current()}")
 
     page.click("#session-new")
     page.wait_for_selector("#sessions li")

@@ -10,7 +10,11 @@ import zipfile
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from wasmrun.protocol.run_result import MAX_LOGS_PREVIEW_BYTES
+
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
 
 Rpc = Callable[..., dict[str, Any]]
 

@@ -20,6 +20,8 @@ from wasmrun.server import Server, create_app
 from wasmrun.settings import Settings
 from wasmrun.tenants.store import TenantStore
 
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 SMALL = {
     "blob_count": 4, "blob_bytes": 3 * BLOB_MIN_CHARGE, "blobs_per_run": 2,
     "runs_per_minute": 3, "concurrent_runs": 1, "queued_runs": 1,

@@ -18,6 +18,8 @@ from wasmrun.sandbox import CEILING_LIMITS, LimitPolicy
 from wasmrun.settings import Settings
 from wasmrun.tenants.limits import TenantLimits
 
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 Rpc = Any
 
 

@@ -29,6 +29,8 @@ import pytest
 from tests.liveserver import LiveServer, wasmrun_env
 from wasmrun.tenants.store import TenantStore
 
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 MiB = 1 << 20
 CAP = 48 * MiB  # alice's session_bytes
 METRICS_KEY = "the-operators-metrics-key-29"

@@ -20,6 +20,8 @@ from liveserver import LiveServer, wasmrun_env
 
 from wasmrun.tenants.store import TenantStore
 
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 Call = Callable[..., dict[str, Any]]
 
 

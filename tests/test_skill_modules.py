@@ -6,12 +6,13 @@ Also the guest's socket module: probing code gets the OSError it expects."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.images import on_data
 
 Rpc = Callable[..., dict[str, Any]]
 
@@ -176,5 +177,5 @@ def test_socket_probes_get_oserror(rpc: Rpc) -> None:
     run = _run(rpc, code)
     assert run["status"] == "completed", run
     # The host name is each image's libc's: one of the differences docs/images.md lists.
-    hostname = "(none)" if os.environ.get("WASMRUN_TEST_IMAGE") == "data" else "localhost"
+    hostname = "(none)" if on_data() else "localhost"
     assert run["output"] == [["OSError", "OSError", "gaierror"], hostname]

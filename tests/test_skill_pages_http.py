@@ -12,6 +12,8 @@ from skillfiles import write_skill
 
 from wasmrun.sandbox import InProcessExecutor
 
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 Rpc = Callable[..., dict[str, Any]]
 
 PRINTS = "print('importing demo.imports')\nSTATE = []\ndef main(args):\n    STATE.append(args)\n    return len(STATE)\n"

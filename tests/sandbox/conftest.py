@@ -3,7 +3,6 @@ for the whole session, and a small in-memory blob store behind it."""
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,11 +54,9 @@ def blobs() -> MemoryBlobs:
 
 
 @pytest.fixture(scope="session")
-def engine(blobs: MemoryBlobs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxEngine]:
-    # WASMRUN_TEST_IMAGE=data runs these tests on the data image (docs/data-stack.md).
-    with make_engine(
-        os.environ.get("WASMRUN_TEST_IMAGE", "stdlib"), blobs, tmp_path_factory.mktemp("workspaces")
-    ) as eng:
+def engine(test_image: str, blobs: MemoryBlobs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxEngine]:
+    # One per image (tests/images.py): a module marked for both runs on each.
+    with make_engine(test_image, blobs, tmp_path_factory.mktemp("workspaces")) as eng:
         yield eng
 
 

@@ -1,4 +1,4 @@
-"""Freeing deeply nested structures and compiling long expressions, on the image in WASMRUN_TEST_IMAGE (`make test`
+"""Freeing deeply nested structures and compiling long expressions, on each image (`make test`
 runs it on both). Native CPython frees any depth: its trashcan defers containers when
 the C stack runs low. On the data image CPython 3.15 measured that stack where its
 deallocators barely use it, so a linked list of 20,000 dicts stopped the run with
@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 
 from wasmrun.sandbox.contract.types import RunResult
+
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
 
 CHAINS = """
 import gc

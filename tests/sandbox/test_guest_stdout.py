@@ -11,6 +11,8 @@ import pytest
 from python_wasm import dataimage
 from wasmrun.sandbox.engine import SandboxEngine
 
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 
 def test_the_engine_reads_the_guests_stdout_buffer(engine: SandboxEngine) -> None:
     buffers = engine.image.buffers

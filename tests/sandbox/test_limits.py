@@ -13,6 +13,8 @@ from wasmrun.sandbox.contract.limits import LimitPolicy
 from wasmrun.sandbox.contract.types import RunRequest
 from wasmrun.sandbox.engine import SandboxEngine
 
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 POLICY = LimitPolicy()
 
 

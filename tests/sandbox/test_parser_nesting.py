@@ -1,10 +1,12 @@
 """Deeply nested source parses as on native CPython, on every image: its parser's
 nesting bound is native CPython's (python_wasm/parser_stack.py patches the WASI build's
-smaller MAXSTACK in both guests). Runs on the data image with WASMRUN_TEST_IMAGE=data."""
+smaller MAXSTACK in both guests). Runs on both images (tests/images.py)."""
 
 from __future__ import annotations
 
 import pytest
+
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
 
 
 def test_199_nested_parentheses_parse(run_code) -> None:

@@ -4,7 +4,7 @@ makes (pathtable.py), while every refusal that protects the host stays.
 
 The table runs natively (this interpreter, in a temporary folder) and in the
 sandbox (in /workspace) and the answers and resulting trees must be equal.
-WASMRUN_TEST_IMAGE=data runs it on the data image (Makefile DATA_IMAGE_SUITES).
+It runs on both images (tests/images.py).
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.images import on_data
 from tests.sandbox.conftest import make_skill
 from wasmrun.sandbox.contract.limits import Limits
 from wasmrun.sandbox.contract.types import RunRequest
+
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
 
 TABLE = Path(__file__).with_name("pathtable.py")
 
@@ -48,7 +51,7 @@ def test_path_operations_answer_as_on_linux(engine, tmp_path) -> None:
     assert result.status == "completed", (result.error, result.logs[-3000:])
     sandbox = result.output
     assert len(native) == len(sandbox) > 900
-    known = KNOWN_DIFFERENCES | (NEWER_CPYTHON if os.environ.get("WASMRUN_TEST_IMAGE") == "data" else {})
+    known = KNOWN_DIFFERENCES | (NEWER_CPYTHON if on_data() else {})
     differ = {case: (native[case], sandbox[case]) for case in native if native[case] != sandbox[case]}
     unexplained = {case: answers for case, answers in differ.items() if case not in known}
     assert not unexplained, "\n".join(f"{case}: native {n[0]} sandbox {s[0]}" for case, (n, s) in unexplained.items())
@@ -169,7 +172,7 @@ def main(args):
 """
 
 
-@pytest.mark.skipif(os.environ.get("WASMRUN_TEST_IMAGE") != "data", reason="pandas and matplotlib are the data image's")
+@pytest.mark.images("data")  # pandas and matplotlib are the data image's
 def test_a_data_task_whose_teardown_removes_its_folder_passes(run_code) -> None:
     result = run_code(PANDAS_TASK)
     assert result.status == "completed", result.error

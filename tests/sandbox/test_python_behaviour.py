@@ -4,12 +4,13 @@ Every test runs real code in the real guest."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
+from tests.images import on_data
 from wasmrun.limits import MiB
 from wasmrun.sandbox.contract import errors
+
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
 
 
 def completed(result):
@@ -436,7 +437,7 @@ def test_blobs_folder_is_absent_without_input_blobs_and_emptied_after(run_code, 
     code = "import os\ndef main(args):\n    return os.listdir('/blobs') if os.path.isdir('/blobs') else None\n"
     assert completed(run_code(code, input_blobs=[blob_id])) == [blob_id]
     # (the data image's /blobs is baked into its memory: there, an empty folder; docs/images.md)
-    assert completed(run_code(code)) == ([] if os.environ.get("WASMRUN_TEST_IMAGE") == "data" else None)
+    assert completed(run_code(code)) == ([] if on_data() else None)
     unknown = "blob:" + "f" * 32
     assert completed(run_code(code, input_blobs=[unknown, "../../etc", blob_id])) == [blob_id]
 

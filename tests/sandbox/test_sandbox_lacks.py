@@ -1,9 +1,11 @@
 """What a sandbox lacks fails with the same clear words on every image (runtime/_compat.py).
-Runs on the data image with WASMRUN_TEST_IMAGE=data (Makefile's DATA_IMAGE_SUITES)."""
+Runs on both images (tests/images.py)."""
 
 from __future__ import annotations
 
 import pytest
+
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
 
 THREADS_UNAVAILABLE = "threads are not available in the sandbox (WebAssembly/WASI has none)"
 

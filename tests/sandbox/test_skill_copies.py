@@ -6,8 +6,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.sandbox.conftest import make_skill
 from wasmrun.sandbox.files.skillcopies import SkillCopies
+
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
 
 
 def _identity(root: Path) -> dict[str, tuple[int, int, int]]:

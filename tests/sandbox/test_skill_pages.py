@@ -22,6 +22,8 @@ from wasmrun.sandbox.memory import instances
 from wasmrun.sandbox.memory.instances import APPLIED_MAX_BYTES, SKILL_PAGE_SPARES, SPARES, Fresh, HotPages, InstanceSupply
 from wasmrun.sandbox.memory.skillpages import MAX_PREFAULT_PAGES, SkillPages, SkillPagesCache, pages_key
 
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 MAIN = """\
 import random
 print("importing the skill")

@@ -23,6 +23,8 @@ from wasmrun.sandbox.files.skillstamp import (
     stamp_skill,
 )
 
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 MAIN = "def main(args):\n    return 'ran'\n"
 # The entry bound these tests hold the stamp to: the real one (16,384) takes minutes of
 # file creation per test on a loaded box; the code reads the bound when it walks.

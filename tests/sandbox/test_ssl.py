@@ -18,6 +18,8 @@ from wasmrun.egress.policy import NetworkGrant
 from wasmrun.sandbox.contract.types import MountedSkill, RunRequest
 from wasmrun.sandbox.guest.jsontext import encode_args
 
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
+
 USE = """
 import ssl
 

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from wasmrun.sandbox.budget import stackroom
 from wasmrun.sandbox.contract.types import RunResult
+
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
 
 DEEP = (
     "import ast, json, sys\n"

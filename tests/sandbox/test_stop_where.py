@@ -2,11 +2,15 @@
 host asks the guest to raise where the code is (bridge.c's export on the stdlib image,
 CPython's own PyErr_SetInterruptEx exported by the data image's making) and stops it
 hard when it does not unwind within the grace. Runs on the data image with
-WASMRUN_TEST_IMAGE=data (Makefile's DATA_IMAGE_SUITES)."""
+both images (tests/images.py)."""
 
 from __future__ import annotations
 
 import time
+
+import pytest
+
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
 
 SPIN_AT_LINE_4 = "def main(args):\n    n = 0\n    while True:\n        n += 1\n"
 

