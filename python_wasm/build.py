@@ -46,6 +46,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from python_wasm import shellwheels
 from python_wasm.downloads import (
     BZIP2_SRC,
     CPYTHON_SRC,
@@ -62,7 +63,6 @@ from python_wasm.downloads import (
     cache_root,
     fetch,
 )
-from python_wasm import shellwheels
 from python_wasm.native import (
     _zig_env,
     native_objects,

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime import _shelljb  # noqa: F401  (first: loads just-bash without its network module)
+# Loads just-bash without its network module: before any just_bash import (isort must not move it).
+# isort: off
+from runtime import _shelljb  # noqa: F401
 from just_bash.commands.awk.awk import AwkCommand
+# isort: on
+
 
 # Characters that make an expression more than a concatenation (outside strings and brackets).
 _OPERATORS = frozenset("+-*/%<>=!&|?:~^,;")

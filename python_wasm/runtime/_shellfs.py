@@ -24,8 +24,12 @@ import posixpath
 import stat as stat_module
 from dataclasses import dataclass
 
-from runtime import _shelljb  # noqa: F401  (first: loads just-bash without its network module)
+# Loads just-bash without its network module: before any just_bash import (isort must not move it).
+# isort: off
+from runtime import _shelljb  # noqa: F401
 from just_bash.types import FsStat
+# isort: on
+
 
 ENCODING_ERRORS = "surrogateescape"
 # WASI has no permission bits (st_mode & 0o777 is 0 for every file), so the shell is shown

@@ -28,8 +28,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from runtime import _shelljb  # noqa: F401  (first: loads just-bash without its network module)
+# Loads just-bash without its network module: before any just_bash import (isort must not move it).
+# isort: off
+from runtime import _shelljb  # noqa: F401
 from just_bash.types import CommandContext, ExecResult
+# isort: on
+
 
 INSTALL_REFUSED = (
     "pip: installing packages on demand is not available in the sandbox yet; the packages "
@@ -332,7 +336,8 @@ def _pip_show(names: list[str]) -> ExecResult:
         fields = [
             ("Name", meta["Name"]), ("Version", dist.version), ("Summary", meta.get("Summary", "")),
             ("Home-page", meta.get("Home-page", "")), ("Author", meta.get("Author", "")),
-            ("Author-email", meta.get("Author-email", "")), ("License", meta.get("License-Expression") or meta.get("License", "")),
+            ("Author-email", meta.get("Author-email", "")),
+            ("License", meta.get("License-Expression") or meta.get("License", "")),
             ("Location", location), ("Requires", ", ".join(requires)), ("Required-by", ", ".join(required_by)),
         ]
         blocks.append("".join(f"{k}: {v or ''}\n" for k, v in fields))
@@ -356,7 +361,8 @@ def pip(args: list[str]) -> ExecResult:
     if not words or words[0] in ("-h", "--help", "help"):
         return ExecResult(stdout="usage: pip <list | freeze | show NAME... | install (not available)>\n")
     if words[0] in ("-V", "--version"):
-        return ExecResult(stdout=f"pip (sandbox: packages from importlib.metadata) (python {sys.version_info.major}.{sys.version_info.minor})\n")
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        return ExecResult(stdout=f"pip (sandbox: packages from importlib.metadata) (python {version})\n")
     sub, rest = words[0], words[1:]
     if sub == "list":
         return _pip_list(rest)

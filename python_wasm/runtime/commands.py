@@ -24,17 +24,21 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runtime import _shelljb  # noqa: F401  (first: loads just-bash without its network module)
-from just_bash.ast.types import SingleQuotedPart, WordNode  # noqa: E402
-from just_bash.commands import create_command_registry  # noqa: E402
-from just_bash.interpreter import Interpreter, InterpreterState, ShellOptions, VariableStore  # noqa: E402
-from just_bash.interpreter.expansion import expand_word_with_glob  # noqa: E402
-from just_bash.interpreter.errors import ErrexitError, ExecutionLimitError, ExitError, InterpreterError  # noqa: E402
-from just_bash.parser import parse  # noqa: E402
-from just_bash.parser.parser import ParseException  # noqa: E402
-from just_bash.types import Command, ExecResult, ExecutionLimits  # noqa: E402
+# Loads just-bash without its network module: before any just_bash import (isort must not move it).
+# isort: off
+from runtime import _shelljb  # noqa: F401
+from just_bash.ast.types import SingleQuotedPart, WordNode
+from just_bash.commands import create_command_registry
+from just_bash.interpreter import Interpreter, InterpreterState, ShellOptions, VariableStore
+from just_bash.interpreter.errors import ErrexitError, ExecutionLimitError, ExitError, InterpreterError
+from just_bash.interpreter.expansion import expand_word_with_glob
+from just_bash.parser import parse
+from just_bash.parser.parser import ParseException
+from just_bash.types import Command, ExecResult, ExecutionLimits
 
-from runtime import _shellawk, _shellfs, _shellpy  # noqa: E402
+from runtime import _shellawk, _shellfs, _shellpy
+
+# isort: on
 
 __all__ = ["run"]
 

@@ -51,7 +51,11 @@ def _run(engine: SandboxEngine, code: str, args: dict[str, Any] | None = None, *
                                  limits=POLICY.resolve(**limits)))
 
 
-def shell(engine: SandboxEngine, *cmds: str | list[str] | tuple[Any, dict[str, Any]], **limits: int) -> list[tuple[int, str, str]]:
+Command = str | list[str] | tuple[Any, dict[str, Any]]
+Outcome = tuple[int, str, str]
+
+
+def shell(engine: SandboxEngine, *cmds: Command, **limits: int) -> list[Outcome]:
     """Each command line in one run; (exit code, stdout, stderr) each."""
     batch = [list(c) if isinstance(c, tuple) else [c, {}] for c in cmds]
     result = _run(engine, BATCH, {"cmds": batch}, **{"timeout_ms": 60_000, **limits})
@@ -59,7 +63,7 @@ def shell(engine: SandboxEngine, *cmds: str | list[str] | tuple[Any, dict[str, A
     return [tuple(r) for r in result.output]  # type: ignore[misc]
 
 
-def one(engine: SandboxEngine, cmd: str | list[str], **kwargs: Any) -> tuple[int, str, str]:
+def one(engine: SandboxEngine, cmd: str | list[str], **kwargs: Any) -> Outcome:
     return shell(engine, (cmd, kwargs))[0]
 
 
@@ -175,8 +179,9 @@ def test_wrong_argument_types_raise(engine: SandboxEngine) -> None:
         "def main(args):\n"
         "    seen = []\n"
         "    for call in (lambda: commands.run(3), lambda: commands.run(b'ls'), lambda: commands.run(['ls', 3]),\n"
-        "                 lambda: commands.run([]), lambda: commands.run('ls', cwd=3), lambda: commands.run('ls', env={'A': 1}),\n"
-        "                 lambda: commands.run('ls', stdin=5), lambda: commands.run('echo a\\0b'), lambda: commands.run('ls', env=[1])):\n"
+        "                 lambda: commands.run([]), lambda: commands.run('ls', cwd=3),\n"
+        "                 lambda: commands.run('ls', env={'A': 1}), lambda: commands.run('ls', stdin=5),\n"
+        "                 lambda: commands.run('echo a\\0b'), lambda: commands.run('ls', env=[1])):\n"
         "        try:\n"
         "            call()\n"
         "            seen.append('none')\n"
@@ -258,7 +263,8 @@ def test_file_commands(engine: SandboxEngine) -> None:
 def test_tar_and_gzip_round_trip(engine: SandboxEngine) -> None:
     got = shell(
         engine,
-        "mkdir -p pack/sub && echo inside > pack/sub/f.txt && tar -czf pack.tgz pack && rm -r pack && tar -xzf pack.tgz && cat pack/sub/f.txt",
+        "mkdir -p pack/sub && echo inside > pack/sub/f.txt && tar -czf pack.tgz pack && rm -r pack"
+        " && tar -xzf pack.tgz && cat pack/sub/f.txt",
         "tar -tzf pack.tgz | sort",
         "printf 'zip me\\n' > z.txt && gzip z.txt && ls z.txt* && gunzip -c z.txt.gz && zcat z.txt.gz | wc -c",
         "python -c \"import gzip; print(gzip.open('z.txt.gz').read().decode(), end='')\"",
@@ -278,8 +284,10 @@ def test_files_are_the_runs_real_files(engine: SandboxEngine) -> None:
         "def main(args):\n"
         "    with open('/workspace/from_python.txt', 'w') as f:\n"
         "        f.write('py\\n')\n"
-        "    commands.run('cat from_python.txt > /workspace/from_shell.txt; echo more >> from_shell.txt; mkdir -p /tmp/t; echo t > /tmp/t/x')\n"
-        "    return [open('/workspace/from_shell.txt').read(), open('/home/user/from_shell.txt').read(), open('/tmp/t/x').read()]\n"
+        "    commands.run('cat from_python.txt > /workspace/from_shell.txt; echo more >> from_shell.txt;'\n"
+        "                 ' mkdir -p /tmp/t; echo t > /tmp/t/x')\n"
+        "    paths = ['/workspace/from_shell.txt', '/home/user/from_shell.txt', '/tmp/t/x']\n"
+        "    return [open(path).read() for path in paths]\n"
     )
     result = _run(engine, code)
     assert result.output == ["py\nmore\n", "py\nmore\n", "t\n"], result.error
@@ -370,7 +378,8 @@ def test_python_leaves_the_callers_process_as_it_was(engine: SandboxEngine) -> N
         "import os, sys\n"
         "def main(args):\n"
         "    before = [list(sys.argv), os.getcwd(), sys.stdout, sys.stderr, list(sys.path), dict(os.environ)]\n"
-        "    commands.run(\"cd /tmp && python -c 'import os, sys; os.chdir(\\\"/\\\"); sys.argv.append(1); sys.path.append(\\\"/x\\\"); os.environ[\\\"Z\\\"]=\\\"1\\\"; sys.exit(1)'\")\n"
+        "    commands.run(['python', '-c', 'import os, sys; os.chdir(\"/\"); sys.argv.append(1); '\n"
+        "                  'sys.path.append(\"/x\"); os.environ[\"Z\"] = \"1\"; sys.exit(1)'], cwd='/tmp')\n"
         "    after = [list(sys.argv), os.getcwd(), sys.stdout, sys.stderr, list(sys.path), dict(os.environ)]\n"
         "    return [a == b for a, b in zip(before, after)]\n"
     )
@@ -504,7 +513,7 @@ def main(args):
 
 
 @pytest.fixture(scope="module")
-def corpus_results(engine: SandboxEngine, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[tuple[int, str, str], tuple[int, str, str]]]:
+def corpus_results(engine: SandboxEngine, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Outcome, Outcome]]:
     entries = corpus_entries()
     setup = (CORPUS_DIR / "setup.sh").read_text()
     result = _run(engine, CORPUS_RUN, {"entries": entries, "setup": setup}, timeout_ms=120_000)
@@ -514,7 +523,7 @@ def corpus_results(engine: SandboxEngine, tmp_path_factory: pytest.TempPathFacto
     for i, entry in enumerate(entries):  # each in a folder named `case`, as in the guest
         (root / str(i)).mkdir()
         native.append(_native(entry, setup, root / str(i) / "case"))
-    return [(n, tuple(g)) for n, g in zip(native, result.output)]  # type: ignore[misc]
+    return [(n, tuple(g)) for n, g in zip(native, result.output, strict=True)]  # type: ignore[misc]
 
 
 @pytest.mark.skipif(not os.path.exists(BASH), reason="no bash on this host")
