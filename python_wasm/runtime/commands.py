@@ -413,8 +413,13 @@ async def _execute(shell: _Shell, ast: Any) -> int:
 
 def _drive(coro: Any) -> int:
     """Run the shell's coroutine to its end on an event loop of its own (the sandbox's
-    loop: runtime/_compat.py), even when called from code already inside a loop."""
+    loop: runtime/_compat.py), even when called from code already inside a loop: that
+    loop and its running task are set aside for the call (asyncio allows one running
+    loop, and on 3.12+ one current task, per thread) and put back after."""
     outer = asyncio.events._get_running_loop()
+    task = asyncio.current_task(outer) if outer is not None else None
+    if task is not None:
+        asyncio.tasks._leave_task(outer, task)
     loop = asyncio.new_event_loop()
     asyncio.events._set_running_loop(None)
     try:
@@ -422,6 +427,8 @@ def _drive(coro: Any) -> int:
     finally:
         loop.close()
         asyncio.events._set_running_loop(outer)
+        if task is not None:
+            asyncio.tasks._enter_task(outer, task)
 
 
 def run(

@@ -531,3 +531,19 @@ def corpus_results(engine: SandboxEngine, tmp_path_factory: pytest.TempPathFacto
 def test_the_corpus_matches_native_bash(corpus_results: list[Any], index: int) -> None:
     native, guest = corpus_results[index]
     assert guest == native, corpus_entries()[index]
+
+
+def test_run_from_inside_an_event_loop(engine: SandboxEngine) -> None:
+    code = (
+        "import asyncio\n"
+        "from runtime import commands\n"
+        "async def inner():\n"
+        "    await asyncio.sleep(0.01)\n"
+        "    status = commands.run('sleep 0.01; echo inside-loop')\n"
+        "    await asyncio.sleep(0.01)\n"
+        "    return status\n"
+        "asyncio.run(inner())\n"
+    )
+    result = _run(engine, code)
+    assert result.status == "completed" and result.output == 0, result.error
+    assert result.logs == "inside-loop\n"
