@@ -45,12 +45,13 @@ def test_the_eight_tools_are_the_spec_text() -> None:
 
 def test_create_skill_only_on_request() -> None:
     for format in FORMATS:
-        assert [_name(t) for t in render_all(format)] == [*EIGHT, *SESSIONS]
+        assert [_name(t) for t in render_all(format)] == [*EIGHT, *SESSIONS, *COMMANDS]
         names = [_name(t) for t in render_all(format, with_create_skill=True)]
-        assert names == [*EIGHT, *SESSIONS, "create_skill"]
+        assert names == [*EIGHT, *SESSIONS, *COMMANDS, "create_skill"]
 
 
 SESSIONS = ["create_session", "fork_session", "close_session", "list_sessions"]
+COMMANDS = ["run_command"]  # its env is a free-form object: never strict
 
 
 def test_run_code_takes_a_session_id_beside_the_spec_params() -> None:
@@ -174,6 +175,8 @@ def _example_arguments(rpc: Callable[..., dict[str, Any]]) -> dict[str, dict[str
             "args": {"x": 21}, "limits": {"timeout_ms": 20000},
         },
         "create_blob": {"content": "hello", "kind": "text/plain"},
+        "run_command": {"command": "echo $GREETING | tr a-z A-Z", "env": {"GREETING": "hi"}, "cwd": "/tmp",
+                        "limits": {"timeout_ms": 20000}},
         "read_blob": {"blob_id": blob, "mode": "sample_tail", "max_bytes": 4},
         "load_skills_protocol_guide": {},
         "create_skill": {
@@ -192,6 +195,8 @@ def test_each_tool_with_schema_valid_arguments_is_answered(rpc: Callable[..., di
         answer = rpc(tool["name"], arguments)
         assert "result" in answer, (tool["name"], answer)
     assert rpc("run_code", examples["run_code"])["result"]["output"] == 42
+    ran = rpc("run_command", examples["run_command"])["result"]
+    assert (ran["exit_code"], ran["stdout"], ran["stderr"]) == (0, "HI\n", "")
 
 
 def test_strict_arguments_with_nulls_are_answered(rpc: Callable[..., dict[str, Any]]) -> None:

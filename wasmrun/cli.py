@@ -296,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _warm()
         if args.command == "doctor":
             return _doctor(args)
-        if args.command == "session":
+        if args.command in ("session", "exec"):
             return sessioncli.main(args)
         if args.command == "bench":
             return bench_command.run(args)

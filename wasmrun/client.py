@@ -69,6 +69,7 @@ from wasmrun.protocol.errors import (
 )
 from wasmrun.protocol.types import (
     CloseSessionResult,
+    CommandResult,
     CreateBlobParams,
     CreateBlobResult,
     CreateSessionParams,
@@ -94,6 +95,7 @@ from wasmrun.protocol.types import (
     ReadSkillFileParams,
     ReadSkillFileResult,
     RunCodeParams,
+    RunCommandParams,
     RunLimits,
     SessionInfo,
     SessionRef,
@@ -103,6 +105,7 @@ from wasmrun.protocol.types import (
 __all__ = [
     "AsyncClient",
     "Client",
+    "CommandResult",
     "Display",
     "DisplayEvent",
     "HTTPError",
@@ -159,6 +162,15 @@ def _run_code_params(
         language=language,
         code=code, entrypoint=entrypoint, args=args or {}, mount_skills=mount_skills or [],
         input_blobs=input_blobs or [], limits=limits, session_id=session_id,
+    )
+
+
+def _run_command_params(
+    command: str | list[str], cwd: str | None, env: dict[str, str] | None, stdin: str | None,
+    timeout_ms: int | None, limits: Limits | None, session_id: str | None,
+) -> RunCommandParams:
+    return RunCommandParams(
+        command=command, cwd=cwd, env=env or {}, stdin=stdin, limits=_run_limits(limits, timeout_ms), session_id=session_id,
     )
 
 
@@ -267,6 +279,16 @@ class Client(Calls):
             code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id
         )
         return self._call("run_code", params, ExecutionResult)
+
+    def run_command(
+        self, command: str | list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
+        stdin: str | None = None, timeout_ms: int | None = None, limits: Limits | None = None,
+        session_id: str | None = None,
+    ) -> CommandResult:
+        """A command line (bash syntax) or an argv list, run by the sandbox's shell over its files
+        (docs/commands.md): `exit_code`, `stdout`, `stderr`. With `session_id`: in that session."""
+        params = _run_command_params(command, cwd, env, stdin, timeout_ms, limits, session_id)
+        return self._call("run_command", params, CommandResult)
 
     def create_session(
         self, limits: RunLimits | dict[str, int] | None = None, idle_timeout_s: int | None = None,
@@ -421,6 +443,15 @@ class AsyncClient(Calls):
             code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id
         )
         return await self._call("run_code", params, ExecutionResult)
+
+    async def run_command(
+        self, command: str | list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
+        stdin: str | None = None, timeout_ms: int | None = None, limits: Limits | None = None,
+        session_id: str | None = None,
+    ) -> CommandResult:
+        """As Client.run_command."""
+        params = _run_command_params(command, cwd, env, stdin, timeout_ms, limits, session_id)
+        return await self._call("run_command", params, CommandResult)
 
     async def create_session(
         self, limits: RunLimits | dict[str, int] | None = None, idle_timeout_s: int | None = None,

@@ -46,7 +46,7 @@ from wasmrun.mcp_listchanged import ToolListChanges
 from wasmrun.protocol.errors import QuotaExceeded, RPCError, Unauthorized
 from wasmrun.protocol.methods import RUN_METHODS, Dispatcher
 from wasmrun.protocol.streaming import RUN_OUTPUT
-from wasmrun.protocol.types import MAX_ARGS_DEPTH, ExecutionResult, ReadBlobResult
+from wasmrun.protocol.types import MAX_ARGS_DEPTH, CommandResult, ExecutionResult, ReadBlobResult
 from wasmrun.tenants.caller import Caller
 from wasmrun.tools import render, tools
 from wasmrun.wire.app import error_response
@@ -103,7 +103,12 @@ def run_summary(result: ExecutionResult) -> str:
         lines.append("output blobs (read with read_blob): " + ", ".join(result.output_blobs))
     if result.images is not msgspec.UNSET:
         lines.append("pictures: " + ", ".join(f"{i.name} ({i.kind}, {i.blob_id})" for i in result.images))
-    if result.logs_preview:
+    if isinstance(result, CommandResult):  # a command's two streams, as a terminal shows them
+        for name, text in (("stdout", result.stdout), ("stderr", result.stderr)):
+            if text:
+                cut = text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + f"… ({len(text)} chars in all)"
+                lines.append(f"{name}:\n{cut}")
+    elif result.logs_preview:
         lines.append("logs:\n" + result.logs_preview)
     return "\n".join(lines)
 

@@ -207,6 +207,33 @@ SESSION_TOOLS: tuple[Tool, ...] = (
     Tool("list_sessions", "List your open sessions.", {"type": "object", "properties": {}}),
 )
 
+# Extension: the guest's shell (docs/commands.md), in a fresh sandbox or a session.
+COMMAND_TOOLS: tuple[Tool, ...] = (
+    Tool(
+        "run_command",
+        "Run a shell command line (bash syntax: pipes, redirections, &&, globs, $(...)) in the sandbox, over its"
+        " files (/workspace, also /home/user): ls, cat, grep, sed, awk, find, sort, jq, tar and more, plus python"
+        " and pip on the sandbox's own Python. Answers exit_code, stdout and stderr. No other programs run.",
+        {
+            "type": "object",
+            "properties": {
+                "command": {
+                    "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}],
+                    "description": "A command line in bash syntax, or an argv list (each item one word, no expansion)",
+                },
+                "cwd": _string("Working folder (default: /workspace)"),
+                "env": {"type": "object", "additionalProperties": {"type": "string"},
+                        "description": "Environment variables for the command"},
+                "stdin": _string("Text given to the command on its standard input"),
+                "session_id": _string("Run inside this session (create_session): its files carry over"),
+                # Filled with the server's own limits schema (_for_server).
+                "limits": {"type": "object", "description": "Execution limits"},
+            },
+            "required": ["command"],
+        },
+    ),
+)
+
 CREATE_SKILL = Tool(
     "create_skill",
     "Register a new skill (skill.toml as JSON, SKILL.md and its files). Paths must stay within the skill root.",
@@ -260,6 +287,10 @@ def _for_server(tool: Tool, facts: ServerFacts) -> Tool:
             **limits["properties"]["timeout_ms"], "description": "Same as limits.timeout_ms (the spec's place for it)"
         }
         return Tool(tool.name, facts.execute_skill_description(), parameters)
+    if tool.name == "run_command":
+        parameters = copy.deepcopy(tool.parameters)
+        parameters["properties"]["limits"] = facts.limits_schema()
+        return Tool(tool.name, tool.description, parameters)
     if tool.name == "create_session":
         parameters = copy.deepcopy(tool.parameters)
         parameters["properties"]["limits"] = {
@@ -273,7 +304,7 @@ def _for_server(tool: Tool, facts: ServerFacts) -> Tool:
 def tools(with_create_skill: bool = False, facts: ServerFacts | None = None) -> tuple[Tool, ...]:
     """The tools, their run texts stating `facts` (a default server's when None)."""
     facts = facts if facts is not None else _default_facts()
-    chosen = (*TOOLS, *SESSION_TOOLS, CREATE_SKILL) if with_create_skill else (*TOOLS, *SESSION_TOOLS)
+    chosen = (*TOOLS, *SESSION_TOOLS, *COMMAND_TOOLS, *((CREATE_SKILL,) if with_create_skill else ()))
     return tuple(_for_server(tool, facts) for tool in chosen)
 
 

@@ -42,6 +42,8 @@ DATA_HTTP = "wasmrun data image, HTTP keep-alive"
 DATA_HELLO = "data image hello in-process (for scale)"
 DATA_PACED = "wasmrun data image, HTTP, 50-200 ms gaps"
 DATA_SESSION_NEXT = "wasmrun data image, HTTP, a session's next run"
+DATA_SESSION_LS = "wasmrun data image, HTTP, `ls` in a session (run_command)"
+DATA_SESSION_PYTHON = "wasmrun data image, HTTP, `python -c 'print(1)'` in a session (run_command)"
 TARGETS_MS = {"data-fresh": 2.0, "data-http": 5.0, "data-imports": 5.0}  # issue #21's
 
 
@@ -175,6 +177,22 @@ def session_resume(bench: Bench) -> dict[str, float]:
     return alternating(bench, [
         (DATA_SESSION_NEXT, lambda: data.http.timed_call("run_code", params)),
         (DATA_HTTP, lambda: data.http.sample(HELLO)),
+    ])
+
+
+def session_commands(bench: Bench) -> dict[str, float]:
+    """Issue #43's rows: `ls` and `python -c 'print(1)'` as commands in a session (the guest's
+    shell, its files), beside a session's next run_code hello; the target is within 2x of it."""
+    data = _side(bench)
+    if data.session_id is None:
+        data.session_id = new_session(data.http)
+    hello = session_hello(data.session_id)
+    ls = {"command": "ls", "session_id": data.session_id}
+    python = {"command": "python -c 'print(1)'", "session_id": data.session_id}
+    return alternating(bench, [
+        (DATA_SESSION_LS, lambda: data.http.timed_call("run_command", ls)),
+        (DATA_SESSION_PYTHON, lambda: data.http.timed_call("run_command", python)),
+        (DATA_SESSION_NEXT, lambda: data.http.timed_call("run_code", hello)),
     ])
 
 

@@ -153,6 +153,10 @@ startup_row(Row("session", "startup", "session resume (next run of a session)",
 startup_row(Row("data-session", "startup", "data image: session resume (next run of a session)",
                 "run_code in a session created once on `wasmrun serve --image data`, against a fresh run there, over "
                 "HTTP", datarows.session_resume, absent=datarows.absent, burst=4, baseline=datarows.DATA_HTTP))
+startup_row(Row("data-commands", "startup", "data image: commands in a session (run_command)",
+                "`ls` and `python -c 'print(1)'` through run_command in a session created once on `wasmrun serve "
+                "--image data` (the shell inside the guest), against the session's next run_code hello; goal <= 2x",
+                datarows.session_commands, absent=datarows.absent, burst=4, baseline=datarows.DATA_SESSION_NEXT))
 startup_row(Row("e2b", "startup", "E2B SDK: Sandbox.create() to the first run_code result",
                 "E2B's own Python SDK against the server's E2B front: create a sandbox (a session), run `1 + 1`, "
                 "read its result; beside a fresh run over HTTP", e2brow.create_to_first_result,

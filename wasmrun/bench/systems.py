@@ -180,6 +180,8 @@ class Http:
         result: dict[str, Any] = reply["result"]
         if result.get("status") not in (None, "completed"):
             raise RuntimeError(f"run failed: {result.get('error')}")
+        if result.get("exit_code", 0) != 0:  # run_command: a command that failed is not a sample
+            raise RuntimeError(f"command exited {result['exit_code']}: {result.get('stderr') or result.get('logs_preview')}")
         return result
 
     def run_code(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from wasmrun.sandbox import BackgroundTotals
 from wasmrun.tenants.calls import CallGate
 from wasmrun.tenants.quotas import RunGate
 
-RUN_METHODS = frozenset({"run_code", "execute_skill"})
+RUN_METHODS = frozenset({"run_code", "execute_skill", "run_command"})  # protocol/methods.py's run methods
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 

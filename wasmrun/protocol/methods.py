@@ -16,7 +16,7 @@ import msgspec.inspect
 
 from wasmrun import phases
 from wasmrun.observe.record import CallRecord, Observer
-from wasmrun.protocol import blobs, paramcheck, runs, sessions, skills, types
+from wasmrun.protocol import blobs, commands, paramcheck, runs, sessions, skills, types
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, MethodNotFound, QuotaExceeded, RPCError, Unauthorized
 from wasmrun.protocol.types import (
@@ -33,6 +33,7 @@ from wasmrun.protocol.types import (
     ReadBlobParams,
     ReadSkillFileParams,
     RunCodeParams,
+    RunCommandParams,
     RunLimits,
     SessionRef,
 )
@@ -63,10 +64,11 @@ METHODS: dict[str, Method] = {
     "fork_session": Method(SessionRef, sessions.fork_session),
     "close_session": Method(SessionRef, sessions.close_session),
     "list_sessions": Method(ListSessionsParams, sessions.list_sessions),
+    "run_command": Method(RunCommandParams, commands.run_command),  # the guest's shell (docs/commands.md)
 }
 
 # Admitted by the run gate (tenants/quotas.py); every other method by the call gate (tenants/calls.py).
-RUN_METHODS = frozenset({"execute_skill", "run_code"})
+RUN_METHODS = frozenset({"execute_skill", "run_code", "run_command"})
 
 logger = logging.getLogger("wasmrun.observe")
 _encoder = msgspec.json.Encoder()

@@ -231,6 +231,42 @@ class ExecutionResult(msgspec.Struct, kw_only=True):
     displays: list[Display] | UnsetType = UNSET
 
 
+# -- commands (extension: run_command, docs/commands.md) ----------------------
+
+# Far above any command line an agent writes; low enough that no later step meets a huge one.
+MAX_COMMAND_BYTES = 1024 * 1024
+MAX_ARGV = 10_000
+MAX_ENV = 1_000
+MAX_PATH_CHARS = 4096
+CommandText = Annotated[str, Meta(min_length=1, max_length=MAX_COMMAND_BYTES)]
+Argv = Annotated[list[Annotated[str, Meta(max_length=MAX_COMMAND_BYTES)]], Meta(min_length=1, max_length=MAX_ARGV)]
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)]
+
+
+class RunCommandParams(Params):
+    """A command line in bash syntax (a string) or an argv list (each item one word), run by
+    the guest's shell over the run's files: in a fresh sandbox, or in `session_id`'s."""
+
+    command: CommandText | Argv
+    cwd: Annotated[str, Meta(min_length=1, max_length=MAX_PATH_CHARS)] | None = None
+    env: Annotated[dict[EnvName, Annotated[str, Meta(max_length=MAX_COMMAND_BYTES)]], Meta(max_length=MAX_ENV)] = {}
+    stdin: str | None = None
+    limits: RunLimits = RunLimits()
+    session_id: SessionId | None = None
+    stream: bool = False  # the output as it is written (docs/streaming.md)
+
+
+class CommandResult(ExecutionResult, kw_only=True):
+    """run_code's result, plus what a process would have given: its exit code (absent when a
+    limit stopped the run: see error), and what it wrote to each stream (up to the run's
+    output_bytes; `output_truncated` when the cap cut them)."""
+
+    exit_code: int | UnsetType = UNSET
+    stdout: str = ""
+    stderr: str = ""
+    output_truncated: bool = False
+
+
 # -- blobs --------------------------------------------------------------------
 
 
