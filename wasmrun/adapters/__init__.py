@@ -1,0 +1,16 @@
+"""wasmrun as the sandbox backend of agent frameworks (docs/agents.md).
+
+Each adapter maps a framework's own sandbox interface onto one wasmrun session
+(its files in /workspace and /tmp carry over between commands) through the typed
+client (wasmrun.client):
+
+- `wasmrun.adapters.sandbox`: `WasmrunSandbox`, framework-free: commands
+  (`run_command`), files in and out (blobs and a run in the session), the session's
+  life. The adapter below is a thin layers on it.
+- `wasmrun.adapters.deepagents`: `WasmrunBackend`, LangChain deepagents'
+  `SandboxBackendProtocol` (`pip install 'wasmrun[adapters]'`).
+
+Nothing here is imported by the server: the frameworks are optional extras, and
+each adapter module imports its framework at the top, so importing it without the
+extra fails at once with the framework's name.
+"""
