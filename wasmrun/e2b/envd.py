@@ -1,6 +1,6 @@
 """envd's endpoints (`E2b-Sandbox-Port: 49983`): health, HTTP `/files` upload and
-download, the filesystem Connect RPCs (JSON codec), on the sandbox's files; the
-process and PTY RPCs answer `unimplemented`, naming `run_code` (no processes here)."""
+download, the filesystem Connect RPCs (JSON codec), on the sandbox's files; the process
+RPCs (commands.run, list, kill) are commands.py's, and PTY answers `unimplemented`."""
 
 from __future__ import annotations
 
@@ -18,13 +18,9 @@ from wasmrun.e2b.sandboxes import E2BSandbox
 
 CONNECT_CODES = {
     400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied", 404: "not_found",
-    409: "already_exists", 413: "resource_exhausted", 429: "resource_exhausted", 501: "unimplemented",
+    409: "already_exists", 413: "resource_exhausted", 415: "invalid_argument", 429: "resource_exhausted", 501: "unimplemented",
     502: "unavailable", 503: "unavailable", 507: "resource_exhausted",
 }
-NO_PROCESSES = (
-    "commands and PTY are not available on wasmrun: a sandbox runs Python, not processes."
-    " Use sandbox.run_code(...) instead; packages are added by the operator (`wasmrun packages add`)."
-)
 
 
 def error_response(request: Request, exc: FrontError) -> Response:
@@ -43,8 +39,6 @@ async def health(front: Front, request: Request, sandbox: E2BSandbox) -> Respons
 
 async def refused(front: Front, request: Request, sandbox: E2BSandbox) -> Response:
     service = request.path_params.get("rest", "")
-    if service.startswith("process.Process/"):
-        raise FrontError(501, NO_PROCESSES)
     raise FrontError(404, f"{request.method} /{service[:200]} is not an endpoint of a wasmrun sandbox (docs/e2b.md)")
 
 

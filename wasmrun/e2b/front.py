@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
-from wasmrun.e2b import control, envd, interpreter
+from wasmrun.e2b import commands, control, envd, interpreter
 from wasmrun.e2b.calls import Authenticate, Front, FrontError
 from wasmrun.e2b.sandboxes import E2BSandbox
 from wasmrun.protocol.methods import Dispatcher
@@ -55,7 +55,7 @@ def _control(endpoint: control.Endpoint, front: Front) -> Callable[[Request], Aw
 class _Held(Response):
     """An answer whose request keeps its place in its tenant's `concurrent_requests`
     until it has been sent (streamed to its end, or its client gone), and past that until
-    its `work` (a cell, which goes on when its client leaves) has run or been dropped."""
+    its `work` (a cell or a command, which goes on when its client leaves) has run or been dropped."""
 
     def __init__(self, answer: Response, hold: contextlib.ExitStack, work: asyncio.Future[None] | None) -> None:
         # Not Response.__init__: nothing of its own is sent; `answer` is, as it is.
@@ -97,7 +97,8 @@ def _in_sandbox(endpoint: SandboxEndpoint, front: Front) -> Callable[[Request], 
             with contextlib.ExitStack() as unless_answered:
                 unless_answered.enter_context(_admit(front, sandbox.caller))
                 answer = await endpoint(front, request, sandbox)
-                work = answer.work if isinstance(answer, interpreter.CellResponse) else None
+                held = (interpreter.CellResponse, commands.CommandResponse)
+                work = answer.work if isinstance(answer, held) else None
                 return _Held(answer, unless_answered.pop_all(), work)
         except FrontError as exc:
             return envd.error_response(request, exc)
@@ -116,6 +117,7 @@ def sandbox_routes(front: Front) -> list[BaseRoute]:
         ("/files", envd.download, ["GET"]),
         ("/files", envd.upload, ["POST"]),
         ("/filesystem.Filesystem/{method}", envd.filesystem_rpc, ["POST"]),
+        ("/process.Process/{method}", commands.process_rpc, ["POST"]),
         ("/{rest:path}", envd.refused, ["GET", "POST", "PUT", "DELETE"]),
     ]
     return [Route(path, _in_sandbox(endpoint, front), methods=methods) for path, endpoint, methods in table]

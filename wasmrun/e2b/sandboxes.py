@@ -12,6 +12,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from wasmrun.abi import USER_HOME
 from wasmrun.tenants.caller import Caller
@@ -52,6 +53,9 @@ class E2BSandbox:
     access_token: str
     contexts: dict[str, CodeContext] = field(default_factory=dict)
     paused: bool = False
+    # Its commands from Start to end (commands.RunningCommand, by pid): what List shows.
+    commands: dict[int, Any] = field(default_factory=dict, repr=False)
+    next_pid: int = 1000  # pids as envd's look: each command of the sandbox its own
 
     @property
     def session_id(self) -> str:
