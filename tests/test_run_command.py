@@ -63,6 +63,8 @@ def test_cwd_env_and_stdin_reach_the_command(server: LiveServer) -> None:
     assert (got["exit_code"], got["stdout"]) == (0, "/tmp/w\nhello there\n2\n")
     there = ran(server, command="pwd", cwd="/tmp")
     assert there["stdout"] == "/tmp\n"
+    binary = ran(server, command="wc -c", stdin="a\x00b\n")  # stdin is data: a NUL passes
+    assert (binary["exit_code"], binary["stdout"].strip()) == (0, "4")
     missing = ran(server, command="pwd", cwd="/no/such/folder")
     assert missing["exit_code"] == 1 and "No such file or directory" in missing["stderr"]
 

@@ -66,10 +66,11 @@ def _said_on_stderr(streams: _Streams, exit_code: int) -> str:
     return f" Its stderr ends: {_head(lines[-1])!r}" if exit_code and lines else ""
 
 
-def _checked_text(value: str, field: str) -> None:
-    """Text the guest can be given: no NUL (no file name or argument holds one) and no lone
-    surrogate (it has no UTF-8 form)."""
-    if "\x00" in value:
+def _checked_text(value: str, field: str, nul_allowed: bool = False) -> None:
+    """Text the guest can be given: no lone surrogate (it has no UTF-8 form) and, but in
+    stdin (data, which a pipe carries whatever its bytes), no NUL: no file name, argument or
+    variable holds one."""
+    if not nul_allowed and "\x00" in value:
         raise InvalidParams(f"{field} holds a NUL character, which no command line, path or variable can", field=field)
     try:
         value.encode("utf-8")
@@ -88,7 +89,7 @@ def _program(p: RunCommandParams) -> str:
     for name, value in p.env.items():
         _checked_text(value, f"env.{name}")
     if p.stdin is not None:
-        _checked_text(p.stdin, "stdin")
+        _checked_text(p.stdin, "stdin", nul_allowed=True)
     data = {"command": p.command, "cwd": p.cwd, "env": p.env or None, "stdin": p.stdin}
     return PROGRAM.format(data=repr(json.dumps(data)))
 
