@@ -95,6 +95,14 @@ def test_a_timeout_fails_the_run_naming_the_command_not_the_programs_insides(ser
     assert "__import__" not in got["error"]["message"] and "runtime/commands.py" not in got["error"]["message"]
 
 
+def test_input_blobs_and_skills_are_mounted_as_for_run_code(server: LiveServer) -> None:
+    blob = rpc(server, "create_blob", content="region,v\nnorth,1\nsouth,2\n", kind="text/csv")["result"]["blob_id"]
+    got = ran(server, command=f"wc -l < /blobs/{blob} && ls /skills", input_blobs=[blob], mount_skills=["text.stats"])
+    assert got["exit_code"] == 0 and got["stdout"].split() == ["3", "text.stats"], got
+    unknown = rpc(server, "run_command", command="ls /blobs", input_blobs=["blob:" + "0" * 32])
+    assert unknown["error"]["code"] == -32602 and unknown["error"]["data"]["field"].startswith("input_blobs")
+
+
 def test_a_command_not_found_is_127_with_a_hint(server: LiveServer) -> None:
     got = ran(server, command="gcc main.c")
     assert got["exit_code"] == 127 and "gcc: command not found" in got["stderr"] and "hint:" in got["stderr"]

@@ -225,6 +225,8 @@ COMMAND_TOOLS: tuple[Tool, ...] = (
                 "env": {"type": "object", "additionalProperties": {"type": "string"},
                         "description": "Environment variables for the command"},
                 "stdin": _string("Text given to the command on its standard input"),
+                "mount_skills": _strings("Skill names to mount at /skills/<name> (not in a session: its own)"),
+                "input_blobs": _strings("Blob IDs to mount at /blobs/<id>"),
                 "session_id": _string("Run inside this session (create_session): its files carry over"),
                 # Filled with the server's own limits schema (_for_server).
                 "limits": {"type": "object", "description": "Execution limits"},

@@ -100,7 +100,8 @@ async def run_command(ctx: Context, p: RunCommandParams) -> CommandResult:
     listening = RUN_OUTPUT.set(streams)
     try:
         result = await sessions.run_code(ctx, RunCodeParams(
-            language="python", code=program, limits=p.limits, session_id=p.session_id, stream=True,
+            language="python", code=program, mount_skills=p.mount_skills, input_blobs=p.input_blobs,
+            limits=p.limits, session_id=p.session_id, stream=True,
         ))
     finally:
         RUN_OUTPUT.reset(listening)

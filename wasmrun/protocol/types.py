@@ -251,6 +251,8 @@ class RunCommandParams(Params):
     cwd: Annotated[str, Meta(min_length=1, max_length=MAX_PATH_CHARS)] | None = None
     env: Annotated[dict[EnvName, Annotated[str, Meta(max_length=MAX_COMMAND_BYTES)]], Meta(max_length=MAX_ENV)] = {}
     stdin: str | None = None
+    mount_skills: Annotated[list[SkillName], Meta(max_length=MAX_MOUNTED_SKILLS)] = []  # as run_code's
+    input_blobs: InputBlobs = []  # at /blobs/<id>, as run_code's
     limits: RunLimits = RunLimits()
     session_id: SessionId | None = None
     stream: bool = False  # the output as it is written (docs/streaming.md)
