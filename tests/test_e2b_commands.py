@@ -267,19 +267,11 @@ def test_hostile_requests_get_connect_errors_and_the_server_keeps_serving(live: 
 
 
 def test_huge_output_is_bounded_by_the_runs_output_limit(sandbox: Sandbox) -> None:
-    seen = 0
-
-    def count(text: str) -> None:
-        nonlocal seen
-        seen += len(text)
-
-    try:
-        ran = sandbox.commands.run("yes | head -c 50000000", on_stdout=count, timeout=120)
-        kept = len(ran.stdout)
-    except CommandExitException as exc:
-        kept = len(exc.stdout)
-        assert exc.error, exc
-    assert kept < 50_000_000 and seen == kept
+    seen: list[str] = []
+    ran = sandbox.commands.run("python -c 'print(\"x\" * 50_000_000)'", on_stdout=seen.append, timeout=120)
+    # The command ends (exit 0, as under bash); what the output cap kept back is said, not lost silently.
+    assert ran.exit_code == 0 and len(ran.stdout) < 50_000_000 and "".join(seen) == ran.stdout
+    assert ran.error is not None and "output limit" in ran.error and "output limit" in ran.stderr
     assert sandbox.commands.run("echo ok").stdout == "ok\n"
 
 
@@ -318,8 +310,8 @@ def test_a_round_trip_is_quick(project: Sandbox, tmp_path: Path) -> None:
         return min(times)
 
     ls = best(lambda: project.commands.run("ls"))
-    hello = best(lambda: project.run_code("print('hello')"))
-    print(f"commands.run('ls') {ls * 1000:.1f} ms, run_code hello {hello * 1000:.1f} ms")
+    hello = best(lambda: project.run_code("1"))
+    print(f"commands.run('ls') {ls * 1000:.1f} ms, run_code('1') {hello * 1000:.1f} ms")
     assert ls < max(0.5, 4 * hello)
 
 

@@ -63,6 +63,10 @@ NO_STDIN = (
 )
 NO_CONNECT = "reconnecting to a command is not available on wasmrun: a command's output goes to the call that ran it"
 KILLED = "signal: killed"
+CUT = (
+    "wasmrun: the command's output was cut at the run's output limit (output_bytes, stdout and"
+    " stderr together): write large output to a file and read it with files.read or head/tail"
+)
 
 
 @dataclass
@@ -286,6 +290,13 @@ def _outcome(result: dict[str, Any], running: RunningCommand) -> list[bytes]:
             "the sandbox's shell gave back no exit code: code run in the sandbox may have replaced"
             " part of the module it uses (runtime.commands); restart the code context to undo it"
         ))]
+    if result.get("output_truncated"):
+        # The command ran to its end, but the run's output cap (output_bytes, stdout and
+        # stderr together) kept back some of what it wrote: said on stderr, where an agent
+        # reads, and as the end's error (CommandResult.error), never a silent loss.
+        note = CUT + "\n"
+        cut = _event({"data": {"stderr": base64.b64encode(note.encode()).decode()}})
+        return [cut, _end(code, CUT), _end_stream()]
     return [_end(code), _end_stream()]
 
 
