@@ -34,7 +34,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from wasmrun.e2b.calls import SESSION_GONE, Front, FrontError, read_body, whole_number
+from wasmrun.e2b.calls import SESSION_GONE, Front, FrontError, read_body, read_json_object, whole_number
 from wasmrun.e2b.control import env_vars
 from wasmrun.e2b.guestfiles import failure
 from wasmrun.e2b.interpreter import MAX_QUEUED_CELLS
@@ -307,8 +307,6 @@ def _unary(request: Request) -> None:
 
 
 async def _unary_body(request: Request) -> dict[str, Any]:
-    from wasmrun.e2b.calls import read_json_object
-
     _unary(request)
     return await read_json_object(request)
 

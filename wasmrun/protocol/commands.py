@@ -27,7 +27,7 @@ from wasmrun.protocol import sessions
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams
 from wasmrun.protocol.run_result import failure_summary
-from wasmrun.protocol.streaming import RUN_OUTPUT, output_listener
+from wasmrun.protocol.streaming import RUN_OUTPUT, OutputListener, output_listener
 from wasmrun.protocol.types import MAX_COMMAND_BYTES, CommandResult, RunCodeParams, RunCommandParams, RunError
 from wasmrun.sandbox import OutputChunk
 
@@ -39,7 +39,7 @@ PROGRAM = "__import__('runtime.commands', fromlist=['run']).run(**__import__('js
 class _Streams:
     """Each stream's text as the run writes it; the caller's listener gets every chunk too."""
 
-    def __init__(self, passed_on: object) -> None:
+    def __init__(self, passed_on: OutputListener | None) -> None:
         self.stdout: list[str] = []
         self.stderr: list[str] = []
         self.truncated = False
@@ -52,7 +52,7 @@ class _Streams:
             elif chunk.stream == "stderr":
                 self.stderr.append(chunk.text)
             self.truncated = self.truncated or chunk.truncated
-        if callable(self._passed_on):
+        if self._passed_on is not None:
             self._passed_on(chunks)
 
 
