@@ -43,7 +43,7 @@ def test_layer_leaves_out_what_the_image_has(data_dir: Path) -> None:
     assert not names & {"lxml", "pillow", "xlsxwriter", "typing-extensions", "tabulate"}  # the image's own
     info = json.loads((data_dir / "packages" / "cp315" / "current" / "layer.json").read_text())
     assert info["python"] == "cp315" and info["bytecode"] is False  # 3.15 bytecode: made by the guest
-    assert packages(data_dir, "list").stdout == ""  # the stdlib image's layer is another one
+    assert packages(data_dir, "list", "--image", "stdlib").stdout == ""  # the stdlib image's layer is another one
 
 
 def test_added_package_uses_the_image_libraries(server: LiveServer) -> None:

@@ -19,11 +19,13 @@ def rss_mb():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
 from wasmrun.sandbox import precompile, release_freed_heap
-precompile()  # what `serve` does once at start, before its workers
+import wasmtime
+wasmtime.Engine()  # wasmtime's own start-up memory is not the guest's
 gc.collect()
-kept = rss_mb()
+before = rss_mb()
+precompile()  # what `serve` does once at start, before its workers
 release_freed_heap()
-print(kept, rss_mb())
+print(before, rss_mb())
 """
 
 
@@ -31,5 +33,9 @@ print(kept, rss_mb())
 def test_checking_the_compiled_guest_leaves_no_heap_behind() -> None:
     done = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    kept, after = (float(x) for x in done.stdout.split())
-    assert kept - after > 20, (kept, after)  # measured: ~62 MB given back, of ~98 MB
+    before, after = (float(x) for x in done.stdout.split())
+    # The compiled guest is tens of megabytes of C heap while it is checked; what stays is
+    # what glibc would have kept without the trim (measured: ~62 MB of the server's ~115 MB).
+    # Whether glibc keeps it depends on its allocation thresholds, so the test asserts the
+    # outcome (nothing of it stays), not that a trim was what gave it back.
+    assert after - before < 15, (before, after)
