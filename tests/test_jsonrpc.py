@@ -78,6 +78,23 @@ def test_parse_error(client: TestClient, body: bytes) -> None:
 
 
 @pytest.mark.parametrize(
+    "body, says",
+    [
+        pytest.param(b'{"jsonrpc": "2.0", "method": "run_code", "params": {"code": "\\ud800"}, "id": 1}',
+                     "lone UTF-16 surrogate", id="lone-high-surrogate-at-the-end"),
+        pytest.param(b'{"jsonrpc": "2.0", "method": "run_code", "params": {"code": "\\udc00x"}, "id": 1}',
+                     "surrogate", id="lone-low-surrogate"),
+        pytest.param(b'{"jsonrpc": "2.0", "method": "list_skills", "id": 1', "truncated", id="truly-truncated"),
+    ],
+)
+def test_a_parse_error_says_what_is_wrong(client: TestClient, body: bytes, says: str) -> None:
+    answer = post(client, body)
+    assert answer["error"]["code"] == -32700 and answer["id"] is None
+    assert says in answer["error"]["message"], answer["error"]["message"]
+    assert "result" in post(client, GUIDE)  # and the server goes on
+
+
+@pytest.mark.parametrize(
     "body, id",
     [
         pytest.param({"jsonrpc": "2.0", "id": 1}, 1, id="no-method"),

@@ -22,6 +22,7 @@ would be bypassed by the other.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import secrets
@@ -171,6 +172,20 @@ def check_body(body: bytes) -> ParseError | None:
     return None
 
 
+def _decode_problem(body: bytes, exc: Exception) -> str:
+    """msgspec's reason, except where it misleads: a string with a lone UTF-16 surrogate's
+    escape (`"\\ud800"`) is reported as "Input data was truncated" or "unexpected end of hex
+    escape". The standard library's parser takes lone surrogates; if it reads the body and
+    the text it gives cannot be UTF-8, a lone surrogate is what the body holds."""
+    try:
+        json.dumps(json.loads(body), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return "JSON is malformed: a string holds a lone UTF-16 surrogate (\\uD800-\\uDFFF without its other half)"
+    except (ValueError, RecursionError):
+        pass
+    return str(exc)
+
+
 def _is_id(raw: Raw) -> bool:
     """A string, number or null (msgspec has already checked it is JSON)."""
     data = bytes(raw)
@@ -184,7 +199,7 @@ async def handle(body: bytes, dispatch: Dispatch) -> Answer:
     try:
         msgspec.json.decode(body, type=Raw)  # checks the whole body is JSON
     except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: cannot, after check_body
-        return Answer(error_body(ParseError(f"parse error: {exc}")))
+        return Answer(error_body(ParseError(f"parse error: {_decode_problem(body, exc)}")))
     if body.lstrip()[:1] != b"[":
         return await _one(Raw(body), dispatch)
     calls = msgspec.json.decode(body, type=list[Raw])
