@@ -31,7 +31,6 @@ from wasmrun.sandbox import BackgroundTotals
 from wasmrun.tenants.calls import CallGate
 from wasmrun.tenants.quotas import RunGate
 
-RUN_METHODS = frozenset({"run_code", "execute_skill", "run_command"})  # protocol/methods.py's run methods
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -143,7 +142,7 @@ class Metrics:
     def record(self, call: CallRecord) -> None:
         status = "ok" if call.error_code is None else str(call.error_code)
         self.calls.labels(call.tenant, call.method, status).inc()
-        if call.method in RUN_METHODS and call.run_status is not None:
+        if call.run_status is not None:  # a run method's call (only a run has an outcome)
             self.runs.labels(call.tenant, call.method, call.run_status).inc()
             self.duration.labels(call.method).observe(call.duration_ms / 1000)
         if call.session_rolled_back:

@@ -23,7 +23,7 @@ class CallRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     skill: str | None = None
     version: str | None = None
     run_id: str | None = None
-    run_status: str | None = None  # "completed" or "failed"
+    run_status: str | None = None  # a run method's outcome, "completed" or "failed"; None for other calls
     blobs_created: list[str] = []
     session: str | None = None  # the session the call named (a prefix of its key, never its id)
     session_created: str | None = None  # the session create_session / fork_session made
