@@ -36,7 +36,7 @@ from just_bash.parser import parse
 from just_bash.parser.parser import ParseException
 from just_bash.types import Command, ExecResult, ExecutionLimits
 
-from runtime import _shellawk, _shellfs, _shellpy
+from runtime import _shellawk, _shellfind, _shellfs, _shellgrep, _shellpy, _shellsort
 
 # isort: on
 
@@ -145,6 +145,11 @@ def _registry() -> dict[str, Command]:
     for name in ("pip", "pip3"):
         commands[name] = _shellpy.PipCommand(name)
     commands["awk"] = _shellawk.SandboxAwk()
+    commands["grep"] = _shellgrep.GrepCommand()
+    commands["egrep"] = _shellgrep.GrepCommand("egrep", "E")
+    commands["fgrep"] = _shellgrep.GrepCommand("fgrep", "F")
+    commands["sort"] = _shellsort.SortCommand()
+    commands["find"] = _shellfind.FindCommand()
     return {name: _Guarded(command) for name, command in commands.items()}
 
 
