@@ -36,7 +36,7 @@ from just_bash.parser import parse
 from just_bash.parser.parser import ParseException
 from just_bash.types import Command, ExecResult, ExecutionLimits
 
-from runtime import _shellawk, _shellfind, _shellfs, _shellgrep, _shellpy, _shellsort
+from runtime import _shellawk, _shellfind, _shellfs, _shellgrep, _shellpy, _shellsed, _shellsort, _shellwc
 
 # isort: on
 
@@ -104,6 +104,11 @@ class _Guarded:
         attached = _ATTACHED_VALUES.get(self.name)
         if attached:
             args = _split_attached(args, attached)
+        if self.name == "tar" and args and args[0][:1].isalpha() and set(args[0]) <= _TAR_LETTERS:
+            args = ["-" + args[0], *args[1:]]  # `tar czf a.tgz d`: the old form, options without a dash
+        if self.name == "diff":
+            # the library's diff writes the unified format whatever it is asked: -u asks for it
+            args = [a for a in args if a not in ("-u", "--unified", "-U3", "--unified=3")]
         if self.name in ("env", "printenv"):
             # just-bash shows them every shell variable ($?, PIPESTATUS_0, unexported
             # ones); a process's environment is the exported variables.
@@ -124,6 +129,7 @@ class _Guarded:
 # Options whose value just-bash's parser takes only as the next word (`-I {}`), where
 # agents write it attached (`xargs -I{} ...`, `xargs -n1`): split before the call.
 _ATTACHED_VALUES = {"xargs": "nIdPLs"}
+_TAR_LETTERS = frozenset("cxtrzjJvfpkCOmoa")
 
 
 def _split_attached(args: list[str], letters: str) -> list[str]:
@@ -150,6 +156,8 @@ def _registry() -> dict[str, Command]:
     commands["fgrep"] = _shellgrep.GrepCommand("fgrep", "F")
     commands["sort"] = _shellsort.SortCommand()
     commands["find"] = _shellfind.FindCommand()
+    commands["wc"] = _shellwc.WcCommand()
+    commands["sed"] = _shellsed.SandboxSed()
     return {name: _Guarded(command) for name, command in commands.items()}
 
 
