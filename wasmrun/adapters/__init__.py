@@ -6,9 +6,12 @@ client (wasmrun.client):
 
 - `wasmrun.adapters.sandbox`: `WasmrunSandbox`, framework-free: commands
   (`run_command`), files in and out (blobs and a run in the session), the session's
-  life. The adapter below is a thin layers on it.
+  life. The adapters below are thin layers on it.
 - `wasmrun.adapters.deepagents`: `WasmrunBackend`, LangChain deepagents'
   `SandboxBackendProtocol` (`pip install 'wasmrun[adapters]'`).
+- `wasmrun.adapters.pydantic_ai`: `WasmrunWorkspaceBackend`, Pydantic AI's workspace
+  backend protocol (`pydantic_ai.workspaces`), and `WasmrunWorkspace`, the capability that
+  gives an agent's runs one (`pip install 'wasmrun[adapters]'`).
 
 Nothing here is imported by the server: the frameworks are optional extras, and
 each adapter module imports its framework at the top, so importing it without the

@@ -27,6 +27,7 @@ an adapter works against any wasmrun server the client reaches, local or not.
 from __future__ import annotations
 
 import base64
+import json
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -248,11 +249,26 @@ class WasmrunSandbox:
             _FILES_CODE, entrypoint=_FILES_ENTRY, args={"ops": [list(op) for op in ops], "blobs": dict(blobs or {})},
             input_blobs=input_blobs, session_id=self.ensure_session(),
         )
-        if result.status != "completed" or not isinstance(result.output, list):
+        output = result.output
+        if result.status == "completed" and isinstance(output, dict) and "output_blob" in output:
+            output = self._stored_output(output["output_blob"], output.get("size_bytes", 0))
+        if result.status != "completed" or not isinstance(output, list):
             error = result.error.message if isinstance(result.error, RunError) else result.summary
             raise RuntimeError(f"wasmrun: the file operations failed in session: {error}")
-        answers: list[dict[str, Any]] = result.output
+        answers: list[dict[str, Any]] = output
         return answers
+
+    def _stored_output(self, blob_id: str, size: int) -> Any:
+        """A run's output that was too large to answer inline (a long listing, long paths): the
+        server stored it as a JSON blob; read whole, then deleted."""
+        try:
+            blob = self.client.read_blob(blob_id, mode="full", max_bytes=max(size, 1))
+        finally:
+            self.client.delete_blob(blob_id)
+        if blob.truncated:
+            raise RuntimeError(f"wasmrun: the file operations' answer ({size} bytes) is larger than the server's full-read cap")
+        text = base64.b64decode(blob.content).decode() if blob.encoding == "base64" else blob.content
+        return json.loads(text)
 
     def upload(self, files: Sequence[tuple[str, bytes]]) -> list[FileResult]:
         """Write each (path, bytes), creating missing parent folders; one result per file, in order.
