@@ -13,7 +13,14 @@ import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.workspaces import Workspace, WorkspaceBackend, WorkspaceRef, WorkspaceTimeoutError, WorkspaceUnavailableError
+from pydantic_ai.workspaces import (
+    Workspace,
+    WorkspaceBackend,
+    WorkspaceOutputLimitError,
+    WorkspaceRef,
+    WorkspaceTimeoutError,
+    WorkspaceUnavailableError,
+)
 from pydantic_ai.workspaces.conformance import WorkspaceBackendSuite
 
 from tests.liveserver import LiveServer
@@ -263,6 +270,11 @@ async def test_hostile_paths_and_commands(client: Client, made: list[WasmrunWork
     with pytest.raises(WorkspaceTimeoutError):
         await backend.run("python3 -c 'while True: pass'", shell=True, timeout=0.5)
     assert (await backend.run(["ls", "ok.txt"])).stdout == "ok.txt\n"  # the session is still there
+
+    # Output past the run's output cap (64 KiB by default) is an error, never a truncated success.
+    with pytest.raises(WorkspaceOutputLimitError) as cut:
+        await backend.run(["python3", "-c", "print('x' * 200_000)"])
+    assert 0 < len(cut.value.stdout) < 200_000 and cut.value.limit > 0
 
     # remove never takes the workspace itself, under either of its names.
     for path in ("/", "/workspace", "/workspace/.", "/home/user", "/home"):

@@ -368,7 +368,9 @@ def workspace_tools() -> FunctionToolset[Any]:
         working folder. Returns the exit code, then stdout and stderr."""
         try:
             result = await ctx.workspace.run(command, shell=True, timeout=timeout_s)
-        except (WorkspaceTimeoutError, WorkspaceOutputLimitError, ValueError) as exc:
+        except WorkspaceUnavailableError:
+            raise  # the session is gone: that ends the run
+        except (WorkspaceError, OSError, ValueError) as exc:  # timed out, output or another limit, a bad cwd
             return f"Error: {exc}"
         text = f"exit code {result.exit_code}\n"
         if result.stdout:
