@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import posixpath
 import struct
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -63,6 +64,10 @@ NO_STDIN = (
 )
 NO_CONNECT = "reconnecting to a command is not available on wasmrun: a command's output goes to the call that ran it"
 KILLED = "signal: killed"
+# The guest's own folders outside E2B's home that a command may start in (`cwd`): its root
+# (listing its mounts: home, lib, skills, tmp, workspace) and its /tmp, and below /tmp.
+GUEST_TMP = "/tmp"
+GUEST_CWDS = frozenset({"/", GUEST_TMP})
 CUT = (
     "wasmrun: the command's output was cut at the run's output limit (output_bytes, stdout and"
     " stderr together): write large output to a file and read it with files.read or head/tail"
@@ -151,10 +156,23 @@ def parse_config(config: Any) -> tuple[str, list[str], str | list[str]]:
 
 def _command_cwd(value: Any) -> str:
     """The command's folder as the guest sees it: under /home/user (E2B's home, the
-    session's files), by default /home/user itself."""
+    session's files), by default /home/user itself; or one of the guest's own folders
+    outside it (GUEST_CWDS: its root, where its mounts are, and /tmp), which frameworks
+    start setup commands in (the OpenAI Agents SDK runs `mkdir -p ROOT` and its `tar`
+    commands with `cwd="/"`). Anywhere else is refused: the guest has nothing there."""
     if value is None or value == "":
         return HOME
-    return e2b_path(relative(_text(value, "process.cwd", 4096)))
+    text = _text(value, "process.cwd", 4096)
+    if text.startswith("/"):
+        normal = posixpath.normpath(text)
+        if normal in GUEST_CWDS or normal.startswith(GUEST_TMP + "/"):
+            return normal
+    try:
+        return e2b_path(relative(text))
+    except FrontError as exc:
+        raise FrontError(400, (
+            f"cwd: {exc.message}; a command starts under {HOME} (the sandbox's files), under {GUEST_TMP}, or at /"
+        )) from None
 
 
 def _timeout_ms(front: Front, sandbox: E2BSandbox, request: Request) -> int:
