@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import anyio
 import pytest
@@ -97,18 +98,18 @@ class TestConformance(WorkspaceBackendSuite):
 
     @pytest.mark.skip(reason="the guest's shell is text, not bytes: printf '\\377' writes U+00FF, so there is "
                              "no undecodable byte for the backend to replace (docs/commands.md)")
-    async def test_undecodable_command_bytes_are_replaced(self) -> None: ...
+    async def test_undecodable_command_bytes_are_replaced(self, *args: Any, **kwargs: Any) -> None: ...
 
     @pytest.mark.skip(reason=NO_PROCESSES.format(what="a background child cannot outlive the command"))
-    async def test_background_child_does_not_hold_up_completed_command(self) -> None: ...
+    async def test_background_child_does_not_hold_up_completed_command(self, *args: Any, **kwargs: Any) -> None: ...
 
     @pytest.mark.skip(reason=NO_PROCESSES.format(
         what="a command cannot be stopped by cancelling its caller: it runs to its end or its time limit"))
-    async def test_cancellation_stops_foreground_work(self) -> None: ...
+    async def test_cancellation_stops_foreground_work(self, *args: Any, **kwargs: Any) -> None: ...
 
     @pytest.mark.skip(reason="wasmrun refuses to close a session while it runs a request (SessionBusy), so the "
                              "environment cannot be destroyed during a command")
-    async def test_destroying_environment_during_command_raises_unavailable(self) -> None: ...
+    async def test_destroying_environment_during_command_raises_unavailable(self, *args: Any, **kwargs: Any) -> None: ...
 
     async def test_a_backend_attached_by_ref_reaches_the_same_environment(
         self, backend: WorkspaceBackend, attach_backend: Callable[[WorkspaceRef], WorkspaceBackend] | None
@@ -123,7 +124,7 @@ class TestConformance(WorkspaceBackendSuite):
 
     @pytest.mark.skip(reason="WASI keeps no permission bits: `chmod 000` is remembered by the shell only, and "
                              "the file operations (Python runs in the session) can still read the file")
-    async def test_permission_denied_uses_builtin_error(self) -> None: ...
+    async def test_permission_denied_uses_builtin_error(self, *args: Any, **kwargs: Any) -> None: ...
 
 
 # -- an agent loop -----------------------------------------------------------------------
@@ -281,3 +282,25 @@ async def test_hostile_paths_and_commands(client: Client, made: list[WasmrunWork
         with pytest.raises(ValueError, match="refusing"):
             await backend.remove(path)
     assert await backend.exists("/workspace/ok.txt")
+
+
+@pytest.mark.anyio
+async def test_relative_symlinks(client: Client, made: list[WasmrunWorkspaceBackend]) -> None:
+    """The suite's symlink rules make absolute links, which WASI refuses (EPERM); the same rules on
+    relative links, which the sandbox has."""
+    made.append(WasmrunWorkspaceBackend.on(client))
+    backend = made[-1]
+    await backend.write_bytes("/workspace/s/target.txt", b"old")
+    await backend.make_dir("/workspace/s/dir")
+    for target, link in (("target.txt", "link.txt"), ("dir", "dirlink"), ("../out", "up"), ("loop", "loop")):
+        assert (await backend.run(["ln", "-s", target, f"/workspace/s/{link}"])).exit_code == 0
+    await backend.write_bytes("/workspace/s/link.txt", b"new")  # writes through the link
+    assert await backend.read_bytes("/workspace/s/target.txt") == b"new"
+    assert await backend.realpath("/workspace/s/link.txt") == "/workspace/s/target.txt"
+    assert await backend.realpath("/workspace/s/dirlink/missing") == "/workspace/s/dir/missing"
+    assert await backend.realpath("/workspace/s/up/missing") == "/workspace/out/missing"
+    assert (await backend.stat("/workspace/s/dirlink")).is_dir
+    entries = {e.name: e.is_dir for e in await backend.list_dir("/workspace/s")}
+    assert entries == {"dir": True, "dirlink": True, "link.txt": False, "loop": False, "target.txt": False, "up": False}
+    await backend.remove("/workspace/s/dirlink")  # the link itself, not what it points at
+    assert await backend.exists("/workspace/s/dir") and not await backend.exists("/workspace/s/dirlink")
