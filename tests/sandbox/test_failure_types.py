@@ -17,7 +17,7 @@ from wasmrun.sandbox.contract import errors
 HOST_TYPES = [
     "Timeout", "CPULimitExceeded", "MemoryLimitExceeded", "StackOverflow", "WorkspaceQuotaExceeded",
     "BlobBudgetExceeded", "BlobQuotaExceeded", "InvalidHostCall", "GuestCrashed", "WorkerCrashed", "SandboxError",
-    "DataImageWarmingUp", "SessionBytesExceeded", "SkillTooLarge",
+    "DataImageWarmingUp", "SessionBytesExceeded", "SkillTooLarge", "Interrupted",
 ]
 
 

@@ -54,6 +54,9 @@ class _SharedEngine:
     def health(self) -> ExecutorHealth:
         return ExecutorHealth(total=1, free=1, unavailable=0, queued=0)
 
+    def interrupt(self, run_id: str) -> bool:
+        return self.engine.interrupt(run_id)
+
     def capacity(self) -> tuple[int, int]:
         return 0, 1
 

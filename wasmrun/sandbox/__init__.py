@@ -61,6 +61,7 @@ _HOME = {
     "errors": "contract.errors",
     "SESSION_BYTES": "contract.errors",
     "session_bytes_exceeded": "contract.errors",
+    "new_run_id": "contract.ids",
     # JSON text in and out, output as it comes
     "encode_args": "guest.jsontext",
     "NotSendable": "guest.jsontext",
@@ -125,6 +126,7 @@ __all__ = [
     "IMPORT_LIMITS",
     "InProcessExecutor",
     "LimitPolicy",
+    "new_run_id",
     "Limits",
     "make_engine",
     "MountedSkill",
@@ -176,6 +178,7 @@ if TYPE_CHECKING:
     from wasmrun.sandbox.contract import errors
     from wasmrun.sandbox.contract.background import IMPORT_LIMITS, BackgroundTotals
     from wasmrun.sandbox.contract.errors import SESSION_BYTES, session_bytes_exceeded
+    from wasmrun.sandbox.contract.ids import new_run_id
     from wasmrun.sandbox.contract.limits import CEILING_LIMITS, DEFAULT_LIMITS, LimitPolicy, Limits
     from wasmrun.sandbox.contract.types import (
         Display,

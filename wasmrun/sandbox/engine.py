@@ -89,6 +89,11 @@ class SandboxEngine:
 
     # -- runs -----------------------------------------------------------------
 
+    def interrupt(self, run_id: str) -> bool:
+        """From another thread: stop the run `run_id` if this engine is running it (True);
+        it fails with `Interrupted` (errors.INTERRUPTED), as a budget would stop it."""
+        return self.loop.watchdog.interrupt(run_id)
+
     def run(self, request: RunRequest, on_output: OutputSink | None = None) -> RunResult:
         """Run `request` in a fresh instance. Never raises: whatever fails, on
         the guest's side or (a bug) on ours, fails this run alone. With

@@ -161,7 +161,7 @@ class RunLoop:
         interrupt = fresh.interrupt_caller()
         on_tick = output_poll(ctx, memory) if ctx.stream is not None else None
         phases.mark("entry")
-        watch = self.watchdog.start(limits.cpu_ms, limits.timeout_ms, interrupt, on_tick)
+        watch = self.watchdog.start(limits.cpu_ms, limits.timeout_ms, interrupt, on_tick, run_id=ctx.run_id)
         ctx.deadline = watch.deadline
         set_current(ctx)
         try:

@@ -133,37 +133,40 @@ def _stream(caller: wasmtime.Caller, vecs: list[tuple[int, int]], total: int, fd
 _SUBSCRIPTION = struct.Struct("<8xB7xI4xQ8xH6x")
 
 
-def _sleep_ns(caller: wasmtime.Caller, subs: int, count: int, now: Callable[[int], int]) -> int | None:
-    """The shortest clock timeout among the subscriptions, in ns from now.
+def _clock_timeouts(caller: wasmtime.Caller, subs: int, count: int, now: Callable[[int], int]) -> dict[int, int]:
+    """Each clock subscription's timeout, in ns from now, by its index.
 
     `now(clock_id)` reads the guest's own clock: absolute timeouts
     (CPython's sleep uses them) are on WASI's clocks, not the host's."""
-    shortest = None
+    timeouts: dict[int, int] = {}
     clocks: dict[int, int] = {}
     raw = read_guest(caller, subs, SUBSCRIPTION_SIZE * count)
-    for tag, clock_id, timeout, flags in _SUBSCRIPTION.iter_unpack(raw):
+    for index, (tag, clock_id, timeout, flags) in enumerate(_SUBSCRIPTION.iter_unpack(raw)):
         if tag != EVENTTYPE_CLOCK:
             continue
         if flags & SUBCLOCK_ABSTIME:
             if clock_id not in clocks:
                 clocks[clock_id] = now(clock_id)
             timeout = max(0, timeout - clocks[clock_id])
-        shortest = timeout if shortest is None else min(shortest, timeout)
-    return shortest
+        timeouts[index] = timeout
+    return timeouts
 
 
-def _asked_to_stop(caller: wasmtime.Caller, subs: int, count: int) -> bool:
-    """A run at its deadline in a sleep: asked to stop (watchdog.RunWatch.stopping)
-    and, while its grace lasts, its clock subscriptions made due now."""
+def _make_due(caller: wasmtime.Caller, subs: int, indexes: list[int]) -> None:
+    """The clock subscriptions `indexes`: due at once (timeout 0, relative)."""
+    for index in indexes:
+        at = subs + SUBSCRIPTION_SIZE * index
+        write_guest(caller, at + SUB_TIMEOUT_OFFSET, 8, bytes(8))
+        write_guest(caller, at + SUB_FLAGS_OFFSET, 2, bytes(2))
+
+
+def _asked_to_stop(caller: wasmtime.Caller, subs: int, clocks: list[int]) -> bool:
+    """A run that must stop (at its deadline, or interrupted) in a sleep: asked to stop
+    (watchdog.RunWatch.stopping) and, while its grace lasts, its clock subscriptions made due now."""
     watch = watchdog.current_watch()
     if watch is None or watch.check() is None or not watch.stopping(caller_context(caller)):
         return False
-    for i in range(count):
-        at = subs + SUBSCRIPTION_SIZE * i
-        if read_guest(caller, at + SUB_TAG_OFFSET, 1)[0] == EVENTTYPE_CLOCK:
-            # timeout 0, flags 0 (relative): due at once
-            write_guest(caller, at + SUB_TIMEOUT_OFFSET, 8, bytes(8))
-            write_guest(caller, at + SUB_FLAGS_OFFSET, 2, bytes(2))
+    _make_due(caller, subs, clocks)
     return True
 
 
@@ -389,20 +392,40 @@ class _Wrappers:
         # buffer must fail here, not after a sleep the guard did not see.
         if (events & U32) + EVENT_SIZE * count > guest_memory(caller).data_len(caller):
             raise errors.RunAborted(errors.HOST_CALL_ERROR, "the guest passed a buffer outside its memory")
-        wait = _sleep_ns(caller, subs, count, guest_clock) if count else None
+        timeouts = _clock_timeouts(caller, subs, count, guest_clock) if count else {}
+        if not timeouts:
+            return self._call(caller, "poll_oneoff", subs, events, count, nevents)
+        wait = min(timeouts.values())
         if wait:
             ctx.flush_stream(caller)  # what it wrote before sleeping is seen while it sleeps
-        if wait is not None:
-            remaining = ctx.deadline - time.monotonic()
-            if wait / 1e9 >= remaining:
-                # Sleep only until the deadline, then stop the run as the epoch would:
-                # the sleep returns at once and the guest raises where it slept (its
-                # traceback says so); a guest that cannot be asked is stopped here.
-                if remaining > 0:
-                    time.sleep(remaining)
-                if not _asked_to_stop(caller, subs, count):
-                    raise errors.RunAborted(errors.TIMEOUT, errors.timed_out(ctx.limits.timeout_ms))
+        remaining = ctx.deadline - time.monotonic()
+        watch = watchdog.current_watch()
+        # The host sleeps, not wasmtime's poll_oneoff (which nothing could wake): until the
+        # shortest timeout, the deadline, or an interrupt, whichever comes first.
+        stop = _sleep(watch, min(wait / 1e9, max(0.0, remaining)))
+        if stop or wait / 1e9 >= remaining:
+            # Then stop the run as the epoch would: the sleep returns at once and the guest
+            # raises where it slept (its traceback says so); a guest that cannot be asked is
+            # stopped here.
+            if not _asked_to_stop(caller, subs, list(timeouts)):
+                kind = watch.fired if watch is not None and watch.fired is not None else errors.TIMEOUT
+                message = watch.error_message() if watch is not None and watch.fired is not None else (
+                    errors.timed_out(ctx.limits.timeout_ms))
+                raise errors.RunAborted(kind, message)
+        elif wait:
+            # Slept the shortest timeout here: those subscriptions are due, the others not yet.
+            _make_due(caller, subs, [index for index, ns in timeouts.items() if ns <= wait])
         return self._call(caller, "poll_oneoff", subs, events, count, nevents)
+
+
+def _sleep(watch: watchdog.RunWatch | None, seconds: float) -> bool:
+    """Sleep `seconds` on the run's thread; True if it was interrupted meanwhile."""
+    if seconds <= 0:
+        return watch is not None and watch.woken.is_set()
+    if watch is None:
+        time.sleep(seconds)
+        return False
+    return watch.sleep(seconds)
 
 
 GUARDED = (

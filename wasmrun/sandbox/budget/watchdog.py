@@ -76,8 +76,13 @@ GRACE_WALL_S = 0.25
 class RunWatch:
     """One run's budgets, started on the thread that runs it."""
 
-    def __init__(self, cpu_ms: int, timeout_ms: int, interrupt: Callable[[object], None] | None = None) -> None:
+    def __init__(
+        self, cpu_ms: int, timeout_ms: int, interrupt: Callable[[object], None] | None = None, run_id: str = "",
+    ) -> None:
         self._interrupt = interrupt
+        self.run_id = run_id
+        # Set when the run is interrupted from outside (`interrupt`): wakes a sleep in host code.
+        self.woken = threading.Event()
         self._stop_at: float | None = None  # when the grace after the interrupt ends (wall clock)
         self._stop_cpu_ms = 0.0  # ... or its CPU time, whichever comes first
         self.cpu_ms_limit = cpu_ms
@@ -88,7 +93,7 @@ class RunWatch:
         self._clock = _outside_clock()
         self._start_outside = time.clock_gettime(self._clock) if self._clock is not None else 0.0
         self.deadline = time.monotonic() + timeout_ms / 1000
-        self.fired: str | None = None  # errors.CPU_LIMIT or errors.TIMEOUT once over a budget
+        self.fired: str | None = None  # errors.CPU_LIMIT, errors.TIMEOUT or errors.INTERRUPTED once it must stop
         # Called on the run's thread at each epoch it reaches (streamed runs), with the store's context.
         self.on_tick: Callable[[object], None] | None = None
 
@@ -108,6 +113,18 @@ class RunWatch:
         except OSError:  # from now on the run's callback reads its own clock (every tick)
             self._clock = None
             return None
+
+    def interrupt(self) -> None:
+        """From another thread: the run must stop as if over a budget (errors.INTERRUPTED);
+        the watchdog's next tick stops it. A run already over a budget keeps that reason."""
+        if self.fired is None:
+            self.fired = errors.INTERRUPTED
+        self.woken.set()
+
+    def sleep(self, seconds: float) -> bool:
+        """On the run's thread, in host code: wait `seconds`, or less if the run is
+        interrupted meanwhile (True then)."""
+        return self.woken.wait(max(0.0, seconds))
 
     def check(self, outside: bool = False) -> str | None:
         """Which budget the run is over, if any (and it stays marked so).
@@ -137,6 +154,8 @@ class RunWatch:
     def error_message(self) -> str:
         if self.fired == errors.CPU_LIMIT:
             return errors.cpu_limit(self.cpu_ms_limit)
+        if self.fired == errors.INTERRUPTED:
+            return errors.interrupted()
         return errors.timed_out(self.timeout_ms)
 
     def error(self) -> RunError | None:
@@ -210,12 +229,12 @@ class Watchdog:
 
     def start(
         self, cpu_ms: int, timeout_ms: int, interrupt: Callable[[object], None] | None = None,
-        on_tick: Callable[[object], None] | None = None,
+        on_tick: Callable[[object], None] | None = None, run_id: str = "",
     ) -> RunWatch:
         """On the run's thread, just before it enters wasm. `interrupt` asks the
         guest to raise where it is (instances.Fresh.interrupt_caller), before a hard stop; `on_tick`
         runs at each epoch the run reaches (streamed runs)."""
-        watch = RunWatch(cpu_ms, timeout_ms, interrupt)
+        watch = RunWatch(cpu_ms, timeout_ms, interrupt, run_id)
         watch.on_tick = on_tick
         _local.watch = watch
         due = time.monotonic() + min(cpu_ms, timeout_ms) / 1000
@@ -227,6 +246,19 @@ class Watchdog:
             self._runs[watch] = due
             self._alarm.set(due)
         return watch
+
+    def interrupt(self, run_id: str) -> bool:
+        """Stop the run `run_id` if it is in flight here (True), as a budget would: its
+        guest is asked to raise where it is, then stopped hard after the grace."""
+        with self._lock:
+            watch = next((w for w in self._runs if w.run_id == run_id), None) if run_id else None
+            if watch is None:
+                return False
+            watch.interrupt()
+            now = time.monotonic()
+            self._runs[watch] = now  # looked at on the next tick: marked, so the epoch moves
+            self._alarm.set(now)
+        return True
 
     def finish(self, watch: RunWatch) -> None:
         """On the run's thread, once it left wasm (its clock is read no more after this)."""

@@ -44,11 +44,13 @@ INTERNAL = "SandboxError"  # a fault on the host side; details only in the serve
 DATA_IMAGE_WARMING_UP = "DataImageWarmingUp"
 # A mounted skill past the bounds a run mounts a skill within (files/skillstamp.py): refused, never run.
 SKILL_TOO_LARGE = "SkillTooLarge"
+# Stopped before it ended because its caller asked (interrupt_session, an E2B sandbox's kill).
+INTERRUPTED = "Interrupted"
 
 
 HOST_TYPES = frozenset({
     TIMEOUT, CPU_LIMIT, MEMORY_LIMIT, STACK_OVERFLOW, WORKSPACE_QUOTA, SESSION_BYTES, BLOB_BUDGET, BLOB_QUOTA,
-    HOST_CALL_ERROR, GUEST_CRASH, WORKER_CRASHED, INTERNAL, DATA_IMAGE_WARMING_UP, SKILL_TOO_LARGE,
+    HOST_CALL_ERROR, GUEST_CRASH, WORKER_CRASHED, INTERNAL, DATA_IMAGE_WARMING_UP, SKILL_TOO_LARGE, INTERRUPTED,
 })
 GUEST_PREFIX = "Guest"
 MAX_GUEST_TYPE = 200
@@ -99,6 +101,10 @@ def secret_in_large_output(limit: int) -> str:
 
 def timed_out(timeout_ms: int) -> str:
     return f"the run exceeded its time limit of {timeout_ms} ms"
+
+
+def interrupted() -> str:
+    return "the run was interrupted before it ended: its caller asked (interrupt_session)"
 
 
 def cpu_limit(cpu_ms: int) -> str:

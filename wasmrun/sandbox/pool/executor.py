@@ -47,6 +47,10 @@ class Executor(Protocol):
 
     def health(self) -> ExecutorHealth: ...
 
+    def interrupt(self, run_id: str) -> bool:
+        """Stop the run `run_id` if it is in flight here (True); it fails with `Interrupted`."""
+        ...
+
     def capacity(self) -> tuple[int, int]:
         """(busy, free) sandboxes."""
 
@@ -120,6 +124,9 @@ class InProcessExecutor:
         finally:
             self._slots.release()
             self.background.add(self.engine.loop.background.drain())
+
+    def interrupt(self, run_id: str) -> bool:
+        return self.engine.interrupt(run_id)
 
     def health(self) -> ExecutorHealth:
         slots = self._slots

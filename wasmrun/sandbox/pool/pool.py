@@ -234,7 +234,7 @@ class WorkerPool:
         deadline = request.limits.timeout_ms / 1000 + self.watchdog_grace
         try:
             async with self._worker() as worker:
-                raw = await worker.exchange(payload, deadline, on_output)
+                raw = await worker.exchange(payload, deadline, on_output, request.run_id)
         except Busy:
             raise
         except (EOFError, OSError, TimeoutError) as exc:
@@ -250,6 +250,13 @@ class WorkerPool:
         self.background.add(result.background)
         result.background = []
         return result
+
+    def interrupt(self, run_id: str) -> bool:
+        """Stop the run `run_id` if a worker of this pool is running it (True: asked; the
+        run then fails with `Interrupted` within its grace, and its caller gets that result)."""
+        with self._lock:
+            workers = [w for w in self._workers if run_id and w.running == run_id]
+        return any(worker.interrupt(run_id) for worker in workers)
 
     @contextlib.asynccontextmanager
     async def _worker(self) -> AsyncIterator[WorkerProcess]:
@@ -294,6 +301,7 @@ class WorkerPool:
                 logger.warning("worker %s lost finishing a cancelled run: %r", worker.pid, exc)
                 self._replace(worker)
             else:
+                worker.running = ""
                 self._idle.put(worker)
         finally:
             with self._lock:

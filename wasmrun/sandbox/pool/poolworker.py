@@ -1,10 +1,11 @@
 """A worker process of the pool (pool.py): one engine, runs served one at a time over a pipe.
 
-Started as `python -m wasmrun.sandbox.pool --fd-in N --fd-out M` (a fresh
-interpreter, never a fork); its first message is its `WorkerSetup`, then it
+Started as `python -m wasmrun.sandbox.pool --fd-in N --fd-out M --fd-control C` (a
+fresh interpreter, never a fork); its first message is its `WorkerSetup`, then it
 reads msgpack RunRequests framed by multiprocessing.connection and answers
 each with its RunResult, a streamed run's output first (OUTPUT messages,
-outstream.py).
+outstream.py). The control pipe carries the ids of runs to interrupt; a thread
+reads it, since the main thread is inside the run.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 import multiprocessing.connection
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fd-in", type=int, required=True)
     parser.add_argument("--fd-out", type=int, required=True)
+    parser.add_argument("--fd-control", type=int, required=True)
     args = parser.parse_args(argv)
     # The parent handles Ctrl-C and shuts workers down by closing the pipe.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -76,6 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     except (EOFError, OSError):
         return  # the pool went away before saying what to serve
     engines = Engines(setup)
+    control = multiprocessing.connection.Connection(args.fd_control, writable=False)
+    threading.Thread(target=_interrupts, args=(control, engines), name="wasmrun-interrupts", daemon=True).start()
     release_freed_heap()  # what making the engine (compiling, warm-up runs) freed
     outbox.send_bytes(READY)
     try:
@@ -87,6 +92,23 @@ def main(argv: list[str] | None = None) -> None:
             outbox.send_bytes(serve(engines, raw, outbox))
     finally:
         engines.close()
+
+
+def _interrupts(control: multiprocessing.connection.Connection, engines: Engines) -> None:
+    """Interrupts the runs the pool names, until it hangs up. An id that is not running
+    here (it ended meanwhile) is nothing to do: ids are never reused."""
+    while True:
+        try:
+            run_id = control.recv_bytes(MAX_RUN_ID_BYTES).decode("utf-8", "replace")
+        except (EOFError, OSError):
+            return
+        try:
+            engines.interrupt(run_id)
+        except Exception:  # this thread outlives any fault: later interrupts depend on it
+            logging.getLogger("wasmrun.sandbox").exception("interrupting run %s failed", run_id)
+
+
+MAX_RUN_ID_BYTES = 256
 
 
 class Engines:
@@ -117,6 +139,10 @@ class Engines:
             engine = self._others[wanted] = open_engine(msgspec.structs.replace(self.setup, image=wanted))
         self._used[wanted] = time.monotonic()
         return engine
+
+    def interrupt(self, run_id: str) -> bool:
+        """From the interrupts thread: stop `run_id` on whichever engine runs it."""
+        return any(engine.interrupt(run_id) for engine in (self.serving, *list(self._others.values())))
 
     def _close_idle(self) -> None:
         for image, used in list(self._used.items()):

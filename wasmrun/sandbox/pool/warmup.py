@@ -312,6 +312,9 @@ class WarmingExecutor:
     def health(self) -> ExecutorHealth:
         return self.inner.health()
 
+    def interrupt(self, run_id: str) -> bool:
+        return self.inner.interrupt(run_id)
+
     def capacity(self) -> tuple[int, int]:
         return self.inner.capacity()
 

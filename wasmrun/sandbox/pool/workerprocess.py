@@ -145,19 +145,28 @@ class WorkerProcess:
     def __init__(self, setup: WorkerSetup) -> None:
         to_child_r, self.to_child = os.pipe()
         self.from_child, from_child_w = os.pipe()
-        cmd = [sys.executable, "-m", WORKER_PACKAGE, "--fd-in", str(to_child_r), "--fd-out", str(from_child_w)]
+        control_r, self.control = os.pipe()
+        os.set_blocking(self.control, False)  # an interrupt is never worth blocking the loop for
+        cmd = [
+            sys.executable, "-m", WORKER_PACKAGE,
+            "--fd-in", str(to_child_r), "--fd-out", str(from_child_w), "--fd-control", str(control_r),
+        ]
         # A fresh interpreter, not fork: the server process has threads
         # (uvicorn, the epoch ticker) and forking those is unsafe.
         try:
-            self.process = subprocess.Popen(cmd, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL)
+            self.process = subprocess.Popen(
+                cmd, pass_fds=(to_child_r, from_child_w, control_r), stdin=subprocess.DEVNULL
+            )
         except BaseException:
-            for fd in (to_child_r, self.to_child, self.from_child, from_child_w):
+            for fd in (to_child_r, self.to_child, self.from_child, from_child_w, control_r, self.control):
                 os.close(fd)
             raise
         os.close(to_child_r)
         os.close(from_child_w)
+        os.close(control_r)
         self.reader = FrameReader(self.from_child)
         self.answer_by = 0.0  # time.monotonic() by which the run in flight must answer
+        self.running = ""  # the id of the run in flight ("" when idle)
         try:  # its first message (a few hundred bytes: the empty pipe takes it at once)
             write_all(self.to_child, frame(encoder.encode(setup)))
         except BaseException:
@@ -173,8 +182,21 @@ class WorkerProcess:
             greeting.close()
         os.set_blocking(self.from_child, False)
 
-    async def exchange(self, payload: bytes, deadline: float, on_output: OutputSink | None = None) -> bytes:
+    def interrupt(self, run_id: str) -> bool:
+        """Ask the worker to stop `run_id` (it does if that run is still in flight there)."""
+        if self.control < 0 or not run_id:
+            return False
+        try:
+            os.write(self.control, frame(run_id.encode("utf-8")))
+        except (BlockingIOError, BrokenPipeError, OSError):
+            return False  # a full control pipe holds interrupts already; a dead worker runs nothing
+        return True
+
+    async def exchange(
+        self, payload: bytes, deadline: float, on_output: OutputSink | None = None, run_id: str = "",
+    ) -> bytes:
         self.answer_by = time.monotonic() + deadline
+        self.running = run_id
         framed = frame(payload)
         if len(framed) <= PIPE_CAPACITY:
             os.write(self.to_child, framed)
@@ -185,6 +207,7 @@ class WorkerProcess:
             if on_output is not None:
                 on_output(decode_chunks(answer))
             answer = await self.reader.read(max(0.0, self.answer_by - time.monotonic()))
+        self.running = ""
         return answer
 
     def alive(self) -> bool:
@@ -197,6 +220,9 @@ class WorkerProcess:
         if self.to_child >= 0:
             os.close(self.to_child)
             self.to_child = -1
+        if self.control >= 0:
+            os.close(self.control)
+            self.control = -1
 
     def close_pipes(self) -> None:
         self.hang_up()
