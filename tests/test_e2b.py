@@ -227,12 +227,15 @@ def test_kill_and_fork_during_a_running_cell(live: Live) -> None:
         assert isinstance(child, Sandbox)
         assert child.run_code("state").text == "'the cell ran first'"
         child.kill()
-        busy = pool.submit(sb.run_code, "time.sleep(4)")
+        busy = pool.submit(sb.run_code, "time.sleep(30)")
         time.sleep(0.5)
-        sb.kill()  # answered without waiting for the cell: it ends, then its session
-        assert not busy.done() and not sb.is_running()
+        killed = time.monotonic()
+        sb.kill()  # answered without waiting for the cell, which is interrupted, then its session closed
+        assert not sb.is_running()
         slow.result()
-        busy.result()
+        stopped = busy.result()
+        assert time.monotonic() - killed < 15  # not the cell's 30 s
+        assert stopped.error is not None and stopped.error.name == "Interrupted", stopped
 
 
 def test_file_paths_outside_home_are_refused(sandbox: Sandbox) -> None:

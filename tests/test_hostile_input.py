@@ -92,6 +92,7 @@ def baseline(method: str, blob_id: str) -> dict[str, Any]:
         "create_session": {"language": "python", "idle_timeout_s": 1},
         "fork_session": {"session_id": "ses_" + "0" * 32},  # none such: a client error, whatever else is sent
         "close_session": {"session_id": "ses_" + "0" * 32},
+        "interrupt_session": {"session_id": "ses_" + "0" * 32},
         "list_sessions": {},
         "run_command": {"command": "true"},
         "create_skill": {

@@ -83,6 +83,7 @@ from wasmrun.protocol.types import (
     ExecuteSkillParams,
     ExecutionResult,
     ForkSessionResult,
+    InterruptSessionResult,
     ListSessionsParams,
     ListSessionsResult,
     ListSkillsParams,
@@ -304,6 +305,10 @@ class Client(Calls):
     def close_session(self, session_id: str) -> CloseSessionResult:
         return self._call("close_session", SessionRef(session_id=session_id), CloseSessionResult)
 
+    def interrupt_session(self, session_id: str) -> InterruptSessionResult:
+        """Stop the session's run in flight (it fails with `Interrupted`); from another thread."""
+        return self._call("interrupt_session", SessionRef(session_id=session_id), InterruptSessionResult)
+
     def list_sessions(self) -> ListSessionsResult:
         return self._call("list_sessions", ListSessionsParams(), ListSessionsResult)
 
@@ -466,6 +471,10 @@ class AsyncClient(Calls):
 
     async def close_session(self, session_id: str) -> CloseSessionResult:
         return await self._call("close_session", SessionRef(session_id=session_id), CloseSessionResult)
+
+    async def interrupt_session(self, session_id: str) -> InterruptSessionResult:
+        """Stop the session's run in flight (it fails with `Interrupted`)."""
+        return await self._call("interrupt_session", SessionRef(session_id=session_id), InterruptSessionResult)
 
     async def list_sessions(self) -> ListSessionsResult:
         return await self._call("list_sessions", ListSessionsParams(), ListSessionsResult)

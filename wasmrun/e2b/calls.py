@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
@@ -197,8 +198,8 @@ class Front:
         return result
 
     async def close_session(self, caller: Caller, session_id: str) -> None:
-        """Closes a session, waiting out a run in progress (a closed session stops nothing
-        the SDK sees); one already gone is fine."""
+        """Closes a session, waiting out a run in progress (one interrupted ends within its
+        grace); one already gone is fine."""
         for _ in range(600):
             try:
                 await self.call(caller, "close_session", {"session_id": session_id})
@@ -209,11 +210,14 @@ class Front:
             await asyncio.sleep(0.1)
 
     async def end(self, sandbox: E2BSandbox) -> None:
-        """Closes the sandbox's sessions: its cells still queued are dropped, not run (the
-        one running ends first, as its session allows)."""
+        """Closes the sandbox's sessions: its cells still queued are dropped, not run, and
+        the one running is interrupted (it fails with `Interrupted`), as a killed sandbox's
+        process would stop."""
         for context in sandbox.contexts.values():
             context.ended = True
         for context in list(sandbox.contexts.values()):
+            with contextlib.suppress(FrontError):  # gone already: nothing runs
+                await self.call(sandbox.caller, "interrupt_session", {"session_id": context.session_id})
             await self.close_session(sandbox.caller, context.session_id)
 
     def end_later(self, sandbox: E2BSandbox) -> None:

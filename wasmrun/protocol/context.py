@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from wasmrun.blobs.store import BlobStore
 from wasmrun.egress.policy import EgressPolicy
+from wasmrun.protocol.inflight import SessionRuns
 from wasmrun.registry.interface import SkillRegistry
 from wasmrun.registry.skill import Skill
 from wasmrun.sandbox import Executor, LimitPolicy
@@ -33,6 +34,7 @@ class Context:
     gate: RunGate = field(default_factory=RunGate)  # each tenant's share of the sandboxes
     calls: CallGate = field(default_factory=CallGate)  # each tenant's share of the other methods' capacity
     sessions: SessionStore | None = None  # None: no sessions on this server
+    session_runs: SessionRuns = field(default_factory=SessionRuns)  # what each session runs now, here
     served: ServedImage = field(default_factory=ServedImage)  # the image new runs get (its texts follow it)
     # The skills this call's handler found (find_skill appends each), for the call's record:
     # a list of its own per observed call (the Dispatcher's), None when nobody records.

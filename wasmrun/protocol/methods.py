@@ -63,6 +63,7 @@ METHODS: dict[str, Method] = {
     "create_session": Method(CreateSessionParams, sessions.create_session),
     "fork_session": Method(SessionRef, sessions.fork_session),
     "close_session": Method(SessionRef, sessions.close_session),
+    "interrupt_session": Method(SessionRef, sessions.interrupt_session),  # stop its run in flight
     "list_sessions": Method(ListSessionsParams, sessions.list_sessions),
     "run_command": Method(RunCommandParams, commands.run_command),  # the guest's shell (docs/commands.md)
 }

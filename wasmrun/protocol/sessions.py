@@ -50,6 +50,7 @@ from wasmrun.protocol.types import (
     CreateSessionParams,
     ExecutionResult,
     ForkSessionResult,
+    InterruptSessionResult,
     ListSessionsParams,
     ListSessionsResult,
     RunCodeParams,
@@ -59,7 +60,14 @@ from wasmrun.protocol.types import (
     SessionRef,
 )
 from wasmrun.registry.manifest import IDENTIFIER
-from wasmrun.sandbox import SESSION_BYTES, RunResult, SessionOutcome, SessionRun, session_bytes_exceeded
+from wasmrun.sandbox import (
+    SESSION_BYTES,
+    RunResult,
+    SessionOutcome,
+    SessionRun,
+    new_run_id,
+    session_bytes_exceeded,
+)
 from wasmrun.sessionstore.store import Busy, OverCap, SessionMeta, SessionStore, Unavailable, UnknownSession
 
 # What a run in a session may set for itself; the rest of its limits are the session's.
@@ -183,6 +191,17 @@ async def close_session(ctx: Context, p: SessionRef) -> CloseSessionResult:
     return CloseSessionResult(closed=True)
 
 
+async def interrupt_session(ctx: Context, p: SessionRef) -> InterruptSessionResult:
+    """Stop the run the caller's session is running on this server, if any: it fails with
+    `Interrupted` (after its grace to raise where it is, as a time limit stops it) and the
+    session keeps the state it had before that run."""
+    await _session(ctx, p.session_id)  # the caller's own, else SessionNotFound
+    run_id = ctx.session_runs.of(p.session_id)
+    if run_id is None or not ctx.executor.interrupt(run_id):
+        return InterruptSessionResult(interrupted=False)
+    return InterruptSessionResult(interrupted=True, run_id=run_id)
+
+
 async def list_sessions(ctx: Context, p: ListSessionsParams) -> ListSessionsResult:
     """The caller's own sessions, oldest first."""
     store = _store(ctx)
@@ -254,14 +273,20 @@ async def run_code(ctx: Context, p: RunCodeParams) -> ExecutionResult:
         request = running.code_request(
             ctx, p, args_json, skills, input_blobs, limits, stream=on_output is not None, session=session
         )
+        if not request.run_id:  # named here: interrupt_session names it to the executor
+            request = msgspec.structs.replace(request, run_id=new_run_id())
     except BaseException:
         await offload.for_run(store.release, meta)
         raise
 
+    session_id = p.session_id
+
     async def run_and_settle() -> ExecutionResult:
+        ctx.session_runs.start(session_id, request.run_id)
         try:
             return await running.run(ctx, request, skills, on_result=run.keep, on_output=on_output)
         finally:
+            ctx.session_runs.end(session_id, request.run_id)
             # Off the event loop: with the shared backends, keeping a version uploads it.
             # On the run pool: another tenant's fork or close flood cannot hold it up.
             await offload.for_run(run.settle)

@@ -343,6 +343,14 @@ class CloseSessionResult(msgspec.Struct):
     closed: bool
 
 
+class InterruptSessionResult(msgspec.Struct):
+    """Whether a run of the session was in flight on this server and was asked to stop
+    (its own call then answers a failed run, error type `Interrupted`), and its id."""
+
+    interrupted: bool
+    run_id: str | UnsetType = UNSET
+
+
 class ListSessionsParams(Params):
     pass
 
