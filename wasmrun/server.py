@@ -31,6 +31,7 @@ from wasmrun.backends import Backends, open_backends
 from wasmrun.blobs.store import BlobStore
 from wasmrun.capabilities import facts_of
 from wasmrun.e2b.front import e2b_routes
+from wasmrun.jupyter.front import jupyter_routes
 from wasmrun.observe.metrics import Metrics
 from wasmrun.observe.record import Observers
 from wasmrun.packages import layer as package_layer
@@ -296,6 +297,8 @@ def create_app(server: Server, *, mcp_with_create_skill: bool = False) -> Starle
         tools_route(lambda: facts_of(context.limits, context.egress.network.run_code, served.facts()))
     ]
     routes.extend(e2b_routes(dispatcher, tenants.authenticate, in_flight))  # the E2B SDK's front (docs/e2b.md)
+    # Jupyter clients' kernel gateway: /api/kernels and the channels WebSocket (docs/jupyter.md)
+    routes.extend(jupyter_routes(dispatcher, tenants.authenticate, in_flight, http.guard))
     lifespans = mcp_endpoint(
         dispatcher, tenants, in_flight, routes, max_body_bytes=http.max_body_bytes,
         with_create_skill=mcp_with_create_skill,
