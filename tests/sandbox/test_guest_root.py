@@ -24,7 +24,7 @@ def test_root_and_skills_list_the_mounts(run_code, tmp_path):
     ]
     result = run_code(LIST, args={"paths": ["/", "/skills", "/skills/alpha.one", "/pycache/skills"]}, skills=skills)
     assert result.output == {
-        "/": ["home", "lib", "pycache", "skills", "tmp", "workspace"],
+        "/": ["home", "lib", "mnt", "pycache", "skills", "tmp", "workspace"],
         "/skills": ["alpha.one", "beta"],
         "/skills/alpha.one": ["code"],
         "/pycache/skills": ["alpha.one"],
@@ -34,7 +34,7 @@ def test_root_and_skills_list_the_mounts(run_code, tmp_path):
 def test_skills_is_empty_without_mounted_skills(run_code):
     result = run_code(LIST, args={"paths": ["/", "/skills", "/etc", "/.."]})
     assert result.output == {
-        "/": ["home", "lib", "skills", "tmp", "workspace"],
+        "/": ["home", "lib", "mnt", "skills", "tmp", "workspace"],
         "/skills": [],
         "/etc": "FileNotFoundError",
         "/..": "PermissionError",  # nothing above the root

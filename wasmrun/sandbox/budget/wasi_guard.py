@@ -12,7 +12,7 @@ hole made by a write or allocation past the end, or by growing its size) or
 to its blocks, counts against an estimate before the call; when the estimate would pass the quota,
 /workspace and /tmp (and the files the run holds open, unlinked or not) are
 measured for real, and only a real excess stops the run
-(`WorkspaceQuotaExceeded`). Only /workspace (also mounted at /home/user) and
+(`WorkspaceQuotaExceeded`). Only /workspace (also mounted at /home/user and /mnt/data) and
 /tmp are writable (one quota for both), so every write to a descriptor other
 than stdout/stderr is a write there.
 

@@ -23,7 +23,7 @@ import wasmtime
 from python_wasm import build as guest_build
 from python_wasm import dataimage
 from python_wasm import exports as exports_
-from wasmrun.abi import BLOBS, DOOR_IMPORT, DOOR_MODULE, SKILLS_ROOT, TMP, USER_HOME, WORKSPACE, Export
+from wasmrun.abi import AZURE_DATA, BLOBS, DOOR_IMPORT, DOOR_MODULE, SKILLS_ROOT, TMP, USER_HOME, WORKSPACE, Export
 from wasmrun.sandbox.budget.wasi_guard import define_guarded_wasi
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
 from wasmrun.sandbox.contract.types import RunRequest, RunResult
@@ -194,7 +194,7 @@ class DataImage(Image):
 
     def preopens(self, mounts: Mounts) -> tuple[wasmtime.WasiConfig, frozenset[int]]:
         """The image's mounts, in the order baked into it: its own (read-only), /workspace,
-        /tmp, /home/user (/workspace's folder again), then /skills (the run's skills: its
+        /tmp, /home/user and /mnt/data (/workspace's folder again), then /skills (the run's skills: its
         folder's view, linked to their copies), /blobs and /packages (the published package
         layer's site-packages, an empty folder without one), and last the guest's `/` (files/guestroot.py)."""
         workspace = mounts.workspace
@@ -202,7 +202,8 @@ class DataImage(Image):
         for host, guest in self._preopens:
             wasi.preopen_dir(host, guest, fs_mutable=False)
         skills_view = self._skill_copies(mounts).mount(mounts.request.skills, workspace.root / SKILLS_VIEW, mounts.stamps)
-        writable = {WORKSPACE: workspace.path, TMP: workspace.tmp, USER_HOME: workspace.path}  # one folder twice
+        # one folder three times: /workspace, /home/user and /mnt/data
+        writable = {WORKSPACE: workspace.path, TMP: workspace.tmp, USER_HOME: workspace.path, AZURE_DATA: workspace.path}
         for guest in dataimage.WRITABLE_MOUNTS:
             wasi.preopen_dir(str(writable[guest]), guest, fs_mutable=True)
         wasi.preopen_dir(str(skills_view), SKILLS_ROOT, fs_mutable=False)

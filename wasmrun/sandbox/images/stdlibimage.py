@@ -17,7 +17,7 @@ import wasmtime
 from python_wasm import build as guest_build
 from python_wasm import downloads
 from python_wasm.exports import func, func_imports, memory
-from wasmrun.abi import BLOBS, GUEST_LIB, IMPORT_MODULE, SKILLS_ROOT, TMP, USER_HOME, WORKSPACE, Export
+from wasmrun.abi import AZURE_DATA, BLOBS, GUEST_LIB, IMPORT_MODULE, SKILLS_ROOT, TMP, USER_HOME, WORKSPACE, Export
 from wasmrun.sandbox.budget.wasi_guard import define_guarded_wasi
 from wasmrun.sandbox.contract.limits import CEILING_LIMITS
 from wasmrun.sandbox.contract.types import RunRequest
@@ -175,6 +175,7 @@ class StdlibImage(Image):
         preopen(str(workspace.path), WORKSPACE, mutable=True)
         preopen(str(workspace.tmp), TMP, mutable=True)
         preopen(str(workspace.path), USER_HOME, mutable=True)  # the same folder (abi.USER_HOME)
+        preopen(str(workspace.path), AZURE_DATA, mutable=True)  # and again (abi.AZURE_DATA)
         if request.input_blobs:  # each preopen costs every run a little
             preopen(str(workspace.blobs), BLOBS, mutable=False)
         # Last, so the others keep their fd numbers; see guestroot.py.
