@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,10 @@ from wasmrun.capabilities import facts_of
 from wasmrun.e2b.front import e2b_routes
 from wasmrun.jupyter.front import jupyter_routes
 from wasmrun.observe.metrics import Metrics
-from wasmrun.observe.record import Observers
+from wasmrun.observe.record import CallRecord, Observers
 from wasmrun.packages import layer as package_layer
 from wasmrun.protocol.context import Context
+from wasmrun.packages.ondemand import Installed, OnDemand
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.registry import requirements
 from wasmrun.registry.store import DirectoryRegistry
@@ -176,6 +178,7 @@ def _context(
         sessions=backends.blobs.session_store(),
         served=served,
     )
+        packages=OnDemand(settings.data_dir, settings.packages),
     return context, owns_executor
 
 
@@ -267,6 +270,19 @@ def warn_missing_packages(registry: DirectoryRegistry, layer: Path) -> None:
 
 
 def create_app(server: Server, *, mcp_with_create_skill: bool = False) -> Starlette:
+def install_recorder(observers: Observers) -> Callable[[str, Installed], None]:
+    """Each on-demand install as an audit line of its own (method "packages.install"): who,
+    which set, what it holds, whether it was downloaded now and its bytes."""
+    def record(tenant: str, installed: Installed) -> None:
+        info = installed.info
+        observers.record(CallRecord(
+            time=datetime.now(UTC).isoformat(timespec="milliseconds"), tenant=tenant, method="packages.install",
+            status="ok", duration_ms=round(installed.seconds * 1000, 3), bytes_in=0 if installed.cached else info.bytes,
+            bytes_out=0, packages=info.pins, package_set=info.id, packages_cached=installed.cached,
+        ))
+    return record
+
+
     """The ASGI app of an assembled server. It closes the executor on shutdown only if the
     assembly made it.
 
@@ -281,6 +297,8 @@ def create_app(server: Server, *, mcp_with_create_skill: bool = False) -> Starle
     audit = server.backends.records.audit_log()
     observers = Observers(metrics, *([audit] if audit is not None else []))
     stops = start_background_work(server, observers)
+    if context.packages is not None:
+        context.packages.on_install = install_recorder(observers)
 
     def shutdown() -> None:
         for stop in stops:
@@ -296,7 +314,7 @@ def create_app(server: Server, *, mcp_with_create_skill: bool = False) -> Starle
     routes: list[BaseRoute] = [
         tools_route(lambda: facts_of(context.limits, context.egress.network.run_code, served.facts()))
     ]
-    routes.extend(e2b_routes(dispatcher, tenants.authenticate, in_flight))  # the E2B SDK's front (docs/e2b.md)
+    routes.extend(e2b_routes(dispatcher, tenants.authenticate, in_flight, tenants.caller))  # the E2B SDK's front (docs/e2b.md)
     # Jupyter clients' kernel gateway: /api/kernels and the channels WebSocket (docs/jupyter.md)
     routes.extend(jupyter_routes(dispatcher, tenants.authenticate, in_flight, http.guard))
     lifespans = mcp_endpoint(

@@ -170,6 +170,23 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX wasmrun_sessions_expires ON wasmrun_sessions (expires);
         """,
     ),
+    (
+        8,
+        """
+        -- Records kept beside the sessions (database/records.py): a door's own documents
+        -- about sessions (the E2B front's sandboxes), one row each, read by every server.
+        CREATE TABLE wasmrun_session_records (
+            kind text NOT NULL,
+            key text NOT NULL,
+            owner text NOT NULL,
+            expires double precision NOT NULL,
+            doc text NOT NULL,
+            PRIMARY KEY (kind, key)
+        );
+        CREATE INDEX wasmrun_session_records_owner ON wasmrun_session_records (kind, owner);
+        CREATE INDEX wasmrun_session_records_expires ON wasmrun_session_records (kind, expires);
+        """,
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]

@@ -44,6 +44,7 @@ import psycopg
 from wasmrun.blobs.objects import ObjectStore, ObjectStoreError, ObjectStoreLocation
 from wasmrun.database import DatabaseError, locks, sessionobjects
 from wasmrun.database.connection import Database
+from wasmrun.database.records import SharedRecordStore
 from wasmrun.database.runs import HEARTBEAT_S, SERVER_GONE_S
 from wasmrun.sandbox import SessionOutcome
 from wasmrun.sandbox import session_state as sandbox_sessions
@@ -55,6 +56,7 @@ from wasmrun.sessionstore.store import (
     Unavailable,
     UnknownSession,
     key_of,
+    packages_of,
     remove_ended,
     remove_quietly,
 )
@@ -105,6 +107,9 @@ class SharedSessionStore(SessionStore):
         self._cache_lock = _own_cache(root, f"cache-{self.server_id}")
         super().__init__(root / f"cache-{self.server_id}", policy, on_end)
 
+    def _open_records(self) -> SharedRecordStore:
+        return SharedRecordStore(self.database.url)  # rows every server reads
+
     # -- start, stop, expiry ------------------------------------------------
 
     def _load(self) -> None:
@@ -140,6 +145,8 @@ class SharedSessionStore(SessionStore):
             conn.execute("DELETE FROM wasmrun_servers WHERE id = %s", (self.server_id,))
         self.database.close()
         self._heartbeat_database.close()
+        if isinstance(self._records, SharedRecordStore):
+            self._records.close()
         remove_quietly(self.root)
         os.close(self._cache_lock)
 
@@ -241,9 +248,9 @@ class SharedSessionStore(SessionStore):
 
     def create(
         self, owner: str, *, idle_timeout_s: int, limits: dict[str, int], skills: list[str],
-        max_sessions: int, source: SessionMeta | None = None,
+        max_sessions: int, source: SessionMeta | None = None, packages: tuple[list[str], str] | None = None,
     ) -> tuple[str, SessionMeta]:
-        session_id, meta = self._new_meta(owner, idle_timeout_s, limits, skills)
+        session_id, meta = self._new_meta(owner, idle_timeout_s, limits, skills, packages or packages_of(source))
         if self.usage(owner)[0] >= max_sessions:  # before any upload; checked again under the lock
             raise OverCap("sessions", max_sessions)
         folder = self.root / meta.key

@@ -7,22 +7,28 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import json
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from starlette.requests import Request
 
-from wasmrun.e2b.sandboxes import DEFAULT_CONTEXT, E2BSandbox, SandboxTable
+from wasmrun.e2b.records import KIND, apply, from_record, to_record
+from wasmrun.e2b.sandboxes import DEFAULT_CONTEXT, SANDBOX_ID, E2BSandbox, SandboxTable
 from wasmrun.protocol.errors import InvalidParams, QuotaExceeded, RPCError, SessionBusy, SessionNotFound, Unauthorized
 from wasmrun.protocol.methods import Dispatcher
+from wasmrun.sessionstore.records import Record, RecordGone, RecordStore
+from wasmrun.sessionstore.store import Unavailable
 from wasmrun.tenants.caller import Caller
 from wasmrun.tenants.calls import RequestsInFlight
 from wasmrun.tenants.limits import SessionPolicy
 
 Authenticate = Callable[[str | None], Caller | None]
+CallerOf = Callable[[str], Caller | None]  # a tenant by its name (TenantStore.caller)
+T = TypeVar("T")
 MAX_JSON_BODY = 1024 * 1024  # control-plane and context bodies: small JSON
 MAX_CODE_BODY = 16 * 1024 * 1024  # an /execute body: a cell of code
 SESSION_GONE = (
@@ -35,6 +41,8 @@ PRUNE_EVERY_S = 5.0
 # The bytes of cells' results a tenant may have waiting to be sent at once, all its cells
 # together (each at most the server's result_bytes): past it, a cell's forms are left out.
 RESULTS_ROOM = 64 * 1024 * 1024
+# How long a cell or file call waits for its session's run on another server to end.
+BUSY_WAIT_S, BUSY_POLL_S = 900.0, 0.05
 # What a run answers for an output too large to inline (protocol/run_result.py).
 STORED_OUTPUT = frozenset({"output_blob", "size_bytes", "kind", "preview"})
 
@@ -118,13 +126,19 @@ async def read_json_object(request: Request, limit: int = MAX_JSON_BODY) -> dict
 class Front:
     """What every route of the front works with."""
 
-    def __init__(self, dispatcher: Dispatcher, authenticate: Authenticate, in_flight: RequestsInFlight) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, authenticate: Authenticate, in_flight: RequestsInFlight,
+        caller_of: CallerOf | None = None,
+    ) -> None:
         self.dispatcher = dispatcher
         self.authenticate = authenticate
         self.in_flight = in_flight
+        self.caller_of = caller_of
         self.table = SandboxTable()
         sessions = dispatcher.context.sessions
         self.session_policy = sessions.policy if sessions is not None else SessionPolicy()
+        # The sandboxes' records, where the sessions are (records.py): every server's.
+        self.records = sessions.records() if sessions is not None else RecordStore(None)
         self._background: set[asyncio.Task[None]] = set()
         self._next_prune = 0.0
         self._results_held: dict[str, int] = {}  # tenant -> bytes of cells' results not yet sent
@@ -182,12 +196,20 @@ class Front:
     async def run(self, caller: Caller, params: dict[str, Any]) -> dict[str, Any]:
         """run_code's result, with an output too large to inline (stored as a blob, the
         result naming it) read back in its place."""
-        try:
-            result = await self.call(caller, "run_code", params)
-        except FrontError as exc:
-            if exc.status == 404:  # the session is gone: ended idle, or the server lost it
-                raise FrontError(502, SESSION_GONE) from None
-            raise
+        waited = 0.0
+        while True:
+            try:
+                result = await self.call(caller, "run_code", params)
+                break
+            except FrontError as exc:
+                if exc.status == 404:  # the session is gone: ended idle, or the server lost it
+                    raise FrontError(502, SESSION_GONE) from None
+                # Running on another server of a shared deployment (this one's calls queue
+                # on the context's lock): it waits its turn there, as a cell queued here would.
+                if exc.status != 409 or waited >= BUSY_WAIT_S:
+                    raise
+            await asyncio.sleep(BUSY_POLL_S)
+            waited += BUSY_POLL_S
         output = result.get("output")
         if isinstance(output, dict) and set(output) == STORED_OUTPUT and isinstance(output["output_blob"], str):
             try:
@@ -231,39 +253,135 @@ class Front:
         task.add_done_callback(self._background.discard)
 
     def sweep(self) -> None:
-        """Ends the sandboxes past their timeout and, every PRUNE_EVERY_S in the background,
-        those whose sessions ended without them."""
-        for sandbox in self.table.take_expired(time.time()):
-            self.end_later(sandbox)
+        """Every PRUNE_EVERY_S, in the background: ends the sandboxes past their timeout
+        (whichever server takes each) and those whose sessions ended without them."""
         now = time.monotonic()
         if now >= self._next_prune:
             self._next_prune = now + PRUNE_EVERY_S
             self._in_background(self.prune_all())
 
     async def prune_all(self) -> None:
-        for tenant in self.table.tenants():
-            await self.prune(tenant)
+        with contextlib.suppress(FrontError):  # the records out of reach: next time
+            for record in await self.stored(self.records.take_expired, KIND):
+                self.table.drop(record.key)
+                sandbox = self._sandbox_of(record)
+                if sandbox is not None:
+                    self.end_later(sandbox)
+            for tenant in await self.stored(self.records.owners, KIND) | self.table.tenants():
+                await self.prune(tenant)
 
     async def prune(self, tenant: str) -> None:
-        """Ends what the table holds of the tenant's sessions that ended without it (closed
-        over /rpc, expired idle, lost): a sandbox whose own session is gone, a context whose
-        session is. So the table holds no more sandboxes than the tenant has sessions."""
+        """Ends what the records hold of the tenant's sessions that ended without them
+        (closed over /rpc, expired idle, lost): a sandbox whose own session is gone, a
+        context whose session is; and drops from this server's table the sandboxes whose
+        records are gone (ended on another server). So there are no more sandboxes than
+        the tenant has sessions."""
         sessions = self.dispatcher.context.sessions
-        # Judged as they were before the look-up: a context made or restarted meanwhile is not.
-        seen = [(s, c, c.session_id) for s in self.table.owned(tenant) for c in list(s.contexts.values())]
-        if sessions is None or not seen:
+        records = await self.stored(self.records.owned, KIND, tenant)
+        stored = {r.key for r in records}
+        for held in self.table.owned(tenant):
+            if held.sandbox_id not in stored:
+                self.table.drop(held.sandbox_id)
+        if sessions is None or not records:
             return
         metas = await asyncio.to_thread(sessions.owned, tenant) if sessions.blocking else sessions.owned(tenant)
         live = {meta.session_id for meta in metas}
-        for sandbox, context, session_id in seen:
-            if session_id in live or context.session_id != session_id:
+        for record in records:
+            # Judged as it was before the look-up: a context made or restarted meanwhile is not.
+            sandbox = self._sandbox_of(record)
+            if sandbox is None:
                 continue
-            if context.context_id == DEFAULT_CONTEXT:
-                if self.table.remove(sandbox.sandbox_id) is not None:
+            gone = {c.context_id: c.session_id for c in sandbox.contexts.values() if c.session_id not in live}
+            if DEFAULT_CONTEXT in gone:
+                if await self.stored(self.records.delete, KIND, record.key) is not None:
+                    self.table.drop(record.key)
                     self.end_later(sandbox)
-            elif sandbox.contexts.get(context.context_id) is context:
-                context.ended = True
-                del sandbox.contexts[context.context_id]
+            elif gone:
+                with contextlib.suppress(FrontError):
+                    await self.change(sandbox, functools.partial(_without, gone=gone))
+
+    # -- the records ------------------------------------------------------------
+
+    async def stored(self, call: Callable[..., T], *args: Any) -> T:
+        """A call of the records (off the event loop when it waits on a database); out of
+        reach, 503."""
+        try:
+            if self.records.blocking:
+                return await asyncio.to_thread(call, *args)
+            return call(*args)
+        except Unavailable as exc:
+            raise FrontError(503, f"the sandboxes' records cannot be reached now, try again: {exc}") from None
+
+    def _caller(self, tenant: str) -> Caller | None:
+        found = self.caller_of(tenant) if self.caller_of is not None else None
+        if found is None:  # a server without tenants: its one caller
+            anonymous = self.authenticate(None)
+            found = anonymous if anonymous is not None and anonymous.tenant == tenant else None
+        return found
+
+    def _sandbox_of(self, record: Record) -> E2BSandbox | None:
+        """The sandbox a record names, as this server holds it (brought up to date), or
+        made from it; None when its tenant is no more."""
+        held = self.table.find(record.key)
+        if held is not None and held.caller.tenant == record.owner:
+            apply(held, record)
+            return held
+        caller = self._caller(record.owner)
+        return None if caller is None else from_record(record, caller)
+
+    async def lookup(self, sandbox_id: str, tenant: str | None = None) -> E2BSandbox | None:
+        """The sandbox as its record says now (held in this server's table from here on),
+        or None when unknown, malformed, ended, or (with `tenant`) another tenant's: the
+        same answer for each."""
+        if not isinstance(sandbox_id, str) or not SANDBOX_ID.fullmatch(sandbox_id):
+            return None
+        record = await self.stored(self.records.get, KIND, sandbox_id)
+        if record is None:
+            self.table.drop(sandbox_id)
+            return None
+        sandbox = self._sandbox_of(record)
+        if sandbox is None or (tenant is not None and record.owner != tenant):
+            return None
+        if self.table.find(sandbox_id) is not sandbox:
+            self.table.add(sandbox)
+        return sandbox
+
+    async def keep(self, sandbox: E2BSandbox) -> None:
+        """A new sandbox's record stored (its sessions made), and held here."""
+        await self.stored(self.records.insert, KIND, to_record(sandbox))
+        self.table.add(sandbox)
+
+    async def change(self, sandbox: E2BSandbox, edit: Callable[[E2BSandbox], None]) -> None:
+        """`edit` made to the sandbox's stored record (as it is now, under its lock), and
+        this server's copy brought up to date; 404 if it ended meanwhile."""
+        def step(record: Record) -> Record:
+            scratch = from_record(record, sandbox.caller)
+            edit(scratch)
+            return to_record(scratch)
+
+        try:
+            record = await self.stored(self.records.change, KIND, sandbox.sandbox_id, step)
+        except RecordGone:
+            self.table.drop(sandbox.sandbox_id)
+            raise FrontError(404, f"sandbox {sandbox.sandbox_id} not found: it has ended") from None
+        apply(sandbox, record)
+
+    async def forget(self, sandbox: E2BSandbox) -> bool:
+        """Its record deleted, and its sessions ended in the background, by this call alone
+        (False: it had ended already)."""
+        self.table.drop(sandbox.sandbox_id)
+        if await self.stored(self.records.delete, KIND, sandbox.sandbox_id) is None:
+            return False
+        self.end_later(sandbox)
+        return True
+
+
+def _without(sandbox: E2BSandbox, *, gone: dict[str, str]) -> None:
+    """The contexts whose sessions ended out of the sandbox (unless replaced meanwhile)."""
+    for context_id, session_id in gone.items():
+        context = sandbox.contexts.get(context_id)
+        if context is not None and context.session_id == session_id:
+            del sandbox.contexts[context_id]
 
 
 def json_text(value: Any) -> str:

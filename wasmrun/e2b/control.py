@@ -14,7 +14,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from wasmrun.e2b import snapshots
 from wasmrun.e2b.calls import Front, FrontError, read_json_object, whole_number
+from wasmrun.e2b.records import KIND, from_record
 from wasmrun.e2b.sandboxes import DEFAULT_CONTEXT, HOME, SANDBOX_ID, CodeContext, E2BSandbox, new_id
 from wasmrun.tenants.caller import Caller
 
@@ -146,33 +148,37 @@ async def create_sandbox(front: Front, request: Request) -> Response:
     caller = front.api_caller(request)
     body = await read_json_object(request)
     template = body.get("templateID", "code-interpreter-v1")
-    if not isinstance(template, str) or template not in TEMPLATES:
+    saved = await snapshots.find(front, caller, template) if isinstance(template, str) else None
+    if saved is None and (not isinstance(template, str) or template not in TEMPLATES):
         shown = template[:80] if isinstance(template, str) else type(template).__name__
         return error(400, f"template {shown!r} is not on this server: wasmrun serves one Python image, "
-                     f"named {', '.join(sorted(TEMPLATES))}")
+                     f"named {', '.join(sorted(TEMPLATES))}, and the snapshots its tenant saved")
     timeout = _timeout(body, front) or DEFAULT_TIMEOUT_S
     metadata, envs = _strings(body, "metadata"), env_vars(_strings(body, "envVars"), "envVars")
     await front.prune(caller.tenant)  # sandboxes whose sessions ended free their places first
-    session_id = await new_session(front, caller)
+    if saved is None:
+        session_id = await new_session(front, caller)
+    else:
+        session_id = await snapshots.session_from(front, caller, saved[1])
     now = time.time()
     sandbox = E2BSandbox(
         sandbox_id=new_id(), caller=caller, template=template, metadata=metadata,
-        started_at=now, end_at=now + timeout, access_token=new_id(),
+        started_at=now, end_at=now + timeout, access_token=new_id(), envs=envs,
     )
-    sandbox.contexts[DEFAULT_CONTEXT] = CodeContext(DEFAULT_CONTEXT, session_id)
+    sandbox.contexts[DEFAULT_CONTEXT] = CodeContext(DEFAULT_CONTEXT, session_id, saved[1].cwd if saved else HOME)
     try:
         await set_envs(front, caller, session_id, envs)
+        await front.keep(sandbox)
     except FrontError:
         await front.close_session(caller, session_id)
         raise
-    front.table.add(sandbox)
     return JSONResponse(created(sandbox), status_code=201)
 
 
-def _owned(front: Front, request: Request) -> tuple[Caller, E2BSandbox]:
+async def _owned(front: Front, request: Request) -> tuple[Caller, E2BSandbox]:
     caller = front.api_caller(request)
     sandbox_id = request.path_params["sandbox_id"]
-    sandbox = front.table.find(sandbox_id, caller.tenant)
+    sandbox = await front.lookup(sandbox_id, caller.tenant)
     if sandbox is None:
         raise FrontError(404, f"sandbox {sandbox_id[:80]!r} not found")
     return caller, sandbox
@@ -222,7 +228,9 @@ async def list_sandboxes(front: Front, request: Request) -> Response:
     caller = front.api_caller(request)
     limit, after, descending = _page_query(request)
     await front.prune(caller.tenant)
-    kept = [s for s in front.table.owned(caller.tenant) if _wanted(request, s)]
+    stored = await front.stored(front.records.owned, KIND, caller.tenant)
+    every = sorted((from_record(r, caller) for r in stored), key=_place)
+    kept = [s for s in every if _wanted(request, s)]
     if descending:
         kept.reverse()
     if after is not None:
@@ -233,42 +241,47 @@ async def list_sandboxes(front: Front, request: Request) -> Response:
 
 
 async def get_sandbox(front: Front, request: Request) -> Response:
-    return JSONResponse(detail(_owned(front, request)[1], front))
+    return JSONResponse(detail((await _owned(front, request))[1], front))
 
 
 async def kill_sandbox(front: Front, request: Request) -> Response:
-    _, sandbox = _owned(front, request)
-    front.table.remove(sandbox.sandbox_id)
-    front.end_later(sandbox)
+    _, sandbox = await _owned(front, request)
+    if not await front.forget(sandbox):
+        return error(404, f"sandbox {sandbox.sandbox_id} not found")
     return Response(status_code=204)
 
 
 async def set_timeout(front: Front, request: Request) -> Response:
-    _, sandbox = _owned(front, request)
+    _, sandbox = await _owned(front, request)
     timeout = _timeout(await read_json_object(request), front, default=None)
     if timeout is None:
         return error(400, "timeout is required")
-    sandbox.end_at = time.time() + timeout
+    await front.change(sandbox, lambda s: setattr(s, "end_at", time.time() + timeout))
     return Response(status_code=204)
 
 
 async def refresh(front: Front, request: Request) -> Response:
     """Keep-alive: `duration` seconds more from now (E2B's refreshes)."""
-    _, sandbox = _owned(front, request)
+    _, sandbox = await _owned(front, request)
     body = await read_json_object(request)
     duration = _timeout({"timeout": body.get("duration", DEFAULT_TIMEOUT_S)}, front)
-    sandbox.end_at = max(sandbox.end_at, time.time() + (duration or DEFAULT_TIMEOUT_S))
+    await front.change(sandbox, lambda s: setattr(s, "end_at", max(s.end_at, time.time() + (duration or DEFAULT_TIMEOUT_S))))
     return Response(status_code=204)
 
 
 async def connect(front: Front, request: Request) -> Response:
     """Connect (and resume): a paused sandbox runs again; `timeout` restarts its clock."""
-    _, sandbox = _owned(front, request)
+    _, sandbox = await _owned(front, request)
     timeout = _timeout(await read_json_object(request), front, default=None)
-    resumed = sandbox.paused
-    sandbox.paused = False
-    if timeout is not None or resumed:
-        sandbox.end_at = time.time() + (timeout or DEFAULT_TIMEOUT_S)
+    resumed = False
+
+    def resume(s: E2BSandbox) -> None:
+        nonlocal resumed
+        resumed, s.paused = s.paused, False
+        if timeout is not None or resumed:
+            s.end_at = time.time() + (timeout or DEFAULT_TIMEOUT_S)
+
+    await front.change(sandbox, resume)
     return JSONResponse(created(sandbox), status_code=201 if resumed else 200)
 
 
@@ -276,17 +289,24 @@ async def pause(front: Front, request: Request) -> Response:
     """A session's memory and files are kept between runs already: pausing stops the
     sandbox's endpoints until it is resumed (connect or resume), and its timeout: it
     stays paused until its session, unused, ends (the server's longest idle timeout)."""
-    _, sandbox = _owned(front, request)
-    if sandbox.paused:
+    _, sandbox = await _owned(front, request)
+    paused = False
+
+    def pause_it(s: E2BSandbox) -> None:
+        nonlocal paused
+        paused, s.paused = s.paused, True
+        if not paused:
+            s.end_at = time.time() + front.session_policy.max_idle_timeout_s
+
+    await front.change(sandbox, pause_it)
+    if paused:
         return error(409, f"sandbox {sandbox.sandbox_id} is already paused")
-    sandbox.paused = True
-    sandbox.end_at = time.time() + front.session_policy.max_idle_timeout_s
     return Response(status_code=204)
 
 
 async def fork(front: Front, request: Request) -> Response:
     """Forks: each a new sandbox on a fork of each of the source's contexts' sessions."""
-    caller, sandbox = _owned(front, request)
+    caller, sandbox = await _owned(front, request)
     body = await read_json_object(request)
     count = body.get("count", 1)
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_FORKS:
@@ -306,22 +326,27 @@ async def _fork_one(front: Front, caller: Caller, source: E2BSandbox, timeout: i
     end_at = now + timeout if timeout is not None else max(source.end_at, now + 1)
     copy = E2BSandbox(
         sandbox_id=new_id(), caller=caller, template=source.template, metadata=dict(source.metadata),
-        started_at=now, end_at=end_at, access_token=new_id(),
+        started_at=now, end_at=end_at, access_token=new_id(), envs=dict(source.envs),
     )
     try:
         for context in list(source.contexts.values()):
             async with context.lock:  # after the cell in progress, as its session allows
                 forked = await front.call(caller, "fork_session", {"session_id": context.session_id})
             copy.contexts[context.context_id] = CodeContext(context.context_id, forked["session_id"], context.cwd)
+        await front.keep(copy)
     except FrontError:
         await front.end(copy)
         raise
-    front.table.add(copy)
     return copy
 
 
+async def snapshot(front: Front, request: Request) -> Response:
+    caller, sandbox = await _owned(front, request)
+    return await snapshots.create_snapshot(front, request, caller, sandbox)
+
+
 async def metrics(front: Front, request: Request) -> Response:
-    _owned(front, request)
+    await _owned(front, request)
     return JSONResponse([])
 
 
@@ -344,6 +369,7 @@ def control_routes(front: Front, wrap: Callable[[Endpoint, Front], Any]) -> list
         (f"{one}/connect", connect, ["POST"]), (f"/v2{one}/connect", connect, ["POST"]),
         (f"{one}/resume", connect, ["POST"]), (f"{one}/pause", pause, ["POST"]),
         (f"{one}/fork", fork, ["POST"]), (f"{one}/metrics", metrics, ["GET"]),
+        (f"{one}/snapshots", snapshot, ["POST"]), ("/templates/{template_id}", snapshots.delete_template, ["DELETE"]),
         ("/{rest:path}", unknown, ["GET", "POST", "PUT", "PATCH", "DELETE"]),
     ]
     return [Route(path, wrap(endpoint, front), methods=methods) for path, endpoint, methods in table]

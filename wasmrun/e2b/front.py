@@ -15,7 +15,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from wasmrun.e2b import commands, control, envd, interpreter
-from wasmrun.e2b.calls import Authenticate, Front, FrontError
+from wasmrun.e2b.calls import Authenticate, CallerOf, Front, FrontError
 from wasmrun.e2b.sandboxes import E2BSandbox
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.tenants.caller import Caller
@@ -74,11 +74,11 @@ class _Held(Response):
                 self.work.add_done_callback(lambda _: self.hold.close())
 
 
-def sandbox_of(front: Front, request: Request) -> E2BSandbox:
+async def sandbox_of(front: Front, request: Request) -> E2BSandbox:
     """The sandbox a request names by `E2b-Sandbox-Id` (its id is the secret that reaches
     it, as a session id is), checked against `X-Access-Token` when the SDK sends one."""
     sandbox_id = request.headers.get("e2b-sandbox-id", "")
-    sandbox = front.table.find(sandbox_id)
+    sandbox = await front.lookup(sandbox_id)
     if sandbox is None:
         raise FrontError(502, f"The sandbox {sandbox_id[:80]!r} was not found")
     token = request.headers.get("x-access-token")
@@ -93,7 +93,7 @@ def _in_sandbox(endpoint: SandboxEndpoint, front: Front) -> Callable[[Request], 
     async def handle(request: Request) -> Response:
         front.sweep()
         try:
-            sandbox = sandbox_of(front, request)
+            sandbox = await sandbox_of(front, request)
             with contextlib.ExitStack() as unless_answered:
                 unless_answered.enter_context(_admit(front, sandbox.caller))
                 answer = await endpoint(front, request, sandbox)
@@ -124,11 +124,13 @@ def sandbox_routes(front: Front) -> list[BaseRoute]:
 
 
 def e2b_routes(
-    dispatcher: Dispatcher, authenticate: Authenticate, in_flight: RequestsInFlight | None = None
+    dispatcher: Dispatcher, authenticate: Authenticate, in_flight: RequestsInFlight | None = None,
+    caller_of: CallerOf | None = None,
 ) -> list[BaseRoute]:
     """The front's routes, for the server's app (so its middleware applies); `in_flight`
-    is the server's count of each tenant's requests, shared with /rpc and /mcp."""
-    front = Front(dispatcher, authenticate, in_flight if in_flight is not None else RequestsInFlight())
+    is the server's count of each tenant's requests, shared with /rpc and /mcp;
+    `caller_of` a tenant by name (a sandbox's record names its tenant)."""
+    front = Front(dispatcher, authenticate, in_flight if in_flight is not None else RequestsInFlight(), caller_of)
     return [
         Mount(API_PREFIX, routes=control.control_routes(front, _control)),
         Mount(SANDBOX_PREFIX, routes=sandbox_routes(front)),

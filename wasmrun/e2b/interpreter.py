@@ -8,6 +8,7 @@ how the operator adds packages, any other is an error naming what to write inste
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -185,6 +186,20 @@ async def _run_cell_events(
         stream.queue.put_nowait(None)
 
 
+async def _counted(front: Front, sandbox: E2BSandbox, context: CodeContext) -> None:
+    """One more cell counted in the context, and in its record (a restart, or the next
+    cell on another server, counts on from there)."""
+    context.executions += 1
+    count, context_id = context.executions, context.context_id
+
+    def edit(stored: E2BSandbox) -> None:
+        if context_id in stored.contexts:
+            stored.contexts[context_id].executions = count
+
+    with contextlib.suppress(FrontError):  # ended meanwhile: the cell has run all the same
+        await front.change(sandbox, edit)
+
+
 async def _run_cell(
     front: Front, sandbox: E2BSandbox, context: CodeContext, cell: str, envs: dict[str, str], stream: CellStream
 ) -> list[bytes]:
@@ -193,11 +208,11 @@ async def _run_cell(
     within the room taken for them, never the run's objects."""
     await set_envs(front, sandbox.caller, context.session_id, envs)
     if not cell.strip():
-        context.executions += 1
+        await _counted(front, sandbox, context)
         return [results.line({"type": "number_of_executions", "execution_count": context.executions})]
     params = {"language": "python", "code": cell, "session_id": context.session_id, "stream": True}
     result = await front.run(sandbox.caller, params)
-    context.executions += 1
+    await _counted(front, sandbox, context)
     if stream.gone:  # its client left: the session has the cell's effects; nobody reads its results
         return []
     room = stream.take_room(front.dispatcher.context.limits.defaults.result_bytes)
@@ -242,7 +257,12 @@ async def create_context(front: Front, request: Request, sandbox: E2BSandbox) ->
     except FrontError:
         await front.close_session(sandbox.caller, context.session_id)
         raise
-    sandbox.contexts[context.context_id] = context  # no wait since the check: a kill after it closes this one too
+    made = CodeContext(context.context_id, context.session_id, cwd)
+    try:
+        await front.change(sandbox, lambda s: s.contexts.__setitem__(made.context_id, made))
+    except FrontError:
+        await front.close_session(sandbox.caller, context.session_id)
+        raise
     return JSONResponse(_context_json(context))
 
 
@@ -276,10 +296,14 @@ async def remove_context(front: Front, request: Request, sandbox: E2BSandbox) ->
     context = _named_context(request, sandbox)
     if context.context_id == DEFAULT_CONTEXT:
         raise FrontError(400, "the default context is the sandbox itself: kill the sandbox to end it")
-    del sandbox.contexts[context.context_id]
-    context.ended = True  # its cells still queued are dropped
+    await front.change(sandbox, lambda s: _drop_context(s, context.context_id))  # its queued cells dropped
+    context.ended = True
     await front.close_session(sandbox.caller, context.session_id)
     return Response(status_code=204)
+
+
+def _drop_context(sandbox: E2BSandbox, context_id: str) -> None:
+    sandbox.contexts.pop(context_id, None)
 
 
 async def restart_context(front: Front, request: Request, sandbox: E2BSandbox) -> Response:
@@ -295,6 +319,16 @@ async def restart_context(front: Front, request: Request, sandbox: E2BSandbox) -
         except FrontError:
             await front.close_session(sandbox.caller, fresh)
             raise
-        old, context.session_id, context.executions = context.session_id, fresh, 0
+        old, context_id = context.session_id, context.context_id
+
+        def replace(stored: E2BSandbox) -> None:
+            if context_id in stored.contexts:
+                stored.contexts[context_id].session_id, stored.contexts[context_id].executions = fresh, 0
+
+        try:
+            await front.change(sandbox, replace)  # this server's context too: its queue and lock kept
+        except FrontError:
+            await front.close_session(sandbox.caller, fresh)
+            raise
         await front.close_session(sandbox.caller, old)
     return Response(status_code=204)

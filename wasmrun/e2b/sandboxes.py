@@ -1,7 +1,9 @@
 """The E2B sandboxes this server holds: each one a wasmrun session of one tenant, with
 what E2B says about it (template, metadata, end time, paused) and its code contexts.
 
-The table lives in the server process (the event loop's thread only, so no lock). The
+What E2B says about a sandbox is its record, stored beside the sessions (records.py); the
+table here is one server's copy of the sandboxes it serves, with what lives only while a
+request does (cell queues, commands), on the event loop's thread only (no lock). The
 sandbox id is random (128 bits) and never the session id: a session id is a bearer
 secret of /rpc, a sandbox id is listed to its tenant and sent in every sandbox request."""
 
@@ -10,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,7 @@ class E2BSandbox:
     access_token: str
     contexts: dict[str, CodeContext] = field(default_factory=dict)
     paused: bool = False
+    envs: dict[str, str] = field(default_factory=dict)
     # Its commands from Start to end (commands.RunningCommand, by pid): what List shows.
     commands: dict[int, Any] = field(default_factory=dict, repr=False)
     next_pid: int = 1000  # pids as envd's look: each command of the sandbox its own
@@ -99,12 +101,11 @@ class SandboxTable:
     def count(self, tenant: str) -> int:
         return sum(1 for s in self._sandboxes.values() if s.caller.tenant == tenant)
 
-    def take_expired(self, now: float | None = None) -> list[E2BSandbox]:
-        """Sandboxes past their end time, taken out of the table (their sessions are
-        closed by the caller). A paused sandbox's end time is when its session, unused,
-        ends (see control.pause)."""
-        now = time.time() if now is None else now
-        gone = [s for s in self._sandboxes.values() if s.end_at <= now]
-        for sandbox in gone:
-            del self._sandboxes[sandbox.sandbox_id]
-        return gone
+    def drop(self, sandbox_id: str) -> E2BSandbox | None:
+        """Out of this server's table, its queued cells dropped (its record is gone: killed,
+        expired or ended, here or on another server, which ends its sessions)."""
+        sandbox = self._sandboxes.pop(sandbox_id, None)
+        if sandbox is not None:
+            for context in sandbox.contexts.values():
+                context.ended = True
+        return sandbox

@@ -43,6 +43,7 @@ from wasmrun import dirtree
 from wasmrun.observe.record import CallRecord
 from wasmrun.sandbox import SessionOutcome
 from wasmrun.sandbox import session_state as sandbox_sessions
+from wasmrun.sessionstore.records import RecordStore
 from wasmrun.tenants.limits import SessionPolicy
 
 logger = logging.getLogger("wasmrun.sessions")
@@ -74,6 +75,10 @@ class SessionMeta(msgspec.Struct, kw_only=True):
     # (database/sessions.py), by role ("memory", "memory.delta", "files").
     objects: dict[str, str] = msgspec.field(default_factory=dict)
     files_digest: str = ""  # the SHA-256 of objects["files.tar"]: a run that changed no file stores none
+    # The package set its runs mount (create_session's `packages`, wasmrun/packages/ondemand.py):
+    # name==version pins and the guest Python they were resolved for; a fork keeps them.
+    packages: list[str] = msgspec.field(default_factory=list)
+    package_tag: str = ""
 
     def expires(self) -> float:
         return min(self.last_used + self.idle_timeout_s, self.created + self.max_age_s)
@@ -85,6 +90,11 @@ class SessionMeta(msgspec.Struct, kw_only=True):
 
 _meta_decoder = msgspec.json.Decoder(SessionMeta)
 _encoder = msgspec.json.Encoder()
+
+
+def packages_of(source: SessionMeta | None) -> tuple[list[str], str] | None:
+    """A fork's packages: its original's."""
+    return (list(source.packages), source.package_tag) if source is not None and source.packages else None
 
 
 def key_of(session_id: str) -> str:
@@ -119,6 +129,7 @@ class SessionStore:
         self._sessions: dict[str, SessionMeta] = {}
         self._busy: set[str] = set()
         self._commit_locks: dict[str, threading.Lock] = {}
+        self._records: RecordStore | None = None
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(root, 0o700)
         self._load()
@@ -217,6 +228,17 @@ class SessionStore:
                 found[meta.owner] = (count + 1, used + meta.disk_bytes)
             return found
 
+    def records(self) -> RecordStore:
+        """The records kept beside these sessions (sessionstore/records.py), made once:
+        files under `<data dir>/session-records/`, beside the sessions' folder."""
+        with self._lock:
+            if self._records is None:
+                self._records = self._open_records()
+            return self._records
+
+    def _open_records(self) -> RecordStore:
+        return RecordStore(self.root.parent / "session-records")
+
     def ready(self, meta: SessionMeta) -> None:
         """Make `meta`'s current version runnable here (held by `acquire`): on disk
         already for a local store; the shared store fetches it when missing."""
@@ -229,11 +251,12 @@ class SessionStore:
 
     def create(
         self, owner: str, *, idle_timeout_s: int, limits: dict[str, int], skills: list[str],
-        max_sessions: int, source: SessionMeta | None = None,
+        max_sessions: int, source: SessionMeta | None = None, packages: tuple[list[str], str] | None = None,
     ) -> tuple[str, SessionMeta]:
         """A new session (a fork of `source` if given, held by `acquire`: its state
-        copied); its id. OverCap if `owner` has `max_sessions` already."""
-        session_id, meta = self._new_meta(owner, idle_timeout_s, limits, skills)
+        copied, its packages kept); its id. OverCap if `owner` has `max_sessions` already.
+        `packages`: the pins of the package set its runs mount, and their Python's tag."""
+        session_id, meta = self._new_meta(owner, idle_timeout_s, limits, skills, packages or packages_of(source))
         with self._lock:
             if sum(m.owner == owner for m in self._sessions.values()) >= max_sessions:
                 raise OverCap("sessions", max_sessions)
@@ -271,13 +294,16 @@ class SessionStore:
             raise
 
     def _new_meta(
-        self, owner: str, idle_timeout_s: int, limits: dict[str, int], skills: list[str]
+        self, owner: str, idle_timeout_s: int, limits: dict[str, int], skills: list[str],
+        packages: tuple[list[str], str] | None = None,
     ) -> tuple[str, SessionMeta]:
         session_id = ID_PREFIX + secrets.token_urlsafe(24)
         now = time.time()
+        pins, tag = packages or ([], "")
         return session_id, SessionMeta(
             session_id=session_id, key=key_of(session_id), owner=owner, created=now, last_used=now,
             idle_timeout_s=idle_timeout_s, max_age_s=self.policy.max_age_s, limits=limits, skills=skills,
+            packages=list(pins), package_tag=tag,
         )
 
     def commit_lock(self, owner: str) -> threading.Lock:
