@@ -32,15 +32,6 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 from tests.e2benv import e2b_environment
 from tests.liveserver import LiveServer, wasmrun_env
 
-# What the guest's shell (python_wasm/runtime/commands.py, just-bash 0.2.1) still lacks for the
-# SDK's session start and its shell tool; each was checked by patching a copy of the guest.
-GUEST_SHELL_GAPS = (
-    "the guest's shell: `sh -c SCRIPT` joins a multi-line script's lines with '; ' (just-bash's"
-    " BashCommand/ShCommand._execute_script), so the SDK's runtime-helper install (a function, a"
-    " heredoc) is a ParseException; `trap` is not a command; `sh -lc CMD` (clustered flags, the"
-    " SDK's every exec) is 'sh: -lc: No such file or directory'"
-)
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
@@ -211,11 +202,10 @@ def test_an_exposed_port_is_not_served(server: LiveServer) -> None:
     assert str(server.port) not in endpoint.host and endpoint.host != "127.0.0.1"
 
 
-# What waits on the guest's shell (GUEST_SHELL_GAPS): strict, so they fail once it is fixed and
-# the marker goes.
+# The guest's shell as the SDK drives it: `sh -lc CMD` for every exec, a multi-line `sh -c` with a
+# function, a heredoc and `trap` for its runtime helper, `tar -cf - . | base64 -w0` for snapshots.
 
 
-@pytest.mark.xfail(strict=True, reason=GUEST_SHELL_GAPS)
 def test_a_sandbox_agent_runs_commands_and_answers(server: LiveServer) -> None:
     """A SandboxAgent with the default capabilities (exec_command, apply_patch, view_image);
     the model lists the files, runs Python, writes a file and cats it; each command's output
@@ -234,7 +224,6 @@ def test_a_sandbox_agent_runs_commands_and_answers(server: LiveServer) -> None:
     assert result.final_output == "the answer is 42"
 
 
-@pytest.mark.xfail(strict=True, reason=GUEST_SHELL_GAPS)
 def test_the_sessions_file_calls_after_start(server: LiveServer) -> None:
     """After `start()` (which installs the SDK's path-check helper under /tmp/openai-agents), the
     session's write, read and ls go through E2B's files API and the helper."""
@@ -261,11 +250,9 @@ def test_a_tar_snapshot_of_text_files(server: LiveServer) -> None:
     assert run(_with_session(body)) == {"./notes.txt": b"text\n"}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the guest's pipes carry text (docs/commands.md): `tar -cf - . | base64` turns bytes that are"
-    " not UTF-8 into U+FFFD, so a workspace with a binary file persists as a corrupt tar, with no error"
-))
 def test_a_tar_snapshot_of_a_binary_file(server: LiveServer) -> None:
+    """The same snapshot of a file that is not UTF-8 (every byte value): its bytes come back
+    whole through the guest's pipes."""
     async def body(session: Any) -> bytes:
         await session._inner._sandbox.files.write("/home/user/blob.bin", bytes(range(256)))
         archive = tarfile.open(fileobj=await session.persist_workspace())

@@ -30,13 +30,16 @@ from runtime import _shelljb  # noqa: F401
 from just_bash.ast.types import SingleQuotedPart, WordNode
 from just_bash.commands import create_command_registry
 from just_bash.interpreter import Interpreter, InterpreterState, ShellOptions, VariableStore
-from just_bash.interpreter.errors import ErrexitError, ExecutionLimitError, ExitError, InterpreterError
+from just_bash.interpreter.builtins import BUILTINS
+from just_bash.interpreter.errors import (BreakError, ContinueError, ErrexitError, ExecutionLimitError, ExitError,
+                                          InterpreterError)
 from just_bash.interpreter.expansion import expand_word_with_glob
 from just_bash.parser import parse
 from just_bash.parser.parser import ParseException
 from just_bash.types import Command, ExecResult, ExecutionLimits
 
-from runtime import _shellawk, _shellfind, _shellfs, _shellgrep, _shellpy, _shellsed, _shellsort, _shellwc
+from runtime import (_shellawk, _shellbytes, _shellfind, _shellfs, _shellgrep, _shellpy, _shellsed, _shellsh,
+                     _shellsort, _shellwc)
 
 # isort: on
 
@@ -158,7 +161,19 @@ def _registry() -> dict[str, Command]:
     commands["find"] = _shellfind.FindCommand()
     commands["wc"] = _shellwc.WcCommand()
     commands["sed"] = _shellsed.SandboxSed()
+    for name in _shellsh.SHELLS:
+        commands[name] = _shellsh.ShellCommand(name, lambda *a: _run_shell(*a))  # defined below
+    commands.update(_shellbytes.commands(commands))
+    commands["env"] = _shellsh.EnvCommand(commands["env"])
+    commands["which"] = _shellsh.WhichCommand(commands)
+    _shellsh.wrap_lookups(BUILTINS, commands)
     return {name: _Guarded(command) for name, command in commands.items()}
+
+
+# The sandbox's builtins (runtime/_shellsh.py): `trap` (the library has none), `&`'s jobs.
+BUILTINS.update(trap=_shellsh.handle_trap, wait=_shellsh.handle_wait, jobs=_shellsh.handle_jobs,
+                kill=_shellsh.handle_kill)
+_COMPOUND = frozenset({"If", "For", "CStyleFor", "While", "Until", "Case", "Group"})
 
 
 def _load_all(commands: dict[str, Command]) -> None:
@@ -168,7 +183,9 @@ def _load_all(commands: dict[str, Command]) -> None:
     from just_bash.commands import registry
 
     for name, command in commands.items():
-        definition = getattr(getattr(command, "inner", command), "_def", None)
+        while hasattr(command, "inner"):  # the sandbox's wrappers (_Guarded, runtime/_shellbytes.py)
+            command = command.inner
+        definition = getattr(command, "_def", None)
         if definition is None or name in registry._cache:
             continue
         loading = definition.load()
@@ -186,14 +203,25 @@ _FS = _shellfs.RealFs()
 
 
 def _emit(stream: Any, text: str) -> None:
-    """Text the shell produced, onto one of this process's streams. Bytes that are not
-    UTF-8 (a binary file cat'ed) reach it as U+FFFD, as on a UTF-8 terminal."""
+    """Text the shell produced, onto one of this process's streams: its bytes as a process
+    would write them (a binary file cat'ed is its bytes; runtime/_shellbytes.py) when the
+    stream has bytes under it, else as text (an io.StringIO keeps the escaped bytes)."""
     if not text:
+        return
+    raw = getattr(stream, "buffer", None)
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that stands for no byte (python's own output)
+        data = text.encode("utf-8", "replace")
+    if raw is not None:
+        stream.flush()
+        raw.write(data)
+        raw.flush()
         return
     try:
         stream.write(text)
     except UnicodeEncodeError:
-        stream.write(text.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+        stream.write(data.decode("utf-8", "replace"))
 
 
 class _Shell(Interpreter):
@@ -206,19 +234,89 @@ class _Shell(Interpreter):
         self._top = top  # id() of the statements whose output is written when they end
         # The pipeline running now and the stderr of its commands but the last (below).
         self._pipe: tuple[Any, list[str]] | None = None
+        self._depth = 0  # execute_script levels: 1 is the shell's own script, more a `$(...)`
+        self._in_trap = 0
+        self._last_pipeline: Any = None  # the pipeline that ran last (ERR: was it the statement's last?)
+
+    async def execute_script(self, node: Any) -> ExecResult:
+        self._depth += 1
+        try:
+            result: ExecResult = await super().execute_script(node)
+        finally:
+            self._depth -= 1
+        return result
+
+    async def run_script(self, ast: Any) -> ExecResult:
+        """The shell's whole script, then its EXIT trap (runtime/_shellsh.py)."""
+        try:
+            result = await self.execute_script(ast)
+        except (ExitError, ErrexitError) as stop:
+            result = ExecResult(stdout=stop.stdout, stderr=stop.stderr, exit_code=stop.exit_code)
+        return await self.exit_trap(result)
+
+    async def exit_trap(self, result: ExecResult) -> ExecResult:
+        handler = _shellsh.traps(self._state).pop("EXIT", None)
+        if not handler:
+            return result
+        code = result.exit_code
+        try:
+            extra = await self._run_trap(handler, code)
+        except (ExitError, ErrexitError) as stop:
+            extra = ExecResult(stdout=stop.stdout, stderr=stop.stderr)
+            code = stop.exit_code
+        return ExecResult(stdout=result.stdout + extra.stdout, stderr=result.stderr + extra.stderr, exit_code=code)
+
+    async def _run_trap(self, handler: str, status: int) -> ExecResult:
+        self._in_trap += 1
+        self._state.env["?"] = str(status)
+        self._state.last_exit_code = status
+        try:
+            ast = parse(handler)
+        except ParseException as problem:
+            return ExecResult(stderr=f"bash: trap: {problem}\n", exit_code=2)
+        try:
+            result: ExecResult = await self.execute_script(ast)
+        except (ExitError, ErrexitError, ExecutionLimitError):
+            raise
+        except (InterpreterError, ValueError, ArithmeticError) as error:  # the trap's own error, not the shell's end
+            stdout = getattr(error, "stdout", "")
+            result = ExecResult(stdout=stdout if isinstance(stdout, str) else "", stderr=f"bash: {error}\n",
+                                exit_code=1)
+        finally:
+            self._in_trap -= 1
+            self._state.env["?"] = str(status)
+            self._state.last_exit_code = status
+        return result
+
+    async def _err_trap(self, node: Any, code: int) -> ExecResult | None:
+        """bash's ERR trap: after a failing command, not in a condition, a function (no -E),
+        a substitution, a `!` or a short-circuited `&&`, and once (not again for the loop,
+        group or `if` around it)."""
+        if code == 0 or self._depth != 1 or self._in_trap or self._state.call_depth or self._state.in_condition:
+            return None
+        handler = _shellsh.traps(self._state).get("ERR")
+        last = node.pipelines[-1] if node.pipelines else None
+        if not handler or last is None or last.negated or self._last_pipeline is not last:
+            return None
+        if not last.commands or last.commands[-1].type in _COMPOUND:
+            return None
+        return await self._run_trap(handler, code)
 
     async def execute_pipeline(self, node: Any) -> ExecResult:
         """just-bash keeps only the last command's stderr of a pipeline (interpreter.py
         `execute_pipeline`): `cat missing | wc -l` would lose cat's error. The others'
         are collected (execute_command) and put first, as bash shows them."""
         if len(node.commands) < 2:
-            return await super().execute_pipeline(node)
+            single: ExecResult = await super().execute_pipeline(node)
+            self._last_pipeline = node
+            return single
         outer, self._pipe = self._pipe, (node, [])
         try:
             result: ExecResult = await super().execute_pipeline(node)
             lost = "".join(self._pipe[1])
         finally:
             self._pipe = outer
+        self._last_pipeline = node
         if not lost:
             return result
         return ExecResult(stdout=result.stdout, stderr=lost + result.stderr, exit_code=result.exit_code, env=result.env)
@@ -236,7 +334,29 @@ class _Shell(Interpreter):
         return result
 
     async def execute_statement(self, node: Any) -> ExecResult:
-        result: ExecResult = await super().execute_statement(node)
+        if node.background:
+            # No processes: the job runs to its end here; `$!`, `wait` and `jobs` know it.
+            try:
+                done: ExecResult = await super().execute_statement(node)
+            except (ExitError, ErrexitError) as stop:
+                done = ExecResult(stdout=stop.stdout, stderr=stop.stderr, exit_code=stop.exit_code)
+            _shellsh.add_job(self._state, done.exit_code)
+            self._state.last_exit_code = 0
+            self._state.env["?"] = "0"
+            result = ExecResult(stdout=done.stdout, stderr=done.stderr, exit_code=0)
+        else:
+            try:
+                result = await super().execute_statement(node)
+            except ErrexitError as stop:
+                extra = await self._err_trap(node, stop.exit_code)
+                if extra is not None:
+                    stop.stdout += extra.stdout
+                    stop.stderr += extra.stderr
+                raise
+            extra = await self._err_trap(node, result.exit_code)
+            if extra is not None:
+                result = ExecResult(stdout=result.stdout + extra.stdout, stderr=result.stderr + extra.stderr,
+                                    exit_code=result.exit_code, env=result.env)
         if id(node) in self._top and self._state.call_depth == 0:
             _emit(sys.stdout, result.stdout)
             _emit(sys.stderr, result.stderr)
@@ -269,6 +389,53 @@ class _Shell(Interpreter):
         except (ExitError, ErrexitError) as e:
             return ExecResult(stdout=e.stdout, stderr=e.stderr, exit_code=e.exit_code)
 
+    async def _execute_subshell(self, node: Any, stdin: str) -> ExecResult:
+        """`( ... )`: as just-bash's own (interpreter.py `_execute_subshell`), in a shell of
+        this class (the sandbox's additions hold there too), with its own traps: its EXIT
+        trap runs as it ends."""
+        if node.redirections:
+            stdin = await self._process_input_redirections(node.redirections, stdin)
+        env = self._state.env.copy() if isinstance(self._state.env, VariableStore) else VariableStore(self._state.env)
+        state = InterpreterState(
+            env=env, cwd=self._state.cwd, previous_dir=self._state.previous_dir,
+            functions=dict(self._state.functions), start_time=self._state.start_time,
+            options=ShellOptions(**vars(self._state.options)), fd_table=self._state.fd_table.clone(),
+            parent_has_loop_context=self._state.loop_depth > 0 or self._state.parent_has_loop_context,
+        )
+        state.last_background_pid = self._state.last_background_pid
+        if stdin:
+            state.group_stdin = stdin
+        sub = _Shell(fs=self._fs, commands=self._commands, limits=self._limits, state=state, fetch=self._fetch)
+        sub._depth = 1
+        stdout = stderr = ""
+        exit_code = 0
+        try:
+            for statement in node.body:
+                result = await sub.execute_statement(statement)
+                stdout += result.stdout
+                stderr += result.stderr
+                exit_code = result.exit_code
+                state.last_exit_code = exit_code
+                state.env["?"] = str(exit_code)
+        except (ExitError, ErrexitError) as stop:  # exit (or set -e) ends the subshell only
+            stdout, stderr, exit_code = stdout + stop.stdout, stderr + stop.stderr, stop.exit_code
+        except (BreakError, ContinueError) as stop:  # cannot cross the subshell: exit 0, as bash
+            stdout, stderr, exit_code = stdout + stop.stdout, stderr + stop.stderr, 0
+        done = await sub.exit_trap(ExecResult(stdout=stdout, stderr=stderr, exit_code=exit_code))
+        if node.redirections:
+            done = await self._process_output_redirections(node.redirections, done)
+        return done
+
+    def command_context(self, stdin: str) -> Any:
+        """The context a command of the registry is called with (as interpreter.py builds it)."""
+        from just_bash.types import CommandContext
+
+        return CommandContext(
+            fs=self._fs, cwd=self._state.cwd, env=self._state.env, stdin=stdin, limits=self._limits,
+            exec=lambda script, opts: self._exec_fn(script, opts.get("env"), opts["cwd"]),
+            get_registered_commands=lambda: list(self._commands.keys()), fetch=self._fetch,
+        )
+
     async def _call_function(self, name: str, args: list[Any], stdin: str, alias_args: list[str] | None = None) -> ExecResult:
         """just-bash clears $1, $2... before it expands the call's words (interpreter.py
         `_call_function`), so inside a function `f "$1"` passed an empty word and a
@@ -285,21 +452,54 @@ class _Shell(Interpreter):
     async def _try_execute_vfs_script(self, cmd_name: str, args: list[str], stdin: str) -> ExecResult:
         path = self._fs.resolve_path(self._state.cwd, cmd_name) if "/" in cmd_name else None
         if path is not None and os.path.isfile(path):
+            # WASI keeps no permission bits, so a file is run by its path without an x bit
+            # (a chmod +x in an earlier run could not be known).
             first = _first_line(path)
-            from just_bash.types import CommandContext
-
-            ctx = CommandContext(fs=self._fs, cwd=self._state.cwd, env=self._state.env, stdin=stdin,
-                                 limits=self._limits)
+            ctx = self.command_context(stdin)
             if _shellpy.is_python_shebang(first):
                 return _shellpy.run_python_script(path, args, ctx)
-            # WASI keeps no permission bits, so a file is run by its path without an x bit
-            # (a chmod +x in an earlier run could not be known); a shell script is its text.
-            _shellfs._modes.setdefault(path, 0o755)
+            words = _shellsh.shebang(first) or []
+            if not words or words[0] in _shellsh.SHELLS:  # a shell script: run whole, in a shell of its own
+                shell = words[0] if words else "bash"
+                return await self._commands[shell].execute([*words[1:], cmd_name, *args], ctx)
+            if words[0] in self._commands:  # `#!/usr/bin/awk -f`, `#!/usr/bin/env jq -f`...
+                return await self._commands[words[0]].execute([*words[1:], cmd_name, *args], ctx)
+            return ExecResult(stderr=f"bash: {cmd_name}: {first[2:].strip()}: bad interpreter: No such file or "
+                                     f"directory\n", exit_code=126)
+        if path is not None and not os.path.lexists(path):
+            program = _shellsh.program_name(path, self._commands)
+            if program is not None:  # `/bin/sh`, `/usr/bin/env`, `/usr/local/bin/python`: the shell's own
+                return await self._commands[program].execute(args, self.command_context(stdin))
         result: ExecResult = await super()._try_execute_vfs_script(cmd_name, args, stdin)
         if result.exit_code == 127 and result.stderr.endswith("command not found\n"):
             hint = _HINTS.get(cmd_name, _GENERAL_HINT)
             result = ExecResult(stdout=result.stdout, stderr=f"{result.stderr}hint: {hint}\n", exit_code=127)
         return result
+
+
+async def _run_shell(ctx: Any, script: str, name: str, args: list[str], options: dict[str, bool],
+                     stdin: str) -> ExecResult:
+    """`sh -c SCRIPT`, `bash FILE`, `./x.sh`: the script whole, in a new shell (runtime/_shellsh.py)."""
+    depth = _substitution_depth(script)
+    if depth > MAX_SUBSTITUTION_DEPTH:
+        return ExecResult(stderr=f"{name}: command substitutions nested {depth} deep; the sandbox's shell allows at "
+                                 f"most {MAX_SUBSTITUTION_DEPTH}\n", exit_code=2)
+    try:
+        ast = parse(script)
+    except ParseException as problem:
+        return ExecResult(stderr=f"{name}: {problem}\n", exit_code=2)
+    if _shellsh.nesting[0] >= _shellsh.MAX_SHELL_DEPTH:  # `sh ./self.sh` calling itself: an error, not a crash
+        return ExecResult(stderr=f"{name}: shells nested {_shellsh.MAX_SHELL_DEPTH} deep; the sandbox's shell allows "
+                                 f"no more\n", exit_code=2)
+    state = _shellsh.shell_state(ctx.env, ctx.cwd, "", name, args, options, time.time(), _shellpy.exported_env)
+    if stdin:
+        state.group_stdin = stdin
+    shell = _Shell(fs=_FS, commands=_COMMANDS, limits=LIMITS, state=state)
+    _shellsh.nesting[0] += 1
+    try:
+        return await shell.run_script(ast)
+    finally:
+        _shellsh.nesting[0] -= 1
 
 
 def _substitution_depth(script: str) -> int:
@@ -414,7 +614,7 @@ def _environment(extra: dict[str, str], cwd: str) -> VariableStore:
 
 async def _execute(shell: _Shell, ast: Any) -> int:
     try:
-        result: ExecResult = await shell.execute_script(ast)
+        result: ExecResult = await shell.run_script(ast)
     except ExitError as stop:
         result = ExecResult(stdout=stop.stdout, stderr=stop.stderr, exit_code=stop.exit_code)
     except ExecutionLimitError as limit:
@@ -487,6 +687,7 @@ def _parse_and_run(script: str, folder: str, extra: dict[str, str], text_in: str
         _emit(sys.stderr, "bash: the command line is nested too deeply to parse\n")
         return 2
     state = InterpreterState(env=_environment(extra, folder), cwd=folder, previous_dir="", start_time=time.time())
+    state.last_background_pid = ""  # type: ignore[assignment]  # `$!` is empty before any `&`
     if text_in:
         state.group_stdin = text_in  # the first command's stdin (just-bash's group stdin)
     shell = _Shell(fs=_FS, commands=_COMMANDS, limits=LIMITS, state=state,

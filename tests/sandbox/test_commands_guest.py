@@ -411,6 +411,138 @@ def test_unknown_commands_are_127_with_a_hint(engine: SandboxEngine) -> None:
     assert got[3][1] == "rc=127\n" and "bash: git: command not found" in got[3][2]
 
 
+def test_sh_and_bash_as_agent_frameworks_call_them(engine: SandboxEngine) -> None:
+    """`sh -lc`, a multi-line `sh -c` with a function and a heredoc, `bash -euo pipefail -c`,
+    `sh -s`, scripts by path, and what is wrong with an invocation: bash's own exit 2."""
+    helper = ("set -eu\ninstall() {\n  mkdir -p \"$1\"\n  cat > \"$1/h.sh\" <<'EOF'\necho helper $1\nEOF\n}\n"
+              "install tools\nsh tools/h.sh ok\n")
+    got = shell(
+        engine,
+        ["sh", "-c", helper],
+        ["sh", "-lc", "echo $0; exit 7"],
+        ["bash", "-euo", "pipefail", "-c", "false | true; echo unreached"],
+        ("sh -s a b", {"stdin": "echo \"$# $1 $2\""}),
+        "printf 'exit 3\\n' > x.sh; ./x.sh; echo rc=$?",
+        "printf '#!/usr/bin/env node\\n' > n.sh; ./n.sh; echo rc=$?",
+        "sh -c; echo rc=$?",
+        "bash -q -c true; echo rc=$?",
+        "bash -o nosuch -c true; echo rc=$?",
+        "sh missing.sh; echo rc=$?",
+        "printf 'sh ./self.sh\\n' > self.sh; sh self.sh; echo rc=$?",
+        ["bash", "-c", "echo " + "$(echo " * 5000 + "x" + ")" * 5000],
+        ["sh", "-c", "f() {"],
+    )
+    assert got[0] == (0, "helper ok\n", "")
+    assert got[1] == (7, "sh\n", "")
+    assert got[2] == (1, "", "")
+    assert got[3] == (0, "2 a b\n", "")
+    assert got[4] == (0, "rc=3\n", "")
+    assert got[5] == (0, "rc=126\n", "bash: ./n.sh: /usr/bin/env node: bad interpreter: No such file or directory\n")
+    assert got[6] == (0, "rc=2\n", "sh: -c: option requires an argument\n")
+    assert got[7] == (0, "rc=2\n", "bash: -q: invalid option\n")
+    assert got[8] == (0, "rc=2\n", "bash: nosuch: invalid option name\n")
+    assert got[9] == (0, "rc=127\n", "sh: missing.sh: No such file or directory\n")
+    assert got[10][1] == "rc=2\n" and "shells nested 24 deep" in got[10][2]
+    assert got[11][0] == 2 and "nested 5000 deep" in got[11][2]
+    assert got[12][0] == 2 and got[12][2].startswith("sh: ")
+    assert one(engine, "echo still here") == (0, "still here\n", "")
+
+
+def test_trap(engine: SandboxEngine) -> None:
+    got = shell(
+        engine,
+        "set -eu; d=work; mkdir -p $d; trap 'rm -rf \"$d\"; echo cleaned' EXIT; touch $d/f; false; echo no",
+        "ls work; echo rc=$?",
+        "trap 'echo x' NOSIG; echo rc=$?",
+        "trap -x; echo rc=$?",
+        "trap 'echo $((1/0))' ERR; false; echo next",
+        "trap 'echo in-err; false' ERR; false; echo once",
+        "trap 'exit 9' EXIT; echo body",
+        "trap 'echo \"TERM kept\"' TERM INT; trap -p TERM; kill -TERM $$; echo rc=$?",
+        "trap -l | head -2",
+    )
+    assert got[0] == (1, "cleaned\n", "")
+    assert got[1][1] == "rc=2\n"  # the EXIT trap removed it
+    assert got[2] == (0, "rc=1\n", "bash: trap: NOSIG: invalid signal specification\n")
+    assert got[3][1] == "rc=2\n" and "invalid option" in got[3][2]
+    assert got[5] == (0, "in-err\nonce\n", "")  # the trap's own failure does not run it again
+    assert got[6] == (9, "body\n", "")
+    assert got[7] == (0, "trap -- 'echo \"TERM kept\"' SIGTERM\nrc=1\n", "bash: kill: (1) - No such process\n")
+    assert got[8] == (0, " 1) SIGHUP\n 2) SIGINT\n", "")
+
+
+def test_programs_by_their_usual_paths(engine: SandboxEngine) -> None:
+    got = shell(
+        engine,
+        "/bin/sh -c 'echo $0'; /usr/bin/env python3 -c 'print(7)'; /usr/local/bin/python -c 'print(8)'",
+        "/bin/nothere; echo rc=$?",
+        "command -v sh python3 cd; which ls; type grep; type -t /bin/ls; command -v /usr/bin/env",
+        "command -v nothere; echo rc=$?; which nothere; echo rc=$?",
+        "env A=1 B='two words' python3 -c 'import os; print(os.environ[\"A\"], os.environ[\"B\"])'",
+    )
+    assert got[0] == (0, "sh\n7\n8\n", "")
+    assert got[1][1] == "rc=127\n" and got[1][2].startswith("bash: /bin/nothere: command not found\n")
+    assert got[2] == (0, "/usr/bin/sh\n/usr/bin/python3\ncd\n/usr/bin/ls\ngrep is /usr/bin/grep\nfile\n"
+                         "/usr/bin/env\n", "")
+    assert got[3] == (0, "rc=1\nrc=1\n", "")
+    assert got[4] == (0, "1 two words\n", "")
+
+
+def test_background_jobs_run_to_their_end_in_place(engine: SandboxEngine) -> None:
+    got = shell(
+        engine,
+        "sleep 0.2 & echo hi; wait; echo rc=$?",
+        "echo \"[$!]\"; (exit 3) & p=$!; [ -n \"$p\" ] && wait $p; echo $?; wait %1; echo $?",
+        "set -e; false & echo survived",
+        "true & jobs; echo rc=$?; kill %1; echo rc=$?; wait 4242; echo rc=$?",
+    )
+    assert got[0] == (0, "hi\nrc=0\n", "")
+    assert got[1] == (0, "[]\n3\n3\n", "")
+    assert got[2] == (0, "survived\n", "")
+    assert got[3] == (0, "rc=0\nrc=1\nrc=127\n",
+                      "bash: kill: %1: no such job\nbash: wait: pid 4242 is not a child of this shell\n")
+
+
+# Writes stdout through a byte stream, as the run's own sys.stdout is: what reaches it is bytes.
+BYTES_OUT = """
+import io, sys
+from runtime import commands
+
+def main(args):
+    results = []
+    for command in args["cmds"]:
+        raw = io.BytesIO()
+        saved = sys.stdout
+        sys.stdout = out = io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", write_through=True)
+        try:
+            code = commands.run(command, stdin=bytes.fromhex(args["stdin"]))
+        finally:
+            sys.stdout = saved
+        out.detach()
+        results.append([code, raw.getvalue().hex()])
+    return results
+"""
+
+
+def test_bytes_round_trip_through_pipes_files_and_stdout(engine: SandboxEngine) -> None:
+    blob = bytes(range(256))
+    cmds = [
+        "cat > blob.bin; cat blob.bin",
+        "cat blob.bin | tr -d '' | head -c 1000",
+        "tar -cf - blob.bin | base64 -w0 | base64 -d | tar -xOf - >/dev/null; gzip -c blob.bin | gunzip -c",
+        "printf '\\377x'; printf '\\303\\251'",
+        "wc -c < blob.bin; cat blob.bin | wc -c; head -c 3 blob.bin | od -An -tx1",
+    ]
+    result = _run(engine, BYTES_OUT, {"cmds": cmds, "stdin": blob.hex()}, timeout_ms=60_000)
+    assert result.status == "completed", result.error
+    got = [(code, bytes.fromhex(out)) for code, out in result.output]  # type: ignore[union-attr]
+    assert got[0] == (0, blob)
+    assert got[1] == (0, blob)
+    assert got[2] == (0, blob)
+    assert got[3] == (0, b"\xffx\xc3\xa9")
+    assert got[4] == (0, b"256\n256\n 00 01 02\n")
+
+
 # -- hostile input ---------------------------------------------------------------------
 
 def test_a_fork_bomb_is_an_error(engine: SandboxEngine) -> None:
