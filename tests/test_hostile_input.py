@@ -116,8 +116,11 @@ NESTED: dict[str, list[tuple[Any, ...]]] = {
         ("args", "x"),
         ("mount_skills", 0),
         ("input_blobs", 0),
+        ("packages", 0),
         *[("limits", name) for name in ("timeout_ms", "memory_mb", "cpu_ms", "workspace_mb", "output_bytes")],
     ],
+    "create_session": [("packages", 0)],
+    "run_command": [("packages", 0)],
     "create_skill": [
         ("manifest", "name"),
         ("manifest", "version"),

@@ -180,6 +180,7 @@ def _serve_parser(commands: Any) -> None:
     serve.add_argument(
         "--with-create-skill", action="store_true", help="offer the create_skill tool at /mcp too (default off)"
     )
+    packages_command.add_serve_flags(serve)
     _database_url(serve)
     serve.add_argument(
         "--blob-store", metavar="URL",
@@ -334,7 +335,7 @@ def _serve(args: argparse.Namespace) -> int:
             args, host=args.host, port=args.port, workers=args.workers, secrets_file=args.secrets_file,
             policy_file=args.policy_file, insecure=args.insecure, audit_log=args.audit_log, blob_ttl=args.blob_ttl,
             database_url=args.database_url, blob_store=args.blob_store, allow_one_worker=args.allow_one_worker,
-            image=args.image,
+            image=args.image, packages=args.packages, packages_allow=args.packages_allow,
         ),
         mcp_with_create_skill=args.with_create_skill,
     )

@@ -9,6 +9,21 @@ from pathlib import Path
 
 from wasmrun.cli_help import command
 from wasmrun.packages import layer, names, resolve, wheels
+from wasmrun.packages.policy import MODES
+
+POLICY_HELP = """
+
+Packages on demand: runs may also ask for packages themselves (`packages` on create_session,
+run_code and run_command), resolved by pip on this host from
+the index pip is configured with, wheels only, and cached once per server as a read-only set.
+The operator's policy, `wasmrun serve --packages MODE` (WASMRUN_PACKAGES) or the policy
+file's [packages] table:
+  mode = "pure-python"   (default) any package with a pure-Python wheel
+  mode = "allowlist"     only `allow = ["humanize", "types-*"]` (--packages-allow)
+  mode = "off"           none
+  max_set_bytes = 67108864, max_sets_per_tenant = 32, max_tenant_bytes = 536870912,
+  download_timeout_s = 60, max_packages = 64
+See docs/packages.md."""
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -16,6 +31,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         commands, "packages", "pure-Python packages every run can import (a read-only layer in the data dir)",
         "wasmrun packages add defusedxml tabulate",
     )
+    packages.epilog = (packages.epilog or "") + POLICY_HELP
     sub = packages.add_subparsers(dest="packages_command", required=True)
     add = command(
         sub, "add", "resolve NAME... and their dependencies with pip and add them to the layer",
@@ -46,6 +62,21 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             help=f"the guest Python whose layer to change, instead of --image ({layer.DEFAULT_TAG}: stdlib,"
             f" {layer.DATA_TAG}: data; default: the one --image names)",
         )
+
+
+def add_serve_flags(serve: argparse.ArgumentParser) -> None:
+    """`serve --packages MODE --packages-allow NAMES`: packages runs may ask for (ondemand.py)."""
+    serve.add_argument(
+        "--packages", choices=MODES,
+        help="packages runs may ask for (`packages` params): any with a pure wheel on the index pip is configured"
+        " with, only --packages-allow's, or none (WASMRUN_PACKAGES; default pure-python; caps: the policy file's"
+        " [packages]; docs/packages.md)",
+    )
+    serve.add_argument(
+        "--packages-allow", metavar="NAMES",
+        help="with --packages allowlist: names or glob patterns, comma-separated, e.g. 'humanize,types-*'"
+        " (WASMRUN_PACKAGES_ALLOW)",
+    )
 
 
 def _say(message: str) -> None:

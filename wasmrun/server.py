@@ -36,8 +36,8 @@ from wasmrun.jupyter.front import jupyter_routes
 from wasmrun.observe.metrics import Metrics
 from wasmrun.observe.record import CallRecord, Observers
 from wasmrun.packages import layer as package_layer
-from wasmrun.protocol.context import Context
 from wasmrun.packages.ondemand import Installed, OnDemand
+from wasmrun.protocol.context import Context
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.registry import requirements
 from wasmrun.registry.store import DirectoryRegistry
@@ -177,8 +177,8 @@ def _context(
         calls=CallGate(settings.queue_timeout),
         sessions=backends.blobs.session_store(),
         served=served,
-    )
         packages=OnDemand(settings.data_dir, settings.packages),
+    )
     return context, owns_executor
 
 
@@ -269,7 +269,6 @@ def warn_missing_packages(registry: DirectoryRegistry, layer: Path) -> None:
             logging.getLogger("wasmrun").warning("%s", requirements.missing_message(skill.manifest.name, wanted))
 
 
-def create_app(server: Server, *, mcp_with_create_skill: bool = False) -> Starlette:
 def install_recorder(observers: Observers) -> Callable[[str, Installed], None]:
     """Each on-demand install as an audit line of its own (method "packages.install"): who,
     which set, what it holds, whether it was downloaded now and its bytes."""
@@ -283,6 +282,7 @@ def install_recorder(observers: Observers) -> Callable[[str, Installed], None]:
     return record
 
 
+def create_app(server: Server, *, mcp_with_create_skill: bool = False) -> Starlette:
     """The ASGI app of an assembled server. It closes the executor on shutdown only if the
     assembly made it.
 
@@ -296,9 +296,9 @@ def install_recorder(observers: Observers) -> Callable[[str, Installed], None]:
     )
     audit = server.backends.records.audit_log()
     observers = Observers(metrics, *([audit] if audit is not None else []))
-    stops = start_background_work(server, observers)
     if context.packages is not None:
         context.packages.on_install = install_recorder(observers)
+    stops = start_background_work(server, observers)
 
     def shutdown() -> None:
         for stop in stops:

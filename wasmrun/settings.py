@@ -39,6 +39,9 @@
                       WASMRUN_SESSION_IDLE_S        600    a session's idle timeout when create_session names none
                       WASMRUN_SESSION_MAX_IDLE_S    3600   the most idle_timeout_s may ask for
                       WASMRUN_SESSION_MAX_AGE_S     86400  a session ends this long after creation
+    --packages        WASMRUN_PACKAGES              pure-python: packages asked for at run time (off, allowlist,
+                                                    pure-python; the policy file's [packages] has the caps)
+    --packages-allow  WASMRUN_PACKAGES_ALLOW        (none) names or glob patterns, comma-separated, for allowlist
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from typing import Any
 import wasmrun
 from wasmrun.egress.policy import EgressPolicy, load_egress_policy
 from wasmrun.limits import REQUESTABLE
+from wasmrun.packages.policy import PackagePolicy, load_package_policy
 from wasmrun.sandbox import CEILING_LIMITS, LimitPolicy
 from wasmrun.tenants.limits import SessionPolicy
 from wasmrun.tenants.policy import AccessPolicy, load_access_policy
@@ -125,6 +129,8 @@ class Settings:
     # The operator's bearer key for GET /metrics (an environment variable only: never on a command line).
     metrics_key: str | None = field(default=None, repr=False)
     sessions: SessionPolicy = field(default_factory=SessionPolicy)
+    # Packages asked for at run time (wasmrun/packages/policy.py, docs/packages.md).
+    packages: PackagePolicy = field(default_factory=PackagePolicy)
 
     @property
     def installed_skills(self) -> Path:
@@ -173,6 +179,8 @@ class Settings:
         blob_store: str | None = None,
         allow_one_worker: bool | None = None,
         image: str | None = None,
+        packages: str | None = None,
+        packages_allow: str | None = None,
     ) -> Settings:
         """Flags (the keyword arguments, None when not given) over `env` over defaults."""
         env = os.environ if env is None else env
@@ -193,6 +201,8 @@ class Settings:
         chosen["metrics_key"] = load_metrics_key(env)
         chosen["blob_store"] = load_blob_store(pick(blob_store, "BLOB_STORE"), chosen["database_url"])
         chosen["sessions"] = load_session_policy(env)
+        chosen["packages"] = load_packages(Path(policy_path).expanduser() if policy_path else None, env,
+                                           packages, packages_allow)
         return cls(
             skills_dirs=load_skill_dirs(env, skills_dirs),
             limits=load_limit_policy(env),
@@ -257,6 +267,15 @@ def load_access(policy_file: Path | None, blob_ttl: str | None) -> AccessPolicy:
         return access
     seconds = _int(blob_ttl, "blob ttl") if blob_ttl != "0" else 0
     return dataclasses.replace(access, limits=dataclasses.replace(access.limits, blob_ttl_s=seconds or 0))
+
+
+def load_packages(policy_file: Path | None, env: Mapping[str, str], mode: str | None, allow: str | None) -> PackagePolicy:
+    """The on-demand packages' policy: the policy file's [packages], then the variables and flags."""
+    table = None
+    if policy_file is not None:
+        with open(policy_file, "rb") as f:
+            table = tomllib.load(f).get("packages")
+    return load_package_policy(table, env, mode=mode, allow=allow, where=f"{policy_file}: [packages]")
 
 
 def load_metrics_key(env: Mapping[str, str]) -> str | None:

@@ -176,6 +176,8 @@ TOOLS: tuple[Tool, ...] = (
 )
 
 _SESSION_ID = _string("A session's id, from create_session or fork_session")
+# Extension: packages installed on demand (docs/packages.md), pure-Python wheels from the index.
+_PACKAGES = _strings("Packages to install from the package index first, e.g. 'humanize==4.9.0' (pure-Python only)")
 # Extensions: stateful sessions (docs/sessions.md). run_code takes `session_id` to run in one.
 SESSION_TOOLS: tuple[Tool, ...] = (
     Tool(
@@ -190,6 +192,7 @@ SESSION_TOOLS: tuple[Tool, ...] = (
                 "limits": {"type": "object", "description": "Limits of every run in the session"},
                 "idle_timeout_s": {"type": "integer", "description": "End the session after this long unused"},
                 "skills": _strings("Skill names to mount in every run"),
+                "packages": _PACKAGES,
             },
             "required": ["language"],
         },
@@ -228,6 +231,7 @@ COMMAND_TOOLS: tuple[Tool, ...] = (
                 "mount_skills": _strings("Skill names to mount at /skills/<name> (not in a session: its own)"),
                 "input_blobs": _strings("Blob IDs to mount at /blobs/<id>"),
                 "session_id": _string("Run inside this session (create_session): its files carry over"),
+                "packages": _PACKAGES,
                 # Filled with the server's own limits schema (_for_server).
                 "limits": {"type": "object", "description": "Execution limits"},
             },
@@ -280,6 +284,7 @@ def _for_server(tool: Tool, facts: ServerFacts) -> Tool:
         parameters["properties"]["session_id"] = _string(
             "Run inside this session (create_session): its globals and files carry over"
         )
+        parameters["properties"]["packages"] = _PACKAGES  # not in a session: create_session's
         return Tool(tool.name, facts.run_code_description(), parameters)
     if tool.name == "execute_skill":
         parameters = copy.deepcopy(tool.parameters)

@@ -28,6 +28,11 @@ class CallRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     session: str | None = None  # the session the call named (a prefix of its key, never its id)
     session_created: str | None = None  # the session create_session / fork_session made
     session_rolled_back: bool | None = None  # a run in a session that a limit or a crash undid
+    # An on-demand install (method "packages.install", wasmrun/packages/ondemand.py): the set's
+    # name==version pins, its id, and whether it was there already (bytes_in: what was downloaded).
+    packages: list[str] = []
+    package_set: str | None = None
+    packages_cached: bool | None = None
 
 
 class Observer(Protocol):

@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,15 +74,19 @@ class Dist:
         return f"{self.name}=={self.version}"
 
 
-def _pip(args: list[str], *, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _pip(
+    args: list[str], *, env: dict[str, str] | None = None, timeout: float = PIP_TIMEOUT,
+) -> subprocess.CompletedProcess[str]:
+    if timeout <= 0:
+        raise PackageError("pip did not finish within the download time allowed")
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
-            capture_output=True, text=True, timeout=PIP_TIMEOUT, env={**os.environ, **(env or {})},
+            capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        raise PackageError(f"pip did not finish within {PIP_TIMEOUT:.0f} s") from None
+        raise PackageError(f"pip did not finish within {timeout:.0f} s (the download time allowed)") from None
     if proc.returncode != 0 and "No module named pip" in proc.stderr:
         raise PackageError(f"`wasmrun packages` runs pip in wasmrun's own Python ({sys.executable}), which has none:"
                            " install it there (python -m ensurepip)")
@@ -106,13 +111,19 @@ def _active_requires(metadata: dict[str, Any]) -> list[str]:
     return names
 
 
-def resolve(requirements: list[str], work: Path, max_packages: int = MAX_PACKAGES) -> list[Dist]:
-    """Every distribution `requirements` need, as pip resolves them now (at most `max_packages`)."""
+def resolve(
+    requirements: list[str], work: Path, max_packages: int = MAX_PACKAGES, *,
+    wheels_only: bool = False, timeout: float = PIP_TIMEOUT,
+) -> list[Dist]:
+    """Every distribution `requirements` need, as pip resolves them now (at most `max_packages`).
+    `wheels_only`: pip never builds an sdist, not even for its metadata (no package code runs
+    on the host): a package that publishes no wheel fails to resolve."""
     report = work / "report.json"
+    binary = ["--only-binary=:all:"] if wheels_only else ["--prefer-binary"]
     proc = _pip([
-        "install", "--dry-run", "--ignore-installed", "--quiet", "--prefer-binary",
+        "install", "--dry-run", "--ignore-installed", "--quiet", *binary,
         "--report", str(report), "--", *requirements,
-    ])
+    ], timeout=timeout)
     if proc.returncode != 0:
         raise PackageError(f"pip could not resolve {' '.join(requirements)}:\n{_pip_error(proc)}")
     items = json.loads(report.read_text())["install"]
@@ -147,12 +158,12 @@ def chain(dists: list[Dist], name: str) -> list[str]:
     return path
 
 
-def _pure_download(pins: list[str], python: tuple[int, int], dest: Path) -> bool:
+def _pure_download(pins: list[str], python: tuple[int, int], dest: Path, timeout: float = PIP_TIMEOUT) -> bool:
     proc = _pip([
         "download", "--quiet", "--no-deps", "--only-binary=:all:", "--platform", "any",
         "--implementation", "py", "--abi", "none", "--python-version", f"{python[0]}.{python[1]}",
         "-d", str(dest), "--", *pins,
-    ])
+    ], timeout=timeout)
     return proc.returncode == 0
 
 
@@ -171,17 +182,24 @@ def _build_pure(dist: Dist, dest: Path) -> bool:
     return True
 
 
-def fetch(dists: list[Dist], python: tuple[int, int], dest: Path) -> list[Path]:
-    """A wheel with no native code for every distribution, in `dest`."""
+def fetch(
+    dists: list[Dist], python: tuple[int, int], dest: Path, *, build: bool = True, deadline: float | None = None,
+) -> list[Path]:
+    """A wheel with no native code for every distribution, in `dest`. `build`: a pure
+    fallback may be built from its sdist (the operator's `add`; never for on-demand
+    installs); `deadline` (time.monotonic()) bounds pip's calls."""
+    def left() -> float:
+        return PIP_TIMEOUT if deadline is None else deadline - time.monotonic()
+
     dest.mkdir(parents=True, exist_ok=True)
     pure = [d for d in dists if d.filename.endswith("-none-any.whl")]
-    if pure and not _pure_download([d.pin for d in pure], python, dest):
+    if pure and not _pure_download([d.pin for d in pure], python, dest, left()):
         pure = []  # one of them has no wheel for the guest's Python: find which, one by one
     for dist in dists:
-        if dist in pure or _pure_download([dist.pin], python, dest):
+        if dist in pure or _pure_download([dist.pin], python, dest, left()):
             continue
         sdist_only = not dist.filename.endswith(".whl")
-        if (dist.name in PURE_FALLBACKS or sdist_only) and _build_pure(dist, dest):
+        if build and (dist.name in PURE_FALLBACKS or sdist_only) and _build_pure(dist, dest):
             continue
         raise NativePackage(dist.name, chain(dists, dist.name))
     return sorted(dest.glob("*.whl"))

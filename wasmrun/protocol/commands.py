@@ -101,7 +101,7 @@ async def run_command(ctx: Context, p: RunCommandParams) -> CommandResult:
     try:
         result = await sessions.run_code(ctx, RunCodeParams(
             language="python", code=program, mount_skills=p.mount_skills, input_blobs=p.input_blobs,
-            limits=p.limits, session_id=p.session_id, stream=True,
+            limits=p.limits, session_id=p.session_id, stream=True, packages=p.packages,
         ))
     finally:
         RUN_OUTPUT.reset(listening)

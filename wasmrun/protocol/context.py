@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from wasmrun.blobs.store import BlobStore
 from wasmrun.egress.policy import EgressPolicy
+from wasmrun.packages.ondemand import OnDemand
 from wasmrun.protocol.inflight import SessionRuns
 from wasmrun.registry.interface import SkillRegistry
 from wasmrun.registry.skill import Skill
@@ -36,6 +37,7 @@ class Context:
     sessions: SessionStore | None = None  # None: no sessions on this server
     session_runs: SessionRuns = field(default_factory=SessionRuns)  # what each session runs now, here
     served: ServedImage = field(default_factory=ServedImage)  # the image new runs get (its texts follow it)
+    packages: OnDemand | None = None  # installs on demand (wasmrun/packages/ondemand.py); None: none
     # The skills this call's handler found (find_skill appends each), for the call's record:
     # a list of its own per observed call (the Dispatcher's), None when nobody records.
     resolved: list[Skill] | None = None

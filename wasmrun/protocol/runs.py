@@ -26,7 +26,7 @@ import msgspec
 
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.egress.secrets import placeholder
-from wasmrun.protocol import running
+from wasmrun.protocol import packages, running
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, NotExecutable
 from wasmrun.protocol.skills import find_skill
@@ -126,4 +126,10 @@ async def run_code(ctx: Context, p: RunCodeParams) -> ExecutionResult:
     input_blobs = await running.checked_input_blobs(ctx, p.input_blobs)
     limits = running.request_limits(ctx, p.limits)
     request = running.code_request(ctx, p, args_json, skills, input_blobs, limits, stream=on_output is not None)
-    return await running.run(ctx, request, skills, on_output=on_output)
+    if not p.packages:
+        return await running.run(ctx, request, skills, on_output=on_output)
+    installed = await packages.install(ctx, p.packages)
+    request = msgspec.structs.replace(request, packages=str(installed.folder))
+    result = await running.run(ctx, request, skills, on_output=on_output)
+    result.packages = packages.answer(installed)
+    return result

@@ -33,7 +33,7 @@ import msgspec
 from msgspec import UNSET
 
 from wasmrun import offload
-from wasmrun.protocol import running, runs
+from wasmrun.protocol import packages, running, runs
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import (
     InvalidParams,
@@ -116,7 +116,7 @@ def _info(store: SessionStore, session_id: str, meta: SessionMeta) -> SessionInf
         session_id=session_id, language="python", created_at=_iso(meta.created), last_used_at=_iso(meta.last_used),
         expires_at=_iso(meta.expires()), idle_timeout_s=meta.idle_timeout_s, skills=list(meta.skills),
         runs=meta.runs, memory_bytes=meta.memory_bytes, image_bytes=meta.image_bytes,
-        files_bytes=meta.files_bytes, busy=store.is_busy(meta),
+        files_bytes=meta.files_bytes, busy=store.is_busy(meta), packages=list(meta.packages),
     )
 
 
@@ -150,14 +150,20 @@ async def create_session(ctx: Context, p: CreateSessionParams) -> SessionInfo:
     skills = await running.mounted_skills(ctx, p.skills, "skills")
     await _check_room(ctx, store)
     limits = {k: v for k, v in msgspec.structs.asdict(p.limits).items() if v is not None}
+    installed = await packages.install(ctx, p.packages) if p.packages else None
+    pins = (installed.info.pins, installed.info.python) if installed is not None else None
     try:
         session_id, meta = await _off_loop(
             store, store.create, ctx.caller.tenant, idle_timeout_s=idle, limits=limits,
             skills=[f"{s.name}@{s.version}" for s in skills], max_sessions=ctx.caller.limits.sessions,
+            packages=pins,
         )
     except OverCap as exc:
         raise _over_cap(exc) from None
-    return _info(store, session_id, meta)
+    info = _info(store, session_id, meta)
+    if installed is not None:
+        info.packages_installed = packages.answer(installed)
+    return info
 
 
 async def fork_session(ctx: Context, p: SessionRef) -> ForkSessionResult:
@@ -253,6 +259,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> ExecutionResult:
         raise InvalidParams(
             "mount_skills: a session mounts the skills named at create_session in every run", field="mount_skills",
         )
+    packages.not_in_a_session(p.packages)
     if not IDENTIFIER.fullmatch(p.entrypoint):
         raise InvalidParams(f"entrypoint {p.entrypoint!r} must be the name of a function", field="entrypoint")
     on_output = output_listener(p.stream)
@@ -270,9 +277,9 @@ async def run_code(ctx: Context, p: RunCodeParams) -> ExecutionResult:
             folder=str(store.folder(meta)), version=meta.version, reseed=meta.reseed,
             max_bytes=room, cap_bytes=ctx.caller.limits.session_bytes,
         )
-        request = running.code_request(
+        request = await packages.mounted(ctx, meta.packages, meta.package_tag, running.code_request(
             ctx, p, args_json, skills, input_blobs, limits, stream=on_output is not None, session=session
-        )
+        ))
         if not request.run_id:  # named here: interrupt_session names it to the executor
             request = msgspec.structs.replace(request, run_id=new_run_id())
     except BaseException:

@@ -34,6 +34,9 @@ MAX_INPUT_BLOBS = 1000
 MAX_MOUNTED_SKILLS = 100
 MAX_NEW_FILES = 1000
 SessionId = Annotated[str, Meta(max_length=128)]
+# Packages to install on demand (docs/packages.md): PEP 508 names/specifiers from the index.
+MAX_PACKAGES = 64
+Packages = Annotated[list[Annotated[str, Meta(max_length=200)]], Meta(max_length=MAX_PACKAGES)]
 
 # -- skills -------------------------------------------------------------------
 
@@ -161,11 +164,31 @@ class RunCodeParams(Params):
     limits: RunLimits = RunLimits()
     session_id: SessionId | None = None  # extension: run inside this session (create_session)
     stream: bool = False  # extension: the output as it is written (docs/streaming.md)
+    packages: Packages = []  # extension: installed on demand for this fresh run (docs/packages.md)
 
 
 class RunError(msgspec.Struct):
     type: str
     message: str
+
+
+class InstalledPackage(msgspec.Struct):
+    name: str
+    version: str
+    bytes: int  # its wheel's size
+    requested: bool  # asked for (else a dependency, or the operator's layer's)
+
+
+class PackagesInstalled(msgspec.Struct, kw_only=True):
+    """What an on-demand install gave (extension, docs/packages.md): the set mounted at
+    /packages, every package in it, and what it cost."""
+
+    set: str  # the set's id (the hash of its name==version list and the guest's Python)
+    packages: list[InstalledPackage]
+    bytes: int  # its wheels
+    cached: bool  # built before on this server: nothing was downloaded
+    seconds: float
+    in_image: list[str] = []  # asked for and built into the image (its version is used)
 
 
 class RunUsage(msgspec.Struct):
@@ -229,6 +252,8 @@ class ExecutionResult(msgspec.Struct, kw_only=True):
     warnings: list[str] | UnsetType = UNSET
     # extension: the run's display results, in the order shown; absent when none
     displays: list[Display] | UnsetType = UNSET
+    # extension: the packages installed for this run (`packages`); absent when none were asked
+    packages: PackagesInstalled | UnsetType = UNSET
 
 
 # -- commands (extension: run_command, docs/commands.md) ----------------------
@@ -256,6 +281,7 @@ class RunCommandParams(Params):
     limits: RunLimits = RunLimits()
     session_id: SessionId | None = None
     stream: bool = False  # the output as it is written (docs/streaming.md)
+    packages: Packages = []  # installed on demand for a fresh run, as run_code's
 
 
 class CommandResult(ExecutionResult, kw_only=True):
@@ -313,6 +339,7 @@ class CreateSessionParams(Params):
     limits: RunLimits = RunLimits()  # every run's limits (timeout_ms, cpu_ms may be changed per run)
     idle_timeout_s: PositiveInt | None = None  # the session ends after this long unused
     skills: Annotated[list[SkillName], Meta(max_length=MAX_MOUNTED_SKILLS)] = []  # mounted in every run
+    packages: Packages = []  # installed on demand, mounted in every run, kept by forks (docs/packages.md)
 
 
 class SessionInfo(msgspec.Struct, kw_only=True):
@@ -328,6 +355,9 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     image_bytes: int  # its pages kept on disk (those written since the snapshot)
     files_bytes: int  # /workspace and /tmp
     busy: bool  # a run is in progress
+    packages: list[str] = []  # the name==version set its runs mount (create_session's `packages`)
+    # create_session only: what installing `packages` gave
+    packages_installed: PackagesInstalled | UnsetType = UNSET
 
 
 class SessionRef(Params):

@@ -139,7 +139,7 @@ class SandboxEngine:
         # The import run has no environment and no network: a run granted either
         # imports for itself (a skill may read them at import).
         no_network = request.network is None or not request.network.granted
-        if not self.image.makes_skill_pages or request.env or not no_network:
+        if not self.image.makes_skill_pages or request.env or not no_network or request.packages:
             return None, None, None
         skill = single_skill(request.skills)
         if skill is None:

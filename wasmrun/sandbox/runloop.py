@@ -100,7 +100,8 @@ class RunLoop:
         taken for this run (the engine's), else taken here: a skill past their bounds fails
         the run with SkillTooLarge, the guest never entered."""
         run_id = request.run_id or new_run_id()
-        packages = self.image.packages.current()  # read per run: `packages add` needs no restart
+        # read per run: `packages add` needs no restart; a run's own set (on-demand installs) instead
+        packages = Path(request.packages) if request.packages else self.image.packages.current()
         blobs = blobs or self.blobs
         workspace = self._workspace(request, workspace_root, started_from)
         ctx = RunContext(

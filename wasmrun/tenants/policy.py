@@ -56,7 +56,8 @@ def load_access_policy(path: Path | None) -> AccessPolicy:
     with open(path, "rb") as f:
         doc = tomllib.load(f)
     # [network] and the secret modes in [secrets] are the egress policy's (egress/policy.py).
-    known = {"secrets", "tenants", "allowed_hosts", "allowed_origins", "limits", "network"}
+    # [packages] is the on-demand packages' policy (packages/policy.py, read by settings.py).
+    known = {"secrets", "tenants", "allowed_hosts", "allowed_origins", "limits", "network", "packages"}
     if unknown := sorted(set(doc) - known):
         raise ValueError(f"{path}: unknown keys {unknown} (known: {sorted(known)})")
     tenants = doc.get("tenants", {})

@@ -72,6 +72,9 @@ class RunRequest(msgspec.Struct, kw_only=True, frozen=True):
     blob_quota: BlobQuota | None = None  # what its blob writes may use
     session: SessionRun | None = None  # run inside this session's state
     stream: bool = False  # its output is also sent on as it is written (outstream.py)
+    # The package set this run mounts at /packages instead of the operator's layer (a folder with
+    # site-packages/ and pycache/: wasmrun/packages/ondemand.py's, which holds the layer's packages too).
+    packages: str | None = None
 
 
 class RunError(msgspec.Struct):
