@@ -79,8 +79,8 @@ HOUSE_LAYERS: Layers = (
     _layer("assembly", "server", "backends", "settings", "workersizing"),
     # The fronts: HTTP and its JSON-RPC envelope, MCP, the E2B-compatible front, the client, and
     # agent frameworks' sandbox backends on the client (adapters; their frameworks optional extras).
-    _layer("fronts", "wire", "mcp_server", "mcp_displays", "mcp_events", "mcp_listchanged", "e2b", "jupyter", "tools",
-           "client", "clientwire", "adapters"),
+    _layer("fronts", "wire", "mcp_server", "mcp_displays", "mcp_events", "mcp_listchanged", "e2b", "jupyter", "azure",
+           "tools", "client", "clientwire", "adapters"),
     # The Skills Protocol's methods and the texts of its tools.
     _layer("protocol", "protocol", "capabilities", "served"),
     # What the methods work on: skills, callers and their limits, the shared backend, the audit

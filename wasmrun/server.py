@@ -28,6 +28,7 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
+from wasmrun.azure.front import azure_routes
 from wasmrun.backends import Backends, open_backends
 from wasmrun.blobs.store import BlobStore
 from wasmrun.capabilities import facts_of
@@ -315,6 +316,7 @@ def create_app(server: Server, *, mcp_with_create_skill: bool = False) -> Starle
         tools_route(lambda: facts_of(context.limits, context.egress.network.run_code, served.facts()))
     ]
     routes.extend(e2b_routes(dispatcher, tenants.authenticate, in_flight, tenants.caller))  # the E2B SDK's front (docs/e2b.md)
+    routes.extend(azure_routes(dispatcher, tenants.authenticate, in_flight))  # dynamic sessions' clients (docs/azure.md)
     # Jupyter clients' kernel gateway: /api/kernels and the channels WebSocket (docs/jupyter.md)
     routes.extend(jupyter_routes(dispatcher, tenants.authenticate, in_flight, http.guard))
     lifespans = mcp_endpoint(
