@@ -198,7 +198,7 @@ class OnDemand:
                 folder = self.folder(ident, tag)
                 made = folder is None
                 if folder is None:
-                    if not pinned:
+                    if not pinned and dists:  # a set of nothing (all in the image) costs nothing
                         self._check_tenant(tenant, ident, 0)
                     folder = self._make(dists, combined, tag, ident, work, deadline, tenant, pinned)
                 _write_atomic(root / "requests" / key, ident.encode())
@@ -255,7 +255,7 @@ class OnDemand:
                 f" {self.policy.max_set_bytes} per set (max_set_bytes); the largest is {biggest} ({sizes[biggest]} bytes)",
                 biggest, "max_set_bytes",
             )
-        if not pinned:
+        if not pinned and dists:
             self._check_tenant(tenant, ident, total)
         staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
         try:
@@ -286,7 +286,7 @@ class OnDemand:
                 if self.folder(ident, tag) is None:
                     raise
                 _remove(staging)
-            if not pinned:
+            if not pinned and dists:
                 self._charge(tenant, ident, total)
             return final
         except BaseException:
