@@ -446,9 +446,8 @@ def make_image(interp: DataInterpreter, engine: Any, module: Any, out: Path) -> 
     wasi = wasmtime.WasiConfig()
     for host, guest in preopens(interp):
         wasi.preopen_dir(host, guest, fs_mutable=False)
-    # wasi-libc keeps the preopen table it scanned in memory, so the image is
-    # made with the runs' mounts, in their order (fds 3...): /workspace, /tmp, /home/user, /mnt/data,
-    # /skills, /blobs, /packages, `/`.
+    # wasi-libc keeps the preopen table it scanned in memory, so the image is made with the runs' mounts,
+    # in their order (fds 3...): /workspace, /tmp, /home/user, /mnt/data, /skills, /blobs, /packages, `/`.
     scratch = Path(tempfile.mkdtemp(prefix="wasmrun-image-"))
     for guest in WRITABLE_MOUNTS + RUN_MOUNTS:
         (scratch / guest.strip("/")).mkdir(parents=True)
