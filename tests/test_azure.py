@@ -156,6 +156,33 @@ def test_deleting_the_session_ends_it(live: Live) -> None:
     assert tool.session_id != old
 
 
+def test_deleting_a_busy_session_stops_its_run_and_its_queued_calls(live: Live) -> None:
+    import threading
+    import time
+
+    answers: dict[str, requests.Response] = {}
+
+    def send(name: str, text: str) -> None:
+        answers[name] = live.post("code/execute", "del-busy", json=code(text))
+
+    live.post("code/execute", "del-busy", json=code("ready = 1"))
+    running = threading.Thread(target=send, args=("running", "import time\ntime.sleep(5)\n'done'"))
+    running.start()
+    time.sleep(0.5)
+    queued = threading.Thread(target=send, args=("queued", "'second'"))
+    queued.start()
+    time.sleep(0.3)
+    deleted = requests.delete(f"{live.pool}/session", params={"identifier": "del-busy"},
+                              headers={"Authorization": f"Bearer {live.alice}"}, timeout=30)
+    running.join(30)
+    queued.join(30)
+    assert deleted.status_code == 204
+    assert answers["running"].json()["properties"]["status"] == "Failure"  # interrupted, not run to its end
+    assert "deleted" in _refused(answers["queued"], 404)
+    fresh = live.post("code/execute", "del-busy", json=code("'ready' in dir()")).json()["properties"]
+    assert fresh["result"] == "False"
+
+
 def _refused(response: requests.Response, status: int) -> str:
     assert response.status_code == status, response.text
     message: str = response.json()["error"]["message"]

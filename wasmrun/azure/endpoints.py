@@ -24,6 +24,8 @@ from wasmrun.tenants.caller import Caller
 if TYPE_CHECKING:
     from wasmrun.azure.front import AzureFront
 
+DELETED = "this identifier's session was deleted while the call waited: send it again"
+
 MAX_TIMEOUT_S = 3600
 
 
@@ -55,7 +57,7 @@ async def execute(front: AzureFront, request: Request, caller: Caller) -> Respon
     """`POST code/execute`: the code as a run of the identifier's session (its state kept
     from one call to the next), its output, result and time as the service answers them."""
     code, timeout = _code(await read_json_object(request, MAX_CODE_BODY))
-    entry = front.entry(request, caller)
+    key = front.key(request, caller)
     try:
         cell, pips = split_cell(code)
     except FrontError as exc:  # a shell line: the service's kernel would run it, a sandbox cannot
@@ -73,14 +75,17 @@ async def execute(front: AzureFront, request: Request, caller: Caller) -> Respon
         started = time.monotonic()
         if not cell.strip():
             return results.properties({"status": "completed"}, output, 0)
-        async with holder.contexts[DEFAULT_CONTEXT].lock:
+        context = holder.contexts[DEFAULT_CONTEXT]
+        async with context.lock:
+            if context.ended:  # the session was deleted while this call waited for it
+                raise FrontError(404, DELETED)
             result = await front.calls.run(caller, {**params, "session_id": holder.session_id})
         millis = int((time.monotonic() - started) * 1000)
         blob = results.image_blob(result)
         content = {blob: await front.calls.read_blob(caller, blob)} if blob is not None else {}
         return results.properties(result, output, millis, content.get)
 
-    props = await front.in_session(entry, run)
+    props = await front.in_session(key, caller, run)
     props["stderr"] = notes + props["stderr"]
     return _answer(props)
 
@@ -120,7 +125,7 @@ def _value(files: list[dict[str, Any]]) -> JSONResponse:
 async def upload(front: AzureFront, request: Request, caller: Caller) -> Response:
     """`POST files/upload` (multipart, each part's file name relative to /mnt/data or under
     it): each file streamed to disk within the workspace quota, then into the session."""
-    entry = front.entry(request, caller)
+    key = front.key(request, caller)
     folder = relative(request.query_params.get("path") or data_path(""))
     async with transfer.received(request, front.calls) as received:
         named = [(_joined(folder, name), source) for name, source in received]
@@ -131,7 +136,7 @@ async def upload(front: AzureFront, request: Request, caller: Caller) -> Respons
             await transfer.upload(front.calls, holder, named)
             return await _files(front, holder, "")
 
-        listed = {f["filename"]: f for f in await front.in_session(entry, put)}
+        listed = {f["filename"]: f for f in await front.in_session(key, caller, put)}
     return _value([listed[rel] for rel, _ in named if rel in listed])
 
 
@@ -144,9 +149,9 @@ def _joined(folder: str, name: str) -> str:
 
 async def list_files(front: AzureFront, request: Request, caller: Caller) -> Response:
     """`GET files`: every file under /mnt/data (or under `?path=`), with its size and time."""
-    entry = front.entry(request, caller)
+    key = front.key(request, caller)
     rel = relative(request.query_params.get("path") or data_path(""))
-    return _value(await front.in_session(entry, lambda holder: _files(front, holder, rel)))
+    return _value(await front.in_session(key, caller, lambda holder: _files(front, holder, rel)))
 
 
 def _named(request: Request) -> str:
@@ -158,19 +163,19 @@ def _named(request: Request) -> str:
 
 async def content(front: AzureFront, request: Request, caller: Caller) -> Response:
     """`GET files/content/{name}`: the file's bytes, streamed."""
-    rel, entry = _named(request), front.entry(request, caller)
-    return await front.in_session(entry, lambda holder: transfer.download(front.calls, holder, rel))
+    rel, key = _named(request), front.key(request, caller)
+    return await front.in_session(key, caller, lambda holder: transfer.download(front.calls, holder, rel))
 
 
 async def file_info(front: AzureFront, request: Request, caller: Caller) -> Response:
-    rel, entry = _named(request), front.entry(request, caller)
-    found = await front.in_session(entry, lambda holder: guestfiles.file_op(front.calls, holder, "stat", rel))
+    rel, key = _named(request), front.key(request, caller)
+    found = await front.in_session(key, caller, lambda holder: guestfiles.file_op(front.calls, holder, "stat", rel))
     return JSONResponse({"$id": "1", "properties": {
         k: v for k, v in _metadata(found.get("entry")).items() if k != "type"
     }})
 
 
 async def delete_file(front: AzureFront, request: Request, caller: Caller) -> Response:
-    rel, entry = _named(request), front.entry(request, caller)
-    await front.in_session(entry, lambda holder: guestfiles.file_op(front.calls, holder, "remove", rel))
+    rel, key = _named(request), front.key(request, caller)
+    await front.in_session(key, caller, lambda holder: guestfiles.file_op(front.calls, holder, "remove", rel))
     return Response(status_code=204)

@@ -17,12 +17,14 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from wasmrun.abi import USER_HOME
 from wasmrun.azure import endpoints
+from wasmrun.azure.endpoints import DELETED
 from wasmrun.azure.identifiers import (
     COOLDOWN_S,
     DATA,
     MAX_QUEUED,
     AzureSession,
     IdentifierTable,
+    Key,
     checked_identifier,
     checked_pool,
 )
@@ -66,10 +68,10 @@ class AzureFront:
             raise FrontError(401, "unauthorized: the access token (Authorization: Bearer) must be a wasmrun tenant key")
         return caller
 
-    def entry(self, request: Request, caller: Caller) -> AzureSession:
+    def key(self, request: Request, caller: Caller) -> Key:
+        """The session a request names: its tenant's, in its pool, by its `identifier` (checked)."""
         pool = checked_pool(request.path_params["pool"])
-        identifier = checked_identifier(request.query_params.get("identifier"))
-        return self.table.get_or_add((caller.tenant, pool, identifier), caller)
+        return caller.tenant, pool, checked_identifier(request.query_params.get("identifier"))
 
     async def _make(self, caller: Caller) -> E2BSandbox:
         """A fresh session whose runs start in /mnt/data."""
@@ -93,6 +95,8 @@ class AzureFront:
         async with entry.making:
             if entry.holder is None or entry.holder is stale:
                 entry.holder = None
+                if self.table.find(entry.key) is not entry:  # deleted (or swept) while this call waited
+                    raise FrontError(404, DELETED)
                 entry.holder = await self._make(entry.caller)
             return entry.holder
 
@@ -112,9 +116,11 @@ class AzureFront:
             if entry.holder is None and not entry.waiting and self.table.find(entry.key) is entry:
                 self.table.remove(entry.key)  # never made (a quota, say): nothing to keep
 
-    async def in_session(self, entry: AzureSession, work: Callable[[E2BSandbox], Awaitable[T]]) -> T:
+    async def in_session(self, key: Key, caller: Caller, work: Callable[[E2BSandbox], Awaitable[T]]) -> T:
         """`work` on the identifier's session, queued behind its other calls; once more on a
-        new session when the one it had is gone (nothing of `work` ran in it then)."""
+        new session when the one it had is gone (nothing of `work` ran in it then). The
+        entry is taken and counted as waiting at once (no wait between: the sweep skips it)."""
+        entry = self.table.get_or_add(key, caller)
         async with self._queued(entry):
             holder = await self._ready(entry)
             try:
@@ -126,9 +132,10 @@ class AzureFront:
 
     async def end(self, entry: AzureSession) -> None:
         """Closes the identifier's session: a run in flight is interrupted first."""
-        holder = entry.holder
+        holder, entry.holder = entry.holder, None  # its calls still queued make no new one (_ready)
         if holder is None:
             return
+        holder.contexts[DEFAULT_CONTEXT].ended = True  # nor run in this one (endpoints.execute)
         with contextlib.suppress(FrontError):
             await self.calls.call(entry.caller, "interrupt_session", {"session_id": holder.session_id})
         await self.calls.close_session(entry.caller, holder.session_id)
@@ -177,8 +184,8 @@ def _handler(endpoint: Endpoint, front: AzureFront) -> Callable[[Request], Await
 
 async def delete_session(front: AzureFront, request: Request, caller: Caller) -> Response:
     """`DELETE session?identifier=`: the session ends; the identifier's next use is a new one."""
-    entry = front.entry(request, caller)
-    if front.table.remove(entry.key) is entry:
+    entry = front.table.remove(front.key(request, caller))
+    if entry is not None:
         await front.end(entry)
     return Response(status_code=204)
 
