@@ -89,6 +89,20 @@ def test_an_error_is_failure_with_its_traceback_on_stderr(live: Live) -> None:
     assert "ZeroDivisionError: division by zero" in failed["stderr"]
 
 
+def test_shell_lines_run_in_the_session_as_its_kernel_would(live: Live) -> None:
+    tool = live.tool()
+    tool.upload_file(data=io.BytesIO(b"abc"), remote_file_path="seen.txt")
+    ran = tool.execute("x = 1\n!echo in $PWD\n!ls\nprint(x)\nx + 1")
+    assert (ran["status"], ran["stdout"], ran["result"]) == ("Success", "in /mnt/data\nseen.txt\n1\n", 2)
+    assert tool.execute("!false\n'goes on'")["result"] == "'goes on'"  # an exit status is not an error
+    pip = tool.execute("!pip install requests\nprint('rest')")
+    assert pip["status"] == "Success" and pip["stdout"] == "rest\n" and "wasmrun packages add" in pip["stderr"]
+    magic = tool.execute("%time 1")
+    assert magic["status"] == "Failure" and "magics" in magic["stderr"]
+    stopped = tool.execute("1/0\n!echo never")
+    assert stopped["status"] == "Failure" and "never" not in stopped["stdout"]
+
+
 @pytest.mark.images("stdlib", "data")  # /mnt/data is mounted by each image's own code
 def test_langchain_files_are_the_sessions_mnt_data(live: Live, tmp_path: Path) -> None:
     tool = live.tool()
@@ -229,6 +243,27 @@ def test_a_nul_in_a_file_name_and_a_file_not_there(live: Live) -> None:
     multipart = {"Content-Type": "multipart/form-data; boundary=B"}
     _refused(live.post("files/upload", "paths", data=body, headers=multipart), 400)
     _refused(live.post("files/upload", "paths", data=b"--B\r\nnot a part", headers=multipart), 400)
+
+
+def test_a_50_mib_upload_is_streamed_to_disk_and_comes_back_equal(live: Live) -> None:
+    import hashlib
+    import os
+
+    from tests.test_e2b_files import rss_growth
+
+    data = os.urandom(50 * MiB)
+    tool = live.tool()
+    growth = rss_growth(live.server.process.pid, lambda: tool.upload_file(data=io.BytesIO(data), remote_file_path="big.bin"))
+    assert growth < 150 * MiB, f"the server grew {growth / MiB:.0f} MiB for a 50 MiB upload"
+    assert tool.execute("import os\nos.path.getsize('/mnt/data/big.bin')")["result"] == 50 * MiB
+    back = tool.download_file(remote_file_path="big.bin").read()
+    assert hashlib.sha256(back).digest() == hashlib.sha256(data).digest()
+
+
+def test_more_than_100_files_in_one_upload_are_refused(live: Live) -> None:
+    parts = [("file", (f"f{i}.txt", io.BytesIO(b"x"), "text/plain")) for i in range(101)]
+    assert "multipart" in _refused(live.post("files/upload", "many", files=parts), 400)
+    assert live.get("files", "many").json()["value"] == []
 
 
 def test_an_upload_over_the_workspace_quota_is_refused(live: Live) -> None:

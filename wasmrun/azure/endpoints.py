@@ -15,10 +15,12 @@ from starlette.responses import JSONResponse, Response
 from wasmrun.azure import results
 from wasmrun.azure.identifiers import MAX_PARTS, data_path, relative
 from wasmrun.e2b import guestfiles, transfer
-from wasmrun.e2b.calls import MAX_CODE_BODY, FrontError, read_json_object
-from wasmrun.e2b.interpreter import NO_PIP, split_cell
+from wasmrun.e2b.calls import MAX_CODE_BODY, SESSION_GONE, FrontError, read_json_object
+from wasmrun.e2b.interpreter import NO_PIP
 from wasmrun.e2b.sandboxes import DEFAULT_CONTEXT, E2BSandbox
+from wasmrun.jupyter.cells import CellRefused, Step, split
 from wasmrun.protocol.streaming import RUN_OUTPUT
+from wasmrun.sandbox import OutputChunk
 from wasmrun.tenants.caller import Caller
 
 if TYPE_CHECKING:
@@ -54,40 +56,66 @@ def _answer(props: dict[str, Any]) -> JSONResponse:
 
 
 async def execute(front: AzureFront, request: Request, caller: Caller) -> Response:
-    """`POST code/execute`: the code as a run of the identifier's session (its state kept
-    from one call to the next), its output, result and time as the service answers them."""
+    """`POST code/execute`: the code as runs of the identifier's session (its state kept
+    from one call to the next), its output, result and time as the service answers them.
+    The code is split as its Jupyter kernel would run it (the Jupyter door's `split`): a
+    `!cmd` line is a command of the guest's shell in the same session, `!pip install` a
+    note, the Python between them session runs."""
     code, timeout = _code(await read_json_object(request, MAX_CODE_BODY))
     key = front.key(request, caller)
     try:
-        cell, pips = split_cell(code)
-    except FrontError as exc:  # a shell line: the service's kernel would run it, a sandbox cannot
-        return _answer({"status": "Failure", "stdout": "", "stderr": exc.message + "\n", "result": "",
+        steps = split(code)
+    except CellRefused as exc:  # a magic, an indented `!`: the kernel's transforms, not a sandbox's
+        return _answer({"status": "Failure", "stdout": "", "stderr": f"{exc}\n", "result": "",
                         "executionTimeInMillis": 0})
-    image = " --image data" if front.calls.dispatcher.context.served.name == "data" else ""
-    notes = "".join(NO_PIP.format(image=image, line=pip) for pip in pips)
-    params: dict[str, Any] = {"language": "python", "code": cell, "stream": True}
-    if timeout is not None:
-        params["limits"] = {"timeout_ms": timeout * 1000}
+    limits = {"limits": {"timeout_ms": timeout * 1000}} if timeout is not None else {}
 
     async def run(holder: E2BSandbox) -> dict[str, Any]:
         output = results.Output()
         RUN_OUTPUT.set(output.feed)
         started = time.monotonic()
-        if not cell.strip():
-            return results.properties({"status": "completed"}, output, 0)
         context = holder.contexts[DEFAULT_CONTEXT]
         async with context.lock:
             if context.ended:  # the session was deleted while this call waited for it
                 raise FrontError(404, DELETED)
-            result = await front.calls.run(caller, {**params, "session_id": holder.session_id})
+            result = await _steps(front, caller, holder.session_id, steps, output, limits)
         millis = int((time.monotonic() - started) * 1000)
         blob = results.image_blob(result)
         content = {blob: await front.calls.read_blob(caller, blob)} if blob is not None else {}
         return results.properties(result, output, millis, content.get)
 
-    props = await front.in_session(key, caller, run)
-    props["stderr"] = notes + props["stderr"]
-    return _answer(props)
+    return _answer(await front.in_session(key, caller, run))
+
+
+async def _steps(
+    front: AzureFront, caller: Caller, session_id: str, steps: list[Step], output: results.Output,
+    limits: dict[str, Any],
+) -> dict[str, Any]:
+    """The cell's steps in order, until one fails: the last one's result, with the displays
+    of them all (the last expression counts only in the last step, as IPython shows it)."""
+    image = " --image data" if front.calls.dispatcher.context.served.name == "data" else ""
+    result: dict[str, Any] = {"status": "completed"}
+    displays: list[Any] = []
+    for number, step in enumerate(steps, start=1):
+        if step.kind == "pip":
+            output.feed([OutputChunk("stderr", NO_PIP.format(image=image, line=step.text))])
+            continue
+        if step.kind == "command":
+            params = {"command": step.text, "session_id": session_id, "stream": True, **limits}
+            try:
+                result = await front.calls.call(caller, "run_command", params)
+            except FrontError as exc:
+                raise FrontError(502, SESSION_GONE) if exc.status == 404 else exc from None
+        else:
+            code = "\n" * (step.line - 1) + step.text
+            result = await front.calls.run(caller, {
+                "language": "python", "code": code, "session_id": session_id, "stream": True, **limits,
+            })
+        last = number == len(steps)
+        displays += [d for d in result.get("displays") or [] if last or not (isinstance(d, dict) and d.get("main"))]
+        if result.get("status") != "completed":
+            break
+    return {**result, "displays": displays}
 
 
 def _when(mtime: Any) -> str:
