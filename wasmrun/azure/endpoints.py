@@ -73,11 +73,11 @@ async def execute(front: AzureFront, request: Request, caller: Caller) -> Respon
     async def run(holder: E2BSandbox) -> dict[str, Any]:
         output = results.Output()
         RUN_OUTPUT.set(output.feed)
-        started = time.monotonic()
         context = holder.contexts[DEFAULT_CONTEXT]
         async with context.lock:
             if context.ended:  # the session was deleted while this call waited for it
                 raise FrontError(404, DELETED)
+            started = time.monotonic()  # the execution's time, not the wait for the one before it
             result = await _steps(front, caller, holder.session_id, steps, output, limits)
         millis = int((time.monotonic() - started) * 1000)
         blob = results.image_blob(result)
