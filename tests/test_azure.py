@@ -216,6 +216,23 @@ def test_hostile_execute_bodies_are_clear_errors(live: Live) -> None:
     assert live.post("code/execute", json=code("2 + 2")).json()["properties"]["result"] == 4  # still serving
 
 
+def test_timeout_in_seconds_is_the_runs_time_limit(live: Live) -> None:
+    body = code("import time\ntime.sleep(5)")
+    body["properties"]["timeoutInSeconds"] = 1
+    stopped = live.post("code/execute", "timed", json=body).json()["properties"]
+    assert stopped["status"] == "Failure" and "Timeout" in stopped["stderr"], stopped["stderr"]
+    assert stopped["executionTimeInMillis"] < 4000
+    body["properties"]["timeoutInSeconds"] = "soon"
+    assert "timeoutInSeconds" in _refused(live.post("code/execute", "timed", json=body), 400)
+
+
+def test_an_upload_without_a_file_name_is_refused(live: Live) -> None:
+    with pytest.raises(requests.HTTPError) as refused:  # LangChain's upload_file(data=...) with no remote_file_path
+        live.tool().upload_file(data=io.BytesIO(b"x"))
+    assert refused.value.response.status_code == 400
+    assert "no file" in refused.value.response.json()["error"]["message"]
+
+
 def test_hostile_identifiers_and_pools(live: Live) -> None:
     assert "identifier" in _refused(live.post("code/execute", "x" * 5000, json=code("1")), 400)
     assert "identifier" in _refused(live.post("code/execute", "two words", json=code("1")), 400)

@@ -114,8 +114,16 @@ def error_text(error: Any) -> str:
         return "Error: the run failed\n"
     kind, message = str(error.get("type", "Error")), str(error.get("message", ""))
     start = message.find(TRACEBACK_HEAD)
-    text = message[start:] if start >= 0 else f"{kind}: {message}"
-    return text if text.endswith("\n") else text + "\n"
+    if start < 0:
+        return f"{kind}: {message}\n"
+    text = message[start:].rstrip("\n") + "\n"
+    lines = text.splitlines()
+    last_frame = max((i for i, line in enumerate(lines) if line.startswith("  File ")), default=-1)
+    header = re.compile(rf"(?:[\w.<>]+\.)?{re.escape(kind.removeprefix('Guest'))}(?::.*)?")
+    if any(header.fullmatch(line) for line in lines[last_frame + 1:]):  # the exception's own line
+        return text
+    # A limit stopped the run where its traceback ends: say which, as Python names an exception.
+    return f"{text}{kind}: the run was stopped by its limit (docs/run-contract.md)\n"
 
 
 def properties(
