@@ -36,7 +36,8 @@ class Live:
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     data = tmp_path_factory.mktemp("azure-sessions") / "data"
     store = TenantStore(data)
-    keys = {"alice": store.add("alice"), "solo": store.add("solo", {"sessions": 1})}
+    keys = {"alice": store.add("alice"), "solo": store.add("solo", {"sessions": 1}),
+            "carol": store.add("carol", {"concurrent_requests": 1})}
     env = {**wasmrun_env(), "WASMRUN_SESSION_IDLE_S": str(IDLE_S), "WASMRUN_SESSION_MAX_IDLE_S": str(IDLE_S)}
     server = LiveServer(data, env=env)
     try:
@@ -74,3 +75,19 @@ def test_each_identifier_counts_in_the_tenants_sessions(live: Live) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+def test_the_tenants_concurrent_requests_count_the_doors_calls(live: Live) -> None:
+    import threading
+
+    slow = threading.Thread(target=lambda: live.tool("carol", "c1").execute("import time\ntime.sleep(3)"))
+    slow.start()
+    time.sleep(1.0)
+    try:
+        with pytest.raises(requests.HTTPError) as refused:
+            live.tool("carol", "c2").execute("1")
+        assert refused.value.response.status_code == 429
+        assert refused.value.response.json()["error"]["code"] == "TooManyRequests"
+    finally:
+        slow.join(30)
+    assert live.tool("carol", "c2").execute("1")["result"] == 1  # its place given back
