@@ -60,11 +60,18 @@ def interrupt_when_running(call: Caller, session_id: str) -> dict[str, Any]:
     """interrupt_session as soon as the session's run is in flight (it is not at once)."""
     give_up = time.monotonic() + 60
     while time.monotonic() < give_up:
-        got: dict[str, Any] = call.result("interrupt_session", session_id=session_id)
-        if got["interrupted"]:
-            return got
+        if _busy(call, session_id):
+            time.sleep(1.0)  # in flight: let it reach the code after its first lines
+            got: dict[str, Any] = call.result("interrupt_session", session_id=session_id)
+            if got["interrupted"]:
+                return got
         time.sleep(0.05)
     raise AssertionError("the session's run was never seen in flight")
+
+
+def _busy(call: Caller, session_id: str) -> bool:
+    sessions = call.result("list_sessions")["sessions"]
+    return any(s["session_id"] == session_id and s["busy"] for s in sessions)
 
 
 @pytest.mark.parametrize(

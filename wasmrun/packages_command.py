@@ -75,7 +75,7 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--packages-allow", metavar="NAMES",
         help="with --packages allowlist: names or glob patterns, comma-separated, e.g. 'humanize,types-*'"
-        " (WASMRUN_PACKAGES_ALLOW)",
+        " (WASMRUN_PACKAGES_ALLOW; default: none, the policy file's [packages] allow)",
     )
 
 
