@@ -17,7 +17,6 @@ characters, not bytes (length("é") is 1, as gawk in a UTF-8 locale).
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 import re
@@ -26,7 +25,7 @@ from typing import Any
 
 # Loads just-bash without its network module: before any just_bash import (isort must not move it).
 # isort: off
-from runtime import _shelljb  # noqa: F401
+from runtime import _shelljb
 from just_bash.types import ExecResult
 from runtime import _shellgrep
 from runtime._shellawkparse import AwkSyntaxError, parse, unescape
@@ -346,7 +345,7 @@ class Awk:
                 raise AwkError(f"cannot open pipe `{command}' ({_reason(error)})") from None
             script = f"{{ {command}\n}} < {temp}"
         try:
-            result = _drive(self.ctx.exec(script, {"cwd": self.ctx.cwd}))
+            result = _shelljb.drive(self.ctx.exec(script, {"cwd": self.ctx.cwd}))
         finally:
             if temp is not None:
                 try:
@@ -462,7 +461,7 @@ class Awk:
                     self.close(name)
                 if self.ctx.exec is None:
                     raise AwkError(f"cannot run commands here: {name}")
-                result = _drive(self.ctx.exec(name, {"cwd": self.ctx.cwd}))
+                result = _shelljb.drive(self.ctx.exec(name, {"cwd": self.ctx.cwd}))
                 if result.stderr:
                     self.err.append(result.stderr)
                 reader = Reader(result.stdout)
@@ -889,22 +888,6 @@ def _run_sync(coro: Any) -> Any:
     raise AwkError("the filesystem call did not finish at once")
 
 
-def _drive(coro: Any) -> Any:
-    """A coroutine (a command run by the shell) run to its end on an event loop of its
-    own, the running one set aside for the call, as runtime/commands.py's _drive does."""
-    outer = asyncio.events._get_running_loop()
-    task = asyncio.current_task(outer) if outer is not None else None
-    if task is not None:
-        asyncio.tasks._leave_task(outer, task)
-    loop = asyncio.new_event_loop()
-    asyncio.events._set_running_loop(None)
-    try:
-        return loop.run_until_complete(coro)
-    finally:
-        loop.close()
-        asyncio.events._set_running_loop(outer)
-        if task is not None:
-            asyncio.tasks._enter_task(outer, task)
 
 
 from runtime._shellawkcomp import compile_program  # noqa: E402  (it uses the names above)

@@ -28,3 +28,25 @@ if NETWORK not in sys.modules:
     sys.modules[NETWORK] = _offline
 
 import just_bash  # noqa: E402,F401  (the library, with the module above in place)
+
+
+def drive(coro: Any) -> Any:
+    """Run a coroutine of the shell to its end on an event loop of its own (the sandbox's
+    loop: runtime/_compat.py), even when called from code already inside a loop: that
+    loop and its running task are set aside for the call (asyncio allows one running
+    loop, and on 3.12+ one current task, per thread) and put back after."""
+    import asyncio
+
+    outer = asyncio.events._get_running_loop()
+    task = asyncio.current_task(outer) if outer is not None else None
+    if task is not None:
+        asyncio.tasks._leave_task(outer, task)
+    loop = asyncio.new_event_loop()
+    asyncio.events._set_running_loop(None)
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+        asyncio.events._set_running_loop(outer)
+        if task is not None:
+            asyncio.tasks._enter_task(outer, task)

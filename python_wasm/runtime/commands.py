@@ -16,7 +16,6 @@ the commands and what differs from bash.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import sys
@@ -26,7 +25,7 @@ from typing import Any
 
 # Loads just-bash without its network module: before any just_bash import (isort must not move it).
 # isort: off
-from runtime import _shelljb  # noqa: F401
+from runtime import _shelljb
 from just_bash.ast.types import SingleQuotedPart, WordNode
 from just_bash.commands import create_command_registry
 from just_bash.interpreter import Interpreter, InterpreterState, ShellOptions, VariableStore
@@ -624,24 +623,6 @@ async def _execute(shell: _Shell, ast: Any) -> int:
     return result.exit_code
 
 
-def _drive(coro: Any) -> int:
-    """Run the shell's coroutine to its end on an event loop of its own (the sandbox's
-    loop: runtime/_compat.py), even when called from code already inside a loop: that
-    loop and its running task are set aside for the call (asyncio allows one running
-    loop, and on 3.12+ one current task, per thread) and put back after."""
-    outer = asyncio.events._get_running_loop()
-    task = asyncio.current_task(outer) if outer is not None else None
-    if task is not None:
-        asyncio.tasks._leave_task(outer, task)
-    loop = asyncio.new_event_loop()
-    asyncio.events._set_running_loop(None)
-    try:
-        return int(loop.run_until_complete(coro))
-    finally:
-        loop.close()
-        asyncio.events._set_running_loop(outer)
-        if task is not None:
-            asyncio.tasks._enter_task(outer, task)
 
 
 def run(
@@ -693,7 +674,7 @@ def _parse_and_run(script: str, folder: str, extra: dict[str, str], text_in: str
     shell = _Shell(fs=_FS, commands=_COMMANDS, limits=LIMITS, state=state,
                    top=frozenset(id(s) for s in ast.statements))
     try:
-        status = _drive(_execute(shell, ast))
+        status = int(_shelljb.drive(_execute(shell, ast)))
     except RecursionError:
         _emit(sys.stderr, "bash: maximum nesting depth exceeded\n")
         return 2

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.sandbox.test_commands_guest import BASH, CORPUS_DIR, CORPUS_RUN, _native, _run, shell
+from tests.sandbox.test_commands_guest import BASH, CORPUS_DIR, CORPUS_RUN, _native, _run, corpus_entries, shell
 from wasmrun.sandbox.engine import SandboxEngine
 
 pytestmark = pytest.mark.images("stdlib", "data")
@@ -20,19 +20,7 @@ AWK_CORPUS = CORPUS_DIR / "awk.txt"
 
 def awk_corpus_entries() -> list[str]:
     """tests/commands_corpus/awk.txt, in corpus.txt's format."""
-    entries: list[str] = []
-    block: list[str] | None = None
-    for line in AWK_CORPUS.read_text().splitlines():
-        if line == "%%":
-            if block is not None:
-                entries.append("\n".join(block))
-            block = [] if block is None else None
-            continue
-        if block is not None:
-            block.append(line)
-        elif line and not line.startswith("#"):
-            entries.append(line)
-    return entries
+    return corpus_entries(AWK_CORPUS.name)
 
 
 @pytest.fixture(scope="module")

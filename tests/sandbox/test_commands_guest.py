@@ -592,12 +592,12 @@ CORPUS_DIR = Path(__file__).resolve().parent.parent / "commands_corpus"
 BASH = "/bin/bash"
 
 
-def corpus_entries() -> list[str]:
-    """tests/commands_corpus/corpus.txt: one command line per line, or the lines between
-    two `%%` lines as one."""
+def corpus_entries(name: str = "corpus.txt") -> list[str]:
+    """A corpus file of tests/commands_corpus/: one command line per line, or the lines
+    between two `%%` lines as one."""
     entries: list[str] = []
     block: list[str] | None = None
-    for line in (CORPUS_DIR / "corpus.txt").read_text().splitlines():
+    for line in (CORPUS_DIR / name).read_text().splitlines():
         if line == "%%":
             if block is not None:
                 entries.append("\n".join(block))
