@@ -12,6 +12,8 @@ client (wasmrun.client):
 - `wasmrun.adapters.pydantic_ai`: `WasmrunWorkspaceBackend`, Pydantic AI's workspace
   backend protocol (`pydantic_ai.workspaces`), and `WasmrunWorkspace`, the capability that
   gives an agent's runs one (`pip install 'wasmrun[adapters]'`).
+- `wasmrun.adapters.smolagents`: `WasmrunExecutor`, smolagents' remote Python executor for
+  `CodeAgent(executor=...)`: every step's code in one session (`pip install 'wasmrun[adapters]'`).
 
 Nothing here is imported by the server: the frameworks are optional extras, and
 each adapter module imports its framework at the top, so importing it without the
