@@ -193,3 +193,26 @@ def test_every_install_is_an_audit_line(served: Served) -> None:
     first = next(line for line in installs if line["packages"] == ["humanize==4.9.0"])
     assert first["package_set"] and "packages_cached" in first
     assert any(line["bytes_in"] > 0 for line in installs)  # one of them downloaded
+
+
+def test_the_typed_client_asks_for_a_sessions_packages(served: Served) -> None:
+    from wasmrun.client import Client
+
+    with Client(served.server.base_url, api_key=served.alice_key, timeout=180) as client:
+        info = client.create_session(packages=[HUMANIZE])
+        try:
+            assert info.packages_installed and info.packages_installed.packages[0].name == "humanize"
+            run = client.run_code("import humanize\nhumanize.intcomma(9876543)", session_id=info.session_id)
+            assert run.status == "completed" and run.output == "9,876,543", run
+        finally:
+            client.close_session(info.session_id)
+
+
+def test_the_typed_client_asks_for_a_fresh_runs_and_a_commands_packages(served: Served) -> None:
+    from wasmrun.client import Client
+
+    with Client(served.server.base_url, api_key=served.alice_key, timeout=180) as client:
+        run = client.run_code("import humanize\nhumanize.ordinal(2)", packages=[HUMANIZE])
+        assert run.status == "completed" and run.output == "2nd", run
+        done = client.run_command("python3 -c 'import humanize; print(humanize.ordinal(3))'", packages=[HUMANIZE])
+        assert done.exit_code == 0 and done.stdout == "3rd\n", done

@@ -158,20 +158,22 @@ def _run_limits(limits: Limits | None, timeout_ms: int | None) -> RunLimits:
 def _run_code_params(
     code: str, language: Language, entrypoint: str, args: dict[str, Any] | None, mount_skills: list[str] | None,
     input_blobs: list[str] | None, limits: RunLimits, session_id: str | None = None,
+    packages: list[str] | None = None,
 ) -> RunCodeParams:
     return RunCodeParams(
         language=language,
         code=code, entrypoint=entrypoint, args=args or {}, mount_skills=mount_skills or [],
-        input_blobs=input_blobs or [], limits=limits, session_id=session_id,
+        input_blobs=input_blobs or [], limits=limits, session_id=session_id, packages=packages or [],
     )
 
 
 def _run_command_params(
     command: str | list[str], cwd: str | None, env: dict[str, str] | None, stdin: str | None,
-    timeout_ms: int | None, limits: Limits | None, session_id: str | None,
+    timeout_ms: int | None, limits: Limits | None, session_id: str | None, packages: list[str] | None = None,
 ) -> RunCommandParams:
     return RunCommandParams(
         command=command, cwd=cwd, env=env or {}, stdin=stdin, limits=_run_limits(limits, timeout_ms), session_id=session_id,
+        packages=packages or [],
     )
 
 
@@ -189,11 +191,13 @@ def _execute_skill_params(
 
 def _create_session_params(
     limits: RunLimits | dict[str, int] | None, idle_timeout_s: int | None, skills: list[str] | None,
+    packages: list[str] | None = None,
 ) -> CreateSessionParams:
     if isinstance(limits, dict):
         limits = msgspec.convert(limits, RunLimits)
     return CreateSessionParams(
         language="python", limits=limits or RunLimits(), idle_timeout_s=idle_timeout_s, skills=skills or [],
+        packages=packages or [],
     )
 
 
@@ -272,31 +276,34 @@ class Client(Calls):
         self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None,
-        session_id: str | None = None,
+        session_id: str | None = None, packages: list[str] | None = None,
     ) -> ExecutionResult:
         """`limits`: a RunLimits or a dict (timeout_ms, memory_mb, cpu_ms, workspace_mb, output_bytes).
-        With `session_id`: inside that session (create_session)."""
+        With `session_id`: inside that session (create_session). `packages`: pip requirements
+        installed on demand for a fresh run (docs/packages.md)."""
         params = _run_code_params(
-            code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id
+            code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id,
+            packages,
         )
         return self._call("run_code", params, ExecutionResult)
 
     def run_command(
         self, command: str | list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
         stdin: str | None = None, timeout_ms: int | None = None, limits: Limits | None = None,
-        session_id: str | None = None,
+        session_id: str | None = None, packages: list[str] | None = None,
     ) -> CommandResult:
         """A command line (bash syntax) or an argv list, run by the sandbox's shell over its files
         (docs/commands.md): `exit_code`, `stdout`, `stderr`. With `session_id`: in that session."""
-        params = _run_command_params(command, cwd, env, stdin, timeout_ms, limits, session_id)
+        params = _run_command_params(command, cwd, env, stdin, timeout_ms, limits, session_id, packages)
         return self._call("run_command", params, CommandResult)
 
     def create_session(
         self, limits: RunLimits | dict[str, int] | None = None, idle_timeout_s: int | None = None,
-        skills: list[str] | None = None,
+        skills: list[str] | None = None, packages: list[str] | None = None,
     ) -> SessionInfo:
-        """A new Python session: its globals, imports, /workspace and /tmp carry over between runs."""
-        params = _create_session_params(limits, idle_timeout_s, skills)
+        """A new Python session: its globals, imports, /workspace and /tmp carry over between runs;
+        `packages` (pip requirements) installed on demand and kept by its runs and forks."""
+        params = _create_session_params(limits, idle_timeout_s, skills, packages)
         return self._call("create_session", params, SessionInfo)
 
     def fork_session(self, session_id: str) -> ForkSessionResult:
@@ -440,30 +447,33 @@ class AsyncClient(Calls):
         self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None,
-        session_id: str | None = None,
+        session_id: str | None = None, packages: list[str] | None = None,
     ) -> ExecutionResult:
         """`limits`: a RunLimits or a dict (timeout_ms, memory_mb, cpu_ms, workspace_mb, output_bytes).
-        With `session_id`: inside that session (create_session)."""
+        With `session_id`: inside that session (create_session). `packages`: pip requirements
+        installed on demand for a fresh run (docs/packages.md)."""
         params = _run_code_params(
-            code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id
+            code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id,
+            packages,
         )
         return await self._call("run_code", params, ExecutionResult)
 
     async def run_command(
         self, command: str | list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
         stdin: str | None = None, timeout_ms: int | None = None, limits: Limits | None = None,
-        session_id: str | None = None,
+        session_id: str | None = None, packages: list[str] | None = None,
     ) -> CommandResult:
         """As Client.run_command."""
-        params = _run_command_params(command, cwd, env, stdin, timeout_ms, limits, session_id)
+        params = _run_command_params(command, cwd, env, stdin, timeout_ms, limits, session_id, packages)
         return await self._call("run_command", params, CommandResult)
 
     async def create_session(
         self, limits: RunLimits | dict[str, int] | None = None, idle_timeout_s: int | None = None,
-        skills: list[str] | None = None,
+        skills: list[str] | None = None, packages: list[str] | None = None,
     ) -> SessionInfo:
-        """A new Python session: its globals, imports, /workspace and /tmp carry over between runs."""
-        params = _create_session_params(limits, idle_timeout_s, skills)
+        """A new Python session: its globals, imports, /workspace and /tmp carry over between runs;
+        `packages` (pip requirements) installed on demand and kept by its runs and forks."""
+        params = _create_session_params(limits, idle_timeout_s, skills, packages)
         return await self._call("create_session", params, SessionInfo)
 
     async def fork_session(self, session_id: str) -> ForkSessionResult:
