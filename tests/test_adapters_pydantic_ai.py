@@ -289,3 +289,14 @@ async def test_relative_symlinks(client: Client, made: list[WasmrunWorkspaceBack
     assert entries == {"dir": True, "dirlink": True, "link.txt": False, "loop": False, "target.txt": False, "up": False}
     await backend.remove("/workspace/s/dirlink")  # the link itself, not what it points at
     assert await backend.exists("/workspace/s/dir") and not await backend.exists("/workspace/s/dirlink")
+
+
+@pytest.mark.anyio
+async def test_a_program_named_by_its_path_runs(client: Client, made: list[WasmrunWorkspaceBackend]) -> None:
+    """pydantic-ai's `Workspace.run(argv, cwd=...)` starts `/bin/sh -c ...`: the guest's shell
+    runs such paths as its own commands."""
+    made.append(WasmrunWorkspaceBackend.on(client))
+    backend = made[-1]
+    assert (await backend.run(["/bin/sh", "-c", "echo hi"])).stdout == "hi\n"
+    assert (await backend.run(["/usr/bin/env", "python3", "-c", "print(6 * 7)"])).stdout == "42\n"
+    assert (await backend.run(["/usr/bin/no-such-program"])).exit_code == 127

@@ -76,10 +76,6 @@ T = TypeVar("T")
 # The session's working folder and the folders above it (and /home/user, the same folder under
 # E2B's name): `remove` refuses them, so a model's `rm .` cannot empty the workspace.
 _PROTECTED = frozenset({"/", "/workspace", "/home", "/home/user"})
-# The sandbox has no /bin: its programs are the shell's commands, named without a folder. A
-# command that names one by its path (`/bin/sh -c ...`, as Workspace.run(argv, cwd=...) does)
-# runs it by its name.
-_BIN_FOLDERS = ("/bin", "/usr/bin")
 
 
 class WasmrunWorkspaceBackend(WorkspaceBackend, SupportsCommands, SupportsFilesystem, SupportsRealpath):
@@ -312,9 +308,7 @@ def _checked_command(command: WorkspaceCommand, *, shell: bool) -> str | list[st
     argv = [_checked_text(word, f"command[{i}]") for i, word in enumerate(command)]
     if not argv:
         raise ValueError("command must not be empty")
-    if posixpath.dirname(argv[0]) in _BIN_FOLDERS:
-        argv[0] = posixpath.basename(argv[0])
-    return argv
+    return argv  # `/bin/sh`, `/usr/bin/env`...: the guest's shell runs them as its commands
 
 
 def _checked_env(env: Mapping[str, str] | None) -> dict[str, str]:
