@@ -142,14 +142,11 @@ class WasmrunExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents
         self._created_here = session_id is None
         self._steps = 0
         if session_id is None:
-            params: dict[str, Any] = {"language": "python", "packages": list(packages or [])}
-            if limits:
-                params["limits"] = dict(limits)
-            if idle_timeout_s is not None:
-                params["idle_timeout_s"] = idle_timeout_s
-            info = client.call("create_session", params)
-            session_id = info["session_id"]
-            self.session_packages: list[str] = list(info.get("packages", []))
+            info = client.create_session(
+                limits=dict(limits) if limits else None, idle_timeout_s=idle_timeout_s, packages=list(packages or []),
+            )
+            session_id = info.session_id
+            self.session_packages: list[str] = list(info.packages)
         else:
             if packages:
                 raise ValueError("wasmrun: `packages` are given to a new session; a session handed in keeps its own")
