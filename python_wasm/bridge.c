@@ -41,6 +41,15 @@ WASMRUN_IMPORT("log") extern void host_log(int32_t level, const uint8_t *msg, in
 WASMRUN_IMPORT("http_request") extern int64_t host_http_request(const uint8_t *meta, int32_t meta_len,
                                                                 const uint8_t *body, int32_t body_len);
 WASMRUN_IMPORT("http_reply_read") extern int32_t host_http_reply_read(uint8_t *buf, int32_t cap);
+/* Packages installed on demand (runtime/packages.py): the host resolves and mounts them
+ * and keeps its JSON reply for `packages_reply_read`. Returns the reply's length. */
+WASMRUN_IMPORT("packages_install") extern int64_t host_packages_install(const uint8_t *req, int32_t req_len);
+WASMRUN_IMPORT("packages_reply_read") extern int32_t host_packages_reply_read(uint8_t *buf, int32_t cap);
+/* Code mode (runtime/tools.py): a batch of the client's tools called together,
+ * as JSON; the run waits in the host until the client answers, and the reply
+ * (JSON) waits for `tool_reply_read`. Returns the reply's length. */
+WASMRUN_IMPORT("tool_call") extern int64_t host_tool_call(const uint8_t *calls, int32_t calls_len);
+WASMRUN_IMPORT("tool_reply_read") extern int32_t host_tool_reply_read(uint8_t *buf, int32_t cap);
 
 /* wasi-libc caches the preopened directories on first use. The snapshot
  * was taken with the build's preopens; each run has its own (/skills/...,
@@ -264,6 +273,56 @@ static PyObject *wr_http_request(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* tool_call(calls_json: bytes) -> bytes: the answers' JSON (runtime/tools.py). */
+static PyObject *wr_tool_call(PyObject *self, PyObject *arg) {
+    Py_buffer calls;
+    if (!PyArg_Parse(arg, "y*", &calls)) return NULL;
+    if (calls.len > INT32_MAX) {
+        PyBuffer_Release(&calls);
+        PyErr_SetString(PyExc_OverflowError, "tool calls too large");
+        return NULL;
+    }
+    int64_t len;
+    Py_BEGIN_ALLOW_THREADS
+    len = host_tool_call(calls.buf, (int32_t)calls.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&calls);
+    if (len < 0 || len > INT32_MAX) return host_error(len < 0 ? len : HOST_EINVAL);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
+    if (out == NULL) return NULL;
+    int32_t got = host_tool_reply_read((uint8_t *)PyBytes_AS_STRING(out), (int32_t)len);
+    if (got != len) {
+        Py_DECREF(out);
+        return host_error(got < 0 ? got : HOST_EINVAL);
+    }
+    return out;
+}
+
+/* packages_install(request_json: bytes) -> bytes: the host's JSON reply. */
+static PyObject *wr_packages_install(PyObject *self, PyObject *arg) {
+    Py_buffer req;
+    if (PyObject_GetBuffer(arg, &req, PyBUF_SIMPLE) < 0) return NULL;
+    if (req.len > INT32_MAX) {
+        PyBuffer_Release(&req);
+        PyErr_SetString(PyExc_OverflowError, "request too large");
+        return NULL;
+    }
+    int64_t len;
+    Py_BEGIN_ALLOW_THREADS
+    len = host_packages_install(req.buf, (int32_t)req.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&req);
+    if (len < 0 || len > INT32_MAX) return host_error(len < 0 ? len : HOST_EINVAL);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
+    if (out == NULL) return NULL;
+    int32_t got = host_packages_reply_read((uint8_t *)PyBytes_AS_STRING(out), (int32_t)len);
+    if (got != len) {
+        Py_DECREF(out);
+        return host_error(got < 0 ? got : HOST_EINVAL);
+    }
+    return out;
+}
+
 static PyMethodDef wr_methods[] = {
     {"request", wr_request, METH_NOARGS, "request() -> bytes: this run's request."},
     {"respond", wr_respond, METH_O, "respond(bytes): hand the run's result to the host."},
@@ -274,6 +333,8 @@ static PyMethodDef wr_methods[] = {
     {"http_request", wr_http_request, METH_VARARGS, "http_request(meta, body) -> reply bytes"},
     {"out_write", wr_out_write, METH_O, "out_write(bytes) -> int: append to the run's output."},
     {"out_flush", wr_out_flush, METH_NOARGS, "out_flush(): hand buffered output to the host now."},
+    {"packages_install", wr_packages_install, METH_O, "packages_install(request) -> reply bytes"},
+    {"tool_call", wr_tool_call, METH_O, "tool_call(calls_json) -> answers_json: the client's tools"},
     {NULL, NULL, 0, NULL},
 };
 

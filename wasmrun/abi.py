@@ -90,6 +90,8 @@ class DoorOp(enum.IntEnum):
     BLOB_WRITE = 5
     LOG = 6
     HTTP_REQUEST = 7
+    PACKAGES_INSTALL = 8
+    TOOL_CALL = 16  # code mode: calls of the client's own tools (wasmrun/sandbox/toolwait.py)
 
 
 class HostCall(msgspec.Struct, frozen=True):
@@ -116,6 +118,10 @@ HOST_CALLS: Final = (
     # (meta, meta_len, body, body_len) -> reply length; the reply waits for http_reply_read
     HostCall("http_request", ("i32",) * 4, ("i64",), DoorOp.HTTP_REQUEST),
     HostCall("http_reply_read", ("i32", "i32"), ("i32",), None),  # (buf, cap) -> len
+    # (calls, calls_len) -> reply length: a batch of the client's tools called together (JSON), the run
+    # suspended until the client answers (docs/code-mode.md); the reply waits for tool_reply_read
+    HostCall("tool_call", ("i32", "i32"), ("i64",), DoorOp.TOOL_CALL),
+    HostCall("tool_reply_read", ("i32", "i32"), ("i32",), None),  # (buf, cap) -> len
 )
 HOST_CALL_NAMES: Final = frozenset(call.name for call in HOST_CALLS)
 
@@ -123,7 +129,7 @@ HOST_CALL_NAMES: Final = frozenset(call.name for call in HOST_CALLS)
 # runtime/_door.py's functions), and its exception for a stop request.
 GUEST_FUNCTIONS: Final = frozenset({
     "request", "respond", "blob_size", "blob_read", "blob_write", "log", "http_request", "out_write",
-    "out_flush",
+    "out_flush", "tool_call",
 })
 # What the data image's `_wasmrun` (runtime/_door.py) offers its maker besides: where stdout's
 # buffer lives in the image's memory, written beside the image (python_wasm/dataimage.py) and
@@ -153,6 +159,10 @@ USER_HOME: Final = "/home/user"
 AZURE_DATA: Final = "/mnt/data"
 TMP: Final = "/tmp"  # per run, emptied after it, counted with /workspace against one quota
 BLOBS: Final = "/blobs"  # the run's input blobs as read-only files named by their ids
+# Where a set installed during a run (runtime.packages.install) shows in that run: a copy of the
+# set's site-packages the host puts under the run's /tmp and removes after it (later runs of a
+# session mount the set at /packages, and the runtime moves its modules' paths there).
+PACKAGES_ADDED: Final = "/tmp/.wasmrun-packages"
 
 # --- one run: the request the guest reads ---------------------------------------------
 
@@ -203,6 +213,42 @@ ENTRYPOINT_NOT_FOUND: Final = "EntrypointNotFound"
 INVALID_OUTPUT: Final = "InvalidOutput"  # the return value is not JSON
 SYSTEM_EXIT: Final = "SystemExit"
 GUEST_CRASH: Final = "GuestCrashed"  # the runtime itself failed (the host also uses it for traps)
+
+# --- packages installed from inside a run (runtime.packages.install, `pip install`) -------------
+
+MAX_PACKAGES_REQUEST: Final = 1 << 20  # bytes of a packages_install request the host reads at most
+
+
+class PackagesInstallRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """`packages_install`'s argument, JSON (runtime/packages.py)."""
+
+    requirements: list[str]
+
+
+class InstalledDist(msgspec.Struct):
+    name: str
+    version: str
+    bytes: int
+    requested: bool
+
+
+class PackagesInstallReply(msgspec.Struct):
+    """The host's answer: the set now mounted (at `path` in this run, at /packages in a
+    session's later runs), or why nothing was installed (`error`, `rule`, `package`)."""
+
+    ok: bool
+    path: str = ""  # the set's site-packages in this run (under PACKAGES_ADDED)
+    set: str = ""
+    packages: list[InstalledDist] = []
+    added: list[str] = []  # name==version of what this call added to the run's set
+    bytes: int = 0
+    cached: bool = False
+    seconds: float = 0.0
+    in_image: list[str] = []
+    error: str = ""
+    rule: str = ""  # the policy's rule: off, allowlist, name, native, wheels-only, max_set_bytes, quota...
+    package: str = ""
+
 
 # --- the egress frame: an HTTP(S) request made by the host for the guest ------------------
 

@@ -15,6 +15,8 @@ import struct
 
 # Opcodes and error codes: wasmrun/abi.py's (DoorOp, ENOENT...); tests/test_abi_drift.py checks.
 REQUEST, RESPOND, BLOB_SIZE, BLOB_READ, BLOB_WRITE, LOG, HTTP_REQUEST = range(1, 8)
+PACKAGES_INSTALL = 8
+TOOL_CALL = 16
 ENOENT, EBUDGET, EINVAL = -1, -2, -3
 
 
@@ -79,6 +81,15 @@ def log(level: int, message: str) -> None:
 
 def http_request(meta, body) -> bytes:
     return _call(HTTP_REQUEST, _field(meta) + bytes(body))
+
+
+def packages_install(request) -> bytes:
+    return _call(PACKAGES_INSTALL, bytes(request))
+
+
+def tool_call(calls) -> bytes:
+    """Code mode (runtime/tools.py): the client's tools called together; their answers' JSON."""
+    return _call(TOOL_CALL, bytes(calls))
 
 
 # stdout's buffer, as bridge.c's: a print is a copy into guest memory, not a host call (a
