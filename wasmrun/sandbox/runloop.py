@@ -38,6 +38,7 @@ from wasmrun.sandbox.files.workspace import Workspace, WorkspaceDirs, place_inpu
 from wasmrun.sandbox.guest import guestrequest
 from wasmrun.sandbox.guest.hostcalls import RunContext, output_poll, set_current
 from wasmrun.sandbox.guest.outstream import OutputSink, OutputStream
+from wasmrun.sandbox.guest.toolwait import ToolSession
 from wasmrun.sandbox.images.image import Image, Mounts
 from wasmrun.sandbox.memory.bytecode import BytecodeCache
 from wasmrun.sandbox.memory.instances import Fresh, HotPages, InstanceSupply, PagesToApply
@@ -111,6 +112,8 @@ class RunLoop:
             stream=OutputStream(on_output, request.limits.output_bytes, redaction.redactor(request))
             if on_output is not None else None,
         )
+        if request.tools:
+            ctx.tools = ToolSession(run_id, request.tools, request.tool_limits)
         refused: RunError | None = None
         if stamps is None:
             try:
@@ -164,6 +167,14 @@ class RunLoop:
         phases.mark("entry")
         watch = self.watchdog.start(limits.cpu_ms, limits.timeout_ms, interrupt, on_tick, run_id=ctx.run_id)
         ctx.deadline = watch.deadline
+        if ctx.tools is not None:  # waiting for the client's tools is not the run's time (toolwait.py)
+            ctx.tools.interrupted = watch.woken
+
+            def pause(seconds: float) -> None:
+                watch.deadline += seconds
+                ctx.deadline = watch.deadline
+
+            ctx.tools.pause = pause
         set_current(ctx)
         try:
             self.image.enter(fresh, ctx)

@@ -35,7 +35,7 @@ from wasmrun.egress.client import RunDeadline
 from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.guest.capture import log_line
 from wasmrun.sandbox.guest.guestmemory import guest_memory
-from wasmrun.sandbox.guest.hostcalls import RunContext, current
+from wasmrun.sandbox.guest.hostcalls import RunContext, current, tool_calls
 
 _OK = struct.pack("<b", OK)
 
@@ -144,6 +144,7 @@ _OPS: dict[int, Callable[[RunContext, bytes], bytes]] = {
     DoorOp.BLOB_WRITE: _blob_write,
     DoorOp.LOG: _log,
     DoorOp.HTTP_REQUEST: _http_request,
+    DoorOp.TOOL_CALL: lambda ctx, payload: tool_calls(ctx, len(payload), lambda n: payload[:n]),
 }
 
 

@@ -26,10 +26,12 @@ from wasmrun.egress.client import EgressSession, RunDeadline
 from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
 from wasmrun.sandbox.contract.limits import Limits
+from wasmrun.sandbox.contract.tools import TOOL_CALL_LIMIT
 from wasmrun.sandbox.guest.capture import HeadTail, log_line
 from wasmrun.sandbox.guest.displays import Displays
 from wasmrun.sandbox.guest.guestmemory import context_reader, guest_memory, read_guest, span, write_guest
 from wasmrun.sandbox.guest.outstream import OutputStream, Stream
+from wasmrun.sandbox.guest.toolwait import ToolSession
 from wasmrun.sandbox.guest.wasmtime_internals import FastFunc
 
 if TYPE_CHECKING:
@@ -80,6 +82,8 @@ class RunContext:
         self.egress = egress or EgressSession(None)
         self.http_reply: bytes | None = None  # the last request's reply, until the guest reads it
         self.displays = Displays()
+        self.tools: ToolSession | None = None  # code mode: the client's tools it declared (toolwait.py)
+        self.tool_reply: bytes | None = None  # the last batch's answers, until the guest reads them
 
     def charge_blob_io(self, n: int) -> None:
         self.blob_io += n
@@ -310,6 +314,39 @@ def http_reply_read(caller: wasmtime.Caller, ptr: int, cap: int) -> int:
     return len(reply)
 
 
+def tool_calls(ctx: RunContext, raw_length: int, read: Callable[[int], bytes]) -> bytes:
+    """The answers to the batch of tool calls the guest sends (`read(n)` reads its first n
+    bytes), checked against the run's tools and limits (toolwait.py)."""
+    if ctx.tools is None:
+        raise errors.RunAborted(errors.HOST_CALL_ERROR, "the run declared no tools: runtime.tools has nothing to call")
+    if raw_length > ctx.tools.limits.max_argument_bytes:
+        raise errors.RunAborted(
+            TOOL_CALL_LIMIT,
+            f"the tool calls' arguments were {raw_length} bytes of JSON, over max_tool_argument_bytes"
+            f" ({ctx.tools.limits.max_argument_bytes})",
+        )
+    return ctx.tools.handle(read(raw_length))
+
+
+def tool_call(caller: wasmtime.Caller, ptr: int, length: int) -> int:
+    ctx = current()
+    ctx.tool_reply = None
+    ctx.flush_stream(caller)
+    reply = tool_calls(ctx, length & U32, lambda n: read_guest(caller, ptr, n))
+    ctx.tool_reply = reply
+    return len(reply)
+
+
+def tool_reply_read(caller: wasmtime.Caller, ptr: int, cap: int) -> int:
+    ctx = current()
+    reply = ctx.tool_reply
+    if reply is None:
+        return ENOENT
+    write_guest(caller, ptr, cap, reply)
+    ctx.tool_reply = None
+    return len(reply)
+
+
 HOST_FUNCTIONS: dict[str, Callable[..., object]] = {
     "request_len": request_len,
     "request_read": request_read,
@@ -320,4 +357,6 @@ HOST_FUNCTIONS: dict[str, Callable[..., object]] = {
     "log": log,
     "http_request": http_request,
     "http_reply_read": http_reply_read,
+    "tool_call": tool_call,
+    "tool_reply_read": tool_reply_read,
 }
