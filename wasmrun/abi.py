@@ -122,6 +122,9 @@ HOST_CALLS: Final = (
     # suspended until the client answers (docs/code-mode.md); the reply waits for tool_reply_read
     HostCall("tool_call", ("i32", "i32"), ("i64",), DoorOp.TOOL_CALL),
     HostCall("tool_reply_read", ("i32", "i32"), ("i32",), None),  # (buf, cap) -> len
+    # (request_json, len) -> reply length (a PackagesInstallReply's JSON); read by packages_reply_read
+    HostCall("packages_install", ("i32", "i32"), ("i64",), DoorOp.PACKAGES_INSTALL),
+    HostCall("packages_reply_read", ("i32", "i32"), ("i32",), None),  # (buf, cap) -> len
 )
 HOST_CALL_NAMES: Final = frozenset(call.name for call in HOST_CALLS)
 
@@ -129,7 +132,7 @@ HOST_CALL_NAMES: Final = frozenset(call.name for call in HOST_CALLS)
 # runtime/_door.py's functions), and its exception for a stop request.
 GUEST_FUNCTIONS: Final = frozenset({
     "request", "respond", "blob_size", "blob_read", "blob_write", "log", "http_request", "out_write",
-    "out_flush", "tool_call",
+    "out_flush", "tool_call", "packages_install",
 })
 # What the data image's `_wasmrun` (runtime/_door.py) offers its maker besides: where stdout's
 # buffer lives in the image's memory, written beside the image (python_wasm/dataimage.py) and
