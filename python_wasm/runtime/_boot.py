@@ -190,6 +190,9 @@ def _prepare(request: dict) -> None:
     if request.get("reseed", True):
         _seeds.fresh(request.get("session", False))
     _skills.FINDER.mount(request.get("skills") or {})
+    installed = sys.modules.get("runtime.packages")  # an earlier run of the session installed some
+    if installed is not None and installed._moved:
+        installed._settle()
     for folder in request.get("sys_path") or ():
         if folder not in sys.path:  # a session's runs share sys.path
             sys.path.append(folder)

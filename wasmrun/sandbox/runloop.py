@@ -35,7 +35,7 @@ from wasmrun.sandbox.files.guestroot import GuestRoots
 from wasmrun.sandbox.files.skillstamp import SkillStamp, SkillTooLarge, stamp_skills
 from wasmrun.sandbox.files.workroots import WorkRoot
 from wasmrun.sandbox.files.workspace import Workspace, WorkspaceDirs, place_input_blobs
-from wasmrun.sandbox.guest import guestrequest
+from wasmrun.sandbox.guest import guestrequest, packagecall
 from wasmrun.sandbox.guest.hostcalls import RunContext, output_poll, set_current
 from wasmrun.sandbox.guest.outstream import OutputSink, OutputStream
 from wasmrun.sandbox.guest.toolwait import ToolSession
@@ -114,6 +114,7 @@ class RunLoop:
         )
         if request.tools:
             ctx.tools = ToolSession(run_id, request.tools, request.tool_limits)
+        ctx.packages = packagecall.for_run(request, packagecall.tag_of(self.image.guest), packages, workspace.tmp)
         refused: RunError | None = None
         if stamps is None:
             try:
@@ -129,7 +130,9 @@ class RunLoop:
                 self.image.wasm_stack_bytes, lambda: self._call_guest(fresh, ctx, mounts, usage, t0))
         finally:
             ctx.egress.close()
+            ctx.packages.after_run()
         result = outcome.result(run_id, ctx, usage, error)
+        result.packages_added = ctx.packages.added
         if result.status == "completed":
             self.image.finish(result, workspace, request, blobs)
         redaction.redact_result(result, request)

@@ -18,6 +18,8 @@ from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.contract.background import BackgroundRun
 from wasmrun.sandbox.contract.ids import new_run_id
 from wasmrun.sandbox.contract.limits import Limits
+from wasmrun.sandbox.contract.packageinstalls import AddedPackages, PackageInstalls
+from wasmrun.sandbox.contract.tools import ToolLimits, ToolSpec
 
 logger = logging.getLogger("wasmrun.sandbox")
 
@@ -75,6 +77,12 @@ class RunRequest(msgspec.Struct, kw_only=True, frozen=True):
     # The package set this run mounts at /packages instead of the operator's layer (a folder with
     # site-packages/ and pycache/: wasmrun/packages/ondemand.py's, which holds the layer's packages too).
     packages: str | None = None
+    # Code mode (docs/code-mode.md): the client's tools the guest may call (runtime.tools), and their limits.
+    tools: list[ToolSpec] = []
+    tool_limits: ToolLimits = ToolLimits()
+    # The run may install packages itself (runtime.packages.install, `pip install`): where sets
+    # are built and the policy (contract/packageinstalls.py). None: it may not.
+    package_installs: PackageInstalls | None = None
 
 
 class RunError(msgspec.Struct):
@@ -132,6 +140,7 @@ class RunResult(msgspec.Struct):
     # The engine's own runs (import, compile, warm-up) since its last result:
     # sent with this one, for /metrics (background.py); never to the client.
     background: list[BackgroundRun] = []
+    packages_added: list[AddedPackages] = []  # sets the run installed from inside, in order
 
     @property
     def output(self) -> Any:

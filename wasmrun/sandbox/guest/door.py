@@ -25,6 +25,7 @@ from wasmrun.abi import (
     ENOENT,
     MAX_BLOB_ID,
     MAX_DISPLAY_BYTES,
+    MAX_PACKAGES_REQUEST,
     OK,
     U32,
     DoorOp,
@@ -35,7 +36,7 @@ from wasmrun.egress.client import RunDeadline
 from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.guest.capture import log_line
 from wasmrun.sandbox.guest.guestmemory import guest_memory
-from wasmrun.sandbox.guest.hostcalls import RunContext, current, tool_calls
+from wasmrun.sandbox.guest.hostcalls import RunContext, current, install_packages, tool_calls
 
 _OK = struct.pack("<b", OK)
 
@@ -145,6 +146,7 @@ _OPS: dict[int, Callable[[RunContext, bytes], bytes]] = {
     DoorOp.LOG: _log,
     DoorOp.HTTP_REQUEST: _http_request,
     DoorOp.TOOL_CALL: lambda ctx, payload: tool_calls(ctx, len(payload), lambda n: payload[:n]),
+    DoorOp.PACKAGES_INSTALL: lambda ctx, payload: install_packages(ctx, payload[: MAX_PACKAGES_REQUEST + 1]),
 }
 
 

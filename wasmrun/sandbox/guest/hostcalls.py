@@ -17,9 +17,12 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+import msgspec
 import wasmtime
 
-from wasmrun.abi import DISPLAY_LEVEL, EINVAL, ENOENT, MAX_BLOB_ID, MAX_DISPLAY_BYTES, MAX_HTTP_META, U32
+from wasmrun.abi import (
+    DISPLAY_LEVEL, EINVAL, ENOENT, MAX_BLOB_ID, MAX_DISPLAY_BYTES, MAX_HTTP_META, MAX_PACKAGES_REQUEST, U32,
+)
 from wasmrun.blobs.kinds import MAX_KIND, is_valid_kind
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
 from wasmrun.egress.client import EgressSession, RunDeadline
@@ -36,6 +39,7 @@ from wasmrun.sandbox.guest.wasmtime_internals import FastFunc
 
 if TYPE_CHECKING:
     from wasmrun.sandbox.files.workspace import Workspace
+    from wasmrun.sandbox.guest.packagecall import PackageCall
 
 
 _local = threading.local()
@@ -82,6 +86,8 @@ class RunContext:
         self.egress = egress or EgressSession(None)
         self.http_reply: bytes | None = None  # the last request's reply, until the guest reads it
         self.displays = Displays()
+        self.packages: PackageCall | None = None  # its installs from inside (packagecall.py); None: none
+        self.packages_reply: bytes | None = None  # the last install's reply, until the guest reads it
         self.tools: ToolSession | None = None  # code mode: the client's tools it declared (toolwait.py)
         self.tool_reply: bytes | None = None  # the last batch's answers, until the guest reads them
 
@@ -347,6 +353,34 @@ def tool_reply_read(caller: wasmtime.Caller, ptr: int, cap: int) -> int:
     return len(reply)
 
 
+def install_packages(ctx: RunContext, request: bytes) -> bytes:
+    """Both guests' `packages_install` (packagecall.py): the reply's JSON."""
+    if ctx.packages is None:
+        from wasmrun.abi import PackagesInstallReply
+
+        return msgspec.json.encode(PackagesInstallReply(ok=False, error="no packages may be installed here", rule="off"))
+    return ctx.packages.install(request, ctx.deadline, ctx.workspace.charge)
+
+
+def packages_install(caller: wasmtime.Caller, ptr: int, length: int) -> int:
+    ctx = current()
+    ctx.packages_reply = None
+    ctx.flush_stream(caller)
+    request = read_guest(caller, ptr, min(length & U32, MAX_PACKAGES_REQUEST + 1))
+    ctx.packages_reply = install_packages(ctx, request)
+    return len(ctx.packages_reply)
+
+
+def packages_reply_read(caller: wasmtime.Caller, ptr: int, cap: int) -> int:
+    ctx = current()
+    reply = ctx.packages_reply
+    if reply is None:
+        return ENOENT
+    write_guest(caller, ptr, cap, reply)
+    ctx.packages_reply = None
+    return len(reply)
+
+
 HOST_FUNCTIONS: dict[str, Callable[..., object]] = {
     "request_len": request_len,
     "request_read": request_read,
@@ -359,4 +393,6 @@ HOST_FUNCTIONS: dict[str, Callable[..., object]] = {
     "http_reply_read": http_reply_read,
     "tool_call": tool_call,
     "tool_reply_read": tool_reply_read,
+    "packages_install": packages_install,
+    "packages_reply_read": packages_reply_read,
 }
