@@ -33,7 +33,7 @@ import msgspec
 from msgspec import UNSET
 
 from wasmrun import offload
-from wasmrun.protocol import packages, running, runs
+from wasmrun.protocol import packages, running, runs, toolcalls
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import (
     InvalidParams,
@@ -68,6 +68,7 @@ from wasmrun.sandbox import (
     new_run_id,
     session_bytes_exceeded,
 )
+from wasmrun.sandbox.contract.packageinstalls import AddedPackages
 from wasmrun.sessionstore.store import Busy, OverCap, SessionMeta, SessionStore, Unavailable, UnknownSession
 
 # What a run in a session may set for itself; the rest of its limits are the session's.
@@ -288,23 +289,28 @@ async def run_code(ctx: Context, p: RunCodeParams) -> ExecutionResult:
 
     session_id = p.session_id
 
-    async def run_and_settle() -> ExecutionResult:
+    async def run_and_settle(on_tools: toolcalls.ToolSink | None) -> ExecutionResult:
         ctx.session_runs.start(session_id, request.run_id)
         try:
-            return await running.run(ctx, request, skills, on_result=run.keep, on_output=on_output)
+            return await running.run(ctx, request, skills, on_result=run.keep, on_output=on_output, on_tools=on_tools)
         finally:
             ctx.session_runs.end(session_id, request.run_id)
             # Off the event loop: with the shared backends, keeping a version uploads it.
             # On the run pool: another tenant's fork or close flood cannot hold it up.
             await offload.for_run(run.settle)
 
-    # A call cancelled midway (its client went away) leaves the run going on in
-    # its worker, writing the next version: the session stays held until it ends.
-    result = await asyncio.shield(asyncio.ensure_future(run_and_settle()))
-    result.session_rolled_back = not run.kept
-    if run.over_cap is not None:
-        _fail(result, RunError(type=SESSION_BYTES, message=run.over_cap))
-    return result
+    async def settled(on_tools: toolcalls.ToolSink | None) -> ExecutionResult:
+        # A call cancelled midway (its client went away) leaves the run going on in
+        # its worker, writing the next version: the session stays held until it ends.
+        result = await asyncio.shield(asyncio.ensure_future(run_and_settle(on_tools)))
+        result.session_rolled_back = not run.kept
+        if run.over_cap is not None:
+            _fail(result, RunError(type=SESSION_BYTES, message=run.over_cap))
+        return result
+
+    if request.tools:  # code mode: the run may pause at its tool calls, the session held (toolcalls.py)
+        return await toolcalls.with_tools(ctx, request.run_id, request.tool_limits, settled)
+    return await settled(None)
 
 
 def _fail(result: ExecutionResult, error: RunError) -> None:
@@ -328,10 +334,12 @@ class _SessionRun:
         self.outcome: SessionOutcome | None = None
         self.kept = False
         self.over_cap: str | None = None  # why a run that kept its state was undone at the end
+        self.packages_added: list[AddedPackages] = []  # sets the run installed from inside (packagecall.py)
         self._settled = False
 
     def keep(self, result: RunResult) -> None:
         self.outcome = result.session
+        self.packages_added = result.packages_added
 
     def settle(self) -> None:
         if self._settled:
@@ -348,6 +356,10 @@ class _SessionRun:
                     if others + new > self.cap:
                         self.over_cap = session_bytes_exceeded(new, max(0, self.cap - others), self.cap)
                         outcome.committed = False
+                if outcome is not None and outcome.committed and self.packages_added:
+                    # packages the run installed from inside: its later runs mount the set
+                    last = self.packages_added[-1]
+                    self.meta.packages, self.meta.package_tag = list(last.pins), last.tag
                 self.kept = self.store.finish_run(self.meta, outcome)
         finally:
             self.store.release(self.meta)
