@@ -42,6 +42,7 @@ import msgspec
 from wasmrun.blobs.kinds import check_kind
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded, charge
 from wasmrun.durable import atomic_write, fsync_dir
+from wasmrun.observe import tracing
 
 BLOB_ID = re.compile(r"blob:[0-9a-f]{32}", re.ASCII)
 TMP_PREFIX = ".tmp-"
@@ -239,6 +240,7 @@ class FileBlobStore:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
+    @tracing.traced("blob.put")
     def _store(
         self, digest: Digest, kind: str, run_id: str | None, owner: str, quota: BlobQuota | None,
         put: Callable[[Path], None],
@@ -294,6 +296,7 @@ class FileBlobStore:
             return None
         return paths[0]
 
+    @tracing.traced("blob.get")
     def read(self, blob_id: str, offset: int, length: int, owner: str = LEGACY_OWNER) -> bytes:
         """Up to `length` bytes from `offset`, empty at or past the end whatever the
         offset; KeyError when `owner` has no such blob (never written, another owner's,

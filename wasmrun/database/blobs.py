@@ -33,6 +33,7 @@ from wasmrun.blobs.store import COPY_CHUNK, LEGACY_OWNER, BlobInfo, Digest, Usag
 from wasmrun.database import DatabaseError, locks
 from wasmrun.database.connection import Database
 from wasmrun.database.orphans import BLOB_PREFIX, lock_object
+from wasmrun.observe import tracing
 
 logger = logging.getLogger("wasmrun.database")
 INFO_CACHE = 1024  # blob metadata kept per process
@@ -115,6 +116,7 @@ class SharedBlobStore:
 
         return self._store(digest, kind, run_id, owner, quota, put)
 
+    @tracing.traced("blob.put")
     def _store(
         self, digest: Digest, kind: str, run_id: str | None, owner: str, quota: BlobQuota | None,
         put: Callable[[str], None],
@@ -184,6 +186,7 @@ class SharedBlobStore:
         """No host file holds a shared blob: a run's /blobs gets a copy, read in ranges."""
         return None
 
+    @tracing.traced("blob.get")
     def read(self, blob_id: str, offset: int, length: int, owner: str = LEGACY_OWNER) -> bytes:
         info = self._cached_info(blob_id, owner)
         if info is None:

@@ -18,6 +18,7 @@ import psycopg
 
 from wasmrun.database import DatabaseError
 from wasmrun.database.migrations import LATEST, MIGRATIONS
+from wasmrun.observe import tracing
 
 logger = logging.getLogger("wasmrun.database")
 # Any constant: the key of the advisory lock migrations hold.
@@ -56,7 +57,7 @@ class Database:
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         """The process's connection, for this thread alone during the block."""
-        with self._lock:
+        with tracing.span("database"), self._lock:
             conn = self._connect()
             try:
                 yield conn

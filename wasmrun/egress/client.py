@@ -48,6 +48,7 @@ from wasmrun.egress.secrets import (
     substitute_body,
     substitute_header,
 )
+from wasmrun.observe import tracing
 
 # The guest's error types and request shape: the contract's (wasmrun/abi.py).
 NOT_ALLOWED = NETWORK_NOT_ALLOWED
@@ -276,6 +277,8 @@ class EgressSession:
         out_headers = {"Host": target.host_header}
         for k, v in wire_headers:
             out_headers[k] = f"{out_headers[k]}, {v}" if k in out_headers else v
+        if tracing.enabled() and not any(k.lower() == "traceparent" for k in out_headers):
+            tracing.inject(out_headers)  # the host called joins the run's trace (a run's own traceparent wins)
         exchange = (target, method, wire_target, out_headers, wire_body, stop, deadline)
         conn = self._idle_connection(target, candidates)
         if conn is not None:

@@ -40,6 +40,7 @@ from pathlib import Path
 import msgspec
 
 from wasmrun import dirtree
+from wasmrun.observe import tracing
 from wasmrun.observe.record import CallRecord
 from wasmrun.sandbox import SessionOutcome
 from wasmrun.sandbox import session_state as sandbox_sessions
@@ -249,6 +250,7 @@ class SessionStore:
 
     # -- changes ------------------------------------------------------------
 
+    @tracing.traced("session.create")
     def create(
         self, owner: str, *, idle_timeout_s: int, limits: dict[str, int], skills: list[str],
         max_sessions: int, source: SessionMeta | None = None, packages: tuple[list[str], str] | None = None,
@@ -326,6 +328,7 @@ class SessionStore:
         with self._lock:
             self._busy.discard(meta.key)
 
+    @tracing.traced("session.commit")
     def finish_run(self, meta: SessionMeta, outcome: SessionOutcome | None) -> bool:
         """After a run of `meta` (held by `acquire`): keep its new version, or drop
         it; whether it was kept."""
