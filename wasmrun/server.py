@@ -34,6 +34,7 @@ from wasmrun.blobs.store import BlobStore
 from wasmrun.capabilities import facts_of
 from wasmrun.e2b.front import e2b_routes
 from wasmrun.jupyter.front import jupyter_routes
+from wasmrun.observe import tracing
 from wasmrun.observe.metrics import Metrics
 from wasmrun.observe.record import CallRecord, Observers
 from wasmrun.packages import layer as package_layer
@@ -451,6 +452,7 @@ def check_workers(workers: int, tenants: TenantDirectory, *, allow_one_worker: b
 
 def serve(settings: Settings, *, mcp_with_create_skill: bool = False) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    tracing.setup("server")  # on only when OTEL_* asks for it (docs/observability.md)
     app = create_app(assemble(settings, serving=True), mcp_with_create_skill=mcp_with_create_skill)
     logging.getLogger("wasmrun").info(
         "serving the Skills Protocol at http://%s:%d/rpc (data in %s)",
@@ -458,7 +460,10 @@ def serve(settings: Settings, *, mcp_with_create_skill: bool = False) -> None:
     )
     if any(getattr(route, "path", None) == "/mcp" for route in app.routes):
         logging.getLogger("wasmrun").info("MCP (streamable HTTP) at http://%s:%d/mcp", settings.host, settings.port)
-    uvicorn.run(app, **uvicorn_options(settings.host, settings.port))
+    try:
+        uvicorn.run(tracing.instrument(app), **uvicorn_options(settings.host, settings.port))
+    finally:
+        tracing.shutdown()  # the last spans exported
 
 
 def uvicorn_options(host: str, port: int) -> dict[str, Any]:

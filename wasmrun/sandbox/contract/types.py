@@ -83,6 +83,9 @@ class RunRequest(msgspec.Struct, kw_only=True, frozen=True):
     # The run may install packages itself (runtime.packages.install, `pip install`): where sets
     # are built and the policy (contract/packageinstalls.py). None: it may not.
     package_installs: PackageInstalls | None = None
+    # The W3C traceparent of the span that sent this run to its worker, whose own span is its
+    # child ('' when tracing is off: wasmrun/observe/tracing.py).
+    traceparent: str = ""
 
 
 class RunError(msgspec.Struct):
