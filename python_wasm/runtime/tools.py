@@ -48,7 +48,7 @@ def _call_batch(calls: list[tuple[str, dict]]) -> list:
         raise ToolError(calls[0][0], "InvalidToolArguments", f"arguments must be JSON: {exc}") from None
     answers = json.loads(_wasmrun.tool_call(payload))
     out = []
-    for (name, _), answer in zip(calls, answers):
+    for (name, _), answer in zip(calls, answers, strict=False):
         if answer.get("ok"):
             out.append(answer.get("result"))
         else:
@@ -81,7 +81,7 @@ class _Batch:
             if not isinstance(exc, Exception):
                 raise
             return
-        for (_, _, future), answer in zip(pending, answers):
+        for (_, _, future), answer in zip(pending, answers, strict=False):
             if future.done():  # cancelled meanwhile
                 continue
             if isinstance(answer, ToolError):

@@ -16,7 +16,7 @@ import msgspec.inspect
 
 from wasmrun import phases
 from wasmrun.observe.record import CallRecord, Observer
-from wasmrun.protocol import blobs, commands, paramcheck, runs, sessions, skills, types
+from wasmrun.protocol import blobs, commands, paramcheck, runs, sessions, skills, toolcalls, types
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, MethodNotFound, QuotaExceeded, RPCError, Unauthorized
 from wasmrun.protocol.types import (
@@ -36,6 +36,7 @@ from wasmrun.protocol.types import (
     RunCommandParams,
     RunLimits,
     SessionRef,
+    SubmitToolResultsParams,
 )
 from wasmrun.sessionstore.store import key_of
 from wasmrun.tenants.caller import Caller
@@ -66,6 +67,8 @@ METHODS: dict[str, Method] = {
     "interrupt_session": Method(SessionRef, sessions.interrupt_session),  # stop its run in flight
     "list_sessions": Method(ListSessionsParams, sessions.list_sessions),
     "run_command": Method(RunCommandParams, commands.run_command),  # the guest's shell (docs/commands.md)
+    # code mode: answer a run's pending tool calls (docs/code-mode.md)
+    "submit_tool_results": Method(SubmitToolResultsParams, toolcalls.submit_tool_results),
 }
 
 # Admitted by the run gate (tenants/quotas.py); every other method by the call gate (tenants/calls.py).

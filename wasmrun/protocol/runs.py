@@ -26,7 +26,7 @@ import msgspec
 
 from wasmrun.egress.policy import NetworkGrant
 from wasmrun.egress.secrets import placeholder
-from wasmrun.protocol import packages, running
+from wasmrun.protocol import packages, running, toolcalls
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, NotExecutable
 from wasmrun.protocol.skills import find_skill
@@ -34,7 +34,7 @@ from wasmrun.protocol.streaming import output_listener
 from wasmrun.protocol.types import ExecuteSkillParams, ExecutionResult, RunCodeParams, RunLimits
 from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.registry.skill import Skill
-from wasmrun.sandbox import RunRequest
+from wasmrun.sandbox import RunRequest, new_run_id
 
 logger = logging.getLogger("wasmrun.runs")
 
@@ -126,10 +126,23 @@ async def run_code(ctx: Context, p: RunCodeParams) -> ExecutionResult:
     input_blobs = await running.checked_input_blobs(ctx, p.input_blobs)
     limits = running.request_limits(ctx, p.limits)
     request = running.code_request(ctx, p, args_json, skills, input_blobs, limits, stream=on_output is not None)
+    if request.tools:  # code mode: it may pause at its tool calls (toolcalls.py)
+        request = msgspec.structs.replace(request, run_id=request.run_id or new_run_id())
     if not p.packages:
+        if request.tools:
+            return await toolcalls.with_tools(
+                ctx, request.run_id, request.tool_limits,
+                lambda on_tools: running.run(ctx, request, skills, on_output=on_output, on_tools=on_tools),
+            )
         return await running.run(ctx, request, skills, on_output=on_output)
     installed = await packages.install(ctx, p.packages)
     request = msgspec.structs.replace(request, packages=str(installed.folder))
-    result = await running.run(ctx, request, skills, on_output=on_output)
-    result.packages = packages.answer(installed)
-    return result
+
+    async def installed_run(on_tools: toolcalls.ToolSink | None) -> ExecutionResult:
+        result = await running.run(ctx, request, skills, on_output=on_output, on_tools=on_tools)
+        result.packages = packages.answer(installed)
+        return result
+
+    if request.tools:
+        return await toolcalls.with_tools(ctx, request.run_id, request.tool_limits, installed_run)
+    return await installed_run(None)

@@ -38,6 +38,47 @@ SessionId = Annotated[str, Meta(max_length=128)]
 MAX_PACKAGES = 64
 Packages = Annotated[list[Annotated[str, Meta(max_length=200)]], Meta(max_length=MAX_PACKAGES)]
 
+# Code mode (docs/code-mode.md): the client's tools a run may call, and their answers.
+MAX_TOOLS = 64
+MAX_TOOL_ERROR_CHARS = 64 * 1024
+ToolName = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+CallId = Annotated[str, Meta(max_length=128)]
+
+
+class ToolDefinition(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One of the client's tools: `runtime.tools.<name>(**arguments)` in the run."""
+
+    name: ToolName
+    description: Annotated[str, Meta(max_length=8192)] = ""
+    parameters: dict[str, Any] = {}  # the JSON Schema of its arguments (an object's); {}: any
+
+
+Tools = Annotated[list[ToolDefinition], Meta(max_length=MAX_TOOLS)]
+ToolWaitMs = Annotated[int, Meta(ge=100, le=3_600_000)]
+
+
+class PendingToolCall(msgspec.Struct):
+    """A call the run waits on: answer it with submit_tool_results (run_id, call_id)."""
+
+    run_id: str
+    call_id: str
+    name: str
+    arguments: msgspec.Raw  # the guest's JSON, checked against the tool's schema, passed on exactly
+
+
+class ToolResult(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The client's answer to one call: `result` (any JSON), or `error` (raised in the run as ToolError)."""
+
+    call_id: CallId
+    result: Any = UNSET
+    error: Annotated[str, Meta(max_length=MAX_TOOL_ERROR_CHARS)] | UnsetType = UNSET
+
+
+class SubmitToolResultsParams(Params):
+    run_id: Annotated[str, Meta(max_length=128)]
+    results: Annotated[list[ToolResult], Meta(max_length=1000)]
+
+
 # -- skills -------------------------------------------------------------------
 
 
@@ -165,6 +206,8 @@ class RunCodeParams(Params):
     session_id: SessionId | None = None  # extension: run inside this session (create_session)
     stream: bool = False  # extension: the output as it is written (docs/streaming.md)
     packages: Packages = []  # extension: installed on demand for this fresh run (docs/packages.md)
+    tools: Tools = []  # extension: the client's tools the code may call (docs/code-mode.md)
+    tool_wait_ms: ToolWaitMs | None = None  # extension: how long the run waits for one batch's answers
 
 
 class RunError(msgspec.Struct):
@@ -230,7 +273,8 @@ class Display(msgspec.Struct, kw_only=True):
 
 
 class ExecutionResult(msgspec.Struct, kw_only=True):
-    status: Literal["completed", "failed"]
+    # extension: "requires_action" while the run waits for its `tool_calls` (docs/code-mode.md)
+    status: Literal["completed", "failed", "requires_action"]
     run_id: str
     summary: str
     output: Any | UnsetType = UNSET  # absent when the run failed
@@ -254,6 +298,8 @@ class ExecutionResult(msgspec.Struct, kw_only=True):
     displays: list[Display] | UnsetType = UNSET
     # extension: the packages installed for this run (`packages`); absent when none were asked
     packages: PackagesInstalled | UnsetType = UNSET
+    # extension, with status "requires_action": the calls to answer with submit_tool_results
+    tool_calls: list[PendingToolCall] | UnsetType = UNSET
 
 
 # -- commands (extension: run_command, docs/commands.md) ----------------------
@@ -282,6 +328,8 @@ class RunCommandParams(Params):
     session_id: SessionId | None = None
     stream: bool = False  # the output as it is written (docs/streaming.md)
     packages: Packages = []  # installed on demand for a fresh run, as run_code's
+    tools: Tools = []  # the client's tools the command's Python may call, as run_code's
+    tool_wait_ms: ToolWaitMs | None = None
 
 
 class CommandResult(ExecutionResult, kw_only=True):

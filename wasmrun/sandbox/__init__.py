@@ -100,9 +100,16 @@ _HOME = {
     "WorkerProcess": "pool.workerprocess",
     "WORKER_PACKAGE": "pool.workerprocess",
     "warmup": "pool.warmup",
+    # code mode: the client's tools a run calls (contract/tools.py)
+    "tool_contract": "contract.tools",
+    "ToolSpec": "contract.tools",
+    "ToolLimits": "contract.tools",
+    "ToolBatch": "contract.tools",
+    "ToolAnswer": "contract.tools",
+    "ToolAnswers": "contract.tools",
 }
 
-_NAMESPACES = {"errors", "compiled", "warmup", "session_state"}  # the module itself
+_NAMESPACES = {"errors", "compiled", "warmup", "session_state", "tool_contract"}  # the module itself
 
 __all__ = [
     "BackgroundTotals",
@@ -151,6 +158,12 @@ __all__ = [
     "session_state",
     "SessionOutcome",
     "SessionRun",
+    "tool_contract",
+    "ToolAnswer",
+    "ToolAnswers",
+    "ToolBatch",
+    "ToolLimits",
+    "ToolSpec",
     "Usage",
     "value_count_at_most",
     "warmup",
@@ -176,10 +189,12 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from wasmrun.sandbox.contract import errors
+    from wasmrun.sandbox.contract import tools as tool_contract
     from wasmrun.sandbox.contract.background import IMPORT_LIMITS, BackgroundTotals
     from wasmrun.sandbox.contract.errors import SESSION_BYTES, session_bytes_exceeded
     from wasmrun.sandbox.contract.ids import new_run_id
     from wasmrun.sandbox.contract.limits import CEILING_LIMITS, DEFAULT_LIMITS, LimitPolicy, Limits
+    from wasmrun.sandbox.contract.tools import ToolAnswer, ToolAnswers, ToolBatch, ToolLimits, ToolSpec
     from wasmrun.sandbox.contract.types import (
         Display,
         MountedSkill,

@@ -4,6 +4,8 @@ answers that cross between the run (suspended in its worker) and the protocol la
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
 # Error types of a run or of one call (a call's reach the guest as runtime.tools.ToolError).
@@ -52,8 +54,12 @@ class ToolAnswer(msgspec.Struct, frozen=True):
     call_id: str
     result_json: bytes | None = None
     error: str | None = None
+    refused_bytes: int = 0  # the result's size, when it was over max_result_bytes and not sent
 
 
 class ToolAnswers(msgspec.Struct, frozen=True):
     run_id: str
     answers: list[ToolAnswer]
+
+
+ToolSink = Callable[[ToolBatch], None]  # where a run's batches go (a worker's pipe, an event loop)

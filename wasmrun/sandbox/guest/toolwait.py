@@ -38,10 +38,10 @@ from wasmrun.sandbox.contract.tools import (
     ToolBatch,
     ToolCall,
     ToolLimits,
+    ToolSink,
     ToolSpec,
 )
 
-ToolSink = Callable[[ToolBatch], None]
 WAIT_SLICE_S = 0.05  # how often a waiting run looks whether it was interrupted meanwhile
 
 
@@ -164,10 +164,12 @@ class ToolSession:
         if answer.error is not None:
             return _refusal(TOOL_FAILED, answer.error[: self.limits.max_result_bytes])
         raw = answer.result_json if answer.result_json is not None else b"null"
-        if len(raw) > self.limits.max_result_bytes:
+        size = answer.refused_bytes or len(raw)
+        if size > self.limits.max_result_bytes:
             return _refusal(
                 TOOL_RESULT_TOO_LARGE,
-                f"the result was {len(raw)} bytes of JSON, over max_tool_result_bytes ({self.limits.max_result_bytes})",
+                f"the result was {size} bytes of JSON, over max_tool_result_bytes ({self.limits.max_result_bytes});"
+                " the client may store a large result as a blob and return its id",
             )
         return {"ok": True, "result": json.loads(raw)}
 

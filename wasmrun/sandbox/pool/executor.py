@@ -15,7 +15,10 @@ import msgspec
 
 from wasmrun.sandbox.contract.background import BackgroundTotals
 from wasmrun.sandbox.contract.blobaccess import BlobAccess
+from wasmrun.sandbox.contract.ids import new_run_id
+from wasmrun.sandbox.contract.tools import ToolAnswers, ToolBatch, ToolSink
 from wasmrun.sandbox.contract.types import RunRequest, RunResult
+from wasmrun.sandbox.guest import toolwait
 from wasmrun.sandbox.guest.outstream import OutputChunk, OutputSink
 
 
@@ -41,9 +44,16 @@ class Executor(Protocol):
     # Runs the sandboxes made for no client (background.py), for /metrics.
     background: BackgroundTotals
 
-    async def run(self, request: RunRequest, on_output: OutputSink | None = None) -> RunResult:
+    async def run(
+        self, request: RunRequest, on_output: OutputSink | None = None, on_tools: ToolSink | None = None,
+    ) -> RunResult:
         """The run's result; with `on_output` (and `request.stream`), its output
-        chunks are handed there on the event loop while it runs."""
+        chunks are handed there on the event loop while it runs; with `on_tools`, its
+        batches of tool calls (code mode), answered through `answer_tools`."""
+
+    async def answer_tools(self, answers: ToolAnswers) -> bool:
+        """Hand the client's answers to the run waiting for them (True: it was waiting here)."""
+        ...
 
     def health(self) -> ExecutorHealth: ...
 
@@ -109,12 +119,23 @@ class InProcessExecutor:
         self._slots = _Slots(slots, queue_timeout)
         self.background = BackgroundTotals()
 
-    async def run(self, request: RunRequest, on_output: OutputSink | None = None) -> RunResult:
+    async def run(
+        self, request: RunRequest, on_output: OutputSink | None = None, on_tools: ToolSink | None = None,
+    ) -> RunResult:
         await self._slots.acquire()
+        loop = asyncio.get_running_loop()
+        if on_tools is not None:
+            if not request.run_id:
+                request = msgspec.structs.replace(request, run_id=new_run_id())
+            tools_sink = on_tools
+
+            def forward_tools(batch: ToolBatch) -> None:
+                loop.call_soon_threadsafe(tools_sink, batch)
+
+            toolwait.set_sink(forward_tools, request.run_id)
         try:
             if on_output is None or not request.stream:
                 return await asyncio.to_thread(self.engine.run, request)
-            loop = asyncio.get_running_loop()
             sink = on_output
 
             def forward(chunks: list[OutputChunk]) -> None:
@@ -122,11 +143,16 @@ class InProcessExecutor:
 
             return await asyncio.to_thread(self.engine.run, request, forward)
         finally:
+            if on_tools is not None:
+                toolwait.set_sink(None, request.run_id)
             self._slots.release()
             self.background.add(self.engine.loop.background.drain())
 
     def interrupt(self, run_id: str) -> bool:
         return self.engine.interrupt(run_id)
+
+    async def answer_tools(self, answers: ToolAnswers) -> bool:
+        return toolwait.answer(answers)
 
     def health(self) -> ExecutorHealth:
         slots = self._slots

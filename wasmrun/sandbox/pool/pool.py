@@ -36,6 +36,7 @@ import msgspec
 from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.contract.background import BackgroundTotals
 from wasmrun.sandbox.contract.ids import new_run_id
+from wasmrun.sandbox.contract.tools import ToolAnswers, ToolSink
 from wasmrun.sandbox.contract.types import RunError, RunRequest, RunResult, host_failure
 from wasmrun.sandbox.files import workroots
 from wasmrun.sandbox.guest.outstream import OUTPUT, OutputSink
@@ -220,9 +221,12 @@ class WorkerPool:
             unavailable = self.size if self._closed else self._unavailable + dead
         return ExecutorHealth(total=self.size, free=free, unavailable=unavailable, queued=self._idle.waiting)
 
-    async def run(self, request: RunRequest, on_output: OutputSink | None = None) -> RunResult:
+    async def run(
+        self, request: RunRequest, on_output: OutputSink | None = None, on_tools: ToolSink | None = None,
+    ) -> RunResult:
         """With `on_output` (and `request.stream`), the run's output chunks are
-        handed there, on the event loop, as the worker sends them."""
+        handed there, on the event loop, as the worker sends them; with `on_tools`,
+        its batches of tool calls (code mode), answered through `answer_tools`."""
         if self._closed:
             raise Busy("the sandbox pool is shutting down")
         if not request.run_id:  # named here so that even a lost run has an id
@@ -234,7 +238,9 @@ class WorkerPool:
         deadline = request.limits.timeout_ms / 1000 + self.watchdog_grace
         try:
             async with self._worker() as worker:
-                raw = await worker.exchange(payload, deadline, on_output, request.run_id)
+                raw = await worker.exchange(
+                    payload, deadline, on_output, request.run_id, on_tools, request.tool_limits.wait_ms / 1000,
+                )
         except Busy:
             raise
         except (EOFError, OSError, TimeoutError) as exc:
@@ -257,6 +263,12 @@ class WorkerPool:
         with self._lock:
             workers = [w for w in self._workers if run_id and w.running == run_id]
         return any(worker.interrupt(run_id) for worker in workers)
+
+    async def answer_tools(self, answers: ToolAnswers) -> bool:
+        """The client's answers to the tool calls run `answers.run_id` waits for (True: sent to its worker)."""
+        with self._lock:
+            worker = next((w for w in self._workers if answers.run_id and w.running == answers.run_id), None)
+        return worker is not None and await worker.answer_tools(answers)
 
     @contextlib.asynccontextmanager
     async def _worker(self) -> AsyncIterator[WorkerProcess]:

@@ -5,7 +5,10 @@ fresh interpreter, never a fork); its first message is its `WorkerSetup`, then i
 reads msgpack RunRequests framed by multiprocessing.connection and answers
 each with its RunResult, a streamed run's output first (OUTPUT messages,
 outstream.py). The control pipe carries the ids of runs to interrupt; a thread
-reads it, since the main thread is inside the run.
+reads it, since the main thread is inside the run. It also carries the client's answers
+to a run's tool calls (code mode: TOOL_ANSWERS, then msgpack ToolAnswers), which that
+thread hands to the run waiting for them (guest/toolwait.py); the calls themselves come
+up the result pipe, tagged TOOL_CALLS, while the run waits.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from wasmrun.sandbox.contract.tools import ToolAnswers, ToolBatch
 from wasmrun.sandbox.contract.types import RunRequest, RunResult, host_failure
+from wasmrun.sandbox.guest import toolwait
 from wasmrun.sandbox.guest.outstream import encode_chunks
 from wasmrun.sandbox.memory.heaptrim import release_freed_heap
 
@@ -57,6 +62,10 @@ encoder = msgspec.msgpack.Encoder()
 setup_decoder = msgspec.msgpack.Decoder(WorkerSetup)
 request_decoder = msgspec.msgpack.Decoder(RunRequest)
 result_decoder = msgspec.msgpack.Decoder(RunResult)
+TOOL_CALLS = b"T"  # a worker's message of a run's tool calls (a RunResult's msgpack never starts so)
+TOOL_ANSWERS = b"\0"  # a control message of the client's answers (a run id never starts so)
+tool_batch_decoder = msgspec.msgpack.Decoder(ToolBatch)
+tool_answers_decoder = msgspec.msgpack.Decoder(ToolAnswers)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -81,6 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     engines = Engines(setup)
     control = multiprocessing.connection.Connection(args.fd_control, writable=False)
     threading.Thread(target=_interrupts, args=(control, engines), name="wasmrun-interrupts", daemon=True).start()
+    toolwait.set_sink(lambda batch: outbox.send_bytes(TOOL_CALLS + encoder.encode(batch)))
     release_freed_heap()  # what making the engine (compiling, warm-up runs) freed
     outbox.send_bytes(READY)
     try:
@@ -99,16 +109,21 @@ def _interrupts(control: multiprocessing.connection.Connection, engines: Engines
     here (it ended meanwhile) is nothing to do: ids are never reused."""
     while True:
         try:
-            run_id = control.recv_bytes(MAX_RUN_ID_BYTES).decode("utf-8", "replace")
+            message = control.recv_bytes(MAX_CONTROL_BYTES)
         except (EOFError, OSError):
             return
         try:
+            if message[:1] == TOOL_ANSWERS:
+                toolwait.answer(tool_answers_decoder.decode(message[1:]))
+                continue
+            run_id = message[:MAX_RUN_ID_BYTES].decode("utf-8", "replace")
             engines.interrupt(run_id)
         except Exception:  # this thread outlives any fault: later interrupts depend on it
             logging.getLogger("wasmrun.sandbox").exception("interrupting run %s failed", run_id)
 
 
 MAX_RUN_ID_BYTES = 256
+MAX_CONTROL_BYTES = 64 << 20  # a batch of tool answers, each within the run's max_tool_result_bytes
 
 
 class Engines:

@@ -43,6 +43,7 @@ import msgspec
 from python_wasm import dataimage
 from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.contract.background import BackgroundTotals
+from wasmrun.sandbox.contract.tools import ToolAnswers, ToolSink
 from wasmrun.sandbox.contract.types import RunError, RunRequest, RunResult
 from wasmrun.sandbox.guest.outstream import OutputSink
 from wasmrun.sandbox.pool.executor import Executor, ExecutorHealth
@@ -306,8 +307,13 @@ class WarmingExecutor:
         self.warmup = warmup
         self.background: BackgroundTotals = inner.background  # the same totals object
 
-    async def run(self, request: RunRequest, on_output: OutputSink | None = None) -> RunResult:
-        return self.warmup.explain(await self.inner.run(request, on_output))
+    async def run(
+        self, request: RunRequest, on_output: OutputSink | None = None, on_tools: ToolSink | None = None,
+    ) -> RunResult:
+        return self.warmup.explain(await self.inner.run(request, on_output, on_tools))
+
+    async def answer_tools(self, answers: ToolAnswers) -> bool:
+        return await self.inner.answer_tools(answers)
 
     def health(self) -> ExecutorHealth:
         return self.inner.health()

@@ -16,10 +16,12 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from wasmrun.offload import for_run
+from wasmrun.sandbox.contract.tools import ToolAnswers, ToolBatch
 from wasmrun.sandbox.guest.outstream import OUTPUT, OutputSink, decode_chunks
-from wasmrun.sandbox.pool.poolworker import READY, WorkerSetup, encoder
+from wasmrun.sandbox.pool.poolworker import READY, TOOL_ANSWERS, TOOL_CALLS, WorkerSetup, encoder, tool_batch_decoder
 
 # Workers run `python -m` on this package (pool/__main__.py): named by the module, never a string.
 WORKER_PACKAGE = __name__.rpartition(".")[0]
@@ -192,8 +194,24 @@ class WorkerProcess:
             return False  # a full control pipe holds interrupts already; a dead worker runs nothing
         return True
 
+    async def answer_tools(self, answers: ToolAnswers) -> bool:
+        """Hand the client's answers to the run waiting here for them (code mode), down the
+        control pipe; a large batch is written off the loop (the pipe is non-blocking)."""
+        if self.control < 0 or not answers.run_id or self.running != answers.run_id:
+            return False
+        framed = frame(TOOL_ANSWERS + encoder.encode(answers))
+        try:
+            if len(framed) <= PIPE_CAPACITY // 4:
+                os.write(self.control, framed)  # an interrupt's few bytes may share the pipe
+            else:
+                await for_run(write_nonblocking, self.control, framed)
+        except (BlockingIOError, BrokenPipeError, OSError):
+            return False
+        return True
+
     async def exchange(
         self, payload: bytes, deadline: float, on_output: OutputSink | None = None, run_id: str = "",
+        on_tools: Callable[[ToolBatch], None] | None = None, tool_wait_s: float = 0.0,
     ) -> bytes:
         self.answer_by = time.monotonic() + deadline
         self.running = run_id
@@ -203,8 +221,13 @@ class WorkerProcess:
         else:  # a large request may fill the pipe: write it off the loop
             await for_run(write_all, self.to_child, framed)
         answer = await self.reader.read(deadline)
-        while answer[:1] == OUTPUT:  # a streamed run's output, before its result
-            if on_output is not None:
+        while answer[:1] in (OUTPUT, TOOL_CALLS):  # a streamed run's output, its tool calls, before its result
+            if answer[:1] == TOOL_CALLS:
+                # the run waits up to tool_wait_s for the client (its own timeout is paused meanwhile)
+                self.answer_by += tool_wait_s
+                if on_tools is not None:
+                    on_tools(tool_batch_decoder.decode(answer[1:]))
+            elif on_output is not None:
                 on_output(decode_chunks(answer))
             answer = await self.reader.read(max(0.0, self.answer_by - time.monotonic()))
         self.running = ""
@@ -242,6 +265,17 @@ class WorkerProcess:
     @property
     def pid(self) -> int:
         return self.process.pid
+
+
+def write_nonblocking(fd: int, data: bytes) -> None:
+    """All of `data` to a non-blocking pipe, waiting for room (off the event loop)."""
+    view = memoryview(data)
+    while view:
+        select.select([], [fd], [], 1.0)
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            continue
 
 
 def write_all(fd: int, data: bytes) -> None:
