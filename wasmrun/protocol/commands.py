@@ -102,6 +102,7 @@ async def run_command(ctx: Context, p: RunCommandParams) -> CommandResult:
         result = await sessions.run_code(ctx, RunCodeParams(
             language="python", code=program, mount_skills=p.mount_skills, input_blobs=p.input_blobs,
             limits=p.limits, session_id=p.session_id, stream=True, packages=p.packages,
+            tools=p.tools, tool_wait_ms=p.tool_wait_ms,  # code mode: `python` in the command may call them
         ))
     finally:
         RUN_OUTPUT.reset(listening)
