@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from wasmrun import cli_help, images_command, limitcli, packages_command, sessioncli
+from wasmrun import cache_command, cli_help, images_command, limitcli, packages_command, sessioncli
 from wasmrun.bench import command as bench_command
 from wasmrun.database import DatabaseError
 from wasmrun.settings import Settings
@@ -137,6 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     bench_command.add_parser(commands)
     packages_command.add_parser(commands)
     images_command.add_parser(commands)
+    cache_command.add_parser(commands)
     _command(
         commands, "warm", "compile the guest to machine code now and cache it, e.g. while building an image"
         " (else the first start does it, about 10-30 s)", "wasmrun warm",
@@ -303,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return bench_command.run(args)
         if args.command == "images":
             return images_command.main(args)
+        if args.command == "cache":
+            return cache_command.main(args)
         if args.command == "packages":
             return packages_command.main(args, Settings.load(data_dir=args.data_dir).data_dir)
         if args.skills_command == "list":

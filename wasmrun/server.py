@@ -44,6 +44,7 @@ from wasmrun.protocol.methods import Dispatcher
 from wasmrun.registry import requirements
 from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox import Executor, InProcessExecutor, WorkerPool, warmup
+from wasmrun.sandbox.images import cachebound
 from wasmrun.served import ServedImage
 from wasmrun.sessionstore.store import session_expired
 from wasmrun.settings import Settings
@@ -453,6 +454,8 @@ def check_workers(workers: int, tenants: TenantDirectory, *, allow_one_worker: b
 def serve(settings: Settings, *, mcp_with_create_skill: bool = False) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tracing.setup("server")  # on only when OTEL_* asks for it (docs/observability.md)
+    cachebound.prune_on_start(settings.cache_max_bytes)  # the cache within its cap (docs/hosting.md)
+    lease = cachebound.start_lease()  # what this server's workers may reload, kept by every prune
     app = create_app(assemble(settings, serving=True), mcp_with_create_skill=mcp_with_create_skill)
     logging.getLogger("wasmrun").info(
         "serving the Skills Protocol at http://%s:%d/rpc (data in %s)",
@@ -464,6 +467,8 @@ def serve(settings: Settings, *, mcp_with_create_skill: bool = False) -> None:
         uvicorn.run(tracing.instrument(app), **uvicorn_options(settings.host, settings.port))
     finally:
         tracing.shutdown()  # the last spans exported
+        if lease is not None:
+            lease.release()
 
 
 def uvicorn_options(host: str, port: int) -> dict[str, Any]:

@@ -24,6 +24,8 @@
                       WASMRUN_QUEUE_TIMEOUT         5 (seconds a call waits for a free sandbox)
                       WASMRUN_SKILL_CACHE_ENTRIES   256   bounds of the cache of created skills
                       WASMRUN_SKILL_CACHE_MB        1024  (with --database-url; shared by servers on one data dir)
+                      WASMRUN_CACHE_MAX_MB          8192  the cache's cap, kept by a prune at each start
+                                                    (docs/hosting.md; `wasmrun cache`)
                       WASMRUN_MAX_BODY_BYTES        33554432
                       WASMRUN_BODY_TIMEOUT          30 (seconds to receive a request body, from its head)
                       WASMRUN_HEADER_TIMEOUT        10 (seconds to receive a request's head, from the
@@ -108,6 +110,8 @@ class Settings:
     # The local cache of created skills from the shared database (registry/bundle.py).
     skill_cache_entries: int = 256
     skill_cache_bytes: int = 1024 * 1024 * 1024
+    # The cache of guests, images and compiled modules (sandbox/images/cachebound.py), bounded on start.
+    cache_max_bytes: int = 8 * 1024**3
     max_body_bytes: int = 32 * 1024 * 1024
     body_timeout: float = 30.0
     header_timeout: float = 10.0
@@ -245,6 +249,9 @@ def load_server_values(
         "skill_cache_entries": _int(env.get(ENV_PREFIX + "SKILL_CACHE_ENTRIES"), "skill cache entries"),
         "skill_cache_bytes": (
             mb * 1024 * 1024 if (mb := _int(env.get(ENV_PREFIX + "SKILL_CACHE_MB"), "skill cache MB")) else None
+        ),
+        "cache_max_bytes": (
+            mb * 1024 * 1024 if (mb := _int(env.get(ENV_PREFIX + "CACHE_MAX_MB"), "cache max MB")) else None
         ),
     }
     chosen = {k: v for k, v in values.items() if v is not None}
