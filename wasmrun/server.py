@@ -454,8 +454,8 @@ def check_workers(workers: int, tenants: TenantDirectory, *, allow_one_worker: b
 def serve(settings: Settings, *, mcp_with_create_skill: bool = False) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tracing.setup("server")  # on only when OTEL_* asks for it (docs/observability.md)
-    cachebound.prune_on_start(settings.cache_max_bytes)  # the cache within its cap (docs/hosting.md)
     lease = cachebound.start_lease()  # what this server's workers may reload, kept by every prune
+    cachebound.prune_on_start(settings.cache_max_bytes, lease)  # the cache within its cap (docs/hosting.md)
     app = create_app(assemble(settings, serving=True), mcp_with_create_skill=mcp_with_create_skill)
     logging.getLogger("wasmrun").info(
         "serving the Skills Protocol at http://%s:%d/rpc (data in %s)",

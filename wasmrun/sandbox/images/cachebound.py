@@ -236,14 +236,16 @@ class Pruned:
     total_after: int
 
 
-def prune(root: Path, max_bytes: int | None = None, *, keep_recent_s: float = 0.0) -> Pruned:
+def prune(root: Path, max_bytes: int | None = None, *, keep_recent_s: float = 0.0,
+          in_use: set[str] | None = None) -> Pruned:
     """Remove what no server of this version uses and no live server's lease holds (all of
-    it, or with `max_bytes` only until the cache fits, oldest first)."""
+    it, or with `max_bytes` only until the cache fits, oldest first). `in_use`: the current
+    version's names if known (computing them hashes the modules)."""
     if root.is_symlink() or not root.is_dir():
         return Pruned([], 0, 0, 0)
     leases.sweep_dead(root)
     total = total_bytes(root)
-    chosen = plan(listing(root), max_bytes, total, keep_recent_s)
+    chosen = plan(listing(root, in_use), max_bytes, total, keep_recent_s)
     freed = 0
     removed = []
     for entry in chosen:
@@ -255,12 +257,13 @@ def prune(root: Path, max_bytes: int | None = None, *, keep_recent_s: float = 0.
     return Pruned(removed, freed, total, total_bytes(root))
 
 
-def prune_on_start(max_bytes: int) -> Pruned | None:
-    """A server's start: bound the cache to `max_bytes`, keeping what is current, leased
-    or used within RECENT_S. Never fatal: a cache it cannot prune is served from anyway."""
+def prune_on_start(max_bytes: int, lease: leases.Lease | None) -> Pruned | None:
+    """A server's start, once its `lease` is written: bound the cache to `max_bytes`, keeping
+    what is current (held by the lease), leased by other servers, or used within RECENT_S.
+    Never fatal: a cache it cannot prune is served from anyway."""
     root = downloads.cache_root()
     try:
-        pruned = prune(root, max_bytes, keep_recent_s=RECENT_S)
+        pruned = prune(root, max_bytes, keep_recent_s=RECENT_S, in_use=None if lease is None else set())
     except OSError as exc:
         logger.warning("cache: the prune on start failed: %s", exc)
         return None
