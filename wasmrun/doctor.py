@@ -125,6 +125,7 @@ def diagnose(settings: Settings) -> Diagnosis:
         _check_guest(d, guest)
         _check_compiled(d, guest)
     _check_data_image(d, settings)
+    _check_cache(d, settings)
     _check_dirs(d, settings)
     _check_extras(d)
     _check_packages(d, settings)
@@ -136,6 +137,7 @@ EXTRA_PURPOSE = {
     "mcp": "/mcp and `wasmrun mcp` (the MCP SDK)",
     "scale": "--database-url and --blob-store (PostgreSQL, S3)",
     "data": "the data-science packages in the guest",
+    "otel": "OpenTelemetry traces (OTEL_*; docs/observability.md)",
 }
 
 
@@ -219,6 +221,18 @@ def _check_compiled(d: Diagnosis, guest: guest_build.Guest) -> None:
         d.fact("compiled module", f"ready: {path} ({human(size_of(path))})")
     else:
         d.fact("compiled module", f"{not_ready}: the next start compiles it (about 10 s); `wasmrun warm` does it now")
+
+
+def _check_cache(d: Diagnosis, settings: Settings) -> None:
+    """The cache's size against the cap a server's start keeps it to (docs/hosting.md)."""
+    from python_wasm import downloads
+    from wasmrun.sandbox.images import cachebound
+
+    root = downloads.cache_root()
+    listed = cachebound.listing(root) if root.is_dir() else []
+    unused = sum(i.entry.size for i in listed if not i.why_kept and i.entry.kind != "data interpreter")
+    d.fact("cache cap", f"{human(cachebound.total_bytes(root))} of {human(settings.cache_max_bytes)} (kept by each server start),"
+                    f" {human(unused)} unused (`wasmrun cache prune` removes it)")
 
 
 def _check_data_image(d: Diagnosis, settings: Settings) -> None:
