@@ -16,11 +16,9 @@ from wasmrun.azure import results
 from wasmrun.azure.identifiers import MAX_PARTS, data_path, relative
 from wasmrun.e2b import guestfiles, transfer
 from wasmrun.e2b.calls import MAX_CODE_BODY, SESSION_GONE, FrontError, read_json_object
-from wasmrun.e2b.interpreter import NO_PIP
 from wasmrun.e2b.sandboxes import DEFAULT_CONTEXT, E2BSandbox
 from wasmrun.jupyter.cells import CellRefused, Step, split
 from wasmrun.protocol.streaming import RUN_OUTPUT
-from wasmrun.sandbox import OutputChunk
 from wasmrun.tenants.caller import Caller
 
 if TYPE_CHECKING:
@@ -59,8 +57,8 @@ async def execute(front: AzureFront, request: Request, caller: Caller) -> Respon
     """`POST code/execute`: the code as runs of the identifier's session (its state kept
     from one call to the next), its output, result and time as the service answers them.
     The code is split as its Jupyter kernel would run it (the Jupyter door's `split`): a
-    `!cmd` line is a command of the guest's shell in the same session, `!pip install` a
-    note, the Python between them session runs."""
+    `!cmd` line is a command of the guest's shell in the same session (`!pip install` and
+    `%pip install` too: they install on demand), the Python between them session runs."""
     code, timeout = _code(await read_json_object(request, MAX_CODE_BODY))
     key = front.key(request, caller)
     try:
@@ -93,14 +91,10 @@ async def _steps(
 ) -> dict[str, Any]:
     """The cell's steps in order, until one fails: the last one's result, with the displays
     of them all (the last expression counts only in the last step, as IPython shows it)."""
-    image = " --image data" if front.calls.dispatcher.context.served.name == "data" else ""
     result: dict[str, Any] = {"status": "completed"}
     displays: list[Any] = []
     for number, step in enumerate(steps, start=1):
-        if step.kind == "pip":
-            output.feed([OutputChunk("stderr", NO_PIP.format(image=image, line=step.text))])
-            continue
-        if step.kind == "command":
+        if step.kind == "command":  # `!cmd`, and `!pip install` / `%pip install` (installs on demand)
             params = {"command": step.text, "session_id": session_id, "stream": True, **limits}
             try:
                 result = await front.calls.call(caller, "run_command", params)
