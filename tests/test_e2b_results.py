@@ -5,11 +5,12 @@ from __future__ import annotations
 import base64
 import json
 
+import pytest
 from e2b_code_interpreter.models import Execution, parse_output
 
 from wasmrun.e2b import results
 from wasmrun.e2b.calls import FrontError
-from wasmrun.e2b.interpreter import split_cell
+from wasmrun.jupyter.cells import CellRefused, split
 from wasmrun.e2b.paths import guest_path, relative
 
 
@@ -119,18 +120,17 @@ def test_output_goes_out_in_whole_lines_per_stream() -> None:
     assert len(long) == 1 and len(long[0]["text"]) == results.Lines.MAX_PENDING
 
 
-def test_pip_lines_are_taken_out_and_other_shell_lines_refused() -> None:
-    cell, pips = split_cell("!pip install pandas\n%pip install -q numpy\nx = 1\nx")
-    assert pips == ["!pip install pandas", "%pip install -q numpy"]
-    assert cell == "\n\nx = 1\nx"  # blank lines keep the line numbers of tracebacks
-    for refused in ("!ls -la", "%timeit x", "x = 1\n!rm -rf /"):
-        try:
-            split_cell(refused)
-        except FrontError as exc:
-            assert "run_code" in exc.message
-        else:
-            raise AssertionError(refused)
-    assert split_cell("a != b\nx = {'!': 1}")[1] == []  # `!=` and a string are Python
+def test_cells_split_install_and_shell_lines_into_commands() -> None:
+    steps = split("!pip install pandas\n%pip install -q numpy\nx = 1\nx\n!ls -la")
+    assert [(s.kind, s.text, s.line) for s in steps] == [
+        ("command", "pip install pandas", 1), ("command", "pip install -q numpy", 2),
+        ("python", "x = 1\nx", 3), ("command", "ls -la", 5),
+    ]
+    assert split("!{sys.executable} -m pip install humanize")[0].text == "python -m pip install humanize"
+    for refused in ("%timeit x", "if x:\n    !rm -rf /"):
+        with pytest.raises(CellRefused):
+            split(refused)
+    assert [s.kind for s in split("a != b\nx = {'!': 1}")] == ["python"]  # `!=` and a string are Python
 
 
 def test_paths_map_home_to_the_workspace_and_refuse_escapes() -> None:

@@ -1,15 +1,16 @@
 """The code interpreter's endpoints (`E2b-Sandbox-Port: 49999`): `POST /execute`
 streaming line-delimited JSON events, and code contexts (each a session of its own).
 
-A cell runs as a session run: IPython-style, its last expression is the main result.
-Shell lines (`!cmd`) and magics do not run in a wasmrun sandbox: `!pip install` says
-how the operator adds packages, any other is an error naming what to write instead."""
+A cell runs as session runs: IPython-style, its last expression is the main result. It is
+split as the Jupyter door's kernel splits it (wasmrun/jupyter/cells.py): a `!cmd` line, and
+an install line (`!pip install x`, `%pip install -q x`, `!{sys.executable} -m pip install x`),
+is a command of the guest's shell in the same session (its `pip install` installs on demand:
+docs/packages.md), the Python between them session runs; another magic is an error."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,42 +18,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from wasmrun.e2b import guestfiles, results
-from wasmrun.e2b.calls import MAX_CODE_BODY, Front, FrontError, read_json_object
+from wasmrun.e2b.calls import MAX_CODE_BODY, SESSION_GONE, Front, FrontError, read_json_object
 from wasmrun.e2b.control import env_vars, new_session, set_envs, start_in
 from wasmrun.e2b.paths import e2b_path, relative
 from wasmrun.e2b.sandboxes import CONTEXT_ID, DEFAULT_CONTEXT, HOME, CodeContext, E2BSandbox, new_id
+from wasmrun.jupyter.cells import CellRefused, Step, split
 from wasmrun.protocol.streaming import RUN_OUTPUT
 from wasmrun.sandbox import OutputChunk
 
-PIP_LINE = re.compile(r"^\s*[!%]{1,2}\s*(pip3?|python3?\s+-m\s+pip|uv\s+pip|conda|mamba)\s+install\b.*$")
-SHELL_LINE = re.compile(r"^\s*(![^=]|%)")
-NO_PIP = (
-    "wasmrun: packages are not installed from inside a sandbox. Python packages are chosen by the"
-    " server's operator: `wasmrun packages add{image} NAME` (docs/packages.md). Skipped: {line}\n"
-)
-NO_SHELL = (
-    "shell commands and IPython magics do not run in a wasmrun sandbox (there are no processes):"
-    " write the step in Python with run_code. Line {number}: {line}"
-)
 # Cells running or queued on one context at once: each holds its tenant's request place
 # (concurrent_requests) too, until it has run or been dropped.
 MAX_QUEUED_CELLS = 8
-
-
-def split_cell(code: str) -> tuple[str, list[str]]:
-    """The cell without its `!pip install` lines (each kept blank, so line numbers hold),
-    and those lines; another shell or magic line is a SyntaxError-like FrontError."""
-    kept: list[str] = []
-    pips: list[str] = []
-    for number, text in enumerate(code.split("\n"), start=1):
-        if PIP_LINE.match(text):
-            pips.append(text.strip())
-            kept.append("")
-        elif SHELL_LINE.match(text):
-            raise FrontError(400, NO_SHELL.format(number=number, line=text.strip()[:200]))
-        else:
-            kept.append(text)
-    return "\n".join(kept), pips
 
 
 def _context(sandbox: E2BSandbox, context_id: Any) -> CodeContext:
@@ -116,9 +92,9 @@ async def execute(front: Front, request: Request, sandbox: E2BSandbox) -> Respon
     context = _context(sandbox, body.get("context_id"))
     envs = env_vars(body.get("env_vars"), "env_vars")
     try:
-        cell, pips = split_cell(code)
-    except FrontError as exc:
-        lines = [{"type": "error", "name": "SyntaxError", "value": exc.message, "traceback": exc.message}]
+        steps = split(code)
+    except CellRefused as exc:
+        lines = [{"type": "error", "name": "SyntaxError", "value": str(exc), "traceback": str(exc)}]
         return StreamingResponse(_fixed(lines), media_type="application/x-ndjson")
     if context.ended:
         raise FrontError(502, f"The sandbox {sandbox.sandbox_id} has ended")
@@ -128,7 +104,7 @@ async def execute(front: Front, request: Request, sandbox: E2BSandbox) -> Respon
             " wait for one to end before sending another"
         ))
     stream = CellStream(front, sandbox.caller.tenant)
-    work = asyncio.get_running_loop().create_task(_run_cell_events(front, sandbox, context, cell, pips, envs, stream))
+    work = asyncio.get_running_loop().create_task(_run_cell_events(front, sandbox, context, steps, envs, stream))
     context.cells.add(work)
     work.add_done_callback(context.cells.discard)
     return CellResponse(stream, work)
@@ -149,16 +125,12 @@ async def _lines(stream: CellStream) -> AsyncIterator[bytes]:
 
 
 async def _run_cell_events(
-    front: Front, sandbox: E2BSandbox, context: CodeContext, cell: str, pips: list[str], envs: dict[str, str],
+    front: Front, sandbox: E2BSandbox, context: CodeContext, steps: list[Step], envs: dict[str, str],
     stream: CellStream,
 ) -> None:
     """Runs the cell after those queued before it on its context (one at a time, as a
     Jupyter kernel does), its output streamed as it is written; a cell still queued when
     its sandbox or context ends is dropped, not run."""
-    # The layer the operator adds to is the served image's (docs/packages.md).
-    image = " --image data" if front.dispatcher.context.served.name == "data" else ""
-    for pip in pips:
-        stream.queue.put_nowait(results.line(results.output_event("stderr", NO_PIP.format(image=image, line=pip))))
     lines = results.Lines()
 
     def on_output(chunks: list[OutputChunk]) -> None:
@@ -175,7 +147,7 @@ async def _run_cell_events(
         async with context.lock:
             if context.ended:
                 raise FrontError(502, f"The sandbox {sandbox.sandbox_id} ended before this cell ran: it was dropped")
-            ending = await _run_cell(front, sandbox, context, cell, envs, stream)
+            ending = await _run_cell(front, sandbox, context, steps, envs, stream)
     except FrontError as exc:
         ending = [results.line({"type": "error", "name": "SandboxError", "value": exc.message, "traceback": exc.message})]
     finally:
@@ -201,18 +173,36 @@ async def _counted(front: Front, sandbox: E2BSandbox, context: CodeContext) -> N
 
 
 async def _run_cell(
-    front: Front, sandbox: E2BSandbox, context: CodeContext, cell: str, envs: dict[str, str], stream: CellStream
+    front: Front, sandbox: E2BSandbox, context: CodeContext, steps: list[Step], envs: dict[str, str],
+    stream: CellStream,
 ) -> list[bytes]:
-    """The cell's run, and the lines of what it ended with (its results, its error, its
-    count), encoded at once: what waits for a client that does not read is these bytes,
-    within the room taken for them, never the run's objects."""
+    """The cell's steps in order until a Python step fails, and the lines of what it ended
+    with (its results, its error, its count), encoded at once: what waits for a client that
+    does not read is these bytes, within the room taken for them, never the run's objects.
+    A command's failure (a refused `pip install`) is its stderr and the cell goes on, as in
+    IPython."""
     await set_envs(front, sandbox.caller, context.session_id, envs)
-    if not cell.strip():
+    if not steps:
         await _counted(front, sandbox, context)
         return [results.line({"type": "number_of_executions", "execution_count": context.executions})]
-    params = {"language": "python", "code": cell, "session_id": context.session_id, "stream": True}
-    result = await front.run(sandbox.caller, params)
-    await _counted(front, sandbox, context)
+    result: dict[str, Any] = {"status": "completed"}
+    displays: list[Any] = []
+    try:
+        for number, step in enumerate(steps, start=1):
+            if step.kind == "command":
+                ran = await _command(front, sandbox, context, step.text)
+                result = {"status": "completed", "displays": ran.get("displays") or []}
+            else:
+                code = "\n" * (step.line - 1) + step.text
+                params = {"language": "python", "code": code, "session_id": context.session_id, "stream": True}
+                result = await front.run(sandbox.caller, params)
+            last = number == len(steps)
+            displays += [d for d in result.get("displays") or [] if last or not (isinstance(d, dict) and d.get("main"))]
+            if result.get("status") != "completed":
+                break
+    finally:
+        await _counted(front, sandbox, context)
+    result = {**result, "displays": displays}
     if stream.gone:  # its client left: the session has the cell's effects; nobody reads its results
         return []
     room = stream.take_room(front.dispatcher.context.limits.defaults.result_bytes)
@@ -220,6 +210,15 @@ async def _run_cell(
     ending = [] if stream.gone else [results.line(e) for e in results.run_events(result, context.executions, blobs.get, room)]
     stream.keep(sum(map(len, ending)))
     return ending
+
+
+async def _command(front: Front, sandbox: E2BSandbox, context: CodeContext, command: str) -> dict[str, Any]:
+    """A `!cmd` line through the guest's shell in the cell's session (its output streamed)."""
+    params = {"command": command, "session_id": context.session_id, "stream": True}
+    try:
+        return await front.call(sandbox.caller, "run_command", params)
+    except FrontError as exc:
+        raise FrontError(502, SESSION_GONE) if exc.status == 404 else exc from None
 
 
 async def _display_blobs(front: Front, sandbox: E2BSandbox, result: dict[str, Any], budget: int) -> dict[str, bytes]:

@@ -2,14 +2,16 @@
 
 The cell is split per line, as IPython's transforms see it: a `!cmd` line at the start
 of a line is a command (run_command: the guest's shell, in the same session, its files
-and cwd shared), `%pip install`/`!pip install` the E2B door's hint (packages are the
-operator's: docs/packages.md), `%matplotlib ...` nothing (charts are displays already),
-any other magic a clear error; the Python lines between them run as session runs, each
-padded to its line number so tracebacks name the cell's lines. Only the last step's
-last expression is the cell's `execute_result`, as IPython shows only the cell's last.
-Output is streamed as it is written (run_code's stream listener); displays come from
-each run's display results, their large forms read back from blobs within the
-tenant's room (the E2B door's Expansion)."""
+and cwd shared), and so are the install lines agents write (`!pip install x`, `%pip install
+-q x`, `!{sys.executable} -m pip install x`, `%uv pip install x`): the shell's `pip install`
+installs on demand (docs/packages.md), importable in the cell's next lines and later cells;
+`%matplotlib ...` is nothing (charts are displays already), any other magic a clear error;
+the Python lines between them run as session runs, each padded to its line number so
+tracebacks name the cell's lines. Only the last step's last expression is the cell's
+`execute_result`, as IPython shows only the cell's last. The E2B and Azure doors split
+their cells here too. Output is streamed as it is written (run_code's stream listener);
+displays come from each run's display results, their large forms read back from blobs
+within the tenant's room (the E2B door's Expansion)."""
 
 from __future__ import annotations
 
@@ -19,14 +21,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from wasmrun.e2b.calls import Front, FrontError
-from wasmrun.e2b.interpreter import NO_PIP, PIP_LINE
 from wasmrun.e2b.results import Expansion, Lines, image_blobs
 from wasmrun.jupyter import messages
 from wasmrun.jupyter.kernels import Connection, Kernel
 from wasmrun.protocol.streaming import RUN_OUTPUT
 from wasmrun.sandbox import OutputChunk
 
+# An install line, `!` or `%` (IPython's %pip magic): run as the shell's command.
+PIP_LINE = re.compile(
+    r"^\s*[!%]{1,2}\s*((?:pip3?|python3?\s+-m\s+pip|\{sys\.executable\}\s+-m\s+pip|uv\s+pip|conda|mamba)"
+    r"\s+install\b.*)$"
+)
 COMMAND_LINE = re.compile(r"^!(?!=)(.*)$")  # at the start of the line only
+# IPython expands `{expr}` in a `!` line; the one agents write is the interpreter's path.
+EXECUTABLE = "{sys.executable}"
 INDENTED_COMMAND = re.compile(r"^\s+!(?!=)")
 NOTHING_MAGIC = re.compile(r"^\s*%matplotlib\b")
 MAGIC = re.compile(r"^\s*%")
@@ -42,7 +50,7 @@ class CellRefused(Exception):
 
 @dataclass
 class Step:
-    kind: str  # "python", "command" or "pip"
+    kind: str  # "python" or "command"
     text: str
     line: int  # the cell's line it starts on, from 1
 
@@ -60,12 +68,12 @@ def split(code: str) -> list[Step]:
         python, start = [], next_line
 
     for number, text in enumerate(code.split("\n"), start=1):
-        if PIP_LINE.match(text):
+        if (pip := PIP_LINE.match(text)) is not None:
             flush(number + 1)
-            steps.append(Step("pip", text.strip(), number))
+            steps.append(Step("command", pip.group(1).strip().replace(EXECUTABLE, "python"), number))
         elif (found := COMMAND_LINE.match(text)) is not None:
             flush(number + 1)
-            steps.append(Step("command", found.group(1).strip(), number))
+            steps.append(Step("command", found.group(1).strip().replace(EXECUTABLE, "python"), number))
         elif INDENTED_COMMAND.match(text):
             raise CellRefused(f"line {number}: a `!` command runs only at the start of a line, not inside a block")
         elif NOTHING_MAGIC.match(text):
@@ -73,7 +81,7 @@ def split(code: str) -> list[Step]:
         elif MAGIC.match(text):
             raise CellRefused(
                 f"line {number}: IPython magics do not run in a wasmrun kernel (only `!cmd` lines, `%matplotlib` and"
-                f" `%pip install`'s hint): write the step in Python. {text.strip()[:200]}"
+                f" `%pip install`): write the step in Python. {text.strip()[:200]}"
             )
         else:
             python.append(text)
@@ -130,10 +138,6 @@ class CellRun:
         return None
 
     async def step(self, step: Step, count: int, last: bool) -> dict[str, Any] | None:
-        if step.kind == "pip":
-            image = " --image data" if self.front.dispatcher.context.served.name == "data" else ""
-            self.iopub("stream", {"name": "stderr", "text": NO_PIP.format(image=image, line=step.text)})
-            return None
         if step.kind == "command":
             result = await self.call("run_command", {"command": step.text})
         else:
