@@ -21,7 +21,14 @@ import msgspec
 import wasmtime
 
 from wasmrun.abi import (
-    DISPLAY_LEVEL, EINVAL, ENOENT, MAX_BLOB_ID, MAX_DISPLAY_BYTES, MAX_HTTP_META, MAX_PACKAGES_REQUEST, U32,
+    DISPLAY_LEVEL,
+    EINVAL,
+    ENOENT,
+    MAX_BLOB_ID,
+    MAX_DISPLAY_BYTES,
+    MAX_HTTP_META,
+    MAX_PACKAGES_REQUEST,
+    U32,
 )
 from wasmrun.blobs.kinds import MAX_KIND, is_valid_kind
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
