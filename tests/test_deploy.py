@@ -330,3 +330,14 @@ def test_required_values_are_named() -> None:
         render({k: v for k, v in MINIMAL.items() if k != "database"})
     with pytest.raises(Exception, match="metrics.key"):
         render({k: v for k, v in MINIMAL.items() if k != "metrics"})
+
+
+def test_chart_matches_the_dockerfile(minimal: list[dict[str, Any]]) -> None:
+    """The pods run as the image's user and seed the cache from where the image made it:
+    a mismatch is a pod that cannot write its cache or finds it empty."""
+    dockerfile = (CHART.parent.parent.parent / "Dockerfile").read_text()
+    assert "--uid 10001" in dockerfile and "\nUSER wasmrun\n" in dockerfile
+    env = {e["name"]: e.get("value") for e in server(minimal)["env"]}
+    assert f"WASMRUN_CACHE_DIR={env['WASMRUN_CACHE_DIR']}" in dockerfile
+    assert one(minimal, "Deployment")["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 10001
+    assert "wasmrun images install data" in dockerfile and "wasmrun warm" in dockerfile
