@@ -22,6 +22,7 @@ from wasmrun import phases
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.limits import BY_FIELD, REQUESTABLE, TENANT_CAPS
 from wasmrun.offload import for_run
+from wasmrun.protocol import packageinstalls, toolcalls
 from wasmrun.protocol.blobs import blob_info, quota_error
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams, QuotaExceeded, ServerBusy
@@ -162,6 +163,8 @@ def code_request(
     whether its output is listened to, `session` the session's state it runs in."""
     return RunRequest(
         kind="code",
+        tools=toolcalls.tool_specs(p.tools),
+        tool_limits=toolcalls.tool_limits(p.tool_wait_ms),
         code=p.code,
         function=p.entrypoint,
         args_json=args,
@@ -199,15 +202,22 @@ async def _skill_folders(ctx: Context, skills: Sequence[Skill]) -> AsyncIterator
 async def run(
     ctx: Context, request: RunRequest, skills: Sequence[Skill] = (),
     on_result: Callable[[RunResult], None] | None = None, on_output: OutputListener | None = None,
+    on_tools: toolcalls.ToolSink | None = None,
 ) -> ExecutionResult:
     """The run's spec result; `on_result` sees the sandbox's own first (a session keeps its outcome);
     `on_output` gets the output as it is written (streamed runs: `request.stream`)."""
     try:
         # The skills' folders first (a fetch that fails costs the tenant no start), kept
         # for the run's whole length; then the run's admission.
+        request = packageinstalls.granted(ctx, request)  # `pip install` from inside (packageinstalls.py)
         async with _skill_folders(ctx, skills), ctx.gate.admit(ctx.caller):
             phases.mark("admitted")
-            result = await ctx.executor.run(request, on_output)
+            if on_tools is None:
+                result = await ctx.executor.run(request, on_output)
+            else:  # code mode: the run waits here for its tools' answers too (toolcalls.py)
+                result = await ctx.executor.run(request, on_output, on_tools)
+        if result.packages_added:
+            packageinstalls.audit(ctx, result, ctx.caller.tenant)
         if on_result is not None:
             on_result(result)
     except RunQuotaExceeded as exc:
