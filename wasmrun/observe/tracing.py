@@ -26,7 +26,7 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -175,16 +175,14 @@ def inject(headers: MutableMapping[str, str]) -> None:
     otel_inject(headers)
 
 
-@contextlib.contextmanager
-def continued(name: str, parent: str, attributes: Mapping[str, str | int | float | bool] | None = None) -> Iterator[Any]:
+def continued(name: str, parent: str, attributes: Mapping[str, str | int | float | bool] | None = None
+              ) -> AbstractContextManager[Any]:
     """A span whose parent is the W3C traceparent `parent` (a worker continuing its
-    server's trace); a root span if it is empty or not a valid one."""
+    server's trace); a root span if it is empty or not a valid one; the no-op when off."""
     tracer = _tracer
     if tracer is None:
-        yield None
-        return
-    with tracer.start_as_current_span(name, context=_extract(parent), attributes=attributes) as current:
-        yield current
+        return _NOOP
+    return tracer.start_as_current_span(name, context=_extract(parent), attributes=attributes)
 
 
 def _extract(parent: str) -> Any:

@@ -15,6 +15,7 @@ import msgspec
 import msgspec.inspect
 
 from wasmrun import phases
+from wasmrun.observe import tracing
 from wasmrun.observe.record import CallRecord, Observer
 from wasmrun.protocol import blobs, commands, paramcheck, runs, sessions, skills, toolcalls, types
 from wasmrun.protocol.context import Context
@@ -207,6 +208,12 @@ class Dispatcher:
         self.require_caller = require_caller
 
     async def __call__(self, method: str, raw_params: msgspec.Raw, caller: Caller | None = None) -> msgspec.Struct:
+        if not tracing.enabled():
+            return await self._dispatch(method, raw_params, caller)
+        with tracing.span(f"rpc {method}" if method in METHODS else "rpc (unknown method)"):  # every door's calls
+            return await self._dispatch(method, raw_params, caller)
+
+    async def _dispatch(self, method: str, raw_params: msgspec.Raw, caller: Caller | None) -> msgspec.Struct:
         entry = METHODS.get(method)
         if entry is None:
             raise MethodNotFound(f"method not found: {method!r}", {"methods": sorted(METHODS)})

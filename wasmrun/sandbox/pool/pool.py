@@ -33,6 +33,7 @@ from pathlib import Path
 
 import msgspec
 
+from wasmrun.observe import tracing
 from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.contract.background import BackgroundTotals
 from wasmrun.sandbox.contract.ids import new_run_id
@@ -224,6 +225,15 @@ class WorkerPool:
     async def run(
         self, request: RunRequest, on_output: OutputSink | None = None, on_tools: ToolSink | None = None,
     ) -> RunResult:
+        if not tracing.enabled():
+            return await self._run(request, on_output, on_tools)
+        with tracing.span("pool.dispatch"):  # the worker's span is this one's child, through the request
+            traced = msgspec.structs.replace(request, traceparent=tracing.traceparent())
+            return await self._run(traced, on_output, on_tools)
+
+    async def _run(
+        self, request: RunRequest, on_output: OutputSink | None = None, on_tools: ToolSink | None = None,
+    ) -> RunResult:
         """With `on_output` (and `request.stream`), the run's output chunks are
         handed there, on the event loop, as the worker sends them; with `on_tools`,
         its batches of tool calls (code mode), answered through `answer_tools`."""
@@ -273,7 +283,8 @@ class WorkerPool:
     @contextlib.asynccontextmanager
     async def _worker(self) -> AsyncIterator[WorkerProcess]:
         """A live worker for one exchange; given back whatever happens in it."""
-        worker = await self._take()
+        with tracing.span("pool.queue"):  # waiting for a free worker
+            worker = await self._take()
         try:
             yield worker
         except asyncio.CancelledError:  # e.g. the client went away: the run goes on

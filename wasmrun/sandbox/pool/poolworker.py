@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from wasmrun.observe import tracing
 from wasmrun.sandbox.contract.tools import ToolAnswers, ToolBatch
 from wasmrun.sandbox.contract.types import RunRequest, RunResult, host_failure
 from wasmrun.sandbox.guest import toolwait
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         setup = setup_decoder.decode(inbox.recv_bytes())
     except (EOFError, OSError):
         return  # the pool went away before saying what to serve
+    tracing.setup("worker")  # on when the server's is: the same OTEL_* environment
     engines = Engines(setup)
     control = multiprocessing.connection.Connection(args.fd_control, writable=False)
     threading.Thread(target=_interrupts, args=(control, engines), name="wasmrun-interrupts", daemon=True).start()
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
             outbox.send_bytes(serve(engines, raw, outbox))
     finally:
         engines.close()
+        tracing.shutdown()  # this worker's last spans exported
 
 
 def _interrupts(control: multiprocessing.connection.Connection, engines: Engines) -> None:
@@ -191,13 +194,21 @@ def serve(engines: Engines, raw: bytes, outbox: multiprocessing.connection.Conne
     except Exception:
         request = RunRequest(kind="code")
         return encoder.encode(host_failure(request, "the sandbox could not read the run request"))
+    with tracing.continued("worker.run", request.traceparent):  # the child of the server's pool.dispatch
+        return _serve_request(engines, request, outbox)
+
+
+def _serve_request(engines: Engines, request: RunRequest, outbox: multiprocessing.connection.Connection) -> bytes:
     on_output = (lambda chunks: outbox.send_bytes(encode_chunks(chunks))) if request.stream else None
     try:
         engine = engines.for_request(request)
     except Exception:
         message = "this session's image cannot be loaded on this server any more; start a new session"
         return encoder.encode(host_failure(request, message))
-    result = engine.run(request, on_output)  # never raises
+    with tracing.span("guest.run") as guest:
+        started = time.time_ns()
+        result = engine.run(request, on_output)  # never raises
+        tracing.record_phases(guest, started, result.usage)
     result.background = engine.loop.background.drain()  # the engine's own runs, for /metrics
     try:
         return encoder.encode(result)
