@@ -21,6 +21,7 @@ from typing import Any
 from wasmrun import phases
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.limits import BY_FIELD, REQUESTABLE, TENANT_CAPS
+from wasmrun.observe import tracing
 from wasmrun.offload import for_run
 from wasmrun.protocol import packageinstalls, toolcalls
 from wasmrun.protocol.blobs import blob_info, quota_error
@@ -210,7 +211,7 @@ async def run(
         # The skills' folders first (a fetch that fails costs the tenant no start), kept
         # for the run's whole length; then the run's admission.
         request = packageinstalls.granted(ctx, request)  # `pip install` from inside (packageinstalls.py)
-        async with _skill_folders(ctx, skills), ctx.gate.admit(ctx.caller):
+        async with _skill_folders(ctx, skills), tracing.entering("admission", ctx.gate.admit(ctx.caller)):
             phases.mark("admitted")
             if on_tools is None:
                 result = await ctx.executor.run(request, on_output)
