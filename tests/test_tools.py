@@ -45,13 +45,14 @@ def test_the_eight_tools_are_the_spec_text() -> None:
 
 def test_create_skill_only_on_request() -> None:
     for format in FORMATS:
-        assert [_name(t) for t in render_all(format)] == [*EIGHT, *SESSIONS, *COMMANDS]
+        assert [_name(t) for t in render_all(format)] == [*EIGHT, *SESSIONS, *COMMANDS, *CODE_MODE]
         names = [_name(t) for t in render_all(format, with_create_skill=True)]
-        assert names == [*EIGHT, *SESSIONS, *COMMANDS, "create_skill"]
+        assert names == [*EIGHT, *SESSIONS, *COMMANDS, *CODE_MODE, "create_skill"]
 
 
 SESSIONS = ["create_session", "fork_session", "close_session", "list_sessions"]
 COMMANDS = ["run_command"]  # its env is a free-form object: never strict
+CODE_MODE = ["submit_tool_results"]  # a result is any JSON: never strict (docs/code-mode.md)
 
 
 def test_run_code_takes_a_session_id_beside_the_spec_params() -> None:
@@ -161,7 +162,14 @@ def _example_arguments(rpc: Callable[..., dict[str, Any]]) -> dict[str, dict[str
     blob = rpc("create_blob", {"content": "a,b\n1,2\n", "kind": "text/csv"})["result"]["blob_id"]
     forked = rpc("create_session", {"language": "python"})["result"]["session_id"]
     closed = rpc("create_session", {"language": "python"})["result"]["session_id"]
+    waiting = rpc("run_code", {
+        "language": "python", "code": "from runtime import tools\ntools.ask(q='x')",
+        "tools": [{"name": "ask", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}],
+    })["result"]
     return {
+        "submit_tool_results": {
+            "run_id": waiting["run_id"], "results": [{"call_id": waiting["tool_calls"][0]["call_id"], "result": "y"}],
+        },
         "create_session": {"language": "python", "idle_timeout_s": 60, "skills": []},
         "fork_session": {"session_id": forked},
         "close_session": {"session_id": closed},

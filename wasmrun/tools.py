@@ -240,6 +240,55 @@ COMMAND_TOOLS: tuple[Tool, ...] = (
     ),
 )
 
+# Extension: code mode (docs/code-mode.md): the run calls the client's own tools and pauses for them.
+_CODE_MODE_PROPERTIES: dict[str, Any] = {
+    "tools": {
+        "type": "array",
+        "description": "Your own tools the code may call: `from runtime import tools; tools.NAME(**arguments)`"
+        " (or awaited). A call pauses the run; the answer is status 'requires_action' with tool_calls, and"
+        " submit_tool_results continues it",
+        "items": {
+            "type": "object",
+            "properties": {
+                "name": _string("The tool's name (a Python identifier)"),
+                "description": _string("What it does"),
+                "parameters": {"type": "object", "description": "The JSON Schema of its arguments (an object's)"},
+            },
+            "required": ["name"],
+        },
+    },
+    "tool_wait_ms": {"type": "integer", "description": "How long the run waits for one batch of answers"},
+}
+CODE_MODE_TOOLS: tuple[Tool, ...] = (
+    Tool(
+        "submit_tool_results",
+        "Answer a run's pending tool calls (status 'requires_action'): one result or error per call_id. Answers"
+        " with the run's result, or with its next tool_calls.",
+        {
+            "type": "object",
+            "properties": {
+                "run_id": _string("The waiting run's id"),
+                "results": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "call_id": _string("The call answered"),
+                            "result": {
+                                "type": ["object", "array", "string", "number", "boolean"],
+                                "description": "Its result (any JSON)",
+                            },
+                            "error": _string("Or its error message (raised in the run as ToolError)"),
+                        },
+                        "required": ["call_id"],
+                    },
+                },
+            },
+            "required": ["run_id", "results"],
+        },
+    ),
+)
+
 CREATE_SKILL = Tool(
     "create_skill",
     "Register a new skill (skill.toml as JSON, SKILL.md and its files). Paths must stay within the skill root.",
@@ -285,6 +334,7 @@ def _for_server(tool: Tool, facts: ServerFacts) -> Tool:
             "Run inside this session (create_session): its globals and files carry over"
         )
         parameters["properties"]["packages"] = _PACKAGES  # not in a session: create_session's
+        parameters["properties"].update(copy.deepcopy(_CODE_MODE_PROPERTIES))
         return Tool(tool.name, facts.run_code_description(), parameters)
     if tool.name == "execute_skill":
         parameters = copy.deepcopy(tool.parameters)
@@ -297,6 +347,7 @@ def _for_server(tool: Tool, facts: ServerFacts) -> Tool:
     if tool.name == "run_command":
         parameters = copy.deepcopy(tool.parameters)
         parameters["properties"]["limits"] = facts.limits_schema()
+        parameters["properties"].update(copy.deepcopy(_CODE_MODE_PROPERTIES))
         return Tool(tool.name, tool.description, parameters)
     if tool.name == "create_session":
         parameters = copy.deepcopy(tool.parameters)
@@ -311,7 +362,9 @@ def _for_server(tool: Tool, facts: ServerFacts) -> Tool:
 def tools(with_create_skill: bool = False, facts: ServerFacts | None = None) -> tuple[Tool, ...]:
     """The tools, their run texts stating `facts` (a default server's when None)."""
     facts = facts if facts is not None else _default_facts()
-    chosen = (*TOOLS, *SESSION_TOOLS, *COMMAND_TOOLS, *((CREATE_SKILL,) if with_create_skill else ()))
+    chosen = (
+        *TOOLS, *SESSION_TOOLS, *COMMAND_TOOLS, *CODE_MODE_TOOLS, *((CREATE_SKILL,) if with_create_skill else ())
+    )
     return tuple(_for_server(tool, facts) for tool in chosen)
 
 
@@ -325,8 +378,9 @@ def _default_facts() -> ServerFacts:
 
 def _has_free_form_object(schema: dict[str, Any]) -> bool:
     """An object without listed properties (strict mode cannot express one)."""
-    if schema.get("type") == "object" and "properties" not in schema:
-        return True
+    kind = schema.get("type")
+    if (kind == "object" or (isinstance(kind, list) and "object" in kind)) and "properties" not in schema:
+        return True  # (a list of types with "object": a value that may be any object, as a tool's result)
     children = list(schema.get("properties", {}).values())
     if isinstance(schema.get("items"), dict):
         children.append(schema["items"])
