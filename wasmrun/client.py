@@ -101,6 +101,9 @@ from wasmrun.protocol.types import (
     SessionInfo,
     SessionRef,
     SkillFile,
+    SubmitToolResultsParams,
+    ToolDefinition,
+    ToolResult,
 )
 
 __all__ = [
@@ -120,6 +123,8 @@ __all__ = [
     "RunLimits",
     "ExecutionResult",
     "ServerBusy",
+    "ToolDefinition",
+    "ToolResult",
     "rpc_error",
 ]
 
@@ -158,12 +163,27 @@ def _run_limits(limits: Limits | None, timeout_ms: int | None) -> RunLimits:
 def _run_code_params(
     code: str, language: Language, entrypoint: str, args: dict[str, Any] | None, mount_skills: list[str] | None,
     input_blobs: list[str] | None, limits: RunLimits, session_id: str | None = None,
-    packages: list[str] | None = None,
+    packages: list[str] | None = None, tools: ToolList | None = None, tool_wait_ms: int | None = None,
 ) -> RunCodeParams:
     return RunCodeParams(
         language=language,
         code=code, entrypoint=entrypoint, args=args or {}, mount_skills=mount_skills or [],
         input_blobs=input_blobs or [], limits=limits, session_id=session_id, packages=packages or [],
+        tools=_tool_definitions(tools), tool_wait_ms=tool_wait_ms,
+    )
+
+
+ToolList = list[ToolDefinition] | list[dict[str, Any]]
+
+
+def _tool_definitions(tools: ToolList | None) -> list[ToolDefinition]:
+    """Code mode's tools (docs/code-mode.md): ToolDefinitions, or dicts of name, description, parameters."""
+    return [t if isinstance(t, ToolDefinition) else msgspec.convert(t, ToolDefinition) for t in tools or []]
+
+
+def _submit_params(run_id: str, results: list[ToolResult] | list[dict[str, Any]]) -> SubmitToolResultsParams:
+    return SubmitToolResultsParams(
+        run_id=run_id, results=[r if isinstance(r, ToolResult) else msgspec.convert(r, ToolResult) for r in results],
     )
 
 
@@ -277,15 +297,24 @@ class Client(Calls):
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None,
         session_id: str | None = None, packages: list[str] | None = None,
+        tools: ToolList | None = None, tool_wait_ms: int | None = None,
     ) -> ExecutionResult:
         """`limits`: a RunLimits or a dict (timeout_ms, memory_mb, cpu_ms, workspace_mb, output_bytes).
         With `session_id`: inside that session (create_session). `packages`: pip requirements
-        installed on demand for a fresh run (docs/packages.md)."""
+        installed on demand for a fresh run (docs/packages.md). `tools`: the client's own tools the
+        code may call; the answer may then be status "requires_action" (docs/code-mode.md)."""
         params = _run_code_params(
             code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id,
-            packages,
+            packages, tools, tool_wait_ms,
         )
         return self._call("run_code", params, ExecutionResult)
+
+    def submit_tool_results(
+        self, run_id: str, results: list[ToolResult] | list[dict[str, Any]],
+    ) -> ExecutionResult:
+        """Answer a run's pending tool calls: each {"call_id", "result"} or {"call_id", "error"}.
+        The run's result, or "requires_action" with its next tool_calls (docs/code-mode.md)."""
+        return self._call("submit_tool_results", _submit_params(run_id, results), ExecutionResult)
 
     def run_command(
         self, command: str | list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
@@ -448,15 +477,24 @@ class AsyncClient(Calls):
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None,
         session_id: str | None = None, packages: list[str] | None = None,
+        tools: ToolList | None = None, tool_wait_ms: int | None = None,
     ) -> ExecutionResult:
         """`limits`: a RunLimits or a dict (timeout_ms, memory_mb, cpu_ms, workspace_mb, output_bytes).
         With `session_id`: inside that session (create_session). `packages`: pip requirements
-        installed on demand for a fresh run (docs/packages.md)."""
+        installed on demand for a fresh run (docs/packages.md). `tools`: the client's own tools the
+        code may call; the answer may then be status "requires_action" (docs/code-mode.md)."""
         params = _run_code_params(
             code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id,
-            packages,
+            packages, tools, tool_wait_ms,
         )
         return await self._call("run_code", params, ExecutionResult)
+
+    async def submit_tool_results(
+        self, run_id: str, results: list[ToolResult] | list[dict[str, Any]],
+    ) -> ExecutionResult:
+        """Answer a run's pending tool calls: each {"call_id", "result"} or {"call_id", "error"}.
+        The run's result, or "requires_action" with its next tool_calls (docs/code-mode.md)."""
+        return await self._call("submit_tool_results", _submit_params(run_id, results), ExecutionResult)
 
     async def run_command(
         self, command: str | list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
