@@ -317,14 +317,15 @@ def create_app(server: Server, *, mcp_with_create_skill: bool = False) -> Starle
     routes: list[BaseRoute] = [
         tools_route(lambda: facts_of(context.limits, context.egress.network.run_code, served.facts()))
     ]
-    routes.extend(e2b_routes(dispatcher, tenants.authenticate, in_flight, tenants.caller))  # the E2B SDK's front (docs/e2b.md)
+    e2b_lifespans: list[Callable[[], AbstractAsyncContextManager[None]]] = []  # its expiry sweep
+    routes.extend(e2b_routes(dispatcher, tenants.authenticate, in_flight, tenants.caller, e2b_lifespans))  # docs/e2b.md
     routes.extend(azure_routes(dispatcher, tenants.authenticate, in_flight))  # dynamic sessions' clients (docs/azure.md)
     # Jupyter clients' kernel gateway: /api/kernels and the channels WebSocket (docs/jupyter.md)
     routes.extend(jupyter_routes(dispatcher, tenants.authenticate, in_flight, http.guard))
     lifespans = mcp_endpoint(
         dispatcher, tenants, in_flight, routes, max_body_bytes=http.max_body_bytes,
         with_create_skill=mcp_with_create_skill,
-    )
+    ) + e2b_lifespans
     return create_wire_app(
         dispatcher,
         max_body_bytes=http.max_body_bytes,

@@ -8,13 +8,14 @@ import asyncio
 import contextlib
 import hmac
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
-from wasmrun.e2b import commands, control, envd, interpreter
+from wasmrun.e2b import commands, control, envd, interpreter, sweeper
 from wasmrun.e2b.calls import Authenticate, CallerOf, Front, FrontError
 from wasmrun.e2b.sandboxes import E2BSandbox
 from wasmrun.protocol.methods import Dispatcher
@@ -125,12 +126,15 @@ def sandbox_routes(front: Front) -> list[BaseRoute]:
 
 def e2b_routes(
     dispatcher: Dispatcher, authenticate: Authenticate, in_flight: RequestsInFlight | None = None,
-    caller_of: CallerOf | None = None,
+    caller_of: CallerOf | None = None, lifespans: list[Callable[[], AbstractAsyncContextManager[None]]] | None = None,
 ) -> list[BaseRoute]:
     """The front's routes, for the server's app (so its middleware applies); `in_flight`
     is the server's count of each tenant's requests, shared with /rpc and /mcp;
-    `caller_of` a tenant by name (a sandbox's record names its tenant)."""
+    `caller_of` a tenant by name (a sandbox's record names its tenant); the expiry sweep's
+    lifespan is added to `lifespans` (sweeper.py)."""
     front = Front(dispatcher, authenticate, in_flight if in_flight is not None else RequestsInFlight(), caller_of)
+    if lifespans is not None:
+        lifespans.append(sweeper.sweeping(front))
     return [
         Mount(API_PREFIX, routes=control.control_routes(front, _control)),
         Mount(SANDBOX_PREFIX, routes=sandbox_routes(front)),
