@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wasmrun.bench import datarows, doors, e2brow, packagerows
+from wasmrun.bench import chartrows, datarows, doors, e2brow, packagerows
 from wasmrun.bench.interleave import Samples, alternating, paced
 from wasmrun.bench.peers import Peer
 from wasmrun.bench.systems import (
@@ -208,5 +208,7 @@ def _compute(workload: Workload) -> Callable[[Bench], Samples]:
 
 for _w in COMPUTE:
     COMPUTE_ROWS.append(Row(f"compute:{_w.name}", "compute", _w.name, f"N={_w.n} at full size", _compute(_w), burst=1))
+# Charts on the data image against this Python's matplotlib (chartrows.py, issue #49).
+COMPUTE_ROWS.extend(chartrows.rows())
 
 __all__ = ["COMPUTE_ROWS", "STARTUP", "Row", "startup_row"]
