@@ -234,6 +234,11 @@ signal.signal(signal.SIGINT, _door._stop_here)
 del _spec, _door
 import runtime._figures
 runtime._figures.install()
+# matplotlib's fonts read from memory, and a chart drawn once: the image keeps its fonts,
+# font lookups and mathtext parser made (runtime/_charts.py, docs/data-speed.md).
+import runtime._charts
+runtime._charts.install()
+runtime._charts.warm()
 import runtime._sqlite
 runtime._sqlite.install()
 import runtime._boot

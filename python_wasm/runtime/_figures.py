@@ -51,7 +51,12 @@ def release_fonts() -> None:
     a cached font would read from a closed descriptor ("failed to load glyph") or
     from whatever file the next run opened under that number. Emptying the caches
     now closes them while their descriptors are valid; the next run that draws
-    text loads its fonts again. Nothing is imported: a no-op unless matplotlib is."""
+    text loads its fonts again. Nothing is imported: a no-op unless matplotlib is.
+    With runtime/_charts.py's fonts (read from memory, no descriptor) in place, the
+    fonts stay made for the next run."""
+    charts = sys.modules.get("runtime._charts")
+    if charts is not None and not charts.holds_files():
+        return
     font_manager = sys.modules.get("matplotlib.font_manager")
     if font_manager is not None:
         font_manager._get_font.cache_clear()
