@@ -18,7 +18,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wasmrun.bench import datarows
 from wasmrun.bench.interleave import Samples, alternating
@@ -104,6 +104,17 @@ def _measure(chart: Chart) -> Callable[[Bench], Samples]:
             (NATIVE, lambda: native_chart(warm)),
         ], chart.key)
     return measure
+
+
+def summary_lines(compute: list[dict[str, Any]]) -> list[str]:
+    """Under the compute table: each chart's ratio (the data image, warm) against the 2x goal."""
+    got = [(row["label"], row["systems"].get(datarows.DATA_INPROC, {}).get("ratio")) for row in compute
+           if row.get("baseline") == NATIVE]
+    got = [(label, ratio) for label, ratio in got if ratio is not None]
+    if not got:
+        return []
+    parts = "; ".join(f"{label} {ratio:.2f}x" for label, ratio in got)
+    return ["", f"Charts, wasmrun data image / native matplotlib: {parts} (goal: a chart's PNG <= {TARGET_RATIO:g}x)."]
 
 
 def rows() -> list[Row]:

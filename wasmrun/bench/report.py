@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from wasmrun.bench import datarows, packagerows, scaling, schema
+from wasmrun.bench import chartrows, datarows, packagerows, scaling, schema
 from wasmrun.bench.machine import describe, load_line
 from wasmrun.bench.stats import ms, ratio
 from wasmrun.bench.systems import PACED, SESSION_NEXT, Native
@@ -88,8 +88,9 @@ def table(report: dict[str, Any], hops: bool = True, compute_rows: bool = True) 
 
 
 def _compute_summary(compute: list[dict[str, Any]]) -> list[str]:
-    """Median and worst ratio to native, for each image measured."""
-    lines = []
+    """Median and worst ratio to native, for each image measured (the charts' rows apart)."""
+    lines = chartrows.summary_lines(compute)
+    compute = [row for row in compute if row.get("baseline") != chartrows.NATIVE]
     for system, name in (("wasmrun, in-process", "stdlib image"), (datarows.DATA_INPROC, "data image")):
         ratios = sorted(row["systems"][system]["ratio"] for row in compute
                         if row["systems"].get(system, {}).get("ratio") is not None)
