@@ -274,5 +274,5 @@ def test_the_environment_is_only_what_the_run_was_granted(runner: DataSandboxEng
 def test_a_missing_package_hint_names_the_data_stack(runner: DataSandboxEngine) -> None:
     kind, value, _ = run(runner, "import requests_toolbelt_nope\ndef main(args):\n    return 1\n")
     assert kind == "F" and isinstance(value, dict) and value["type"] == "ModuleNotFoundError"
-    assert "numpy, pandas, matplotlib" in value["message"] and "no pip install" in value["message"]
+    assert "numpy, pandas, matplotlib" in value["message"] and "runtime.packages.install" in value["message"]
     assert "wasmrun packages add --image data requests_toolbelt_nope" in value["message"]

@@ -315,7 +315,8 @@ def test_a_round_trip_is_quick(project: Sandbox, tmp_path: Path) -> None:
     assert ls < max(0.5, 4 * hello)
 
 
-def test_pip_install_says_how_packages_are_added(sandbox: Sandbox) -> None:
+def test_a_refused_pip_install_says_why(sandbox: Sandbox) -> None:
+    """commands.run's pip is the guest shell's (tests/test_packages_pip_command.py installs for real)."""
     with pytest.raises(CommandExitException) as refused:
-        sandbox.commands.run("pip install requests")
-    assert refused.value.exit_code != 0 and "wasmrun packages add" in refused.value.stderr + refused.value.stdout
+        sandbox.commands.run("pip install -e .")
+    assert refused.value.exit_code != 0 and "editable" in refused.value.stderr + refused.value.stdout

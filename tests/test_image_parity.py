@@ -269,7 +269,7 @@ def test_carets_sit_under_the_expression_on_a_last_line_without_newline(rpc: Rpc
 # -- 3. the first-try mistakes say what to do -----------------------------------------
 
 # The operator's command names the served image's layer.
-PACKAGES_BY_OPERATOR = {"stdlib": "wasmrun packages add NAME", "data": "wasmrun packages add --image data NAME"}
+PACKAGES_BY_OPERATOR = {"stdlib": "runtime.packages.install(['NAME'])", "data": "runtime.packages.install(['NAME'])"}
 FIRST_TRIES = [
     pytest.param("!pip install requests\nimport requests\n", "SyntaxError", "`!` shell lines and `%` magics", id="bang-pip"),
     pytest.param("%pip install requests\n", "SyntaxError", "`!` shell lines and `%` magics", id="percent-pip"),

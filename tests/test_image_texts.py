@@ -46,7 +46,7 @@ def run_code_text(tools: list[dict[str, Any]]) -> str:
 
 def named_packages(text: str) -> list[tuple[str, str, str]]:
     """(distribution, version, import name) of each package the text's `packages:` part names."""
-    found = re.search(r"; packages: (.*?); no pip install", text)
+    found = re.search(r"; packages: (.*?); pure-Python packages install on demand", text)
     if found is None:
         return []
     listed = found.group(1).split(" and ")[0]

@@ -24,10 +24,13 @@ HINT_NO_NETWORK = (
 )
 HINT_THIRD_PARTY = (
     "hint: {module!r} is not installed in this sandbox, which has the Python standard library, the"
-    " packages its operator added and the skills mounted in this run (no pip install from a run)."
-    " If it is a pure-Python package, the server's operator can add it with"
-    " `wasmrun packages add {package}`; otherwise write the code with the standard library."
-    " A mounted skill is imported as `skills.<name>` after listing it in run_code's mount_skills"
+    " packages installed for this run (or its session) and the skills mounted in it. If it is a"
+    " pure-Python package, install it, then import it again: `runtime.packages.install([{package!r}])`"
+    " in Python, or `pip install {package}` as a command (run_command, a cell's `!pip install`); in a"
+    " session later runs have it too. The server's operator can also add it for every run"
+    " (`wasmrun packages add {package}`). A package that needs native code cannot be installed: write"
+    " the code with the standard library. A mounted skill is imported as `skills.<name>` after"
+    " listing it in run_code's mount_skills"
 )
 # Import names whose distribution on the package index is named otherwise.
 _DISTRIBUTIONS = {
@@ -39,10 +42,13 @@ _DISTRIBUTIONS = {
 HINT_DATA_THIRD_PARTY = (  # on the data image (numpy is in its memory image)
     "hint: {module!r} is not installed in this sandbox, which has the Python standard library, the"
     " data stack (numpy, pandas, matplotlib, scipy, scikit-learn, statsmodels, Pillow, lxml, openpyxl,"
-    " pypdf, PyYAML and more), the packages its operator added and the skills mounted in this run"
-    " (no pip install from a run). If it is a pure-Python package, the server's operator can add it"
-    " with `wasmrun packages add --image data {package}`; otherwise write the code with what is there."
-    " A mounted skill is imported as `skills.<name>` after listing it in run_code's mount_skills"
+    " pypdf, PyYAML and more), the packages installed for this run (or its session) and the skills"
+    " mounted in it. If it is a pure-Python package, install it, then import it again:"
+    " `runtime.packages.install([{package!r}])` in Python, or `pip install {package}` as a command"
+    " (run_command, a cell's `!pip install`); in a session later runs have it too. The server's operator"
+    " can also add it for every run (`wasmrun packages add --image data {package}`). A package that"
+    " needs native code cannot be installed: write the code with what is there. A mounted skill is"
+    " imported as `skills.<name>` after listing it in run_code's mount_skills"
 )
 HINT_SKILL_NOT_MOUNTED = (
     "hint: a skill is importable as skills.<name> only in a run that mounts it:"
@@ -54,14 +60,15 @@ HINT_BLOB = (
 )
 # What a model tries first when a package is missing or a step "needs a shell".
 HINT_NO_PROCESSES = (
-    "hint: the sandbox runs no processes (no subprocess, shell, multiprocessing or pip):"
-    " do the step in Python in this run; packages are added by the server's operator"
-    " (`wasmrun packages add{image} NAME`), never from a run"
+    "hint: the sandbox runs no processes (no subprocess, multiprocessing or os.system): do the step"
+    " in Python in this run; shell commands run with run_command, and a pure-Python package is"
+    " installed from Python with `runtime.packages.install(['NAME'])` (or `pip install NAME` as a"
+    " command){image}"
 )
 HINT_SHELL_LINE = (
-    "hint: `!` shell lines and `%` magics are IPython's, not Python, and the sandbox has no shell:"
-    " write the step in Python; packages are added by the server's operator"
-    " (`wasmrun packages add{image} NAME`), not with pip from a run"
+    "hint: `!` shell lines and `%` magics are IPython's, not Python: run_code takes Python only."
+    " Run shell commands with run_command (E2B's and Jupyter's cells take `!cmd` and `%pip install`);"
+    " from Python, install a pure-Python package with `runtime.packages.install(['NAME'])`{image}"
 )
 _PROCESS_MODULES = frozenset({"subprocess", "multiprocessing", "_multiprocessing", "_posixsubprocess", "pip"})
 # os functions WASI's build lacks that mean "start or signal a process".
@@ -72,7 +79,7 @@ _PROCESS_FUNCTIONS = frozenset({
 
 
 def _image_option() -> str:
-    return " --image data" if "numpy" in sys.modules else ""
+    return "" if "numpy" not in sys.modules else " (the data stack is built in: numpy, pandas, matplotlib...)"
 
 
 def _network_error(exc: BaseException) -> bool:

@@ -9,8 +9,8 @@ the interpreter's process state (argv, cwd, standard streams, `sys.path[0]`,
 `os.environ`) is put back afterwards; modules it imported stay imported, as they
 would in the caller's own process.
 
-`pip` speaks for the packages the interpreter really has (importlib.metadata);
-installing on demand is not available in the sandbox yet.
+`pip list/freeze/show` speak for the packages the interpreter really has
+(importlib.metadata); `pip install` is runtime/_shellpip.py's (on demand, through the host).
 """
 
 from __future__ import annotations
@@ -35,11 +35,6 @@ from just_bash.types import CommandContext, ExecResult
 # isort: on
 
 
-INSTALL_REFUSED = (
-    "pip: installing packages on demand is not available in the sandbox yet; the packages "
-    "a run has are the image's and those the operator added (`wasmrun packages add NAME`, "
-    "docs/packages.md). `pip list` shows them.\n"
-)
 USAGE = "usage: python [-c cmd | -m mod | file | -] [arg] ...\n"
 # Options CPython takes without an argument that change nothing for code run in this
 # interpreter (it is already started: -u's unbuffered streams, -B, -E, -I, -s, -S, -q, -O).
@@ -346,39 +341,18 @@ def _pip_show(names: list[str]) -> ExecResult:
     return ExecResult(stdout=out, stderr=err, exit_code=1 if missing and not blocks else 0)
 
 
-class PipCommand:
-    """`pip`, `pip3`, and `python -m pip` (which reaches the same through PipModule)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    async def execute(self, args: list[str], ctx: CommandContext) -> ExecResult:
-        return pip(args)
-
-
-def pip(args: list[str]) -> ExecResult:
-    words = [a for a in args if a not in ("-q", "--quiet", "-v", "--verbose", "--no-color", "--disable-pip-version-check")]
-    if not words or words[0] in ("-h", "--help", "help"):
-        return ExecResult(stdout="usage: pip <list | freeze | show NAME... | install (not available)>\n")
-    if words[0] in ("-V", "--version"):
-        version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        return ExecResult(stdout=f"pip (sandbox: packages from importlib.metadata) (python {version})\n")
-    sub, rest = words[0], words[1:]
+def pip_report(sub: str, rest: list[str]) -> ExecResult:
+    """`pip list`, `pip freeze` and `pip show` (runtime/_shellpip.py has the rest of pip)."""
+    rest = [a for a in rest if a not in ("-q", "--quiet", "-v", "--verbose", "--no-color", "--disable-pip-version-check")]
     if sub == "list":
         return _pip_list(rest)
     if sub == "freeze":
         return _pip_list(["freeze"])
-    if sub == "show":
-        return _pip_show([a for a in rest if not a.startswith("-")])
-    if sub in ("install", "download", "uninstall", "wheel"):
-        return ExecResult(stderr=INSTALL_REFUSED, exit_code=1)
-    return ExecResult(stderr=f'ERROR: unknown command "{sub}"\n', exit_code=1)
+    return _pip_show([a for a in rest if not a.startswith("-")])
 
 
 def python_module_pip(argv: list[str]) -> Any:
     """`python -m pip ...`: runpy would look for a pip package the sandbox does not ship."""
-    result = pip(argv)
-    sys.stdout.write(result.stdout)
-    sys.stderr.write(result.stderr)
-    if result.exit_code:
-        raise SystemExit(result.exit_code)
+    from runtime import _shellpip
+
+    return _shellpip.python_module_pip(argv)

@@ -37,8 +37,8 @@ from just_bash.parser import parse
 from just_bash.parser.parser import ParseException
 from just_bash.types import Command, ExecResult, ExecutionLimits
 
-from runtime import (_shellawk, _shellbytes, _shellfind, _shellfs, _shellgrep, _shellpy, _shellsed, _shellsh,
-                     _shellsort, _shellwc)
+from runtime import (_shellawk, _shellbytes, _shellfind, _shellfs, _shellgrep, _shellpip, _shellpy, _shellsed,
+                     _shellsh, _shellsort, _shellwc)
 
 # isort: on
 
@@ -71,10 +71,12 @@ _HINTS = {
     "curl": "the shell has no network: fetch URLs from Python with runtime.http (the host's egress)",
     "wget": "the shell has no network: fetch URLs from Python with runtime.http (the host's egress)",
     "yes": "there is no `yes`: generate lines with `seq`, `printf` or python -c",
-    "apt": "nothing can be installed in the sandbox; the operator adds Python packages (`wasmrun packages add`)",
-    "apt-get": "nothing can be installed in the sandbox; the operator adds Python packages (`wasmrun packages add`)",
+    "apt": "system packages cannot be installed in the sandbox; pure-Python packages can: `pip install NAME`",
+    "apt-get": "system packages cannot be installed in the sandbox; pure-Python packages can: `pip install NAME`",
     "sudo": "there is no sudo: commands run as the sandbox's only user",
-    "pip3.11": "use `pip` (list, freeze, show)",
+    "pip3.11": "use `pip` (install, list, freeze, show)",
+    "conda": "there is no conda: install pure-Python packages with `pip install NAME`",
+    "mamba": "there is no mamba: install pure-Python packages with `pip install NAME`",
     "node": "only Python runs in the sandbox: use `python`",
     "npm": "only Python runs in the sandbox: use `python`",
     "git": "there is no git in the sandbox",
@@ -151,7 +153,8 @@ def _registry() -> dict[str, Command]:
     for name in ("python", "python3"):
         commands[name] = _shellpy.PythonCommand(name)
     for name in ("pip", "pip3"):
-        commands[name] = _shellpy.PipCommand(name)
+        commands[name] = _shellpip.PipCommand(name)
+    commands["uv"] = _shellpip.UvCommand()
     commands["awk"] = _shellawk.SandboxAwk()
     commands["grep"] = _shellgrep.GrepCommand()
     commands["egrep"] = _shellgrep.GrepCommand("egrep", "E")

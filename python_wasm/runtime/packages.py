@@ -7,7 +7,7 @@
 The host resolves the run's current set plus the new requirements inside the operator's
 policy and the tenant's quotas (docs/packages.md) and builds (or finds) the set. This run
 sees it at once: the host copies it under /tmp/.wasmrun-packages/<set> and it goes on
-sys.path ahead of /packages. A session records the set: its later runs, its forks and a
+sys.path ahead of /packages (its path finders made afresh). A session records the set: its later runs, its forks and a
 restarted server mount it at /packages, and the first of them moves the paths of what this
 run imported from the copy to /packages (`_settle`, called at every run's start), so
 that a package imported here keeps importing its submodules after the copy is gone.
@@ -18,7 +18,6 @@ running interpreter): an upgrade shows in code that imports it afresh.
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 
@@ -64,7 +63,8 @@ def _checked(requirements) -> list[str]:
         try:
             item.encode("utf-8")
         except UnicodeEncodeError:
-            raise PackageInstallError(f"{shown!r}: not a package name (it is not valid text)", shown, "name") from None
+            printable = shown.encode("utf-8", "backslashreplace").decode("utf-8")  # no lone surrogate passed on
+            raise PackageInstallError(f"{shown!r}: not a package name (it is not valid text)", printable, "name") from None
     return items
 
 
@@ -97,7 +97,7 @@ def _activate(path: str) -> None:
             break
     sys.path.insert(at, path)
     _moved.append(path)
-    importlib.invalidate_caches()
+    _forget_finders()
 
 
 def _moved_path(value: str) -> str:
@@ -141,4 +141,13 @@ def _settle() -> None:
             except (AttributeError, TypeError):
                 pass
     _moved.clear()
-    importlib.invalidate_caches()
+    _forget_finders()
+
+
+def _forget_finders() -> None:
+    """The path finders of /packages and the copies made again on their next use (a folder's
+    listing is cached). Not importlib.invalidate_caches(): that re-reads the standard
+    library's zip directory, seconds in the guest."""
+    for key in list(sys.path_importer_cache):
+        if isinstance(key, str) and (key == SITE or key.startswith((SITE + "/", ADDED + "/"))):
+            del sys.path_importer_cache[key]
