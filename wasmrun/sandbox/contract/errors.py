@@ -22,6 +22,7 @@ reported by our guest runtime about the guest's own code.
 import unicodedata
 
 from wasmrun import abi
+from wasmrun.sandbox.contract.tools import TOOL_CALL_LIMIT, TOOL_WAIT_TIMEOUT
 
 # The ones the guest's runtime reports too: named by the contract (wasmrun/abi.py).
 ENTRYPOINT_NOT_FOUND = abi.ENTRYPOINT_NOT_FOUND
@@ -51,6 +52,8 @@ INTERRUPTED = "Interrupted"
 HOST_TYPES = frozenset({
     TIMEOUT, CPU_LIMIT, MEMORY_LIMIT, STACK_OVERFLOW, WORKSPACE_QUOTA, SESSION_BYTES, BLOB_BUDGET, BLOB_QUOTA,
     HOST_CALL_ERROR, GUEST_CRASH, WORKER_CRASHED, INTERNAL, DATA_IMAGE_WARMING_UP, SKILL_TOO_LARGE, INTERRUPTED,
+    # code mode's run failures (contract/tools.py): a limit, so a session's run rolls back
+    TOOL_WAIT_TIMEOUT, TOOL_CALL_LIMIT,
 })
 GUEST_PREFIX = "Guest"
 MAX_GUEST_TYPE = 200
