@@ -62,8 +62,9 @@ class Caller:
 
     def __call__(self, method: str, **params: Any) -> dict[str, Any]:
         body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-        answer: dict[str, Any] = httpx2.post(
-            self.server.endpoint, json=body, headers={"authorization": f"Bearer {self.key}"}, timeout=120
+        answer: dict[str, Any] = httpx2.post(  # json.dumps: a lone surrogate goes as its \\u escape
+            self.server.endpoint, content=json.dumps(body).encode(), timeout=120,
+            headers={"authorization": f"Bearer {self.key}", "content-type": "application/json"},
         ).json()
         return answer
 
@@ -212,7 +213,7 @@ def test_answers_are_checked_before_anything_is_sent(servers: tuple[Caller, Call
     assert other["code"] == -32602 and other["data"]["field"] == "run_id"
     assert alice.error("submit_tool_results", run_id="run_" + "A" * 30, results=[])["data"]["field"] == "run_id"
     garbage = alice.error("submit_tool_results", run_id=run_id, results=[{"call_id": "\udcff../" * 10, "result": 1}])
-    assert garbage["code"] == -32602, garbage
+    assert garbage["code"] == -32700 and "surrogate" in garbage["message"], garbage  # refused as the body is read
     unknown = alice.error("submit_tool_results", run_id=run_id, results=[{"call_id": "nope", "result": 1}])
     assert unknown["data"]["field"] == "results[0].call_id"
     missing = alice.error("submit_tool_results", run_id=run_id, results=[{"call_id": ids[0], "result": ok}])
