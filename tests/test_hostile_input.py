@@ -95,6 +95,8 @@ def baseline(method: str, blob_id: str) -> dict[str, Any]:
         "interrupt_session": {"session_id": "ses_" + "0" * 32},
         "list_sessions": {},
         "run_command": {"command": "true"},
+        # none such: a client error, whatever else is sent
+        "submit_tool_results": {"run_id": "run_" + "0" * 16, "results": [{"call_id": "call_" + "0" * 16, "result": 1}]},
         "create_skill": {
             "manifest": {
                 "name": "user.hostile",
@@ -117,10 +119,14 @@ NESTED: dict[str, list[tuple[Any, ...]]] = {
         ("mount_skills", 0),
         ("input_blobs", 0),
         ("packages", 0),
+        ("tools", 0, "name"),
+        ("tools", 0, "description"),
+        ("tools", 0, "parameters"),
         *[("limits", name) for name in ("timeout_ms", "memory_mb", "cpu_ms", "workspace_mb", "output_bytes")],
     ],
     "create_session": [("packages", 0)],
     "run_command": [("packages", 0)],
+    "submit_tool_results": [("results", 0, "call_id"), ("results", 0, "result"), ("results", 0, "error")],
     "create_skill": [
         ("manifest", "name"),
         ("manifest", "version"),

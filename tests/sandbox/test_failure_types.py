@@ -18,6 +18,7 @@ HOST_TYPES = [
     "Timeout", "CPULimitExceeded", "MemoryLimitExceeded", "StackOverflow", "WorkspaceQuotaExceeded",
     "BlobBudgetExceeded", "BlobQuotaExceeded", "InvalidHostCall", "GuestCrashed", "WorkerCrashed", "SandboxError",
     "DataImageWarmingUp", "SessionBytesExceeded", "SkillTooLarge", "Interrupted",
+    "ToolWaitTimeout", "ToolCallLimitExceeded",
 ]
 
 
