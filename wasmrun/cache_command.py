@@ -31,7 +31,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     prune.add_argument("--max-bytes", type=parse_bytes, default=None,
                        help=f"the cap, e.g. 8G, 500M or 123456 (the server's default: {DEFAULT_MAX_BYTES // 2**30}G)")
-    prune.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    prune.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing (default: remove)")
 
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
