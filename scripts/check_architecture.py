@@ -91,8 +91,9 @@ HOUSE_LAYERS: Layers = (
     # What a run uses: the blob store, network by permission, the guest's build, the declared
     # limits, the bench's timestamps, the offload of blocking work.
     _layer("run services", "blobs", "egress", "python_wasm", "limits", "phases", "offload"),
-    # The host-guest contract and the file-system primitives (they import nothing of ours).
-    _layer("base", "abi", "durable", "dirtree"),
+    # The host-guest contract, the file-system primitives and the traces' hooks (they import
+    # nothing of ours).
+    _layer("base", "abi", "durable", "dirtree", "tracing"),
 )
 
 

@@ -24,7 +24,7 @@ import httpx2
 import pytest
 
 from tests.liveserver import LiveServer, free_port, wasmrun_env
-from wasmrun.observe import tracing
+from wasmrun import tracing
 from wasmrun.tenants.store import TenantStore
 
 pytest.importorskip("opentelemetry.sdk")

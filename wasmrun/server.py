@@ -28,13 +28,13 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
+from wasmrun import tracing
 from wasmrun.azure.front import azure_routes
 from wasmrun.backends import Backends, open_backends
 from wasmrun.blobs.store import BlobStore
 from wasmrun.capabilities import facts_of
 from wasmrun.e2b.front import e2b_routes
 from wasmrun.jupyter.front import jupyter_routes
-from wasmrun.observe import tracing
 from wasmrun.observe.metrics import Metrics
 from wasmrun.observe.record import CallRecord, Observers
 from wasmrun.packages import layer as package_layer

@@ -39,10 +39,10 @@ from typing import BinaryIO, Protocol
 
 import msgspec
 
+from wasmrun import tracing
 from wasmrun.blobs.kinds import check_kind
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded, charge
 from wasmrun.durable import atomic_write, fsync_dir
-from wasmrun.observe import tracing
 
 BLOB_ID = re.compile(r"blob:[0-9a-f]{32}", re.ASCII)
 TMP_PREFIX = ".tmp-"

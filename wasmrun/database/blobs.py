@@ -26,6 +26,7 @@ from typing import BinaryIO
 
 import psycopg
 
+from wasmrun import tracing
 from wasmrun.blobs.kinds import check_kind
 from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
 from wasmrun.blobs.quota import BlobQuota, charge
@@ -33,7 +34,6 @@ from wasmrun.blobs.store import COPY_CHUNK, LEGACY_OWNER, BlobInfo, Digest, Usag
 from wasmrun.database import DatabaseError, locks
 from wasmrun.database.connection import Database
 from wasmrun.database.orphans import BLOB_PREFIX, lock_object
-from wasmrun.observe import tracing
 
 logger = logging.getLogger("wasmrun.database")
 INFO_CACHE = 1024  # blob metadata kept per process

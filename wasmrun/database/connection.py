@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 
 import psycopg
 
+from wasmrun import tracing
 from wasmrun.database import DatabaseError
 from wasmrun.database.migrations import LATEST, MIGRATIONS
-from wasmrun.observe import tracing
 
 logger = logging.getLogger("wasmrun.database")
 # Any constant: the key of the advisory lock migrations hold.

@@ -34,6 +34,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.util.ssl_match_hostname import CertificateError
 
+from wasmrun import tracing
 from wasmrun.abi import NETWORK_ERROR, NETWORK_LIMIT, NETWORK_NOT_ALLOWED, HttpRequestMeta, http_reply_frame
 from wasmrun.egress import addresses
 from wasmrun.egress.patterns import Target, UrlError, parse_url
@@ -48,7 +49,6 @@ from wasmrun.egress.secrets import (
     substitute_body,
     substitute_header,
 )
-from wasmrun.observe import tracing
 
 # The guest's error types and request shape: the contract's (wasmrun/abi.py).
 NOT_ALLOWED = NETWORK_NOT_ALLOWED

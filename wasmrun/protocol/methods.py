@@ -14,8 +14,7 @@ from typing import Any
 import msgspec
 import msgspec.inspect
 
-from wasmrun import phases
-from wasmrun.observe import tracing
+from wasmrun import phases, tracing
 from wasmrun.observe.record import CallRecord, Observer
 from wasmrun.protocol import blobs, commands, paramcheck, runs, sessions, skills, toolcalls, types
 from wasmrun.protocol.context import Context

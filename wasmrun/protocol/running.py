@@ -18,10 +18,9 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from wasmrun import phases
+from wasmrun import phases, tracing
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.limits import BY_FIELD, REQUESTABLE, TENANT_CAPS
-from wasmrun.observe import tracing
 from wasmrun.offload import for_run
 from wasmrun.protocol import packageinstalls, toolcalls
 from wasmrun.protocol.blobs import blob_info, quota_error

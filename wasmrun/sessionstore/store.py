@@ -39,8 +39,7 @@ from pathlib import Path
 
 import msgspec
 
-from wasmrun import dirtree
-from wasmrun.observe import tracing
+from wasmrun import dirtree, tracing
 from wasmrun.observe.record import CallRecord
 from wasmrun.sandbox import SessionOutcome
 from wasmrun.sandbox import session_state as sandbox_sessions

@@ -84,7 +84,7 @@ class RunRequest(msgspec.Struct, kw_only=True, frozen=True):
     # are built and the policy (contract/packageinstalls.py). None: it may not.
     package_installs: PackageInstalls | None = None
     # The W3C traceparent of the span that sent this run to its worker, whose own span is its
-    # child ('' when tracing is off: wasmrun/observe/tracing.py).
+    # child ('' when tracing is off: wasmrun/tracing.py).
     traceparent: str = ""
 
 

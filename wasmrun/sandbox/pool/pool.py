@@ -33,7 +33,7 @@ from pathlib import Path
 
 import msgspec
 
-from wasmrun.observe import tracing
+from wasmrun import tracing
 from wasmrun.sandbox.contract import errors
 from wasmrun.sandbox.contract.background import BackgroundTotals
 from wasmrun.sandbox.contract.ids import new_run_id

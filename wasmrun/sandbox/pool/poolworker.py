@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from wasmrun.observe import tracing
+from wasmrun import tracing
 from wasmrun.sandbox.contract.tools import ToolAnswers, ToolBatch
 from wasmrun.sandbox.contract.types import RunRequest, RunResult, host_failure
 from wasmrun.sandbox.guest import toolwait

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-logger = logging.getLogger("wasmrun.observe")
+logger = logging.getLogger("wasmrun.tracing")
 
 # A W3C traceparent is 55 characters; anything much longer is not one, and is not parsed.
 MAX_TRACEPARENT_CHARS = 128
