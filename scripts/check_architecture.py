@@ -78,8 +78,10 @@ HOUSE_LAYERS: Layers = (
     # The assembly: settings read once, the backends opened once, the server built from them.
     _layer("assembly", "server", "backends", "settings", "workersizing"),
     # The fronts: HTTP and its JSON-RPC envelope, MCP, the E2B-compatible front, the client, and
-    # agent frameworks' sandbox backends on the client (adapters; their frameworks optional extras).
+    # agent frameworks' sandbox backends on the client (adapters; their frameworks optional extras);
+    # doors: what the E2B, Jupyter and Azure doors share (it imports no door: tests/test_doors.py).
     _layer("fronts", "wire", "mcp_server", "mcp_displays", "mcp_events", "mcp_listchanged", "e2b", "jupyter", "azure",
+           "doors",
            "tools", "client", "clientwire", "adapters"),
     # The Skills Protocol's methods and the texts of its tools.
     _layer("protocol", "protocol", "capabilities", "served"),

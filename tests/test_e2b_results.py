@@ -8,10 +8,10 @@ import json
 import pytest
 from e2b_code_interpreter.models import Execution, parse_output
 
+from wasmrun.doors.cells import CellRefused, split
 from wasmrun.e2b import results
 from wasmrun.e2b.calls import FrontError
 from wasmrun.e2b.paths import guest_path, relative
-from wasmrun.jupyter.cells import CellRefused, split
 
 
 def _parsed(events: list[dict[str, object]]) -> Execution:

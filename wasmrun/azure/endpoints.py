@@ -14,10 +14,10 @@ from starlette.responses import JSONResponse, Response
 
 from wasmrun.azure import results
 from wasmrun.azure.identifiers import MAX_PARTS, data_path, relative
+from wasmrun.doors.cells import CellRefused, Step, split
 from wasmrun.e2b import guestfiles, transfer
 from wasmrun.e2b.calls import MAX_CODE_BODY, SESSION_GONE, FrontError, read_json_object
 from wasmrun.e2b.sandboxes import DEFAULT_CONTEXT, E2BSandbox
-from wasmrun.jupyter.cells import CellRefused, Step, split
 from wasmrun.protocol.streaming import RUN_OUTPUT
 from wasmrun.tenants.caller import Caller
 

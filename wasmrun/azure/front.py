@@ -28,11 +28,13 @@ from wasmrun.azure.identifiers import (
     checked_identifier,
     checked_pool,
 )
-from wasmrun.e2b.calls import SESSION_GONE, Authenticate, Front, FrontError
+from wasmrun.doors.admission import Busy, admit
+from wasmrun.doors.callers import Authenticate, KeyForm, Unauthenticated, resolve
+from wasmrun.e2b.calls import SESSION_GONE, Front, FrontError
 from wasmrun.e2b.sandboxes import DEFAULT_CONTEXT, CodeContext, E2BSandbox, new_id
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.tenants.caller import Caller
-from wasmrun.tenants.calls import RequestsInFlight, too_many_requests_message
+from wasmrun.tenants.calls import RequestsInFlight
 
 PREFIX = "/azure/pools/{pool}"
 SWEEP_EVERY_S = 5.0
@@ -63,8 +65,8 @@ class AzureFront:
         self._next_sweep = 0.0
 
     def caller(self, request: Request) -> Caller:
-        caller = self.calls.authenticate(request.headers.get("authorization"))
-        if caller is None:
+        caller = resolve(self.calls.authenticate, request, (KeyForm.AUTHORIZATION,))
+        if isinstance(caller, Unauthenticated):
             raise FrontError(401, "unauthorized: the access token (Authorization: Bearer) must be a wasmrun tenant key")
         return caller
 
@@ -160,12 +162,11 @@ Endpoint = Callable[[AzureFront, Request, Caller], Awaitable[Response]]
 
 
 def _admit(front: AzureFront, caller: Caller) -> contextlib.ExitStack:
-    """The request's place in its tenant's `concurrent_requests` (as /rpc's), or 429."""
-    stack = contextlib.ExitStack()
-    if not stack.enter_context(front.calls.in_flight.enter(caller)):
-        stack.close()
-        raise FrontError(429, too_many_requests_message(caller))
-    return stack
+    """The request's place in its tenant's `concurrent_requests` (the doors' admission), or 429."""
+    held = admit(front.calls.in_flight, caller)
+    if isinstance(held, Busy):
+        raise FrontError(held.status, held.message)
+    return held
 
 
 def _handler(endpoint: Endpoint, front: AzureFront) -> Callable[[Request], Awaitable[Response]]:

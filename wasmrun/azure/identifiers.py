@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 
 from wasmrun.abi import AZURE_DATA
+from wasmrun.doors import paths as doors_paths
+from wasmrun.doors.paths import PathRefused, Refusal
 from wasmrun.e2b.calls import FrontError
 from wasmrun.e2b.sandboxes import E2BSandbox
 from wasmrun.tenants.caller import Caller
@@ -51,19 +53,20 @@ def checked_pool(pool: str) -> str:
 
 def relative(name: str) -> str:
     """A file name within /mnt/data ("" for the folder itself): relative to it, or absolute
-    under it. Anything else (another absolute path, `..`, NUL, too long) is refused."""
-    if not isinstance(name, str) or not name or len(name) > MAX_PATH or "\x00" in name:
-        raise FrontError(400, f"the file name must be 1 to {MAX_PATH} characters, without NUL")
-    if name == DATA or name.startswith(DATA + "/"):
-        name = name[len(DATA):]
-    elif name.startswith("/") or name.startswith("\\"):
-        raise FrontError(400, f"{name[:200]!r} is outside the session's files: they are under {DATA}")
-    parts = [p for p in name.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise FrontError(400, f"{name[:200]!r} leads out of {DATA} with '..'")
-    if len(parts) > MAX_PARTS:
-        raise FrontError(400, f"the file name is deeper than {MAX_PARTS} folders")
-    return "/".join(parts)
+    under it. Anything else (another absolute path, `..`, NUL, too long) is refused (the
+    doors' check, wasmrun/doors/paths.py), a 400 in the service's words."""
+    try:
+        return doors_paths.relative(name, (DATA,), max_chars=MAX_PATH, max_parts=MAX_PARTS)
+    except PathRefused as refused:
+        raise FrontError(400, _WORDS[refused.why].format(name=refused.shown)) from None
+
+
+_WORDS = {
+    Refusal.MALFORMED: f"the file name must be 1 to {MAX_PATH} characters, without NUL",
+    Refusal.OUTSIDE: "{name!r} is outside the session's files: they are under " + DATA,
+    Refusal.LEADS_OUT: "{name!r} leads out of " + DATA + " with '..'",
+    Refusal.TOO_DEEP: f"the file name is deeper than {MAX_PARTS} folders",
+}
 
 
 def data_path(rel: str) -> str:

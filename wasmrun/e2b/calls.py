@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import msgspec
 from starlette.requests import Request
 
+from wasmrun.doors.callers import Authenticate, KeyForm, Unauthenticated, resolve
 from wasmrun.e2b.records import KIND, apply, from_record, to_record
 from wasmrun.e2b.sandboxes import DEFAULT_CONTEXT, SANDBOX_ID, E2BSandbox, SandboxTable
 from wasmrun.protocol.errors import InvalidParams, QuotaExceeded, RPCError, SessionBusy, SessionNotFound, Unauthorized
@@ -26,7 +27,8 @@ from wasmrun.tenants.caller import Caller
 from wasmrun.tenants.calls import RequestsInFlight
 from wasmrun.tenants.limits import SessionPolicy
 
-Authenticate = Callable[[str | None], Caller | None]
+# E2B's SDK sends the key as X-API-KEY; a Bearer header is taken too.
+KEY_FORMS = (KeyForm.API_KEY_HEADER, KeyForm.AUTHORIZATION)
 CallerOf = Callable[[str], Caller | None]  # a tenant by its name (TenantStore.caller)
 T = TypeVar("T")
 MAX_JSON_BODY = 1024 * 1024  # control-plane and context bodies: small JSON
@@ -162,10 +164,8 @@ class Front:
     def api_caller(self, request: Request) -> Caller:
         """The control plane's caller: E2B's `X-API-KEY` (or a Bearer header) is a
         wasmrun tenant key; on a server without tenants every caller is the default one."""
-        key = request.headers.get("x-api-key")
-        authorization = f"Bearer {key}" if key else request.headers.get("authorization")
-        caller = self.authenticate(authorization)
-        if caller is None:
+        caller = resolve(self.authenticate, request, KEY_FORMS)
+        if isinstance(caller, Unauthenticated):
             raise FrontError(401, "unauthorized: set E2B_API_KEY to a wasmrun tenant key")
         return caller
 

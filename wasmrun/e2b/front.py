@@ -15,12 +15,14 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
+from wasmrun.doors.admission import Busy, admit
+from wasmrun.doors.callers import Authenticate
 from wasmrun.e2b import commands, control, envd, interpreter, sweeper
-from wasmrun.e2b.calls import Authenticate, CallerOf, Front, FrontError
+from wasmrun.e2b.calls import CallerOf, Front, FrontError
 from wasmrun.e2b.sandboxes import E2BSandbox
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.tenants.caller import Caller
-from wasmrun.tenants.calls import RequestsInFlight, too_many_requests_message
+from wasmrun.tenants.calls import RequestsInFlight
 
 API_PREFIX = "/e2b/api"
 SANDBOX_PREFIX = "/e2b/sandbox"
@@ -29,12 +31,11 @@ SandboxEndpoint = Callable[[Front, Request, E2BSandbox], Awaitable[Response]]
 
 
 def _admit(front: Front, caller: Caller) -> contextlib.ExitStack:
-    """The request's place in its tenant's `concurrent_requests` (as /rpc's), or 429."""
-    stack = contextlib.ExitStack()
-    if not stack.enter_context(front.in_flight.enter(caller)):
-        stack.close()
-        raise FrontError(429, too_many_requests_message(caller))
-    return stack
+    """The request's place in its tenant's `concurrent_requests` (the doors' admission), or 429."""
+    held = admit(front.in_flight, caller)
+    if isinstance(held, Busy):
+        raise FrontError(held.status, held.message)
+    return held
 
 
 def _control(endpoint: control.Endpoint, front: Front) -> Callable[[Request], Awaitable[Response]]:

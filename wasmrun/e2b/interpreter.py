@@ -2,7 +2,7 @@
 streaming line-delimited JSON events, and code contexts (each a session of its own).
 
 A cell runs as session runs: IPython-style, its last expression is the main result. It is
-split as the Jupyter door's kernel splits it (wasmrun/jupyter/cells.py): a `!cmd` line, and
+split by the doors' cell splitter, as the Jupyter kernel splits it (wasmrun/doors/cells.py): a `!cmd` line, and
 an install line (`!pip install x`, `%pip install -q x`, `!{sys.executable} -m pip install x`),
 is a command of the guest's shell in the same session (its `pip install` installs on demand:
 docs/packages.md), the Python between them session runs; another magic is an error."""
@@ -17,12 +17,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from wasmrun.doors.cells import CellRefused, Step, split
 from wasmrun.e2b import guestfiles, results
 from wasmrun.e2b.calls import MAX_CODE_BODY, SESSION_GONE, Front, FrontError, read_json_object
 from wasmrun.e2b.control import env_vars, new_session, set_envs, start_in
 from wasmrun.e2b.paths import e2b_path, relative
 from wasmrun.e2b.sandboxes import CONTEXT_ID, DEFAULT_CONTEXT, HOME, CodeContext, E2BSandbox, new_id
-from wasmrun.jupyter.cells import CellRefused, Step, split
 from wasmrun.protocol.streaming import RUN_OUTPUT
 from wasmrun.sandbox import OutputChunk
 

@@ -1,11 +1,13 @@
 """E2B's paths and the session's: `/home/user` (E2B's home, where its code runs) is the
 session's working folder, `/workspace` in the sandbox. A path outside it, with `..`
-leading out, NUL, or too long is refused."""
+leading out, NUL, or too long is refused (wasmrun/doors/paths.py, the Azure door's check too)."""
 
 from __future__ import annotations
 
 import posixpath
 
+from wasmrun.doors import paths as doors_paths
+from wasmrun.doors.paths import PathRefused, Refusal
 from wasmrun.e2b.calls import FrontError
 from wasmrun.e2b.sandboxes import HOME
 
@@ -16,24 +18,20 @@ MAX_PARTS = 64
 
 def relative(path: str) -> str:
     """The path within the session's files ("" for the folder itself), from an E2B path:
-    absolute under /home/user (or /workspace), or relative to it."""
-    if not isinstance(path, str) or not path or len(path) > MAX_PATH or "\x00" in path:
-        raise FrontError(400, f"path must be a non-empty path of at most {MAX_PATH} characters, without NUL")
-    if path.startswith("~"):
-        path = HOME + path[1:]
-    for root in (HOME, GUEST_HOME):
-        if path == root or path.startswith(root + "/"):
-            path = path[len(root):]
-            break
-    else:
-        if path.startswith("/"):
-            raise FrontError(400, f"path {path[:200]!r} is outside the sandbox's files: they are under {HOME}")
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise FrontError(400, f"path {path[:200]!r} leads out of {HOME} with '..'")
-    if len(parts) > MAX_PARTS:
-        raise FrontError(400, f"path is deeper than {MAX_PARTS} folders")
-    return "/".join(parts)
+    absolute under /home/user (or /workspace), or relative to it (the doors' check); a
+    refusal is a 400 in E2B's words."""
+    try:
+        return doors_paths.relative(path, (HOME, GUEST_HOME), max_chars=MAX_PATH, max_parts=MAX_PARTS, home=HOME)
+    except PathRefused as refused:
+        raise FrontError(400, _WORDS[refused.why].format(path=refused.shown)) from None
+
+
+_WORDS = {
+    Refusal.MALFORMED: f"path must be a non-empty path of at most {MAX_PATH} characters, without NUL",
+    Refusal.OUTSIDE: "path {path!r} is outside the sandbox's files: they are under " + HOME,
+    Refusal.LEADS_OUT: "path {path!r} leads out of " + HOME + " with '..'",
+    Refusal.TOO_DEEP: f"path is deeper than {MAX_PARTS} folders",
+}
 
 
 def e2b_path(rel: str) -> str:

@@ -1,25 +1,21 @@
 """An execute_request's cell, run in its kernel's session as IPython would run it.
 
-The cell is split per line, as IPython's transforms see it: a `!cmd` line at the start
-of a line is a command (run_command: the guest's shell, in the same session, its files
-and cwd shared), and so are the install lines agents write (`!pip install x`, `%pip install
--q x`, `!{sys.executable} -m pip install x`, `%uv pip install x`): the shell's `pip install`
-installs on demand (docs/packages.md), importable in the cell's next lines and later cells;
-`%matplotlib ...` is nothing (charts are displays already), any other magic a clear error;
-the Python lines between them run as session runs, each padded to its line number so
-tracebacks name the cell's lines. Only the last step's last expression is the cell's
-`execute_result`, as IPython shows only the cell's last. The E2B and Azure doors split
-their cells here too. Output is streamed as it is written (run_code's stream listener);
-displays come from each run's display results, their large forms read back from blobs
-within the tenant's room (the E2B door's Expansion)."""
+The cell is split per line by the doors' splitter (wasmrun/doors/cells.py, the E2B and
+Azure doors' too): a `!cmd` line, and the install lines agents write, are commands
+(run_command: the guest's shell, in the same session, its files and cwd shared; the shell's
+`pip install` installs on demand, docs/packages.md, importable in the cell's next lines and
+later cells); the Python lines between them run as session runs, each padded to its line
+number so tracebacks name the cell's lines. Only the last step's last expression is the
+cell's `execute_result`, as IPython shows only the cell's last. Output is streamed as it is
+written (run_code's stream listener); displays come from each run's display results, their
+large forms read back from blobs within the tenant's room (the E2B door's Expansion)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from wasmrun.doors.cells import CellRefused, Step, split
 from wasmrun.e2b.calls import Front, FrontError
 from wasmrun.e2b.results import Expansion, Lines, image_blobs
 from wasmrun.jupyter import messages
@@ -27,66 +23,10 @@ from wasmrun.jupyter.kernels import Connection, Kernel
 from wasmrun.protocol.streaming import RUN_OUTPUT
 from wasmrun.sandbox import OutputChunk
 
-# An install line, `!` or `%` (IPython's %pip magic): run as the shell's command.
-PIP_LINE = re.compile(
-    r"^\s*[!%]{1,2}\s*((?:pip3?|python3?\s+-m\s+pip|\{sys\.executable\}\s+-m\s+pip|uv\s+pip|conda|mamba)"
-    r"\s+install\b.*)$"
-)
-COMMAND_LINE = re.compile(r"^!(?!=)(.*)$")  # at the start of the line only
-# IPython expands `{expr}` in a `!` line; the one agents write is the interpreter's path.
-EXECUTABLE = "{sys.executable}"
-INDENTED_COMMAND = re.compile(r"^\s+!(?!=)")
-NOTHING_MAGIC = re.compile(r"^\s*%matplotlib\b")
-MAGIC = re.compile(r"^\s*%")
 KERNEL_GONE = (
     "the kernel's session is gone (unused past the server's session idle timeout, WASMRUN_SESSION_MAX_IDLE_S,"
     " or closed): start a new kernel"
 )
-
-
-class CellRefused(Exception):
-    """A line this kernel does not run: its message, as the cell's error."""
-
-
-@dataclass
-class Step:
-    kind: str  # "python" or "command"
-    text: str
-    line: int  # the cell's line it starts on, from 1
-
-
-def split(code: str) -> list[Step]:
-    """The cell's steps in order (blank ones dropped)."""
-    steps: list[Step] = []
-    python: list[str] = []
-    start = 1
-
-    def flush(next_line: int) -> None:
-        nonlocal python, start
-        if any(text.strip() for text in python):
-            steps.append(Step("python", "\n".join(python), start))
-        python, start = [], next_line
-
-    for number, text in enumerate(code.split("\n"), start=1):
-        if (pip := PIP_LINE.match(text)) is not None:
-            flush(number + 1)
-            steps.append(Step("command", pip.group(1).strip().replace(EXECUTABLE, "python"), number))
-        elif (found := COMMAND_LINE.match(text)) is not None:
-            flush(number + 1)
-            steps.append(Step("command", found.group(1).strip().replace(EXECUTABLE, "python"), number))
-        elif INDENTED_COMMAND.match(text):
-            raise CellRefused(f"line {number}: a `!` command runs only at the start of a line, not inside a block")
-        elif NOTHING_MAGIC.match(text):
-            python.append("")
-        elif MAGIC.match(text):
-            raise CellRefused(
-                f"line {number}: IPython magics do not run in a wasmrun kernel (only `!cmd` lines, `%matplotlib` and"
-                f" `%pip install`): write the step in Python. {text.strip()[:200]}"
-            )
-        else:
-            python.append(text)
-    flush(0)
-    return steps
 
 
 class CellRun:

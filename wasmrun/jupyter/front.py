@@ -18,18 +18,22 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from wasmrun.doors.admission import Busy, admit
+from wasmrun.doors.callers import Authenticate, KeyForm, Unauthenticated, resolve
 from wasmrun.e2b import guestfiles
-from wasmrun.e2b.calls import Authenticate, Front, FrontError, read_json_object
+from wasmrun.e2b.calls import Front, FrontError, read_json_object
 from wasmrun.e2b.sandboxes import E2BSandbox
 from wasmrun.jupyter import channels, messages
 from wasmrun.jupyter.kernels import Kernel, KernelTable, new_kernel_id
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.tenants.caller import Caller
-from wasmrun.tenants.calls import RequestsInFlight, too_many_requests_message
+from wasmrun.tenants.calls import RequestsInFlight
 from wasmrun.wire.guard import RequestGuard
 
 API_VERSION = "2.14.0"  # the Jupyter Server REST API this front answers as
 KERNEL_NAME = "python3"
+# Jupyter's clients send the token as `Authorization: token <key>`, or on the URL.
+KEY_FORMS = (KeyForm.TOKEN_HEADER, KeyForm.TOKEN_QUERY)
 
 
 def _version() -> str:
@@ -57,11 +61,8 @@ class JupyterFront:
 
     def caller(self, connection: HTTPConnection) -> Caller:
         """The tenant a token names: `Authorization: token|Bearer <key>` or `?token=<key>`."""
-        header = connection.headers.get("authorization", "")
-        scheme, _, key = header.partition(" ")
-        token = key.strip() if scheme.lower() in ("token", "bearer") else connection.query_params.get("token")
-        caller = self.front.authenticate(f"Bearer {token}" if token else None)
-        if caller is None:
+        caller = resolve(self.front.authenticate, connection, KEY_FORMS)
+        if isinstance(caller, Unauthenticated):
             raise FrontError(401, "unauthorized: send a wasmrun tenant key as the Jupyter token")
         return caller
 
@@ -212,9 +213,10 @@ def _rest(endpoint: Endpoint, front: JupyterFront) -> Callable[[Request], Awaita
     async def handle(request: Request) -> Response:
         try:
             caller = front.caller(request)
-            with front.front.in_flight.enter(caller) as admitted:
-                if not admitted:
-                    return error(429, too_many_requests_message(caller))
+            held = admit(front.front.in_flight, caller)
+            if isinstance(held, Busy):
+                return error(held.status, held.message)
+            with held:
                 return await endpoint(front, request, caller)
         except FrontError as exc:
             return error(exc.status, exc.message)
@@ -234,9 +236,10 @@ def _channels(front: JupyterFront) -> Callable[[WebSocket], Awaitable[None]]:
                     raise FrontError(403, f"forbidden: {why}")
             caller = front.caller(websocket)
             kernel = front.kernel_of(caller, websocket.path_params["kernel_id"])
-            with front.front.in_flight.enter(caller) as admitted:
-                if not admitted:
-                    raise FrontError(429, too_many_requests_message(caller))
+            held = admit(front.front.in_flight, caller)
+            if isinstance(held, Busy):
+                raise FrontError(held.status, held.message)
+            with held:
                 await channels.serve(front, kernel, websocket)
         except FrontError as exc:
             await _deny(websocket, exc)
