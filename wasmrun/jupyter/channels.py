@@ -17,7 +17,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from wasmrun.e2b.calls import FrontError
 from wasmrun.jupyter import messages
 from wasmrun.jupyter.cells import CellRun
-from wasmrun.jupyter.kernels import MAX_QUEUED_CELLS, Connection, Kernel
+from wasmrun.jupyter.kernels import MAX_CONNECTIONS, MAX_QUEUED_CELLS, TRY_AGAIN_LATER, Connection, Kernel
 
 if TYPE_CHECKING:
     from wasmrun.jupyter.front import JupyterFront
@@ -145,16 +145,24 @@ async def execute(channel: Channel, name: str, parent: dict[str, Any], content: 
         cell.iopub("status", {"execution_state": "idle"})
         return
     assert isinstance(code, str)
-    work = asyncio.get_running_loop().create_task(run_cell(cell, name, code, content))
+    kernel.tickets += 1
+    work = asyncio.get_running_loop().create_task(run_cell(cell, name, code, content, kernel.tickets))
     kernel.cells.add(work)
     work.add_done_callback(kernel.cells.discard)
 
 
-async def run_cell(cell: CellRun, name: str, code: str, content: dict[str, Any]) -> None:
+async def run_cell(cell: CellRun, name: str, code: str, content: dict[str, Any], ticket: int) -> None:
     """The cell after those queued before it: busy, its input, its output as it comes,
-    its results or error, the reply, idle."""
+    its results or error, the reply, idle. A cell that errors with `stop_on_error` (the
+    default; not when silent) aborts the cells queued behind it: each answers busy, an
+    execute_reply with status "aborted", idle, and does not run (ipykernel's answer)."""
     kernel = cell.kernel
     async with kernel.lock:
+        if ticket <= kernel.abort_through:
+            cell.iopub("status", {"execution_state": "busy"})
+            cell.reply(name, "execute_reply", {"status": "aborted"})
+            cell.iopub("status", {"execution_state": "idle"})
+            return
         silent = content.get("silent") is True
         if not silent and content.get("store_history", True) is not False:
             kernel.execution_count += 1
@@ -171,6 +179,8 @@ async def run_cell(cell: CellRun, name: str, code: str, content: dict[str, Any])
         else:
             error = await cell.run(code, count)
         if error is not None:
+            if not silent and content.get("stop_on_error", True) is not False:
+                kernel.abort_through = kernel.tickets  # those queued now; a later request runs
             cell.iopub("error", error)
             cell.reply(name, "execute_reply", {**error, "execution_count": count})
         else:
@@ -207,14 +217,22 @@ async def _send(websocket: WebSocket, connection: Connection) -> None:
 
 async def serve(front: JupyterFront, kernel: Kernel, websocket: WebSocket) -> None:
     """The socket's life: frames answered as they come (a client that sends MAX_BAD_FRAMES
-    in a row that are not messages is let go), what it is sent written as it reads."""
-    await websocket.accept()
+    in a row that are not messages is let go), what it is sent written as it reads. Past
+    the kernel's MAX_CONNECTIONS the socket is closed at once (TRY_AGAIN_LATER, the reason)."""
+    if len(kernel.connections) >= MAX_CONNECTIONS:
+        await websocket.accept()
+        await websocket.close(code=TRY_AGAIN_LATER, reason=(
+            f"this kernel has {len(kernel.connections)} connections open, its most ({MAX_CONNECTIONS}): close one"
+        ))
+        return
     connection = Connection()
-    kernel.connections.add(connection)
-    channel = Channel(front, kernel, connection)
-    sender = asyncio.get_running_loop().create_task(_send(websocket, connection))
+    kernel.connections.add(connection)  # counted before the accept's await: the cap holds for concurrent ones
+    sender: asyncio.Task[None] | None = None
     bad = 0
     try:
+        await websocket.accept()
+        channel = Channel(front, kernel, connection)
+        sender = asyncio.get_running_loop().create_task(_send(websocket, connection))
         while not connection.closed:
             received = await websocket.receive()
             if received["type"] == "websocket.disconnect":
@@ -228,5 +246,6 @@ async def serve(front: JupyterFront, kernel: Kernel, websocket: WebSocket) -> No
     finally:
         kernel.connections.discard(connection)
         connection.close()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(sender, 5)
+        if sender is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(sender, 5)

@@ -21,6 +21,11 @@ MAX_QUEUED_CELLS = 8
 # What one connection may have waiting to be sent (a client that does not read): past it
 # the connection is closed (the kernel stays; a reconnect finds it).
 MAX_PENDING_BYTES = 64 * 1024 * 1024
+# WebSocket connections open on one kernel at once (a notebook UI, an executor, a reconnect
+# racing the old socket's end): past it a new one is accepted and closed at once with
+# TRY_AGAIN_LATER and a reason naming the cap (each open one holds a concurrent_requests place).
+MAX_CONNECTIONS = 8
+TRY_AGAIN_LATER = 1013  # the WebSocket close code (RFC 6455's registry): try again later
 MAX_HISTORY = 100  # the cells a history_request may see, newest last
 KERNEL_ID_CHARS = 36  # a UUID, as Jupyter's
 
@@ -69,6 +74,10 @@ class Kernel:
     connections: set[Connection] = field(default_factory=set, repr=False)
     history: deque[tuple[int, int, str]] = field(default_factory=lambda: deque(maxlen=MAX_HISTORY), repr=False)
     running_since: float | None = None
+    # Each execute_request queued gets the next ticket; a cell that errors with stop_on_error
+    # aborts those queued before it ended (tickets up to abort_through), as ipykernel does.
+    tickets: int = 0
+    abort_through: int = 0
 
     def model(self) -> dict[str, Any]:
         """The kernel as /api/kernels answers it."""
