@@ -251,3 +251,28 @@ def test_declared_tools_are_checked(servers: tuple[Caller, Caller]) -> None:
     assert no_tools["status"] == "failed" and "declared no tools" in no_tools["error"]["message"]
     # the server goes on serving
     assert alice.result("run_code", language="python", code="1 + 1")["output"] == 2
+
+
+COMMAND_CALLING_A_TOOL = (
+    "echo before && python -c \"import sys; from runtime import tools; t = tools.get_weather(city='Paris'); "
+    "print('temp', t['temp']); print('warm' if t['temp'] > 20 else 'cold', file=sys.stderr); sys.exit(3)\""
+)
+
+
+@pytest.mark.parametrize("in_session", [False, True], ids=["fresh", "session"])
+def test_run_command_with_tools_answers_as_a_command_after_submit(servers: tuple[Caller, Caller], in_session: bool) -> None:
+    """run_command's final answer, reached through submit_tool_results, is a command's: the exit
+    code, and what the command wrote on stdout and stderr, before and after the tool call."""
+    alice, _ = servers
+    where = {"session_id": alice.result("create_session", language="python")["session_id"]} if in_session else {}
+    first = alice.result("run_command", command=COMMAND_CALLING_A_TOOL, tools=[WEATHER], **where)
+    assert first["status"] == "requires_action", first
+    assert "exit_code" not in first  # the command has not ended
+    (call,) = first["tool_calls"]
+    assert call["name"] == "get_weather" and call["arguments"] == {"city": "Paris"}
+    done = alice.result("submit_tool_results", run_id=first["run_id"], results=[
+        {"call_id": call["call_id"], "result": {"temp": 21}},
+    ])
+    assert done["status"] == "completed", done
+    assert (done["exit_code"], done["stdout"], done["stderr"]) == (3, "before\ntemp 21\n", "warm\n"), done
+    assert done["output"] == 3 and done["summary"].startswith("The command exited 3 after"), done

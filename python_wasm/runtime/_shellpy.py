@@ -15,6 +15,7 @@ would in the caller's own process.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import importlib.metadata
 import io
@@ -119,6 +120,13 @@ def _as_process(ctx: CommandContext, argv: list[str], path0: str | None) -> Iter
     saved_environ = dict(os.environ)
     saved_cwd = os.getcwd()
     out, err = _Captured(), _Captured()
+    # A process starts with no event loop running: the shell's loop and task are set aside, so
+    # `asyncio.run` works in the program and a plain `runtime.tools` call waits for its answer.
+    outer = asyncio.events._get_running_loop()
+    task = asyncio.current_task(outer) if outer is not None else None
+    if task is not None:
+        asyncio.tasks._leave_task(outer, task)
+    asyncio.events._set_running_loop(None)
     try:
         os.chdir(ctx.cwd)
         os.environ.clear()
@@ -130,6 +138,9 @@ def _as_process(ctx: CommandContext, argv: list[str], path0: str | None) -> Iter
         sys.stdout, sys.stderr = out, err
         yield out, err
     finally:
+        asyncio.events._set_running_loop(outer)
+        if task is not None:
+            asyncio.tasks._enter_task(outer, task)
         sys.stdin, sys.stdout, sys.stderr = saved_streams
         sys.argv = saved_argv
         sys.path[:] = saved_path

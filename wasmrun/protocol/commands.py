@@ -23,12 +23,19 @@ import json
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from wasmrun.protocol import sessions
+from wasmrun.protocol import sessions, toolcalls
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams
 from wasmrun.protocol.run_result import failure_summary
 from wasmrun.protocol.streaming import RUN_OUTPUT, OutputListener, output_listener
-from wasmrun.protocol.types import MAX_COMMAND_BYTES, CommandResult, RunCodeParams, RunCommandParams, RunError
+from wasmrun.protocol.types import (
+    MAX_COMMAND_BYTES,
+    CommandResult,
+    ExecutionResult,
+    RunCodeParams,
+    RunCommandParams,
+    RunError,
+)
 from wasmrun.sandbox import OutputChunk
 
 # One expression: it defines no name in a session's globals (a session's `main` or `json`
@@ -98,6 +105,8 @@ async def run_command(ctx: Context, p: RunCommandParams) -> CommandResult:
     program = _program(p)
     streams = _Streams(output_listener(p.stream))
     listening = RUN_OUTPUT.set(streams)
+    # Code mode: a submit_tool_results that ends the run answers as this call does (toolcalls.py).
+    shaping = toolcalls.RESULT_SHAPE.set(lambda result: _command_result(p, streams, result))
     try:
         result = await sessions.run_code(ctx, RunCodeParams(
             language="python", code=program, mount_skills=p.mount_skills, input_blobs=p.input_blobs,
@@ -105,7 +114,13 @@ async def run_command(ctx: Context, p: RunCommandParams) -> CommandResult:
             tools=p.tools, tool_wait_ms=p.tool_wait_ms,  # code mode: `python` in the command may call them
         ))
     finally:
+        toolcalls.RESULT_SHAPE.reset(shaping)
         RUN_OUTPUT.reset(listening)
+    return _command_result(p, streams, result)
+
+
+def _command_result(p: RunCommandParams, streams: _Streams, result: ExecutionResult) -> CommandResult:
+    """The shell run's result as a command's: its exit code, stdout and stderr."""
     fields = {name: getattr(result, name) for name in result.__struct_fields__}
     exit_code: int | UnsetType = UNSET
     if result.status == "completed" and isinstance(result.output, msgspec.Raw):

@@ -23,6 +23,7 @@ session's state stays as it was before the run.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -44,6 +45,10 @@ from wasmrun.sandbox import ToolAnswer, ToolAnswers, ToolBatch, ToolLimits, Tool
 logger = logging.getLogger("wasmrun.toolcalls")
 
 ToolSink = Callable[[ToolBatch], None]
+# How the call that started the run shapes its result (run_command: exit_code, stdout, stderr). A
+# run's own result reaches the caller of a later submit_tool_results, which shapes it the same way.
+ResultShape = Callable[[ExecutionResult], ExecutionResult]
+RESULT_SHAPE: contextvars.ContextVar[ResultShape | None] = contextvars.ContextVar("wasmrun_result_shape", default=None)
 # How long a run that ended while nobody listened keeps its result for a late submit_tool_results.
 KEEP_ENDED_S = 300.0
 _encode = msgspec.json.Encoder().encode
@@ -90,6 +95,7 @@ class _WaitingRun:
         self.pending: dict[str, PendingToolCall] | None = None  # the batch not yet answered
         self.task: asyncio.Task[ExecutionResult] | None = None
         self.listeners = 0  # calls awaiting its next step now
+        self.shape = RESULT_SHAPE.get()  # what the starting call makes of the run's result
 
 
 _runs: dict[str, _WaitingRun] = {}  # run id -> its run, while it can still be answered
@@ -204,5 +210,7 @@ async def submit_tool_results(ctx: Context, p: SubmitToolResultsParams) -> Execu
     run.pending = None  # claimed: a concurrent submit is told it was answered
     # False: the run stopped waiting meanwhile (its tool_wait_ms passed): its result says so.
     await ctx.executor.answer_tools(ToolAnswers(run.run_id, answers))
-    return await _next(run)
+    result = await _next(run)
+    # The run's result as the call that started it answers (run_command's exit_code, stdout, stderr).
+    return result if run.shape is None else run.shape(result)
 
