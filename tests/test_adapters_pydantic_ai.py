@@ -69,7 +69,7 @@ def made(client: Client) -> Iterator[list[WasmrunWorkspaceBackend]]:
 
 
 class TestConformance(WorkspaceBackendSuite):
-    """pydantic-ai 2.68.0's conformance suite, every rule it has, on a session of the live server."""
+    """pydantic-ai 2.62.0's conformance suite, every rule it has, on a session of the live server."""
 
     @pytest.fixture
     def backend(self, client: Client, made: list[WasmrunWorkspaceBackend]) -> WorkspaceBackend:

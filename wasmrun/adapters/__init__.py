@@ -12,6 +12,9 @@ client (wasmrun.client):
 - `wasmrun.adapters.pydantic_ai`: `WasmrunWorkspaceBackend`, Pydantic AI's workspace
   backend protocol (`pydantic_ai.workspaces`), and `WasmrunWorkspace`, the capability that
   gives an agent's runs one (`pip install 'wasmrun[adapters]'`).
+- `wasmrun.adapters.pydantic_ai_code_mode`: `WasmrunCodeMode`, pydantic-ai-harness's `CodeMode`
+  with its `run_code` run in a session, the nested tool calls as wasmrun's code-mode round trips
+  (docs/code-mode.md; `pip install 'wasmrun[adapters]'`).
 - `wasmrun.adapters.smolagents`: `WasmrunExecutor`, smolagents' remote Python executor for
   `CodeAgent(executor=...)`: every step's code in one session (`pip install 'wasmrun[adapters]'`).
 

@@ -6,7 +6,7 @@
     agent = Agent("openai:gpt-5", capabilities=[WasmrunWorkspace("http://127.0.0.1:8080")])
     result = agent.run_sync("write fib.py and run it")
 
-pydantic-ai-slim 2.68.0 has no `pydantic_ai.sandboxes`; its interface for the environment a run
+pydantic-ai-slim 2.62.0 (the pin) has no `pydantic_ai.sandboxes`; its interface for the environment a run
 works in is `pydantic_ai.workspaces` (protocol.py). `WasmrunWorkspaceBackend` implements all of
 it on one wasmrun session (wasmrun.adapters.sandbox):
 
