@@ -73,8 +73,8 @@ def _layer(name: str, *units: str) -> tuple[str, frozenset[str]]:
 # new package has to be given its place.
 HOUSE_LAYERS: Layers = (
     # What a user starts: commands, their help texts, the bench.
-    _layer("commands", "__main__", "cli", "cli_help", "doctor", "images_command", "limitcli",
-           "packages_command", "sessioncli", "bench"),
+    _layer("commands", "__main__", "cli", "cli_help", "doctor", "images_command", "cache_command", "limitcli",
+           "packages_command", "run_command", "sessioncli", "bench"),
     # The assembly: settings read once, the backends opened once, the server built from them.
     _layer("assembly", "server", "backends", "settings", "workersizing"),
     # The fronts: HTTP and its JSON-RPC envelope, MCP, the E2B-compatible front, the client, and

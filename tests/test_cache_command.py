@@ -24,7 +24,7 @@ import pytest
 
 from python_wasm import build as guest_build
 from tests.liveserver import LiveServer, wasmrun_env
-from wasmrun.sandbox.images import cachebound, compiled, leases, stdlibimage
+from wasmrun.sandbox import cachebound, leases, precompiled_path
 
 TWO_DAYS_AGO = time.time() - 2 * 86400
 
@@ -99,7 +99,7 @@ def shared() -> tuple[Path, Path]:
         if guest.key == guest_build.guest_dir().name or guest.packaged:
             break
         guest = guest_build.ready_guest()
-    module = compiled.cached_path(guest.snapshot_wasm, stdlibimage.ENGINE_SETTINGS)
+    module = precompiled_path(guest)
     if not module.exists():
         from wasmrun.sandbox import precompile
 

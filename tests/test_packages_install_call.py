@@ -20,16 +20,17 @@ from liveserver import LiveServer
 
 from tests import images
 from wasmrun.abi import PackagesInstallReply
+from wasmrun.packages import runinstalls
+from wasmrun.packages.ondemand import OnDemand
 from wasmrun.packages.policy import PackagePolicy
-from wasmrun.sandbox.contract.packageinstalls import PackageInstalls
-from wasmrun.sandbox.guest.packagecall import PackageCall
+from wasmrun.sandbox import PackageCall
 
 pytestmark = pytest.mark.images("stdlib", "data")
 
 HUMANIZE = "humanize==4.12.3"  # pure, no dependencies
-TABULATE = "tabulate==0.9.0"
+TEXTTABLE = "texttable==1.7.0"  # not built into the data image (its tabulate is 0.10.0)
 SLUGIFY = ["python-slugify==8.0.4", "text-unidecode==1.3"]  # a package and its dependency
-ALLOWED = ["humanize", "tabulate", "python-slugify", "text-unidecode", "orjson"]
+ALLOWED = ["humanize", "texttable", "python-slugify", "text-unidecode", "orjson"]
 Call = Callable[..., dict[str, Any]]
 
 
@@ -96,28 +97,30 @@ def test_a_session_keeps_what_a_run_installed_across_runs_forks_and_a_restart(se
     session = served.call("create_session", language="python")["result"]["session_id"]
     first = _completed(served.run(
         "from runtime import packages\n"
-        f"packages.install(['{TABULATE}'])\n"
-        "import tabulate\n"
-        "tabulate.tabulate([[1, 2]])",
+        f"packages.install(['{TEXTTABLE}'])\n"
+        "import texttable\n"
+        "table = texttable.Texttable()\n"
+        "table.add_rows([[1, 2]], header=False)\n"
+        "table.draw()",
         session_id=session,
     ))
-    assert "1  2" in first
+    assert "| 1 | 2 |" in first
     # Installed in a second step of the same session: the set grows, both import.
     _completed(served.run(f"from runtime import packages\npackages.install(['{HUMANIZE}'])", session_id=session))
     later = (
-        "import humanize, tabulate, sys\n"
+        "import humanize, texttable, sys\n"
         "import humanize.filesize\n"  # a submodule of a package imported from the run's copy
-        "[humanize.naturalsize(2_000_000), tabulate.__file__, [p for p in sys.path if '.wasmrun-packages' in p]]"
+        "[humanize.naturalsize(2_000_000), texttable.__file__, [p for p in sys.path if '.wasmrun-packages' in p]]"
     )
     size, where, copies = _completed(served.run(later, session_id=session))
-    assert (size, copies) == ("2.0 MB", []) and where.startswith("/packages/tabulate"), where
+    assert (size, copies) == ("2.0 MB", []) and where.startswith("/packages/texttable"), where
     listed = served.call("list_sessions")["result"]["sessions"]
     pins = next(s for s in listed if s["session_id"] == session)["packages"]
-    assert HUMANIZE in pins and TABULATE in pins
+    assert HUMANIZE in pins and TEXTTABLE in pins
     fork = served.call("fork_session", session_id=session)["result"]["session_id"]
     assert _completed(served.run("import humanize\nhumanize.intcomma(1234567)", session_id=fork)) == "1,234,567"
     served.restart()
-    assert _completed(served.run("import tabulate\ntabulate.__version__", session_id=session)) == "0.9.0"
+    assert _completed(served.run("import texttable\ntexttable.__version__", session_id=session)) == "1.7.0"
     assert _completed(served.run("import humanize\nhumanize.intcomma(1000)", session_id=fork)) == "1,000"
 
 
@@ -193,7 +196,8 @@ def test_two_runs_installing_the_same_set_at_once_build_it_once(served: Served) 
 def _call(tmp_path: Path, policy: PackagePolicy) -> PackageCall:
     tmp = tmp_path / "tmp"
     tmp.mkdir(exist_ok=True)
-    return PackageCall(PackageInstalls(str(tmp_path / "data"), policy), "cp311", "alice", None, tmp)
+    grant = runinstalls.grant(OnDemand(tmp_path / "data", policy))
+    return PackageCall(grant, "cp311", "alice", None, tmp)
 
 
 def _reply(call: PackageCall, requirements: Any) -> PackagesInstallReply:

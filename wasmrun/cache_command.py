@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from wasmrun.sandbox.images.cachebound import DEFAULT_MAX_BYTES
+from wasmrun.sandbox import cachebound
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,7 +30,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         " least recently used first, only until the cache fits)", "wasmrun cache prune --max-bytes 8G",
     )
     prune.add_argument("--max-bytes", type=parse_bytes, default=None,
-                       help=f"the cap, e.g. 8G, 500M or 123456 (the server's default: {DEFAULT_MAX_BYTES // 2**30}G)")
+                       help=f"the cap, e.g. 8G, 500M or 123456 (the server's default: {cachebound.DEFAULT_MAX_BYTES // 2**30}G)")
     prune.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing (default: remove)")
 
 
@@ -70,7 +70,6 @@ def _age(used: float) -> str:
 
 def main(args: argparse.Namespace) -> int:
     from python_wasm import downloads
-    from wasmrun.sandbox.images import cachebound
 
     root = downloads.cache_root()
     if args.cache_command == "list":

@@ -226,7 +226,7 @@ def _check_compiled(d: Diagnosis, guest: guest_build.Guest) -> None:
 def _check_cache(d: Diagnosis, settings: Settings) -> None:
     """The cache's size against the cap a server's start keeps it to (docs/hosting.md)."""
     from python_wasm import downloads
-    from wasmrun.sandbox.images import cachebound
+    from wasmrun.sandbox import cachebound
 
     root = downloads.cache_root()
     listed = cachebound.listing(root) if root.is_dir() else []

@@ -43,8 +43,7 @@ from wasmrun.protocol.context import Context
 from wasmrun.protocol.methods import Dispatcher
 from wasmrun.registry import requirements
 from wasmrun.registry.store import DirectoryRegistry
-from wasmrun.sandbox import Executor, InProcessExecutor, WorkerPool, warmup
-from wasmrun.sandbox.images import cachebound
+from wasmrun.sandbox import Executor, InProcessExecutor, WorkerPool, cachebound, warmup
 from wasmrun.served import ServedImage
 from wasmrun.sessionstore.store import session_expired
 from wasmrun.settings import Settings

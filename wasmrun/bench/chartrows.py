@@ -24,7 +24,6 @@ from wasmrun.bench import datarows
 from wasmrun.bench.interleave import Samples, alternating
 
 if TYPE_CHECKING:
-    from wasmrun.bench.rows import Row
     from wasmrun.bench.run import Bench
 
 NATIVE = "native CPython + matplotlib subprocess"
@@ -92,7 +91,8 @@ def native_chart(source: str) -> float:
     return float(out.stdout.split()[-1])
 
 
-def _measure(chart: Chart) -> Callable[[Bench], Samples]:
+def measure(chart: Chart) -> Callable[[Bench], Samples]:
+    """The row's step: the chart on the data image (warm, and a run's first) and natively."""
     def measure(bench: Bench) -> Samples:
         data = bench.data
         if data is None:
@@ -117,13 +117,10 @@ def summary_lines(compute: list[dict[str, Any]]) -> list[str]:
     return ["", f"Charts, wasmrun data image / native matplotlib: {parts} (goal: a chart's PNG <= {TARGET_RATIO:g}x)."]
 
 
-def rows() -> list[Row]:
-    from wasmrun.bench.rows import Row  # rows.py imports this module
-
-    return [Row(c.key, "compute", c.label,
-                f"{c.label}: timed in the interpreter after one untimed warm-up chart (the data image also on a "
-                f"run's first chart); goal <= {TARGET_RATIO:g}x native", _measure(c), absent=absent, burst=1,
-                baseline=NATIVE) for c in CHARTS]
+def what(chart: Chart) -> str:
+    """What the chart's row measures (the table's notes, the HTML report)."""
+    return (f"{chart.label}: timed in the interpreter after one untimed warm-up chart (the data image also on a "
+            f"run's first chart); goal <= {TARGET_RATIO:g}x native")
 
 
-__all__ = ["CHARTS", "NATIVE", "native_chart", "rows"]
+__all__ = ["CHARTS", "NATIVE", "absent", "measure", "native_chart", "what"]

@@ -209,6 +209,8 @@ def _compute(workload: Workload) -> Callable[[Bench], Samples]:
 for _w in COMPUTE:
     COMPUTE_ROWS.append(Row(f"compute:{_w.name}", "compute", _w.name, f"N={_w.n} at full size", _compute(_w), burst=1))
 # Charts on the data image against this Python's matplotlib (chartrows.py, issue #49).
-COMPUTE_ROWS.extend(chartrows.rows())
+for _c in chartrows.CHARTS:
+    COMPUTE_ROWS.append(Row(_c.key, "compute", _c.label, chartrows.what(_c), chartrows.measure(_c),
+                            absent=chartrows.absent, burst=1, baseline=chartrows.NATIVE))
 
 __all__ = ["COMPUTE_ROWS", "STARTUP", "Row", "startup_row"]

@@ -1,6 +1,6 @@
 """Packages a run installs from inside (runtime.packages.install, `pip install` in the guest's
 shell, a cell's `!pip install`): every run is granted the server's installer and policy
-(the worker process installs through wasmrun/sandbox/guest/packagecall.py), and what a run
+(wasmrun/packages/runinstalls.py: the process serving the run opens it from the grant), and what a run
 installed is audited here, as create_session's `packages` are (method "packages.install").
 A session's run records its new set (protocol/sessions.py)."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import msgspec
 
+from wasmrun.packages import runinstalls
 from wasmrun.packages.ondemand import Installed, OnDemand
 from wasmrun.protocol.context import Context
-from wasmrun.sandbox import RunRequest, RunResult
-from wasmrun.sandbox.contract.packageinstalls import PackageInstalls
+from wasmrun.sandbox import PackageInstalls, RunRequest, RunResult
 
 _grants: dict[int, tuple[OnDemand, PackageInstalls]] = {}
 
@@ -25,7 +25,7 @@ def granted(ctx: Context, request: RunRequest) -> RunRequest:
         return request
     known = _grants.get(id(installer))
     if known is None or known[0] is not installer:
-        known = (installer, PackageInstalls(str(installer.data_dir), installer.policy))
+        known = (installer, runinstalls.grant(installer))
         _grants[id(installer)] = known
     return msgspec.structs.replace(request, package_installs=known[1])
 

@@ -62,13 +62,13 @@ from wasmrun.protocol.types import (
 from wasmrun.registry.manifest import IDENTIFIER
 from wasmrun.sandbox import (
     SESSION_BYTES,
+    AddedPackages,
     RunResult,
     SessionOutcome,
     SessionRun,
     new_run_id,
     session_bytes_exceeded,
 )
-from wasmrun.sandbox.contract.packageinstalls import AddedPackages
 from wasmrun.sessionstore.store import Busy, OverCap, SessionMeta, SessionStore, Unavailable, UnknownSession
 
 # What a run in a session may set for itself; the rest of its limits are the session's.
@@ -256,13 +256,7 @@ async def run_code(ctx: Context, p: RunCodeParams) -> ExecutionResult:
         return await runs.run_code(ctx, p)
     store = _store(ctx)
     meta = await _session(ctx, p.session_id)
-    if p.mount_skills:
-        raise InvalidParams(
-            "mount_skills: a session mounts the skills named at create_session in every run", field="mount_skills",
-        )
-    packages.not_in_a_session(p.packages)
-    if not IDENTIFIER.fullmatch(p.entrypoint):
-        raise InvalidParams(f"entrypoint {p.entrypoint!r} must be the name of a function", field="entrypoint")
+    _check_in_session(p)
     on_output = output_listener(p.stream)
     args_json = running.args_json(p.args)
     limits = running.request_limits(ctx, _run_limits(ctx, meta, p.limits))
@@ -311,6 +305,18 @@ async def run_code(ctx: Context, p: RunCodeParams) -> ExecutionResult:
     if request.tools:  # code mode: the run may pause at its tool calls, the session held (toolcalls.py)
         return await toolcalls.with_tools(ctx, request.run_id, request.tool_limits, settled)
     return await settled(None)
+
+
+def _check_in_session(p: RunCodeParams) -> None:
+    """What a run in a session may not ask for itself: skills and packages are the session's
+    (named at create_session); the entrypoint must name a function."""
+    if p.mount_skills:
+        raise InvalidParams(
+            "mount_skills: a session mounts the skills named at create_session in every run", field="mount_skills",
+        )
+    packages.not_in_a_session(p.packages)
+    if not IDENTIFIER.fullmatch(p.entrypoint):
+        raise InvalidParams(f"entrypoint {p.entrypoint!r} must be the name of a function", field="entrypoint")
 
 
 def _fail(result: ExecutionResult, error: RunError) -> None:

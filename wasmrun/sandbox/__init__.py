@@ -62,6 +62,13 @@ _HOME = {
     "SESSION_BYTES": "contract.errors",
     "session_bytes_exceeded": "contract.errors",
     "new_run_id": "contract.ids",
+    # packages a run installs from inside: the grant, the installer it names, what was added
+    "PackageInstalls": "contract.packageinstalls",
+    "PackageInstaller": "contract.packageinstalls",
+    "InstalledSet": "contract.packageinstalls",
+    "InstallRefused": "contract.packageinstalls",
+    "AddedPackages": "contract.packageinstalls",
+    "PackageCall": "guest.packagecall",
     # JSON text in and out, output as it comes
     "encode_args": "guest.jsontext",
     "NotSendable": "guest.jsontext",
@@ -75,6 +82,7 @@ _HOME = {
     "SandboxEngine": "engine",
     "precompile": "images.stdlibimage",
     "precompiled_state": "images.stdlibimage",
+    "precompiled_path": "images.stdlibimage",
     "DataSandboxEngine": "engines",
     "make_engine": "engines",
     "data_engine": "images.dataimage",
@@ -84,6 +92,9 @@ _HOME = {
     "resolve_image": "engines",
     "compiled": "images.compiled",
     "DATA_IMAGE_MAKER": "images",
+    # the cache of built guests, images and compiled modules: its bound, live servers' leases
+    "cachebound": "images.cachebound",
+    "leases": "images.leases",
     "HotPages": "memory.instances",
     "PackageLayer": "files.packagelayer",
     "release_freed_heap": "memory.heaptrim",
@@ -109,12 +120,14 @@ _HOME = {
     "ToolAnswers": "contract.tools",
 }
 
-_NAMESPACES = {"errors", "compiled", "warmup", "session_state", "tool_contract"}  # the module itself
+_NAMESPACES = {"errors", "compiled", "cachebound", "leases", "warmup", "session_state", "tool_contract"}  # the module itself
 
 __all__ = [
+    "AddedPackages",
     "BackgroundTotals",
     "BlobOpener",
     "Busy",
+    "cachebound",
     "can_release_freed_heap",
     "CEILING_LIMITS",
     "compiled",
@@ -132,6 +145,9 @@ __all__ = [
     "image_state",
     "IMPORT_LIMITS",
     "InProcessExecutor",
+    "InstalledSet",
+    "InstallRefused",
+    "leases",
     "LimitPolicy",
     "new_run_id",
     "Limits",
@@ -142,8 +158,12 @@ __all__ = [
     "OutputChunk",
     "OutputSink",
     "OutputStream",
+    "PackageCall",
+    "PackageInstaller",
+    "PackageInstalls",
     "PackageLayer",
     "precompile",
+    "precompiled_path",
     "precompiled_state",
     "ready_image",
     "ready_image_path",
@@ -194,6 +214,13 @@ if TYPE_CHECKING:
     from wasmrun.sandbox.contract.errors import SESSION_BYTES, session_bytes_exceeded
     from wasmrun.sandbox.contract.ids import new_run_id
     from wasmrun.sandbox.contract.limits import CEILING_LIMITS, DEFAULT_LIMITS, LimitPolicy, Limits
+    from wasmrun.sandbox.contract.packageinstalls import (
+        AddedPackages,
+        InstalledSet,
+        InstallRefused,
+        PackageInstaller,
+        PackageInstalls,
+    )
     from wasmrun.sandbox.contract.tools import ToolAnswer, ToolAnswers, ToolBatch, ToolLimits, ToolSpec
     from wasmrun.sandbox.contract.types import (
         Display,
@@ -216,9 +243,10 @@ if TYPE_CHECKING:
         value_count_at_most,
     )
     from wasmrun.sandbox.guest.outstream import OutputChunk, OutputSink, OutputStream
-    from wasmrun.sandbox.images import DATA_IMAGE_MAKER, compiled
+    from wasmrun.sandbox.guest.packagecall import PackageCall
+    from wasmrun.sandbox.images import DATA_IMAGE_MAKER, cachebound, compiled, leases
     from wasmrun.sandbox.images.dataimage import data_engine, image_state, ready_image, ready_image_path
-    from wasmrun.sandbox.images.stdlibimage import precompile, precompiled_state
+    from wasmrun.sandbox.images.stdlibimage import precompile, precompiled_path, precompiled_state
     from wasmrun.sandbox.memory.heaptrim import can_release_freed_heap, release_freed_heap
     from wasmrun.sandbox.memory.instances import HotPages
     from wasmrun.sandbox.pool import warmup

@@ -114,7 +114,7 @@ class RunLoop:
         )
         if request.tools:
             ctx.tools = ToolSession(run_id, request.tools, request.tool_limits)
-        ctx.packages = packagecall.for_run(request, packagecall.tag_of(self.image.guest), packages, workspace.tmp)
+        ctx.packages = packagecall.for_run(request, self.image.python_tag, packages, workspace.tmp)
         refused: RunError | None = None
         if stamps is None:
             try:

@@ -80,8 +80,8 @@ class RunRequest(msgspec.Struct, kw_only=True, frozen=True):
     # Code mode (docs/code-mode.md): the client's tools the guest may call (runtime.tools), and their limits.
     tools: list[ToolSpec] = []
     tool_limits: ToolLimits = ToolLimits()
-    # The run may install packages itself (runtime.packages.install, `pip install`): where sets
-    # are built and the policy (contract/packageinstalls.py). None: it may not.
+    # The run may install packages itself (runtime.packages.install, `pip install`): the installer
+    # the server names, and its data (contract/packageinstalls.py). None: it may not.
     package_installs: PackageInstalls | None = None
     # The W3C traceparent of the span that sent this run to its worker, whose own span is its
     # child ('' when tracing is off: wasmrun/tracing.py).

@@ -157,7 +157,8 @@ class DataImage(Image):
         self._mount_points = (*(guest for _, guest in self._preopens), *dataimage.WRITABLE_MOUNTS, *dataimage.RUN_MOUNTS)
         # The operator's layer for this Python (`wasmrun packages add --image data`): its
         # mount point is baked into the image; which version it shows is read per run.
-        self.packages = PackageLayer.for_engine(packages, dataimage.PYTHON_TAG)
+        self.python_tag = dataimage.PYTHON_TAG
+        self.packages = PackageLayer.for_engine(packages, self.python_tag)
         self.module = built.module
         self.linker = wasmtime.Linker(self.engine)
         define_guarded_wasi(self.engine, self.linker, self.module)

@@ -60,6 +60,7 @@ class Image(ABC):
     linker: wasmtime.Linker  # WASI (guarded) and the host functions, defined once
     guest: guest_build.Guest  # its files; `guest.key` names the image (caches, sessions)
     packages: PackageLayer  # the operator's packages it mounts (PackageLayer(None): none)
+    python_tag: str  # its Python, as packages name it (cp311, cp315): its layer's and a run's installs'
     buffers: GuestBuffers  # where the request and output travel in memory (none: io_capacity -1)
     run_folders: tuple[str, ...] = ()  # subfolders each run folder needs besides workspace, tmp, blobs
     kept_run_folders: tuple[str, ...] = ()  # of those, the ones a used run folder keeps for its next run

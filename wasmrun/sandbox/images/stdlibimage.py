@@ -79,13 +79,18 @@ def precompile(guest: guest_build.Guest | None = None) -> Path:
     """Compile the guest ahead of the first run (server start, `wasmrun warm`); returns the cached file."""
     guest = guest or guest_build.ready_guest(quiet=False)
     load_module(wasmtime.Engine(engine_config()), guest.snapshot_wasm)
+    return precompiled_path(guest)
+
+
+def precompiled_path(guest: guest_build.Guest) -> Path:
+    """Where the cache keeps the guest's compiled module (there or not)."""
     return compiled.cached_path(guest.snapshot_wasm, ENGINE_SETTINGS)
 
 
 def precompiled_state(guest: guest_build.Guest) -> tuple[Path, str | None]:
     """The guest's compiled-module file, and None if it is ready to load, else
     why not (never compiles; `wasmrun doctor` asks)."""
-    path = compiled.cached_path(guest.snapshot_wasm, ENGINE_SETTINGS)
+    path = precompiled_path(guest)
     if not path.exists() and compiled.shipped_path(path).is_file():
         path = compiled.shipped_path(path)  # a one-file executable's: loaded when this CPU can
     try:
@@ -106,7 +111,8 @@ class StdlibImage(Image):
     def __init__(self, guest: guest_build.Guest | None = None, packages: Path | None = None) -> None:
         self.guest = guest or guest_build.ready_guest()
         # The operator's package layer for this guest's Python (wasmrun/packages), if any.
-        self.packages = PackageLayer.for_engine(packages, self.guest.python_tag)
+        self.python_tag = self.guest.python_tag
+        self.packages = PackageLayer.for_engine(packages, self.python_tag)
         if not self.guest.packaged:
             downloads.mark_used(self.guest.folder)
         self.engine = wasmtime.Engine(engine_config())
