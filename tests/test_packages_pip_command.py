@@ -23,7 +23,7 @@ from wasmrun.tenants.store import TenantStore
 pytestmark = pytest.mark.images("stdlib", "data")
 
 HUMANIZE = "humanize==4.12.3"
-TABULATE = "tabulate==0.9.0"
+TEXTTABLE = "texttable==1.7.0"  # pure, no dependencies, not built into the data image
 
 
 class Live:
@@ -56,27 +56,29 @@ def test_pip_install_then_import_in_one_command_line(live: Live) -> None:
     assert ran["exit_code"] == 0, ran
     assert "Successfully installed humanize-4.12.3" in ran["stdout"]
     assert ran["stdout"].endswith("1.0 MB\n")
-    # Asked again (pip3, python -m pip, uv pip): already there, pip's words.
-    again = live.command(f"pip3 install -U {HUMANIZE} && python3 -m pip install humanize && uv pip install humanize")
+    # Asked again in the same run (pip3, python -m pip, uv pip): already there, pip's words.
+    again = live.command(f"pip install {HUMANIZE} && pip3 install humanize && python3 -m pip install {HUMANIZE}"
+                         " && uv pip install humanize && python -c 'import humanize; print(humanize.__version__)'")
     assert again["exit_code"] == 0, again
     assert again["stdout"].count("Requirement already satisfied: humanize") == 3, again["stdout"]
+    assert again["stdout"].endswith("4.12.3\n")
 
 
 def test_flags_agents_write_a_requirements_file_and_pip_list_show_freeze(live: Live) -> None:
     script = (
-        f"printf '# tools\\n{TABULATE}  # tables\\n\\nstatistics\\n' > requirements.txt && "
+        f"printf '# tools\\n{TEXTTABLE}  # tables\\n\\nstatistics\\n' > requirements.txt && "
         "pip install -q -U --user --no-cache-dir --break-system-packages --disable-pip-version-check "
         "--root-user-action=ignore -r requirements.txt && "
-        "pip list && pip freeze | grep -i tabulate && pip show tabulate | head -2 && "
-        "python -c 'import tabulate; print(tabulate.tabulate([[1, 2]]))'"
+        "pip list && pip freeze | grep -i texttable && pip show texttable | head -2 && "
+        "python -c 'import texttable; t = texttable.Texttable(); t.add_rows([[1, 2]], header=False); print(t.draw())'"
     )
     ran = live.command(script)
     assert ran["exit_code"] == 0, ran
     out = ran["stdout"]
     assert "Successfully installed" not in out  # -q
-    assert "tabulate==0.9.0\n" in out and "Name: tabulate\nVersion: 0.9.0\n" in out
-    assert any(line.split()[:2] == ["tabulate", "0.9.0"] for line in out.splitlines())
-    assert "1  2" in out
+    assert "texttable==1.7.0\n" in out and "Name: texttable\nVersion: 1.7.0\n" in out
+    assert any(line.split()[:2] == ["texttable", "1.7.0"] for line in out.splitlines())
+    assert "| 1 | 2 |" in out
 
 
 @pytest.mark.parametrize(("line", "reason"), [
@@ -106,19 +108,30 @@ def test_cells_install_and_the_next_cell_imports(live: Live) -> None:
     try:
         first = sandbox.run_code(f"!pip install {HUMANIZE}\nimport humanize\nhumanize.naturalsize(3_000_000)")
         assert first.error is None, first.error
-        assert first.text == "3.0 MB"
+        assert first.text == "'3.0 MB'"  # E2B's text is the result's repr
         assert any("Successfully installed humanize-4.12.3" in line for line in first.logs.stdout), first.logs
-        second = sandbox.run_code(f"%pip install -q {TABULATE}")
+        second = sandbox.run_code(f"%pip install -q {TEXTTABLE}")
         assert second.error is None and not "".join(second.logs.stdout), second.logs
-        third = sandbox.run_code("!{sys.executable} -m pip install humanize\nimport tabulate, humanize\n"
-                                 "tabulate.__version__, humanize.intcomma(1000)")
-        assert third.error is None and third.text == "('0.9.0', '1,000')", (third.error, third.text)
+        third = sandbox.run_code("!{sys.executable} -m pip install humanize\nimport texttable, humanize\n"
+                                 "texttable.__version__, humanize.intcomma(1000)")
+        assert third.error is None and third.text == "('1.7.0', '1,000')", (third.error, third.text)
         refused = sandbox.run_code("!pip install -e .\n1 + 1")
         assert refused.text == "2" and any("editable" in line for line in refused.logs.stderr), refused.logs
         # E2B's commands.run is the same shell: the sandbox's session has the packages.
         assert "humanize" in sandbox.commands.run("pip freeze").stdout
     finally:
         sandbox.kill()
+
+
+@pytest.mark.images("data")
+def test_a_name_built_into_the_image_is_its_version_said_when_another_is_asked(live: Live) -> None:
+    ran = live.command("pip install tabulate 'tabulate>=0.10' && pip install tabulate==0.9.0"
+                       " && python -c 'import tabulate; print(tabulate.__version__)'")
+    assert ran["exit_code"] == 0, ran
+    lines = ran["stdout"].splitlines()
+    assert lines[:2] == ["Requirement already satisfied: tabulate in the image (0.10.0)"] * 2, lines
+    assert lines[2].startswith("WARNING: tabulate==0.9.0 was asked; the image has tabulate 0.10.0 built in"), lines
+    assert lines[-1] == "0.10.0", lines
 
 
 @pytest.mark.images("data")  # smolagents' executor imports numpy and PIL in the sandbox
@@ -130,6 +143,6 @@ def test_smolagents_e2b_executor_installs_packages_unchanged(live: Live) -> None
     executor = E2BExecutor(additional_imports=[HUMANIZE, "statistics"], logger=AgentLogger(level=LogLevel.OFF))
     try:
         step = executor("import humanize, statistics\nhumanize.naturalsize(statistics.mean([1e6, 3e6]))")
-        assert step.output == "2.0 MB", step
+        assert step.output == "'2.0 MB'", step  # the result's text/plain, a repr (as E2B's Jupyter)
     finally:
         executor.cleanup()

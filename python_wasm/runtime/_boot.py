@@ -190,6 +190,7 @@ def _prepare(request: dict) -> None:
     if request.get("reseed", True):
         _seeds.fresh(request.get("session", False))
     _skills.FINDER.mount(request.get("skills") or {})
+    _forget_metadata_files()
     installed = sys.modules.get("runtime.packages")  # an earlier run of the session installed some
     if installed is not None and installed._moved:
         installed._settle()
@@ -197,6 +198,29 @@ def _prepare(request: dict) -> None:
         if folder not in sys.path:  # a session's runs share sys.path
             sys.path.append(folder)
     _to_workspace()
+
+
+# importlib.metadata's path objects an earlier run made: kept, never freed (see below).
+_stale_metadata_paths: list[object] = []
+
+
+def _forget_metadata_files() -> None:
+    """importlib.metadata caches a path object per sys.path entry (FastPath), and one for a
+    zip (the standard library's, a data image's) holds the zip's open file. A run starts from
+    a memory image whose file descriptors are not open in this instance: a cached zip would
+    read a closed or another file (EBADF in `pip list`, `importlib.metadata.version`). The
+    cache is emptied at each run's start; its old objects are kept referenced, since freeing
+    them would close a descriptor that is not theirs."""
+    metadata = sys.modules.get("importlib.metadata")
+    fast_path = getattr(metadata, "FastPath", None)
+    clear = getattr(getattr(fast_path, "__new__", None), "cache_clear", None)
+    if clear is None or not fast_path.__new__.cache_info().currsize:
+        return
+    for root in {entry for entry in sys.path if isinstance(entry, str)}:
+        cached = fast_path(root)
+        if "joinpath" in vars(cached):  # set when it opened the entry as a zip
+            _stale_metadata_paths.append(cached)
+    clear()
 
 
 def start_in(folder: str) -> None:

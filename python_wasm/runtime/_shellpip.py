@@ -127,10 +127,10 @@ def _read_requirements(path: str, cwd: str, depth: int = 0) -> list[str]:
     return found
 
 
-def _parse_install(args: list[str], cwd: str) -> tuple[list[str], bool]:
-    """(requirements, quiet) from `pip install`'s arguments; _Refused with the reason."""
+def _parse_install(args: list[str], cwd: str) -> tuple[list[str], bool, bool]:
+    """(requirements, quiet, upgrade) from `pip install`'s arguments; _Refused with the reason."""
     requirements: list[str] = []
-    quiet = False
+    quiet = upgrade = False
     i = 0
     while i < len(args):
         arg = args[i]
@@ -138,6 +138,8 @@ def _parse_install(args: list[str], cwd: str) -> tuple[list[str], bool]:
         option, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
         if arg in _QUIET:
             quiet = True
+        elif arg in ("-U", "--upgrade"):
+            upgrade = True
         elif arg in _NO_EFFECT or option in _NO_EFFECT:
             continue
         elif option in _NO_EFFECT_WITH_VALUE:
@@ -165,12 +167,46 @@ def _parse_install(args: list[str], cwd: str) -> tuple[list[str], bool]:
         why = _local_or_url(requirement)
         if why is not None:
             raise _Refused(why)
-    return requirements, quiet
+    return requirements, quiet, upgrade
+
+
+def _where(dist: object) -> str:
+    """Where pip would say a distribution is: an installed set's, or the image's own."""
+    root = str(dist.locate_file(""))  # type: ignore[attr-defined]
+    return "in /packages" if root.startswith(("/packages", "/tmp/")) else "in the image"
+
+
+def _in_image(name: str, asked: list[str]) -> str:
+    """pip's line for a name the image has built in: satisfied, or, when the version asked is
+    not the image's, that the image's is used (the image's own packages were built with it;
+    the host never replaces it: docs/packages.md)."""
+    dist = _shellpy._distributions().get(name)
+    if dist is None:
+        return f"Requirement already satisfied: {name} (built into the image)"
+    have = dist.version
+    wanted = asked[-1] if asked else name
+    specifier = wanted[len(_name_of(wanted)):].strip()
+    if not specifier or _satisfies(have, specifier):
+        return f"Requirement already satisfied: {name} in the image ({have})"
+    return (f"WARNING: {wanted} was asked; the image has {name} {have} built in, which its own packages use:"
+            f" {have} is used (it is not replaced)")
+
+
+def _satisfies(version: str, specifier: str) -> bool:
+    """`version` is within `specifier` (packaging's rules where the image has packaging)."""
+    try:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    except ImportError:
+        return specifier in (f"=={version}", f"==={version}")
+    try:
+        return SpecifierSet(specifier).contains(version, prereleases=True)
+    except InvalidSpecifier:
+        return False
 
 
 def install(args: list[str], cwd: str) -> ExecResult:
     try:
-        requirements, quiet = _parse_install(args, cwd)
+        requirements, quiet, upgrade = _parse_install(args, cwd)
     except _Refused as exc:
         return ExecResult(stderr=f"ERROR: {exc}\n", exit_code=1)
     if not requirements:
@@ -181,6 +217,12 @@ def install(args: list[str], cwd: str) -> ExecResult:
     stdlib = [r for r in requirements if r in sys.stdlib_module_names]
     requirements = [r for r in requirements if r not in sys.stdlib_module_names]
     notes = "".join(f"Requirement already satisfied: {name} (Python's standard library)\n" for name in stdlib)
+    if not upgrade:  # as pip: a bare name already installed is satisfied (-U asks for the newest)
+        have = _shellpy._distributions()
+        for name in [r for r in requirements if _name_of(r) == r and _shellpy._canonical(r) in have]:
+            dist = have[_shellpy._canonical(name)]
+            notes += f"Requirement already satisfied: {name} {_where(dist)} ({dist.version})\n"
+            requirements.remove(name)
     if not requirements:
         return ExecResult(stdout="" if quiet else notes)
     try:
@@ -200,7 +242,7 @@ def install(args: list[str], cwd: str) -> ExecResult:
         if name in versions:
             lines.append(f"Requirement already satisfied: {name} in /packages ({versions[name]})")
         elif name in installed["in_image"]:
-            lines.append(f"Requirement already satisfied: {name} (built into the image)")
+            lines.append(_in_image(name, [r for r in requirements if _shellpy._canonical(_name_of(r)) == name]))
     if added:
         lines.append("Successfully installed " + " ".join(pin.replace("==", "-") for pin in added))
     return ExecResult(stdout="".join(line + "\n" for line in lines))
