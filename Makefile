@@ -29,7 +29,7 @@ serve: guest
 # a module marked `images("stdlib", "data")` runs on each). `make test-data` runs only the
 # data image's tests (WASMRUN_TEST_IMAGE=data), for a quick loop.
 test: guest
-	$(PY) -m pytest -q --durations=40
+	$(PY) -m pytest -q -n 3 --dist loadfile --durations=40
 
 test-data: guest
 	WASMRUN_TEST_IMAGE=data $(PY) -m pytest -q --durations=20

@@ -3,6 +3,7 @@ the session, and per test a fresh data dir, an extra skills folder and an app.""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import shutil
 from collections.abc import Callable, Iterator
@@ -42,6 +43,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if len(chosen) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in chosen])
         items[:] = chosen
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Any:
+    """A module's (or class's) fixture is made again when the image changes: it is torn down
+    with the image's parameter, as if it asked for `test_image`. Most start a server on
+    `images.current()` without asking for the parameter, and a module's [stdlib] tests can be
+    followed at once by its [data] tests (a worker of `pytest -n` runs a file's together,
+    `-k` picks a few): without this, the [data] tests would reuse the stdlib server."""
+    if fixturedef.scope in ("module", "class", "package") and "test_image" not in fixturedef.argnames:
+        request.getfixturevalue("test_image")
+        image = request._get_active_fixturedef("test_image")  # type: ignore[attr-defined]
+        image.addfinalizer(functools.partial(fixturedef.finish, request=request))
+    return (yield)
 
 
 @pytest.fixture(scope="session", autouse=True)
