@@ -51,6 +51,7 @@ COMMON_STDLIB = (
     "itertools", "sqlite3", "zipfile", "gzip", "xml", "html", "email", "urllib", "hashlib", "base64",
 )
 MAX_NOTABLE_NAMED = 12
+ON_DEMAND = "pure-Python packages install on demand where the operator allows (runtime.packages.install, pip install)"
 
 
 def installed_text(image: ImageFacts) -> str:
@@ -62,9 +63,9 @@ def installed_text(image: ImageFacts) -> str:
                           for p in image.notable[:MAX_NOTABLE_NAMED])
         rest = len(image.built_in) - min(len(image.notable), MAX_NOTABLE_NAMED)
         more = f" and {rest} more (load_skills_protocol_guide lists them)" if rest > 0 else ""
-        packages = f"; packages: {named}{more}; pure-Python packages install on demand where the operator allows (runtime.packages.install, pip install)"
+        packages = f"; packages: {named}{more}; {ON_DEMAND}"
     else:
-        packages = "; no third-party packages built in; pure-Python packages install on demand where the operator allows (runtime.packages.install, pip install)"
+        packages = f"; no third-party packages built in; {ON_DEMAND}"
     added = ""
     if image.added:
         names = ", ".join(f"{p.name} {p.version}" for p in image.added[:MAX_ADDED_NAMED])
