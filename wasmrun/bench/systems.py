@@ -100,23 +100,30 @@ def server(
     named: the server's default (`auto`) serves the data image wherever it is built, and the
     stdlib rows compare the stdlib image in-process with the same image over HTTP."""
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "wasmrun", "serve", "--port", str(port), "--workers", str(workers),
-         "--data-dir", str(data_dir), "--image", image, *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = data_dir / "serve.log"  # why it did not start, when it does not
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wasmrun", "serve", "--port", str(port), "--workers", str(workers),
+             "--data-dir", str(data_dir), "--image", image, *extra],
+            stdout=out, stderr=subprocess.STDOUT,
+        )
     try:
-        deadline = time.monotonic() + 120
+        # A data-image server with several workers takes ~15 s on an idle machine, minutes on a
+        # loaded one (each worker loads the image); the bench waits for its health, not a guess.
+        deadline = time.monotonic() + 600
         while True:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"wasmrun serve did not start (exit code {proc.returncode})")
+                tail = log.read_bytes()[-2000:].decode("utf-8", "replace")
+                raise RuntimeError(f"wasmrun serve did not start (exit code {proc.returncode}): {tail}")
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
                 conn.request("GET", "/healthz")
                 if conn.getresponse().status == 200:
                     break
             except OSError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.1)
         yield port, proc
     finally:
         stop(proc)
