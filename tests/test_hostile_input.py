@@ -84,7 +84,9 @@ def baseline(method: str, blob_id: str) -> dict[str, Any]:
         "describe_skill": {"name": "text.stats"},
         "read_skill_file": {"name": "text.stats", "path": "SKILL.md"},
         "execute_skill": {"name": "text.stats", "args": {"text": "a b"}},
-        "run_code": {"language": "python", "code": GOOD_CODE},
+        # a tool it never calls: the hostile values of tools.0.* have a tool to go in
+        "run_code": {"language": "python", "code": GOOD_CODE,
+                     "tools": [{"name": "lookup", "description": "Look a word up.", "parameters": {"type": "object"}}]},
         "create_blob": {"content": "x", "kind": "text/plain"},
         "read_blob": {"blob_id": blob_id},
         "delete_blob": {"blob_id": "blob:" + "0" * 32},  # none such: the sweep must not delete blob_id
