@@ -33,8 +33,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("test_image", images.images_of(metafunc.definition), indirect=True, scope="session")
 
 
+# The longest files (junit times of a full `make test`, 2026-12-03: 250-600 s each), first: a
+# worker of `pytest -n --dist loadfile` takes files in this order, and a long one taken last
+# would leave the other workers idle at the end.
+LONGEST_FIRST = (
+    "test_onefile.py", "test_shared_sessions.py", "test_hostile_tenancy.py", "test_bench_command.py",
+    "test_cpython_regrtest.py", "test_image_roll.py", "test_packages_common.py", "test_data_warmup.py",
+    "test_sessions.py", "test_clean_clone.py",
+)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest has ordered the items by the image parameter
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """WASMRUN_TEST_IMAGE=<image>: only that image's tests (the others are deselected)."""
+    """The longest files first (stable: each file's [stdlib] tests before its [data] tests);
+    WASMRUN_TEST_IMAGE=<image>: only that image's tests (the others are deselected)."""
+    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
     keep = images.wanted()
     if keep == images.IMAGES:
         return
