@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import msgspec
 import pytest
 
 from tests.liveserver import LiveServer
@@ -276,3 +277,186 @@ def test_run_command_with_tools_answers_as_a_command_after_submit(servers: tuple
     assert done["status"] == "completed", done
     assert (done["exit_code"], done["stdout"], done["stderr"]) == (3, "before\ntemp 21\n", "warm\n"), done
     assert done["output"] == 3 and done["summary"].startswith("The command exited 3 after"), done
+
+
+# -- the event stream (SSE on /rpc) and MCP: each batch is an event before the answer --------
+
+TALKING_THREE_CALLS = THREE_CALLS.replace(
+    "    paris, oslo = asyncio.run(both())\n",
+    "    print('before')\n    paris, oslo = asyncio.run(both())\n    print('between')\n",
+).replace("    global kept\n", "    print('after')\n    global kept\n")
+
+
+def streamed(call: Caller, method: str, **params: Any) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of a `stream: true` call, in the order they arrived."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "stream": True}}
+    headers = {"authorization": f"Bearer {call.key}", "accept": "text/event-stream"}
+    messages, data = [], []
+    with httpx2.stream("POST", call.server.endpoint, json=body, headers=headers, timeout=120) as response:
+        assert response.headers["content-type"].startswith("text/event-stream"), response.headers
+        for line in response.iter_lines():
+            if line.startswith("data:"):
+                data.append(line[5:].lstrip(" "))
+            elif not line and data:
+                messages.append(json.loads("\n".join(data)))
+                data = []
+    return messages
+
+
+def events_then_answer(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+    """(stdout streamed, the run/tool_calls events' params, the call's result): the answer is last."""
+    *events, last = messages
+    assert "result" in last, last
+    assert all(m.get("method") in ("run/output", "run/tool_calls") for m in events), events
+    out = "".join(m["params"]["text"] for m in events if m["method"] == "run/output" and m["params"]["stream"] == "stdout")
+    return out, [m["params"] for m in events if m["method"] == "run/tool_calls"], last["result"]
+
+
+@pytest.mark.parametrize("in_session", [False, True], ids=["fresh", "session"])
+def test_three_tools_over_the_event_stream(servers: tuple[Caller, Caller], in_session: bool) -> None:
+    """Each batch comes as a `run/tool_calls` event (run_id, call_id, name, arguments) after the
+    output written before it and before the `requires_action` answer; a streamed
+    submit_tool_results carries the run's output from there on, and its next batch."""
+    alice, _ = servers
+    where = {"session_id": alice.result("create_session", language="python")["session_id"]} if in_session else {}
+    out, told, first = events_then_answer(streamed(alice, "run_code", language="python", code=TALKING_THREE_CALLS,
+                                                   tools=TOOLS, **where))
+    assert out == "before\n" and first["status"] == "requires_action", (out, first)
+    assert told == [{"run_id": first["run_id"], "tool_calls": first["tool_calls"]}]
+    assert [(c["name"], c["arguments"]) for c in told[0]["tool_calls"]] == [
+        ("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Oslo"}),
+    ]
+    temps = {"Paris": 21, "Oslo": 9}
+    out, told, second = events_then_answer(streamed(alice, "submit_tool_results", run_id=first["run_id"], results=[
+        {"call_id": c["call_id"], "result": {"city": c["arguments"]["city"], "temp": temps[c["arguments"]["city"]]}}
+        for c in first["tool_calls"]
+    ]))
+    assert out == "between\n" and second["status"] == "requires_action", (out, second)
+    assert [c["name"] for c in told[0]["tool_calls"]] == ["lookup"] and told[0]["tool_calls"] == second["tool_calls"]
+    out, told, done = events_then_answer(streamed(alice, "submit_tool_results", run_id=first["run_id"], results=[
+        {"call_id": second["tool_calls"][0]["call_id"], "error": "no such key: missing"},
+    ]))
+    assert (out, told) == ("after\n", []) and done["status"] == "completed", (out, done)
+    assert done["output"]["failed"] == ["ToolError", "ToolFailed", "no such key: missing"]
+    assert done["logs_preview"] == "before\nbetween\nafter\n"  # the result still holds all of it
+    if in_session:
+        assert alice.result("run_code", language="python", code="kept", session_id=where["session_id"])["output"] == 30
+
+
+def test_a_plain_submit_hears_no_events_and_a_stream_nobody_hears_is_refused(servers: tuple[Caller, Caller]) -> None:
+    alice, _ = servers
+    _, _, first = events_then_answer(streamed(alice, "run_code", language="python", code=TALKING_THREE_CALLS, tools=TOOLS))
+    answers = [{"call_id": c["call_id"], "result": {"temp": 1}} for c in first["tool_calls"]]
+    # stream: true posted without `Accept: text/event-stream`: refused before the answers reach the run
+    refused = alice.error("submit_tool_results", run_id=first["run_id"], results=answers, stream=True)
+    assert refused["code"] == -32602 and refused["data"]["field"] == "stream", refused
+    second = alice.result("submit_tool_results", run_id=first["run_id"], results=answers)  # plain JSON: as before
+    assert second["status"] == "requires_action" and second["tool_calls"][0]["name"] == "lookup"
+    out, told, done = events_then_answer(streamed(alice, "submit_tool_results", run_id=first["run_id"], results=[
+        {"call_id": second["tool_calls"][0]["call_id"], "result": None},
+    ]))
+    assert (out, told) == ("after\n", []) and done["status"] == "completed" and done["output"]["failed"] is None
+
+
+def test_run_command_streams_its_tool_calls(servers: tuple[Caller, Caller]) -> None:
+    alice, _ = servers
+    before, told, first = events_then_answer(streamed(alice, "run_command", command=COMMAND_CALLING_A_TOOL,
+                                                      tools=[WEATHER]))
+    assert first["status"] == "requires_action" and "exit_code" not in first, first
+    (call,) = told[0]["tool_calls"]
+    assert call == first["tool_calls"][0] and call["arguments"] == {"city": "Paris"}
+    after, told, done = events_then_answer(streamed(alice, "submit_tool_results", run_id=first["run_id"], results=[
+        {"call_id": call["call_id"], "result": {"temp": 5}},
+    ]))
+    # (the shell hands on a command line's output as its commands end: `echo` may come before the
+    # call or with the rest)
+    assert before + after == "before\ntemp 5\n" and told == [], (before, after)
+    assert (done["exit_code"], done["stdout"], done["stderr"]) == (3, "before\ntemp 5\n", "cold\n"), done
+
+
+@pytest.mark.parametrize("in_session", [False, True], ids=["fresh", "session"])
+def test_three_tools_over_mcp(servers: tuple[Caller, Caller], in_session: bool) -> None:
+    """With the official MCP SDK's client, log level asked: each batch is a `notifications/message`
+    (`{"stream": "tool_calls", run_id, tool_calls}`) before the tool's result, which is the
+    `requires_action` answer; the `submit_tool_results` tool answers and goes on the same way."""
+    import asyncio
+
+    from mcp import Client as MCPClient
+    from mcp.client.streamable_http import streamable_http_client
+
+    alice, _ = servers
+    where = {"session_id": alice.result("create_session", language="python")["session_id"]} if in_session else {}
+
+    async def agent() -> tuple[list[Any], list[dict[str, Any]]]:
+        logs: list[Any] = []
+        results: list[dict[str, Any]] = []
+
+        async def on_log(params: Any) -> None:
+            logs.append(params.data)
+
+        async with httpx2.AsyncClient(headers={"authorization": f"Bearer {alice.key}"}, timeout=120) as http:
+            client = MCPClient(streamable_http_client(alice.server.base_url + "/mcp", http_client=http),
+                               logging_callback=on_log, log_level="info")  # type: ignore[arg-type]
+            async with client as mcp:
+                answer = await mcp.call_tool("run_code", {"language": "python", "code": TALKING_THREE_CALLS,
+                                                          "tools": TOOLS, **where})
+                while answer.structured_content["status"] == "requires_action":
+                    step = answer.structured_content
+                    results.append(step)
+                    answers = [
+                        {"call_id": c["call_id"], "result": {"city": c["arguments"]["city"], "temp": 10}}
+                        if c["name"] == "get_weather" else {"call_id": c["call_id"], "error": "no such key"}
+                        for c in step["tool_calls"]
+                    ]
+                    answer = await mcp.call_tool("submit_tool_results", {"run_id": step["run_id"], "results": answers})
+                results.append(answer.structured_content)
+        return logs, results
+
+    logs, results = asyncio.run(agent())
+    first, second, done = results
+    told = [entry for entry in logs if entry.get("stream") == "tool_calls"]
+    assert told == [
+        {"stream": "tool_calls", "run_id": first["run_id"], "tool_calls": first["tool_calls"]},
+        {"stream": "tool_calls", "run_id": first["run_id"], "tool_calls": second["tool_calls"]},
+    ], logs
+    printed = [entry["text"] for entry in logs if entry.get("stream") == "stdout"]
+    assert printed == ["before\n", "between\n", "after\n"], logs
+    assert logs.index(told[1]) < logs.index({"stream": "stdout", "text": "after\n"})  # in the run's order
+    assert done["status"] == "completed" and done["output"]["paris"]["temp"] == 10
+    assert done["output"]["failed"] == ["ToolError", "ToolFailed", "no such key"]
+
+
+def test_the_typed_client_streams_a_code_mode_run(servers: tuple[Caller, Caller]) -> None:
+    """wasmrun.client: run_code_stream(tools=...) gives a ToolCallsEvent before the requires_action
+    result, and submit_tool_results_stream the output from there on, sync and async alike."""
+    import asyncio
+
+    from wasmrun.client import AsyncClient, Client, ExecutionResult, OutputEvent, ToolCallsEvent
+
+    alice, _ = servers
+    code = "from runtime import tools\nprint('asking')\nt = tools.lookup(key='k')\nprint('got', t)\nt * 2"
+
+    def answers(events: list[Any]) -> tuple[str, list[Any], ExecutionResult]:
+        *before, result = events
+        assert isinstance(result, ExecutionResult), events
+        printed = "".join(e.text for e in before if isinstance(e, OutputEvent) and e.stream == "stdout")
+        return printed, [e for e in before if isinstance(e, ToolCallsEvent)], result
+
+    with Client(alice.server.base_url, api_key=alice.key) as client:
+        printed, told, first = answers(list(client.run_code_stream(code, tools=[LOOKUP])))
+        assert printed == "asking\n" and first.status == "requires_action" and told[0].run_id == first.run_id
+        (call,) = told[0].tool_calls
+        assert call.name == "lookup" and msgspec.json.decode(call.arguments) == {"key": "k"}
+        printed, told, done = answers(list(client.submit_tool_results_stream(
+            first.run_id, [{"call_id": call.call_id, "result": 21}])))
+        assert (printed, told, done.status, done.output) == ("got 21\n", [], "completed", 42), done
+
+    async def on_async() -> Any:
+        async with AsyncClient(alice.server.base_url, api_key=alice.key) as client:
+            events = [e async for e in client.run_code_stream(code, tools=[LOOKUP])]
+            (call,) = answers(events)[1][0].tool_calls
+            return answers([e async for e in client.submit_tool_results_stream(
+                events[-1].run_id, [{"call_id": call.call_id, "error": "down"}])])
+
+    printed, told, done = asyncio.run(on_async())
+    assert done.status == "failed" and done.error.type == "ToolError" and "down" in done.error.message, done

@@ -18,8 +18,9 @@ JSON-RPC body) is an `HTTPError`; a connection failure or timeout is httpx2's
 
 `run_code_stream` and `execute_skill_stream` give a streamed run as an
 iterator: `OutputEvent`s as the guest writes, `DisplayEvent`s as it shows
-display results (`display(df)`, `plt.show()`), then the `ExecutionResult`, last
-(docs/streaming.md):
+display results (`display(df)`, `plt.show()`), `ToolCallsEvent`s when a code-mode
+run waits on the client's tools (`submit_tool_results_stream` goes on), then the
+`ExecutionResult`, last (docs/streaming.md, docs/code-mode.md):
 
     for event in skills.run_code_stream(code):
         if isinstance(event, OutputEvent):
@@ -51,6 +52,8 @@ from wasmrun.clientwire import (
     EventParser,
     HTTPError,
     OutputEvent,
+    StreamEvent,
+    ToolCallsEvent,
     base_url_of,
     decode_event,
     ended_early,
@@ -123,6 +126,8 @@ __all__ = [
     "RunLimits",
     "ExecutionResult",
     "ServerBusy",
+    "StreamEvent",
+    "ToolCallsEvent",
     "ToolDefinition",
     "ToolResult",
     "rpc_error",
@@ -221,7 +226,10 @@ def _create_session_params(
     )
 
 
-def _streamed(params: RunCodeParams | ExecuteSkillParams) -> RunCodeParams | ExecuteSkillParams:
+StreamedParams = TypeVar("StreamedParams", RunCodeParams, ExecuteSkillParams, SubmitToolResultsParams)
+
+
+def _streamed(params: StreamedParams) -> StreamedParams:
     return msgspec.structs.replace(params, stream=True)
 
 
@@ -352,23 +360,34 @@ class Client(Calls):
         self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None, session_id: str | None = None,
-    ) -> Iterator[OutputEvent | DisplayEvent | ExecutionResult]:
-        """`run_code` streamed: `OutputEvent`s as the guest writes, then the `ExecutionResult`."""
+        tools: ToolList | None = None, tool_wait_ms: int | None = None,
+    ) -> Iterator[StreamEvent]:
+        """`run_code` streamed: `OutputEvent`s as the guest writes, then the `ExecutionResult`.
+        With `tools`, a `ToolCallsEvent` for each batch the run waits on, before the
+        "requires_action" result; go on with `submit_tool_results_stream`."""
         params = _run_code_params(
-            code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id
+            code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id,
+            tools=tools, tool_wait_ms=tool_wait_ms,
         )
         return self._stream("run_code", _streamed(params))
+
+    def submit_tool_results_stream(
+        self, run_id: str, results: list[ToolResult] | list[dict[str, Any]],
+    ) -> Iterator[StreamEvent]:
+        """`submit_tool_results` streamed: the run's output from here on, its next `ToolCallsEvent`,
+        then its result (or "requires_action" again)."""
+        return self._stream("submit_tool_results", _streamed(_submit_params(run_id, results)))
 
     def execute_skill_stream(
         self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
         input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None,
-    ) -> Iterator[OutputEvent | DisplayEvent | ExecutionResult]:
+    ) -> Iterator[StreamEvent]:
         """`execute_skill` streamed: `OutputEvent`s as the skill writes, then the `ExecutionResult`."""
         params = _execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
         return self._stream("execute_skill", _streamed(params))
 
-    def _stream(self, method: str, params: Params) -> Iterator[OutputEvent | DisplayEvent | ExecutionResult]:
+    def _stream(self, method: str, params: Params) -> Iterator[StreamEvent]:
         body = self._request(method, params)
         with self._http.stream("POST", "/rpc", content=body, headers={"Accept": EVENT_STREAM}) as response:
             if not is_event_stream(response):  # an error answered before any run (401, 429, ...)
@@ -531,23 +550,34 @@ class AsyncClient(Calls):
         self, code: str, language: Language = "python", entrypoint: str = "main", args: dict[str, Any] | None = None,
         mount_skills: list[str] | None = None, input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None, session_id: str | None = None,
-    ) -> AsyncIterator[OutputEvent | DisplayEvent | ExecutionResult]:
-        """`run_code` streamed: `OutputEvent`s as the guest writes, then the `ExecutionResult`."""
+        tools: ToolList | None = None, tool_wait_ms: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """`run_code` streamed: `OutputEvent`s as the guest writes, then the `ExecutionResult`.
+        With `tools`, a `ToolCallsEvent` for each batch the run waits on, before the
+        "requires_action" result; go on with `submit_tool_results_stream`."""
         params = _run_code_params(
-            code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id
+            code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id,
+            tools=tools, tool_wait_ms=tool_wait_ms,
         )
         return self._stream("run_code", _streamed(params))
+
+    def submit_tool_results_stream(
+        self, run_id: str, results: list[ToolResult] | list[dict[str, Any]],
+    ) -> AsyncIterator[StreamEvent]:
+        """`submit_tool_results` streamed: the run's output from here on, its next `ToolCallsEvent`,
+        then its result (or "requires_action" again)."""
+        return self._stream("submit_tool_results", _streamed(_submit_params(run_id, results)))
 
     def execute_skill_stream(
         self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
         input_blobs: list[str] | None = None, timeout_ms: int | None = None,
         limits: Limits | None = None,
-    ) -> AsyncIterator[OutputEvent | DisplayEvent | ExecutionResult]:
+    ) -> AsyncIterator[StreamEvent]:
         """`execute_skill` streamed: `OutputEvent`s as the skill writes, then the `ExecutionResult`."""
         params = _execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
         return self._stream("execute_skill", _streamed(params))
 
-    async def _stream(self, method: str, params: Params) -> AsyncIterator[OutputEvent | DisplayEvent | ExecutionResult]:
+    async def _stream(self, method: str, params: Params) -> AsyncIterator[StreamEvent]:
         body = self._request(method, params)
         async with self._http.stream("POST", "/rpc", content=body, headers={"Accept": EVENT_STREAM}) as response:
             if not is_event_stream(response):

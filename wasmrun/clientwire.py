@@ -21,13 +21,21 @@ from wasmrun.protocol.errors import (
     RPCError,
     ServerBusy,
 )
-from wasmrun.protocol.types import Display, ExecuteSkillParams, ExecutionResult, Params, RunCodeParams
+from wasmrun.protocol.types import (
+    Display,
+    ExecuteSkillParams,
+    ExecutionResult,
+    Params,
+    PendingToolCall,
+    RunCodeParams,
+)
 
 T = TypeVar("T")
 
 EVENT_STREAM = "text/event-stream"
 OUTPUT_METHOD = "run/output"
 DISPLAY_METHOD = "run/display"
+TOOL_CALLS_METHOD = "run/tool_calls"
 
 ERRORS: dict[int, type[RPCError]] = {
     cls.code: cls for cls in (ParseError, InvalidRequest, MethodNotFound, InvalidParams, InternalError, ServerBusy)
@@ -72,6 +80,15 @@ class DisplayEvent(msgspec.Struct, frozen=True):
     display: Display
 
 
+class ToolCallsEvent(msgspec.Struct, frozen=True):
+    """A code-mode run waits on these calls of the client's tools (docs/code-mode.md): the
+    same calls as the `requires_action` result that follows; answer them with
+    `submit_tool_results` (or `submit_tool_results_stream`)."""
+
+    run_id: str
+    tool_calls: list[PendingToolCall]
+
+
 class _Message(msgspec.Struct):
     """One event's JSON-RPC message: a notification, or the call's response."""
 
@@ -95,12 +112,17 @@ class EventParser:
         return None  # comments (keep-alives) and other fields
 
 
-def decode_event(data: bytes) -> OutputEvent | DisplayEvent | ExecutionResult:
+StreamEvent = OutputEvent | DisplayEvent | ToolCallsEvent | ExecutionResult
+
+
+def decode_event(data: bytes) -> StreamEvent:
     message = msgspec.json.decode(data, type=_Message)
     if message.method == OUTPUT_METHOD:
         return msgspec.json.decode(message.params, type=OutputEvent)
     if message.method == DISPLAY_METHOD:
         return msgspec.json.decode(message.params, type=DisplayEvent)
+    if message.method == TOOL_CALLS_METHOD:
+        return msgspec.json.decode(message.params, type=ToolCallsEvent)
     return decode_result(data, 200, ExecutionResult)
 
 

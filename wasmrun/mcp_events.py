@@ -7,6 +7,10 @@ counts the characters so far) and/or, on 2026-07-28+ sessions, the
 `notifications/message`, level `info` for stdout and runtime.log lines,
 `warning` for stderr, `data` = `{"stream", "text"}`, logger `wasmrun.run`).
 A call that asks for neither runs as before, with no streaming at all.
+A code-mode run that waits on the client's tools (docs/code-mode.md) is told
+the same way: `data` = `{"stream": "tool_calls", "run_id", "tool_calls"}` in the
+log, "waiting for tool calls: NAMES" as the progress message; its result (the
+`requires_action` answer) follows, as for /rpc's `run/tool_calls` event.
 
 As over /rpc (wire/events.py) the run never waits for the client: output goes
 through a bounded buffer to a task that sends it; past `QUEUE_CHARS` waiting
@@ -55,7 +59,7 @@ class RunNotices:
         self.ctx = ctx
         self.progress = progress
         self.log = log
-        self._queue: deque[OutputChunk] = deque()
+        self._queue: deque[OutputChunk | bytes] = deque()  # bytes: a tool_calls event's params
         self._chars = 0
         self._dropped = 0
         self._sent_chars = 0
@@ -70,6 +74,11 @@ class RunNotices:
                 continue
             self._queue.append(chunk)
             self._chars += len(chunk.text)
+        self._wake.set()
+
+    def put_tool_calls(self, params_json: bytes) -> None:
+        """A batch of tool calls the run waits on: never dropped (the client must answer it)."""
+        self._queue.append(params_json)
         self._wake.set()
 
     async def close(self) -> None:
@@ -87,6 +96,9 @@ class RunNotices:
         while True:
             while self._queue:
                 chunk = self._queue.popleft()
+                if isinstance(chunk, bytes):
+                    await self._send_tool_calls(chunk)
+                    continue
                 self._chars -= len(chunk.text)
                 await self._send(chunk.stream, chunk.text)
             if self._dropped:
@@ -98,22 +110,29 @@ class RunNotices:
             self._wake.clear()
             await self._wake.wait()
 
+    async def _send_tool_calls(self, params_json: bytes) -> None:
+        event = json.loads(params_json)
+        names = ", ".join(dict.fromkeys(str(call["name"]) for call in event["tool_calls"]))
+        text = f"waiting for tool calls: {names}\n"
+        self._sent_chars += len(text)  # (progress only ever grows)
+        await self._notify({"stream": "tool_calls", **event}, text, "notice")
+
     async def _send(self, stream: str, text: str) -> None:
         self._sent_chars += len(text)
-        session = self.ctx.session
         data: dict[str, Any] = {"stream": stream, "text": text}
         if stream == "display":  # a display result (its JSON): its text form in progress, all of it in the log
             display = json.loads(text)
             data = {"stream": stream, "display": display}
             text = str(display.get("data", {}).get("text/plain", "")) + "\n"
+        await self._notify(data, text, LOG_LEVELS.get(stream, "info"))
+
+    async def _notify(self, data: dict[str, Any], text: str, level: str) -> None:
+        session = self.ctx.session
         if self.progress:
             await session.report_progress(self._sent_chars, None, text)
         if self.log:
             with contextlib.suppress(Warning):  # the SDK marks logging deprecated on 2026-07-28+
-                await session.send_log_message(
-                    LOG_LEVELS.get(stream, "info"), data, logger="wasmrun.run",
-                    related_request_id=self.ctx.request_id,
-                )
+                await session.send_log_message(level, data, logger="wasmrun.run", related_request_id=self.ctx.request_id)
 
 
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")

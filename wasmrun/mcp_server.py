@@ -45,7 +45,7 @@ from wasmrun.mcp_events import JsonUnlessNotified, RunNotices, wanted
 from wasmrun.mcp_listchanged import ToolListChanges
 from wasmrun.protocol.errors import QuotaExceeded, RPCError, Unauthorized
 from wasmrun.protocol.methods import RUN_METHODS, Dispatcher
-from wasmrun.protocol.streaming import RUN_OUTPUT
+from wasmrun.protocol.streaming import RUN_OUTPUT, RUN_TOOL_CALLS
 from wasmrun.protocol.types import MAX_ARGS_DEPTH, CommandResult, ExecutionResult, ReadBlobResult
 from wasmrun.tenants.caller import Caller
 from wasmrun.tools import render, tools
@@ -70,6 +70,8 @@ BLOB_TEMPLATE = types.ResourceTemplate(
     uri_template="blob:{id}",
     description="A blob of this runtime by its ID (blob:<32 hex>), read whole; use the read_blob tool to sample a large one",
 )
+# Calls that may stream a run's output and its tool calls as notifications, when asked (mcp_events.py).
+STREAMED_TOOLS = RUN_METHODS | {"submit_tool_results"}
 _CONTENT_RESULTS = {"read_skill_file", "read_blob", "load_skills_protocol_guide"}
 
 
@@ -231,9 +233,10 @@ class _Handlers:
         raw = _arguments(params.arguments)
         if isinstance(raw, types.CallToolResult):
             return raw
-        progress, log = wanted(getattr(ctx, "meta", None)) if params.name in RUN_METHODS else (False, False)
+        progress, log = wanted(getattr(ctx, "meta", None)) if params.name in STREAMED_TOOLS else (False, False)
         notices = RunNotices(ctx, progress, log) if progress or log else None
         listening = RUN_OUTPUT.set(notices.put) if notices is not None else None
+        telling = RUN_TOOL_CALLS.set(notices.put_tool_calls) if notices is not None else None
         try:
             result = await self.dispatch(params.name, raw, ctx)
         except RPCError as exc:
@@ -245,6 +248,8 @@ class _Handlers:
         finally:
             if listening is not None:
                 RUN_OUTPUT.reset(listening)
+            if telling is not None:
+                RUN_TOOL_CALLS.reset(telling)
             if notices is not None:
                 await notices.close()  # what the run wrote goes out before its result
         return await self.answer(params.name, result, ctx)

@@ -60,7 +60,15 @@ class _Streams:
                 self.stderr.append(chunk.text)
             self.truncated = self.truncated or chunk.truncated
         if self._passed_on is not None:
-            self._passed_on(chunks)
+            # The shell program's own value (the exit code) is shown as the run's main display:
+            # a command has none, so its listener is not told of it.
+            passed = [chunk for chunk in chunks if not _is_main_display(chunk)]
+            if passed:
+                self._passed_on(passed)
+
+
+def _is_main_display(chunk: OutputChunk) -> bool:
+    return chunk.stream == "display" and json.loads(chunk.text).get("main") is True
 
 
 def _head(text: str, most: int = 200) -> str:
@@ -102,6 +110,11 @@ def _program(p: RunCommandParams) -> str:
 
 
 async def run_command(ctx: Context, p: RunCommandParams) -> CommandResult:
+    with toolcalls.relayed_output(bool(p.tools)):  # code mode: the client's output beyond the command's own
+        return await _run_command(ctx, p)
+
+
+async def _run_command(ctx: Context, p: RunCommandParams) -> CommandResult:
     program = _program(p)
     streams = _Streams(output_listener(p.stream))
     listening = RUN_OUTPUT.set(streams)

@@ -252,10 +252,15 @@ def _run_limits(ctx: Context, meta: SessionMeta, asked: RunLimits) -> RunLimits:
 
 async def run_code(ctx: Context, p: RunCodeParams) -> ExecutionResult:
     """run_code; with a session_id, inside that session."""
-    if p.session_id is None:
-        return await runs.run_code(ctx, p)
+    with toolcalls.relayed_output(bool(p.tools)):  # code mode: the output reaches each answering call's client
+        if p.session_id is None:
+            return await runs.run_code(ctx, p)
+        return await _run_in_session(ctx, p, p.session_id)
+
+
+async def _run_in_session(ctx: Context, p: RunCodeParams, session_id: str) -> ExecutionResult:
     store = _store(ctx)
-    meta = await _session(ctx, p.session_id)
+    meta = await _session(ctx, session_id)
     _check_in_session(p)
     on_output = output_listener(p.stream)
     args_json = running.args_json(p.args)
@@ -280,8 +285,6 @@ async def run_code(ctx: Context, p: RunCodeParams) -> ExecutionResult:
     except BaseException:
         await offload.for_run(store.release, meta)
         raise
-
-    session_id = p.session_id
 
     async def run_and_settle(on_tools: toolcalls.ToolSink | None) -> ExecutionResult:
         ctx.session_runs.start(session_id, request.run_id)

@@ -6,7 +6,9 @@ result, or, as soon as the run calls tools, with `status: "requires_action"` and
 calls (run_id, call_id, name, arguments). `submit_tool_results` hands the answers to the
 waiting run and answers the same way: its result, or its next calls. Over an event stream
 (SSE on /rpc, MCP notifications) each batch is also sent as a `tool_calls` event while the
-call stays open, then the same `requires_action` answer ends it.
+call stays open, then the same `requires_action` answer ends it; a submit_tool_results
+streamed the same way (`stream: true` on /rpc, notifications asked for over MCP) carries the
+run's output from there on, and its next batch as an event (`OutputRelay`).
 
 Who may answer: only the tenant whose run it is (another tenant's submit is told the run does
 not exist, as for an id that never was); call ids are unguessable (secrets.token_urlsafe in
@@ -23,10 +25,11 @@ session's state stays as it was before the run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -34,13 +37,14 @@ from msgspec import UNSET
 
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import InvalidParams
+from wasmrun.protocol.streaming import RUN_OUTPUT, RUN_TOOL_CALLS, OutputListener, ToolCallsListener, output_listener
 from wasmrun.protocol.types import (
     ExecutionResult,
     PendingToolCall,
     SubmitToolResultsParams,
     ToolDefinition,
 )
-from wasmrun.sandbox import ToolAnswer, ToolAnswers, ToolBatch, ToolLimits, ToolSpec
+from wasmrun.sandbox import OutputChunk, ToolAnswer, ToolAnswers, ToolBatch, ToolLimits, ToolSpec
 
 logger = logging.getLogger("wasmrun.toolcalls")
 
@@ -84,6 +88,53 @@ def tool_limits(wait_ms: int | None) -> ToolLimits:
     return ToolLimits() if wait_ms is None else msgspec.structs.replace(ToolLimits(), wait_ms=wait_ms)
 
 
+class ToolCallsEvent(msgspec.Struct):
+    """The params of a `tool_calls` event: the batch a run waits on, as `requires_action` lists it."""
+
+    run_id: str
+    tool_calls: list[PendingToolCall]
+
+
+class OutputRelay:
+    """A code-mode run's output listener: it passes the run's output on to the client of the call
+    that waits on the run now (the call that started it, then each submit_tool_results), and to
+    no one between them. A run outlives the call that started it, and its output sink is fixed
+    when it starts, so the sink is this relay and each call points it at its own client."""
+
+    def __init__(self, output: OutputListener | None, tool_calls: ToolCallsListener | None) -> None:
+        self.output = output
+        self.tool_calls = tool_calls
+
+    def __call__(self, chunks: list[OutputChunk]) -> None:
+        if self.output is not None:
+            self.output(chunks)
+
+    def point(self, output: OutputListener | None, tool_calls: ToolCallsListener | None) -> None:
+        self.output, self.tool_calls = output, tool_calls
+
+
+_RELAY: contextvars.ContextVar[OutputRelay | None] = contextvars.ContextVar("wasmrun_output_relay", default=None)
+
+
+@contextlib.contextmanager
+def relayed_output(declares_tools: bool) -> Iterator[None]:
+    """Around a run method whose run may call tools: the transport's output listener (if any)
+    is reached through the run's `OutputRelay`. One relay per call: run_command's run_code
+    inside keeps the relay run_command made (so the relay is the one facing the client)."""
+    if not declares_tools or _RELAY.get() is not None:
+        yield
+        return
+    listener = RUN_OUTPUT.get()
+    relay = OutputRelay(listener, RUN_TOOL_CALLS.get())
+    relaying = _RELAY.set(relay)
+    listening = RUN_OUTPUT.set(relay if listener is not None else None)  # streamed only if the call is
+    try:
+        yield
+    finally:
+        RUN_OUTPUT.reset(listening)
+        _RELAY.reset(relaying)
+
+
 class _WaitingRun:
     """A run with tools, going on as a task, and the batch it waits on (if any)."""
 
@@ -91,6 +142,7 @@ class _WaitingRun:
         self.run_id = run_id
         self.owner = owner
         self.limits = limits
+        self.relay = _RELAY.get() or OutputRelay(None, None)
         self.batches: asyncio.Queue[ToolBatch] = asyncio.Queue()
         self.pending: dict[str, PendingToolCall] | None = None  # the batch not yet answered
         self.task: asyncio.Task[ExecutionResult] | None = None
@@ -106,19 +158,16 @@ def waiting_runs() -> int:
     return len(_runs)
 
 
-ToolEvents = Callable[[list[PendingToolCall]], None]
-
-
 async def with_tools(
     ctx: Context, run_id: str, limits: ToolLimits, body: Callable[[ToolSink | None], Awaitable[ExecutionResult]],
-    on_calls: ToolEvents | None = None,
 ) -> ExecutionResult:
-    """`body(on_tools)` (the run, to its spec result) as a task; its result, or its first calls."""
+    """`body(on_tools)` (the run, to its spec result) as a task; its result, or its first calls.
+    The run method is inside `relayed_output`, so the run's output reaches this call's client."""
     run = _WaitingRun(run_id, ctx.caller.tenant, limits)
     run.task = asyncio.ensure_future(body(run.batches.put_nowait))
     _runs[run_id] = run
     run.task.add_done_callback(lambda _task: _forget_later(run))
-    return await _next(run, on_calls)
+    return await _next(run)
 
 
 def _forget_later(run: _WaitingRun) -> None:
@@ -131,8 +180,9 @@ def _forget_later(run: _WaitingRun) -> None:
     asyncio.get_running_loop().call_later(KEEP_ENDED_S, forget)
 
 
-async def _next(run: _WaitingRun, on_calls: ToolEvents | None = None) -> ExecutionResult:
-    """The run's next step: its result once it ends, or `requires_action` with its next batch."""
+async def _next(run: _WaitingRun) -> ExecutionResult:
+    """The run's next step: its result once it ends, or `requires_action` with its next batch
+    (sent first as a `tool_calls` event if the waiting call listens to events)."""
     assert run.task is not None
     run.listeners += 1
     getter = asyncio.ensure_future(run.batches.get())
@@ -142,6 +192,8 @@ async def _next(run: _WaitingRun, on_calls: ToolEvents | None = None) -> Executi
         run.listeners -= 1
         if not getter.done():
             getter.cancel()
+        tell = run.relay.tool_calls
+        run.relay.point(None, None)  # this call's client hears no more of the run
     if getter in done and not getter.cancelled():
         batch = getter.result()
         calls = [
@@ -149,8 +201,8 @@ async def _next(run: _WaitingRun, on_calls: ToolEvents | None = None) -> Executi
             for call in batch.calls
         ]
         run.pending = {call.call_id: call for call in calls}
-        if on_calls is not None:
-            on_calls(calls)
+        if tell is not None:
+            tell(_encode(ToolCallsEvent(run.run_id, calls)))
         return _requires_action(run.run_id, calls)
     if _runs.get(run.run_id) is run:
         del _runs[run.run_id]
@@ -185,6 +237,7 @@ def _answer(run: _WaitingRun, i: int, call_id: str, result: Any, error: Any) -> 
 
 
 async def submit_tool_results(ctx: Context, p: SubmitToolResultsParams) -> ExecutionResult:
+    listener = output_listener(p.stream)  # before anything is sent: a stream nobody hears is refused
     run = _runs.get(p.run_id)
     if run is None or run.owner != ctx.caller.tenant:  # another tenant's run is no run of its
         raise InvalidParams(f"no run {p.run_id[:128]!r} waits for tool results", field="run_id")
@@ -208,8 +261,12 @@ async def submit_tool_results(ctx: Context, p: SubmitToolResultsParams) -> Execu
             f"results must answer every pending call: {len(missing)} missing ({', '.join(missing[:5])})", field="results"
         )
     run.pending = None  # claimed: a concurrent submit is told it was answered
-    # False: the run stopped waiting meanwhile (its tool_wait_ms passed): its result says so.
-    await ctx.executor.answer_tools(ToolAnswers(run.run_id, answers))
+    run.relay.point(listener, RUN_TOOL_CALLS.get())  # the run's output from here on reaches this call's client
+    try:  # (False: the run stopped waiting meanwhile, its tool_wait_ms passed: its result says so)
+        await ctx.executor.answer_tools(ToolAnswers(run.run_id, answers))
+    except BaseException:
+        run.relay.point(None, None)
+        raise
     result = await _next(run)
     # The run's result as the call that started it answers (run_command's exit_code, stdout, stderr).
     return result if run.shape is None else run.shape(result)

@@ -77,6 +77,8 @@ class ToolResult(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class SubmitToolResultsParams(Params):
     run_id: Annotated[str, Meta(max_length=128)]
     results: Annotated[list[ToolResult], Meta(max_length=1000)]
+    # the run's output from here on, and its next tool calls, as events (docs/code-mode.md)
+    stream: bool = False
 
 
 # -- skills -------------------------------------------------------------------

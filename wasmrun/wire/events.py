@@ -3,7 +3,9 @@ Server-Sent Events, the way MCP's streamable HTTP answers a POST. Each event's
 `data:` is one JSON-RPC message: `run/output` notifications
 (`{"stream": "stdout"|"stderr"|"log", "text": ...}`) while the guest writes,
 `run/display` notifications (`{"display": {...}}`) as it shows display results,
-then the call's response, always the last event.
+`run/tool_calls` notifications (`{"run_id", "tool_calls": [...]}`) when a code-mode
+run waits on the client's tools (docs/code-mode.md), then the call's response,
+always the last event.
 
 The run and the connection are decoupled by `RunEvents`, a bounded buffer:
 the run hands it output on the event loop and never waits for the client.
@@ -26,7 +28,7 @@ import msgspec
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from wasmrun.protocol.streaming import RUN_OUTPUT
+from wasmrun.protocol.streaming import RUN_OUTPUT, RUN_TOOL_CALLS
 from wasmrun.sandbox import OutputChunk
 from wasmrun.wire.jsonrpc import check_body
 
@@ -35,6 +37,7 @@ QUEUE_BYTES = 256 * 1024  # output waiting for a slow client; past it, dropped w
 KEEPALIVE_S = 15.0  # an SSE comment when nothing else was sent this long (proxies close idle streams)
 OUTPUT_METHOD = "run/output"
 DISPLAY_METHOD = "run/display"
+TOOL_CALLS_METHOD = "run/tool_calls"
 
 
 class _Output(msgspec.Struct):
@@ -101,6 +104,11 @@ def display_event(display_json: str) -> bytes:
     return head + display_json.encode("utf-8") + b"}}\n\n"
 
 
+def tool_calls_event(params_json: bytes) -> bytes:
+    """`run/tool_calls` with the params code mode encoded (protocol/toolcalls.py), as they are."""
+    return b'data: {"jsonrpc":"2.0","method":"' + TOOL_CALLS_METHOD.encode() + b'","params":' + params_json + b"}\n\n"
+
+
 def dropped_notice(chars: int) -> str:
     return f"[... {chars} characters of output not streamed: the client read too slowly ...]\n"
 
@@ -133,6 +141,16 @@ class RunEvents:
                 continue
             self._events.append(event)
             self._bytes += len(event)
+        self._ready.set()
+
+    def put_tool_calls(self, params_json: bytes) -> None:
+        """A batch of tool calls the run waits on: never dropped (the client must answer it; a
+        batch is bounded by the run's tool limits), after the output written before it."""
+        if self._reader_gone:
+            return
+        event = tool_calls_event(params_json)
+        self._events.append(event)
+        self._bytes += len(event)
         self._ready.set()
 
     def finish(self, answer: bytes | None) -> None:
@@ -198,6 +216,7 @@ class EventStreamResponse(Response):
         self, body: bytes, handle: Callable[[bytes], Awaitable[bytes | None]], hold: contextlib.ExitStack | None
     ) -> None:
         RUN_OUTPUT.set(self.events.put)
+        RUN_TOOL_CALLS.set(self.events.put_tool_calls)
         try:
             answer = await handle(body)
         finally:

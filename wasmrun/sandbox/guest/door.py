@@ -150,6 +150,10 @@ _OPS: dict[int, Callable[[RunContext, bytes], bytes]] = {
 }
 
 
+# Calls the guest waits on in host code (as the stdlib guest's hostcalls flush before them).
+_WAITS = frozenset({DoorOp.TOOL_CALL, DoorOp.HTTP_REQUEST, DoorOp.PACKAGES_INSTALL})
+
+
 def frame_limit(ctx: RunContext) -> int:
     """The largest frame read from the guest: a blob or result at its limit, plus headers."""
     return max(ctx.limits.blob_io_bytes, ctx.limits.result_bytes) + MAX_KIND + DOOR_FRAME_SLACK
@@ -208,7 +212,10 @@ def call(caller: wasmtime.Caller, ptr: int, length: int, out_ptr: int, out_len: 
         raise errors.RunAborted(errors.HOST_CALL_ERROR, "the guest sent a host call larger than the run's limits")
     alloc, memory = _instance(caller)
     start = _span(caller, memory, ptr, length)
-    reply = answer(ctx, bytes(memory.read(caller, start, start + length)) if length else b"")
+    frame = bytes(memory.read(caller, start, start + length)) if length else b""
+    if frame[:1] and frame[0] in _WAITS:
+        ctx.flush_stream(caller)  # a streamed run's output so far reaches its client before the wait
+    reply = answer(ctx, frame)
     where = alloc(caller, len(reply))
     if not isinstance(where, int) or where == 0:
         raise MemoryError("the guest could not hold a host call's reply")
