@@ -190,3 +190,32 @@ def test_a_cap_removes_the_least_recently_used_first(tmp_path: Path, shared: tup
     bad = subprocess.run([sys.executable, "-m", "wasmrun", "cache", "prune", "--max-bytes", "lots"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not a size" in bad.stderr
+
+
+def test_a_start_measures_the_cache_again_only_once_it_gained_a_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Measuring the cache walks all of it (2 s for a source build's): a server's start skips it
+    when nothing was added since the last prune under the same cap, and never misses a version
+    added since, nor a cap changed."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("WASMRUN_CACHE_DIR", str(cache))
+
+    def old_guest(version: str) -> Path:
+        folder = cache / "guest" / version
+        folder.mkdir(parents=True)
+        (folder / "snapshot.wasm").write_bytes(b"\0" * 4096)
+        for path in (folder / "snapshot.wasm", folder):
+            os.utime(path, (TWO_DAYS_AGO, TWO_DAYS_AGO))
+        return folder
+
+    first = old_guest("0ld1")
+    pruned = cachebound.prune_on_start(1000, None)
+    assert pruned is not None and [e.name for e in pruned.removed] == ["guest/0ld1"] and not first.exists()
+    assert cachebound.prune_on_start(1000, None) is None  # nothing new: not measured again
+    time.sleep(0.01)  # (a later mtime than the last prune's, on any file system clock)
+    second = old_guest("0ld2")
+    os.utime(cache / "guest")  # added now, as a build adds a version
+    again = cachebound.prune_on_start(1000, None)
+    assert again is not None and [e.name for e in again.removed] == ["guest/0ld2"] and not second.exists()
+    assert cachebound.prune_on_start(2000, None) is not None  # another cap: measured again

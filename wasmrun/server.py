@@ -189,15 +189,19 @@ def make_executor(options: SandboxOptions, backends: Backends, served: ServedIma
     told which image they serve (and of the move to the data image, on `auto`)."""
     from wasmrun.sandbox import precompile, release_freed_heap, resolve_image
 
-    # Here, once, with progress on stderr, rather than in every worker at once. The module
-    # loaded to check it is not kept: its memory goes back to the system.
+    # Here, once, with progress on stderr, rather than in every worker at once: compiled (or
+    # made) if the cache lacks it. A module compiled here is not kept: its memory goes back to
+    # the system. One already in the cache is left to the workers (loading the data image's
+    # to check it took the server 1 s).
     precompile()
     release_freed_heap()
     image = resolve_image(options.image)
     if image == "data":
-        from wasmrun.sandbox import data_engine, ready_image
+        from wasmrun.sandbox import data_engine, ready_image, ready_image_path
 
-        ready_image(data_engine(), quiet=False)
+        if ready_image_path() is None:
+            ready_image(data_engine(), quiet=False)
+            release_freed_heap()
     logging.getLogger("wasmrun").info("serving the %s image", image)
     if served is not None:
         served.switch(image)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,22 @@ def test_processes_starting_together_compile_once(cache: Path, wasm: Path) -> No
     assert [p.returncode for p in starting] == [0, 0, 0, 0], errs
     assert sum(err.count("compiling adder.wasm") for err in errs) == 1, errs
     assert len(list(cache.glob("*.cwasm"))) == 1
+
+
+def test_a_module_is_hashed_once_until_its_file_changes(cache: Path, wasm: Path) -> None:
+    """The module's digest names its compiled file; it is remembered for the file as it is (a
+    data image is 170 MB to hash at every start), and a changed file is never taken for the old."""
+    first = compiled.cached_path(wasm, SETTINGS)
+    memos = list((cache / "digests").iterdir())
+    assert len(memos) == 1 and memos[0].read_text().endswith(compiled.file_digest(wasm))
+    assert compiled.cached_path(wasm, SETTINGS) == first
+    other = wasmtime.wat2wasm(ADDER.replace("i32.add", "i32.sub"))
+    assert len(other) == wasm.stat().st_size  # the same size, another module
+    time.sleep(0.05)  # past the file system clock's tick: a rewrite shows in the mtime
+    wasm.write_bytes(other)
+    changed = compiled.cached_path(wasm, SETTINGS)
+    assert changed != first
+    memos[0].write_text(memos[0].read_text().rsplit("\n", 1)[0] + "\n" + "0" * 64)  # a stale digest for this file...
+    time.sleep(0.05)
+    wasm.write_bytes(other)  # ...is not used once the file is written again
+    assert compiled.cached_path(wasm, SETTINGS) == changed

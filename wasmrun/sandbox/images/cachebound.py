@@ -29,6 +29,7 @@ from pathlib import Path
 
 from python_wasm import downloads
 from wasmrun import dirtree
+from wasmrun.durable import atomic_write
 from wasmrun.sandbox.images import leases
 
 logger = logging.getLogger("wasmrun.sandbox")
@@ -260,13 +261,19 @@ def prune(root: Path, max_bytes: int | None = None, *, keep_recent_s: float = 0.
 def prune_on_start(max_bytes: int, lease: leases.Lease | None) -> Pruned | None:
     """A server's start, once its `lease` is written: bound the cache to `max_bytes`, keeping
     what is current (held by the lease), leased by other servers, or used within RECENT_S.
-    Never fatal: a cache it cannot prune is served from anyway."""
+    Skipped when no version was added since the last prune under the same cap, within a day
+    (`_pruned_lately`): measuring the cache walks every file of it (some 100,000 with a source
+    build's inputs, 2 s), and only a new version makes it grow. Never fatal: a cache it cannot
+    prune is served from anyway."""
     root = downloads.cache_root()
+    if _pruned_lately(root, max_bytes):
+        return None
     try:
         pruned = prune(root, max_bytes, keep_recent_s=RECENT_S, in_use=None if lease is None else set())
     except OSError as exc:
         logger.warning("cache: the prune on start failed: %s", exc)
         return None
+    _note_pruned(root, max_bytes, pruned)
     if pruned.removed:
         logger.info("cache %s: removed %d unused versions (%.1f MB), now %.1f MB (cap %.1f MB)", root,
                     len(pruned.removed), pruned.freed / 1e6, pruned.total_after / 1e6, max_bytes / 1e6)
@@ -274,6 +281,41 @@ def prune_on_start(max_bytes: int, lease: leases.Lease | None) -> Pruned | None:
         logger.warning("cache %s is %.1f MB, over its cap of %.1f MB, with nothing unused to remove", root,
                        pruned.total_after / 1e6, max_bytes / 1e6)
     return pruned
+
+
+PRUNE_STAMP = ".pruned"  # in the cache root: the cap and the size of the last prune on start
+PRUNE_AGAIN_S = 86400.0  # the prune on start runs at least this often, changed or not
+
+
+def _grew_at(root: Path) -> float:
+    """The latest mtime of the folders a new version (or a build's new input) is added to."""
+    folders = [root / name for name in (*VERSIONED, *BUILD_INPUTS)]
+    folders += _children(root / "dataimage")  # an image is made inside its interpreter's folder
+    latest = 0.0
+    for folder in folders:
+        try:
+            latest = max(latest, folder.lstat().st_mtime)
+        except OSError:
+            continue
+    return latest
+
+
+def _pruned_lately(root: Path, max_bytes: int) -> bool:
+    stamp = root / PRUNE_STAMP
+    try:
+        st = stamp.lstat()
+        cap, _, total = stamp.read_text().partition(" ")
+        fitted = int(cap) == max_bytes and int(total) <= max_bytes
+    except (OSError, ValueError):
+        return False
+    return fitted and stat.S_ISREG(st.st_mode) and time.time() - st.st_mtime < PRUNE_AGAIN_S and _grew_at(root) < st.st_mtime
+
+
+def _note_pruned(root: Path, max_bytes: int, pruned: Pruned) -> None:
+    try:
+        atomic_write(root / PRUNE_STAMP, f"{max_bytes} {pruned.total_after}".encode(), sync_dir=False)
+    except OSError:
+        pass  # (a read-only cache: measured again at the next start)
 
 
 def start_lease() -> leases.Lease | None:

@@ -78,8 +78,10 @@ def load_module(engine: wasmtime.Engine, wasm: Path) -> wasmtime.Module:
 def precompile(guest: guest_build.Guest | None = None) -> Path:
     """Compile the guest ahead of the first run (server start, `wasmrun warm`); returns the cached file."""
     guest = guest or guest_build.ready_guest(quiet=False)
-    load_module(wasmtime.Engine(engine_config()), guest.snapshot_wasm)
-    return precompiled_path(guest)
+    path = precompiled_path(guest)
+    if not path.exists():  # (a cached module is not loaded to check it: each worker loads it, 0.2 s)
+        load_module(wasmtime.Engine(engine_config()), guest.snapshot_wasm)
+    return path
 
 
 def precompiled_path(guest: guest_build.Guest) -> Path:
