@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from wasmrun.bench import chartrows, datarows, packagerows, scaling, schema
+from wasmrun.bench import chartrows, datarows, packagerows, scaling, schema, toolrows
 from wasmrun.bench.machine import describe, load_line
 from wasmrun.bench.stats import ms, ratio
 from wasmrun.bench.systems import PACED, SESSION_NEXT, Native
@@ -69,7 +69,7 @@ def table(report: dict[str, Any], hops: bool = True, compute_rows: bool = True) 
             lines += [f"| {label} | absent: {why} | | | | | | |" for label, why in absent.items()]
         if section == "startup":
             lines += (_startup_goals(rows) + datarows.target_lines(rows) + _image_goals(rows)
-                      + packagerows.target_lines(rows))
+                      + packagerows.target_lines(rows) + toolrows.target_lines(rows))
         if section == "compute":
             lines += _compute_summary(in_section)
         if section == "tti":  # others' published figures, cited as theirs, under our rows

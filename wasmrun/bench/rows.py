@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wasmrun.bench import chartrows, datarows, doors, e2brow, packagerows
+from wasmrun.bench import chartrows, datarows, doors, e2brow, packagerows, toolrows
 from wasmrun.bench.interleave import Samples, alternating, paced
 from wasmrun.bench.peers import Peer
 from wasmrun.bench.systems import (
@@ -170,6 +170,11 @@ startup_row(Row("azure", "startup", "Azure door: code/execute of 1+1 with a new 
                 "one `code/execute` call whose identifier is new (its session made by the call), until the "
                 "answer with result 2; beside a JSON-RPC run_code hello through the same HTTP client",
                 doors.azure, burst=3, baseline=doors.RPC_HELLO))
+# Code mode (toolrows.py): one tool call's round trip against two plain calls.
+startup_row(Row("code-mode", "startup", "code mode: a run calling one tool, answered at once",
+                "run_code calling one of the client's tools, then submit_tool_results with its answer, until the "
+                "result; beside a run_code hello and one list_sessions (two plain calls, the same connection); "
+                "goal: the round trip adds <= 1 ms", toolrows.round_trip, burst=4, baseline=toolrows.TWO_CALLS))
 # Packages on demand (packagerows.py): absent where pip's index does not answer.
 startup_row(Row("packages-cached", "startup", "packages: a cached set's mount (run_code packages=[...])",
                 f"run_code hello with `packages=[\"{packagerows.CACHED}\"]` (the set installed once before), "

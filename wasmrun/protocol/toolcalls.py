@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -61,8 +62,6 @@ _encode = msgspec.json.Encoder().encode
 def tool_specs(tools: Sequence[ToolDefinition], field: str = "tools") -> list[ToolSpec]:
     """The declared tools as the sandbox takes them; a repeated name or a `parameters` that is
     no JSON Schema of an object is -32602 naming it."""
-    import jsonschema
-
     seen: set[str] = set()
     specs = []
     for i, tool in enumerate(tools):
@@ -73,15 +72,28 @@ def tool_specs(tools: Sequence[ToolDefinition], field: str = "tools") -> list[To
         schema = tool.parameters
         if schema.get("type", "object") != "object":
             raise InvalidParams("a tool's parameters must be the JSON Schema of an object", field=f"{where}.parameters")
-        try:
-            jsonschema.validators.validator_for(schema).check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            message = f"parameters is not a valid JSON Schema: {exc.message[:300]}"
-            raise InvalidParams(message, field=f"{where}.parameters") from None
-        except RecursionError:
-            raise InvalidParams("parameters is nested too deeply", field=f"{where}.parameters") from None
-        specs.append(ToolSpec(tool.name, tool.description, _encode(schema)))
+        encoded = _encode(schema)
+        problem = _schema_problem(encoded)
+        if problem is not None:
+            raise InvalidParams(problem, field=f"{where}.parameters")
+        specs.append(ToolSpec(tool.name, tool.description, encoded))
     return specs
+
+
+@functools.lru_cache(maxsize=512)
+def _schema_problem(encoded: bytes) -> str | None:
+    """Why a tool's JSON Schema is none, or None. Remembered by its bytes: an agent declares the
+    same tools at every run, and checking one against its metaschema takes 1-3 ms."""
+    import jsonschema
+
+    try:
+        schema = json.loads(encoded)
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return f"parameters is not a valid JSON Schema: {exc.message[:300]}"
+    except RecursionError:
+        return "parameters is nested too deeply"
+    return None
 
 
 def tool_limits(wait_ms: int | None) -> ToolLimits:
