@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
 import uuid
 from typing import Any
 
@@ -20,10 +21,13 @@ def start_kernel(base_url: str, token: str) -> str:
 
 
 class KernelSocket:
-    def __init__(self, base_url: str, kernel_id: str, token: str, **options: Any) -> None:
+    def __init__(self, base_url: str, kernel_id: str, token: str, session_id: str | None = None, **options: Any) -> None:
+        """`session_id`: the client session, in the URL as jupyter_server's clients send it."""
         url = base_url.replace("http://", "ws://") + f"/api/kernels/{kernel_id}/channels?token={token}"
+        if session_id is not None:
+            url += "&" + urllib.parse.urlencode({"session_id": session_id})
         self.ws: ClientConnection = connect(url, max_size=None, **options)
-        self.session = uuid.uuid4().hex
+        self.session = session_id or uuid.uuid4().hex
 
     def close(self) -> None:
         self.ws.close()

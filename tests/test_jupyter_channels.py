@@ -127,3 +127,51 @@ def test_a_kernel_takes_a_bounded_number_of_connections(live: Live, kernel: Kern
         for other in others:
             other.close()
     assert stdout(kernel.execute("print('first still here')")) == "first still here\n"
+
+
+def _idle(live: Live, kernel_id: str) -> None:
+    deadline = time.monotonic() + 90
+    while httpx2.get(f"{live.url}/api/kernels/{kernel_id}",
+                     headers={"Authorization": f"token {live.alice}"}).json()["execution_state"] != "idle":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_a_reconnect_of_the_same_client_session_gets_what_was_sent_meanwhile(live: Live, kernel: KernelSocket) -> None:
+    """As jupyter_server buffers for a client session (`?session_id=`) whose socket went: the
+    cell's later output, its result, reply and idle reach the next socket of that session;
+    a socket of another session gets none of it, nor does an unusable session id."""
+    kernel_id = kernel.kernel_id  # type: ignore[attr-defined]
+    kernel.close()
+    code = "import time\nprint('one', flush=True)\ntime.sleep(1.5)\nprint('two')\n'three'"
+    first = KernelSocket(live.url, kernel_id, live.alice, session_id="client-A")
+    header = first.send("execute_request", {"code": code, "silent": False})
+    while (m := first.recv())["msg_type"] != "stream":
+        pass
+    assert m["content"]["text"] == "one\n"
+    first.close()  # mid-cell
+    _idle(live, kernel_id)
+    again = KernelSocket(live.url, kernel_id, live.alice, session_id="client-A")
+    try:
+        replayed = again.until_done(header, timeout=30)
+    finally:
+        again.close()
+    assert stdout(replayed) == "two\n" and of_type(replayed, "execute_result")[0]["content"]["data"]["text/plain"] == "'three'"
+    assert reply(replayed)["content"]["status"] == "ok"
+
+    for session_id in ("client-B", "x" * 5000, "bad\nid"):  # another session; ids that name none: nothing kept
+        cell = KernelSocket(live.url, kernel_id, live.alice, session_id="client-A")
+        header = cell.send("execute_request", {"code": "import time\ntime.sleep(1)\nprint('lost')", "silent": False})
+        cell.recv()  # (the busy status: the cell is under way)
+        cell.close()
+        _idle(live, kernel_id)
+        other = KernelSocket(live.url, kernel_id, live.alice, session_id=session_id)
+        try:
+            asked = other.send("kernel_info_request")
+            seen = []  # every frame, until the kernel_info reply (anything replayed would come first)
+            while not seen or seen[-1]["parent_header"].get("msg_id") != asked["msg_id"]:
+                seen.append(other.recv(timeout=30))
+            assert seen[-1]["msg_type"] == "kernel_info_reply" or seen[-1]["channel"] == "iopub", seen
+            assert not [m for m in seen if m["parent_header"].get("msg_id") == header["msg_id"]], session_id[:20]
+        finally:
+            other.close()

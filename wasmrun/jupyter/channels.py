@@ -17,7 +17,14 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from wasmrun.e2b.calls import FrontError
 from wasmrun.jupyter import messages
 from wasmrun.jupyter.cells import CellRun
-from wasmrun.jupyter.kernels import MAX_CONNECTIONS, MAX_QUEUED_CELLS, TRY_AGAIN_LATER, Connection, Kernel
+from wasmrun.jupyter.kernels import (
+    MAX_CONNECTIONS,
+    MAX_QUEUED_CELLS,
+    TRY_AGAIN_LATER,
+    Connection,
+    Kernel,
+    session_key,
+)
 
 if TYPE_CHECKING:
     from wasmrun.jupyter.front import JupyterFront
@@ -226,7 +233,8 @@ async def serve(front: JupyterFront, kernel: Kernel, websocket: WebSocket) -> No
         ))
         return
     connection = Connection()
-    kernel.connections.add(connection)  # counted before the accept's await: the cap holds for concurrent ones
+    key = session_key(websocket.query_params.get("session_id"))
+    kernel.attach(connection, key)  # counted before the accept's await: the cap holds for concurrent ones
     sender: asyncio.Task[None] | None = None
     bad = 0
     try:
@@ -244,7 +252,7 @@ async def serve(front: JupyterFront, kernel: Kernel, websocket: WebSocket) -> No
     except (WebSocketDisconnect, RuntimeError):  # gone mid-frame, or closed under us
         pass
     finally:
-        kernel.connections.discard(connection)
+        kernel.detach(connection, key)
         connection.close()
         if sender is not None:
             with contextlib.suppress(Exception):

@@ -27,6 +27,12 @@ MAX_PENDING_BYTES = 64 * 1024 * 1024
 MAX_CONNECTIONS = 8
 TRY_AGAIN_LATER = 1013  # the WebSocket close code (RFC 6455's registry): try again later
 MAX_HISTORY = 100  # the cells a history_request may see, newest last
+# Messages kept for a client session that lost its last socket (jupyter_server's buffering):
+# replayed when a socket of the same session (`?session_id=`) connects again, dropped when
+# another connects. Past these bounds the oldest go first.
+MAX_REPLAY_BYTES = 8 * 1024 * 1024
+MAX_REPLAY_FRAMES = 10_000
+MAX_SESSION_KEY_CHARS = 128
 KERNEL_ID_CHARS = 36  # a UUID, as Jupyter's
 
 
@@ -60,6 +66,31 @@ class Connection:
             self.queue.put_nowait(None)
 
 
+class Replay:
+    """What the kernel sent while none of its sockets was open, for the client session that
+    had the last one (its `session_id`): the oldest dropped past the bounds."""
+
+    def __init__(self, session_key: str) -> None:
+        self.session_key = session_key
+        self.frames: deque[bytes] = deque()
+        self.bytes = 0
+        self.dropped = 0
+
+    def keep(self, frame: bytes) -> None:
+        self.frames.append(frame)
+        self.bytes += len(frame)
+        while self.frames and (self.bytes > MAX_REPLAY_BYTES or len(self.frames) > MAX_REPLAY_FRAMES):
+            self.bytes -= len(self.frames.popleft())
+            self.dropped += 1
+
+
+def session_key(value: str | None) -> str | None:
+    """A socket's client session (jupyter_server's `?session_id=`), if it is a usable one."""
+    if value is None or not 0 < len(value) <= MAX_SESSION_KEY_CHARS or not value.isprintable():
+        return None
+    return value
+
+
 @dataclass
 class Kernel:
     kernel_id: str
@@ -78,6 +109,7 @@ class Kernel:
     # aborts those queued before it ended (tickets up to abort_through), as ipykernel does.
     tickets: int = 0
     abort_through: int = 0
+    replay: Replay | None = field(default=None, repr=False)  # while no socket is open (see Replay)
 
     def model(self) -> dict[str, Any]:
         """The kernel as /api/kernels answers it."""
@@ -87,9 +119,27 @@ class Kernel:
         }
 
     def broadcast(self, frame: bytes) -> None:
-        """An iopub message: to every connection of the kernel."""
+        """An iopub message: to every connection of the kernel; with none open, kept for the
+        client session that had the last one."""
+        if not self.connections and self.replay is not None:
+            self.replay.keep(frame)
         for connection in list(self.connections):
             connection.put(frame)
+
+    def attach(self, connection: Connection, key: str | None) -> None:
+        """A new socket: what was kept for its client session is sent to it first; what was
+        kept for another is dropped (as jupyter_server does)."""
+        replay, self.replay = self.replay, None
+        self.connections.add(connection)
+        if replay is not None and key is not None and replay.session_key == key:
+            for frame in replay.frames:
+                connection.put(frame)
+
+    def detach(self, connection: Connection, key: str | None) -> None:
+        """A socket gone: the last one of a client session starts keeping what is sent."""
+        self.connections.discard(connection)
+        if not self.connections and key is not None and not self.ended:
+            self.replay = Replay(key)
 
 
 class KernelTable:
