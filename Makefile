@@ -33,8 +33,10 @@ serve: guest
 # One pytest run over both images: each test's id ends in [stdlib] or [data] (tests/images.py;
 # a module marked `images("stdlib", "data")` runs on each). `make test-data` runs only the
 # data image's tests (WASMRUN_TEST_IMAGE=data), for a quick loop.
+# --no-loadscope-reorder: keep tests/conftest.py's order (the longest files first); xdist's
+# default puts the files with the most tests first, and the few-test, long ones made the tail.
 test: guest
-	$(PY) -m pytest -q -n 3 --dist loadfile --durations=40
+	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=40
 
 test-data: guest
 	WASMRUN_TEST_IMAGE=data $(PY) -m pytest -q --durations=20

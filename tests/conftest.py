@@ -33,13 +33,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("test_image", images.images_of(metafunc.definition), indirect=True, scope="session")
 
 
-# The longest files (junit times of a full `make test`, 2026-12-03: 250-600 s each), first: a
-# worker of `pytest -n --dist loadfile` takes files in this order, and a long one taken last
-# would leave the other workers idle at the end.
+# The longest files (junit times of a full `make test`, 2026-12-03: 170-600 s each), first: a
+# worker of `pytest -n --dist loadfile --no-loadscope-reorder` takes files in this order (xdist's
+# own reorder puts the files with the most tests first), and a long one taken last would leave
+# the other workers idle at the end.
 LONGEST_FIRST = (
     "test_onefile.py", "test_shared_sessions.py", "test_hostile_tenancy.py", "test_bench_command.py",
     "test_cpython_regrtest.py", "test_image_roll.py", "test_packages_common.py", "test_data_warmup.py",
-    "test_sessions.py", "test_clean_clone.py",
+    "test_sessions.py", "test_clean_clone.py", "test_shared_availability.py", "test_shared_registry.py",
+    "test_shared_quotas.py", "test_shared_blobs.py", "test_hostile_sandbox.py", "test_e2b_bounds.py",
 )
 
 
