@@ -173,14 +173,14 @@ def _parse_install(args: list[str], cwd: str) -> tuple[list[str], bool, bool]:
 def _where(dist: object) -> str:
     """Where pip would say a distribution is: an installed set's, or the image's own."""
     root = str(dist.locate_file(""))  # type: ignore[attr-defined]
-    return "in /packages" if root.startswith(("/packages", "/tmp/")) else "in the image"
+    return f"in {packages.SITE}" if root.startswith((packages.SITE, packages.ADDED)) else "in the image"
 
 
-def _in_image(name: str, asked: list[str]) -> str:
+def _in_image(name: str, asked: list[str], have: dict[str, Any]) -> str:
     """pip's line for a name the image has built in: satisfied, or, when the version asked is
     not the image's, that the image's is used (the image's own packages were built with it;
-    the host never replaces it: docs/packages.md)."""
-    dist = _shellpy._distributions().get(name)
+    the host never replaces it: docs/packages.md). `have`: the distributions found."""
+    dist = have.get(name)
     if dist is None:
         return f"Requirement already satisfied: {name} (built into the image)"
     have = dist.version
@@ -217,8 +217,8 @@ def install(args: list[str], cwd: str) -> ExecResult:
     stdlib = [r for r in requirements if r in sys.stdlib_module_names]
     requirements = [r for r in requirements if r not in sys.stdlib_module_names]
     notes = "".join(f"Requirement already satisfied: {name} (Python's standard library)\n" for name in stdlib)
+    have = _shellpy._distributions()  # (a scan of sys.path: once)
     if not upgrade:  # as pip: a bare name already installed is satisfied (-U asks for the newest)
-        have = _shellpy._distributions()
         for name in [r for r in requirements if _name_of(r) == r and _shellpy._canonical(r) in have]:
             dist = have[_shellpy._canonical(name)]
             notes += f"Requirement already satisfied: {name} {_where(dist)} ({dist.version})\n"
@@ -242,7 +242,7 @@ def install(args: list[str], cwd: str) -> ExecResult:
         if name in versions:
             lines.append(f"Requirement already satisfied: {name} in /packages ({versions[name]})")
         elif name in installed["in_image"]:
-            lines.append(_in_image(name, [r for r in requirements if _shellpy._canonical(_name_of(r)) == name]))
+            lines.append(_in_image(name, [r for r in requirements if _shellpy._canonical(_name_of(r)) == name], have))
     if added:
         lines.append("Successfully installed " + " ".join(pin.replace("==", "-") for pin in added))
     return ExecResult(stdout="".join(line + "\n" for line in lines))
