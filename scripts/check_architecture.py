@@ -82,7 +82,7 @@ HOUSE_LAYERS: Layers = (
     # doors: what the E2B, Jupyter and Azure doors share (it imports no door: tests/test_doors.py).
     _layer("fronts", "wire", "mcp_server", "mcp_displays", "mcp_events", "mcp_listchanged", "e2b", "jupyter", "azure",
            "doors",
-           "tools", "client", "clientwire", "adapters"),
+           "tools", "client", "clientwire", "clientparams", "adapters"),
     # The Skills Protocol's methods and the texts of its tools.
     _layer("protocol", "protocol", "capabilities", "served"),
     # What the methods work on: skills, callers and their limits, the shared backend, the audit

@@ -38,13 +38,25 @@ way in, for dispatching an LLM's tool calls by name (see examples/).
 
 from __future__ import annotations
 
-import base64
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal, TypeVar
 
 import httpx2
-import msgspec
 
+from wasmrun.clientparams import (
+    Language,
+    Limits,
+    ToolList,
+    blob_params,
+    create_session_params,
+    execute_skill_params,
+    run_code_params,
+    run_command_params,
+    run_limits,
+    skill_files,
+    streamed,
+    submit_params,
+)
 from wasmrun.clientwire import (
     EVENT_STREAM,
     Calls,
@@ -73,9 +85,7 @@ from wasmrun.protocol.errors import (
 from wasmrun.protocol.types import (
     CloseSessionResult,
     CommandResult,
-    CreateBlobParams,
     CreateBlobResult,
-    CreateSessionParams,
     CreateSkillParams,
     CreateSkillResult,
     DeleteBlobParams,
@@ -83,7 +93,6 @@ from wasmrun.protocol.types import (
     DescribeSkillParams,
     DescribeSkillResult,
     Display,
-    ExecuteSkillParams,
     ExecutionResult,
     ForkSessionResult,
     InterruptSessionResult,
@@ -98,13 +107,10 @@ from wasmrun.protocol.types import (
     ReadBlobResult,
     ReadSkillFileParams,
     ReadSkillFileResult,
-    RunCodeParams,
-    RunCommandParams,
     RunLimits,
     SessionInfo,
     SessionRef,
     SkillFile,
-    SubmitToolResultsParams,
     ToolDefinition,
     ToolResult,
 )
@@ -136,106 +142,10 @@ __all__ = [
 T = TypeVar("T")
 ListDetail = Literal["names", "summary"]
 DescribeDetail = Literal["manifest", "summary", "full"]
-Language = Literal["python"]
 ReadMode = Literal["sample_head", "sample_tail", "full"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT = 120.0  # seconds; a run may take as long as its own timeout_ms and the queue wait
-
-def _blob_params(content: str | bytes, kind: str) -> CreateBlobParams:
-    if isinstance(content, bytes):
-        return CreateBlobParams(content=base64.b64encode(content).decode(), kind=kind, encoding="base64")
-    return CreateBlobParams(content=content, kind=kind)
-
-
-Limits = RunLimits | dict[str, int]
-
-
-def _run_limits(limits: Limits | None, timeout_ms: int | None) -> RunLimits:
-    """`limits` as a RunLimits (a dict is checked here: an unknown name is a TypeError
-    naming it), with `timeout_ms` in it when given on its own."""
-    if isinstance(limits, dict):
-        unknown = sorted(set(limits) - set(RunLimits.__struct_fields__))
-        if unknown:
-            raise TypeError(f"unknown limits {unknown}; known: {', '.join(RunLimits.__struct_fields__)}")
-        limits = RunLimits(**limits)
-    limits = limits or RunLimits()
-    if timeout_ms is not None:
-        limits = msgspec.structs.replace(limits, timeout_ms=timeout_ms)
-    return limits
-
-
-def _run_code_params(
-    code: str, language: Language, entrypoint: str, args: dict[str, Any] | None, mount_skills: list[str] | None,
-    input_blobs: list[str] | None, limits: RunLimits, session_id: str | None = None,
-    packages: list[str] | None = None, tools: ToolList | None = None, tool_wait_ms: int | None = None,
-) -> RunCodeParams:
-    return RunCodeParams(
-        language=language,
-        code=code, entrypoint=entrypoint, args=args or {}, mount_skills=mount_skills or [],
-        input_blobs=input_blobs or [], limits=limits, session_id=session_id, packages=packages or [],
-        tools=_tool_definitions(tools), tool_wait_ms=tool_wait_ms,
-    )
-
-
-ToolList = list[ToolDefinition] | list[dict[str, Any]]
-
-
-def _tool_definitions(tools: ToolList | None) -> list[ToolDefinition]:
-    """Code mode's tools (docs/code-mode.md): ToolDefinitions, or dicts of name, description, parameters."""
-    return [t if isinstance(t, ToolDefinition) else msgspec.convert(t, ToolDefinition) for t in tools or []]
-
-
-def _submit_params(run_id: str, results: list[ToolResult] | list[dict[str, Any]]) -> SubmitToolResultsParams:
-    return SubmitToolResultsParams(
-        run_id=run_id, results=[r if isinstance(r, ToolResult) else msgspec.convert(r, ToolResult) for r in results],
-    )
-
-
-def _run_command_params(
-    command: str | list[str], cwd: str | None, env: dict[str, str] | None, stdin: str | None,
-    timeout_ms: int | None, limits: Limits | None, session_id: str | None, packages: list[str] | None = None,
-) -> RunCommandParams:
-    return RunCommandParams(
-        command=command, cwd=cwd, env=env or {}, stdin=stdin, limits=_run_limits(limits, timeout_ms), session_id=session_id,
-        packages=packages or [],
-    )
-
-
-def _execute_skill_params(
-    name: str, args: dict[str, Any] | None, version: str | None, input_blobs: list[str] | None,
-    timeout_ms: int | None, limits: Limits | None,
-) -> ExecuteSkillParams:
-    return ExecuteSkillParams(
-        name=name, version=version, args=args or {}, input_blobs=input_blobs or [],
-        # Only a timeout: the spec's own top-level field, which any server takes.
-        timeout_ms=timeout_ms if limits is None else None,
-        limits=_run_limits(limits, None if limits is None else timeout_ms),
-    )
-
-
-def _create_session_params(
-    limits: RunLimits | dict[str, int] | None, idle_timeout_s: int | None, skills: list[str] | None,
-    packages: list[str] | None = None,
-) -> CreateSessionParams:
-    if isinstance(limits, dict):
-        limits = msgspec.convert(limits, RunLimits)
-    return CreateSessionParams(
-        language="python", limits=limits or RunLimits(), idle_timeout_s=idle_timeout_s, skills=skills or [],
-        packages=packages or [],
-    )
-
-
-StreamedParams = TypeVar("StreamedParams", RunCodeParams, ExecuteSkillParams, SubmitToolResultsParams)
-
-
-def _streamed(params: StreamedParams) -> StreamedParams:
-    return msgspec.structs.replace(params, stream=True)
-
-
-def _skill_files(files: list[SkillFile] | list[dict[str, str]] | None) -> list[SkillFile]:
-    return [f if isinstance(f, SkillFile) else msgspec.convert(f, SkillFile) for f in files or []]
-
 
 class Client(Calls):
     """Blocking client. `url` is the server's base URL (or its `/rpc` endpoint)."""
@@ -297,7 +207,7 @@ class Client(Calls):
         self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
         input_blobs: list[str] | None = None, timeout_ms: int | None = None, limits: Limits | None = None,
     ) -> ExecutionResult:
-        params = _execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
+        params = execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
         return self._call("execute_skill", params, ExecutionResult)
 
     def run_code(
@@ -311,8 +221,8 @@ class Client(Calls):
         With `session_id`: inside that session (create_session). `packages`: pip requirements
         installed on demand for a fresh run (docs/packages.md). `tools`: the client's own tools the
         code may call; the answer may then be status "requires_action" (docs/code-mode.md)."""
-        params = _run_code_params(
-            code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id,
+        params = run_code_params(
+            code, language, entrypoint, args, mount_skills, input_blobs, run_limits(limits, timeout_ms), session_id,
             packages, tools, tool_wait_ms,
         )
         return self._call("run_code", params, ExecutionResult)
@@ -322,7 +232,7 @@ class Client(Calls):
     ) -> ExecutionResult:
         """Answer a run's pending tool calls: each {"call_id", "result"} or {"call_id", "error"}.
         The run's result, or "requires_action" with its next tool_calls (docs/code-mode.md)."""
-        return self._call("submit_tool_results", _submit_params(run_id, results), ExecutionResult)
+        return self._call("submit_tool_results", submit_params(run_id, results), ExecutionResult)
 
     def run_command(
         self, command: str | list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
@@ -331,7 +241,7 @@ class Client(Calls):
     ) -> CommandResult:
         """A command line (bash syntax) or an argv list, run by the sandbox's shell over its files
         (docs/commands.md): `exit_code`, `stdout`, `stderr`. With `session_id`: in that session."""
-        params = _run_command_params(command, cwd, env, stdin, timeout_ms, limits, session_id, packages)
+        params = run_command_params(command, cwd, env, stdin, timeout_ms, limits, session_id, packages)
         return self._call("run_command", params, CommandResult)
 
     def create_session(
@@ -340,7 +250,7 @@ class Client(Calls):
     ) -> SessionInfo:
         """A new Python session: its globals, imports, /workspace and /tmp carry over between runs;
         `packages` (pip requirements) installed on demand and kept by its runs and forks."""
-        params = _create_session_params(limits, idle_timeout_s, skills, packages)
+        params = create_session_params(limits, idle_timeout_s, skills, packages)
         return self._call("create_session", params, SessionInfo)
 
     def fork_session(self, session_id: str) -> ForkSessionResult:
@@ -365,18 +275,18 @@ class Client(Calls):
         """`run_code` streamed: `OutputEvent`s as the guest writes, then the `ExecutionResult`.
         With `tools`, a `ToolCallsEvent` for each batch the run waits on, before the
         "requires_action" result; go on with `submit_tool_results_stream`."""
-        params = _run_code_params(
-            code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id,
+        params = run_code_params(
+            code, language, entrypoint, args, mount_skills, input_blobs, run_limits(limits, timeout_ms), session_id,
             tools=tools, tool_wait_ms=tool_wait_ms,
         )
-        return self._stream("run_code", _streamed(params))
+        return self._stream("run_code", streamed(params))
 
     def submit_tool_results_stream(
         self, run_id: str, results: list[ToolResult] | list[dict[str, Any]],
     ) -> Iterator[StreamEvent]:
         """`submit_tool_results` streamed: the run's output from here on, its next `ToolCallsEvent`,
         then its result (or "requires_action" again)."""
-        return self._stream("submit_tool_results", _streamed(_submit_params(run_id, results)))
+        return self._stream("submit_tool_results", streamed(submit_params(run_id, results)))
 
     def execute_skill_stream(
         self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
@@ -384,8 +294,8 @@ class Client(Calls):
         limits: Limits | None = None,
     ) -> Iterator[StreamEvent]:
         """`execute_skill` streamed: `OutputEvent`s as the skill writes, then the `ExecutionResult`."""
-        params = _execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
-        return self._stream("execute_skill", _streamed(params))
+        params = execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
+        return self._stream("execute_skill", streamed(params))
 
     def _stream(self, method: str, params: Params) -> Iterator[StreamEvent]:
         body = self._request(method, params)
@@ -406,7 +316,7 @@ class Client(Calls):
 
     def create_blob(self, content: str | bytes, kind: str = "text/plain") -> CreateBlobResult:
         """`bytes` travel as base64; a `str` as text."""
-        return self._call("create_blob", _blob_params(content, kind), CreateBlobResult)
+        return self._call("create_blob", blob_params(content, kind), CreateBlobResult)
 
     def read_blob(self, blob_id: str, mode: ReadMode = "sample_head", max_bytes: int = 2000) -> ReadBlobResult:
         params = ReadBlobParams(blob_id=blob_id, mode=mode, max_bytes=max_bytes)
@@ -421,7 +331,7 @@ class Client(Calls):
     def create_skill(
         self, manifest: dict[str, Any], skill_md: str, files: list[SkillFile] | list[dict[str, str]] | None = None
     ) -> CreateSkillResult:
-        params = CreateSkillParams(manifest=manifest, skill_md=skill_md, files=_skill_files(files))
+        params = CreateSkillParams(manifest=manifest, skill_md=skill_md, files=skill_files(files))
         return self._call("create_skill", params, CreateSkillResult)
 
 
@@ -488,7 +398,7 @@ class AsyncClient(Calls):
         self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
         input_blobs: list[str] | None = None, timeout_ms: int | None = None, limits: Limits | None = None,
     ) -> ExecutionResult:
-        params = _execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
+        params = execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
         return await self._call("execute_skill", params, ExecutionResult)
 
     async def run_code(
@@ -502,8 +412,8 @@ class AsyncClient(Calls):
         With `session_id`: inside that session (create_session). `packages`: pip requirements
         installed on demand for a fresh run (docs/packages.md). `tools`: the client's own tools the
         code may call; the answer may then be status "requires_action" (docs/code-mode.md)."""
-        params = _run_code_params(
-            code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id,
+        params = run_code_params(
+            code, language, entrypoint, args, mount_skills, input_blobs, run_limits(limits, timeout_ms), session_id,
             packages, tools, tool_wait_ms,
         )
         return await self._call("run_code", params, ExecutionResult)
@@ -513,7 +423,7 @@ class AsyncClient(Calls):
     ) -> ExecutionResult:
         """Answer a run's pending tool calls: each {"call_id", "result"} or {"call_id", "error"}.
         The run's result, or "requires_action" with its next tool_calls (docs/code-mode.md)."""
-        return await self._call("submit_tool_results", _submit_params(run_id, results), ExecutionResult)
+        return await self._call("submit_tool_results", submit_params(run_id, results), ExecutionResult)
 
     async def run_command(
         self, command: str | list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
@@ -521,7 +431,7 @@ class AsyncClient(Calls):
         session_id: str | None = None, packages: list[str] | None = None,
     ) -> CommandResult:
         """As Client.run_command."""
-        params = _run_command_params(command, cwd, env, stdin, timeout_ms, limits, session_id, packages)
+        params = run_command_params(command, cwd, env, stdin, timeout_ms, limits, session_id, packages)
         return await self._call("run_command", params, CommandResult)
 
     async def create_session(
@@ -530,7 +440,7 @@ class AsyncClient(Calls):
     ) -> SessionInfo:
         """A new Python session: its globals, imports, /workspace and /tmp carry over between runs;
         `packages` (pip requirements) installed on demand and kept by its runs and forks."""
-        params = _create_session_params(limits, idle_timeout_s, skills, packages)
+        params = create_session_params(limits, idle_timeout_s, skills, packages)
         return await self._call("create_session", params, SessionInfo)
 
     async def fork_session(self, session_id: str) -> ForkSessionResult:
@@ -555,18 +465,18 @@ class AsyncClient(Calls):
         """`run_code` streamed: `OutputEvent`s as the guest writes, then the `ExecutionResult`.
         With `tools`, a `ToolCallsEvent` for each batch the run waits on, before the
         "requires_action" result; go on with `submit_tool_results_stream`."""
-        params = _run_code_params(
-            code, language, entrypoint, args, mount_skills, input_blobs, _run_limits(limits, timeout_ms), session_id,
+        params = run_code_params(
+            code, language, entrypoint, args, mount_skills, input_blobs, run_limits(limits, timeout_ms), session_id,
             tools=tools, tool_wait_ms=tool_wait_ms,
         )
-        return self._stream("run_code", _streamed(params))
+        return self._stream("run_code", streamed(params))
 
     def submit_tool_results_stream(
         self, run_id: str, results: list[ToolResult] | list[dict[str, Any]],
     ) -> AsyncIterator[StreamEvent]:
         """`submit_tool_results` streamed: the run's output from here on, its next `ToolCallsEvent`,
         then its result (or "requires_action" again)."""
-        return self._stream("submit_tool_results", _streamed(_submit_params(run_id, results)))
+        return self._stream("submit_tool_results", streamed(submit_params(run_id, results)))
 
     def execute_skill_stream(
         self, name: str, args: dict[str, Any] | None = None, version: str | None = None,
@@ -574,8 +484,8 @@ class AsyncClient(Calls):
         limits: Limits | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """`execute_skill` streamed: `OutputEvent`s as the skill writes, then the `ExecutionResult`."""
-        params = _execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
-        return self._stream("execute_skill", _streamed(params))
+        params = execute_skill_params(name, args, version, input_blobs, timeout_ms, limits)
+        return self._stream("execute_skill", streamed(params))
 
     async def _stream(self, method: str, params: Params) -> AsyncIterator[StreamEvent]:
         body = self._request(method, params)
@@ -595,7 +505,7 @@ class AsyncClient(Calls):
             raise ended_early(response)
 
     async def create_blob(self, content: str | bytes, kind: str = "text/plain") -> CreateBlobResult:
-        return await self._call("create_blob", _blob_params(content, kind), CreateBlobResult)
+        return await self._call("create_blob", blob_params(content, kind), CreateBlobResult)
 
     async def read_blob(self, blob_id: str, mode: ReadMode = "sample_head", max_bytes: int = 2000) -> ReadBlobResult:
         params = ReadBlobParams(blob_id=blob_id, mode=mode, max_bytes=max_bytes)
@@ -610,5 +520,5 @@ class AsyncClient(Calls):
     async def create_skill(
         self, manifest: dict[str, Any], skill_md: str, files: list[SkillFile] | list[dict[str, str]] | None = None
     ) -> CreateSkillResult:
-        params = CreateSkillParams(manifest=manifest, skill_md=skill_md, files=_skill_files(files))
+        params = CreateSkillParams(manifest=manifest, skill_md=skill_md, files=skill_files(files))
         return await self._call("create_skill", params, CreateSkillResult)
