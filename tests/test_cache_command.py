@@ -213,7 +213,7 @@ def test_a_start_measures_the_cache_again_only_once_it_gained_a_version(
     pruned = cachebound.prune_on_start(1000, None)
     assert pruned is not None and [e.name for e in pruned.removed] == ["guest/0ld1"] and not first.exists()
     assert cachebound.prune_on_start(1000, None) is None  # nothing new: not measured again
-    time.sleep(0.01)  # (a later mtime than the last prune's, on any file system clock)
+    time.sleep(0.05)  # (a later mtime than the last prune's, past the file system clock's tick)
     second = old_guest("0ld2")
     os.utime(cache / "guest")  # added now, as a build adds a version
     again = cachebound.prune_on_start(1000, None)

@@ -246,9 +246,13 @@ def test_state_is_private_on_disk_and_deleted_when_the_session_ends(servers: Ser
     while folder.exists():  # the sweeper deletes it
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    metrics = httpx2.get(
-        servers.server.base_url + "/metrics", headers={"authorization": f"Bearer {servers.metrics_key}"}, timeout=30
-    ).text
+    while True:  # the sweeper counts the end after it removed the folder: seen a moment later on a loaded machine
+        metrics = httpx2.get(
+            servers.server.base_url + "/metrics", headers={"authorization": f"Bearer {servers.metrics_key}"}, timeout=30
+        ).text
+        if 'wasmrun_sessions_ended_total{reason="expired",tenant="alice"}' in metrics or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert 'wasmrun_sessions_ended_total{reason="expired",tenant="alice"}' in metrics
     assert 'wasmrun_session_rollbacks_total{tenant="alice"}' in metrics
     assert 'wasmrun_sessions_open{tenant="alice"}' in metrics

@@ -301,19 +301,23 @@ def _grew_at(root: Path) -> float:
 
 
 def _pruned_lately(root: Path, max_bytes: int) -> bool:
+    """The last prune fitted this cap, a day ago at most, and the folders new versions go into
+    are as they were after it (their latest mtime, recorded then: compared for equality, so a
+    change within the file system clock's tick of the prune's own removals is still seen)."""
     stamp = root / PRUNE_STAMP
     try:
         st = stamp.lstat()
-        cap, _, total = stamp.read_text().partition(" ")
+        cap, total, grew = stamp.read_text().split(" ")
         fitted = int(cap) == max_bytes and int(total) <= max_bytes
+        unchanged = float(grew) == _grew_at(root)
     except (OSError, ValueError):
         return False
-    return fitted and stat.S_ISREG(st.st_mode) and time.time() - st.st_mtime < PRUNE_AGAIN_S and _grew_at(root) < st.st_mtime
+    return fitted and unchanged and stat.S_ISREG(st.st_mode) and time.time() - st.st_mtime < PRUNE_AGAIN_S
 
 
 def _note_pruned(root: Path, max_bytes: int, pruned: Pruned) -> None:
     try:
-        atomic_write(root / PRUNE_STAMP, f"{max_bytes} {pruned.total_after}".encode(), sync_dir=False)
+        atomic_write(root / PRUNE_STAMP, f"{max_bytes} {pruned.total_after} {_grew_at(root)!r}".encode(), sync_dir=False)
     except OSError:
         pass  # (a read-only cache: measured again at the next start)
 
