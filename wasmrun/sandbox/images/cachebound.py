@@ -283,7 +283,7 @@ def prune_on_start(max_bytes: int, lease: leases.Lease | None) -> Pruned | None:
     return pruned
 
 
-PRUNE_STAMP = ".pruned"  # in the cache root: the cap and the size of the last prune on start
+PRUNE_STAMP = ".pruned"  # in the cache root: the last prune on start's cap, size after, and the folders' mtime (_grew_at)
 PRUNE_AGAIN_S = 86400.0  # the prune on start runs at least this often, changed or not
 
 
