@@ -16,6 +16,7 @@ The reply to the guest, JSON in the calls' order: `{"ok": true, "result": ...}` 
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import threading
@@ -51,6 +52,18 @@ class _GuestCall(msgspec.Struct):
 
 
 _decode_calls = msgspec.json.Decoder(list[_GuestCall]).decode
+_encode_json = msgspec.json.Encoder().encode
+_OK_RESULT = b'{"ok":true,"result":'
+
+
+@functools.lru_cache(maxsize=512)
+def _validator(schema_json: bytes) -> Any:
+    """A tool's JSON Schema compiled into its validator, once per process and schema bytes: an
+    agent declares the same tools at every run (a validator's making is most of a call's check)."""
+    import jsonschema  # only a run that calls a tool pays for its import
+
+    schema = json.loads(schema_json)
+    return jsonschema.validators.validator_for(schema)(schema)
 
 
 class _Waiting:
@@ -100,7 +113,6 @@ class ToolSession:
         self.tools = {tool.name: tool for tool in tools}
         self.limits = limits
         self.calls_made = 0
-        self._validators: dict[str, Any] = {}
         self.interrupted: threading.Event | None = None  # the run's watch's: set when it must stop
         self.pause: Callable[[float], None] = lambda seconds: None  # pushes the run's deadline back
 
@@ -116,22 +128,13 @@ class ToolSession:
         if not isinstance(arguments, dict):
             return _refusal(INVALID_TOOL_ARGUMENTS, "the arguments must be an object of named arguments")
         try:
-            problem = next(iter(self._validator(tool).iter_errors(arguments)), None)
+            problem = next(iter(_validator(tool.schema_json).iter_errors(arguments)), None)
         except RecursionError:
             return _refusal(INVALID_TOOL_ARGUMENTS, "the arguments are nested too deeply")
         if problem is not None:
             where = "/".join(str(p) for p in problem.absolute_path) or "(the arguments)"
             return _refusal(INVALID_TOOL_ARGUMENTS, f"at {where}: {problem.message[:500]}")
         return None
-
-    def _validator(self, tool: ToolSpec) -> Any:
-        validator = self._validators.get(tool.name)
-        if validator is None:
-            import jsonschema  # only a run that calls a tool pays for its import
-
-            schema = json.loads(tool.schema_json)
-            validator = self._validators[tool.name] = jsonschema.validators.validator_for(schema)(schema)
-        return validator
 
     def handle(self, raw: bytes) -> bytes:
         """The guest's batch `raw` answered (see the module docstring); a batch past the
@@ -145,7 +148,7 @@ class ToolSession:
             raise errors.RunAborted(
                 TOOL_CALL_LIMIT, f"the run made more than {self.limits.max_calls} tool calls (max_tool_calls)"
             )
-        replies: list[dict[str, Any] | None] = []
+        replies: list[dict[str, Any] | bytes | None] = []
         pending: list[ToolCall] = []
         for call in calls:
             problem = self._problem(call)
@@ -158,9 +161,10 @@ class ToolSession:
             for i, reply in enumerate(replies):
                 if reply is None:
                     replies[i] = self._reply(answers[next(asked).call_id])
-        return json.dumps(replies, ensure_ascii=False).encode("utf-8")
+        # A result is the client's JSON as the server wrote it (valid, UTF-8): spliced in, not parsed again.
+        return b"[" + b",".join(r if isinstance(r, bytes) else _encode_json(r) for r in replies) + b"]"
 
-    def _reply(self, answer: ToolAnswer) -> dict[str, Any]:
+    def _reply(self, answer: ToolAnswer) -> dict[str, Any] | bytes:
         if answer.error is not None:
             return _refusal(TOOL_FAILED, answer.error[: self.limits.max_result_bytes])
         raw = answer.result_json if answer.result_json is not None else b"null"
@@ -171,7 +175,7 @@ class ToolSession:
                 f"the result was {size} bytes of JSON, over max_tool_result_bytes ({self.limits.max_result_bytes});"
                 " the client may store a large result as a blob and return its id",
             )
-        return {"ok": True, "result": json.loads(raw)}
+        return _OK_RESULT + raw + b"}"
 
     def _wait(self, calls: list[ToolCall]) -> dict[str, ToolAnswer]:
         with _lock:
