@@ -233,9 +233,9 @@ def test_kill_and_fork_during_a_running_cell(live: Live) -> None:
         sb.kill()  # answered without waiting for the cell, which is interrupted, then its session closed
         assert not sb.is_running()
         slow.result()
-        stopped = busy.result()
+        with pytest.raises(TimeoutException, match="killed"):  # the SDK's own, as for E2B's sandbox killed mid-cell
+            busy.result()
         assert time.monotonic() - killed < 15  # not the cell's 30 s
-        assert stopped.error is not None and stopped.error.name == "Interrupted", stopped
 
 
 def test_file_paths_outside_home_are_refused(sandbox: Sandbox) -> None:

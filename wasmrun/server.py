@@ -85,6 +85,7 @@ class HttpOptions:
     unkeyed_connections: int  # connections not in a keyed request, server-wide (wire/connections.py)
     metrics_key: str | None = field(repr=False)  # the operator's /metrics key
     blob_ttl_s: int  # the local tenant's blobs' retention (the server's default tenant limit)
+    e2b_workspace_mb: int | None = None  # each E2B sandbox's workspace quota (None: the runs' default)
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def assemble(
     http = HttpOptions(
         RequestGuard.for_server(settings.host, settings.access.allowed_hosts, settings.access.allowed_origins),
         settings.max_body_bytes, settings.body_timeout, settings.header_timeout, settings.unkeyed_connections,
-        settings.metrics_key, limits.blob_ttl_s,
+        settings.metrics_key, limits.blob_ttl_s, settings.e2b_workspace_mb,
     )
     return Server(backends, context, owns_executor, tenants, http)
 
@@ -320,8 +321,8 @@ def create_app(server: Server, *, mcp_with_create_skill: bool = False) -> Starle
     routes: list[BaseRoute] = [
         tools_route(lambda: facts_of(context.limits, context.egress.network.run_code, served.facts()))
     ]
-    e2b_lifespans: list[Callable[[], AbstractAsyncContextManager[None]]] = []  # its expiry sweep
-    routes.extend(e2b_routes(dispatcher, tenants.authenticate, in_flight, tenants.caller, e2b_lifespans))  # docs/e2b.md
+    e2b_lifespans: list[Callable[[], AbstractAsyncContextManager[None]]] = []  # its expiry sweep (docs/e2b.md)
+    routes.extend(e2b_routes(dispatcher, tenants.authenticate, in_flight, tenants.caller, e2b_lifespans, http.e2b_workspace_mb))
     routes.extend(azure_routes(dispatcher, tenants.authenticate, in_flight))  # dynamic sessions' clients (docs/azure.md)
     # Jupyter clients' kernel gateway: /api/kernels and the channels WebSocket (docs/jupyter.md)
     routes.extend(jupyter_routes(dispatcher, tenants.authenticate, in_flight, http.guard))

@@ -38,6 +38,8 @@
                       WASMRUN_MAX_CPU_MS            1000000  (the defaults are lowered to a
                       WASMRUN_MAX_WORKSPACE_MB      1024     ceiling set below them)
                       WASMRUN_MAX_OUTPUT_BYTES      1048576
+                      WASMRUN_E2B_WORKSPACE_MB      64     each E2B sandbox's workspace quota (its disk, the
+                                                    largest upload), up to WASMRUN_MAX_WORKSPACE_MB
                       WASMRUN_SESSION_IDLE_S        600    a session's idle timeout when create_session names none
                       WASMRUN_SESSION_MAX_IDLE_S    3600   the most idle_timeout_s may ask for
                       WASMRUN_SESSION_MAX_AGE_S     86400  a session ends this long after creation
@@ -118,6 +120,8 @@ class Settings:
     # Connections not in a request counted for a tenant (wire/connections.py).
     unkeyed_connections: int = 1024
     max_full_read_bytes: int = 10 * 1024 * 1024
+    # Each E2B sandbox's workspace quota in MiB (docs/e2b.md); None: the runs' default.
+    e2b_workspace_mb: int | None = None
     limits: LimitPolicy = field(default_factory=LimitPolicy)
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     # Network grants and secret modes (wasmrun/egress/policy.py).
@@ -207,9 +211,13 @@ class Settings:
         chosen["sessions"] = load_session_policy(env)
         chosen["packages"] = load_packages(Path(policy_path).expanduser() if policy_path else None, env,
                                            packages, packages_allow)
+        limits = load_limit_policy(env)
+        ceiling = limits.ceilings.workspace_bytes // (1024 * 1024)
+        if not 1 <= chosen.get("e2b_workspace_mb", 1) <= ceiling:
+            raise ValueError(f"WASMRUN_E2B_WORKSPACE_MB must be from 1 to the workspace ceiling, {ceiling}")
         return cls(
             skills_dirs=load_skill_dirs(env, skills_dirs),
-            limits=load_limit_policy(env),
+            limits=limits,
             secrets=load_secrets(env, Path(secrets_path).expanduser() if secrets_path else None),
             egress=load_egress_policy(str(Path(policy_path).expanduser()) if policy_path else None),
             access=access,
@@ -246,6 +254,7 @@ def load_server_values(
         "header_timeout": _float(env.get(ENV_PREFIX + "HEADER_TIMEOUT"), "header timeout"),
         "unkeyed_connections": _int(env.get(ENV_PREFIX + "UNKEYED_CONNECTIONS"), "unkeyed connections"),
         "max_full_read_bytes": _int(env.get(ENV_PREFIX + "MAX_FULL_READ_BYTES"), "max full read bytes"),
+        "e2b_workspace_mb": _int(env.get(ENV_PREFIX + "E2B_WORKSPACE_MB"), "E2B workspace MB"),
         "skill_cache_entries": _int(env.get(ENV_PREFIX + "SKILL_CACHE_ENTRIES"), "skill cache entries"),
         "skill_cache_bytes": (
             mb * 1024 * 1024 if (mb := _int(env.get(ENV_PREFIX + "SKILL_CACHE_MB"), "skill cache MB")) else None

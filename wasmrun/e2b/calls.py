@@ -69,6 +69,16 @@ class FrontError(Exception):
         self.message = message
 
 
+def killed(sandbox: E2BSandbox) -> FrontError:
+    """A call in progress when its sandbox was killed or timed out: 502 in the words of E2B's
+    proxy for a sandbox that is gone ("was not found"), which the SDK raises as
+    SandboxNotRunningException."""
+    return FrontError(502, (
+        f"The sandbox {sandbox.sandbox_id} was not found: it was killed or reached its timeout while"
+        " the call was in progress"
+    ))
+
+
 def http_status(error: RPCError) -> int:
     if isinstance(error, SessionNotFound):
         return 404
@@ -130,9 +140,14 @@ class Front:
 
     def __init__(
         self, dispatcher: Dispatcher, authenticate: Authenticate, in_flight: RequestsInFlight,
-        caller_of: CallerOf | None = None,
+        caller_of: CallerOf | None = None, workspace_mb: int | None = None,
     ) -> None:
         self.dispatcher = dispatcher
+        # Each sandbox's workspace quota (its disk, the largest upload): the operator's, or the runs' default.
+        self.workspace_mb = workspace_mb
+        self.workspace_bytes = (
+            workspace_mb * 1024 * 1024 if workspace_mb else dispatcher.context.limits.resolve().workspace_bytes
+        )
         self.authenticate = authenticate
         self.in_flight = in_flight
         self.caller_of = caller_of
@@ -235,6 +250,7 @@ class Front:
         """Closes the sandbox's sessions: its cells still queued are dropped, not run, and
         the one running is interrupted (it fails with `Interrupted`), as a killed sandbox's
         process would stop."""
+        sandbox.ended = True
         for context in sandbox.contexts.values():
             context.ended = True
         for context in list(sandbox.contexts.values()):

@@ -102,7 +102,7 @@ def detail(sandbox: E2BSandbox, front: Front) -> dict[str, Any]:
     return {
         **created(sandbox), "startedAt": _iso(sandbox.started_at), "endAt": _iso(sandbox.end_at),
         "cpuCount": 1, "memoryMB": limits.memory_bytes // (1024 * 1024),
-        "diskSizeMB": limits.workspace_bytes // (1024 * 1024), "state": sandbox.state,
+        "diskSizeMB": front.workspace_bytes // (1024 * 1024), "state": sandbox.state,
         "metadata": dict(sandbox.metadata),
     }
 
@@ -110,9 +110,10 @@ def detail(sandbox: E2BSandbox, front: Front) -> dict[str, Any]:
 async def new_session(front: Front, caller: Caller) -> str:
     """A session for a sandbox or a context: the longest idle timeout the server allows,
     its code at home in /home/user (`start_in`)."""
-    info = await front.call(
-        caller, "create_session", {"language": "python", "idle_timeout_s": front.session_policy.max_idle_timeout_s}
-    )
+    params: dict[str, Any] = {"language": "python", "idle_timeout_s": front.session_policy.max_idle_timeout_s}
+    if front.workspace_mb is not None:  # the operator's (WASMRUN_E2B_WORKSPACE_MB), else the runs' default
+        params["limits"] = {"workspace_mb": front.workspace_mb}
+    info = await front.call(caller, "create_session", params)
     session_id: str = info["session_id"]
     if not await start_in(front, caller, session_id, HOME):
         await front.close_session(caller, session_id)

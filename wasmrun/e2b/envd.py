@@ -53,7 +53,7 @@ async def upload(front: Front, request: Request, sandbox: E2BSandbox) -> Respons
     multipart = request.headers.get("content-type", "").startswith("multipart/form-data")
     if not multipart:
         relative(path or "")  # a bad path is refused before the body is read
-    async with transfer.received(request, front) as files:
+    async with transfer.received(request, front, sandbox) as files:
         named = [(relative(path if path and len(files) == 1 else name), content) for name, content in files]
         await transfer.upload(front, sandbox, named)
     return JSONResponse([{"name": rel.rsplit("/", 1)[-1], "type": "file", "path": e2b_path(rel)} for rel, _ in named])

@@ -67,6 +67,8 @@ class _Held(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await self.answer(scope, receive, send)
+        except interpreter.SandboxGone:
+            pass  # the answer stops unfinished: the server closes its connection
         finally:
             if isinstance(self.answer, interpreter.CellResponse):
                 self.answer.stream.leave()  # sent, or its client gone: its lines wait for no one
@@ -128,12 +130,16 @@ def sandbox_routes(front: Front) -> list[BaseRoute]:
 def e2b_routes(
     dispatcher: Dispatcher, authenticate: Authenticate, in_flight: RequestsInFlight | None = None,
     caller_of: CallerOf | None = None, lifespans: list[Callable[[], AbstractAsyncContextManager[None]]] | None = None,
+    workspace_mb: int | None = None,
 ) -> list[BaseRoute]:
     """The front's routes, for the server's app (so its middleware applies); `in_flight`
     is the server's count of each tenant's requests, shared with /rpc and /mcp;
     `caller_of` a tenant by name (a sandbox's record names its tenant); the expiry sweep's
-    lifespan is added to `lifespans` (sweeper.py)."""
-    front = Front(dispatcher, authenticate, in_flight if in_flight is not None else RequestsInFlight(), caller_of)
+    lifespan is added to `lifespans` (sweeper.py); `workspace_mb` each sandbox's workspace
+    quota (WASMRUN_E2B_WORKSPACE_MB; None: the runs' default)."""
+    front = Front(
+        dispatcher, authenticate, in_flight if in_flight is not None else RequestsInFlight(), caller_of, workspace_mb
+    )
     if lifespans is not None:
         lifespans.append(sweeper.sweeping(front))
     return [

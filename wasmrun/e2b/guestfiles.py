@@ -11,7 +11,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from wasmrun.e2b.calls import Front, FrontError
+from wasmrun.e2b.calls import Front, FrontError, killed
 from wasmrun.e2b.paths import GUEST_HOME, e2b_path
 from wasmrun.e2b.sandboxes import E2BSandbox
 
@@ -151,13 +151,24 @@ async def run_file_program(
 ) -> dict[str, Any]:
     """FILE_PROGRAM's run in the sandbox (its default context's session), queued behind
     a cell that is running, as envd's are not but a session's runs must be: the whole
-    result, its `output` still the guest's (unchecked)."""
+    result, its `output` still the guest's (unchecked). A sandbox killed before or while it
+    runs fails it as E2B's does (`killed`), whatever the run made of it."""
     context = sandbox.contexts["default"]
     async with context.lock:
-        return await front.run(sandbox.caller, {
-            "language": "python", "code": FILE_PROGRAM, "session_id": context.session_id, "args": args,
-            "entrypoint": ENTRYPOINT, "input_blobs": input_blobs or [],
-        })
+        if sandbox.ended:
+            raise killed(sandbox)
+        try:
+            result = await front.run(sandbox.caller, {
+                "language": "python", "code": FILE_PROGRAM, "session_id": context.session_id, "args": args,
+                "entrypoint": ENTRYPOINT, "input_blobs": input_blobs or [],
+            })
+        except FrontError:
+            if sandbox.ended:
+                raise killed(sandbox) from None
+            raise
+    if sandbox.ended:
+        raise killed(sandbox)
+    return result
 
 
 def checked_output(result: dict[str, Any], rel: str) -> dict[str, Any]:

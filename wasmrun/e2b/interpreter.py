@@ -29,6 +29,14 @@ from wasmrun.sandbox import OutputChunk
 # Cells running or queued on one context at once: each holds its tenant's request place
 # (concurrent_requests) too, until it has run or been dropped.
 MAX_QUEUED_CELLS = 8
+# What a cell's queue ends with when its sandbox was killed under it: its answer is cut.
+CUT = b""
+
+
+class SandboxGone(Exception):
+    """A cell's sandbox was killed or timed out while it ran or waited: its answer stops
+    mid-stream, as E2B's does when the sandbox goes away under a cell (the SDK then finds
+    it gone and raises its own "killed while the request was in progress")."""
 
 
 def _context(sandbox: E2BSandbox, context_id: Any) -> CodeContext:
@@ -119,6 +127,8 @@ async def _fixed(events: list[dict[str, Any]]) -> AsyncIterator[bytes]:
 async def _lines(stream: CellStream) -> AsyncIterator[bytes]:
     try:
         while (line := await stream.queue.get()) is not None:
+            if line is CUT:
+                raise SandboxGone
             yield line
     finally:
         stream.leave()
@@ -151,8 +161,10 @@ async def _run_cell_events(
     except FrontError as exc:
         ending = [results.line({"type": "error", "name": "SandboxError", "value": exc.message, "traceback": exc.message})]
     finally:
-        for event in [*lines.flush(), {"type": "end_of_execution"}]:
-            ending.append(results.line(event))
+        if sandbox.ended:  # killed or timed out meanwhile: what it printed, then the answer cut
+            ending = [*map(results.line, lines.flush()), CUT]
+        else:
+            ending += map(results.line, [*lines.flush(), {"type": "end_of_execution"}])
         for line in ending:
             stream.queue.put_nowait(line)
         stream.queue.put_nowait(None)

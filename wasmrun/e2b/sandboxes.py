@@ -58,6 +58,9 @@ class E2BSandbox:
     # Its commands from Start to end (commands.RunningCommand, by pid): what List shows.
     commands: dict[int, Any] = field(default_factory=dict, repr=False)
     next_pid: int = 1000  # pids as envd's look: each command of the sandbox its own
+    # Killed, timed out or gone from the records: a call still in progress fails as E2B's
+    # does for a sandbox killed under it (calls.killed).
+    ended: bool = False
 
     @property
     def session_id(self) -> str:
@@ -106,6 +109,7 @@ class SandboxTable:
         expired or ended, here or on another server, which ends its sessions)."""
         sandbox = self._sandboxes.pop(sandbox_id, None)
         if sandbox is not None:
+            sandbox.ended = True
             for context in sandbox.contexts.values():
                 context.ended = True
         return sandbox

@@ -36,7 +36,7 @@ from wasmrun.blobs.objects import ObjectStoreError
 from wasmrun.blobs.quota import BlobQuotaExceeded
 from wasmrun.blobs.store import BlobStore, is_blob_id
 from wasmrun.e2b import guestfiles
-from wasmrun.e2b.calls import Front, FrontError, body_chunks
+from wasmrun.e2b.calls import Front, FrontError, body_chunks, killed
 from wasmrun.e2b.sandboxes import E2BSandbox
 
 logger = logging.getLogger("wasmrun.e2b")
@@ -60,7 +60,7 @@ def transfer_kind() -> str:
 
 def upload_limit(front: Front) -> int:
     """The most one upload's files may hold: the sandbox's workspace quota."""
-    return front.dispatcher.context.limits.resolve().workspace_bytes
+    return front.workspace_bytes
 
 
 def too_large(limit: int) -> FrontError:
@@ -103,20 +103,24 @@ class Spool:
         self.file.write(data)
 
 
-def _bounded(request: Request, limit: int) -> AsyncGenerator[bytes, None]:
+async def _bounded(request: Request, limit: int, sandbox: E2BSandbox | None) -> AsyncGenerator[bytes, None]:
     """The request's body, refused (507) past `limit` bytes and what a body adds to its
-    files (MULTIPART_SLACK): declared or as they come."""
-    return body_chunks(request, limit + MULTIPART_SLACK, too_large(limit))
+    files (MULTIPART_SLACK), declared or as they come; the rest left unread once the
+    sandbox is killed (E2B's 502 for a sandbox gone)."""
+    async for chunk in body_chunks(request, limit + MULTIPART_SLACK, too_large(limit)):
+        if sandbox is not None and sandbox.ended:
+            raise killed(sandbox)
+        yield chunk
 
 
-async def _octet_stream(request: Request, limit: int) -> BinaryIO:
+async def _octet_stream(request: Request, limit: int, sandbox: E2BSandbox | None) -> BinaryIO:
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("identity", "gzip"):
         raise FrontError(400, f"Content-Encoding {encoding[:40]!r} is not accepted: send the file as it is, or gzip")
     spool = await asyncio.to_thread(Spool, limit, encoding == "gzip")
     try:
         pending = bytearray()
-        async for chunk in _bounded(request, limit):
+        async for chunk in _bounded(request, limit, sandbox):
             pending += chunk
             if len(pending) >= SPOOL_CHUNK:
                 await asyncio.to_thread(spool.write, pending)
@@ -128,11 +132,11 @@ async def _octet_stream(request: Request, limit: int) -> BinaryIO:
     return spool.file
 
 
-async def _multipart(request: Request, limit: int, stack: contextlib.AsyncExitStack) -> Received:
+async def _multipart(request: Request, limit: int, sandbox: E2BSandbox | None, stack: contextlib.AsyncExitStack) -> Received:
     if request.headers.get("content-encoding"):
         raise FrontError(400, "a compressed multipart upload is not accepted: send it as it is")
     parser = MultiPartParser(
-        request.headers, _bounded(request, limit),
+        request.headers, _bounded(request, limit, sandbox),
         max_files=MAX_FILES, max_fields=MAX_FIELDS, max_part_size=MAX_FIELD_BYTES,
     )
     parser.spool_max_size = SPOOL_IN_MEMORY
@@ -148,14 +152,15 @@ async def _multipart(request: Request, limit: int, stack: contextlib.AsyncExitSt
 
 
 @contextlib.asynccontextmanager
-async def received(request: Request, front: Front) -> AsyncIterator[Received]:
-    """The upload's files, on disk (or in memory up to SPOOL_IN_MEMORY) for the block."""
+async def received(request: Request, front: Front, sandbox: E2BSandbox | None = None) -> AsyncIterator[Received]:
+    """The upload's files, on disk (or in memory up to SPOOL_IN_MEMORY) for the block; the
+    body's reading stops at the kill of `sandbox`, when given."""
     limit = upload_limit(front)
     async with contextlib.AsyncExitStack() as stack:
         if request.headers.get("content-type", "").startswith("multipart/form-data"):
-            files = await _multipart(request, limit, stack)
+            files = await _multipart(request, limit, sandbox, stack)
         else:
-            body = await _octet_stream(request, limit)
+            body = await _octet_stream(request, limit, sandbox)
             stack.callback(body.close)
             files = [(request.query_params.get("path") or "", body)]
         if not files:
