@@ -200,9 +200,9 @@ def test_over_mcp_with_its_own_client(server: LiveServer) -> None:
     assert bad.is_error and "NUL" in bad.content[0].text
 
 
-def test_streamed_its_output_comes_as_it_is_written(server: LiveServer) -> None:
-    body = {"jsonrpc": "2.0", "id": 1, "method": "run_command",
-            "params": {"command": "echo first; sleep 1; echo second >&2", "stream": True}}
+def _streamed(server: LiveServer, command: str) -> list[tuple[float, dict[str, Any]]]:
+    """A streamed run_command's events, each with the time it arrived."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "run_command", "params": {"command": command, "stream": True}}
     arrivals: list[tuple[float, dict[str, Any]]] = []
     with httpx2.stream("POST", server.endpoint, json=body, headers={"accept": "text/event-stream"}, timeout=60) as reply:
         assert reply.headers["content-type"].startswith("text/event-stream")
@@ -213,9 +213,45 @@ def test_streamed_its_output_comes_as_it_is_written(server: LiveServer) -> None:
             elif not line and data:
                 arrivals.append((time.monotonic(), json.loads("\n".join(data))))
                 data = []
+    return arrivals
+
+
+def test_streamed_its_output_comes_as_it_is_written(server: LiveServer) -> None:
+    arrivals = _streamed(server, "echo first; sleep 1; echo second >&2")
     outputs = [(m["params"]["stream"], m["params"]["text"]) for _, m in arrivals if m.get("method") == "run/output"]
     assert outputs == [("stdout", "first\n"), ("stderr", "second\n")]
     result = arrivals[-1][1]["result"]
     assert (result["exit_code"], result["stdout"], result["stderr"]) == (0, "first\n", "second\n")
     first_at = next(t for t, m in arrivals if m.get("method") == "run/output")
     assert arrivals[-1][0] - first_at > 0.5  # the first line came before the sleep ended
+
+
+@pytest.mark.parametrize("command", [
+    "python -c 'import time; print(\"first\", flush=True); time.sleep(1.5); print(\"second\")'",
+    "for i in 1 2; do echo step$i; sleep 0.8; done; echo second",
+    "printf 'import time\\nprint(\"first\", flush=True)\\ntime.sleep(1.5)\\n' > job.py; "
+    "{ python job.py; echo second; }",
+])
+def test_a_long_command_s_progress_streams_while_it_runs(server: LiveServer, command: str) -> None:
+    """A script's prints arrive while it runs (the shell used to hand a command line's output on
+    when it ended): in a loop, a group and `python` itself, in order."""
+    arrivals = _streamed(server, command)
+    texts = [(t, m["params"]["text"]) for t, m in arrivals if m.get("method") == "run/output"]
+    joined = "".join(text for _, text in texts)
+    assert joined.index("second") > 0 and joined.rstrip().endswith("second")
+    first_at = texts[0][0]
+    assert arrivals[-1][0] - first_at > 0.5, texts  # the first line came before the sleep ended
+    assert arrivals[-1][1]["result"]["exit_code"] == 0
+
+
+def test_a_huge_print_is_cut_at_the_output_limit_not_held_in_memory(server: LiveServer) -> None:
+    """60 MB printed by `python` in the shell (the default memory is 256 MB): the command ends
+    with its status, the output is cut at the run's limit as it is written, and the run's
+    peak memory stays far from what holding the output (as text and as bytes) would need."""
+    result = ran(server, command="python -c 'print(\"x\" * 60_000_000)'; echo after-$?")
+    assert result["status"] == "completed" and result["exit_code"] == 0, result.get("error")
+    assert result["output_truncated"] is True and len(result["stdout"]) < 2_000_000
+    assert result["logs_preview"].endswith("after-0\n")
+    assert result["usage"]["peak_memory_bytes"] < 250 * 1024 * 1024
+    lines = ran(server, command="python -c 'for i in range(1_000_000): print(i)' | tail -1; seq 1000000 | wc -l")
+    assert lines["stdout"] == "999999\n1000000\n"

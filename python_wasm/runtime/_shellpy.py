@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextvars
 import importlib.metadata
 import io
 import os
@@ -27,7 +28,7 @@ import traceback
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import IO, Any
 
 # Loads just-bash without its network module: before any just_bash import (isort must not move it).
 # isort: off
@@ -103,6 +104,12 @@ def exported_env(env: dict[str, str]) -> dict[str, str]:
     return {name: value for name, value in env.items() if "x" in attributes(name)}
 
 
+# Set by the shell (runtime/commands.py) while a command runs whose output goes to the shell's
+# own streams, not into a pipe, a redirection or a `$(...)`: then `python` writes there as it
+# runs, as a process inherits its parent's stdout, instead of into a string handed back.
+INHERITS_STREAMS: contextvars.ContextVar[bool] = contextvars.ContextVar("INHERITS_STREAMS", default=False)
+
+
 class _Captured(io.StringIO):
     """A standard stream of the command: code that closes it as it ends (json.tool's
     `with outfile`) leaves what it wrote readable."""
@@ -110,16 +117,111 @@ class _Captured(io.StringIO):
     def close(self) -> None:
         self.flush()
 
+    @property
+    def buffer(self) -> Any:  # a process's stdout has bytes under it: `sys.stdout.buffer.write(b"...")`
+        return _TextBytes(self)
+
+
+class _Input(io.StringIO):
+    """The command's stdin: text, and bytes under it (`sys.stdin.buffer.read()`) for code that
+    reads bytes; the bytes are what the text had not yet given (a pipe's bytes as they came)."""
+
+    _bytes: io.BytesIO | None = None
+
+    @property
+    def buffer(self) -> io.BytesIO:
+        if self._bytes is None:
+            rest = self.read()
+            try:
+                data = rest.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                data = rest.encode("utf-8", "replace")
+            self._bytes = io.BytesIO(data)
+        return self._bytes
+
+
+_PIECE = 1 << 20
+
+
+class _Inherited(io.TextIOBase):
+    """The shell's own stdout or stderr, handed to a `python` command that inherits it:
+    written through; closing it (json.tool's `with outfile`) ends the command's use of
+    it, not the stream, as closing an inherited descriptor would."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__()
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        # A MiB at a time: a 100 MB print is encoded piece by piece, not into 100 MB more at once.
+        for start in range(0, len(text), _PIECE):
+            self._stream.write(text[start:start + _PIECE])
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def close(self) -> None:
+        self._stream.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def getvalue(self) -> str:
+        return ""  # written already
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._stream, "encoding", None) or "utf-8"
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return getattr(self._stream, "errors", None)
+
+    @property
+    def buffer(self) -> Any:  # `sys.stdout.buffer.write(b"...")`: the stream's bytes, in order with its text
+        self._stream.flush()
+        raw = getattr(self._stream, "buffer", None)
+        return raw if raw is not None else _TextBytes(self._stream)
+
+
+class _TextBytes(io.RawIOBase):
+    """Bytes written to a stream that has only text (a caller's io.StringIO): each byte that is
+    not UTF-8 kept as its escape, as the shell's own output is (runtime/commands.py `_emit`)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__()
+        self._stream = stream
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        chunk = bytes(data)
+        self._stream.write(chunk.decode("utf-8", "surrogateescape"))
+        return len(chunk)
+
 
 @contextmanager
-def _as_process(ctx: CommandContext, argv: list[str], path0: str | None) -> Iterator[tuple[io.StringIO, io.StringIO]]:
+def _as_process(ctx: CommandContext, argv: list[str], path0: str | None) -> Iterator[tuple[Any, Any]]:
     """The interpreter's process state set for one `python` command, and put back."""
     saved_argv, saved_path = sys.argv, list(sys.path)
     saved_streams = sys.stdin, sys.stdout, sys.stderr
     saved_main = sys.modules.get("__main__")
     saved_environ = dict(os.environ)
     saved_cwd = os.getcwd()
-    out, err = _Captured(), _Captured()
+    out: io.TextIOBase
+    err: io.TextIOBase
+    if INHERITS_STREAMS.get():
+        out, err = _Inherited(sys.stdout), _Inherited(sys.stderr)
+    else:
+        out, err = _Captured(), _Captured()
     # A process starts with no event loop running: the shell's loop and task are set aside, so
     # `asyncio.run` works in the program and a plain `runtime.tools` call waits for its answer.
     outer = asyncio.events._get_running_loop()
@@ -134,10 +236,15 @@ def _as_process(ctx: CommandContext, argv: list[str], path0: str | None) -> Iter
         sys.argv = argv
         if path0 is not None:
             sys.path.insert(0, path0)
-        sys.stdin = _Captured(ctx.stdin)
+        sys.stdin = _Input(ctx.stdin)
         sys.stdout, sys.stderr = out, err
         yield out, err
     finally:
+        for stream in (out, err):  # what the code wrote, out before the shell's next words
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass  # the code closed the stream under it
         asyncio.events._set_running_loop(outer)
         if task is not None:
             asyncio.tasks._enter_task(outer, task)
@@ -156,7 +263,7 @@ def _as_process(ctx: CommandContext, argv: list[str], path0: str | None) -> Iter
             pass  # the code removed the folder it was started in
 
 
-def _exit_status(code: object, err: io.StringIO) -> int:
+def _exit_status(code: object, err: IO[str]) -> int:
     """sys.exit's argument as a process's exit status."""
     if code is None:
         return 0
@@ -166,7 +273,7 @@ def _exit_status(code: object, err: io.StringIO) -> int:
     return code & 0xFF
 
 
-def _print_traceback(exc: BaseException, err: io.StringIO) -> None:
+def _print_traceback(exc: BaseException, err: IO[str]) -> None:
     """The traceback a process would print: frames of this runner and of runpy left out."""
     tb = exc.__traceback__
     skip = (_print_traceback.__code__.co_filename, runpy.run_path.__code__.co_filename)

@@ -38,7 +38,7 @@ from just_bash.parser.parser import ParseException
 from just_bash.types import Command, ExecResult, ExecutionLimits
 
 from runtime import (_shellawk, _shellbytes, _shellfind, _shellfs, _shellgrep, _shellpip, _shellpy, _shellsed,
-                     _shellsh, _shellsort, _shellwc)
+                     _shellseq, _shellsh, _shellsort, _shellwc)
 
 # isort: on
 
@@ -162,6 +162,7 @@ def _registry() -> dict[str, Command]:
     commands["sort"] = _shellsort.SortCommand()
     commands["find"] = _shellfind.FindCommand()
     commands["wc"] = _shellwc.WcCommand()
+    commands["seq"] = _shellseq.SeqCommand()
     commands["sed"] = _shellsed.SandboxSed()
     for name in _shellsh.SHELLS:
         commands[name] = _shellsh.ShellCommand(name, lambda *a: _run_shell(*a))  # defined below
@@ -208,8 +209,14 @@ def _emit(stream: Any, text: str) -> None:
     """Text the shell produced, onto one of this process's streams: its bytes as a process
     would write them (a binary file cat'ed is its bytes; runtime/_shellbytes.py) when the
     stream has bytes under it, else as text (an io.StringIO keeps the escaped bytes)."""
-    if not text:
-        return
+    for start in range(0, len(text), _PIECE):  # a MiB at a time: encoded output never held twice whole
+        _emit_piece(stream, text[start:start + _PIECE])
+
+
+_PIECE = 1 << 20
+
+
+def _emit_piece(stream: Any, text: str) -> None:
     raw = getattr(stream, "buffer", None)
     try:
         data = text.encode("utf-8", "surrogateescape")
@@ -226,14 +233,41 @@ def _emit(stream: Any, text: str) -> None:
         stream.write(data.decode("utf-8", "replace"))
 
 
-class _Shell(Interpreter):
-    """just-bash's interpreter, with what the sandbox adds: the output of each top-level
-    command written as it ends, scripts with a Python shebang run by `python`, and a
-    hint after `command not found`."""
+def _written(result: ExecResult) -> ExecResult:
+    """`result`'s output written to this process's streams: what is left is its status."""
+    if not (result.stdout or result.stderr):
+        return result
+    _emit(sys.stdout, result.stdout)
+    _emit(sys.stderr, result.stderr)
+    return ExecResult(stdout="", stderr="", exit_code=result.exit_code, env=result.env)
 
-    def __init__(self, *args: Any, top: frozenset[int] = frozenset(), **kwargs: Any) -> None:
+
+# Redirections that only feed a command's input; any other sends some of its output elsewhere.
+_INPUT_REDIRECTIONS = frozenset({"<", "<<", "<<-", "<<<", "<&"})
+
+
+def _redirects_output(node: Any) -> bool:
+    return any(r.operator not in _INPUT_REDIRECTIONS for r in getattr(node, "redirections", None) or ())
+
+
+class _Shell(Interpreter):
+    """just-bash's interpreter, with what the sandbox adds: output written as it is made
+    wherever it goes to the shell's own streams (below), scripts with a Python shebang
+    run by `python`, and a hint after `command not found`.
+
+    just-bash hands every command's output up the tree as a string, so a command line's
+    output would appear when it ends and be held whole until then. Where bash's output
+    would go straight to the terminal (`direct`: not into a pipe, a redirection or a
+    `$(...)`), each pipeline's output is written as that pipeline ends, and `python`
+    (runtime/_shellpy.py) and the shells it starts write to the streams themselves while
+    they run: a long script's progress is seen as it prints, and its output is bounded by
+    the run's output limit as it is written, not held in memory first."""
+
+    def __init__(self, *args: Any, direct: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._top = top  # id() of the statements whose output is written when they end
+        self._direct = direct  # whether output made now goes to this process's own streams
+        self._direct_statement: Any = None  # the statement in the direct position now (its pipelines write)
+        self._pipelines: list[Any] = []  # the pipelines running now, innermost last
         # The pipeline running now and the stderr of its commands but the last (below).
         self._pipe: tuple[Any, list[str]] | None = None
         self._depth = 0  # execute_script levels: 1 is the shell's own script, more a `$(...)`
@@ -242,10 +276,14 @@ class _Shell(Interpreter):
 
     async def execute_script(self, node: Any) -> ExecResult:
         self._depth += 1
+        outer = self._direct
+        if self._depth > 1:  # a `$(...)` or a trap: its output is a value, not the shell's
+            self._direct = False
         try:
             result: ExecResult = await super().execute_script(node)
         finally:
             self._depth -= 1
+            self._direct = outer
         return result
 
     async def run_script(self, ast: Any) -> ExecResult:
@@ -308,6 +346,18 @@ class _Shell(Interpreter):
         """just-bash keeps only the last command's stderr of a pipeline (interpreter.py
         `execute_pipeline`): `cat missing | wc -l` would lose cat's error. The others'
         are collected (execute_command) and put first, as bash shows them."""
+        statement = self._direct_statement
+        direct = statement is not None and any(p is node for p in statement.pipelines)
+        self._pipelines.append(node)
+        try:
+            result = await self._pipeline(node)
+        finally:
+            self._pipelines.pop()
+        if direct:
+            return _written(result)
+        return result
+
+    async def _pipeline(self, node: Any) -> ExecResult:
         if len(node.commands) < 2:
             single: ExecResult = await super().execute_pipeline(node)
             self._last_pipeline = node
@@ -324,7 +374,17 @@ class _Shell(Interpreter):
         return ExecResult(stdout=result.stdout, stderr=lost + result.stderr, exit_code=result.exit_code, env=result.env)
 
     async def execute_command(self, node: Any, stdin: str) -> ExecResult:
-        result: ExecResult = await super().execute_command(node, stdin)
+        outer = self._direct
+        # Not the shell's streams: a command piped into the next one, or one that redirects its output.
+        # (A command that is no pipeline's, such as a function's body, is where its caller is.)
+        piped = bool(self._pipelines) and any(c is node for c in self._pipelines[-1].commands[:-1])
+        self._direct = outer and not piped and not _redirects_output(node)
+        inherits = _shellpy.INHERITS_STREAMS.set(self._direct and node.type == "SimpleCommand")
+        try:
+            result: ExecResult = await super().execute_command(node, stdin)
+        finally:
+            _shellpy.INHERITS_STREAMS.reset(inherits)
+            self._direct = outer
         pipe = self._pipe
         if pipe is not None and result.stderr:
             commands = pipe[0].commands
@@ -336,6 +396,15 @@ class _Shell(Interpreter):
         return result
 
     async def execute_statement(self, node: Any) -> ExecResult:
+        direct = self._direct
+        outer, self._direct_statement = self._direct_statement, (node if direct and not node.background else None)
+        try:
+            result = await self._statement(node)
+        finally:
+            self._direct_statement = outer
+        return _written(result) if direct else result
+
+    async def _statement(self, node: Any) -> ExecResult:
         if node.background:
             # No processes: the job runs to its end here; `$!`, `wait` and `jobs` know it.
             try:
@@ -359,10 +428,6 @@ class _Shell(Interpreter):
             if extra is not None:
                 result = ExecResult(stdout=result.stdout + extra.stdout, stderr=result.stderr + extra.stderr,
                                     exit_code=result.exit_code, env=result.env)
-        if id(node) in self._top and self._state.call_depth == 0:
-            _emit(sys.stdout, result.stdout)
-            _emit(sys.stderr, result.stderr)
-            result = ExecResult(stdout="", stderr="", exit_code=result.exit_code, env=result.env)
         return result
 
     async def _exec_fn(self, script: str, env: dict[str, str] | None = None, cwd: str | None = None) -> ExecResult:
@@ -407,7 +472,8 @@ class _Shell(Interpreter):
         state.last_background_pid = self._state.last_background_pid
         if stdin:
             state.group_stdin = stdin
-        sub = _Shell(fs=self._fs, commands=self._commands, limits=self._limits, state=state, fetch=self._fetch)
+        sub = _Shell(fs=self._fs, commands=self._commands, limits=self._limits, state=state, fetch=self._fetch,
+                     direct=self._direct)
         sub._depth = 1
         stdout = stderr = ""
         exit_code = 0
@@ -496,7 +562,8 @@ async def _run_shell(ctx: Any, script: str, name: str, args: list[str], options:
     state = _shellsh.shell_state(ctx.env, ctx.cwd, "", name, args, options, time.time(), _shellpy.exported_env)
     if stdin:
         state.group_stdin = stdin
-    shell = _Shell(fs=_FS, commands=_COMMANDS, limits=LIMITS, state=state)
+    # Started where its output goes to the shell's streams (`bash job.sh` on its own line), it writes there too.
+    shell = _Shell(fs=_FS, commands=_COMMANDS, limits=LIMITS, state=state, direct=_shellpy.INHERITS_STREAMS.get())
     _shellsh.nesting[0] += 1
     try:
         return await shell.run_script(ast)
@@ -674,8 +741,7 @@ def _parse_and_run(script: str, folder: str, extra: dict[str, str], text_in: str
     state.last_background_pid = ""  # type: ignore[assignment]  # `$!` is empty before any `&`
     if text_in:
         state.group_stdin = text_in  # the first command's stdin (just-bash's group stdin)
-    shell = _Shell(fs=_FS, commands=_COMMANDS, limits=LIMITS, state=state,
-                   top=frozenset(id(s) for s in ast.statements))
+    shell = _Shell(fs=_FS, commands=_COMMANDS, limits=LIMITS, state=state, direct=True)
     try:
         status = int(_shelljb.drive(_execute(shell, ast)))
     except RecursionError:
