@@ -61,6 +61,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = chosen
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """What a run cost, for the CI budget (issue 41): the tests run per image and per folder
+    of tests/, and the files that took longest (setup, call and teardown summed: a module's
+    server start counts for its file)."""
+    per_file: dict[str, float] = {}
+    per_image: dict[str, int] = {}
+    per_folder: dict[str, int] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            nodeid = getattr(report, "nodeid", "")
+            when = getattr(report, "when", None)
+            if not nodeid.startswith("tests/") or when is None:
+                continue
+            path = nodeid.partition("::")[0]
+            per_file[path] = per_file.get(path, 0.0) + float(getattr(report, "duration", 0.0))
+            if when != "call" and not (when == "setup" and report.outcome == "skipped"):
+                continue
+            image = next((name for name in images.IMAGES if nodeid.endswith(f"{name}]") or f"[{name}-" in nodeid
+                          or f"-{name}]" in nodeid or f"-{name}-" in nodeid), "stdlib")
+            per_image[image] = per_image.get(image, 0) + 1
+            folder = path.rpartition("/")[0]
+            per_folder[folder] = per_folder.get(folder, 0) + 1
+    if not per_file:
+        return
+    write = terminalreporter.write_line
+    write("tests run per image: " + ", ".join(f"{k} {v}" for k, v in sorted(per_image.items())))
+    write("tests run per folder: " + ", ".join(f"{k} {v}" for k, v in sorted(per_folder.items())))
+    slowest = sorted(per_file.items(), key=lambda kv: -kv[1])[:25]
+    write(f"time per file, longest {len(slowest)} of {len(per_file)} (s, setup+call+teardown): "
+          + ", ".join(f"{path.removeprefix('tests/')} {seconds:.0f}" for path, seconds in slowest))
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Any:
     """A module's (or class's) fixture is made again when the image changes: it is torn down
