@@ -22,6 +22,7 @@ from wasmrun.server import uvicorn_options
 from wasmrun.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"  # the tests' own folder: artifacts/ and the data beside the tests
 
 
 def free_port() -> int:

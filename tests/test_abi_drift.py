@@ -16,10 +16,11 @@ import pytest
 import wasmtime
 
 from python_wasm import build as guest_build
+from tests.liveserver import REPO
 from wasmrun import abi
 from wasmrun.sandbox.guest import door, hostcalls
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 BRIDGE_C = ROOT / "python_wasm" / "bridge.c"
 RUNTIME = ROOT / "python_wasm" / "runtime"
 DATAIMAGE_MAKER = ROOT / "python_wasm" / "dataimage.py"

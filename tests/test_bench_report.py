@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.liveserver import TESTS
 from wasmrun.bench import code, datarows, schema
 from wasmrun.bench.stats import ms
 
@@ -168,7 +169,7 @@ def test_the_report_reads_as_tables_and_charts_in_a_browser(browser: Any, code_r
         # Values printed beside the marks, and a log axis labelled in plain numbers.
         assert f"p50 {fig['p50_ms']:.2f}" in chart_text or f"p50 {fig['p50_ms']:,.0f}" in chart_text
         assert "ms (log scale" in chart_text and "10^" not in chart_text
-        artifacts = Path(__file__).parent / "artifacts"
+        artifacts = TESTS / "artifacts"
         artifacts.mkdir(exist_ok=True)
         page.screenshot(path=str(artifacts / "bench-report.png"), full_page=True)
     finally:

@@ -6,16 +6,17 @@ rendered objects: security settings, limits, and that each value changes what it
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.liveserver import REPO
+
 helm = pytest.importorskip("helm_python")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
-CHART = Path(__file__).resolve().parent.parent / "deploy" / "helm" / "wasmrun"
+CHART = REPO / "deploy" / "helm" / "wasmrun"
 # The oldest Kubernetes the chart declares (Chart.yaml kubeVersion) and the newest schemas shipped.
 KUBE_VERSIONS = ("1.27.0", kubernetes_validate.utils.latest_version())
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from starlette.requests import Request
 
+from tests.liveserver import REPO
 from wasmrun.azure import identifiers
 from wasmrun.doors import paths
 from wasmrun.doors.admission import Busy, admit
@@ -31,7 +32,7 @@ def _request(headers: dict[str, str] | None = None, query: str = "") -> Request:
 
 
 def test_the_doors_layer_imports_no_door() -> None:
-    root = Path(__file__).resolve().parent.parent / "wasmrun" / "doors"
+    root = REPO / "wasmrun" / "doors"
     modules = sorted(root.glob("*.py"))
     assert {m.name for m in modules} >= {"callers.py", "admission.py", "paths.py", "cells.py"}
     for module in modules:

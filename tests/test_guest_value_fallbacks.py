@@ -5,13 +5,14 @@ text with a warning, never an exception that fails the run."""
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-VALUES = Path(__file__).resolve().parents[1] / "python_wasm" / "runtime" / "_values.py"
+from tests.liveserver import REPO
+
+VALUES = REPO / "python_wasm" / "runtime" / "_values.py"
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import pytest
 
 from tests.egress_server import LocalServer
 from tests.egress_server import serve as serve_http
-from tests.liveserver import LiveServer, free_port, wasmrun_env
+from tests.liveserver import REPO, LiveServer, free_port, wasmrun_env
 from tests.skillfiles import write_skill
 from wasmrun.tenants.store import TenantStore
 
@@ -326,7 +326,7 @@ def test_args_nest_exactly_as_deep_as_documented(two_tenants: tuple[LiveServer, 
     deeper = run(MAX_ARGS_DEPTH + 1)["error"]
     assert deeper["code"] == -32602 and deeper["data"]["field"] == "args"
     assert f"deeper than {MAX_ARGS_DEPTH} levels" in deeper["message"]
-    docs = (Path(__file__).resolve().parent.parent / "docs" / "protocol-server.md").read_text()
+    docs = (REPO / "docs" / "protocol-server.md").read_text()
     assert f"{MAX_ARGS_DEPTH} levels" in docs
 
 

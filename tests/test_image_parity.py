@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.images import current, on_data
+from tests.liveserver import REPO
 
 pytestmark = pytest.mark.images("stdlib", "data")  # on both images (tests/images.py)
 
@@ -229,7 +230,7 @@ FAILING = [
     pytest.param("def f(n):\n    return f(n + 1)\ndef main(args):\n    return f(0)\n", id="recursion"),
 ]
 USER_FRAME = re.compile(r'File "<run_code>", line (\d+), in (\S+)')
-HOST_PATHS = (str(Path(__file__).resolve().parent.parent), "/root", "/home/", "/work/", "site-packages/wasmrun",
+HOST_PATHS = (str(REPO), "/root", "/home/", "/work/", "site-packages/wasmrun",
               "wasmtime", sys.prefix)
 
 

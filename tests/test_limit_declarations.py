@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.liveserver import REPO
 from wasmrun import cli, limits
 from wasmrun.limits import REQUESTABLE, RUN_LIMIT, TENANT_LIMITS, MiB
 from wasmrun.sandbox import CEILING_LIMITS, DEFAULT_LIMITS
@@ -19,7 +20,7 @@ from wasmrun.settings import Settings
 from wasmrun.tenants.limits import TenantLimits, check_limits
 from wasmrun.tools import render_all
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 Rpc = Any
 NAMES = [limit.name for limit in REQUESTABLE]
 TRIVIAL = "def main(args):\n    return 1\n"

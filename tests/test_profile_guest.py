@@ -9,11 +9,12 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "profile_guest.py"
+from tests.liveserver import REPO
+
+SCRIPT = REPO / "scripts" / "profile_guest.py"
 
 
 def test_help_runs() -> None:

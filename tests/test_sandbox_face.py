@@ -7,12 +7,12 @@ import ast
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import wasmrun.sandbox as sandbox
 from tests.archcheck import checker
+from tests.liveserver import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 
 def test_importing_a_type_from_the_face_loads_no_wasmtime() -> None:

@@ -16,12 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests.liveserver import LiveServer, wasmrun_env
+from tests.liveserver import REPO, LiveServer, wasmrun_env
 from tests.postgres import database_url, postgres_server  # noqa: F401  (fixtures)
 from tests.test_shared_database import call, skill_params
 from wasmrun.registry.bundle import BundleMissing, SkillCache, digest, pack
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def bundle(tmp_path: Path, n: int, size: int = 100) -> bytes:

@@ -30,8 +30,7 @@ import requests
 
 from python_wasm import build as guest_build
 from python_wasm import datacode
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.liveserver import REPO
 
 
 @dataclass(frozen=True)
