@@ -61,3 +61,46 @@ def test_the_delta_is_exactly_the_pages_that_differ_from_the_base(engine: Sandbo
         assert found == changed and size == fresh.memory.data_len(fresh.store)
     finally:
         fresh.store.close()
+
+
+def test_a_base_kept_mapped_between_saves_is_never_taken_for_another(engine: SandboxEngine, tmp_path: Path) -> None:
+    """The bases compared against stay mapped for the next save (pages._BaseMaps): saves
+    against more bases than are kept, and a base written again at the same path, each
+    find exactly the pages that differ from the base on disk now."""
+    fresh = engine.image.new_instance()
+
+    def poke(offsets: list[int], value: int) -> None:
+        view = memory_view(fresh.store, fresh.memory)
+        try:
+            for page in offsets:
+                view[page * pages.PAGE + 11] = value
+        finally:
+            view.release()
+
+    def delta(previous: Path, folder: Path) -> list[int]:
+        folder.mkdir()
+        pages.save(previous, folder, fresh.store, fresh.memory, "key")
+        if not (folder / pages.DELTA).exists():
+            return []
+        spans = pages._span_table(folder / pages.DELTA, "key")
+        return [o // pages.PAGE + i for o, n, _ in spans for i in range(n // pages.PAGE)]
+
+    try:
+        poke(list(range(40)), 1)
+        bases = []
+        for n in range(pages._BaseMaps.KEEP + 2):  # more bases than are kept mapped: the first is unmapped
+            (tmp_path / f"b{n}").mkdir()
+            pages.save(tmp_path / "nowhere", tmp_path / f"b{n}", fresh.store, fresh.memory, "key")
+            bases.append(tmp_path / f"b{n}")
+            assert delta(bases[-1], tmp_path / f"d{n}") == []
+        poke([5, 6], 2)
+        assert delta(bases[0], tmp_path / "again0") == [5, 6]  # mapped again after it was evicted
+        assert delta(bases[-1], tmp_path / "again1") == [5, 6]  # still mapped
+        # The same name written again, as large: its new content is what counts.
+        (bases[-1] / pages.BASE).unlink()
+        pages.save(tmp_path / "nowhere", bases[-1], fresh.store, fresh.memory, "key")
+        assert delta(bases[-1], tmp_path / "rewritten") == []
+        poke([5], 3)
+        assert delta(bases[-1], tmp_path / "rewritten2") == [5]
+    finally:
+        fresh.store.close()
