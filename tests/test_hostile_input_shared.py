@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 
 from tests.objectstore import S3Server, s3_server  # noqa: F401  (fixtures)
 from tests.postgres import PostgresServer, postgres_server  # noqa: F401  (fixtures)
-from tests.test_hostile_input import CASES, check_hostile_value
+from tests.protocol.test_hostile_input import CASES, check_hostile_value
 from wasmrun.backends import open_backends
 from wasmrun.blobs.store import BlobStore
 from wasmrun.sandbox import InProcessExecutor

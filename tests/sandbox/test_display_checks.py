@@ -1,7 +1,7 @@
 """The host's check of the guest's display frames (wasmrun/sandbox/guest/displays.py): each
 rule a hostile guest could break is refused with a reason, the good frame is kept,
 and a run's displays stay bounded in count and bytes. (The same frames from a real
-guest, on a real server: tests/test_display_results.py.)"""
+guest, on a real server: tests/protocol/test_display_results.py.)"""
 
 from __future__ import annotations
 
