@@ -2,7 +2,7 @@
 matplotlib (a DataFrame kept across runs, a chart returned as a blob), numpy's random
 state per session, and fresh runs beside a session still fresh (docs/sessions.md).
 
-The session suite itself (tests/test_sessions.py) runs on the data image too
+The session suite itself (tests/sessionstore/test_sessions.py) runs on the data image too
 (marked for the data image, tests/images.py); these are the data stack's own.
 """
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.dataimage.test_dataimage_http import rpc, run_code
 from tests.liveserver import LiveServer
-from tests.test_dataimage_http import rpc, run_code
 from wasmrun.sandbox import data_engine, ready_image
 
 pytestmark = pytest.mark.images("data")  # the data image only (tests/images.py)

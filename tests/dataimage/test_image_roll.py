@@ -5,7 +5,7 @@ whose connected clients (the official SDK, both protocol eras) are told with
 its own image after the move; /healthz shows the image served and the warm-up's progress,
 whose countdown is this machine's measured make.
 
-The roll is simulated as tests/test_data_warmup.py does: a new data-image folder whose
+The roll is simulated as tests/dataimage/test_data_warmup.py does: a new data-image folder whose
 make lock the test holds (the shared compiled-module cache makes the make quick).
 """
 

@@ -1,7 +1,7 @@
 """The data image behaves like the stdlib image where agents' code meets it: values of
 the data stack come back as JSON, SQLite files on the read-only mounts open, deep code
 raises a catchable RecursionError (or MemoryError) rather than trapping. Real runs on
-the data image's engine (tests/test_dataimage.py's fixtures)."""
+the data image's engine (tests/dataimage/test_dataimage.py's fixtures)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_dataimage import run, runner, store  # noqa: F401  (fixtures)
+from tests.dataimage.test_dataimage import run, runner, store  # noqa: F401  (fixtures)
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.sandbox import DataSandboxEngine, Limits, RunRequest
 
