@@ -104,3 +104,56 @@ def test_a_base_kept_mapped_between_saves_is_never_taken_for_another(engine: San
         assert delta(bases[-1], tmp_path / "rewritten2") == [5]
     finally:
         fresh.store.close()
+
+
+def test_saves_from_the_kernels_record_of_writes_match_a_full_compare(engine: SandboxEngine, tmp_path: Path) -> None:
+    """A warm session's save compares only the pages the kernel says its run wrote
+    (writes.WriteTracker): over saves that change, restore and add pages, each version is
+    the one a full compare makes, and read into a fresh instance it is the memory saved."""
+    tracker_cls = pytest.importorskip("wasmrun.sandbox.sessions.writes").WriteTracker
+    fresh = engine.image.new_instance()
+    key = engine.image.guest.key
+
+    def poke(changes: dict[int, int]) -> None:
+        view = memory_view(fresh.store, fresh.memory)
+        try:
+            for page, value in changes.items():
+                view[page * pages.PAGE + 5] = value
+        finally:
+            view.release()
+
+    try:
+        (tmp_path / "v0").mkdir()
+        poke({page: 1 for page in range(100, 140)})
+        pages.save(tmp_path / "none", tmp_path / "v0", fresh.store, fresh.memory, key)
+        tracker = tracker_cls.start(fresh.store, fresh.memory)
+        if tracker is None:
+            pytest.skip("this kernel has no asynchronous write-protect (userfaultfd WP_ASYNC)")
+        try:
+            steps = [{101: 2, 120: 2}, {101: 1}, {300: 7, 301: 7, 139: 9}, {}, {120: 1, 300: 0, 5: 4}]
+            for n, changes in enumerate(steps, start=1):
+                before = bytes(memory_view(fresh.store, fresh.memory))
+                poke(changes)
+                written = tracker.written(fresh.store, fresh.memory)
+                assert written is not None
+                touched = {o // pages.PAGE + i for o, length in written for i in range(length // pages.PAGE)}
+                assert set(changes) <= touched  # every page written is in the record
+                (tmp_path / f"v{n}").mkdir()
+                (tmp_path / f"full{n}").mkdir()
+                pages.save(tmp_path / f"v{n - 1}", tmp_path / f"v{n}", fresh.store, fresh.memory, key, written=written)
+                pages.save(tmp_path / f"v{n - 1}", tmp_path / f"full{n}", fresh.store, fresh.memory, key)
+                memory = bytes(memory_view(fresh.store, fresh.memory))
+                assert memory != before or not changes
+                for version in (f"v{n}", f"full{n}"):
+                    other = engine.image.new_instance()
+                    try:
+                        pages.load(tmp_path / version, other.store, other.memory, key)
+                        assert bytes(memory_view(other.store, other.memory)) == memory, version
+                    finally:
+                        other.store.close()
+            fresh.memory.grow(fresh.store, 1)
+            assert tracker.written(fresh.store, fresh.memory) is None  # grown: compared in full
+        finally:
+            tracker.close()
+    finally:
+        fresh.store.close()

@@ -89,23 +89,46 @@ class TooLarge(Exception):
 
 def save(
     previous: Path, folder: Path, store: wasmtime.Store, memory: wasmtime.Memory, guest_key: str,
-    room: int | None = None,
+    room: int | None = None, written: Spans | None = None,
 ) -> int:
     """`folder`'s memory from the instance, whose memory is `previous`'s after a
     run; its bytes on disk. TooLarge, before a byte is written, when that would
-    be more than `room` (the base a delta is laid on counts in full)."""
-    spans = written_spans(store, memory)
+    be more than `room` (the base a delta is laid on counts in full).
+
+    `written`: the pages the run wrote, where the kernel says (writes.py): the instance's
+    memory was exactly `previous`'s when it began. Then only those are compared with the
+    base; the rest of the delta is `previous`'s own (those pages are as it saved them)."""
     base = previous / BASE
+    spans: Spans | None = None
     if base.exists():
         base_spans = _span_table(base, guest_key)
-        delta = _changed(spans, base, base_spans, store, memory)
+        if written is not None:
+            kept = [(o, n) for o, n, _ in _span_table(previous / DELTA, guest_key)] if (previous / DELTA).exists() else []
+            delta = _union(kept, _changed(written, base, base_spans, store, memory))
+        else:
+            spans = written_spans(store, memory)
+            delta = _changed(spans, base, base_spans, store, memory)
         base_bytes = base.stat().st_size
         if sum(length for _, length in delta) * 2 <= base_bytes:
             _check_room(base_bytes + _file_size(delta, guest_key), room)
             _link(base, folder / BASE)
             return base_bytes + _write(folder / DELTA, delta, store, memory, guest_key)
+    if spans is None:
+        spans = written_spans(store, memory)
     _check_room(_file_size(spans, guest_key), room)
     return _write(folder / BASE, spans, store, memory, guest_key)
+
+
+def _union(a: Spans, b: Spans) -> Spans:
+    """Two sorted lists of spans as one, overlaps and neighbours joined."""
+    out: Spans = []
+    for offset, length in sorted(a + b):
+        if out and offset <= out[-1][0] + out[-1][1]:
+            last_offset, last_length = out[-1]
+            out[-1] = (last_offset, max(last_length, offset + length - last_offset))
+        else:
+            out.append((offset, length))
+    return out
 
 
 def _file_size(spans: Spans, guest_key: str) -> int:

@@ -42,6 +42,7 @@ from wasmrun.sandbox.sessions import pages
 from wasmrun.sandbox.sessions.pages import PagesMismatch
 from wasmrun.sandbox.sessions.state import discard, files_size, stage, version_dir
 from wasmrun.sandbox.sessions.warm import WarmInstances, close_instance
+from wasmrun.sandbox.sessions.writes import WriteTracker
 
 # Errors after which the interpreter may have stopped midway: its memory is not
 # kept. A guest MemoryError is the memory limit reached inside the interpreter.
@@ -97,10 +98,9 @@ def _run_staged(
     on_output: OutputSink | None,
 ) -> RunResult:
     stamps, bytecode = backgroundruns.stamps_and_bytecode(loop, request.skills)
-    fresh = warm.take(current)
-    from_supply = fresh is None
-    if fresh is None:
-        fresh = loop.supply.take()
+    taken = warm.take(current)
+    from_supply = taken is None
+    fresh, tracker = taken if taken is not None else (loop.supply.take(), None)
     kept = False
     try:
         if from_supply:
@@ -113,15 +113,15 @@ def _run_staged(
         for name in _run_only_folders(loop, request):  # the version keeps its workspace and tmp, nothing else
             dirtree.remove(following / name)
         if not rolls_back(result):
-            _save(loop, request, current, following, fresh, result)
+            tracker = _save(loop, request, current, following, fresh, result, tracker)
         if result.session is None or not result.session.committed:
             discard(following)
             result.session = SessionOutcome(committed=False, memory_bytes=fresh.memory.data_len(fresh.store))
         else:
-            kept = warm.keep(following, fresh)
+            kept = warm.keep(following, fresh, tracker)
     finally:
         if not kept:
-            close_instance(fresh)
+            close_instance(fresh, tracker)
         if from_supply:  # kept warm here or closed: either way it never goes back to the supply
             loop.supply.forget()
     result.usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
@@ -129,19 +129,26 @@ def _run_staged(
 
 
 def _save(
-    loop: RunLoop, request: RunRequest, current: Path, following: Path, fresh: Fresh, result: RunResult
-) -> None:
+    loop: RunLoop, request: RunRequest, current: Path, following: Path, fresh: Fresh, result: RunResult,
+    tracker: WriteTracker | None,
+) -> WriteTracker | None:
     """Version N+1's pages beside its files, when both fit the room the
     tenant's `session_bytes` leaves (checked before the pages are written: no
     byte over it reaches the disk but the run's own files, which its
-    `workspace_mb` bounds); else the run fails with SessionBytesExceeded."""
+    `workspace_mb` bounds); else the run fails with SessionBytesExceeded.
+
+    `tracker`: the pages written since the instance held exactly `current`'s memory
+    (writes.py), so only those are compared. Answers the tracker for the next run: the
+    same, or one started now where there was none or the memory grew past it."""
     spec = request.session
     assert spec is not None
     files_bytes = files_size(following)
     room = None if spec.max_bytes is None else spec.max_bytes - files_bytes
+    written = tracker.written(fresh.store, fresh.memory) if tracker is not None else None
     try:
         pages_bytes = pages.save(
             current, following, fresh.store, fresh.memory, loop.image.guest.key, room=None if room is None else max(0, room),
+            written=written,
         )
     except pages.TooLarge as over:
         assert spec.max_bytes is not None
@@ -149,10 +156,15 @@ def _save(
         result.error = RunError(errors.SESSION_BYTES, errors.session_bytes_exceeded(
             over.needed + files_bytes, spec.max_bytes, spec.cap_bytes or spec.max_bytes,
         ))
-        return
+        return tracker
     result.session = SessionOutcome(
         committed=True, memory_bytes=fresh.memory.data_len(fresh.store), image_bytes=pages_bytes, files_bytes=files_bytes,
     )
+    if written is None:  # compared in full: the kernel's record starts from this version
+        if tracker is not None:
+            tracker.close()
+        tracker = WriteTracker.start(fresh.store, fresh.memory)
+    return tracker
 
 
 def _run_only_folders(loop: RunLoop, request: RunRequest) -> tuple[str, ...]:

@@ -8,6 +8,9 @@ from pathlib import Path
 
 from wasmrun.sandbox.memory.instances import Fresh, release_pages
 from wasmrun.sandbox.sessions import pages
+from wasmrun.sandbox.sessions.writes import WriteTracker
+
+Warm = tuple[Fresh, WriteTracker | None]  # an instance kept, and the record of the pages its next run writes
 
 WARM_SESSIONS = 4  # instances a worker keeps for the sessions it ran last
 WARM_MAX_BYTES = 512 << 20  # their memory in all: idle sessions hold no more of a worker's RAM
@@ -26,47 +29,50 @@ class WarmInstances:
         self.limit = limit
         self.max_bytes = max_bytes
         # version folder -> its instance, and the folder's identity when kept
-        self._kept: OrderedDict[Path, tuple[Fresh, tuple[int, int]]] = OrderedDict()
+        self._kept: OrderedDict[Path, tuple[Warm, tuple[int, int]]] = OrderedDict()
         self._lock = threading.Lock()  # an in-process engine runs on several threads
 
-    def take(self, version: Path) -> Fresh | None:
+    def take(self, version: Path) -> Warm | None:
         with self._lock:
             self._drop_ended()
             kept = self._kept.pop(version, None)
             if kept is None:
                 return None
-            fresh, identity = kept
+            warm, identity = kept
             if identity != _identity(version):  # a folder of that name made since (fetched again)
-                close_instance(fresh)
+                close_instance(*warm)
                 return None
-            return fresh
+            return warm
 
-    def keep(self, version: Path, fresh: Fresh) -> bool:
+    def keep(self, version: Path, fresh: Fresh, tracker: WriteTracker | None = None) -> bool:
         """Keep `fresh` as `version`'s (False: not kept, close it), evicting the
         least recently kept past `limit` instances or `max_bytes` of memory in all."""
         if self.limit <= 0 or _size(fresh) > self.max_bytes:
             return False
         identity = _identity(version)
         with self._lock:
-            self._kept[version] = (fresh, identity)
-            while len(self._kept) > self.limit or sum(_size(f) for f, _ in self._kept.values()) > self.max_bytes:
+            self._kept[version] = ((fresh, tracker), identity)
+            while len(self._kept) > self.limit or sum(_size(w[0]) for w, _ in self._kept.values()) > self.max_bytes:
                 _, (oldest, _) = self._kept.popitem(last=False)
-                close_instance(oldest)
+                close_instance(*oldest)
         return True
 
     def _drop_ended(self) -> None:
         """Versions no longer on disk (a later one won, the session ended): their memory goes now."""
         for version in [v for v in self._kept if not v.exists()]:
-            close_instance(self._kept.pop(version)[0])
+            close_instance(*self._kept.pop(version)[0])
 
     def close(self) -> None:
         with self._lock:
             while self._kept:
-                close_instance(self._kept.popitem()[1][0])
+                close_instance(*self._kept.popitem()[1][0])
 
 
-def close_instance(fresh: Fresh) -> None:
-    """Done with an instance: a large one's pages go back to the system now (release_pages)."""
+def close_instance(fresh: Fresh, tracker: WriteTracker | None = None) -> None:
+    """Done with an instance: its tracking ended first (its slot's memory is another
+    instance's next), then a large one's pages go back to the system (release_pages)."""
+    if tracker is not None:
+        tracker.close()
     release_pages(fresh.store, fresh.memory)
     fresh.store.close()
 
