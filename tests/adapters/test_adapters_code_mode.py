@@ -22,8 +22,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from tests.adapters.test_adapters_pydantic_ai import anyio_backend, live  # noqa: F401  (the module's server, reused)
 from tests.liveserver import LiveServer
-from tests.test_adapters_pydantic_ai import anyio_backend, live  # noqa: F401  (the module's server, reused)
 from wasmrun.adapters.pydantic_ai_code_mode import WasmrunCodeMode
 from wasmrun.client import Client
 

@@ -266,7 +266,7 @@ def test_a_50_mib_upload_is_streamed_to_disk_and_comes_back_equal(live: Live) ->
     import hashlib
     import os
 
-    from tests.test_e2b_files import rss_growth
+    from tests.e2b.test_e2b_files import rss_growth
 
     data = os.urandom(50 * MiB)
     tool = live.tool()

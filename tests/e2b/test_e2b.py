@@ -326,7 +326,7 @@ def test_a_refused_pip_install_says_why_and_the_cell_runs_on(sandbox: Sandbox) -
 
 
 def test_pty_is_refused_and_commands_run(sandbox: Sandbox) -> None:
-    """Commands run through the guest's shell (tests/test_e2b_commands.py); PTY stays refused."""
+    """Commands run through the guest's shell (tests/e2b/test_e2b_commands.py); PTY stays refused."""
     assert sandbox.commands.run("echo hi").stdout == "hi\n"
     with pytest.raises(SandboxException, match="PTY is not available"):
         sandbox.pty.create(PtySize(rows=24, cols=80))
