@@ -318,7 +318,7 @@ def test_the_workspace_quota_holds_through_home_user(sandbox: Sandbox) -> None:
 
 
 def test_a_refused_pip_install_says_why_and_the_cell_runs_on(sandbox: Sandbox) -> None:
-    """`!pip install` is the guest shell's pip (tests/test_packages_pip_command.py installs for real);
+    """`!pip install` is the guest shell's pip (tests/packages/test_packages_pip_command.py installs for real);
     an editable install is refused with its reason and the rest of the cell runs, as in IPython."""
     ran = sandbox.run_code("!pip install -e .\n1 + 1")
     assert ran.text == "2"

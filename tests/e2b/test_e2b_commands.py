@@ -318,7 +318,7 @@ def test_a_round_trip_is_quick(project: Sandbox, tmp_path: Path) -> None:
 
 
 def test_a_refused_pip_install_says_why(sandbox: Sandbox) -> None:
-    """commands.run's pip is the guest shell's (tests/test_packages_pip_command.py installs for real)."""
+    """commands.run's pip is the guest shell's (tests/packages/test_packages_pip_command.py installs for real)."""
     with pytest.raises(CommandExitException) as refused:
         sandbox.commands.run("pip install -e .")
     assert refused.value.exit_code != 0 and "editable" in refused.value.stderr + refused.value.stdout

@@ -19,11 +19,11 @@ from e2b import NotFoundException, SandboxException, TimeoutException
 from e2b.exceptions import SandboxNotFoundException
 from e2b_code_interpreter import AsyncSandbox, Sandbox
 
+from tests.backends.test_shared_database import wasmrun
 from tests.e2benv import e2b_environment
 from tests.liveserver import LiveServer
 from tests.objectstore import S3Server, s3_server  # noqa: F401  (fixtures)
 from tests.postgres import PostgresServer, postgres_server  # noqa: F401  (fixtures)
-from tests.test_shared_database import wasmrun
 from wasmrun.tenants.store import TenantStore
 
 GONE = (NotFoundException, SandboxNotFoundException, TimeoutException, SandboxException)

@@ -124,8 +124,8 @@ def test_the_guides_example_runs_as_written(rpc: Rpc) -> None:
 
 def _tenant_http(settings, context, limits: dict[str, int] | None = None):  # type: ignore[no-untyped-def]
     from starlette.testclient import TestClient
-    from test_tenants import caller
 
+    from tests.tenants.test_tenants import caller
     from wasmrun.server import assemble, create_app
     from wasmrun.tenants.store import TenantStore
 

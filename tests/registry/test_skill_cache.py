@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from tests.backends.test_shared_database import call, skill_params
 from tests.liveserver import REPO, LiveServer, wasmrun_env
 from tests.postgres import database_url, postgres_server  # noqa: F401  (fixtures)
-from tests.test_shared_database import call, skill_params
 from wasmrun.registry.bundle import BundleMissing, SkillCache, digest, pack
 
 

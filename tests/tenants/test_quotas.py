@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
-from test_tenants import caller
 
+from tests.tenants.test_tenants import caller
 from wasmrun.blobs.quota import BLOB_MIN_CHARGE
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.protocol.context import Context

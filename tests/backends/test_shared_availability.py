@@ -17,11 +17,11 @@ import httpx2
 import psycopg
 import pytest
 
+from tests.backends.test_shared_blobs import result
+from tests.backends.test_shared_database import call, skill_params, wasmrun
 from tests.liveserver import LiveServer, wasmrun_env
 from tests.objectstore import HeldUploads, S3Server, s3_server  # noqa: F401  (fixtures)
 from tests.postgres import PostgresServer, database_url, postgres_server  # noqa: F401  (fixtures)
-from tests.test_shared_blobs import result
-from tests.test_shared_database import call, skill_params, wasmrun
 from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
 from wasmrun.database import locks, orphans
 from wasmrun.database.connection import Database

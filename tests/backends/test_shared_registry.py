@@ -17,11 +17,11 @@ from typing import Any
 import httpx2
 import psycopg
 
+from tests.backends.test_shared_blobs import result, shared  # noqa: F401  (fixture)
+from tests.backends.test_shared_database import call, skill_params, wasmrun
 from tests.liveserver import LiveServer, wasmrun_env
 from tests.objectstore import S3Server, s3_server  # noqa: F401  (fixtures)
 from tests.postgres import database_url, postgres_server  # noqa: F401  (fixtures)
-from tests.test_shared_blobs import result, shared  # noqa: F401  (fixture)
-from tests.test_shared_database import call, skill_params, wasmrun
 from wasmrun.blobs.objects import ObjectStore, ObjectStoreLocation
 from wasmrun.database.blobs import SharedBlobStore
 from wasmrun.database.connection import Database

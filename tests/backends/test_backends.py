@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 
 from tests.objectstore import S3Server, s3_server  # noqa: F401  (fixtures)
 from tests.postgres import database_url, postgres_server  # noqa: F401  (fixtures)
-from tests.test_worker_monitor import worker_pids
+from tests.sandbox.test_worker_monitor import worker_pids
 from wasmrun.backends import open_backends
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.database.blobs import SharedBlobStore

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
-from test_tenants import caller
 
+from tests.tenants.test_tenants import caller
 from wasmrun.blobs.store import FileBlobStore
 from wasmrun.protocol.context import Context
 from wasmrun.server import Server, assemble, create_app

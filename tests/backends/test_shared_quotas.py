@@ -12,9 +12,9 @@ from typing import Any
 import httpx2
 import psycopg
 
+from tests.backends.test_shared_database import call, wasmrun
 from tests.liveserver import LiveServer, wasmrun_env
 from tests.postgres import database_url, postgres_server  # noqa: F401  (fixtures)
-from tests.test_shared_database import call, wasmrun
 
 HELLO = {"language": "python", "code": "def main(args):\n    return 'hi'\n"}
 SLEEPER = {"language": "python", "code": "import time\n\ndef main(args):\n    time.sleep(20)\n    return 'slept'\n"}

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from tests.backends.test_shared_database import call, skill_params, wasmrun
 from tests.liveserver import LiveServer
 from tests.objectstore import S3Server, s3_server  # noqa: F401  (fixtures)
 from tests.postgres import database_url, postgres_server  # noqa: F401  (fixtures)
-from tests.test_shared_database import call, skill_params, wasmrun
 from wasmrun.blobs.quota import BlobQuota, BlobQuotaExceeded
 from wasmrun.blobs.store import COPY_CHUNK
 from wasmrun.database.blobs import SharedBlobStore

@@ -14,10 +14,10 @@ import boto3
 import psycopg
 import pytest
 
+from tests.backends.test_shared_database import call, wasmrun
 from tests.liveserver import LiveServer
 from tests.objectstore import S3Server, s3_server  # noqa: F401  (fixtures)
 from tests.postgres import database_url, postgres_server  # noqa: F401  (fixtures)
-from tests.test_shared_database import call, wasmrun
 
 SLEEPER = "import time\ntime.sleep(30)\n"
 

@@ -273,9 +273,9 @@ def test_a_broken_tenants_file_refuses_everyone(http: TestClient, settings: Sett
 def test_a_real_server_with_tenants(tmp_path: Path) -> None:
     """`wasmrun serve` end to end: keys, isolation, the guard, the audit log and /metrics."""
     import requests
-    from test_e2e_client import Server
 
     from tests.liveserver import wasmrun_env
+    from tests.protocol.test_e2e_client import Server
 
     data = tmp_path / "data"
     store = TenantStore(data)

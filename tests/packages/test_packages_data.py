@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.liveserver import LiveServer
-from tests.test_packages import packages, rpc, run_code
+from tests.packages.test_packages import packages, rpc, run_code
 from wasmrun.sandbox import data_engine, ready_image
 
 pytestmark = pytest.mark.images("data")  # the data image only (tests/images.py)
