@@ -101,6 +101,8 @@ def _run_staged(
     taken = warm.take(current)
     from_supply = taken is None
     fresh, tracker = taken if taken is not None else (loop.supply.take(), None)
+    if not from_supply:
+        loop.supply.running()  # held off housekeeping as a run of its own would
     kept = False
     try:
         if from_supply:
@@ -122,8 +124,7 @@ def _run_staged(
     finally:
         if not kept:
             close_instance(fresh, tracker)
-        if from_supply:  # kept warm here or closed: either way it never goes back to the supply
-            loop.supply.forget()
+        loop.supply.forget()  # kept warm here or closed: either way it never goes back to the supply
     result.usage.total_ms = round((time.perf_counter() - t0) * 1000, 3)
     return result
 
