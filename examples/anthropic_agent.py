@@ -8,7 +8,7 @@ The tool definitions come from the server (`GET /tools?format=anthropic`); each
 `tool_use` block is one protocol call, dispatched by name through wasmrun.client,
 and answered with a `tool_result` block (`is_error` for a protocol error).
 `run_agent` takes the model as a function, so the loop runs the same with a real
-model (`main`) or a scripted one (tests/test_examples.py).
+model (`main`) or a scripted one (tests/packaging/test_examples.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 The tool definitions come from the server (`GET /tools?format=openai&strict=true`);
 each tool call the model makes is one protocol call, dispatched by name through
 wasmrun.client. `run_agent` takes the model as a function, so the loop runs the
-same with a real model (`main`) or a scripted one (tests/test_examples.py).
+same with a real model (`main`) or a scripted one (tests/packaging/test_examples.py).
 """
 
 from __future__ import annotations

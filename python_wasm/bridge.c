@@ -13,7 +13,7 @@
  * host returns are checked against the buffer we offered.
  *
  * The contract (import and export names and signatures, error codes, buffer
- * sizes, guest paths) is declared in wasmrun/abi.py; tests/test_abi_drift.py
+ * sizes, guest paths) is declared in wasmrun/abi.py; tests/sandbox/test_abi_drift.py
  * fails when anything here differs from it.
  */
 #define PY_SSIZE_T_CLEAN

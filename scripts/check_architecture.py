@@ -28,7 +28,7 @@ KNOWN_UNTIL_MERGE lists the findings other branches remove; it must be empty onc
 merged (a listed finding that no longer occurs is itself a finding, so the list cannot rot).
 
 Run ``python scripts/check_architecture.py`` (exit 1 and a list when a rule is broken);
-``tests/test_architecture.py`` runs it in CI.
+``tests/packaging/test_architecture.py`` runs it in CI.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ FACE_CHECKED = ("wasmrun", "tests", "scripts", "examples")
 FACE_EXEMPT = (
     "wasmrun/sandbox/",
     "tests/sandbox/",
-    "tests/test_abi_drift.py",  # the guest's sources against the host's host calls and door
+    "tests/sandbox/test_abi_drift.py",  # the guest's sources against the host's host calls and door
     "scripts/hello_phases.py",  # times a run's inner steps
     "scripts/session_phases.py",  # times a session run's inner steps
     "scripts/profile_guest.py",  # swaps the images' engine settings
@@ -79,7 +79,7 @@ HOUSE_LAYERS: Layers = (
     _layer("assembly", "server", "backends", "settings", "workersizing"),
     # The fronts: HTTP and its JSON-RPC envelope, MCP, the E2B-compatible front, the client, and
     # agent frameworks' sandbox backends on the client (adapters; their frameworks optional extras);
-    # doors: what the E2B, Jupyter and Azure doors share (it imports no door: tests/test_doors.py).
+    # doors: what the E2B, Jupyter and Azure doors share (it imports no door: tests/doors/test_doors.py).
     _layer("fronts", "wire", "mcp_server", "mcp_displays", "mcp_events", "mcp_listchanged", "e2b", "jupyter", "azure",
            "doors",
            "tools", "client", "clientwire", "clientparams", "adapters"),

@@ -9,7 +9,7 @@ same in-sandbox runtime (python_wasm/runtime/), which reads a `GuestRequest`
 and answers with a reply made of the prefixes below.
 
 The C side and the guest's runtime cannot import this module (they are built
-for, and run inside, the guest): tests/test_abi_drift.py reads bridge.c and the
+for, and run inside, the guest): tests/sandbox/test_abi_drift.py reads bridge.c and the
 runtime's sources and fails when they disagree with anything here, and checks
 the built guest's imports against HOST_CALLS. docs/abi.md says how to add a
 host call.

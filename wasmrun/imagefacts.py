@@ -5,7 +5,7 @@ added to its package layer (`wasmrun packages add`).
 One declaration per image (`_stdlib_facts`, `_data_facts`), each reading the files the
 image is made from (the stdlib guest's manifest.json and library zip; the data image's
 MANIFEST and library zip), so the tool texts and the guide (capabilities.py) state what
-a run there finds. tests/test_image_texts.py holds these facts against the guest.
+a run there finds. tests/dataimage/test_image_texts.py holds these facts against the guest.
 """
 
 from __future__ import annotations

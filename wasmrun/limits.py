@@ -18,7 +18,7 @@ and descriptions (capabilities.py), `WASMRUN_MAX_*` (settings.py), the tenant
 limits and their check (tenants/limits.py), `wasmrun run --limit` and
 `--timeout-ms`/`--memory-mb` and the `--help` tables (limitcli.py, cli_help.py),
 and the tables in docs/protocol-server.md and docs/hosting.md (`python -m
-wasmrun.limits` rewrites them; tests/test_limit_declarations.py fails when they drift).
+wasmrun.limits` rewrites them; tests/tenants/test_limit_declarations.py fails when they drift).
 
 This module imports nothing of wasmrun's: every layer may read it.
 """

@@ -6,7 +6,7 @@ snapshotted: everything it imports is free for every later run.
 calls the entrypoint and hands back the response.
 
 The request (a dict here) and the reply's prefixes are wasmrun/abi.py's
-GuestRequest and REPLY_*; tests/test_abi_drift.py checks this file against them.
+GuestRequest and REPLY_*; tests/sandbox/test_abi_drift.py checks this file against them.
 
 The per-run path is kept short on purpose: every object it touches costs the
 run a copy-on-write page fault, so it has no import statements (modules are

@@ -13,7 +13,7 @@ import array
 import os
 import struct
 
-# Opcodes and error codes: wasmrun/abi.py's (DoorOp, ENOENT...); tests/test_abi_drift.py checks.
+# Opcodes and error codes: wasmrun/abi.py's (DoorOp, ENOENT...); tests/sandbox/test_abi_drift.py checks.
 REQUEST, RESPOND, BLOB_SIZE, BLOB_READ, BLOB_WRITE, LOG, HTTP_REQUEST = range(1, 8)
 PACKAGES_INSTALL = 8
 TOOL_CALL = 16
@@ -27,7 +27,7 @@ class RunStopped(BaseException):
     SIGINT handler, which the interpreter calls at its next eval-breaker check."""
 
 
-RUN_STOPPED_MESSAGE = "the run was stopped at its limit"  # wasmrun/abi.py's; tests/test_abi_drift.py checks
+RUN_STOPPED_MESSAGE = "the run was stopped at its limit"  # wasmrun/abi.py's; tests/sandbox/test_abi_drift.py checks
 
 
 def _stop_here(signum, frame):  # the SIGINT handler (see RunStopped)

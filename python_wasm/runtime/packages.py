@@ -25,7 +25,7 @@ import _wasmrun
 
 __all__ = ["PackageInstallError", "install"]
 
-ADDED = "/tmp/.wasmrun-packages"  # wasmrun/abi.py's PACKAGES_ADDED; tests/test_abi_drift.py-style check in tests
+ADDED = "/tmp/.wasmrun-packages"  # wasmrun/abi.py's PACKAGES_ADDED; tests/sandbox/test_abi_drift.py-style check in tests
 SITE = "/packages"
 MAX_REQUIREMENTS = 256  # more are refused here, before the host call (the host's bound is 64)
 MAX_REQUIREMENT = 1000  # characters of one (the host's bound is 200)
