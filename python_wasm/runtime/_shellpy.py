@@ -188,7 +188,29 @@ class _Inherited(io.TextIOBase):
     def buffer(self) -> Any:  # `sys.stdout.buffer.write(b"...")`: the stream's bytes, in order with its text
         self._stream.flush()
         raw = getattr(self._stream, "buffer", None)
-        return raw if raw is not None else _TextBytes(self._stream)
+        return _InheritedBytes(raw) if raw is not None else _TextBytes(self._stream)
+
+
+class _InheritedBytes(io.RawIOBase):
+    """The shell's own stream's bytes, as `_Inherited` hands them on: closing them
+    (`sys.stdout.buffer.close()`) ends the command's use, not the stream under them."""
+
+    def __init__(self, raw: Any) -> None:
+        super().__init__()
+        self._raw = raw
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        written: int = self._raw.write(data)
+        return written
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+    def close(self) -> None:
+        self._raw.flush()
 
 
 class _TextBytes(io.RawIOBase):
