@@ -222,6 +222,32 @@ def test_two_servers_never_run_one_sandboxs_cells_at_once(pair: Pair) -> None:
         sb.kill()
 
 
+def test_a_command_on_one_server_waits_for_a_cell_on_the_other(pair: Pair) -> None:
+    """commands.run on server B while a cell of the sandbox runs on server A: the command
+    waits its turn (it answered the busy error before), then runs and sees the cell's file."""
+    sb = Sandbox.create(api_key=pair.alice, **urls(pair.a))
+    try:
+        cell = "import time\ntime.sleep(1.5)\nopen('/home/user/cell.txt', 'w').write('from the cell')"
+        errors: list[BaseException] = []
+
+        def run_cell() -> None:
+            try:
+                found = sb.run_code(cell)
+                assert found.error is None, found.error
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        thread = threading.Thread(target=run_cell)
+        thread.start()
+        time.sleep(0.5)  # the cell is running on A (a command sent first would run first: also fine)
+        ran = on(pair.b, sb.sandbox_id, pair.alice).commands.run("cat /home/user/cell.txt; echo; echo done", timeout=60)
+        thread.join(60)
+        assert not errors, errors
+        assert ran.exit_code == 0 and ran.stdout == "from the cell\ndone\n", (ran.stdout, ran.stderr)
+    finally:
+        sb.kill()
+
+
 def test_a_template_saved_from_a_prepared_sandbox_starts_new_ones(pair: Pair) -> None:
     prepared = Sandbox.create(api_key=pair.alice, envs={"STAGE": "prepared"}, **urls(pair.a))
     prepared.run_code("import json\ntable = {'north': 1, 'south': 2}")

@@ -208,23 +208,26 @@ class Front:
         content = str(read.get("content", ""))
         return base64.b64decode(content) if read.get("encoding") == "base64" else content.encode()
 
-    async def run(self, caller: Caller, params: dict[str, Any]) -> dict[str, Any]:
-        """run_code's result, with an output too large to inline (stored as a blob, the
-        result naming it) read back in its place."""
+    async def in_turn(self, caller: Caller, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """`method` on a sandbox's session (a cell's run_code, a command's run_command). Running
+        on another server of a shared deployment (this one's calls queue on the context's lock),
+        it waits its turn there, as a call queued here would; a session gone is SESSION_GONE."""
         waited = 0.0
         while True:
             try:
-                result = await self.call(caller, "run_code", params)
-                break
+                return await self.call(caller, method, params)
             except FrontError as exc:
                 if exc.status == 404:  # the session is gone: ended idle, or the server lost it
                     raise FrontError(502, SESSION_GONE) from None
-                # Running on another server of a shared deployment (this one's calls queue
-                # on the context's lock): it waits its turn there, as a cell queued here would.
                 if exc.status != 409 or waited >= BUSY_WAIT_S:
                     raise
             await asyncio.sleep(BUSY_POLL_S)
             waited += BUSY_POLL_S
+
+    async def run(self, caller: Caller, params: dict[str, Any]) -> dict[str, Any]:
+        """run_code's result, with an output too large to inline (stored as a blob, the
+        result naming it) read back in its place."""
+        result = await self.in_turn(caller, "run_code", params)
         output = result.get("output")
         if isinstance(output, dict) and set(output) == STORED_OUTPUT and isinstance(output["output_blob"], str):
             try:

@@ -35,7 +35,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from wasmrun.e2b.calls import SESSION_GONE, Front, FrontError, read_body, read_json_object, whole_number
+from wasmrun.e2b.calls import Front, FrontError, read_body, read_json_object, whole_number
 from wasmrun.e2b.control import env_vars
 from wasmrun.e2b.guestfiles import failure
 from wasmrun.e2b.interpreter import MAX_QUEUED_CELLS
@@ -268,18 +268,13 @@ async def _run(front: Front, sandbox: E2BSandbox, running: RunningCommand, comma
             if context.ended:
                 raise FrontError(502, f"The sandbox {sandbox.sandbox_id} ended before this command ran: it was dropped")
             running.started = True
-            try:
-                # run_command (wasmrun/protocol/commands.py): the guest's shell in the session,
-                # through run_code's own path (limits, quotas, audit), its output streamed
-                # to on_output as it is written.
-                result = await front.call(sandbox.caller, "run_command", {
-                    "command": command, "cwd": running.cwd, "env": running.envs, "stream": True,
-                    "session_id": context.session_id, "limits": {"timeout_ms": timeout_ms},
-                })
-            except FrontError as exc:
-                if exc.status == 404:  # the session is gone: ended idle, or the server lost it
-                    raise FrontError(502, SESSION_GONE) from None
-                raise
+            # run_command (wasmrun/protocol/commands.py): the guest's shell in the session,
+            # through run_code's own path (limits, quotas, audit), its output streamed
+            # to on_output as it is written; busy on another server, it waits its turn.
+            result = await front.in_turn(sandbox.caller, "run_command", {
+                "command": command, "cwd": running.cwd, "env": running.envs, "stream": True,
+                "session_id": context.session_id, "limits": {"timeout_ms": timeout_ms},
+            })
         if not running.killed:
             ending = _outcome(result, running)
     except FrontError as exc:
