@@ -73,16 +73,13 @@ def _layer(name: str, *units: str) -> tuple[str, frozenset[str]]:
 # new package has to be given its place.
 HOUSE_LAYERS: Layers = (
     # What a user starts: commands, their help texts, the bench.
-    _layer("commands", "__main__", "cli", "cli_help", "doctor", "images_command", "cache_command", "limitcli",
-           "packages_command", "run_command", "sessioncli", "bench"),
+    _layer("commands", "__main__", "cli", "bench"),
     # The assembly: settings read once, the backends opened once, the server built from them.
     _layer("assembly", "server", "backends", "settings", "workersizing"),
     # The fronts: HTTP and its JSON-RPC envelope, MCP, the E2B-compatible front, the client, and
     # agent frameworks' sandbox backends on the client (adapters; their frameworks optional extras);
     # doors: what the E2B, Jupyter and Azure doors share (it imports no door: tests/doors/test_doors.py).
-    _layer("fronts", "wire", "mcp_server", "mcp_displays", "mcp_events", "mcp_listchanged", "e2b", "jupyter", "azure",
-           "doors",
-           "tools", "client", "clientwire", "clientparams", "adapters"),
+    _layer("fronts", "wire", "mcp", "e2b", "jupyter", "azure", "doors", "tools", "client", "adapters"),
     # The Skills Protocol's methods and the texts of its tools.
     _layer("protocol", "protocol", "capabilities", "served"),
     # What the methods work on: skills, callers and their limits, the shared backend, the audit
@@ -440,7 +437,7 @@ def diagram_findings(root: Path, layers: Layers) -> Iterator[Finding]:
 
 
 def _doc_name(root: Path, unit: str) -> str:
-    """How the docs name a unit: ``cli.py``, ``wire/``, ``python_wasm/``."""
+    """How the docs name a unit: ``tools.py``, ``wire/``, ``python_wasm/``."""
     last = unit.rpartition(".")[2]
     return f"{last}/" if (root / unit.replace(".", "/")).is_dir() else f"{last}.py"
 

@@ -54,7 +54,7 @@ if sys.argv[1:2] == ["-m"] and sys.argv[2:3] == [WORKER_PACKAGE]:
     runpy.run_module(module, run_name="__main__", alter_sys=True)
     sys.exit(0)
 
-from wasmrun.cli import main
+from wasmrun.cli.main import main
 
 sys.exit(main())
 """.replace("WORKER_PACKAGE", repr(WORKER_PACKAGE))  # the pool's workers: `python -m` on it

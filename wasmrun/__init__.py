@@ -1,5 +1,5 @@
 """wasmrun: a self-hosted Skills Runtime. `from wasmrun import Client` (or AsyncClient)
-is the typed client (wasmrun/client.py), imported on first use so that `import wasmrun`
+is the typed client (wasmrun/client/__init__.py), imported on first use so that `import wasmrun`
 (and every command that does not need the client) stays cheap."""
 
 from __future__ import annotations

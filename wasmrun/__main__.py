@@ -1,5 +1,5 @@
 import sys
 
-from wasmrun.cli import main
+from wasmrun.cli.main import main
 
 sys.exit(main())

@@ -16,7 +16,7 @@ sandbox's `Limits` defaults and ceilings (sandbox/contract/limits.py), the reque
 (protocol/running.py: -32602 naming the member), the tool schemas' minimum, maximum
 and descriptions (capabilities.py), `WASMRUN_MAX_*` (settings.py), the tenant
 limits and their check (tenants/limits.py), `wasmrun run --limit` and
-`--timeout-ms`/`--memory-mb` and the `--help` tables (limitcli.py, cli_help.py),
+`--timeout-ms`/`--memory-mb` and the `--help` tables (cli/limits.py, cli/help.py),
 and the tables in docs/protocol-server.md and docs/hosting.md (`python -m
 wasmrun.limits` rewrites them; tests/tenants/test_limit_declarations.py fails when they drift).
 

@@ -378,7 +378,7 @@ def mcp_endpoint(
         return []
 
     def build_mcp() -> tuple[ASGIApp, Callable[[], AbstractAsyncContextManager[None]]]:
-        from wasmrun.mcp_server import http_app
+        from wasmrun.mcp.server import http_app
 
         return http_app(
             dispatcher, authenticate=tenants.authenticate,
@@ -387,7 +387,7 @@ def mcp_endpoint(
 
     # The SDK is imported on the first authenticated /mcp request, not at start (see
     # wire/lazy.py). Every request is authenticated like /rpc's before the SDK sees it,
-    # and each tool call runs as the key on its own request (mcp_server.http_app).
+    # and each tool call runs as the key on its own request (mcp/server.py, http_app).
     mcp = LazyEndpoint(build_mcp)
     routes.append(Route("/mcp", endpoint=Authenticated(mcp, tenants.authenticate, in_flight)))
     return [mcp.lifespan]
@@ -489,7 +489,7 @@ def uvicorn_options(host: str, port: int) -> dict[str, Any]:
 
 async def serve_mcp_stdio(settings: Settings, *, with_create_skill: bool = False) -> None:
     """`wasmrun mcp`: the tools over MCP on stdin/stdout, sandboxes in the worker pool."""
-    from wasmrun.mcp_server import serve_stdio
+    from wasmrun.mcp.server import serve_stdio
 
     await serve_stdio(functools.partial(open_mcp_dispatcher, settings), with_create_skill=with_create_skill)
 

@@ -127,7 +127,7 @@ def test_compare_prints_the_change_row_by_row(code_run: Any, tmp_path: Path) -> 
 
 def test_html_without_matplotlib_is_one_line(tmp_path: Path) -> None:
     """Without the `bench` extra: one line naming it, before anything is measured."""
-    hide = ("import sys; sys.modules['matplotlib'] = None; from wasmrun.cli import main; "
+    hide = ("import sys; sys.modules['matplotlib'] = None; from wasmrun.cli.main import main; "
             f"sys.exit(main(['bench', '--quick', '--html', {str(tmp_path / 'r.html')!r}]))")
     done = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from skillfiles import write_skill
 
-from wasmrun.cli import main
+from wasmrun.cli.main import main
 from wasmrun.settings import BUNDLED_SKILLS, Settings
 
 

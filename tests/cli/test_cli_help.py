@@ -14,7 +14,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from wasmrun import cli, doctor
+from wasmrun.cli import doctor
+from wasmrun.cli import main as cli
 from wasmrun.protocol.types import RunLimits
 from wasmrun.tenants.limits import TenantLimits
 

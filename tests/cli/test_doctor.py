@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from python_wasm import build as guest_build
-from wasmrun import doctor
-from wasmrun.cli import main
+from wasmrun.cli import doctor
+from wasmrun.cli.main import main
 from wasmrun.sandbox import precompile
 from wasmrun.settings import BUNDLED_SKILLS
 

@@ -183,7 +183,7 @@ def test_a_bad_image_setting_is_refused_by_name() -> None:
 
 def test_wasmrun_run_writes_the_pictures_to_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    from wasmrun.cli import main
+    from wasmrun.cli.main import main
 
     monkeypatch.setenv("WASMRUN_IMAGE", "data")
     script = tmp_path / "chart.py"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from wasmrun.cli import main
+from wasmrun.cli.main import main
 from wasmrun.protocol.context import Context
 from wasmrun.server import assemble, create_app
 from wasmrun.settings import Settings

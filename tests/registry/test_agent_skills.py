@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.liveserver import LiveServer
-from wasmrun.cli import main
+from wasmrun.cli.main import main
 from wasmrun.client import Client
 
 Rpc = Callable[..., dict[str, Any]]

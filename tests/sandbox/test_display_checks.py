@@ -107,7 +107,7 @@ def test_mcp_text_of_hostile_html_is_made_in_one_pass() -> None:
     server's loop) ends well inside the bound below."""
     import threading
 
-    from wasmrun.mcp_displays import html_text
+    from wasmrun.mcp.displays import html_text
 
     assert html_text("<p>a &amp; b</p><script>x<y</script >c<style>s</style>d<scripty>e</scripty>") == " a & b  c d e "
     answers: list[str] = []

@@ -296,7 +296,7 @@ def test_a_session_survives_a_restart(tmp_path: Path) -> None:
 
 
 def test_the_typed_client_and_the_cli(servers: Servers, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from wasmrun.cli import main
+    from wasmrun.cli.main import main
     from wasmrun.client import Client
 
     with Client(servers.server.base_url, api_key=servers.alice_key) as client:

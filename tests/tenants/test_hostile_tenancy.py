@@ -363,7 +363,7 @@ def test_a_path_grant_refuses_what_an_upstream_could_read_otherwise(tmp_path: Pa
 
 
 def test_mcp_arguments_nest_as_deep_as_rpc_args() -> None:
-    from wasmrun.mcp_server import MAX_ARGS_DEPTH as MCP_DEPTH
+    from wasmrun.mcp.server import MAX_ARGS_DEPTH as MCP_DEPTH
     from wasmrun.protocol.types import MAX_ARGS_DEPTH
 
     assert MCP_DEPTH == MAX_ARGS_DEPTH

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from tests.liveserver import REPO
-from wasmrun import cli, limits
+from wasmrun import limits
+from wasmrun.cli import main as cli
 from wasmrun.limits import REQUESTABLE, RUN_LIMIT, TENANT_LIMITS, MiB
 from wasmrun.sandbox import CEILING_LIMITS, DEFAULT_LIMITS
 from wasmrun.settings import Settings

@@ -16,7 +16,7 @@ import pytest
 from skillfiles import GUEST_BASE_ENV
 from starlette.testclient import TestClient
 
-from wasmrun.cli import main
+from wasmrun.cli.main import main
 from wasmrun.protocol.context import Context
 from wasmrun.sandbox import InProcessExecutor
 from wasmrun.server import Server, assemble, create_app

@@ -1,6 +1,6 @@
 """How the typed client speaks JSON-RPC over HTTP: the request body, the answer
 decoded into the result's Struct or raised as the exception of its error code,
-and a streamed run's Server-Sent Events (docs/streaming.md). wasmrun/client.py
+and a streamed run's Server-Sent Events (docs/streaming.md). wasmrun/client/__init__.py
 builds on it."""
 
 from __future__ import annotations

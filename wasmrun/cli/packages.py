@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from wasmrun.cli_help import command
+from wasmrun.cli.help import command
 from wasmrun.packages import layer, names, resolve, wheels
 from wasmrun.packages.policy import MODES
 

@@ -40,9 +40,9 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from wasmrun.capabilities import facts_of
-from wasmrun.mcp_displays import display_content
-from wasmrun.mcp_events import JsonUnlessNotified, RunNotices, wanted
-from wasmrun.mcp_listchanged import ToolListChanges
+from wasmrun.mcp.displays import display_content
+from wasmrun.mcp.events import JsonUnlessNotified, RunNotices, wanted
+from wasmrun.mcp.listchanged import ToolListChanges
 from wasmrun.protocol.errors import QuotaExceeded, RPCError, Unauthorized
 from wasmrun.protocol.methods import RUN_METHODS, Dispatcher
 from wasmrun.protocol.streaming import RUN_OUTPUT, RUN_TOOL_CALLS
@@ -70,7 +70,7 @@ BLOB_TEMPLATE = types.ResourceTemplate(
     uri_template="blob:{id}",
     description="A blob of this runtime by its ID (blob:<32 hex>), read whole; use the read_blob tool to sample a large one",
 )
-# Calls that may stream a run's output and its tool calls as notifications, when asked (mcp_events.py).
+# Calls that may stream a run's output and its tool calls as notifications, when asked (mcp/events.py).
 STREAMED_TOOLS = RUN_METHODS | {"submit_tool_results"}
 _CONTENT_RESULTS = {"read_skill_file", "read_blob", "load_skills_protocol_guide"}
 
@@ -330,7 +330,7 @@ def http_app(
         return authenticate(request.headers.get("authorization")) if request is not None else None
 
     # SSE mode, so that a tool call can send its run's output as notifications; a call
-    # that sends none is still answered as one JSON body (mcp_events.JsonUnlessNotified).
+    # that sends none is still answered as one JSON body (mcp/events.py, JsonUnlessNotified).
     manager = StreamableHTTPSessionManager(
         build_server(dispatcher, identify=identify, with_create_skill=with_create_skill),
         json_response=False,

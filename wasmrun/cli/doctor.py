@@ -237,7 +237,7 @@ def _check_cache(d: Diagnosis, settings: Settings) -> None:
 
 def _check_data_image(d: Diagnosis, settings: Settings) -> None:
     """The data image (docs/data-stack.md) is optional: its absence is a fact, not a problem."""
-    from wasmrun.images_command import data_image_state
+    from wasmrun.cli.images import data_image_state
     from wasmrun.sandbox import image_state, warmup
 
     d.fact("data image", data_image_state())

@@ -34,8 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from wasmrun import cache_command, cli_help, images_command, limitcli, packages_command, run_command, sessioncli
-from wasmrun.bench import command as bench_command
+from wasmrun.cli import bench, cache, images, packages, run, sessions
+from wasmrun.cli import help as cli_help
+from wasmrun.cli import limits as cli_limits
 from wasmrun.database import DatabaseError
 from wasmrun.settings import Settings
 from wasmrun.tools import FORMATS
@@ -84,7 +85,7 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help="print the versions and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        from wasmrun.doctor import version_line
+        from wasmrun.cli.doctor import version_line
 
         print(version_line())
         parser.exit()
@@ -126,12 +127,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     tools.add_argument("--with-create-skill", action="store_true", help="add the optional create_skill tool (default off)")
     _tenants_parser(commands)
-    _common(run_command.add_parser(commands))
-    sessioncli.add_parser(commands)
-    bench_command.add_parser(commands)
-    packages_command.add_parser(commands)
-    images_command.add_parser(commands)
-    cache_command.add_parser(commands)
+    _common(run.add_parser(commands))
+    sessions.add_parser(commands)
+    bench.add_parser(commands)
+    packages.add_parser(commands)
+    images.add_parser(commands)
+    cache.add_parser(commands)
     _command(
         commands, "warm", "compile the guest to machine code now and cache it, e.g. while building an image"
         " (else the first start does it, about 10-30 s)", "wasmrun warm",
@@ -175,7 +176,7 @@ def _serve_parser(commands: Any) -> None:
     serve.add_argument(
         "--with-create-skill", action="store_true", help="offer the create_skill tool at /mcp too (default off)"
     )
-    packages_command.add_serve_flags(serve)
+    packages.add_serve_flags(serve)
     _database_url(serve)
     serve.add_argument(
         "--blob-store", metavar="URL",
@@ -214,7 +215,7 @@ def _tenants_parser(commands: Any) -> None:
         "KEY=$(wasmrun tenants add team-a --limit max_memory_mb=512)", more=limits_text,
     )
     add.add_argument("name", help="the tenant's name")
-    limitcli.add_tenant_limit_option(add, required=False)
+    cli_limits.add_tenant_limit_option(add, required=False)
     listing = _command(
         tenant_commands, "list", "list the tenants, their key count and limit overrides", "wasmrun tenants list"
     )
@@ -234,7 +235,7 @@ def _tenants_parser(commands: Any) -> None:
         "wasmrun tenants set team-a --limit runs_per_minute=60 --limit blob_bytes=104857600", more=limits_text,
     )
     set_.add_argument("name", help="the tenant's name")
-    limitcli.add_tenant_limit_option(set_, required=True)
+    cli_limits.add_tenant_limit_option(set_, required=True)
     for sub in (add, rotate, revoke, set_, listing):
         sub.add_argument("--data-dir", type=Path, metavar="DIR", help=DATA_DIR_HELP)
         _database_url(sub)
@@ -246,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             return _serve(args)
         if args.command == "run":
-            return run_command.main(args)
+            return run.main(args)
         if args.command == "tools":
             return _tools(args)
         if args.command == "mcp":
@@ -260,15 +261,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "doctor":
             return _doctor(args)
         if args.command in ("session", "exec"):
-            return sessioncli.main(args)
+            return sessions.main(args)
         if args.command == "bench":
-            return bench_command.run(args)
+            return bench.run(args)
         if args.command == "images":
-            return images_command.main(args)
+            return images.main(args)
         if args.command == "cache":
-            return cache_command.main(args)
+            return cache.main(args)
         if args.command == "packages":
-            return packages_command.main(args, Settings.load(data_dir=args.data_dir).data_dir)
+            return packages.main(args, Settings.load(data_dir=args.data_dir).data_dir)
         if args.skills_command == "list":
             return _skills_list(args)
         if args.skills_command == "add":
@@ -345,7 +346,7 @@ def _warm() -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from wasmrun.doctor import diagnose
+    from wasmrun.cli.doctor import diagnose
 
     diagnosis = diagnose(Settings.load(data_dir=args.data_dir))
     print(diagnosis.render())
@@ -365,7 +366,7 @@ def _tenants(args: argparse.Namespace) -> int:
             shown = ", ".join(f"{k}={v}" for k, v in sorted(record.limits.items())) or "(server defaults)"
             print(f"{record.name:<20}  {len(record.keys):>4}  {shown}")
         return 0
-    limits = limitcli.tenant_limits(args)
+    limits = cli_limits.tenant_limits(args)
     if command in ("add", "rotate"):
         new_key = store.add(args.name, limits) if command == "add" else store.rotate(args.name)
         # The key alone on stdout, so that a script can capture it; the rest on stderr.

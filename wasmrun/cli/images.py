@@ -8,7 +8,7 @@ import time
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from wasmrun.cli_help import command
+    from wasmrun.cli.help import command
 
     images = command(
         commands, "images", "make the guest images ahead of a server, or show which are ready",

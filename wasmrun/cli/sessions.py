@@ -39,8 +39,8 @@ from wasmrun.protocol.types import RunLimits
 
 
 def add_parser(commands: Any) -> None:
-    from wasmrun import limitcli
-    from wasmrun.cli_help import command
+    from wasmrun.cli import limits as cli_limits
+    from wasmrun.cli.help import command
 
     session = command(
         commands, "session", "create, run in, fork, close and list sessions on a running server",
@@ -52,7 +52,7 @@ def add_parser(commands: Any) -> None:
     create = command(sub, "create", "start a new Python session and print its session_id (--json: its whole record)",
                      "SID=$(wasmrun session create --idle-timeout-s 1800 --skill data.csv.profile)")
     create.add_argument("--json", action="store_true", help="print the session's whole record as JSON (default: its id)")
-    limitcli.add_limit_shorthands(create, ("memory_mb", "timeout_ms"), "the server's")
+    cli_limits.add_limit_shorthands(create, ("memory_mb", "timeout_ms"), "the server's")
     create.add_argument("--idle-timeout-s", type=int,
                         help="end the session after this many seconds unused (default: the server's)")
     create.add_argument("--skill", action="append", default=[],
@@ -61,7 +61,7 @@ def add_parser(commands: Any) -> None:
                   "wasmrun session run ses_... analysis.py")
     run.add_argument("session_id", help="the id create printed")
     run.add_argument("file", metavar="FILE.py", help="the code: a final expression or main(args); - reads stdin")
-    limitcli.add_limit_shorthands(run, ("timeout_ms",), "the session's")
+    cli_limits.add_limit_shorthands(run, ("timeout_ms",), "the session's")
     fork = command(sub, "fork", "copy a session (memory and files) into a new one and print the new one's id",
                    "wasmrun session fork ses_...")
     fork.add_argument("session_id", help="the session's id")
@@ -79,7 +79,7 @@ def add_parser(commands: Any) -> None:
     run_one.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                          help="an environment variable for the command; repeatable (default: none)")
     run_one.add_argument("-i", "--stdin", action="store_true", help="give our standard input to the command (default none)")
-    limitcli.add_limit_shorthands(run_one, ("timeout_ms",), "the server's")
+    cli_limits.add_limit_shorthands(run_one, ("timeout_ms",), "the server's")
     run_one.add_argument("words", nargs=argparse.REMAINDER, metavar="COMMAND",
                          help="one word: a command line in bash syntax; several: an argv (after --)")
 

@@ -43,7 +43,7 @@ from typing import Any, Literal, TypeVar
 
 import httpx2
 
-from wasmrun.clientparams import (
+from wasmrun.client.params import (
     Language,
     Limits,
     ToolList,
@@ -57,7 +57,7 @@ from wasmrun.clientparams import (
     streamed,
     submit_params,
 )
-from wasmrun.clientwire import (
+from wasmrun.client.wire import (
     EVENT_STREAM,
     Calls,
     DisplayEvent,

@@ -1,4 +1,4 @@
-"""The typed client's params (wasmrun/client.py): each method's arguments as the protocol's
+"""The typed client's params (wasmrun/client/__init__.py): each method's arguments as the protocol's
 params (wasmrun/protocol/types.py), checked on the way: an unknown limit is a TypeError naming
 it; tools, results and skill files given as dicts are converted to their types."""
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from wasmrun import cli_help, limitcli
+from wasmrun.cli import help as cli_help
+from wasmrun.cli import limits as cli_limits
 from wasmrun.settings import Settings
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         " (the run reads it with runtime.blobs or as the file /blobs/<id>); repeatable (default none)",
     )
     run.add_argument("--entrypoint", default="main", metavar="NAME", help="function to call")
-    limitcli.add_run_limit_options(run)
+    cli_limits.add_run_limit_options(run)
     run.add_argument(
         "--no-stream", action="store_true",
         help="do not print the run's output as it comes (the result has it; default: printed on stderr)",
@@ -120,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
         args=run_args,
         mount_skills=args.mount,
         input_blobs=input_blobs,
-        limits=limitcli.run_limits(args),
+        limits=cli_limits.run_limits(args),
     )
     executor = make_local_executor(SandboxOptions.of(settings), blobs)
     context = assemble_local(settings, blobs=blobs, executor=executor).context

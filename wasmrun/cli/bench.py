@@ -11,7 +11,7 @@ from typing import Any
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from wasmrun.cli_help import command
+    from wasmrun.cli.help import command
 
     bench = command(
         commands, "bench", "measure start-up, compute and memory in one interleaved run, side by side with native"

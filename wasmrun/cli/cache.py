@@ -14,7 +14,7 @@ from wasmrun.sandbox import cachebound
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from wasmrun.cli_help import command
+    from wasmrun.cli.help import command
 
     cache = command(
         commands, "cache", "list the cache's image versions and compiled modules with their sizes and what uses"

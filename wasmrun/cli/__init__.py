@@ -1,0 +1,1 @@
+"""The command line: `wasmrun` and its commands."""
