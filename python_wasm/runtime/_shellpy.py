@@ -140,7 +140,7 @@ class _Input(io.StringIO):
         return self._bytes
 
 
-_PIECE = 1 << 20
+PIECE = 1 << 20  # how much output is encoded and written at once (runtime/commands.py `_emit` too)
 
 
 class _Inherited(io.TextIOBase):
@@ -154,8 +154,8 @@ class _Inherited(io.TextIOBase):
 
     def write(self, text: str) -> int:
         # A MiB at a time: a 100 MB print is encoded piece by piece, not into 100 MB more at once.
-        for start in range(0, len(text), _PIECE):
-            self._stream.write(text[start:start + _PIECE])
+        for start in range(0, len(text), PIECE):
+            self._stream.write(text[start:start + PIECE])
         return len(text)
 
     def flush(self) -> None:

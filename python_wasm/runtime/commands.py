@@ -209,11 +209,8 @@ def _emit(stream: Any, text: str) -> None:
     """Text the shell produced, onto one of this process's streams: its bytes as a process
     would write them (a binary file cat'ed is its bytes; runtime/_shellbytes.py) when the
     stream has bytes under it, else as text (an io.StringIO keeps the escaped bytes)."""
-    for start in range(0, len(text), _PIECE):  # a MiB at a time: encoded output never held twice whole
-        _emit_piece(stream, text[start:start + _PIECE])
-
-
-_PIECE = 1 << 20
+    for start in range(0, len(text), _shellpy.PIECE):  # a piece at a time: encoded output never held twice whole
+        _emit_piece(stream, text[start:start + _shellpy.PIECE])
 
 
 def _emit_piece(stream: Any, text: str) -> None:

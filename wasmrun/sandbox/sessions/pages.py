@@ -333,30 +333,39 @@ def _scan_written(store: wasmtime.Store, memory: wasmtime.Memory) -> Spans | Non
     global _scan_works
     if not _scan_works:
         return None
-    base = ctypes.addressof(memory.data_ptr(store).contents)
-    end = base + memory.data_len(store)
-    regions = (ctypes.c_uint64 * (3 * _REGIONS))()
-    arg = _ScanArg(size=ctypes.sizeof(_ScanArg), vec=ctypes.addressof(regions), vec_len=_REGIONS,
-                   category_inverted=_PAGE_IS_FILE, category_mask=_PAGE_IS_PRESENT | _PAGE_IS_FILE,
-                   return_mask=_PAGE_IS_PRESENT)
-    spans: Spans = []
     try:
         with open("/proc/self/pagemap", "rb", buffering=0) as f:
-            start = base
-            while start < end:
-                arg.start, arg.end, arg.walk_end = start, end, 0
-                found = _libc.ioctl(f.fileno(), _PAGEMAP_SCAN, ctypes.byref(arg))
-                if found < 0:
-                    raise OSError(ctypes.get_errno(), "PAGEMAP_SCAN")
-                found_regions = memoryview(regions).cast("B").cast("Q")[: 3 * found].tolist()  # one copy, not 3 per region
-                for i in range(0, 3 * found, 3):
-                    _add(spans, found_regions[i] - base, found_regions[i + 1] - found_regions[i])
-                if arg.walk_end <= start:
-                    raise OSError("PAGEMAP_SCAN made no progress")
-                start = arg.walk_end
+            return pagemap_scan(f.fileno(), ctypes.addressof(memory.data_ptr(store).contents), memory.data_len(store),
+                                category_inverted=_PAGE_IS_FILE, category_mask=_PAGE_IS_PRESENT | _PAGE_IS_FILE,
+                                return_mask=_PAGE_IS_PRESENT)
     except OSError:
         _scan_works = False  # an older kernel (ENOTTY/EINVAL): read the pagemap from now on
         return None
+
+
+def pagemap_scan(pagemap: int, start: int, size: int, flags: int = 0, category_inverted: int = 0,
+                 category_mask: int = 0, return_mask: int = 0) -> Spans:
+    """PAGEMAP_SCAN over [start, start + size) on the open /proc/self/pagemap `pagemap`: the
+    (offset from `start`, length) spans of the pages in the categories asked, joined; the
+    kernel's flags as given (writes.py asks it to write-protect what it reports). OSError
+    where the kernel refuses."""
+    regions = (ctypes.c_uint64 * (3 * _REGIONS))()
+    arg = _ScanArg(size=ctypes.sizeof(_ScanArg), flags=flags, vec=ctypes.addressof(regions), vec_len=_REGIONS,
+                   category_inverted=category_inverted, category_mask=category_mask, return_mask=return_mask)
+    spans: Spans = []
+    end = start + size
+    at = start
+    while at < end:
+        arg.start, arg.end, arg.walk_end = at, end, 0
+        found = _libc.ioctl(pagemap, _PAGEMAP_SCAN, ctypes.byref(arg))
+        if found < 0:
+            raise OSError(ctypes.get_errno(), "PAGEMAP_SCAN")
+        flat = memoryview(regions).cast("B").cast("Q")[: 3 * found].tolist()  # one copy, not 3 per region
+        for i in range(0, 3 * found, 3):
+            _add(spans, flat[i] - start, flat[i + 1] - flat[i])
+        if arg.walk_end <= at:
+            raise OSError("PAGEMAP_SCAN made no progress")
+        at = arg.walk_end
     return spans
 
 

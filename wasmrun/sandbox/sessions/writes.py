@@ -22,10 +22,11 @@ import sys
 
 import wasmtime
 
+from wasmrun.sandbox.sessions import pages
+from wasmrun.sandbox.sessions.pages import Spans
+
 logger = logging.getLogger("wasmrun.sandbox")
 
-Spans = list[tuple[int, int]]
-PAGE = 4096
 
 _SYS_USERFAULTFD = {"x86_64": 323, "aarch64": 282}.get(os.uname().machine) if sys.platform.startswith("linux") else None
 _UFFD_API = 0xAA
@@ -42,18 +43,8 @@ _UFFDIO_API = _iowr(0xAA, 0x3F, 24)  # struct uffdio_api {api, features, ioctls}
 _UFFDIO_REGISTER = _iowr(0xAA, 0x00, 32)  # struct uffdio_register {start, len, mode, ioctls}
 
 
-class _ScanArg(ctypes.Structure):
-    """Linux's `struct pm_scan_arg` (PAGEMAP_SCAN)."""
-
-    _fields_ = [(name, ctypes.c_uint64) for name in (
-        "size", "flags", "start", "end", "walk_end", "vec", "vec_len", "max_pages",
-        "category_inverted", "category_mask", "category_anyof_mask", "return_mask")]
-
-
 _PAGE_IS_WRITTEN = 1 << 1
 _SCAN_WP_MATCHING, _SCAN_CHECK_WPASYNC = 1, 2
-_PAGEMAP_SCAN = _iowr(ord("f"), 16, ctypes.sizeof(_ScanArg))
-_REGIONS = 512
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -117,29 +108,9 @@ class WriteTracker:
             return None
 
     def _scan(self) -> Spans:
-        regions = (ctypes.c_uint64 * (3 * _REGIONS))()
-        end = self.start_address + self.size
-        arg = _ScanArg(size=ctypes.sizeof(_ScanArg), flags=_SCAN_WP_MATCHING | _SCAN_CHECK_WPASYNC,
-                       vec=ctypes.addressof(regions), vec_len=_REGIONS, category_mask=_PAGE_IS_WRITTEN,
-                       return_mask=_PAGE_IS_WRITTEN)
-        spans: Spans = []
-        start = self.start_address
-        while start < end:
-            arg.start, arg.end, arg.walk_end = start, end, 0
-            found = _libc.ioctl(self._pagemap, _PAGEMAP_SCAN, ctypes.byref(arg))
-            if found < 0:
-                raise OSError(ctypes.get_errno(), "PAGEMAP_SCAN")
-            flat = memoryview(regions).cast("B").cast("Q")[: 3 * found].tolist()
-            for i in range(0, 3 * found, 3):
-                offset, length = flat[i] - self.start_address, flat[i + 1] - flat[i]
-                if spans and spans[-1][0] + spans[-1][1] == offset:
-                    spans[-1] = (spans[-1][0], spans[-1][1] + length)
-                else:
-                    spans.append((offset, length))
-            if arg.walk_end <= start:
-                raise OSError("PAGEMAP_SCAN made no progress")
-            start = arg.walk_end
-        return spans
+        return pages.pagemap_scan(self._pagemap, self.start_address, self.size,
+                                  flags=_SCAN_WP_MATCHING | _SCAN_CHECK_WPASYNC, category_mask=_PAGE_IS_WRITTEN,
+                                  return_mask=_PAGE_IS_WRITTEN)
 
     def close(self) -> None:
         """Stop tracking (closing the userfaultfd unregisters its range)."""
