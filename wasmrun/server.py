@@ -41,7 +41,7 @@ from wasmrun.packages import layer as package_layer
 from wasmrun.packages.ondemand import Installed, OnDemand
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.methods import Dispatcher
-from wasmrun.registry import requirements
+from wasmrun.protocol.packages import prepare_folder_skills
 from wasmrun.registry.store import DirectoryRegistry
 from wasmrun.sandbox import Executor, InProcessExecutor, WorkerPool, cachebound, warmup
 from wasmrun.served import ServedImage
@@ -166,8 +166,9 @@ def _context(
         executor = make_executor(SandboxOptions.of(settings), backends, served)
     else:  # the caller's: on the image its settings name
         served.switch(serving_now(settings.image))
+    registry = open_registry(backends, settings.installed_skills, served_layer(settings.data_dir, settings.image))
     context = Context(
-        registry=open_registry(backends, settings.installed_skills, served_layer(settings.data_dir, settings.image)),
+        registry=registry,
         blobs=blobs,
         executor=executor,
         secrets=settings.secrets,
@@ -182,6 +183,7 @@ def _context(
         served=served,
         packages=OnDemand(settings.data_dir, settings.packages),
     )
+    prepare_folder_skills(context, registry.loaded_operator_skills())
     return context, owns_executor
 
 
@@ -247,9 +249,7 @@ def open_registry(backends: Backends, installed_skills: Path, layer: Path) -> Di
     created skills (backends.py: in the shared database with --database-url, else under the
     data folder); `layer`: the package layer of the served image (`served_layer`)."""
     installed_skills.mkdir(parents=True, exist_ok=True)
-    registry = backends.records.skill_registry(layer)
-    warn_missing_packages(registry, layer)
-    return registry
+    return backends.records.skill_registry(layer)
 
 
 def serving_now(image: str) -> str:
@@ -266,14 +266,6 @@ def served_layer(data_dir: Path, image: str) -> Path:
     Python has its own), under `data_dir`."""
     served = serving_now(image)
     return package_layer.tag_root(data_dir, package_layer.IMAGE_TAGS.get(served, package_layer.DEFAULT_TAG))
-
-
-def warn_missing_packages(registry: DirectoryRegistry, layer: Path) -> None:
-    """Folder skills load whatever they declare; a missing package is said once, at start."""
-    for skill in registry.loaded_operator_skills():
-        wanted = requirements.missing(skill.manifest, layer)
-        if wanted:
-            logging.getLogger("wasmrun").warning("%s", requirements.missing_message(skill.manifest.name, wanted))
 
 
 def install_recorder(observers: Observers) -> Callable[[str, Installed], None]:

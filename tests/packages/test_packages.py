@@ -258,9 +258,14 @@ def test_skill_requiring_a_missing_package_is_refused(server: LiveServer) -> Non
     files = [{"path": "code/main.py", "content": "def main(args):\n    return 1\n"}]
     answer = rpc(server, "create_skill", {"manifest": manifest, "skill_md": "# x\n", "files": files})
     assert "error" in answer, answer
+    # Installs on demand (the default policy) try the index for what the layer lacks, alone:
+    # no such package, so the skill is refused naming it (tests/packages/test_skill_packages.py
+    # has the installed case and the refusal with installs off).
+    assert answer["error"]["data"]["field"] == "manifest.packages.requires", answer
     message = answer["error"]["message"]
-    assert "not-installed-pkg-xyz>=1" in message and "wasmrun packages add" in message
-    assert "defusedxml," not in message  # the layer has it
+    assert "not-installed-pkg-xyz" in message
+    assert answer["error"]["data"]["package"].startswith("not-installed-pkg-xyz")  # not defusedxml: the layer has it
+    assert "error" in rpc(server, "describe_skill", {"name": "user.pkgs.needs_missing"})
 
 
 def test_skill_requiring_added_packages_registers_and_runs(server: LiveServer) -> None:
@@ -297,7 +302,7 @@ def test_folder_skill_missing_packages_warns_at_start(tmp_path: Path) -> None:
         "---\nname: agent-needs\ndescription: Needs a package.\n"
         "metadata:\n  requires-packages: defusedxml other-missing-pkg\n---\n# x\n"
     )
-    live = LiveServer(tmp_path / "data", "--skills-dir", str(skills))
+    live = LiveServer(tmp_path / "data", "--skills-dir", str(skills), "--packages", "off")  # else installed
     err = live.stop()
     assert "skill needs.pkg requires packages this server does not have: not-installed-pkg-xyz" in err
     assert "defusedxml, other-missing-pkg" in err and "wasmrun packages add defusedxml other-missing-pkg" in err
@@ -324,7 +329,8 @@ def test_shared_registry_refuses_a_skill_whose_packages_are_missing(
         }
         files = [{"path": "code/main.py", "content": "def main(args):\n    return 1\n"}]
         answer = rpc(live, "create_skill", {"manifest": manifest, "skill_md": "# x\n", "files": files})
-        assert "wasmrun packages add not-installed-pkg-xyz" in answer["error"]["message"], answer
+        assert "not-installed-pkg-xyz" in answer["error"]["message"], answer  # not on the index
+        assert answer["error"]["data"]["field"] == "manifest.packages.requires", answer
         assert "error" in rpc(live, "describe_skill", {"name": "user.pkgs.shared_needs"})  # nothing stored
     finally:
         live.stop()

@@ -112,7 +112,13 @@ async def execute_skill(ctx: Context, p: ExecuteSkillParams) -> ExecutionResult:
         blob_quota=ctx.caller.blob_quota,
         stream=on_output is not None,
     )
-    return await running.run(ctx, request, [skill], on_output=on_output)
+    installed = await packages.for_call(ctx, [skill], "name", [])
+    if installed is None:
+        return await running.run(ctx, request, [skill], on_output=on_output)
+    request = msgspec.structs.replace(request, packages=str(installed.folder))
+    result = await running.run(ctx, request, [skill], on_output=on_output)
+    result.packages = packages.answer(installed)
+    return result
 
 
 async def run_code(ctx: Context, p: RunCodeParams) -> ExecutionResult:
@@ -128,14 +134,14 @@ async def run_code(ctx: Context, p: RunCodeParams) -> ExecutionResult:
     request = running.code_request(ctx, p, args_json, skills, input_blobs, limits, stream=on_output is not None)
     if request.tools:  # code mode: it may pause at its tool calls (toolcalls.py)
         request = msgspec.structs.replace(request, run_id=request.run_id or new_run_id())
-    if not p.packages:
+    installed = await packages.for_call(ctx, skills, "mount_skills", p.packages)
+    if installed is None:
         if request.tools:
             return await toolcalls.with_tools(
                 ctx, request.run_id, request.tool_limits,
                 lambda on_tools: running.run(ctx, request, skills, on_output=on_output, on_tools=on_tools),
             )
         return await running.run(ctx, request, skills, on_output=on_output)
-    installed = await packages.install(ctx, p.packages)
     request = msgspec.structs.replace(request, packages=str(installed.folder))
 
     async def installed_run(on_tools: toolcalls.ToolSink | None) -> ExecutionResult:

@@ -151,7 +151,7 @@ async def create_session(ctx: Context, p: CreateSessionParams) -> SessionInfo:
     skills = await running.mounted_skills(ctx, p.skills, "skills")
     await _check_room(ctx, store)
     limits = {k: v for k, v in msgspec.structs.asdict(p.limits).items() if v is not None}
-    installed = await packages.install(ctx, p.packages) if p.packages else None
+    installed = await packages.for_call(ctx, skills, "skills", p.packages)
     pins = (installed.info.pins, installed.info.python) if installed is not None else None
     try:
         session_id, meta = await _off_loop(

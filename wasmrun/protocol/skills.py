@@ -12,6 +12,7 @@ import msgspec
 
 from wasmrun.capabilities import ServerFacts, facts_of
 from wasmrun.offload import for_run
+from wasmrun.protocol import packages
 from wasmrun.protocol.context import Context
 from wasmrun.protocol.errors import (
     ContentTooLarge,
@@ -242,12 +243,20 @@ async def create_skill(ctx: Context, p: CreateSkillParams) -> CreateSkillResult:
         files.append(NewFile(path=f.path, content=content))
     caller = ctx.caller
     quota = SkillQuota(caller.limits.skills, caller.limits.skill_bytes)
+    installer = packages.skill_installer(ctx)
     try:
-        skill = await asyncio.to_thread(ctx.registry.create, p.manifest, p.skill_md, files, caller.tenant, quota)
+        skill = await asyncio.to_thread(
+            ctx.registry.create, p.manifest, p.skill_md, files, caller.tenant, quota, installer,
+        )
+    except packages.REFUSALS as exc:  # the packages it declares cannot be installed: nothing was stored
+        raise packages.refusal(ctx, exc, "manifest.packages.requires") from None
     except ReservedName as exc:
         raise InvalidSkill(str(exc), field="manifest.name") from None
     except SkillQuotaExceeded as exc:
         raise QuotaExceeded(f"quota exceeded: {exc.message}", exc.limit, exc.value) from None
     except RegistryError as exc:  # SkillUnavailable: its bundle could not be stored, nothing was created
         raise rpc_error(exc) from None
-    return CreateSkillResult(name=skill.name, version=skill.version)
+    result = CreateSkillResult(name=skill.name, version=skill.version)
+    if installer is not None and installer.installed is not None:
+        result.packages_installed = packages.answer(installer.installed)
+    return result

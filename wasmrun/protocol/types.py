@@ -163,6 +163,8 @@ class CreateSkillParams(Params):
 class CreateSkillResult(msgspec.Struct):
     name: str
     version: str
+    # extension: the set its declared packages were installed into (docs/packages.md)
+    packages_installed: PackagesInstalled | UnsetType = UNSET
 
 
 # -- runs ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from wasmrun.registry.requirements import ProvidePackages
 from wasmrun.registry.skill import LEGACY_OWNER, ListingPosition, Page, Skill
 
 
@@ -77,8 +78,10 @@ class SkillRegistry(Protocol):
 
     def create(
         self, manifest: dict[str, Any], skill_md: str, files: list[NewFile], owner: str = LEGACY_OWNER,
-        quota: SkillQuota | None = None,
-    ) -> Skill: ...
+        quota: SkillQuota | None = None, provide_packages: ProvidePackages | None = None,
+    ) -> Skill:
+        """Publish a new skill as `owner`'s; the packages it declares that the server lacks
+        go to `provide_packages` (requirements.py), or refuse it."""
 
 
 def check_skill_quota(quota: SkillQuota, count: int, used: Callable[[], int], adding: int) -> None:

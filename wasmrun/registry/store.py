@@ -296,15 +296,17 @@ class DirectoryRegistry:
 
     def create(
         self, manifest: dict[str, Any], skill_md: str, files: list[NewFile], owner: str = LEGACY_OWNER,
-        quota: SkillQuota | None = None,
+        quota: SkillQuota | None = None, provide_packages: requirements.ProvidePackages | None = None,
     ) -> Skill:
         """Check the skill (in the order a client reads its errors: the manifest, its name,
-        its packages, whether it exists, its files, its SKILL.md, its owner's quota),
-        stage it, and publish it as `owner`'s."""
+        whether it exists, its files, its SKILL.md, its owner's quota, then its packages),
+        stage it, and publish it as `owner`'s. Declared packages the server lacks are given to
+        `provide_packages` (installed on demand: its refusal is raised as it is, nothing is
+        stored); without one, the skill is refused naming them."""
         parsed = parse_manifest(manifest)
         self._check_name(parsed.name)
         wanted = requirements.missing(parsed, self.package_layer)
-        if wanted:
+        if wanted and provide_packages is None:
             raise InvalidSkillFiles(requirements.missing_message(parsed.name, wanted), Part.MANIFEST)
         key: SkillKey = (owner, parsed.name, parsed.version)
         if key in self._index:
@@ -312,6 +314,8 @@ class DirectoryRegistry:
         toml_text = check_contents(manifest, skill_md, files)
         if quota is not None:
             self._check_quota(owner, quota, created_bytes(toml_text, skill_md, files))
+        if wanted and provide_packages is not None:  # last: a download only for a skill otherwise valid
+            provide_packages(wanted)
         tmp = stage(self.writable / STAGING, parsed.name, toml_text, skill_md, files)
         try:
             return self._publish(tmp, key, quota)
