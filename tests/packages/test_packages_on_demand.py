@@ -92,6 +92,18 @@ def test_a_fresh_run_imports_a_package_it_asked_for(served: Served) -> None:
     assert plain["status"] == "failed" and plain["error"]["type"] == "ModuleNotFoundError"
 
 
+def test_a_package_asking_for_a_patch_release_of_the_guests_python_installs(served: Served) -> None:
+    """soupsieve 4.1.4 (which beautifulsoup4 pulls in) asks for Python >= 3.11.5: pip is told
+    the guest's release (3.11.8, 3.15.0), not 3.11 (3.11.0), which refused it as if native."""
+    code = "import bs4, soupsieve\nbs4.BeautifulSoup('<p class=x>hi</p>', 'html.parser').select_one('p.x').text"
+    result = _ok(served.alice("run_code", language="python", code=code,
+                              packages=["beautifulsoup4==4.15.0", "soupsieve==4.1.4"]))
+    assert result["status"] == "completed" and result["output"] == "hi", result
+    if images.current() == "stdlib":  # the data image has both built in
+        got = {p["name"]: p["version"] for p in result["packages"]["packages"]}
+        assert got["soupsieve"] == "4.1.4" and got["beautifulsoup4"] == "4.15.0"
+
+
 def test_the_image_already_has_it(served: Served) -> None:
     """The data image's numpy is satisfied, never downloaded; the stdlib image has none and
     refuses it by name, saying the data image has it."""

