@@ -90,10 +90,23 @@ async def for_call(
     from_skills = skills_lacking(ctx, skills)
     if not from_skills and not asked:
         return None
-    asked_names = {names.canonical(names.parse(r).name) for r in asked if isinstance(r, str)}
-    fields = {n: skills_field for n in (names.canonical(names.parse(r).name) for r in from_skills)
-              if n not in asked_names}
+    fields: dict[str, str] = {}
+    if from_skills and asked:
+        # Only to name the field a refusal came from: a hostile entry of `asked` is the
+        # policy's to refuse (naming asked_field), not this lookup's.
+        asked_names = {_canonical_or_none(r) for r in asked}
+        fields = {n: skills_field for r in from_skills
+                  if (n := _canonical_or_none(r)) is not None and n not in asked_names}
     return await install(ctx, from_skills + list(asked), asked_field if asked else skills_field, fields)
+
+
+def _canonical_or_none(requirement: object) -> str | None:
+    if not isinstance(requirement, str):
+        return None
+    try:
+        return names.canonical(names.parse(requirement).name)
+    except names.RequirementRefused:
+        return None
 
 
 class SkillInstaller:
