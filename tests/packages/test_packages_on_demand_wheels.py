@@ -29,15 +29,15 @@ def _digest(data: bytes) -> str:
 
 def make_wheel(
     folder: Path, name: str, files: dict[str, bytes], *, record: Callable[[dict[str, bytes]], str] | None = None,
-    symlink: str | None = None, compress: bool = True,
+    symlink: str | None = None, compress: bool = True, version: str = "1.0",
 ) -> Path:
-    """A wheel `name`-1.0 holding `files` (and its metadata), its RECORD right unless `record` says otherwise."""
-    dist = f"{name}-1.0.dist-info"
+    """A wheel `name`-`version` holding `files` (and its metadata), its RECORD right unless `record` says otherwise."""
+    dist = f"{name}-{version}.dist-info"
     members = dict(files)
-    members[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode()
+    members[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
     members[f"{dist}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     rows = record(members) if record else "".join(f"{path},{_digest(data)},{len(data)}\n" for path, data in members.items())
-    path = folder / f"{name}-1.0-py3-none-any.whl"
+    path = folder / f"{name}-{version}-py3-none-any.whl"
     method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
     with zipfile.ZipFile(path, "w", method) as zf:
         for member, data in members.items():
@@ -108,6 +108,24 @@ def test_too_many_members_are_refused(index: Path, tmp_path: Path, monkeypatch: 
     with pytest.raises(wheels.UnsafeWheel, match="more than 50 members"):
         OnDemand(tmp_path / "data").install(["manypkg"], TAG, "alice")
     assert _left(tmp_path / "data") == []
+
+
+def test_a_name_asked_for_twice_must_satisfy_both(index: Path, tmp_path: Path) -> None:
+    """As pip takes `pip install 'x>=2' 'x<3'`: one requirement with both specifiers (not the
+    last one silently); pins that cannot both hold, or a version the index lacks, are refused
+    by name as such (not as a package without wheels)."""
+    for version in ("1.0", "2.0", "3.0"):
+        make_wheel(index, "twice", {"twice/__init__.py": f"V = {version!r}\n".encode()}, version=version)
+    installer = OnDemand(tmp_path / "data", PackagePolicy(max_sets_per_tenant=10))
+    both = installer.install(["twice>=2", "Twice<3"], TAG, "alice")
+    assert [(p.name, p.version) for p in both.info.packages] == [("twice", "2.0")]
+    assert both.info.requested == ["twice<3,>=2"]
+    for asked in (["twice==1.0", "twice==3.0"], ["twice==9"]):
+        with pytest.raises(Refused) as refused:
+            installer.install(asked, TAG, "alice")
+        assert (refused.value.package, refused.value.rule) == ("twice", "version"), refused.value
+        assert "no version with a wheel matches" in str(refused.value)
+    assert len(installer.usage("alice")[0]) == 1  # nothing stored for the refused ones
 
 
 def test_an_sdist_is_never_built(index: Path, tmp_path: Path) -> None:

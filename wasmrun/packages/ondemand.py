@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+from packaging.requirements import Requirement
 
 from wasmrun.packages import layer, names, resolve, wheels
 from wasmrun.packages.policy import PackagePolicy
@@ -130,11 +131,17 @@ class OnDemand:
                     f" (packages mode allowlist: {', '.join(self.policy.allow[:20])})",
                     requirement.name, "allowlist",
                 )
-        seen: dict[str, str] = {}
+        # A name given twice is one requirement with both specifiers (and extras), as pip
+        # takes `pip install 'x>=1' 'x<2'`: pins that cannot both hold are pip's refusal.
+        seen: dict[str, Requirement] = {}
         for requirement in parsed:
             requirement.name = names.canonical(requirement.name)
-            seen[requirement.name] = str(requirement)  # a name given twice: the last one
-        return sorted(seen.values())
+            if (before := seen.get(requirement.name)) is not None:
+                before.specifier &= requirement.specifier
+                before.extras |= requirement.extras
+            else:
+                seen[requirement.name] = requirement
+        return sorted(str(requirement) for requirement in seen.values())
 
     # -- installs -------------------------------------------------------------
 
@@ -225,11 +232,17 @@ class OnDemand:
             if "need" in text and "at most" in text:
                 raise Refused(text.replace("(--max-packages)", "(the operator's max_packages)"),
                               combined[0], "max_packages") from None
-            if "No matching distribution" in text or "from versions: none" in text:
+            if "from versions: none" in text:
                 raise Refused(
                     f"{text}\n(on-demand installs take wheels only, never an sdist: building one would run the"
                     " package's code on the host; a package that publishes no wheel cannot be installed)",
-                    combined[-1], "wheels-only",
+                    _unmatched(text, combined[-1]), "wheels-only",
+                ) from None
+            if "No matching distribution" in text:  # versions with wheels exist, none the one asked for
+                raise Refused(
+                    f"{text}\n(no version with a wheel matches what was asked for: the versions listed are those"
+                    " with one; a name asked for twice must be satisfiable by both)",
+                    _unmatched(text, combined[-1]), "version",
                 ) from None
             raise
 
@@ -347,6 +360,18 @@ class OnDemand:
             if ident in sets:
                 return
             _write_atomic(path, json.dumps({"sets": [*sets, ident], "bytes": used + adding}).encode())
+
+
+def _unmatched(pip_error: str, default: str) -> str:
+    """The package pip found no distribution for (`No matching distribution found for X`)."""
+    marker = "No matching distribution found for "
+    for line in pip_error.splitlines():
+        if marker in line:
+            try:
+                return names.canonical(names.parse(line.split(marker, 1)[1].strip()).name)
+            except names.RequirementRefused:
+                break
+    return default
 
 
 def _dist_of(wheel: Path, dists: list[resolve.Dist]) -> str:

@@ -85,18 +85,15 @@ async def for_call(
     ctx: Context, skills: Sequence[Skill], skills_field: str, asked: list[str], asked_field: str = "packages",
 ) -> Installed | None:
     """The set a call mounts: what its skills lack plus what it asked for (`asked`: its
-    `packages`; asked again by name, the call's pin wins), or None when it needs none. A
-    refusal names the field the package came from."""
+    `packages`; a name asked for replaces what a skill declares of it), or None when it
+    needs none. A refusal names the field the package came from."""
     from_skills = skills_lacking(ctx, skills)
     if not from_skills and not asked:
         return None
-    fields: dict[str, str] = {}
-    if from_skills and asked:
-        # Only to name the field a refusal came from: a hostile entry of `asked` is the
-        # policy's to refuse (naming asked_field), not this lookup's.
-        asked_names = {_canonical_or_none(r) for r in asked}
-        fields = {n: skills_field for r in from_skills
-                  if (n := _canonical_or_none(r)) is not None and n not in asked_names}
+    # A hostile entry of `asked` is not a name here: the policy refuses it (naming asked_field).
+    asked_names = {_canonical_or_none(r) for r in asked}
+    from_skills = [r for r in from_skills if _canonical_or_none(r) not in asked_names]
+    fields = {n: skills_field for r in from_skills if (n := _canonical_or_none(r)) is not None}
     return await install(ctx, from_skills + list(asked), asked_field if asked else skills_field, fields)
 
 
