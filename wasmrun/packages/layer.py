@@ -218,7 +218,7 @@ def add(
 
     def edit(requested: list[str]) -> list[str]:
         new = {names.canonical(r.name) for r in parsed}
-        kept = [r for r in requested if names.canonical(names.parse(r).name) not in new]
+        kept = [r for r in requested if names.name_of(r) not in new]
         return kept + [str(r) for r in parsed]
 
     return _change(data_dir, tag, edit, say, max_packages)
@@ -226,10 +226,10 @@ def add(
 
 def remove(data_dir: Path, packages: list[str], tag: str = DEFAULT_TAG, say: Say | None = None) -> LayerInfo:
     """Drop `packages` (and what only they needed) and publish."""
-    gone = {names.canonical(names.parse(p).name) for p in packages}
+    gone = {names.name_of(p) for p in packages}
     root = tag_root(data_dir, tag)
     info = read_info(root)
-    asked = {names.canonical(names.parse(r).name) for r in (info.requested if info else [])}
+    asked = {names.name_of(r) for r in (info.requested if info else [])}
     missing = sorted(gone - asked)
     if missing:
         installed = {p.name for p in info.packages} if info else set()
@@ -238,5 +238,5 @@ def remove(data_dir: Path, packages: list[str], tag: str = DEFAULT_TAG, say: Say
         raise resolve.PackageError(f"not added with `wasmrun packages add`: {', '.join(missing)}{why}")
     return _change(
         data_dir, tag,
-        lambda requested: [r for r in requested if names.canonical(names.parse(r).name) not in gone], say,
+        lambda requested: [r for r in requested if names.name_of(r) not in gone], say,
     )

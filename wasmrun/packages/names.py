@@ -42,3 +42,18 @@ def parse_all(texts: list[str]) -> list[Requirement]:
 
 def canonical(name: str) -> str:
     return str(canonicalize_name(name))
+
+
+def name_of(text: str) -> str:
+    """The canonical name of the package requirement `text` names (RequirementRefused if none)."""
+    return canonical(parse(text).name)
+
+
+def name_or_none(text: object) -> str | None:
+    """As name_of, or None where `text` names no package (a client's entry the policy refuses later)."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return name_of(text)
+    except RequirementRefused:
+        return None

@@ -149,12 +149,12 @@ class OnDemand:
         """The set `requirements` (with the operator's layer's) resolve to, built or found."""
         t0 = time.monotonic()
         asked = self.check(requirements)
-        asked_names = {names.canonical(names.parse(r).name) for r in asked}
+        asked_names = {names.name_of(r) for r in asked}
         built_in = layer.provided(tag)
         in_image = tuple(sorted(asked_names & built_in))
         operator = layer.read_info(layer.tag_root(self.data_dir, tag))
         kept = [r for r in (operator.requested if operator else [])
-                if names.canonical(names.parse(r).name) not in asked_names]
+                if names.name_of(r) not in asked_names]
         combined = sorted(kept) + asked
         version = layer.current(layer.tag_root(self.data_dir, tag))
         key = hashlib.sha256(json.dumps([tag, version.name if version else "", combined]).encode()).hexdigest()[:40]
@@ -282,7 +282,7 @@ class OnDemand:
                 wheels.compile_bytecode(site, staging / "pycache")
             else:
                 (staging / "pycache").mkdir()
-            requested = {names.canonical(names.parse(r).name) for r in combined}
+            requested = {names.name_of(r) for r in combined}
             info = SetInfo(
                 ident, tag, combined,
                 [Package(d.name, d.version, sizes.get(d.name, 0), d.name in requested) for d in dists],
@@ -367,10 +367,7 @@ def _unmatched(pip_error: str, default: str) -> str:
     marker = "No matching distribution found for "
     for line in pip_error.splitlines():
         if marker in line:
-            try:
-                return names.canonical(names.parse(line.split(marker, 1)[1].strip()).name)
-            except names.RequirementRefused:
-                break
+            return names.name_or_none(line.split(marker, 1)[1].strip()) or default
     return default
 
 

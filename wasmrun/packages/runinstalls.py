@@ -69,14 +69,14 @@ def _with_current(installer: OnDemand, current: Path | None, asked: list[str]) -
     """What the run's current set was asked for, less the names asked again, plus `asked`:
     resolved together, so pip settles conflicts and an upgrade replaces a pin."""
     new = installer.check(asked)  # the policy's refusal before anything else
-    new_names = {names.canonical(names.parse(r).name) for r in new}
+    new_names = {names.name_of(r) for r in new}
     kept: list[str] = []
     if current is not None and (current / layer.INFO).is_file():
         try:
             before = installer.info(current).requested
         except (msgspec.ValidationError, msgspec.DecodeError, OSError):
             before = []  # the operator's layer's layer.json: its requirements are added by install
-        kept = [r for r in before if names.canonical(names.parse(r).name) not in new_names]
+        kept = [r for r in before if names.name_of(r) not in new_names]
     return sorted(kept) + new
 
 

@@ -91,19 +91,12 @@ async def for_call(
     if not from_skills and not asked:
         return None
     # A hostile entry of `asked` is not a name here: the policy refuses it (naming asked_field).
-    asked_names = {_canonical_or_none(r) for r in asked}
-    from_skills = [r for r in from_skills if _canonical_or_none(r) not in asked_names]
-    fields = {n: skills_field for r in from_skills if (n := _canonical_or_none(r)) is not None}
-    return await install(ctx, from_skills + list(asked), asked_field if asked else skills_field, fields)
-
-
-def _canonical_or_none(requirement: object) -> str | None:
-    if not isinstance(requirement, str):
-        return None
-    try:
-        return names.canonical(names.parse(requirement).name)
-    except names.RequirementRefused:
-        return None
+    asked_names = {names.name_or_none(r) for r in asked}
+    # A skill's requirement is a name (its manifest was checked); one asked for by name replaces it.
+    # (Two skills that name one package keep both: the install takes them as one requirement.)
+    kept = [(name, r) for r in from_skills if (name := names.name_of(r)) not in asked_names]
+    fields = {name: skills_field for name, _ in kept}
+    return await install(ctx, [r for _, r in kept] + list(asked), asked_field if asked else skills_field, fields)
 
 
 class SkillInstaller:

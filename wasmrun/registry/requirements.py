@@ -22,7 +22,7 @@ def lacking(requires: Sequence[str], package_layer: Path | None) -> list[str]:
     if not requires:
         return []
     installed = layer.installed_names(package_layer) if package_layer is not None else frozenset()
-    return [r for r in requires if names.canonical(names.parse(r).name) not in installed]
+    return [r for r in requires if names.name_of(r) not in installed]
 
 
 def missing(manifest: Manifest, package_layer: Path | None) -> list[str]:

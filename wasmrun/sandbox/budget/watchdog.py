@@ -99,7 +99,7 @@ class RunWatch:
         self.woken = threading.Event()
         self._stop_at: float | None = None  # when the run was asked to stop (wall clock)
         self._stop_waited_s = 0.0  # the thread's wait for a CPU until then
-        self._stop_cpu_ms = 0.0  # ... or its CPU time, whichever comes first
+        self._stop_cpu_ms = 0.0  # the CPU time at which its grace ends
         self.cpu_ms_limit = cpu_ms
         self.timeout_ms = timeout_ms
         self._cpu_budget_ms = float(cpu_ms)
